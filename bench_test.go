@@ -1,0 +1,182 @@
+package leasequota_test
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"golang.org/x/time/rate"
+
+	"github.com/leasequota/leasequota"
+	"github.com/leasequota/leasequota/integration/redistest"
+	"github.com/leasequota/leasequota/lease"
+)
+
+// The benchmarks in this file compare leasequota's request path with the
+// baselines a team would otherwise use, in one run:
+//
+//   - BenchmarkAllow / BenchmarkAllowParallel: leasequota with a tenant
+//     holding a large lease (no Redis on the request path);
+//   - BenchmarkRateMutexMap / BenchmarkRateSyncMap: golang.org/x/time/rate
+//     limiters keyed by tenant in a map behind a mutex, and in a sync.Map:
+//     local only, no global bound;
+//   - BenchmarkRedisPerRequest: one Lua script call per decision, the
+//     per-request Redis limiter leasequota replaces.
+
+// bigQuota lets a tenant lease enough tokens for any b.N: every lease is
+// at least 2^30 tokens, so the request path never runs short.
+var bigQuota = leasequota.Quota{Rate: 1e12, Burst: 1 << 40, MinLease: 1 << 30}
+
+func benchLimiter(b *testing.B) *leasequota.Limiter {
+	b.Helper()
+	c := redistest.Client(b)
+	l, err := leasequota.New(c, leasequota.WithKeyPrefix(redistest.Prefix(b)), leasequota.WithDefaultQuota(bigQuota))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { l.Close(context.Background()) })
+	return l
+}
+
+func tenantNames(n int) []string {
+	names := make([]string, n)
+	for i := range names {
+		names[i] = "tenant-" + strconv.Itoa(i)
+	}
+	return names
+}
+
+func BenchmarkAllow(b *testing.B) {
+	l := benchLimiter(b)
+	if !l.Allow("t") { // the cold start: lease the tokens first
+		b.Fatal("first request denied")
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if !l.Allow("t") {
+			b.Fatal("denied")
+		}
+	}
+}
+
+func BenchmarkAllowParallel(b *testing.B) {
+	l := benchLimiter(b)
+	names := tenantNames(1024)
+	for _, n := range names {
+		if !l.Allow(n) {
+			b.Fatal("first request denied")
+		}
+	}
+	var seq atomic.Int64
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		i := int(seq.Add(1)) * 97
+		for pb.Next() {
+			if !l.Allow(names[i&1023]) {
+				b.Error("denied")
+				return
+			}
+			i++
+		}
+	})
+}
+
+// rateMutexMap is the baseline: x/time/rate limiters per tenant in a map
+// behind a mutex.
+type rateMutexMap struct {
+	mu sync.Mutex
+	m  map[string]*rate.Limiter
+}
+
+func (r *rateMutexMap) allow(tenant string) bool {
+	r.mu.Lock()
+	l := r.m[tenant]
+	if l == nil {
+		l = rate.NewLimiter(rate.Limit(bigQuota.Rate), int(bigQuota.Burst))
+		r.m[tenant] = l
+	}
+	r.mu.Unlock()
+	return l.Allow()
+}
+
+// rateSyncMap is the baseline with a sync.Map.
+type rateSyncMap struct{ m sync.Map }
+
+func (r *rateSyncMap) allow(tenant string) bool {
+	v, ok := r.m.Load(tenant)
+	if !ok {
+		v, _ = r.m.LoadOrStore(tenant, rate.NewLimiter(rate.Limit(bigQuota.Rate), int(bigQuota.Burst)))
+	}
+	return v.(*rate.Limiter).Allow()
+}
+
+func BenchmarkRateMutexMap(b *testing.B) {
+	r := &rateMutexMap{m: map[string]*rate.Limiter{}}
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		if !r.allow("t") {
+			b.Fatal("denied")
+		}
+	}
+}
+
+func BenchmarkRateMutexMapParallel(b *testing.B) {
+	r := &rateMutexMap{m: map[string]*rate.Limiter{}}
+	names := tenantNames(1024)
+	var seq atomic.Int64
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		i := int(seq.Add(1)) * 97
+		for pb.Next() {
+			r.allow(names[i&1023])
+			i++
+		}
+	})
+}
+
+func BenchmarkRateSyncMap(b *testing.B) {
+	r := &rateSyncMap{}
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		if !r.allow("t") {
+			b.Fatal("denied")
+		}
+	}
+}
+
+func BenchmarkRateSyncMapParallel(b *testing.B) {
+	r := &rateSyncMap{}
+	names := tenantNames(1024)
+	var seq atomic.Int64
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		i := int(seq.Add(1)) * 97
+		for pb.Next() {
+			r.allow(names[i&1023])
+			i++
+		}
+	})
+}
+
+// BenchmarkRedisPerRequest makes one acquire script call per decision on
+// the harness's Redis (loopback), the cost leasequota keeps off the
+// request path.
+func BenchmarkRedisPerRequest(b *testing.B) {
+	c, err := lease.NewClient(redistest.Client(b), redistest.Prefix(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	lim := lease.Limits{Rate: bigQuota.Rate, Burst: bigQuota.Burst}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		g, err := c.Acquire(ctx, "t", lim, 1)
+		if err != nil || g.Granted != 1 {
+			b.Fatal(g, err)
+		}
+	}
+}

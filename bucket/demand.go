@@ -1,0 +1,73 @@
+package bucket
+
+import (
+	"math"
+	"time"
+)
+
+// Demand estimates a rate in tokens per second from counts observed at
+// irregular times: an exponentially weighted moving average whose weight
+// halves every HalfLife. Observations close together move it less than ones
+// far apart, so the estimate does not depend on how often the syncer looks.
+//
+// Demand is plain state for one owner (the syncer, under its per-tenant
+// lock): it is not safe for concurrent use. The zero value has a zero
+// estimate and uses DefaultHalfLife.
+type Demand struct {
+	// HalfLife is how long an observation takes to lose half its weight.
+	// Zero means DefaultHalfLife.
+	HalfLife time.Duration
+
+	rate    float64   // tokens per second
+	last    time.Time // time of the last observation; zero before the first
+	pending int64     // tokens observed with no time passing since last
+}
+
+// DefaultHalfLife is the half-life of a zero Demand.
+const DefaultHalfLife = 500 * time.Millisecond
+
+// Observe records that count tokens were asked for (admitted or not) since
+// the previous observation, as of time now. The first observation only
+// sets the starting time; counts observed with no time passing (a time
+// equal to or before the last one) are carried into the next interval.
+func (d *Demand) Observe(now time.Time, count int64) {
+	if d.last.IsZero() {
+		d.last = now
+		return
+	}
+	count += d.pending
+	if !now.After(d.last) {
+		d.pending = count
+		return
+	}
+	d.pending = 0
+	dt := now.Sub(d.last).Seconds()
+	alpha := 1 - math.Exp2(-dt/d.halfLife().Seconds())
+	d.rate += alpha * (float64(count)/dt - d.rate)
+	d.last = now
+}
+
+// Rate returns the estimate in tokens per second as of time now: it decays
+// toward zero while nothing is observed.
+func (d *Demand) Rate(now time.Time) float64 {
+	if d.last.IsZero() {
+		return d.rate
+	}
+	dt := now.Sub(d.last)
+	if dt <= 0 {
+		return d.rate
+	}
+	return d.rate * math.Exp2(-dt.Seconds()/d.halfLife().Seconds())
+}
+
+// Reset forgets every observation.
+func (d *Demand) Reset() {
+	*d = Demand{HalfLife: d.HalfLife}
+}
+
+func (d *Demand) halfLife() time.Duration {
+	if d.HalfLife <= 0 {
+		return DefaultHalfLife
+	}
+	return d.HalfLife
+}

@@ -1,0 +1,14 @@
+// Package bucket holds the local, pure state of a leasequota instance:
+//
+//   - Counter: the tokens this instance has leased for one tenant. Requests
+//     spend from it with one compare-and-swap; the syncer tops it up and
+//     drains it concurrently. It never goes negative and never spends a
+//     token it was not given.
+//   - TokenBucket: a classic time-refilled token bucket, used by the local
+//     fallback mode when Redis cannot be reached.
+//   - Demand: an exponentially weighted estimate of a tenant's demand in
+//     tokens per second, which sizes the next lease.
+//
+// Nothing here reads a clock, sleeps or starts a goroutine: time is a
+// parameter, so every behaviour can be tested exactly. No method allocates.
+package bucket

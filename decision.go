@@ -1,0 +1,68 @@
+package leasequota
+
+import "time"
+
+// Decision is the outcome of AllowN or WaitN. It is a small value, returned
+// without allocation.
+type Decision struct {
+	// Allowed reports whether the n tokens were admitted.
+	Allowed bool
+	// Remaining is the number of tokens this instance can still spend now
+	// for the tenant without asking Redis (its leased tokens).
+	Remaining int64
+	// RetryAfter, when denied, estimates how long until n tokens could be
+	// admitted. It is zero when Allowed, and zero when n can never be
+	// admitted (see Reason).
+	RetryAfter time.Duration
+	// Quota is the tenant's quota, with defaults resolved.
+	Quota Quota
+	// Reason says how the decision was reached.
+	Reason Reason
+}
+
+// Reason says how a Decision was reached.
+type Reason uint8
+
+const (
+	// ReasonLeased: decided from tokens this instance already held.
+	ReasonLeased Reason = iota + 1
+	// ReasonColdStart: the tenant had no lease on this instance yet; the
+	// request waited for its first lease (bounded by WithColdStartWait and
+	// ctx), then was decided.
+	ReasonColdStart
+	// ReasonRefilled: the lease ran out and the request waited for a fresh
+	// one (WithMaxWait, or WaitN), then was admitted.
+	ReasonRefilled
+	// ReasonExhausted: denied, the lease ran out and no fresh tokens came
+	// in time; the tenant's global quota is spent or being refilled.
+	ReasonExhausted
+	// ReasonUnavailable: denied, Redis could not be reached (error or
+	// timeout) and the tenant's lease is spent.
+	ReasonUnavailable
+	// ReasonInvalidN: denied, n <= 0 or n > Burst.
+	ReasonInvalidN
+	// ReasonInvalidQuota: denied, the tenant's quota (from WithQuotaFunc)
+	// is invalid. Nothing was sent to Redis.
+	ReasonInvalidQuota
+	// ReasonClosed: denied, the limiter is closed.
+	ReasonClosed
+)
+
+var reasonNames = [...]string{
+	ReasonLeased:       "leased",
+	ReasonColdStart:    "cold_start",
+	ReasonRefilled:     "refilled",
+	ReasonExhausted:    "exhausted",
+	ReasonUnavailable:  "unavailable",
+	ReasonInvalidN:     "invalid_n",
+	ReasonInvalidQuota: "invalid_quota",
+	ReasonClosed:       "closed",
+}
+
+// String returns the reason in snake case, as used in metrics and logs.
+func (r Reason) String() string {
+	if int(r) < len(reasonNames) && reasonNames[r] != "" {
+		return reasonNames[r]
+	}
+	return "unknown"
+}

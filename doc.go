@@ -1,0 +1,54 @@
+// Package leasequota enforces per-tenant quotas across every instance of a
+// service, as fast as a local token bucket and as strict as a central one.
+//
+// # Model
+//
+// Each tenant has one global token bucket in Redis: it holds at most Burst
+// tokens and gains Rate tokens per second, by the Redis server's clock.
+// Instances do not ask Redis per request. Each one leases batches of tokens
+// from the bucket (an atomic Lua script debits them) and spends them
+// locally; a background syncer refreshes leases on a schedule spread by
+// xxhash(tenant) plus jitter, prefetches when a lease runs low, and gives
+// back tokens not spent within the lease TTL.
+//
+// Because every token admitted was debited from Redis first, for each
+// tenant and any number of instances:
+//
+//	admitted <= granted - returned <= Burst + Rate*T
+//
+// where T is the time since the tenant's bucket was created, and in any
+// window of length W at most Burst + Rate*(W + L) are admitted, L being the
+// longest lease lifetime (LeaseTTL plus one syncer tick). docs/design.md
+// gives the argument.
+//
+// # Request path
+//
+// Allow and AllowN decide from the leased tokens: for a tenant that holds
+// enough, one map read and one compare-and-swap, with no lock, allocation,
+// clock read or network call. A request that finds too few tokens signals
+// the syncer without blocking and is denied, unless it is the tenant's first
+// request on this instance (it waits up to WithColdStartWait for the first
+// lease) or WithMaxWait allows a bounded wait for a fresh lease. WaitN waits
+// as long as its context allows.
+//
+// A consequence of leasing: an instance can deny a request while another
+// instance, or Redis, still holds tokens. Leases are sized from each
+// instance's measured demand so this is rare under steady load; tune
+// MinLease and WithMaxWait for small bursts (see docs/tuning.md).
+//
+// # Redis
+//
+// New takes any go-redis v9 UniversalClient: a plain client, a cluster
+// client or a failover (Sentinel) client. Each tenant lives in one key,
+// <prefix>{<encoded tenant>}, so every script touches one key in one
+// cluster slot; any tenant byte string is encoded safely (see package
+// lease). Every Redis call has a deadline (WithRedisTimeout). When Redis
+// fails, leases already held keep being spent; once they are gone the
+// tenant is denied with ReasonUnavailable until leasing succeeds again.
+//
+// # Concurrency and lifetime
+//
+// A Limiter is safe for concurrent use. New starts one syncer goroutine;
+// Close stops it, waits for every goroutine the Limiter started, and
+// returns unused leased tokens to Redis. There is no package-level state.
+package leasequota

@@ -1,0 +1,20 @@
+package leasequota
+
+import "errors"
+
+var (
+	// ErrInvalidQuota is wrapped by errors about a Quota, naming the field.
+	ErrInvalidQuota = errors.New("leasequota: invalid quota")
+	// ErrInvalidOption is wrapped by errors about an Option passed to New.
+	ErrInvalidOption = errors.New("leasequota: invalid option")
+	// ErrInvalidN is returned by WaitN for n <= 0.
+	ErrInvalidN = errors.New("leasequota: n must be positive")
+	// ErrExceedsBurst is returned by WaitN when n is above the tenant's
+	// Burst: such a request can never be admitted.
+	ErrExceedsBurst = errors.New("leasequota: n exceeds burst")
+	// ErrClosed is returned after Close.
+	ErrClosed = errors.New("leasequota: limiter closed")
+	// ErrUnavailable is returned by WaitN when Redis cannot be reached and
+	// the tenant holds no lease.
+	ErrUnavailable = errors.New("leasequota: redis unavailable")
+)

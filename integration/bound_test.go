@@ -1,0 +1,153 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/leasequota/leasequota"
+	"github.com/leasequota/leasequota/integration/redistest"
+)
+
+// scriptCalls returns the EVAL and EVALSHA calls the server has served.
+func scriptCalls(t *testing.T, c *redis.Client) int64 {
+	t.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total int64
+	for _, line := range strings.Split(info, "\n") {
+		line = strings.TrimSpace(line)
+		if !strings.HasPrefix(line, "cmdstat_evalsha:") && !strings.HasPrefix(line, "cmdstat_eval:") {
+			continue
+		}
+		// cmdstat_evalsha:calls=12,usec=...
+		fields := strings.SplitN(line[strings.IndexByte(line, ':')+1:], ",", 2)
+		n, err := strconv.ParseInt(strings.TrimPrefix(fields[0], "calls="), 10, 64)
+		if err != nil {
+			t.Fatalf("parse %q: %v", line, err)
+		}
+		total += n
+	}
+	return total
+}
+
+// TestGlobalBound runs 4 limiters, each with its own go-redis client, on
+// 20 tenants of different quotas, with 32 goroutines asking for 3x each
+// tenant's rate for 5 s. For every tenant the admitted count must stay
+// within Burst + Rate*elapsed (elapsed measured on the Redis clock, from
+// before the first request to after the last) and reach 90% of it.
+func TestGlobalBound(t *testing.T) {
+	srv := redistest.Shared(t) // before the leak check: the harness lives for the package
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	const (
+		instances  = 4
+		tenants    = 20
+		goroutines = 32
+		overDemand = 3.0
+	)
+	duration := 5 * time.Second
+	admin := redistest.Client(t)
+	prefix := redistest.Prefix(t)
+
+	quota := func(i int) leasequota.Quota {
+		// Rates from 500 to 5,250 tokens/s; bursts a fifth of a second's worth.
+		rate := float64(500 + 250*i)
+		return leasequota.Quota{Rate: rate, Burst: int64(rate / 5)}
+	}
+	names := make([]string, tenants)
+	for i := range names {
+		names[i] = fmt.Sprintf("tenant-%02d", i)
+	}
+	index := map[string]int{}
+	for i, n := range names {
+		index[n] = i
+	}
+
+	limiters := make([]*leasequota.Limiter, instances)
+	for i := range limiters {
+		c := srv.Client()
+		defer c.Close()
+		l, err := leasequota.New(c, leasequota.WithKeyPrefix(prefix),
+			leasequota.WithQuotaFunc(func(tenant string) leasequota.Quota { return quota(index[tenant]) }))
+		if err != nil {
+			t.Fatal(err)
+		}
+		limiters[i] = l
+	}
+
+	callsBefore := scriptCalls(t, admin)
+	start, err := admin.Time(context.Background()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var admitted [tenants]atomic.Int64
+	var decisions atomic.Int64
+	deadline := time.Now().Add(duration)
+	var wg sync.WaitGroup
+	for g := 0; g < goroutines; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// Each goroutine serves every tenant at 3x rate / goroutines,
+			// paced by a local schedule: request k of tenant i is due at
+			// k / (3 * rate / goroutines) seconds.
+			l := limiters[g%instances]
+			began := time.Now()
+			sent := make([]int64, tenants)
+			for time.Now().Before(deadline) {
+				el := time.Since(began).Seconds()
+				for i := range names {
+					due := int64(el * overDemand * quota(i).Rate / goroutines)
+					for ; sent[i] < due; sent[i]++ {
+						decisions.Add(1)
+						if l.Allow(names[i]) {
+							admitted[i].Add(1)
+						}
+					}
+				}
+				time.Sleep(time.Millisecond) // pacing the load, not waiting for a condition
+			}
+		}()
+	}
+	wg.Wait()
+	end, err := admin.Time(context.Background()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := scriptCalls(t, admin) - callsBefore
+	elapsed := end.Sub(start).Seconds()
+
+	for i := range names {
+		q := quota(i)
+		bound := float64(q.Burst) + q.Rate*elapsed
+		got := float64(admitted[i].Load())
+		if got > bound+1e-9*bound {
+			t.Errorf("%s: admitted %.0f > bound %.1f (burst %d + rate %.0f * %.3fs)", names[i], got, bound, q.Burst, q.Rate, elapsed)
+		}
+		if got < 0.9*bound {
+			t.Errorf("%s: admitted %.0f < 90%% of bound %.1f", names[i], got, bound)
+		}
+		t.Logf("%s: admitted %.0f of bound %.1f (%.1f%%)", names[i], got, bound, 100*got/bound)
+	}
+	perK := float64(calls) / float64(decisions.Load()) * 1000
+	t.Logf("script calls: %d for %d decisions: %.2f per 1,000 decisions", calls, decisions.Load(), perK)
+	if perK > 10 {
+		t.Errorf("script calls per 1,000 decisions = %.2f, want <= 10", perK)
+	}
+	for _, l := range limiters {
+		if err := l.Close(context.Background()); err != nil {
+			t.Error(err)
+		}
+	}
+}

@@ -1,0 +1,131 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+func TestRetryAfter(t *testing.T) {
+	for _, tc := range []struct {
+		tokens float64
+		need   int64
+		rate   float64
+		want   time.Duration
+	}{
+		{tokens: 5, need: 5, rate: 1, want: 0},
+		{tokens: 7.5, need: 5, rate: 1, want: 0},
+		{tokens: 0, need: 0, rate: 1, want: 0},
+		{tokens: 0, need: -3, rate: 1, want: 0},
+		{tokens: 0.5, need: 5, rate: 1, want: 4500 * time.Millisecond},
+		{tokens: 0, need: 1, rate: 3, want: 333334 * time.Microsecond}, // 333333.33µs rounded up
+		{tokens: 0, need: 1, rate: 1e12, want: time.Microsecond},       // 1ps rounded up to 1µs
+		{tokens: 4.75, need: 5, rate: 1, want: 250 * time.Millisecond},
+		{tokens: 0, need: 100, rate: 100, want: time.Second},
+		{tokens: 0, need: 1, rate: 0, want: math.MaxInt64},
+		{tokens: 0, need: 1, rate: -1, want: math.MaxInt64},
+		{tokens: 0, need: 1, rate: math.NaN(), want: math.MaxInt64},
+		{tokens: 0, need: 1, rate: math.Inf(1), want: math.MaxInt64},
+		{tokens: 0, need: 1 << 40, rate: 1e-9, want: math.MaxInt64}, // ~35 million years
+		{tokens: 0, need: 9223372036, rate: 1, want: 9223372036 * time.Second},
+		{tokens: 0, need: 9223372037, rate: 1, want: math.MaxInt64}, // just past what a Duration holds
+	} {
+		g := Grant{Tokens: tc.tokens}
+		if got := g.RetryAfter(tc.need, tc.rate); got != tc.want {
+			t.Errorf("Grant{Tokens: %v}.RetryAfter(%d, %v) = %v, want %v", tc.tokens, tc.need, tc.rate, got, tc.want)
+		}
+	}
+}
+
+func TestLimitsValidate(t *testing.T) {
+	for _, l := range []Limits{
+		{Rate: 1, Burst: 1},
+		{Rate: 1e-9, Burst: 10},
+		{Rate: MaxRate, Burst: MaxBurst},
+		{Rate: math.SmallestNonzeroFloat64, Burst: 1},
+	} {
+		if err := l.Validate(); err != nil {
+			t.Errorf("%+v: %v", l, err)
+		}
+	}
+	for _, tc := range []struct {
+		l     Limits
+		field string
+	}{
+		{Limits{Rate: math.NaN(), Burst: 1}, "Rate"},
+		{Limits{Rate: math.Inf(1), Burst: 1}, "Rate"},
+		{Limits{Rate: math.Inf(-1), Burst: 1}, "Rate"},
+		{Limits{Rate: 0, Burst: 1}, "Rate"},
+		{Limits{Rate: -1, Burst: 1}, "Rate"},
+		{Limits{Rate: MaxRate * 1.0001, Burst: 1}, "Rate"},
+		{Limits{Rate: 1, Burst: 0}, "Burst"},
+		{Limits{Rate: 1, Burst: -1}, "Burst"},
+		{Limits{Rate: 1, Burst: MaxBurst + 1}, "Burst"},
+	} {
+		err := tc.l.Validate()
+		if !errors.Is(err, ErrBadRequest) || !strings.Contains(err.Error(), tc.field) {
+			t.Errorf("%+v: %v, want ErrBadRequest naming %s", tc.l, err, tc.field)
+		}
+	}
+}
+
+func TestParseReplies(t *testing.T) {
+	ctx := context.Background()
+	reply := func(v interface{}, err error) *redis.Cmd {
+		c := redis.NewCmd(ctx)
+		if err != nil {
+			c.SetErr(err)
+		} else {
+			c.SetVal(v)
+		}
+		return c
+	}
+	const now = int64(1_700_000_000_123_456)
+
+	g, err := parseGrant(reply([]interface{}{int64(3), "6.25", now}, nil), 5)
+	if err != nil || g.Granted != 3 || g.Tokens != 6.25 || !g.ServerTime.Equal(time.UnixMicro(now)) {
+		t.Errorf("parseGrant = %+v, %v", g, err)
+	}
+	// Strings for integers and integers for tokens are accepted.
+	g, err = parseGrant(reply([]interface{}{"3", int64(6), "1700000000123456"}, nil), 5)
+	if err != nil || g.Granted != 3 || g.Tokens != 6 || g.ServerTime.UnixMicro() != now {
+		t.Errorf("parseGrant(strings) = %+v, %v", g, err)
+	}
+	for _, v := range []interface{}{
+		nil, "x", int64(3),
+		[]interface{}{int64(3), "6.25"},
+		[]interface{}{int64(3), "6.25", now, int64(1)},
+		[]interface{}{"three", "6.25", now},
+		[]interface{}{int64(3), "nan", now},
+		[]interface{}{int64(3), "inf", now},
+		[]interface{}{int64(3), []interface{}{}, now},
+		[]interface{}{int64(3), "6.25", 1.5},
+		[]interface{}{int64(6), "6.25", now}, // more than wanted
+		[]interface{}{int64(-1), "6.25", now},
+	} {
+		if _, err := parseGrant(reply(v, nil), 5); !errors.Is(err, ErrBadReply) {
+			t.Errorf("parseGrant(%#v) = %v, want ErrBadReply", v, err)
+		}
+	}
+	if _, err := parseGrant(reply(nil, fakeRedisError("leasequota: bad argument: rate")), 1); !errors.Is(err, ErrBadRequest) {
+		t.Errorf("script argument error: %v, want ErrBadRequest", err)
+	}
+	if _, err := parseGrant(reply(nil, fakeRedisError("ERR other")), 1); err == nil || errors.Is(err, ErrBadRequest) {
+		t.Errorf("other error: %v", err)
+	}
+
+	tok, err := parseRelease(reply([]interface{}{"9.5", now}, nil))
+	if err != nil || tok != 9.5 {
+		t.Errorf("parseRelease = %v, %v", tok, err)
+	}
+	for _, v := range []interface{}{nil, []interface{}{"9.5"}, []interface{}{"x", now}, []interface{}{"9.5", "y"}} {
+		if _, err := parseRelease(reply(v, nil)); !errors.Is(err, ErrBadReply) {
+			t.Errorf("parseRelease(%#v) = %v, want ErrBadReply", v, err)
+		}
+	}
+}

@@ -1,0 +1,140 @@
+package lease
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// ErrBadPrefix is returned (wrapped) by ValidatePrefix and NewClient when a
+// key prefix cannot be used.
+var ErrBadPrefix = errors.New("lease: bad key prefix")
+
+// MaxPrefixLen is the longest key prefix ValidatePrefix accepts, in bytes.
+const MaxPrefixLen = 256
+
+// maxLiteralTenant is the longest tenant, in bytes, that is percent-encoded
+// into its key. Longer tenants are hashed so that keys stay short: a
+// percent-encoded tenant grows up to three times its length, and a key is
+// sent with every acquire.
+const maxLiteralTenant = 128
+
+// Scheme tags of the encoded tenant. They differ, so a percent-encoded
+// tenant can never equal a hashed one.
+const (
+	literalTag = "t:"
+	hashedTag  = "h:"
+)
+
+// Key returns the Redis key of tenant's bucket: prefix + "{" + enc(tenant) + "}".
+//
+// enc is injective and its output is non-empty and contains no '{' or '}',
+// so:
+//   - distinct tenants get distinct keys, whatever bytes they contain
+//     (empty, NUL, newlines, braces, invalid UTF-8, megabytes);
+//   - the braces Key adds form the key's hash tag (when prefix has no
+//     braces, see ValidatePrefix), so a Redis Cluster slot depends on the
+//     tenant only, never on the prefix, and no tenant can pick its slot by
+//     smuggling in braces.
+//
+// enc(tenant) is "t:" followed by the tenant with every byte outside
+// [A-Za-z0-9._:@/-] written as %XX (uppercase hex) when the tenant has at
+// most 128 bytes, and "h:" followed by the lowercase hex SHA-256 of the
+// tenant otherwise. Key does not validate prefix; NewClient does.
+func Key(prefix, tenant string) string {
+	var b strings.Builder
+	if len(tenant) > maxLiteralTenant {
+		sum := sha256.Sum256([]byte(tenant))
+		b.Grow(len(prefix) + 2 + len(hashedTag) + hex.EncodedLen(len(sum)))
+		b.WriteString(prefix)
+		b.WriteByte('{')
+		b.WriteString(hashedTag)
+		var h [2 * sha256.Size]byte
+		hex.Encode(h[:], sum[:])
+		b.Write(h[:])
+		b.WriteByte('}')
+		return b.String()
+	}
+	b.Grow(len(prefix) + 2 + len(literalTag) + 3*len(tenant))
+	b.WriteString(prefix)
+	b.WriteByte('{')
+	b.WriteString(literalTag)
+	const hexDigits = "0123456789ABCDEF"
+	for i := 0; i < len(tenant); i++ {
+		c := tenant[i]
+		if isLiteral(c) {
+			b.WriteByte(c)
+			continue
+		}
+		b.WriteByte('%')
+		b.WriteByte(hexDigits[c>>4])
+		b.WriteByte(hexDigits[c&0x0f])
+	}
+	b.WriteByte('}')
+	return b.String()
+}
+
+// isLiteral reports whether c is copied as is into an encoded tenant. The
+// set excludes '%' (the escape byte, so decoding is unambiguous), '{' and
+// '}' (they would end or restart the hash tag), and every space, control
+// and non-ASCII byte, so keys stay printable in logs and redis-cli.
+func isLiteral(c byte) bool {
+	switch {
+	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		return true
+	case c == '.', c == '_', c == ':', c == '@', c == '/', c == '-':
+		return true
+	}
+	return false
+}
+
+// ValidatePrefix reports whether prefix can be put before the tenant's hash
+// tag. A prefix with '{' or '}' would take over the hash tag (Redis uses the
+// first '{' of the key), and a long prefix is almost surely a mistake that
+// would be paid on every call. Errors wrap ErrBadPrefix.
+func ValidatePrefix(prefix string) error {
+	if len(prefix) > MaxPrefixLen {
+		return fmt.Errorf("%w: %d bytes, the limit is %d", ErrBadPrefix, len(prefix), MaxPrefixLen)
+	}
+	if i := strings.IndexAny(prefix, "{}"); i >= 0 {
+		return fmt.Errorf("%w: %q at byte %d: braces would change the key's hash tag", ErrBadPrefix, prefix[i], i)
+	}
+	return nil
+}
+
+// NumSlots is the number of Redis Cluster hash slots.
+const NumSlots = 16384
+
+// Slot returns the Redis Cluster hash slot of key: CRC16 (XMODEM) of the
+// key mod 16384, where only the hash tag is hashed when the key has one (the
+// bytes between the first '{' and the first '}' after it, when there is at
+// least one byte between them).
+func Slot(key string) uint16 {
+	if open := strings.IndexByte(key, '{'); open >= 0 {
+		if n := strings.IndexByte(key[open+1:], '}'); n > 0 {
+			key = key[open+1 : open+1+n]
+		}
+	}
+	return crc16(key) % NumSlots
+}
+
+// crc16 is CRC-16/XMODEM (polynomial 0x1021, initial value 0, no
+// reflection), the checksum Redis Cluster uses for key slots. It is computed
+// bit by bit: keys are short and a table would be package state for no
+// measurable gain.
+func crc16(s string) uint16 {
+	var crc uint16
+	for i := 0; i < len(s); i++ {
+		crc ^= uint16(s[i]) << 8
+		for bit := 0; bit < 8; bit++ {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc
+}

@@ -1,0 +1,386 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ErrBadRequest is returned (wrapped, naming the field) for an invalid rate,
+// burst, want or amount. Such requests are never sent to Redis.
+var ErrBadRequest = errors.New("lease: bad request")
+
+// ErrBadReply is returned (wrapped) when Redis answers a script call with a
+// reply of an unexpected shape, e.g. because another script was loaded under
+// the same digest or a proxy mangled the reply.
+var ErrBadReply = errors.New("lease: unexpected script reply")
+
+// Bounds of Limits. They keep every quantity the scripts compute exactly
+// representable in a float64 (2^40 tokens with microsecond-scale fractions)
+// and every TTL within what PEXPIRE accepts.
+const (
+	MaxRate  = 1e12    // tokens per second
+	MaxBurst = 1 << 40 // tokens
+)
+
+// Limits are a tenant's global bucket: Burst tokens of capacity, refilled at
+// Rate tokens per second.
+type Limits struct {
+	Rate  float64 // tokens added per second; finite, > 0, <= MaxRate
+	Burst int64   // capacity in tokens; 1..MaxBurst
+}
+
+// Validate reports whether l can be sent to Redis. Rate must be finite,
+// > 0 and <= 1e12; Burst must be in 1..1<<40. Errors wrap ErrBadRequest and
+// name the field.
+func (l Limits) Validate() error {
+	if math.IsNaN(l.Rate) || math.IsInf(l.Rate, 0) || l.Rate <= 0 || l.Rate > MaxRate {
+		return fmt.Errorf("%w: Limits.Rate %v: want a finite number in (0, %g]", ErrBadRequest, l.Rate, float64(MaxRate))
+	}
+	if l.Burst < 1 || l.Burst > MaxBurst {
+		return fmt.Errorf("%w: Limits.Burst %d: want 1..%d", ErrBadRequest, l.Burst, int64(MaxBurst))
+	}
+	return nil
+}
+
+// Grant is the outcome of one acquire on a tenant's global bucket.
+type Grant struct {
+	Granted    int64     // tokens granted, 0..want; fewer than asked is a partial grant
+	Tokens     float64   // tokens left in the global bucket after this call
+	ServerTime time.Time // Redis TIME when the script ran, microsecond precision
+}
+
+// RetryAfter estimates how long from g.ServerTime until the global bucket
+// holds need tokens if nobody takes any, refilling at rate tokens per
+// second: 0 when g.Tokens >= need, else (need - Tokens)/rate seconds rounded
+// up to the microsecond. It returns math.MaxInt64 (“never”) when rate is not
+// a positive number or the wait does not fit a time.Duration. It knows
+// nothing of burst: a need above burst is never met, which callers check.
+func (g Grant) RetryAfter(need int64, rate float64) time.Duration {
+	missing := float64(need) - g.Tokens
+	if !(missing > 0) { // also when Tokens is NaN: nothing sensible to wait for
+		return 0
+	}
+	if !(rate > 0) || math.IsInf(rate, 0) {
+		return math.MaxInt64
+	}
+	us := math.Ceil(missing / rate * 1e6)
+	// float64(MaxInt64/1000) is that integer rounded up by at most one (it
+	// is above 2^53, where float64s are even); any whole float64 below it,
+	// times 1000, still fits an int64.
+	if !(us < float64(math.MaxInt64/int64(time.Microsecond))) {
+		return math.MaxInt64
+	}
+	return time.Duration(us) * time.Microsecond
+}
+
+// Client runs the leasequota scripts on a Redis client. It holds no state of
+// its own besides its configuration and is safe for concurrent use.
+type Client struct {
+	s      Scripter
+	prefix string
+}
+
+// NewClient returns a Client that keeps buckets under prefix (see Key) on s.
+// It fails with an error wrapping ErrBadPrefix when ValidatePrefix does.
+func NewClient(s Scripter, prefix string) (*Client, error) {
+	if s == nil {
+		return nil, errors.New("lease: NewClient: nil Scripter")
+	}
+	if err := ValidatePrefix(prefix); err != nil {
+		return nil, err
+	}
+	return &Client{s: s, prefix: prefix}, nil
+}
+
+// Key returns the Redis key of tenant's bucket, Key(prefix, tenant).
+func (c *Client) Key(tenant string) string {
+	return Key(c.prefix, tenant)
+}
+
+// LoadScripts loads both scripts into the script cache (of every master,
+// on a cluster client), so that the first calls need no EVAL fallback.
+// Calling it is optional: calls reload the scripts on NOSCRIPT by themselves.
+func (c *Client) LoadScripts(ctx context.Context) error {
+	for _, s := range []*script{acquireScript, releaseScript} {
+		sha, err := c.s.ScriptLoad(ctx, s.src).Result()
+		if err != nil {
+			return fmt.Errorf("lease: SCRIPT LOAD: %w", err)
+		}
+		if sha != s.sha {
+			return fmt.Errorf("%w: SCRIPT LOAD returned digest %s, want %s", ErrBadReply, sha, s.sha)
+		}
+	}
+	return nil
+}
+
+// Acquire takes up to want tokens from tenant's global bucket, after
+// refilling it from the Redis clock. It grants min(want, whole tokens in the
+// bucket): a partial or zero grant is not an error. want 0 only refills and
+// reports the bucket. Invalid arguments fail with an error wrapping
+// ErrBadRequest, without calling Redis.
+func (c *Client) Acquire(ctx context.Context, tenant string, lim Limits, want int64) (Grant, error) {
+	args, err := acquireArgs(lim, want)
+	if err != nil {
+		return Grant{}, err
+	}
+	cmd := acquireScript.run(ctx, c.s, c.Key(tenant), args...)
+	return parseGrant(cmd, want)
+}
+
+// Release gives amount unused tokens back to tenant's global bucket, capped
+// at Burst, and returns the tokens it now holds. Releasing into a missing
+// key (a full bucket, see the package doc) leaves it missing and reports
+// Burst. Release with amount 0 does not call Redis and returns (0, nil): the
+// level is then unknown. Invalid arguments fail with an error wrapping
+// ErrBadRequest, without calling Redis.
+//
+// Release is not idempotent: a release that is retried after its reply was
+// lost credits the bucket twice. Give back only tokens that were leased and
+// not spent, once.
+func (c *Client) Release(ctx context.Context, tenant string, lim Limits, amount int64) (float64, error) {
+	args, err := releaseArgs(lim, amount)
+	if err != nil {
+		return 0, err
+	}
+	if amount == 0 {
+		return 0, nil
+	}
+	cmd := releaseScript.run(ctx, c.s, c.Key(tenant), args...)
+	return parseRelease(cmd)
+}
+
+// Request is one tenant's acquire in AcquireMany.
+type Request struct {
+	Tenant string
+	Limits Limits
+	Want   int64 // >= 0
+}
+
+// Result is the outcome of one Request: a Grant, or the error of that
+// request alone.
+type Result struct {
+	Grant Grant
+	Err   error
+}
+
+// AcquireMany acquires for many tenants in one pipelined round trip (per
+// Redis node on a cluster: go-redis splits the pipeline by node), plus one
+// more only if some node had lost the script. Each request behaves like
+// Acquire; results[i] is the outcome of reqs[i].
+//
+// results is reused when its capacity is at least len(reqs) and allocated
+// otherwise (pass nil to always allocate); the slice holding the results
+// is returned. Invalid requests get an error wrapping ErrBadRequest in
+// their Result and are not sent.
+//
+// The returned error is non-nil only when the failure affected every request
+// that was sent: none got a reply from Redis (connection refused, timeout,
+// canceled context). That error is then also in each sent request's Result,
+// so callers may look at results alone.
+func (c *Client) AcquireMany(ctx context.Context, reqs []Request, results []Result) ([]Result, error) {
+	if cap(results) >= len(reqs) {
+		results = results[:len(reqs)]
+	} else {
+		results = make([]Result, len(reqs))
+	}
+	calls := make([]call, 0, len(reqs))
+	sent := make([]int, 0, len(reqs)) // sent[j] is the index in reqs of calls[j]
+	for i := range reqs {
+		results[i] = Result{}
+		args, err := acquireArgs(reqs[i].Limits, reqs[i].Want)
+		if err != nil {
+			results[i].Err = err
+			continue
+		}
+		calls = append(calls, call{key: c.Key(reqs[i].Tenant), args: args})
+		sent = append(sent, i)
+	}
+	if len(calls) == 0 {
+		return results, nil
+	}
+	cmds := acquireScript.runMany(ctx, c.s, calls)
+	for j, cmd := range cmds {
+		i := sent[j]
+		results[i].Grant, results[i].Err = parseGrant(cmd, reqs[i].Want)
+	}
+	return results, commonFailure(cmds)
+}
+
+// ReleaseRequest is one tenant's release in ReleaseMany.
+type ReleaseRequest struct {
+	Tenant string
+	Limits Limits
+	Amount int64 // >= 0; 0 is not sent
+}
+
+// ReleaseMany releases for many tenants in one pipelined round trip, like
+// AcquireMany. It returns one error per request, nil where the release was
+// applied or had nothing to give back (Amount 0), so len is len(reqs).
+// Invalid requests get an error wrapping ErrBadRequest and are not sent.
+// The Release caveat about retries applies.
+func (c *Client) ReleaseMany(ctx context.Context, reqs []ReleaseRequest) []error {
+	errs := make([]error, len(reqs))
+	calls := make([]call, 0, len(reqs))
+	sent := make([]int, 0, len(reqs))
+	for i := range reqs {
+		args, err := releaseArgs(reqs[i].Limits, reqs[i].Amount)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		if reqs[i].Amount == 0 {
+			continue
+		}
+		calls = append(calls, call{key: c.Key(reqs[i].Tenant), args: args})
+		sent = append(sent, i)
+	}
+	if len(calls) == 0 {
+		return errs
+	}
+	for j, cmd := range releaseScript.runMany(ctx, c.s, calls) {
+		_, errs[sent[j]] = parseRelease(cmd)
+	}
+	return errs
+}
+
+// commonFailure returns the error shared by all cmds when none of them got a
+// reply from Redis, and nil otherwise. A Redis error reply (including a
+// script's error_reply) is a reply: it concerns that command only.
+func commonFailure(cmds []*redis.Cmd) error {
+	var first error
+	for _, cmd := range cmds {
+		err := cmd.Err()
+		if err == nil || isRedisError(err) {
+			return nil
+		}
+		if first == nil {
+			first = err
+		}
+	}
+	return fmt.Errorf("lease: no reply from Redis: %w", first)
+}
+
+func isRedisError(err error) bool {
+	var rerr redis.Error
+	return errors.As(err, &rerr)
+}
+
+// formatRate writes rate so that strtod in Redis reads back the same float64.
+func formatRate(rate float64) string {
+	return strconv.FormatFloat(rate, 'g', -1, 64)
+}
+
+func acquireArgs(lim Limits, want int64) ([]interface{}, error) {
+	if err := lim.Validate(); err != nil {
+		return nil, err
+	}
+	if want < 0 {
+		return nil, fmt.Errorf("%w: want %d: must be >= 0", ErrBadRequest, want)
+	}
+	return []interface{}{formatRate(lim.Rate), strconv.FormatInt(lim.Burst, 10), strconv.FormatInt(want, 10)}, nil
+}
+
+func releaseArgs(lim Limits, amount int64) ([]interface{}, error) {
+	if err := lim.Validate(); err != nil {
+		return nil, err
+	}
+	if amount < 0 {
+		return nil, fmt.Errorf("%w: amount %d: must be >= 0", ErrBadRequest, amount)
+	}
+	return []interface{}{formatRate(lim.Rate), strconv.FormatInt(lim.Burst, 10), strconv.FormatInt(amount, 10)}, nil
+}
+
+// scriptError wraps an error of a script call. The scripts' own argument
+// checks ("leasequota: bad argument") also wrap ErrBadRequest; they can only
+// fire when the Go checks and the script disagree.
+func scriptError(op string, err error) error {
+	if redis.HasErrorPrefix(err, "leasequota: bad argument") {
+		return fmt.Errorf("lease: %s: %w: %w", op, ErrBadRequest, err)
+	}
+	return fmt.Errorf("lease: %s: %w", op, err)
+}
+
+// parseGrant decodes acquire.lua's reply {granted, "tokens", now_us}.
+func parseGrant(cmd *redis.Cmd, want int64) (Grant, error) {
+	v, err := cmd.Result()
+	if err != nil {
+		return Grant{}, scriptError("acquire", err)
+	}
+	a, ok := v.([]interface{})
+	if !ok || len(a) != 3 {
+		return Grant{}, fmt.Errorf("%w: acquire: want a 3-element array, got %T %v", ErrBadReply, v, v)
+	}
+	granted, err := replyInt(a[0])
+	if err != nil {
+		return Grant{}, fmt.Errorf("%w: acquire: granted: %w", ErrBadReply, err)
+	}
+	tokens, err := replyFloat(a[1])
+	if err != nil {
+		return Grant{}, fmt.Errorf("%w: acquire: tokens: %w", ErrBadReply, err)
+	}
+	now, err := replyInt(a[2])
+	if err != nil {
+		return Grant{}, fmt.Errorf("%w: acquire: time: %w", ErrBadReply, err)
+	}
+	if granted < 0 || granted > want {
+		return Grant{}, fmt.Errorf("%w: acquire: granted %d of %d", ErrBadReply, granted, want)
+	}
+	return Grant{Granted: granted, Tokens: tokens, ServerTime: time.UnixMicro(now)}, nil
+}
+
+// parseRelease decodes release.lua's reply {"tokens", now_us}.
+func parseRelease(cmd *redis.Cmd) (float64, error) {
+	v, err := cmd.Result()
+	if err != nil {
+		return 0, scriptError("release", err)
+	}
+	a, ok := v.([]interface{})
+	if !ok || len(a) != 2 {
+		return 0, fmt.Errorf("%w: release: want a 2-element array, got %T %v", ErrBadReply, v, v)
+	}
+	tokens, err := replyFloat(a[0])
+	if err != nil {
+		return 0, fmt.Errorf("%w: release: tokens: %w", ErrBadReply, err)
+	}
+	if _, err := replyInt(a[1]); err != nil {
+		return 0, fmt.Errorf("%w: release: time: %w", ErrBadReply, err)
+	}
+	return tokens, nil
+}
+
+// replyInt accepts an integer reply, or a string holding a decimal integer
+// (what a script returns if it formats its numbers).
+func replyInt(v interface{}) (int64, error) {
+	switch x := v.(type) {
+	case int64:
+		return x, nil
+	case string:
+		return strconv.ParseInt(x, 10, 64)
+	}
+	return 0, fmt.Errorf("got %T %v, want an integer", v, v)
+}
+
+// replyFloat accepts a string holding a finite decimal number, or an integer
+// reply.
+func replyFloat(v interface{}) (float64, error) {
+	switch x := v.(type) {
+	case int64:
+		return float64(x), nil
+	case string:
+		f, err := strconv.ParseFloat(x, 64)
+		if err != nil {
+			return 0, err
+		}
+		if math.IsNaN(f) || math.IsInf(f, 0) {
+			return 0, fmt.Errorf("got %q, want a finite number", x)
+		}
+		return f, nil
+	}
+	return 0, fmt.Errorf("got %T %v, want a number", v, v)
+}

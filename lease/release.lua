@@ -1,0 +1,67 @@
+-- leasequota release: give back `amount` unused tokens to a tenant's global bucket.
+--
+-- KEYS[1]  bucket key, a hash {tk = tokens ("%.17g"), ts = last update (Redis TIME, microseconds)}
+-- ARGV[1]  rate: tokens added per second, a decimal number > 0
+-- ARGV[2]  burst: bucket capacity, an integer >= 1
+-- ARGV[3]  amount: tokens given back, an integer >= 0
+--
+-- Returns {tokens now ("%.17g" string), now (microseconds, integer)}.
+--
+-- A missing key is a full bucket (it expires only once it has refilled to
+-- burst), so releasing into it changes nothing: the key is not created and
+-- the reply says the bucket holds burst tokens.
+
+local function bad(what)
+  return redis.error_reply('leasequota: bad argument: ' .. what)
+end
+
+local rate = tonumber(ARGV[1])
+local burst = tonumber(ARGV[2])
+local amount = tonumber(ARGV[3])
+if rate == nil or rate ~= rate or rate <= 0 or rate == math.huge then
+  return bad('rate must be a finite number > 0, got ' .. tostring(ARGV[1]))
+end
+if burst == nil or burst ~= burst or burst < 1 or burst == math.huge or burst ~= math.floor(burst) then
+  return bad('burst must be an integer >= 1, got ' .. tostring(ARGV[2]))
+end
+if amount == nil or amount ~= amount or amount < 0 or amount == math.huge or amount ~= math.floor(amount) then
+  return bad('amount must be an integer >= 0, got ' .. tostring(ARGV[3]))
+end
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+
+local key = KEYS[1]
+local state = redis.call('HMGET', key, 'tk', 'ts')
+if state[1] == false and state[2] == false then
+  return {string.format('%.17g', burst), now}
+end
+local tk = tonumber(state[1])
+local ts = tonumber(state[2])
+if tk == nil or ts == nil or tk ~= tk or ts ~= ts then
+  return redis.error_reply('leasequota: corrupt bucket ' .. key .. ': delete the key to reset it')
+end
+
+local elapsed = now - ts
+if elapsed < 0 then
+  elapsed = 0
+end
+local tokens = tk + elapsed * rate / 1000000 + amount
+if tokens > burst then
+  tokens = burst
+end
+if tokens < 0 then
+  tokens = 0
+end
+
+redis.call('HSET', key, 'tk', string.format('%.17g', tokens), 'ts', string.format('%d', now))
+
+-- Same expiry rule as acquire.lua: until full again, plus a second.
+local ttl = math.ceil((burst - tokens) / rate * 1000) + 1000
+if ttl < 1e15 then
+  redis.call('PEXPIRE', key, string.format('%d', ttl))
+else
+  redis.call('PERSIST', key)
+end
+
+return {string.format('%.17g', tokens), now}

@@ -1,0 +1,425 @@
+package leasequota_test
+
+import (
+	"context"
+	"errors"
+	"math"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/leasequota/leasequota"
+	"github.com/leasequota/leasequota/integration/redistest"
+	"github.com/leasequota/leasequota/lease"
+)
+
+func TestMain(m *testing.M) { redistest.Main(m) }
+
+// setup returns a client of the shared Redis, a fresh key prefix, and
+// registers a goroutine leak check that runs after the test's cleanups
+// (so after the limiters it creates are closed).
+func setup(t *testing.T) (*redis.Client, string) {
+	t.Helper()
+	redistest.Shared(t) // the harness's goroutines live for the whole package
+	ignore := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
+	return redistest.Client(t), redistest.Prefix(t)
+}
+
+// newLimiter returns a limiter closed when the test ends.
+func newLimiter(t *testing.T, c redis.UniversalClient, opts ...leasequota.Option) *leasequota.Limiter {
+	t.Helper()
+	l, err := leasequota.New(c, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := l.Close(context.Background()); err != nil {
+			t.Error(err)
+		}
+	})
+	return l
+}
+
+// globalTokens reads a tenant's global bucket as stored in Redis.
+func globalTokens(t *testing.T, c *redis.Client, prefix, tenant string) float64 {
+	t.Helper()
+	v, err := c.HGet(context.Background(), lease.Key(prefix, tenant), "tk").Float64()
+	if err != nil {
+		t.Fatalf("HGET tk of %q: %v", tenant, err)
+	}
+	return v
+}
+
+func TestNewRejectsBadOptions(t *testing.T) {
+	c, _ := setup(t)
+	good := leasequota.Quota{Rate: 10, Burst: 10}
+	cases := []struct {
+		name string
+		opts []leasequota.Option
+		is   error
+		says string
+	}{
+		{"no quota", nil, leasequota.ErrInvalidOption, "WithDefaultQuota"},
+		{"NaN rate", []leasequota.Option{leasequota.WithDefaultQuota(leasequota.Quota{Rate: math.NaN(), Burst: 1})}, leasequota.ErrInvalidQuota, "Rate"},
+		{"Inf rate", []leasequota.Option{leasequota.WithDefaultQuota(leasequota.Quota{Rate: math.Inf(1), Burst: 1})}, leasequota.ErrInvalidQuota, "Rate"},
+		{"zero rate", []leasequota.Option{leasequota.WithDefaultQuota(leasequota.Quota{Rate: 0, Burst: 1})}, leasequota.ErrInvalidQuota, "Rate"},
+		{"negative rate", []leasequota.Option{leasequota.WithDefaultQuota(leasequota.Quota{Rate: -1, Burst: 1})}, leasequota.ErrInvalidQuota, "Rate"},
+		{"zero burst", []leasequota.Option{leasequota.WithDefaultQuota(leasequota.Quota{Rate: 1, Burst: 0})}, leasequota.ErrInvalidQuota, "Burst"},
+		{"huge burst", []leasequota.Option{leasequota.WithDefaultQuota(leasequota.Quota{Rate: 1, Burst: 1 << 62})}, leasequota.ErrInvalidQuota, "Burst"},
+		{"min above max lease", []leasequota.Option{leasequota.WithDefaultQuota(leasequota.Quota{Rate: 1, Burst: 10, MinLease: 5, MaxLease: 4})}, leasequota.ErrInvalidQuota, "MinLease"},
+		{"max lease above burst", []leasequota.Option{leasequota.WithDefaultQuota(leasequota.Quota{Rate: 1, Burst: 10, MaxLease: 11})}, leasequota.ErrInvalidQuota, "MaxLease"},
+		{"negative min lease", []leasequota.Option{leasequota.WithDefaultQuota(leasequota.Quota{Rate: 1, Burst: 10, MinLease: -1})}, leasequota.ErrInvalidQuota, "MinLease"},
+		{"negative lease TTL", []leasequota.Option{leasequota.WithDefaultQuota(leasequota.Quota{Rate: 1, Burst: 10, LeaseTTL: -time.Second})}, leasequota.ErrInvalidQuota, "LeaseTTL"},
+		{"prefix with brace", []leasequota.Option{leasequota.WithDefaultQuota(good), leasequota.WithKeyPrefix("a{b")}, leasequota.ErrInvalidOption, "WithKeyPrefix"},
+		{"zero refresh interval", []leasequota.Option{leasequota.WithDefaultQuota(good), leasequota.WithRefreshInterval(0)}, leasequota.ErrInvalidOption, "WithRefreshInterval"},
+		{"lease TTL below interval", []leasequota.Option{leasequota.WithDefaultQuota(good), leasequota.WithLeaseTTL(time.Millisecond)}, leasequota.ErrInvalidOption, "WithLeaseTTL"},
+		{"negative cold start wait", []leasequota.Option{leasequota.WithDefaultQuota(good), leasequota.WithColdStartWait(-1)}, leasequota.ErrInvalidOption, "WithColdStartWait"},
+		{"negative max wait", []leasequota.Option{leasequota.WithDefaultQuota(good), leasequota.WithMaxWait(-1)}, leasequota.ErrInvalidOption, "WithMaxWait"},
+		{"zero redis timeout", []leasequota.Option{leasequota.WithDefaultQuota(good), leasequota.WithRedisTimeout(0)}, leasequota.ErrInvalidOption, "WithRedisTimeout"},
+		{"nil option", []leasequota.Option{leasequota.WithDefaultQuota(good), nil}, leasequota.ErrInvalidOption, "nil Option"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			l, err := leasequota.New(c, tc.opts...)
+			if err == nil {
+				l.Close(context.Background())
+				t.Fatal("New succeeded")
+			}
+			if !errors.Is(err, tc.is) {
+				t.Errorf("error %q does not wrap %v", err, tc.is)
+			}
+			if !strings.Contains(err.Error(), tc.says) {
+				t.Errorf("error %q does not name %q", err, tc.says)
+			}
+		})
+	}
+	if _, err := leasequota.New(nil, leasequota.WithDefaultQuota(good)); !errors.Is(err, leasequota.ErrInvalidOption) {
+		t.Errorf("New(nil client): %v, want ErrInvalidOption", err)
+	}
+}
+
+func TestAllowNInvalidN(t *testing.T) {
+	c, prefix := setup(t)
+	// MinLease = Burst: one lease holds the whole burst, so the count of
+	// admissions below does not depend on refill timing.
+	l := newLimiter(t, c, leasequota.WithKeyPrefix(prefix), leasequota.WithDefaultQuota(leasequota.Quota{Rate: 1e-6, Burst: 5, MinLease: 5}))
+	ctx := context.Background()
+	for _, n := range []int64{0, -1, math.MinInt64} {
+		d := l.AllowN(ctx, "fresh", n)
+		if d.Allowed || d.Reason != leasequota.ReasonInvalidN {
+			t.Errorf("AllowN(n=%d) on a new tenant = %+v, want denial with ReasonInvalidN", n, d)
+		}
+	}
+	if n, _ := c.Exists(ctx, lease.Key(prefix, "fresh")).Result(); n != 0 {
+		t.Errorf("invalid n created the tenant's key")
+	}
+	if !l.Allow("known") {
+		t.Fatal("first request of a tenant with burst 5 denied")
+	}
+	for _, n := range []int64{0, -7, 6, math.MaxInt64} {
+		d := l.AllowN(ctx, "known", n)
+		if d.Allowed || d.Reason != leasequota.ReasonInvalidN || d.Quota.Burst != 5 {
+			t.Errorf("AllowN(n=%d) = %+v, want denial with ReasonInvalidN and the quota", n, d)
+		}
+	}
+	// The invalid requests spent nothing: 4 tokens remain of the burst.
+	admitted := 0
+	for i := 0; i < 10; i++ {
+		if l.Allow("known") {
+			admitted++
+		}
+	}
+	if admitted != 4 {
+		t.Errorf("after one admission and invalid requests, %d more admitted of burst 5, want 4", admitted)
+	}
+}
+
+func TestInvalidTenantQuotaIsDenied(t *testing.T) {
+	c, prefix := setup(t)
+	l := newLimiter(t, c, leasequota.WithKeyPrefix(prefix), leasequota.WithQuotaFunc(func(tenant string) leasequota.Quota {
+		switch tenant {
+		case "nan":
+			return leasequota.Quota{Rate: math.NaN(), Burst: 10}
+		case "zero-burst":
+			return leasequota.Quota{Rate: 1}
+		case "short-ttl":
+			return leasequota.Quota{Rate: 1, Burst: 10, LeaseTTL: time.Nanosecond}
+		}
+		return leasequota.Quota{Rate: 100, Burst: 10}
+	}))
+	ctx := context.Background()
+	for _, tenant := range []string{"nan", "zero-burst", "short-ttl"} {
+		d := l.AllowN(ctx, tenant, 1)
+		if d.Allowed || d.Reason != leasequota.ReasonInvalidQuota {
+			t.Errorf("%s: %+v, want denial with ReasonInvalidQuota", tenant, d)
+		}
+		_, err := l.WaitN(ctx, tenant, 1)
+		if !errors.Is(err, leasequota.ErrInvalidQuota) {
+			t.Errorf("%s: WaitN error %v, want ErrInvalidQuota", tenant, err)
+		}
+		if n, _ := c.Exists(ctx, lease.Key(prefix, tenant)).Result(); n != 0 {
+			t.Errorf("%s: invalid quota created a key", tenant)
+		}
+	}
+	if l.Tenants() != 0 {
+		t.Errorf("tracking %d tenants with invalid quotas, want 0", l.Tenants())
+	}
+	if !l.Allow("good") {
+		t.Error("a valid tenant was denied")
+	}
+}
+
+func TestColdStartSharesOneCall(t *testing.T) {
+	c, prefix := setup(t)
+	// A long refresh interval keeps the syncer's loop out of the way: only
+	// the cold start calls Redis.
+	l := newLimiter(t, c, leasequota.WithKeyPrefix(prefix),
+		leasequota.WithRefreshInterval(time.Hour), leasequota.WithLeaseTTL(2*time.Hour),
+		leasequota.WithDefaultQuota(leasequota.Quota{Rate: 1000, Burst: 1000, MaxLease: 500}))
+	const callers = 50
+	decisions := make([]leasequota.Decision, callers)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range decisions {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			decisions[i] = l.AllowN(context.Background(), "cold", 1)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	cold := 0
+	for i, d := range decisions {
+		if !d.Allowed {
+			t.Errorf("caller %d denied: %+v", i, d)
+		}
+		if d.Reason == leasequota.ReasonColdStart {
+			cold++
+		}
+	}
+	if cold == 0 {
+		t.Error("no decision says ReasonColdStart")
+	}
+	if st := l.Stats(); st.Calls != 1 {
+		t.Errorf("%d lease calls for %d concurrent first requests, want 1", st.Calls, callers)
+	}
+	if d := l.AllowN(context.Background(), "cold", 1); d.Reason != leasequota.ReasonLeased || !d.Allowed {
+		t.Errorf("next request = %+v, want allowed from the lease", d)
+	}
+}
+
+func TestColdStartWaitBounded(t *testing.T) {
+	c, prefix := setup(t)
+	l := newLimiter(t, c, leasequota.WithKeyPrefix(prefix), leasequota.WithColdStartWait(0),
+		leasequota.WithDefaultQuota(leasequota.Quota{Rate: 1000, Burst: 1000}))
+	d := l.AllowN(context.Background(), "t", 1)
+	if d.Allowed || d.Reason != leasequota.ReasonColdStart {
+		t.Errorf("with no cold start wait, first request = %+v, want a cold-start denial", d)
+	}
+	// The miss asked the syncer for a lease: it arrives without any wait here.
+	deadline := time.Now().Add(5 * time.Second)
+	for !l.Allow("t") {
+		if time.Now().After(deadline) {
+			t.Fatal("no lease 5s after the first miss")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestExhaustedDenialHasRetryHint(t *testing.T) {
+	c, prefix := setup(t)
+	l := newLimiter(t, c, leasequota.WithKeyPrefix(prefix),
+		leasequota.WithDefaultQuota(leasequota.Quota{Rate: 1, Burst: 5, MinLease: 5}))
+	admitted := 0
+	var last leasequota.Decision
+	for i := 0; i < 10; i++ {
+		last = l.AllowN(context.Background(), "t", 1)
+		if last.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 5 {
+		t.Errorf("admitted %d of burst 5 at rate 1/s", admitted)
+	}
+	if last.Reason != leasequota.ReasonExhausted {
+		t.Errorf("denial reason %v, want exhausted", last.Reason)
+	}
+	if last.RetryAfter <= 0 || last.RetryAfter > 2*time.Second {
+		t.Errorf("RetryAfter = %v, want in (0, 2s] at 1 token/s", last.RetryAfter)
+	}
+}
+
+func TestWaitN(t *testing.T) {
+	c, prefix := setup(t)
+	q := leasequota.Quota{Rate: 50, Burst: 10}
+	l := newLimiter(t, c, leasequota.WithKeyPrefix(prefix), leasequota.WithDefaultQuota(q))
+	ctx := context.Background()
+
+	if _, err := l.WaitN(ctx, "t", 11); !errors.Is(err, leasequota.ErrExceedsBurst) {
+		t.Errorf("WaitN(n > burst) = %v, want ErrExceedsBurst", err)
+	}
+	if _, err := l.WaitN(ctx, "t", 0); !errors.Is(err, leasequota.ErrInvalidN) {
+		t.Errorf("WaitN(0) = %v, want ErrInvalidN", err)
+	}
+
+	start, _ := c.Time(ctx).Result()
+	var got int64
+	for got < 40 {
+		d, err := l.WaitN(ctx, "t", 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !d.Allowed {
+			t.Fatalf("WaitN returned a denial without error: %+v", d)
+		}
+		got += 4
+	}
+	end, _ := c.Time(ctx).Result()
+	// 40 tokens at 50/s with a burst of 10 need at least 0.6 s of refill.
+	if el := end.Sub(start); float64(got) > float64(q.Burst)+q.Rate*el.Seconds()+1e-6 {
+		t.Errorf("admitted %d tokens in %v: above burst + rate*elapsed", got, el)
+	}
+
+	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	for {
+		_, err := l.WaitN(short, "t", 10)
+		if err != nil {
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("WaitN past its deadline = %v, want DeadlineExceeded", err)
+			}
+			break
+		}
+	}
+}
+
+func TestCloseReturnsLeasedTokens(t *testing.T) {
+	c, prefix := setup(t)
+	l, err := leasequota.New(c, leasequota.WithKeyPrefix(prefix),
+		// A rate so low that nothing refills during the test.
+		leasequota.WithDefaultQuota(leasequota.Quota{Rate: 1e-6, Burst: 100, MinLease: 40}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close(context.Background()) // in case of an early failure; Close is idempotent
+	d := l.AllowN(context.Background(), "t", 1)
+	if !d.Allowed {
+		t.Fatalf("first request denied: %+v", d)
+	}
+	if held := d.Remaining; held != 39 {
+		t.Fatalf("holding %d tokens after the first lease of 40 and one request, want 39", held)
+	}
+	if g := globalTokens(t, c, prefix, "t"); math.Abs(g-60) > 0.01 {
+		t.Fatalf("global bucket holds %.3f after a lease of 40, want 60", g)
+	}
+	if err := l.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if g := globalTokens(t, c, prefix, "t"); math.Abs(g-99) > 0.01 {
+		t.Errorf("after Close the global bucket holds %.3f, want 99 (burst 100 - 1 spent)", g)
+	}
+	if d := l.AllowN(context.Background(), "t", 1); d.Allowed || d.Reason != leasequota.ReasonClosed {
+		t.Errorf("after Close: %+v, want denial with ReasonClosed", d)
+	}
+	if _, err := l.WaitN(context.Background(), "t", 1); !errors.Is(err, leasequota.ErrClosed) {
+		t.Errorf("WaitN after Close = %v, want ErrClosed", err)
+	}
+	if err := l.Close(context.Background()); err != nil {
+		t.Errorf("second Close = %v", err)
+	}
+}
+
+func TestHostileTenantNames(t *testing.T) {
+	c, prefix := setup(t)
+	// WithMaxWait: a request that finds the lease empty waits for a fresh
+	// one, so each tenant's whole burst is admitted whatever the lease size.
+	l := newLimiter(t, c, leasequota.WithKeyPrefix(prefix), leasequota.WithMaxWait(time.Second),
+		leasequota.WithDefaultQuota(leasequota.Quota{Rate: 1e-6, Burst: 3}))
+	huge := strings.Repeat("{}\n", 1<<20/3)
+	names := []string{"", "{", "}", "{}", "a}b{c", "\n", "\x00", "\xff\xfe", huge, huge + "x"}
+	ctx := context.Background()
+	for _, name := range names {
+		for i := 0; i < 3; i++ {
+			if d := l.AllowN(ctx, name, 1); !d.Allowed {
+				t.Errorf("tenant %q request %d denied: %+v", truncate(name), i, d)
+			}
+		}
+		// Each tenant has its own bucket of 3: the fourth is denied.
+		if l.Allow(name) {
+			t.Errorf("tenant %q: fourth request admitted with burst 3", truncate(name))
+		}
+	}
+	keys, err := c.Keys(ctx, prefix+"*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) != len(names) {
+		t.Errorf("%d keys for %d tenants", len(keys), len(names))
+	}
+	for _, k := range keys {
+		if len(k) > 1024 {
+			t.Errorf("key of %d bytes: long names must be hashed", len(k))
+		}
+	}
+}
+
+func truncate(s string) string {
+	if len(s) > 16 {
+		return s[:16] + "..."
+	}
+	return s
+}
+
+func TestRaceSpendRefreshAndClose(t *testing.T) {
+	c, prefix := setup(t)
+	q := leasequota.Quota{Rate: 2000, Burst: 200}
+	l, err := leasequota.New(c, leasequota.WithKeyPrefix(prefix), leasequota.WithDefaultQuota(q),
+		leasequota.WithRefreshInterval(10*time.Millisecond), leasequota.WithLeaseTTL(30*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	start, _ := c.Time(ctx).Result()
+	var admitted [4]int64
+	var wg sync.WaitGroup
+	stop := time.Now().Add(500 * time.Millisecond)
+	for g := range admitted {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(stop) {
+				if l.AllowN(ctx, "t", 1).Allowed {
+					admitted[g]++
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := l.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	end, _ := c.Time(ctx).Result()
+	var total int64
+	for _, a := range admitted {
+		total += a
+	}
+	bound := float64(q.Burst) + q.Rate*end.Sub(start).Seconds()
+	if float64(total) > bound {
+		t.Errorf("admitted %d > bound %.1f", total, bound)
+	}
+	if total < int64(q.Burst) {
+		t.Errorf("admitted only %d, less than one burst", total)
+	}
+	// Every leased token not spent went back: the global bucket plus what
+	// was admitted cannot exceed what the bucket could have held.
+	if g := globalTokens(t, c, prefix, "t"); g+float64(total) > bound+1e-6 {
+		t.Errorf("global %.2f + admitted %d > bound %.1f", g, total, bound)
+	}
+}

@@ -1,0 +1,132 @@
+package leasequota
+
+import (
+	"fmt"
+	"time"
+)
+
+// DefaultKeyPrefix is the prefix of every Redis key unless WithKeyPrefix
+// says otherwise.
+const DefaultKeyPrefix = "leasequota:"
+
+// Defaults of the options.
+const (
+	DefaultRefreshInterval = 100 * time.Millisecond
+	DefaultColdStartWait   = 100 * time.Millisecond
+	DefaultLeaseTTL        = time.Second
+)
+
+// An Option configures a Limiter in New.
+type Option func(*config)
+
+// config is what the options set; New validates it.
+type config struct {
+	defaultQuota    *Quota
+	quotaFunc       func(tenant string) Quota
+	keyPrefix       string
+	refreshInterval time.Duration
+	coldStartWait   time.Duration
+	maxWait         time.Duration
+	leaseTTL        time.Duration
+	redisTimeout    time.Duration // set only by WithRedisTimeout (redisTimeoutSet)
+	redisTimeoutSet bool
+	seed            *uint64
+}
+
+func defaultConfig() config {
+	return config{
+		keyPrefix:       DefaultKeyPrefix,
+		refreshInterval: DefaultRefreshInterval,
+		coldStartWait:   DefaultColdStartWait,
+		leaseTTL:        DefaultLeaseTTL,
+	}
+}
+
+// WithDefaultQuota sets the quota of every tenant, unless WithQuotaFunc is
+// also given: then the function decides.
+func WithDefaultQuota(q Quota) Option {
+	return func(c *config) { c.defaultQuota = &q }
+}
+
+// WithQuotaFunc sets a function that gives each tenant's quota. It is
+// called once per tenant per instance, on the tenant's first request (not
+// on the hot path); it must be safe for concurrent use. A tenant whose
+// quota is invalid is denied with ReasonInvalidQuota.
+func WithQuotaFunc(f func(tenant string) Quota) Option {
+	return func(c *config) { c.quotaFunc = f }
+}
+
+// WithKeyPrefix sets the prefix of the Redis keys (default
+// DefaultKeyPrefix). It must not contain '{' or '}', which would take the
+// cluster hash tag away from the tenant.
+func WithKeyPrefix(prefix string) Option {
+	return func(c *config) { c.keyPrefix = prefix }
+}
+
+// WithRefreshInterval sets how often each tenant's lease is refreshed on
+// schedule (default 100ms). Leases are sized to last about this long.
+func WithRefreshInterval(d time.Duration) Option {
+	return func(c *config) { c.refreshInterval = d }
+}
+
+// WithColdStartWait bounds how long a tenant's first request on this
+// instance waits for its first lease (default 100ms; 0 means do not
+// wait, deny at once while the lease is fetched). The request's ctx bounds
+// it too.
+func WithColdStartWait(d time.Duration) Option {
+	return func(c *config) { c.coldStartWait = d }
+}
+
+// WithMaxWait lets AllowN wait up to d for a fresh lease when the tenant's
+// local tokens are exhausted (default 0: deny at once). ctx bounds it too.
+func WithMaxWait(d time.Duration) Option {
+	return func(c *config) { c.maxWait = d }
+}
+
+// WithLeaseTTL sets how long leased tokens may be held before they are
+// returned (default 1s); a Quota's LeaseTTL overrides it per tenant.
+func WithLeaseTTL(d time.Duration) Option {
+	return func(c *config) { c.leaseTTL = d }
+}
+
+// WithRedisTimeout sets the deadline of every Redis call (default half the
+// refresh interval, at least 10ms).
+func WithRedisTimeout(d time.Duration) Option {
+	return func(c *config) { c.redisTimeout, c.redisTimeoutSet = d, true }
+}
+
+// WithSeed fixes the seed of the refresh jitter (default: random per
+// Limiter). Tests and simulations use it for repeatable schedules.
+func WithSeed(seed uint64) Option {
+	return func(c *config) { c.seed = &seed }
+}
+
+func (c *config) validate() error {
+	if c.defaultQuota == nil && c.quotaFunc == nil {
+		return fmt.Errorf("%w: no quota: give WithDefaultQuota or WithQuotaFunc", ErrInvalidOption)
+	}
+	if c.defaultQuota != nil {
+		if err := c.defaultQuota.Validate(); err != nil {
+			return fmt.Errorf("WithDefaultQuota: %w", err)
+		}
+	}
+	if c.refreshInterval < time.Millisecond {
+		return fmt.Errorf("%w: WithRefreshInterval(%v): want >= 1ms", ErrInvalidOption, c.refreshInterval)
+	}
+	if c.coldStartWait < 0 {
+		return fmt.Errorf("%w: WithColdStartWait(%v): want >= 0", ErrInvalidOption, c.coldStartWait)
+	}
+	if c.maxWait < 0 {
+		return fmt.Errorf("%w: WithMaxWait(%v): want >= 0", ErrInvalidOption, c.maxWait)
+	}
+	if c.leaseTTL < c.refreshInterval {
+		return fmt.Errorf("%w: WithLeaseTTL(%v): want >= the refresh interval (%v)", ErrInvalidOption, c.leaseTTL, c.refreshInterval)
+	}
+	if c.redisTimeoutSet && c.redisTimeout <= 0 {
+		return fmt.Errorf("%w: WithRedisTimeout(%v): want > 0", ErrInvalidOption, c.redisTimeout)
+	}
+	if !c.redisTimeoutSet {
+		c.redisTimeout = max(c.refreshInterval/2, 10*time.Millisecond)
+	}
+	return nil
+}

@@ -1,0 +1,28 @@
+// Package syncer decides when each tenant's lease is refreshed and by how
+// much, and runs those decisions against Redis.
+//
+// It has two halves, in the manner of a pure state machine with one loop
+// at its edge:
+//
+//   - Planner (planner.go, ledger.go) is pure: given a tenant's State, its
+//     Limits, the time, the tokens it holds and what requests asked for, it
+//     returns an Action (tokens to give back, tokens to ask for). It reads
+//     no clock, does no I/O and starts no goroutine, so it is tested with
+//     time passed in and simulated over thousands of instances.
+//   - Syncer (syncer.go) is the edge: one goroutine that ticks, asks the
+//     Planner what to do for every tenant, and carries the plan out in
+//     pipelined lease calls; plus urgent refills for a tenant whose
+//     requests ran short, coalesced with singleflight.
+//
+// Scheduling. A tenant's regular refresh happens once per Interval at a
+// phase given by xxhash(tenant) modulo Interval, plus a random jitter, so
+// tenants spread over the interval and replicas do not sync in lockstep.
+// Between those times a tenant is refreshed at once when its tokens fall
+// below the low watermark or a request finds it empty.
+//
+// Sizing. A lease is the tenant's recent demand (tokens asked for per
+// second, admitted or not) times Interval times Headroom, clamped to the
+// tenant's MinLease and MaxLease, and never more than Burst. Tokens not
+// spent within LeaseTTL of their grant are taken back and returned to
+// Redis, which bounds how long tokens can be held: see docs/design.md.
+package syncer

@@ -1,0 +1,111 @@
+package syncer
+
+import "time"
+
+// maxBatches bounds the ledger's memory per tenant. When more batches are
+// held, the two oldest merge under the earlier expiry: a merged batch
+// expires early, never late, so the lease lifetime bound still holds.
+const maxBatches = 8
+
+// batch is tokens granted together and the time they must be spent by.
+type batch struct {
+	expires time.Time
+	left    int64
+}
+
+// Ledger tracks which of a tenant's leased tokens were granted when, so
+// that tokens older than the lease TTL can be taken back. Tokens are
+// fungible, so spends are attributed to the oldest batch first (FIFO):
+// this is the order that keeps every spent token within its lifetime.
+//
+// Total is what the syncer believes the counter holds. Requests only ever
+// lower the counter, and the syncer is the only writer that raises it, so
+// Total is always >= the counter and Sync can attribute the difference.
+type Ledger struct {
+	batches [maxBatches]batch // oldest first, n in use
+	n       int
+	total   int64
+}
+
+// Total returns the tokens the ledger accounts for.
+func (l *Ledger) Total() int64 { return l.total }
+
+// Sync brings the ledger down to level, the counter's current value, and
+// returns the tokens spent since the last call (attributed oldest first).
+func (l *Ledger) Sync(level int64) (spent int64) {
+	if level >= l.total {
+		return 0
+	}
+	spent = l.total - level
+	rest := spent
+	for l.n > 0 && rest > 0 {
+		b := &l.batches[0]
+		if b.left > rest {
+			b.left -= rest
+			rest = 0
+			break
+		}
+		rest -= b.left
+		l.shift()
+	}
+	l.total = level
+	return spent
+}
+
+// Expire removes the batches whose time has come and returns their tokens:
+// the caller takes those back from the counter.
+func (l *Ledger) Expire(now time.Time) (tokens int64) {
+	for l.n > 0 && !now.Before(l.batches[0].expires) {
+		tokens += l.batches[0].left
+		l.shift()
+	}
+	l.total -= tokens
+	return tokens
+}
+
+// Add records tokens granted now that expire at expires.
+func (l *Ledger) Add(expires time.Time, tokens int64) {
+	if tokens <= 0 {
+		return
+	}
+	if l.n == maxBatches {
+		// Merge the two oldest under the earlier expiry.
+		l.batches[1].left += l.batches[0].left
+		l.batches[1].expires = l.batches[0].expires
+		l.shift()
+	}
+	l.batches[l.n] = batch{expires: expires, left: tokens}
+	l.n++
+	l.total += tokens
+}
+
+// ExpiringBefore returns the tokens in batches that expire before t.
+func (l *Ledger) ExpiringBefore(t time.Time) (tokens int64) {
+	for i := 0; i < l.n && l.batches[i].expires.Before(t); i++ {
+		tokens += l.batches[i].left
+	}
+	return tokens
+}
+
+// Clear forgets every batch (the counter was drained) and returns the
+// tokens it accounted for.
+func (l *Ledger) Clear() int64 {
+	t := l.total
+	*l = Ledger{}
+	return t
+}
+
+// NextExpiry returns when the oldest batch expires, and false when the
+// ledger is empty.
+func (l *Ledger) NextExpiry() (time.Time, bool) {
+	if l.n == 0 {
+		return time.Time{}, false
+	}
+	return l.batches[0].expires, true
+}
+
+func (l *Ledger) shift() {
+	copy(l.batches[:], l.batches[1:l.n])
+	l.n--
+	l.batches[l.n] = batch{}
+}

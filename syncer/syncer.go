@@ -1,0 +1,406 @@
+package syncer
+
+import (
+	"context"
+	"errors"
+	"iter"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	"golang.org/x/sync/semaphore"
+	"golang.org/x/sync/singleflight"
+
+	"github.com/leasequota/leasequota/lease"
+)
+
+// ErrClosed is returned by Refill after Close.
+var ErrClosed = errors.New("syncer: closed")
+
+// Options configure a Syncer. Zero fields take the defaults documented on
+// each.
+type Options struct {
+	// Planner decides what to do; default NewPlanner(Config{}, 0).
+	Planner *Planner
+	// Tick is how often the loop plans every tenant; default Interval/4.
+	Tick time.Duration
+	// CallTimeout is the deadline of every Redis call; default Interval/2.
+	CallTimeout time.Duration
+	// MaxInFlight bounds the Redis calls (pipelines count as one) made at
+	// once; default 8.
+	MaxInFlight int
+	// BatchSize is the most tenants in one pipeline; default 1000.
+	BatchSize int
+	// Now is the clock; default time.Now.
+	Now func() time.Time
+}
+
+// Stats are running totals of what a Syncer did. All fields only grow.
+type Stats struct {
+	Calls     int64 // lease round trips to Redis (a pipeline counts once)
+	Errors    int64 // lease calls (per tenant) that failed
+	Requested int64 // tokens asked for
+	Granted   int64 // tokens granted
+	Returned  int64 // tokens given back to Redis
+}
+
+// Syncer refreshes the leases of a set of tenants: one goroutine (Run)
+// plans every tenant each Tick and carries the plan out in pipelined lease
+// calls; Refill makes an urgent call for one tenant. All methods are safe
+// for concurrent use.
+type Syncer struct {
+	client  *lease.Client
+	tenants iter.Seq[*Tenant]
+	planner *Planner
+	opts    Options
+
+	urgent chan *Tenant // tenants that ran short; never blocks a sender
+	sf     singleflight.Group
+	sem    *semaphore.Weighted // bounds concurrent Redis calls
+
+	ctx    context.Context // lifetime of urgent refills, ended by Close
+	cancel context.CancelFunc
+
+	closeMu  sync.RWMutex   // guards closed against inflight.Add
+	closed   bool           //
+	inflight sync.WaitGroup // urgent refills running
+
+	calls, errs, requested, granted, returned atomic.Int64
+}
+
+// New returns a Syncer for the tenants that tenants yields, making lease
+// calls through client. It starts no goroutine: call Run.
+func New(client *lease.Client, tenants iter.Seq[*Tenant], opts Options) *Syncer {
+	if opts.Planner == nil {
+		opts.Planner = NewPlanner(Config{}, 0)
+	}
+	iv := opts.Planner.Config().Interval
+	if opts.Tick <= 0 {
+		opts.Tick = max(iv/4, time.Millisecond)
+	}
+	if opts.CallTimeout <= 0 {
+		opts.CallTimeout = max(iv/2, 10*time.Millisecond)
+	}
+	if opts.MaxInFlight <= 0 {
+		opts.MaxInFlight = 8
+	}
+	if opts.BatchSize <= 0 {
+		opts.BatchSize = 1000
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Syncer{
+		client:  client,
+		tenants: tenants,
+		planner: opts.Planner,
+		opts:    opts,
+		urgent:  make(chan *Tenant, 1024),
+		sem:     semaphore.NewWeighted(int64(opts.MaxInFlight)),
+		ctx:     ctx,
+		cancel:  cancel,
+	}
+}
+
+// Planner returns the planner the syncer uses.
+func (s *Syncer) Planner() *Planner { return s.planner }
+
+// Options returns the options with defaults resolved.
+func (s *Syncer) Options() Options { return s.opts }
+
+// Stats returns the running totals.
+func (s *Syncer) Stats() Stats {
+	return Stats{
+		Calls:     s.calls.Load(),
+		Errors:    s.errs.Load(),
+		Requested: s.requested.Load(),
+		Granted:   s.granted.Load(),
+		Returned:  s.returned.Load(),
+	}
+}
+
+// NoteMiss records that a request for n tokens found t short and, the
+// first time since t was last planned, queues t for the loop. It never
+// blocks: when the queue is full the next tick picks t up.
+func (s *Syncer) NoteMiss(t *Tenant, n int64) {
+	first := !t.urgent.Load()
+	t.NoteMiss(n)
+	if first {
+		select {
+		case s.urgent <- t:
+		default:
+		}
+	}
+}
+
+// Run plans and refreshes leases until ctx is done, then returns nil.
+func (s *Syncer) Run(ctx context.Context) error {
+	tick := time.NewTicker(s.opts.Tick)
+	defer tick.Stop()
+	var short []*Tenant
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+			s.Round(ctx, s.tenants)
+		case t := <-s.urgent:
+			short = append(short[:0], t)
+		drain:
+			for len(short) < s.opts.BatchSize {
+				select {
+				case t := <-s.urgent:
+					short = append(short, t)
+				default:
+					break drain
+				}
+			}
+			s.Round(ctx, func(yield func(*Tenant) bool) {
+				for _, t := range short {
+					if !yield(t) {
+						return
+					}
+				}
+			})
+			clear(short)
+		}
+	}
+}
+
+// job is one tenant's lease call in a round; the tenant's lock is held
+// from planning until the result is applied.
+type job struct {
+	t    *Tenant
+	want int64
+}
+
+// Round plans every tenant that tenants yields and carries the plan out:
+// expired tokens are returned, then leases are acquired in pipelines of
+// up to BatchSize tenants, at most MaxInFlight at once. A tenant that is
+// locked (an urgent refill is running for it) is skipped.
+func (s *Syncer) Round(ctx context.Context, tenants iter.Seq[*Tenant]) {
+	now := s.opts.Now()
+	var (
+		jobs     []job
+		releases []lease.ReleaseRequest
+	)
+	for t := range tenants {
+		if !t.mu.TryLock() {
+			continue
+		}
+		a, rel := s.plan(t, now)
+		if rel > 0 {
+			releases = append(releases, lease.ReleaseRequest{Tenant: t.name, Limits: t.limits.Bucket(), Amount: rel})
+		}
+		if a.Acquire > 0 {
+			jobs = append(jobs, job{t: t, want: a.Acquire})
+			continue // unlocked once the result is applied
+		}
+		t.mu.Unlock()
+	}
+	if len(releases) > 0 {
+		s.release(ctx, releases)
+	}
+	if len(jobs) == 0 {
+		return
+	}
+	var g errgroup.Group
+	for start := 0; start < len(jobs); start += s.opts.BatchSize {
+		chunk := jobs[start:min(start+s.opts.BatchSize, len(jobs))]
+		g.Go(func() error {
+			s.acquire(ctx, now, chunk)
+			return nil
+		})
+	}
+	g.Wait()
+}
+
+// plan runs the planner for t (whose lock is held) and takes back expired
+// tokens; it returns the action and the tokens to return to Redis.
+func (s *Syncer) plan(t *Tenant, now time.Time) (Action, int64) {
+	in := t.take(t.Tokens.Load())
+	return s.planWith(t, now, in)
+}
+
+func (s *Syncer) planWith(t *Tenant, now time.Time, in Input) (Action, int64) {
+	a := s.planner.Plan(&t.st, t.limits, now, in)
+	if in.Urgent && a.Acquire == 0 && now.Before(t.st.notBefore) {
+		// Calls are held back (bucket dry or backoff): stay urgent, so the
+		// tick retries once allowed, without re-queueing on every miss.
+		t.urgent.Store(true)
+	}
+	var taken int64
+	if a.Release > 0 {
+		var left int64
+		taken, left = t.Tokens.Take(a.Release)
+		s.planner.Released(&t.st, taken, left)
+	}
+	return a, taken
+}
+
+// acquire runs one pipeline for jobs and applies the results, unlocking
+// each job's tenant.
+func (s *Syncer) acquire(ctx context.Context, now time.Time, jobs []job) {
+	defer func() {
+		for _, j := range jobs {
+			j.t.mu.Unlock()
+		}
+	}()
+	reqs := make([]lease.Request, len(jobs))
+	for i, j := range jobs {
+		reqs[i] = lease.Request{Tenant: j.t.name, Limits: j.t.limits.Bucket(), Want: j.want}
+	}
+	results, err := s.call(ctx, func(ctx context.Context) ([]lease.Result, error) {
+		return s.client.AcquireMany(ctx, reqs, nil)
+	})
+	for i, j := range jobs {
+		var r lease.Result
+		if err != nil {
+			r.Err = err
+		} else {
+			r = results[i]
+		}
+		s.apply(j.t, now, j.want, r)
+	}
+}
+
+// call runs one Redis round trip under the concurrency bound and the call
+// deadline.
+func (s *Syncer) call(ctx context.Context, f func(context.Context) ([]lease.Result, error)) ([]lease.Result, error) {
+	if err := s.sem.Acquire(ctx, 1); err != nil {
+		return nil, err
+	}
+	defer s.sem.Release(1)
+	ctx, cancel := context.WithTimeout(ctx, s.opts.CallTimeout)
+	defer cancel()
+	s.calls.Add(1)
+	return f(ctx)
+}
+
+// apply records the result of a lease call for t, whose lock is held.
+func (s *Syncer) apply(t *Tenant, now time.Time, want int64, r lease.Result) {
+	s.requested.Add(want)
+	if r.Err != nil {
+		s.errs.Add(1)
+		s.planner.Failed(&t.st, now)
+		t.failing.Store(true)
+		t.retryAt.Store(t.st.notBefore.UnixNano())
+		return
+	}
+	g := r.Grant
+	level := t.Tokens.Add(g.Granted)
+	s.granted.Add(g.Granted)
+	s.planner.Granted(&t.st, t.limits, now, want, g, level)
+	t.globalTokens.Store(math.Float64bits(g.Tokens))
+	t.globalAt.Store(now.UnixNano())
+	t.retryAt.Store(t.st.notBefore.UnixNano())
+	t.leased.Store(true)
+	t.failing.Store(false)
+}
+
+// release returns tokens to Redis. Tokens whose release fails are lost to
+// the global bucket until it refills: that costs utilization, never the
+// bound.
+func (s *Syncer) release(ctx context.Context, reqs []lease.ReleaseRequest) error {
+	var errs []error
+	for start := 0; start < len(reqs); start += s.opts.BatchSize {
+		chunk := reqs[start:min(start+s.opts.BatchSize, len(reqs))]
+		_, err := s.call(ctx, func(ctx context.Context) ([]lease.Result, error) {
+			for i, err := range s.client.ReleaseMany(ctx, chunk) {
+				if err != nil {
+					s.errs.Add(1)
+					errs = append(errs, err)
+				} else {
+					s.returned.Add(chunk[i].Amount)
+				}
+			}
+			return nil, nil
+		})
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Refill makes an urgent lease call for t now, joining one already in
+// flight for the same tenant. The channel yields the call's error (nil
+// when it succeeded, or when the planner held the call back because the
+// tenant already holds enough or Redis asked it to wait). It is meant for
+// requests that wait: a tenant's first request on this instance, and
+// requests that may wait for a fresh lease.
+//
+// need is the tokens the caller is waiting for: the call asks for at least
+// that many beyond what the tenant holds. Callers coalesced into one call
+// share the first caller's need.
+func (s *Syncer) Refill(t *Tenant, need int64) <-chan singleflight.Result {
+	return s.sf.DoChan(t.name, func() (any, error) {
+		return nil, s.refill(t, need)
+	})
+}
+
+func (s *Syncer) refill(t *Tenant, need int64) error {
+	s.closeMu.RLock()
+	if s.closed {
+		s.closeMu.RUnlock()
+		return ErrClosed
+	}
+	s.inflight.Add(1)
+	s.closeMu.RUnlock()
+	defer s.inflight.Done()
+
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := s.opts.Now()
+	in := t.take(t.Tokens.Load())
+	in.Urgent = true
+	in.Need = max(in.Need, need)
+	a, rel := s.planWith(t, now, in)
+	if rel > 0 {
+		s.release(s.ctx, []lease.ReleaseRequest{{Tenant: t.name, Limits: t.limits.Bucket(), Amount: rel}})
+	}
+	if a.Acquire == 0 {
+		return nil
+	}
+	var r lease.Result
+	_, err := s.call(s.ctx, func(ctx context.Context) ([]lease.Result, error) {
+		r.Grant, r.Err = s.client.Acquire(ctx, t.name, t.limits.Bucket(), a.Acquire)
+		return nil, nil
+	})
+	if err != nil {
+		r.Err = err
+	}
+	s.apply(t, now, a.Acquire, r)
+	return r.Err
+}
+
+// Close stops urgent refills and waits for those running. It does not stop
+// Run: cancel Run's context for that.
+func (s *Syncer) Close() {
+	s.closeMu.Lock()
+	s.closed = true
+	s.closeMu.Unlock()
+	s.cancel()
+	s.inflight.Wait()
+}
+
+// ReleaseAll drains every tenant's tokens and returns them to Redis. Call
+// it after Run has returned and Close, so nothing refills behind it.
+func (s *Syncer) ReleaseAll(ctx context.Context) error {
+	var reqs []lease.ReleaseRequest
+	for t := range s.tenants {
+		t.mu.Lock()
+		if n := t.Tokens.Drain(); n > 0 {
+			reqs = append(reqs, lease.ReleaseRequest{Tenant: t.name, Limits: t.limits.Bucket(), Amount: n})
+		}
+		s.planner.Drained(&t.st)
+		t.mu.Unlock()
+	}
+	if len(reqs) == 0 {
+		return nil
+	}
+	return s.release(ctx, reqs)
+}
