@@ -18,6 +18,10 @@ type Decision struct {
 	Quota Quota
 	// Reason says how the decision was reached.
 	Reason Reason
+	// Mode is the failure mode that decided, when Redis could not be
+	// reached and the lease was spent; FailDefault (zero) for a decision
+	// made normally.
+	Mode FailureMode
 }
 
 // Reason says how a Decision was reached.
@@ -37,8 +41,18 @@ const (
 	// in time; the tenant's global quota is spent or being refilled.
 	ReasonExhausted
 	// ReasonUnavailable: denied, Redis could not be reached (error or
-	// timeout) and the tenant's lease is spent.
+	// timeout), the tenant's lease is spent and its mode is FailClosed.
 	ReasonUnavailable
+	// ReasonFallback: Redis could not be reached and the tenant's lease is
+	// spent; FailLocal decided from the local fallback bucket (Allowed
+	// says which way).
+	ReasonFallback
+	// ReasonFailOpen: admitted without a lease, Redis could not be reached
+	// and the tenant's mode is FailOpen.
+	ReasonFailOpen
+	// ReasonTooManyTenants: denied, the tenant is new and the limiter
+	// tracks twice WithMaxTenants already; eviction is catching up.
+	ReasonTooManyTenants
 	// ReasonInvalidN: denied, n <= 0 or n > Burst.
 	ReasonInvalidN
 	// ReasonInvalidQuota: denied, the tenant's quota (from WithQuotaFunc)
@@ -46,17 +60,22 @@ const (
 	ReasonInvalidQuota
 	// ReasonClosed: denied, the limiter is closed.
 	ReasonClosed
+
+	numReasons // one past the last reason
 )
 
 var reasonNames = [...]string{
-	ReasonLeased:       "leased",
-	ReasonColdStart:    "cold_start",
-	ReasonRefilled:     "refilled",
-	ReasonExhausted:    "exhausted",
-	ReasonUnavailable:  "unavailable",
-	ReasonInvalidN:     "invalid_n",
-	ReasonInvalidQuota: "invalid_quota",
-	ReasonClosed:       "closed",
+	ReasonLeased:         "leased",
+	ReasonColdStart:      "cold_start",
+	ReasonRefilled:       "refilled",
+	ReasonExhausted:      "exhausted",
+	ReasonUnavailable:    "unavailable",
+	ReasonFallback:       "fallback",
+	ReasonFailOpen:       "fail_open",
+	ReasonTooManyTenants: "too_many_tenants",
+	ReasonInvalidN:       "invalid_n",
+	ReasonInvalidQuota:   "invalid_quota",
+	ReasonClosed:         "closed",
 }
 
 // String returns the reason in snake case, as used in metrics and logs.

@@ -2,9 +2,11 @@ package leasequota
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
-	"math/rand/v2"
+	mrand "math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,14 +23,22 @@ import (
 // syncer keeps the leases topped up. A Limiter is safe for concurrent use
 // by any number of goroutines; make one per process and Close it when done.
 type Limiter struct {
-	cfg    config
-	reg    *registry
-	leases *lease.Client
-	sync   *syncer.Syncer
+	cfg      config
+	reg      *registry
+	leases   *lease.Client
+	sync     *syncer.Syncer
+	instance string         // this limiter's id in Redis' instance registries
+	defaults *syncer.Limits // the default quota's limits, shared by tenants using it
+	defQuota Quota          // the default quota, resolved
 
 	stop   context.CancelFunc // ends the syncer's loop
 	group  errgroup.Group     // runs the syncer's loop
 	closed atomic.Bool
+
+	// decisions counts the decisions made off the hot path, by reason and
+	// outcome ([reason][1] admitted, [reason][0] denied). Admissions from
+	// a lease are counted per tenant (syncer.Tenant.Admits).
+	decisions [numReasons][2]atomic.Int64
 
 	closeOnce sync.Once
 	closeErr  error
@@ -53,19 +63,34 @@ func New(client redis.UniversalClient, opts ...Option) (*Limiter, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	leases, err := lease.NewClient(client, cfg.keyPrefix)
+	var id [8]byte
+	rand.Read(id[:])
+	l := &Limiter{cfg: cfg, reg: newRegistry(), instance: hex.EncodeToString(id[:])}
+	// An instance counts as active on a tenant for two lease lifetimes
+	// after its last acquire: a busy instance re-acquires at least once
+	// per lifetime.
+	window := 2*cfg.leaseTTL + cfg.refreshInterval
+	leases, err := lease.NewClient(client, cfg.keyPrefix, lease.WithInstance(l.instance, window))
 	if err != nil {
 		return nil, fmt.Errorf("%w: WithKeyPrefix(%q): %w", ErrInvalidOption, cfg.keyPrefix, err)
 	}
-	seed := rand.Uint64()
+	l.leases = leases
+	if cfg.defaultQuota != nil {
+		l.defQuota = cfg.defaultQuota.resolve(cfg.leaseTTL, cfg.failureMode)
+		l.defaults = l.defQuota.limits()
+	}
+	seed := mrand.Uint64()
 	if cfg.seed != nil {
 		seed = *cfg.seed
 	}
-	l := &Limiter{cfg: cfg, reg: newRegistry(), leases: leases}
 	planner := syncer.NewPlanner(syncer.Config{Interval: cfg.refreshInterval}, seed)
 	l.sync = syncer.New(leases, l.reg.tenants, syncer.Options{
 		Planner:     planner,
 		CallTimeout: cfg.redisTimeout,
+		OnDegraded:  l.onDegraded,
+		IdleTimeout: cfg.idleTimeout,
+		MaxTenants:  cfg.maxTenants,
+		Evict:       l.reg.remove,
 	})
 	ctx, stop := context.WithCancel(context.Background())
 	l.stop = stop
@@ -73,11 +98,26 @@ func New(client redis.UniversalClient, opts ...Option) (*Limiter, error) {
 	return l, nil
 }
 
+// onDegraded logs a change of the limiter's Redis health, once per change.
+func (l *Limiter) onDegraded(degraded bool, err error) {
+	if degraded {
+		l.cfg.logger.Warn("leasequota: Redis unreachable, leases are not refreshed; tenants whose lease is spent follow their failure mode",
+			"mode", l.cfg.failureMode.String(), "error", err)
+		return
+	}
+	l.cfg.logger.Info("leasequota: Redis reachable again, leasing resumed")
+}
+
+// Degraded reports whether Redis calls are failing (the circuit breaker is
+// open or probing).
+func (l *Limiter) Degraded() bool { return l.sync.Degraded() }
+
 // Allow is AllowN(context.Background(), tenant, 1).Allowed.
 func (l *Limiter) Allow(tenant string) bool {
 	// The hot path of AllowN, without building a Decision.
 	if e := l.reg.load(tenant); e != nil {
 		if ok, _ := e.Tokens.TrySpend(1); ok {
+			e.Admits.Add(1)
 			return true
 		}
 	}
@@ -88,12 +128,14 @@ func (l *Limiter) Allow(tenant string) bool {
 // spends them if so.
 //
 // When this instance holds enough leased tokens for the tenant, AllowN is
-// one map read and one compare-and-swap: no lock, allocation, clock read
-// or network call. Otherwise it tells the syncer (without blocking) and:
+// one map read, one compare-and-swap and one atomic add (the decision
+// count): no lock, allocation, clock read or network call. Otherwise it
+// tells the syncer (without blocking) and:
 //   - on the tenant's first request here, waits for its first lease, up to
 //     WithColdStartWait and ctx;
 //   - when WithMaxWait is set, waits up to that long (and ctx) for a fresh
 //     lease;
+//   - when Redis cannot be reached, decides by the tenant's FailureMode;
 //   - else denies at once, with RetryAfter estimated from the global
 //     bucket as last seen.
 //
@@ -101,9 +143,10 @@ func (l *Limiter) Allow(tenant string) bool {
 // returns an error: the Decision's Reason says why it denied.
 func (l *Limiter) AllowN(ctx context.Context, tenant string, n int64) Decision {
 	if e := l.reg.load(tenant); e != nil {
-		if n > 0 && n <= e.quota.Burst {
+		if n > 0 && n <= e.limits().Burst {
 			if ok, left := e.Tokens.TrySpend(n); ok {
-				return Decision{Allowed: true, Remaining: left, Quota: e.quota, Reason: ReasonLeased}
+				e.Admits.Add(1)
+				return Decision{Allowed: true, Remaining: left, Quota: e.quota(), Reason: ReasonLeased}
 			}
 		}
 		return l.allowSlow(ctx, e, n)
@@ -111,70 +154,103 @@ func (l *Limiter) AllowN(ctx context.Context, tenant string, n int64) Decision {
 	return l.allowFirst(ctx, tenant, n)
 }
 
-// allowFirst handles a tenant this instance has not seen.
+// allowFirst handles a tenant this instance does not track.
 func (l *Limiter) allowFirst(ctx context.Context, tenant string, n int64) Decision {
 	if n <= 0 {
-		return Decision{Reason: ReasonInvalidN}
+		return l.count(Decision{Reason: ReasonInvalidN})
 	}
 	if l.closed.Load() {
-		return Decision{Reason: ReasonClosed}
+		return l.count(Decision{Reason: ReasonClosed})
 	}
 	e, q, err := l.entry(tenant)
 	if err != nil {
-		return Decision{Quota: q, Reason: ReasonInvalidQuota}
+		reason := ReasonInvalidQuota
+		if errors.Is(err, errTooManyTenants) {
+			reason = ReasonTooManyTenants
+		}
+		return l.count(Decision{Quota: q, Reason: reason})
 	}
-	if n <= e.quota.Burst {
+	if n <= e.limits().Burst {
 		if ok, left := e.Tokens.TrySpend(n); ok {
-			return Decision{Allowed: true, Remaining: left, Quota: e.quota, Reason: ReasonLeased}
+			e.Admits.Add(1)
+			return Decision{Allowed: true, Remaining: left, Quota: e.quota(), Reason: ReasonLeased}
 		}
 	}
 	return l.allowSlow(ctx, e, n)
 }
+
+// errTooManyTenants is entry's error when the registry is full.
+var errTooManyTenants = errors.New("leasequota: too many tenants")
 
 // entry returns the tenant's entry, creating it. When the tenant's quota is
 // invalid it returns the quota and an error wrapping ErrInvalidQuota, and
 // tracks nothing.
 func (l *Limiter) entry(tenant string) (*entry, Quota, error) {
 	if e := l.reg.load(tenant); e != nil {
-		return e, e.quota, nil
+		return e, e.quota(), nil
 	}
-	q, err := l.quotaOf(tenant)
-	if err != nil {
-		return nil, q, err
+	var lim *syncer.Limits
+	if l.cfg.quotaFunc == nil {
+		lim = l.defaults
+	} else {
+		q, err := l.quotaOf(tenant)
+		if err != nil {
+			return nil, q, err
+		}
+		lim = q.limits()
 	}
-	e := &entry{quota: q}
-	e.Init(tenant, q.limits(), l.sync.Planner(), time.Now())
+	if max := l.cfg.maxTenants; max > 0 && l.reg.len() >= 2*max {
+		return nil, quotaOfLimits(lim), errTooManyTenants
+	}
+	e := &entry{}
+	e.Init(tenant, lim, l.sync.Planner(), time.Now())
 	e, _ = l.reg.loadOrStore(e)
-	return e, e.quota, nil
+	return e, e.quota(), nil
 }
 
-// quotaOf resolves and validates the tenant's quota.
+// quotaOf resolves and validates the tenant's quota from WithQuotaFunc.
 func (l *Limiter) quotaOf(tenant string) (Quota, error) {
-	var q Quota
-	if l.cfg.quotaFunc != nil {
-		q = l.cfg.quotaFunc(tenant)
-	} else {
-		q = *l.cfg.defaultQuota
-	}
+	q := l.cfg.quotaFunc(tenant)
 	if err := q.Validate(); err != nil {
 		return q, err
 	}
 	if q.LeaseTTL != 0 && q.LeaseTTL < l.cfg.refreshInterval {
 		return q, fmt.Errorf("%w: LeaseTTL %v is below the refresh interval %v", ErrInvalidQuota, q.LeaseTTL, l.cfg.refreshInterval)
 	}
-	return q.resolve(l.cfg.leaseTTL), nil
+	return q.resolve(l.cfg.leaseTTL, l.cfg.failureMode), nil
+}
+
+// count records a decision made off the hot path and returns it.
+func (l *Limiter) count(d Decision) Decision {
+	i := 0
+	if d.Allowed {
+		i = 1
+	}
+	if d.Reason < numReasons {
+		l.decisions[d.Reason][i].Add(1)
+	}
+	return d
 }
 
 // allowSlow decides a request the leased tokens could not: invalid n, a
-// closed limiter, or too few tokens.
+// closed limiter, an evicted entry, or too few tokens.
 func (l *Limiter) allowSlow(ctx context.Context, e *entry, n int64) Decision {
-	if n <= 0 || n > e.quota.Burst {
-		return Decision{Quota: e.quota, Reason: ReasonInvalidN}
+	lim := e.limits()
+	if n <= 0 || n > lim.Burst {
+		return l.count(Decision{Quota: e.quota(), Reason: ReasonInvalidN})
 	}
 	if l.closed.Load() {
-		return Decision{Quota: e.quota, Reason: ReasonClosed}
+		return l.count(Decision{Quota: e.quota(), Reason: ReasonClosed})
+	}
+	if e.Evicted() {
+		// Evicted between the lookup and now: start over with a new entry.
+		return l.allowFirst(ctx, e.Name(), n)
 	}
 	l.sync.NoteMiss(&e.Tenant, n)
+	if e.Failing() {
+		// Redis is failing for this tenant: do not wait for it.
+		return l.count(l.degraded(e, n))
+	}
 	reason, wait := ReasonRefilled, l.cfg.maxWait
 	if !e.Leased() {
 		reason, wait = ReasonColdStart, l.cfg.coldStartWait
@@ -184,21 +260,54 @@ func (l *Limiter) allowSlow(ctx context.Context, e *entry, n int64) Decision {
 		d, err := l.wait(wctx, e, n, reason)
 		cancel()
 		if err == nil {
-			return d
+			return l.count(d)
 		}
 	}
-	return l.deny(e, n)
+	if e.Failing() {
+		return l.count(l.degraded(e, n))
+	}
+	return l.count(l.deny(e, n))
+}
+
+// degraded decides n tokens for e by its failure mode, Redis failing and
+// the lease spent.
+func (l *Limiter) degraded(e *entry, n int64) Decision {
+	q := e.quota()
+	d := Decision{Quota: q, Mode: q.FailureMode}
+	switch q.FailureMode {
+	case FailOpen:
+		d.Allowed, d.Reason = true, ReasonFailOpen
+		return d
+	case FailLocal:
+		d.Reason = ReasonFallback
+		now := time.Now()
+		if fb := e.Fallback(); fb != nil {
+			if fb.TryConsume(now, n) {
+				d.Allowed = true
+				return d
+			}
+			if wait, ok := fb.Delay(now, n); ok {
+				d.RetryAfter = max(wait, time.Millisecond)
+			}
+		}
+		if d.RetryAfter == 0 {
+			d.RetryAfter = max(e.RetryAfter(now, n), time.Millisecond)
+		}
+		return d
+	default:
+		d.Reason = ReasonUnavailable
+		d.RetryAfter = max(e.RetryAfter(time.Now(), n), time.Millisecond)
+		return d
+	}
 }
 
 // deny builds the denial of n tokens for e.
 func (l *Limiter) deny(e *entry, n int64) Decision {
-	d := Decision{Quota: e.quota, Remaining: e.Tokens.Load(), Reason: ReasonExhausted}
+	d := Decision{Quota: e.quota(), Remaining: e.Tokens.Load(), Reason: ReasonExhausted}
 	switch {
 	case l.closed.Load():
 		d.Reason = ReasonClosed
 		return d
-	case e.Failing():
-		d.Reason = ReasonUnavailable
 	case !e.Leased():
 		d.Reason = ReasonColdStart
 	}
@@ -207,9 +316,10 @@ func (l *Limiter) deny(e *entry, n int64) Decision {
 }
 
 // wait waits until n tokens are spent for e (returning the admission with
-// reason), or ctx is done (returning ctx's error). Each round asks the
-// syncer for an urgent refill, joining one in flight, and when Redis holds
-// calls back (its bucket is dry) sleeps until the estimated refill.
+// reason), or ctx is done (returning ctx's error), or Redis fails for the
+// tenant (errUnavailable). Each round asks the syncer for an urgent
+// refill, joining one in flight, and when Redis holds calls back (its
+// bucket is dry) sleeps until the estimated refill.
 func (l *Limiter) wait(ctx context.Context, e *entry, n int64, reason Reason) (Decision, error) {
 	var timer *time.Timer
 	defer func() {
@@ -219,7 +329,8 @@ func (l *Limiter) wait(ctx context.Context, e *entry, n int64, reason Reason) (D
 	}()
 	for {
 		if ok, left := e.Tokens.TrySpend(n); ok {
-			return Decision{Allowed: true, Remaining: left, Quota: e.quota, Reason: reason}, nil
+			e.Admits.Add(1)
+			return Decision{Allowed: true, Remaining: left, Quota: e.quota(), Reason: reason}, nil
 		}
 		if l.closed.Load() {
 			return Decision{}, ErrClosed
@@ -233,10 +344,14 @@ func (l *Limiter) wait(ctx context.Context, e *entry, n int64, reason Reason) (D
 			return Decision{}, ctx.Err()
 		}
 		if ok, left := e.Tokens.TrySpend(n); ok {
-			return Decision{Allowed: true, Remaining: left, Quota: e.quota, Reason: reason}, nil
+			e.Admits.Add(1)
+			return Decision{Allowed: true, Remaining: left, Quota: e.quota(), Reason: reason}, nil
 		}
-		// Still short: the global bucket is dry or Redis failed. Sleep
-		// until the syncer may call again.
+		if e.Failing() {
+			return Decision{}, errUnavailable
+		}
+		// Still short: the global bucket is dry. Sleep until the syncer
+		// may call again.
 		d := max(e.RetryAfter(time.Now(), n), time.Millisecond)
 		if timer == nil {
 			timer = time.NewTimer(d)
@@ -251,11 +366,17 @@ func (l *Limiter) wait(ctx context.Context, e *entry, n int64, reason Reason) (D
 	}
 }
 
+// errUnavailable is wait's error when Redis fails for the tenant.
+var errUnavailable = fmt.Errorf("%w", ErrUnavailable)
+
 // WaitN blocks until n tokens of tenant's quota are admitted and returns
 // the admission, or until ctx is done (returning ctx's error), or the
 // limiter is closed (ErrClosed). It returns an error at once when n can
 // never be admitted: n <= 0 (ErrInvalidN), n > Burst (ErrExceedsBurst) or
-// an invalid quota (ErrInvalidQuota).
+// an invalid quota (ErrInvalidQuota). While Redis cannot be reached and
+// the lease is spent, the tenant's failure mode decides: FailOpen admits,
+// FailLocal waits for the local fallback bucket, FailClosed returns
+// ErrUnavailable.
 func (l *Limiter) WaitN(ctx context.Context, tenant string, n int64) (Decision, error) {
 	if n <= 0 {
 		return Decision{Reason: ReasonInvalidN}, fmt.Errorf("%w: WaitN(%q, %d)", ErrInvalidN, truncate(tenant), n)
@@ -265,29 +386,71 @@ func (l *Limiter) WaitN(ctx context.Context, tenant string, n int64) (Decision, 
 	}
 	e, q, err := l.entry(tenant)
 	if err != nil {
-		return Decision{Quota: q, Reason: ReasonInvalidQuota}, fmt.Errorf("WaitN(%q): %w", truncate(tenant), err)
-	}
-	if n > e.quota.Burst {
-		return Decision{Quota: e.quota, Reason: ReasonInvalidN},
-			fmt.Errorf("%w: WaitN(%q, %d): Burst is %d", ErrExceedsBurst, truncate(tenant), n, e.quota.Burst)
-	}
-	if ok, left := e.Tokens.TrySpend(n); ok {
-		return Decision{Allowed: true, Remaining: left, Quota: e.quota, Reason: ReasonLeased}, nil
-	}
-	reason := ReasonRefilled
-	if !e.Leased() {
-		reason = ReasonColdStart
-	}
-	l.sync.NoteMiss(&e.Tenant, n)
-	d, err := l.wait(ctx, e, n, reason)
-	if err != nil {
-		d = l.deny(e, n)
-		if errors.Is(err, ErrClosed) {
-			return d, err
+		if errors.Is(err, errTooManyTenants) {
+			return Decision{Quota: q, Reason: ReasonTooManyTenants}, fmt.Errorf("leasequota: WaitN(%q): %w", truncate(tenant), err)
 		}
-		return d, fmt.Errorf("leasequota: WaitN(%q, %d): %w", truncate(tenant), n, err)
+		return Decision{Quota: q, Reason: ReasonInvalidQuota}, fmt.Errorf("leasequota: WaitN(%q): %w", truncate(tenant), err)
 	}
-	return d, nil
+	if n > q.Burst {
+		return Decision{Quota: q, Reason: ReasonInvalidN},
+			fmt.Errorf("%w: WaitN(%q, %d): Burst is %d", ErrExceedsBurst, truncate(tenant), n, q.Burst)
+	}
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		if ok, left := e.Tokens.TrySpend(n); ok {
+			e.Admits.Add(1)
+			return Decision{Allowed: true, Remaining: left, Quota: q, Reason: ReasonLeased}, nil
+		}
+		if e.Evicted() {
+			if e, q, err = l.entry(tenant); err != nil {
+				return Decision{Quota: q, Reason: ReasonTooManyTenants}, fmt.Errorf("leasequota: WaitN(%q): %w", truncate(tenant), err)
+			}
+			continue
+		}
+		reason := ReasonRefilled
+		if !e.Leased() {
+			reason = ReasonColdStart
+		}
+		l.sync.NoteMiss(&e.Tenant, n)
+		var d Decision
+		if !e.Failing() {
+			d, err = l.wait(ctx, e, n, reason)
+			if err == nil {
+				return l.count(d), nil
+			}
+			if !errors.Is(err, errUnavailable) {
+				d = l.count(l.deny(e, n))
+				if errors.Is(err, ErrClosed) {
+					return d, err
+				}
+				return d, fmt.Errorf("leasequota: WaitN(%q, %d): %w", truncate(tenant), n, err)
+			}
+		}
+		// Redis is failing for the tenant: its failure mode decides.
+		d = l.count(l.degraded(e, n))
+		if d.Allowed {
+			return d, nil
+		}
+		if d.Reason == ReasonUnavailable {
+			return d, fmt.Errorf("leasequota: WaitN(%q, %d): %w", truncate(tenant), n, ErrUnavailable)
+		}
+		// FailLocal: wait for the fallback bucket, or for Redis to return.
+		if timer == nil {
+			timer = time.NewTimer(d.RetryAfter)
+		} else {
+			timer.Reset(d.RetryAfter)
+		}
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			return d, fmt.Errorf("leasequota: WaitN(%q, %d): %w", truncate(tenant), n, ctx.Err())
+		}
+	}
 }
 
 // truncate shortens a tenant name for an error message.
@@ -319,20 +482,43 @@ func (l *Limiter) Close(ctx context.Context) error {
 // Tenants returns the number of tenants this instance tracks.
 func (l *Limiter) Tenants() int { return l.reg.len() }
 
-// Stats are running totals of a Limiter's lease traffic with Redis.
-type Stats = syncer.Stats
+// Stats are running totals of a Limiter's decisions and lease traffic.
+// Every field only grows.
+type Stats struct {
+	syncer.Stats
+	// Leased is the number of requests admitted from leased tokens.
+	Leased int64
+	// Decisions counts the other decisions (waits, denials, degraded
+	// modes) by reason: Allowed[r] and Denied[r] for Reason r.
+	Allowed, Denied [numReasons]int64
+	// Degraded is true while Redis calls are failing.
+	Degraded bool
+}
 
-// Stats returns the running totals of lease calls and tokens.
-func (l *Limiter) Stats() Stats { return l.sync.Stats() }
+// Stats returns the running totals. It visits every tenant, so it costs in
+// proportion to the tenants tracked; call it from metrics collection, not
+// per request.
+func (l *Limiter) Stats() Stats {
+	s := Stats{Stats: l.sync.Stats(), Degraded: l.sync.Degraded()}
+	for t := range l.reg.tenants {
+		s.Leased += t.Admits.Load()
+	}
+	s.Leased += l.reg.evictedAdmits.Load()
+	for r := range s.Allowed {
+		s.Denied[r] = l.decisions[r][0].Load()
+		s.Allowed[r] = l.decisions[r][1].Load()
+	}
+	return s
+}
 
 // TenantInfo describes one tenant's lease on this instance.
 type TenantInfo struct {
-	Quota    Quota         // the quota applied, defaults resolved
-	Tokens   int64         // leased tokens held now
-	Lease    int64         // lease size the syncer aims for now
-	Demand   float64       // estimated demand here, tokens per second
-	Failures int           // lease calls failed in a row
-	Phase    time.Duration // offset of its scheduled refresh within the interval
+	Quota     Quota   // the quota applied, defaults resolved
+	Tokens    int64   // leased tokens held now
+	Lease     int64   // lease size the syncer aims for now
+	Demand    float64 // estimated demand here, tokens per second
+	Failures  int     // lease calls failed in a row
+	Instances int     // instances active on the tenant, as Redis last counted
 }
 
 // Tenant returns what this instance knows of tenant's lease, and false if
@@ -345,11 +531,11 @@ func (l *Limiter) Tenant(tenant string) (TenantInfo, bool) {
 	}
 	s := e.Snapshot(time.Now())
 	return TenantInfo{
-		Quota:    e.quota,
-		Tokens:   s.Tokens,
-		Lease:    s.Target,
-		Demand:   s.Demand,
-		Failures: s.Failures,
-		Phase:    s.Phase,
+		Quota:     e.quota(),
+		Tokens:    s.Tokens,
+		Lease:     s.Target,
+		Demand:    s.Demand,
+		Failures:  s.Failures,
+		Instances: s.Instances,
 	}, true
 }

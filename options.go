@@ -2,6 +2,7 @@ package leasequota
 
 import (
 	"fmt"
+	"log/slog"
 	"time"
 )
 
@@ -14,6 +15,7 @@ const (
 	DefaultRefreshInterval = 100 * time.Millisecond
 	DefaultColdStartWait   = 100 * time.Millisecond
 	DefaultLeaseTTL        = time.Second
+	DefaultIdleTimeout     = time.Minute
 )
 
 // An Option configures a Limiter in New.
@@ -31,6 +33,10 @@ type config struct {
 	redisTimeout    time.Duration // set only by WithRedisTimeout (redisTimeoutSet)
 	redisTimeoutSet bool
 	seed            *uint64
+	failureMode     FailureMode
+	maxTenants      int
+	idleTimeout     time.Duration
+	logger          *slog.Logger
 }
 
 func defaultConfig() config {
@@ -39,7 +45,37 @@ func defaultConfig() config {
 		refreshInterval: DefaultRefreshInterval,
 		coldStartWait:   DefaultColdStartWait,
 		leaseTTL:        DefaultLeaseTTL,
+		failureMode:     FailLocal,
+		idleTimeout:     DefaultIdleTimeout,
 	}
+}
+
+// WithFailureMode sets what requests get when Redis cannot be reached and
+// a tenant's lease is spent (default FailLocal); a Quota's FailureMode
+// overrides it per tenant. See FailureMode.
+func WithFailureMode(m FailureMode) Option {
+	return func(c *config) { c.failureMode = m }
+}
+
+// WithMaxTenants bounds the tenants tracked at once. Each syncer round
+// evicts the least recently active tenants beyond n (their tokens go back
+// to Redis first); eviction never blocks a request. Between rounds up to
+// 2n may be tracked; beyond that, requests of new tenants are denied with
+// ReasonTooManyTenants. Default: no bound but idle eviction.
+func WithMaxTenants(n int) Option {
+	return func(c *config) { c.maxTenants = n }
+}
+
+// WithIdleTimeout sets how long a tenant may go without requests before it
+// is evicted and its tokens returned (default 1 minute).
+func WithIdleTimeout(d time.Duration) Option {
+	return func(c *config) { c.idleTimeout = d }
+}
+
+// WithLogger sets the logger (default slog.Default()): failure mode changes
+// are logged once per change, Redis errors at most once per second.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) { c.logger = l }
 }
 
 // WithDefaultQuota sets the quota of every tenant, unless WithQuotaFunc is
@@ -121,6 +157,18 @@ func (c *config) validate() error {
 	}
 	if c.leaseTTL < c.refreshInterval {
 		return fmt.Errorf("%w: WithLeaseTTL(%v): want >= the refresh interval (%v)", ErrInvalidOption, c.leaseTTL, c.refreshInterval)
+	}
+	if !c.failureMode.valid() || c.failureMode == FailDefault {
+		return fmt.Errorf("%w: WithFailureMode(%d): want FailLocal, FailClosed or FailOpen", ErrInvalidOption, c.failureMode)
+	}
+	if c.maxTenants < 0 {
+		return fmt.Errorf("%w: WithMaxTenants(%d): want >= 0", ErrInvalidOption, c.maxTenants)
+	}
+	if c.idleTimeout <= 0 {
+		return fmt.Errorf("%w: WithIdleTimeout(%v): want > 0", ErrInvalidOption, c.idleTimeout)
+	}
+	if c.logger == nil {
+		c.logger = slog.Default()
 	}
 	if c.redisTimeoutSet && c.redisTimeout <= 0 {
 		return fmt.Errorf("%w: WithRedisTimeout(%v): want > 0", ErrInvalidOption, c.redisTimeout)

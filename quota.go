@@ -33,6 +33,10 @@ type Quota struct {
 	// returned to Redis; it is L in the window bound B + r(W + L). Zero
 	// means the limiter's default (WithLeaseTTL).
 	LeaseTTL time.Duration
+	// FailureMode is what the tenant's requests get when Redis cannot be
+	// reached and its lease is spent. FailDefault (zero) means the
+	// limiter's mode (WithFailureMode).
+	FailureMode FailureMode
 }
 
 // Validate reports whether q is a usable quota. Errors wrap
@@ -59,6 +63,9 @@ func (q Quota) Validate() error {
 	if q.MaxLease != 0 && q.MinLease > q.MaxLease {
 		return fmt.Errorf("%w: MinLease %d is above MaxLease %d", ErrInvalidQuota, q.MinLease, q.MaxLease)
 	}
+	if !q.FailureMode.valid() {
+		return fmt.Errorf("%w: FailureMode is %d, want one of the FailureMode constants", ErrInvalidQuota, q.FailureMode)
+	}
 	if q.LeaseTTL < 0 {
 		return fmt.Errorf("%w: LeaseTTL is %v, want >= 0 (0 means the limiter's default)", ErrInvalidQuota, q.LeaseTTL)
 	}
@@ -67,7 +74,10 @@ func (q Quota) Validate() error {
 
 // resolve returns q with zero lease fields replaced by their defaults. q
 // must be valid.
-func (q Quota) resolve(defaultTTL time.Duration) Quota {
+func (q Quota) resolve(defaultTTL time.Duration, defaultMode FailureMode) Quota {
+	if q.FailureMode == FailDefault {
+		q.FailureMode = defaultMode
+	}
 	if q.MinLease == 0 {
 		q.MinLease = 1
 	}
@@ -81,12 +91,25 @@ func (q Quota) resolve(defaultTTL time.Duration) Quota {
 }
 
 // limits converts a resolved quota for the syncer.
-func (q Quota) limits() syncer.Limits {
-	return syncer.Limits{
+func (q Quota) limits() *syncer.Limits {
+	return &syncer.Limits{
 		Rate:     q.Rate,
 		Burst:    q.Burst,
 		MinLease: q.MinLease,
 		MaxLease: q.MaxLease,
 		LeaseTTL: q.LeaseTTL,
+		Mode:     uint8(q.FailureMode),
+	}
+}
+
+// quotaOfLimits is the inverse of limits.
+func quotaOfLimits(l *syncer.Limits) Quota {
+	return Quota{
+		Rate:        l.Rate,
+		Burst:       l.Burst,
+		MinLease:    l.MinLease,
+		MaxLease:    l.MaxLease,
+		LeaseTTL:    l.LeaseTTL,
+		FailureMode: FailureMode(l.Mode),
 	}
 }

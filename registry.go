@@ -10,8 +10,13 @@ import (
 // entry is one tenant known to this instance.
 type entry struct {
 	syncer.Tenant
-	quota Quota // resolved; immutable
 }
+
+// limits returns the tenant's limits.
+func (e *entry) limits() *syncer.Limits { return e.Limits() }
+
+// quota returns the tenant's quota, defaults resolved.
+func (e *entry) quota() Quota { return quotaOfLimits(e.Limits()) }
 
 // registry maps tenant names to entries. Lookups of known tenants take no
 // lock: they read an immutable map through an atomic pointer. New tenants
@@ -24,6 +29,10 @@ type registry struct {
 	mu     sync.Mutex        // guards dirty and misses
 	dirty  map[string]*entry // entries not yet in read
 	misses int               // lookups that had to take mu since the last copy
+
+	// evictedAdmits sums the Admits of removed entries, so that totals
+	// survive eviction.
+	evictedAdmits atomic.Int64
 }
 
 func newRegistry() *registry {
@@ -122,4 +131,32 @@ func (r *registry) tenants(yield func(*syncer.Tenant) bool) {
 			return
 		}
 	}
+}
+
+// remove deletes the given tenants (evicted by the syncer). It copies the
+// read map once for the whole batch, merging dirty into it.
+func (r *registry) remove(ts []*syncer.Tenant) {
+	if len(ts) == 0 {
+		return
+	}
+	gone := make(map[*syncer.Tenant]bool, len(ts))
+	for _, t := range ts {
+		gone[t] = true
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	old := *r.read.Load()
+	m := make(map[string]*entry, len(old)+len(r.dirty))
+	for _, src := range []map[string]*entry{old, r.dirty} {
+		for k, e := range src {
+			if gone[&e.Tenant] {
+				r.evictedAdmits.Add(e.Admits.Load())
+				continue
+			}
+			m[k] = e
+		}
+	}
+	r.read.Store(&m)
+	r.dirty = map[string]*entry{}
+	r.misses = 0
 }

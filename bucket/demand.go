@@ -18,9 +18,9 @@ type Demand struct {
 	// Zero means DefaultHalfLife.
 	HalfLife time.Duration
 
-	rate    float64   // tokens per second
-	last    time.Time // time of the last observation; zero before the first
-	pending int64     // tokens observed with no time passing since last
+	rate    float64 // tokens per second
+	last    int64   // unix nanoseconds of the last observation; 0 before the first
+	pending int64   // tokens observed with no time passing since last
 }
 
 // DefaultHalfLife is the half-life of a zero Demand.
@@ -31,29 +31,30 @@ const DefaultHalfLife = 500 * time.Millisecond
 // sets the starting time; counts observed with no time passing (a time
 // equal to or before the last one) are carried into the next interval.
 func (d *Demand) Observe(now time.Time, count int64) {
-	if d.last.IsZero() {
-		d.last = now
+	ns := now.UnixNano()
+	if d.last == 0 {
+		d.last = ns
 		return
 	}
 	count += d.pending
-	if !now.After(d.last) {
+	if ns <= d.last {
 		d.pending = count
 		return
 	}
 	d.pending = 0
-	dt := now.Sub(d.last).Seconds()
+	dt := float64(ns-d.last) / 1e9
 	alpha := 1 - math.Exp2(-dt/d.halfLife().Seconds())
 	d.rate += alpha * (float64(count)/dt - d.rate)
-	d.last = now
+	d.last = ns
 }
 
 // Rate returns the estimate in tokens per second as of time now: it decays
 // toward zero while nothing is observed.
 func (d *Demand) Rate(now time.Time) float64 {
-	if d.last.IsZero() {
+	if d.last == 0 {
 		return d.rate
 	}
-	dt := now.Sub(d.last)
+	dt := time.Duration(now.UnixNano() - d.last)
 	if dt <= 0 {
 		return d.rate
 	}

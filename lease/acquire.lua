@@ -4,8 +4,13 @@
 -- ARGV[1]  rate: tokens added per second, a decimal number > 0
 -- ARGV[2]  burst: bucket capacity, an integer >= 1
 -- ARGV[3]  want: tokens requested, an integer >= 0 (0 only refills and reads)
+-- KEYS[2], ARGV[4], ARGV[5]  optional instance registry: a hash {instance id =
+--          last acquire (microseconds)} next to the bucket, the caller's id,
+--          and the window in milliseconds within which an instance counts as
+--          active. Stale entries are removed; the hash expires after 2 windows.
 --
--- Returns {granted (integer), tokens left ("%.17g" string), now (microseconds, integer)}.
+-- Returns {granted (integer), tokens left ("%.17g" string), now (microseconds,
+-- integer), active instances (integer; 0 without a registry)}.
 -- Tokens are returned as a string because Redis truncates Lua numbers to integers.
 --
 -- The only clock is the Redis server's TIME, so every instance sees the same
@@ -79,4 +84,26 @@ else
   redis.call('PERSIST', key)
 end
 
-return {granted, string.format('%.17g', tokens), now}
+local instances = 0
+local id = ARGV[4]
+if id ~= nil and id ~= '' then
+  local window = tonumber(ARGV[5])
+  if window == nil or window ~= window or window < 1 or window == math.huge then
+    return bad('window must be a number >= 1, got ' .. tostring(ARGV[5]))
+  end
+  local ikey = KEYS[2]
+  redis.call('HSET', ikey, id, string.format('%d', now))
+  local cutoff = now - window * 1000
+  local all = redis.call('HGETALL', ikey)
+  for i = 1, #all, 2 do
+    local seen = tonumber(all[i + 1])
+    if seen == nil or seen < cutoff then
+      redis.call('HDEL', ikey, all[i])
+    else
+      instances = instances + 1
+    end
+  end
+  redis.call('PEXPIRE', ikey, string.format('%d', window * 2))
+end
+
+return {granted, string.format('%.17g', tokens), now, instances}

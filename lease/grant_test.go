@@ -87,26 +87,28 @@ func TestParseReplies(t *testing.T) {
 	}
 	const now = int64(1_700_000_000_123_456)
 
-	g, err := parseGrant(reply([]interface{}{int64(3), "6.25", now}, nil), 5)
-	if err != nil || g.Granted != 3 || g.Tokens != 6.25 || !g.ServerTime.Equal(time.UnixMicro(now)) {
+	g, err := parseGrant(reply([]interface{}{int64(3), "6.25", now, int64(2)}, nil), 5)
+	if err != nil || g.Granted != 3 || g.Tokens != 6.25 || !g.ServerTime.Equal(time.UnixMicro(now)) || g.Instances != 2 {
 		t.Errorf("parseGrant = %+v, %v", g, err)
 	}
 	// Strings for integers and integers for tokens are accepted.
-	g, err = parseGrant(reply([]interface{}{"3", int64(6), "1700000000123456"}, nil), 5)
+	g, err = parseGrant(reply([]interface{}{"3", int64(6), "1700000000123456", int64(0)}, nil), 5)
 	if err != nil || g.Granted != 3 || g.Tokens != 6 || g.ServerTime.UnixMicro() != now {
 		t.Errorf("parseGrant(strings) = %+v, %v", g, err)
 	}
 	for _, v := range []interface{}{
 		nil, "x", int64(3),
 		[]interface{}{int64(3), "6.25"},
-		[]interface{}{int64(3), "6.25", now, int64(1)},
-		[]interface{}{"three", "6.25", now},
-		[]interface{}{int64(3), "nan", now},
-		[]interface{}{int64(3), "inf", now},
-		[]interface{}{int64(3), []interface{}{}, now},
-		[]interface{}{int64(3), "6.25", 1.5},
-		[]interface{}{int64(6), "6.25", now}, // more than wanted
-		[]interface{}{int64(-1), "6.25", now},
+		[]interface{}{int64(3), "6.25", now},
+		[]interface{}{int64(3), "6.25", now, int64(1), int64(1)},
+		[]interface{}{"three", "6.25", now, int64(1)},
+		[]interface{}{int64(3), "nan", now, int64(1)},
+		[]interface{}{int64(3), "inf", now, int64(1)},
+		[]interface{}{int64(3), []interface{}{}, now, int64(1)},
+		[]interface{}{int64(3), "6.25", 1.5, int64(1)},
+		[]interface{}{int64(3), "6.25", now, "x"},
+		[]interface{}{int64(6), "6.25", now, int64(1)}, // more than wanted
+		[]interface{}{int64(-1), "6.25", now, int64(1)},
 	} {
 		if _, err := parseGrant(reply(v, nil), 5); !errors.Is(err, ErrBadReply) {
 			t.Errorf("parseGrant(%#v) = %v, want ErrBadReply", v, err)

@@ -138,3 +138,10 @@ func crc16(s string) uint16 {
 	}
 	return crc
 }
+
+// InstancesKey returns the key of the instance registry that goes with the
+// bucket at bucketKey: the same key with ":i" appended. The suffix has no
+// braces, so both keys share the tenant's hash tag and cluster slot.
+func InstancesKey(bucketKey string) string {
+	return bucketKey + ":i"
+}

@@ -53,6 +53,9 @@ type Grant struct {
 	Granted    int64     // tokens granted, 0..want; fewer than asked is a partial grant
 	Tokens     float64   // tokens left in the global bucket after this call
 	ServerTime time.Time // Redis TIME when the script ran, microsecond precision
+	// Instances is how many instances acquired for the tenant within the
+	// client's window, this one included; 0 without WithInstance.
+	Instances int
 }
 
 // RetryAfter estimates how long from g.ServerTime until the global bucket
@@ -82,20 +85,55 @@ func (g Grant) RetryAfter(need int64, rate float64) time.Duration {
 // Client runs the leasequota scripts on a Redis client. It holds no state of
 // its own besides its configuration and is safe for concurrent use.
 type Client struct {
-	s      Scripter
-	prefix string
+	s        Scripter
+	prefix   string
+	instance string        // this client's id in the instance registry; "" for none
+	window   time.Duration // how long an instance counts as active after an acquire
+}
+
+// A ClientOption configures a Client.
+type ClientOption func(*Client)
+
+// WithInstance makes every acquire register the caller as instance id in
+// the tenant's instance registry (a hash next to the bucket, in the same
+// slot) and report how many instances acquired for the tenant within the
+// last window (Grant.Instances). Give each process its own random id.
+// window must be at least a millisecond.
+func WithInstance(id string, window time.Duration) ClientOption {
+	return func(c *Client) { c.instance, c.window = id, window }
 }
 
 // NewClient returns a Client that keeps buckets under prefix (see Key) on s.
 // It fails with an error wrapping ErrBadPrefix when ValidatePrefix does.
-func NewClient(s Scripter, prefix string) (*Client, error) {
+func NewClient(s Scripter, prefix string, opts ...ClientOption) (*Client, error) {
 	if s == nil {
 		return nil, errors.New("lease: NewClient: nil Scripter")
 	}
 	if err := ValidatePrefix(prefix); err != nil {
 		return nil, err
 	}
-	return &Client{s: s, prefix: prefix}, nil
+	c := &Client{s: s, prefix: prefix}
+	for _, o := range opts {
+		o(c)
+	}
+	if c.instance != "" && c.window < time.Millisecond {
+		return nil, fmt.Errorf("%w: WithInstance window %v: want >= 1ms", ErrBadRequest, c.window)
+	}
+	return c, nil
+}
+
+// acquireCall returns the keys and arguments of one acquire.
+func (c *Client) acquireCall(tenant string, lim Limits, want int64) (call, error) {
+	args, err := acquireArgs(lim, want)
+	if err != nil {
+		return call{}, err
+	}
+	key := c.Key(tenant)
+	if c.instance == "" {
+		return call{keys: []string{key}, args: args}, nil
+	}
+	args = append(args, c.instance, strconv.FormatInt(c.window.Milliseconds(), 10))
+	return call{keys: []string{key, InstancesKey(key)}, args: args}, nil
 }
 
 // Key returns the Redis key of tenant's bucket, Key(prefix, tenant).
@@ -125,11 +163,11 @@ func (c *Client) LoadScripts(ctx context.Context) error {
 // reports the bucket. Invalid arguments fail with an error wrapping
 // ErrBadRequest, without calling Redis.
 func (c *Client) Acquire(ctx context.Context, tenant string, lim Limits, want int64) (Grant, error) {
-	args, err := acquireArgs(lim, want)
+	cl, err := c.acquireCall(tenant, lim, want)
 	if err != nil {
 		return Grant{}, err
 	}
-	cmd := acquireScript.run(ctx, c.s, c.Key(tenant), args...)
+	cmd := acquireScript.run(ctx, c.s, cl.keys, cl.args...)
 	return parseGrant(cmd, want)
 }
 
@@ -151,7 +189,7 @@ func (c *Client) Release(ctx context.Context, tenant string, lim Limits, amount 
 	if amount == 0 {
 		return 0, nil
 	}
-	cmd := releaseScript.run(ctx, c.s, c.Key(tenant), args...)
+	cmd := releaseScript.run(ctx, c.s, []string{c.Key(tenant)}, args...)
 	return parseRelease(cmd)
 }
 
@@ -193,12 +231,12 @@ func (c *Client) AcquireMany(ctx context.Context, reqs []Request, results []Resu
 	sent := make([]int, 0, len(reqs)) // sent[j] is the index in reqs of calls[j]
 	for i := range reqs {
 		results[i] = Result{}
-		args, err := acquireArgs(reqs[i].Limits, reqs[i].Want)
+		cl, err := c.acquireCall(reqs[i].Tenant, reqs[i].Limits, reqs[i].Want)
 		if err != nil {
 			results[i].Err = err
 			continue
 		}
-		calls = append(calls, call{key: c.Key(reqs[i].Tenant), args: args})
+		calls = append(calls, cl)
 		sent = append(sent, i)
 	}
 	if len(calls) == 0 {
@@ -237,7 +275,7 @@ func (c *Client) ReleaseMany(ctx context.Context, reqs []ReleaseRequest) []error
 		if reqs[i].Amount == 0 {
 			continue
 		}
-		calls = append(calls, call{key: c.Key(reqs[i].Tenant), args: args})
+		calls = append(calls, call{keys: []string{c.Key(reqs[i].Tenant)}, args: args})
 		sent = append(sent, i)
 	}
 	if len(calls) == 0 {
@@ -313,8 +351,8 @@ func parseGrant(cmd *redis.Cmd, want int64) (Grant, error) {
 		return Grant{}, scriptError("acquire", err)
 	}
 	a, ok := v.([]interface{})
-	if !ok || len(a) != 3 {
-		return Grant{}, fmt.Errorf("%w: acquire: want a 3-element array, got %T %v", ErrBadReply, v, v)
+	if !ok || len(a) != 4 {
+		return Grant{}, fmt.Errorf("%w: acquire: want a 4-element array, got %T %v", ErrBadReply, v, v)
 	}
 	granted, err := replyInt(a[0])
 	if err != nil {
@@ -328,10 +366,14 @@ func parseGrant(cmd *redis.Cmd, want int64) (Grant, error) {
 	if err != nil {
 		return Grant{}, fmt.Errorf("%w: acquire: time: %w", ErrBadReply, err)
 	}
+	instances, err := replyInt(a[3])
+	if err != nil {
+		return Grant{}, fmt.Errorf("%w: acquire: instances: %w", ErrBadReply, err)
+	}
 	if granted < 0 || granted > want {
 		return Grant{}, fmt.Errorf("%w: acquire: granted %d of %d", ErrBadReply, granted, want)
 	}
-	return Grant{Granted: granted, Tokens: tokens, ServerTime: time.UnixMicro(now)}, nil
+	return Grant{Granted: granted, Tokens: tokens, ServerTime: time.UnixMicro(now), Instances: int(instances)}, nil
 }
 
 // parseRelease decodes release.lua's reply {"tokens", now_us}.

@@ -725,12 +725,12 @@ func TestScriptsValidateArguments(t *testing.T) {
 		key := c.Key(fmt.Sprint("direct-", i))
 		argv := []interface{}{args[0], args[1], args[2]}
 		for _, s := range []*script{acquireScript, releaseScript} {
-			err := s.run(ctx, rdb, key, argv...).Err()
+			err := s.run(ctx, rdb, []string{key}, argv...).Err()
 			if !redis.HasErrorPrefix(err, "leasequota: bad argument") {
 				t.Errorf("%q: %v, want a bad argument error", args, err)
 			}
 		}
-		if _, err := parseGrant(acquireScript.run(ctx, rdb, key, argv...), 1); !errors.Is(err, ErrBadRequest) {
+		if _, err := parseGrant(acquireScript.run(ctx, rdb, []string{key}, argv...), 1); !errors.Is(err, ErrBadRequest) {
 			t.Errorf("%q: parsed error %v, want ErrBadRequest", args, err)
 		}
 		if exists(t, rdb, key) {

@@ -64,8 +64,7 @@ func isNoScript(err error) bool {
 
 // run runs the script on one key: EVALSHA, and EVAL (which also caches the
 // script on that node) when the node does not know the digest.
-func (s *script) run(ctx context.Context, c Scripter, key string, args ...interface{}) *redis.Cmd {
-	keys := []string{key}
+func (s *script) run(ctx context.Context, c Scripter, keys []string, args ...interface{}) *redis.Cmd {
 	cmd := c.EvalSha(ctx, s.sha, keys, args...)
 	if isNoScript(cmd.Err()) {
 		cmd = c.Eval(ctx, s.src, keys, args...)
@@ -75,7 +74,7 @@ func (s *script) run(ctx context.Context, c Scripter, key string, args ...interf
 
 // call is one script invocation in a batch.
 type call struct {
-	key  string
+	keys []string // all in one hash slot: the tenant's
 	args []interface{}
 }
 
@@ -92,7 +91,7 @@ func (s *script) runMany(ctx context.Context, c Scripter, calls []call) []*redis
 	}
 	pipe := c.Pipeline()
 	for i := range calls {
-		cmds[i] = pipe.EvalSha(ctx, s.sha, []string{calls[i].key}, calls[i].args...)
+		cmds[i] = pipe.EvalSha(ctx, s.sha, calls[i].keys, calls[i].args...)
 	}
 	_, _ = pipe.Exec(ctx)
 
@@ -104,7 +103,7 @@ func (s *script) runMany(ctx context.Context, c Scripter, calls []call) []*redis
 		if retry == nil {
 			retry = c.Pipeline()
 		}
-		cmds[i] = retry.Eval(ctx, s.src, []string{calls[i].key}, calls[i].args...)
+		cmds[i] = retry.Eval(ctx, s.src, calls[i].keys, calls[i].args...)
 	}
 	if retry != nil {
 		_, _ = retry.Exec(ctx)

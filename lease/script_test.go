@@ -47,7 +47,7 @@ func (f *fakeScripter) exec(ctx context.Context, name, key string) *redis.Cmd {
 		cmd.SetErr(redis.ErrNoScript)
 		return cmd
 	}
-	cmd.SetVal([]interface{}{int64(1), "0.5", int64(1_700_000_000_000_000)})
+	cmd.SetVal([]interface{}{int64(1), "0.5", int64(1_700_000_000_000_000), int64(0)})
 	return cmd
 }
 
@@ -121,7 +121,7 @@ func equalStrings(a, b []string) bool {
 func TestRunFallsBackToEvalOnNoScript(t *testing.T) {
 	ctx := context.Background()
 	f := newFake()
-	cmd := acquireScript.run(ctx, f, "a1")
+	cmd := acquireScript.run(ctx, f, []string{"a1"})
 	if cmd.Err() != nil {
 		t.Fatal(cmd.Err())
 	}
@@ -130,7 +130,7 @@ func TestRunFallsBackToEvalOnNoScript(t *testing.T) {
 	}
 	// Loaded now: EVALSHA alone.
 	f.calls = nil
-	if cmd := acquireScript.run(ctx, f, "a2"); cmd.Err() != nil {
+	if cmd := acquireScript.run(ctx, f, []string{"a2"}); cmd.Err() != nil {
 		t.Fatal(cmd.Err())
 	}
 	if want := []string{"evalsha a2"}; !equalStrings(f.calls, want) {
@@ -149,7 +149,7 @@ func TestRunDoesNotRetryOtherErrors(t *testing.T) {
 	} {
 		f := newFake()
 		f.failWith['a'] = err
-		cmd := acquireScript.run(context.Background(), f, "a1")
+		cmd := acquireScript.run(context.Background(), f, []string{"a1"})
 		if !errors.Is(cmd.Err(), err) {
 			t.Errorf("%v: got %v", err, cmd.Err())
 		}
@@ -164,7 +164,7 @@ func TestRunManyRetriesOnlyNoScript(t *testing.T) {
 	f := newFake()
 	f.loaded['a'] = true // node a has the script, node b lost it
 	f.failWith['c'] = fakeRedisError("ERR boom")
-	calls := []call{{key: "a1"}, {key: "b1"}, {key: "a2"}, {key: "c1"}, {key: "b2"}}
+	calls := []call{{keys: []string{"a1"}}, {keys: []string{"b1"}}, {keys: []string{"a2"}}, {keys: []string{"c1"}}, {keys: []string{"b2"}}}
 	cmds := acquireScript.runMany(ctx, f, calls)
 	if len(f.pipelines) != 2 {
 		t.Fatalf("%d pipelines, want 2: %q", len(f.pipelines), f.pipelines)
@@ -176,17 +176,17 @@ func TestRunManyRetriesOnlyNoScript(t *testing.T) {
 		t.Errorf("second pipeline %q, want %q", f.pipelines[1], want)
 	}
 	for i, cmd := range cmds {
-		if calls[i].key == "c1" {
+		if calls[i].keys[0] == "c1" {
 			if !errors.Is(cmd.Err(), fakeRedisError("ERR boom")) {
 				t.Errorf("c1: err %v, want ERR boom", cmd.Err())
 			}
 			continue
 		}
 		if cmd.Err() != nil {
-			t.Errorf("%s: %v", calls[i].key, cmd.Err())
+			t.Errorf("%s: %v", calls[i].keys[0], cmd.Err())
 		}
 		if _, err := parseGrant(cmd, 1); err != nil {
-			t.Errorf("%s: %v", calls[i].key, err)
+			t.Errorf("%s: %v", calls[i].keys[0], err)
 		}
 	}
 	if err := commonFailure(cmds); err != nil {

@@ -4,12 +4,13 @@ import "time"
 
 // maxBatches bounds the ledger's memory per tenant. When more batches are
 // held, the two oldest merge under the earlier expiry: a merged batch
-// expires early, never late, so the lease lifetime bound still holds.
-const maxBatches = 8
+// expires early, never late, so the lease lifetime bound still holds. A
+// busy tenant holds about two (the expiring lease and its replacement).
+const maxBatches = 4
 
 // batch is tokens granted together and the time they must be spent by.
 type batch struct {
-	expires time.Time
+	expires int64 // unix nanoseconds
 	left    int64
 }
 
@@ -23,8 +24,8 @@ type batch struct {
 // Total is always >= the counter and Sync can attribute the difference.
 type Ledger struct {
 	batches [maxBatches]batch // oldest first, n in use
-	n       int
 	total   int64
+	n       int8
 }
 
 // Total returns the tokens the ledger accounts for.
@@ -55,7 +56,8 @@ func (l *Ledger) Sync(level int64) (spent int64) {
 // Expire removes the batches whose time has come and returns their tokens:
 // the caller takes those back from the counter.
 func (l *Ledger) Expire(now time.Time) (tokens int64) {
-	for l.n > 0 && !now.Before(l.batches[0].expires) {
+	ns := now.UnixNano()
+	for l.n > 0 && ns >= l.batches[0].expires {
 		tokens += l.batches[0].left
 		l.shift()
 	}
@@ -74,14 +76,15 @@ func (l *Ledger) Add(expires time.Time, tokens int64) {
 		l.batches[1].expires = l.batches[0].expires
 		l.shift()
 	}
-	l.batches[l.n] = batch{expires: expires, left: tokens}
+	l.batches[l.n] = batch{expires: expires.UnixNano(), left: tokens}
 	l.n++
 	l.total += tokens
 }
 
 // ExpiringBefore returns the tokens in batches that expire before t.
 func (l *Ledger) ExpiringBefore(t time.Time) (tokens int64) {
-	for i := 0; i < l.n && l.batches[i].expires.Before(t); i++ {
+	ns := t.UnixNano()
+	for i := int8(0); i < l.n && l.batches[i].expires < ns; i++ {
 		tokens += l.batches[i].left
 	}
 	return tokens
@@ -101,7 +104,7 @@ func (l *Ledger) NextExpiry() (time.Time, bool) {
 	if l.n == 0 {
 		return time.Time{}, false
 	}
-	return l.batches[0].expires, true
+	return time.Unix(0, l.batches[0].expires), true
 }
 
 func (l *Ledger) shift() {

@@ -14,6 +14,9 @@ type Limits struct {
 	MinLease int64         // smallest lease asked for when the tenant is active, >= 1
 	MaxLease int64         // largest lease asked for, MinLease <= MaxLease <= Burst
 	LeaseTTL time.Duration // how long leased tokens may be held before they go back
+	// Mode is the caller's failure mode for the tenant, carried for it and
+	// not interpreted here.
+	Mode uint8
 }
 
 // Bucket returns the global bucket's parameters, as the lease protocol

@@ -24,22 +24,27 @@ type Config struct {
 	// tenant is refreshed at once, before its scheduled time.
 	LowWatermark float64
 	// MinBackoff and MaxBackoff bound the wait after a failed lease call;
-	// it doubles with each failure in a row, with jitter.
+	// it doubles with each failure in a row, with jitter. MaxBackoff
+	// defaults to Interval.
 	MinBackoff, MaxBackoff time.Duration
-	// HalfLife is the half-life of the demand estimate.
+	// HalfLife is the half-life of the demand and grant rate estimates.
 	HalfLife time.Duration
+	// FallbackHalfLife is how fast the local fallback rate moves from this
+	// instance's recent share toward Rate/instances (see FallbackRate).
+	FallbackHalfLife time.Duration
 }
 
 // DefaultConfig returns the defaults that zero fields of a Config take.
 func DefaultConfig() Config {
 	return Config{
-		Interval:     100 * time.Millisecond,
-		Jitter:       10 * time.Millisecond,
-		Headroom:     2,
-		LowWatermark: 0.5,
-		MinBackoff:   10 * time.Millisecond,
-		MaxBackoff:   time.Second,
-		HalfLife:     bucket.DefaultHalfLife,
+		Interval:         100 * time.Millisecond,
+		Jitter:           10 * time.Millisecond,
+		Headroom:         2,
+		LowWatermark:     0.5,
+		MinBackoff:       10 * time.Millisecond,
+		MaxBackoff:       100 * time.Millisecond,
+		HalfLife:         bucket.DefaultHalfLife,
+		FallbackHalfLife: 5 * time.Second,
 	}
 }
 
@@ -63,8 +68,14 @@ func (c Config) withDefaults() Config {
 	if c.MinBackoff <= 0 {
 		c.MinBackoff = d.MinBackoff
 	}
-	if c.MaxBackoff < c.MinBackoff {
-		c.MaxBackoff = max(d.MaxBackoff, c.MinBackoff)
+	if c.MaxBackoff <= 0 {
+		// Back off at most one interval, so leasing resumes within two
+		// intervals of Redis coming back.
+		c.MaxBackoff = c.Interval
+	}
+	c.MaxBackoff = max(c.MaxBackoff, c.MinBackoff)
+	if c.FallbackHalfLife <= 0 {
+		c.FallbackHalfLife = d.FallbackHalfLife
 	}
 	if c.HalfLife <= 0 {
 		c.HalfLife = d.HalfLife
@@ -74,36 +85,54 @@ func (c Config) withDefaults() Config {
 
 // State is the planner's record of one tenant. The zero value is a tenant
 // never seen; Planner.Init gives it its schedule. It is plain data, owned
-// by whoever holds the tenant's lock.
+// by whoever holds the tenant's lock. Times are unix nanoseconds, to keep
+// the record small (there is one per tenant).
 type State struct {
-	hash      uint64        // xxhash of the tenant name
-	phase     time.Duration // offset of the scheduled refresh within Interval
-	next      time.Time     // next scheduled refresh
-	notBefore time.Time     // no lease call before this: bucket dry, or backoff
-	failures  int           // lease calls failed in a row
-	granted   bool          // a lease call has succeeded at least once
-	target    int64         // lease size last planned
-	demand    bucket.Demand
-	ledger    Ledger
+	hash         uint64  // xxhash of the tenant name
+	next         int64   // next scheduled refresh
+	notBefore    int64   // no lease call before this: bucket dry, or backoff
+	lastActive   int64   // last plan that saw tokens spent or asked for
+	failingSince int64   // first failure of the current run of failures
+	lastGrant    int64   // time of the last successful lease call
+	target       int64   // lease size last planned
+	grantRate    float64 // EWMA of tokens granted per second, kept at failure
+	demand       bucket.Demand
+	ledger       Ledger
+	failures     int32 // lease calls failed in a row
+	instances    int32 // instances active on the tenant, as Redis last said
+	granted      bool  // a lease call has succeeded at least once
 }
 
 // Target returns the lease size last planned for the tenant.
 func (s *State) Target() int64 { return s.target }
 
 // Failures returns how many lease calls in a row have failed.
-func (s *State) Failures() int { return s.failures }
+func (s *State) Failures() int { return int(s.failures) }
 
 // Held returns the tokens the ledger accounts for.
 func (s *State) Held() int64 { return s.ledger.Total() }
 
 // NotBefore returns the earliest time the next lease call may be made.
-func (s *State) NotBefore() time.Time { return s.notBefore }
+func (s *State) NotBefore() time.Time { return time.Unix(0, s.notBefore) }
 
 // Next returns the time of the next scheduled refresh.
-func (s *State) Next() time.Time { return s.next }
+func (s *State) Next() time.Time { return time.Unix(0, s.next) }
 
 // Demand returns the demand estimate in tokens per second at time now.
 func (s *State) Demand(now time.Time) float64 { return s.demand.Rate(now) }
+
+// Instances returns how many instances Redis last counted as active on the
+// tenant (0 when unknown).
+func (s *State) Instances() int { return int(s.instances) }
+
+// IdleSince returns the last time the tenant was seen active (tokens spent
+// or asked for); the zero time if never.
+func (s *State) IdleSince() time.Time {
+	if s.lastActive == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, s.lastActive)
+}
 
 // Input is what the edge observed of a tenant since the previous plan.
 type Input struct {
@@ -148,21 +177,25 @@ func (p *Planner) Config() Config { return p.cfg }
 func (p *Planner) Init(st *State, name string, now time.Time) {
 	*st = State{}
 	st.hash = xxhash.Sum64String(name)
-	st.phase = time.Duration(st.hash % uint64(p.cfg.Interval))
 	st.demand.HalfLife = p.cfg.HalfLife
-	st.next = p.nextScheduled(st, now)
+	st.lastActive = now.UnixNano()
+	st.next = p.nextScheduled(st, now.UnixNano())
 }
 
-// Phase returns the tenant's offset within the refresh interval.
-func (p *Planner) Phase(st *State) time.Duration { return st.phase }
+// Phase returns the tenant's offset within the refresh interval:
+// xxhash(tenant) modulo Interval.
+func (p *Planner) Phase(st *State) time.Duration {
+	return time.Duration(st.hash % uint64(p.cfg.Interval))
+}
 
 // nextScheduled returns the first time strictly after now that is at the
 // tenant's phase, plus its jitter.
-func (p *Planner) nextScheduled(st *State, now time.Time) time.Time {
+func (p *Planner) nextScheduled(st *State, now int64) int64 {
 	iv := int64(p.cfg.Interval)
-	t := now.UnixNano() - int64(st.phase)
-	base := t - mod(t, iv) + iv + int64(st.phase)
-	return time.Unix(0, base+p.jitter(st, base, int64(p.cfg.Jitter)))
+	phase := int64(p.Phase(st))
+	t := now - phase
+	base := t - mod(t, iv) + iv + phase
+	return base + p.jitter(st, base, int64(p.cfg.Jitter))
 }
 
 // jitter returns a pseudo-random duration in [0, span) for the tenant at
@@ -221,26 +254,32 @@ func clamp(x, lo, hi int64) int64 {
 // to do. Every Action it returns must be followed by Released (when
 // Release > 0) and by Granted or Failed (when Acquire > 0).
 func (p *Planner) Plan(st *State, lim Limits, now time.Time, in Input) Action {
+	ns := now.UnixNano()
 	spent := st.ledger.Sync(in.Level)
 	st.demand.Observe(now, spent+in.Missed)
+	if spent+in.Missed > 0 || in.Urgent {
+		st.lastActive = ns
+	}
 
 	var a Action
 	a.Release = st.ledger.Expire(now)
 	// Tokens that expire before the refresh after next cannot be counted
 	// on: replace them ahead of time, so a busy tenant never finds its
-	// counter empty when an old batch goes back.
-	held := st.ledger.Total() - st.ledger.ExpiringBefore(now.Add(2*p.cfg.Interval))
+	// counter empty when an old batch goes back. (Within half a lease
+	// lifetime at most, or short leases would always look expiring.)
+	horizon := min(2*p.cfg.Interval, lim.LeaseTTL/2)
+	held := st.ledger.Total() - st.ledger.ExpiringBefore(now.Add(horizon))
 
 	if st.granted {
 		st.target = p.target(lim, st.demand.Rate(now))
 	} else {
 		st.target = p.coldTarget(lim)
 	}
-	scheduled := !now.Before(st.next)
+	scheduled := ns >= st.next
 	if scheduled {
-		st.next = p.nextScheduled(st, now)
+		st.next = p.nextScheduled(st, ns)
 	}
-	if now.Before(st.notBefore) {
+	if ns < st.notBefore {
 		return a
 	}
 	want := st.target - held
@@ -271,8 +310,25 @@ func (p *Planner) Released(st *State, taken, level int64) {
 // Granted records a successful lease call made at time now that asked for
 // asked tokens and got g; level is the counter after the grant was added.
 func (p *Planner) Granted(st *State, lim Limits, now time.Time, asked int64, g lease.Grant, level int64) {
+	ns := now.UnixNano()
 	st.failures = 0
+	st.failingSince = 0
 	st.granted = true
+	if g.Instances > 0 {
+		st.instances = int32(min(g.Instances, math.MaxInt32))
+	}
+	// The grant rate, an EWMA with the demand's half-life over irregular
+	// grant times; it is this instance's recent share of the tenant.
+	switch {
+	case st.lastGrant == 0:
+		// The first grant: a lease is sized to last about an interval.
+		st.grantRate = float64(g.Granted) / p.cfg.Interval.Seconds()
+	case ns > st.lastGrant:
+		dt := float64(ns-st.lastGrant) / 1e9
+		alpha := 1 - math.Exp2(-dt/p.cfg.HalfLife.Seconds())
+		st.grantRate += alpha * (float64(g.Granted)/dt - st.grantRate)
+	}
+	st.lastGrant = ns
 	st.ledger.Add(now.Add(lim.LeaseTTL), g.Granted)
 	st.ledger.Sync(level)
 	if g.Granted >= asked {
@@ -283,20 +339,54 @@ func (p *Planner) Granted(st *State, lim Limits, now time.Time, asked int64, g l
 	// turning every denial into a Redis call.
 	need := max(min(asked, st.target), 1)
 	wait := max(g.RetryAfter(need, lim.Rate), p.cfg.Interval/10)
-	st.notBefore = now.Add(wait + time.Duration(p.jitter(st, now.UnixNano(), int64(p.cfg.Jitter))))
+	st.notBefore = ns + int64(wait) + p.jitter(st, ns, int64(p.cfg.Jitter))
 }
 
 // Failed records a failed lease call at time now: the next call waits a
 // backoff that doubles with each failure in a row, with jitter.
 func (p *Planner) Failed(st *State, now time.Time) {
+	ns := now.UnixNano()
+	if st.failures == 0 {
+		st.failingSince = ns
+	}
 	st.failures++
 	b := p.cfg.MinBackoff << min(st.failures-1, 20)
 	if b > p.cfg.MaxBackoff || b <= 0 {
 		b = p.cfg.MaxBackoff
 	}
-	// Full jitter over the upper half: [b/2, b).
+	// Jitter over the upper half: [b/2, b).
 	half := int64(b / 2)
-	st.notBefore = now.Add(time.Duration(half + p.jitter(st, now.UnixNano(), half)))
+	st.notBefore = ns + half + p.jitter(st, ns, half)
+}
+
+// FallbackRate returns the rate, in tokens per second, at which this
+// instance may admit the tenant's requests without a lease at time now,
+// while its lease calls fail (the local fallback mode), and the capacity
+// of that local bucket.
+//
+// It starts at this instance's recent granted share of the tenant's rate
+// (its grant rate when the failures began, at most Rate) and decays, with
+// the configured FallbackHalfLife, toward Rate divided by the number of
+// instances Redis last counted on the tenant: if every instance does the
+// same, a fleet-wide outage admits about the tenant's quota, not the
+// quota times the instances. The capacity is Burst over that number.
+func (p *Planner) FallbackRate(st *State, lim Limits, now time.Time) (rate float64, capacity float64) {
+	n := float64(max(st.instances, 1))
+	fair := lim.Rate / n
+	capacity = max(1, math.Floor(float64(lim.Burst)/n))
+	if st.failingSince == 0 {
+		return fair, capacity
+	}
+	share := min(st.grantRate, lim.Rate)
+	elapsed := float64(now.UnixNano()-st.failingSince) / 1e9
+	w := math.Exp2(-max(elapsed, 0) / p.cfg.FallbackHalfLife.Seconds())
+	return fair + (share-fair)*w, capacity
+}
+
+// Idle reports whether the tenant has been inactive (no tokens spent or
+// asked for) for at least d at time now.
+func (p *Planner) Idle(st *State, now time.Time, d time.Duration) bool {
+	return now.UnixNano()-st.lastActive >= int64(d)
 }
 
 // Drained records that the counter was emptied (tokens returned on close

@@ -1,18 +1,22 @@
 package syncer
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"iter"
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/sony/gobreaker/v2"
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/sync/semaphore"
 	"golang.org/x/sync/singleflight"
 
+	"github.com/leasequota/leasequota/bucket"
 	"github.com/leasequota/leasequota/lease"
 )
 
@@ -35,6 +39,28 @@ type Options struct {
 	BatchSize int
 	// Now is the clock; default time.Now.
 	Now func() time.Time
+
+	// BreakerFailures is how many failed Redis calls in a row open the
+	// circuit breaker; default 3. While open, calls fail at once without
+	// reaching Redis; after BreakerTimeout (default Interval) one probe
+	// call is let through, and its success closes the breaker.
+	BreakerFailures uint32
+	BreakerTimeout  time.Duration
+	// OnDegraded is called when the breaker opens (degraded true, with the
+	// error that tripped it) and when it closes again (false, nil). It is
+	// called once per change, from the goroutine whose call changed it.
+	OnDegraded func(degraded bool, err error)
+
+	// IdleTimeout is how long a tenant may see no request before it is
+	// evicted (its tokens returned); default 1 minute.
+	IdleTimeout time.Duration
+	// MaxTenants, when positive, is the most tenants kept: each round
+	// evicts the least recently active beyond it.
+	MaxTenants int
+	// Evict is called after a round with the tenants it evicted, whose
+	// tokens were already drained; the owner of the tenant set removes
+	// them. Required when IdleTimeout or MaxTenants can evict.
+	Evict func([]*Tenant)
 }
 
 // Stats are running totals of what a Syncer did. All fields only grow.
@@ -44,6 +70,7 @@ type Stats struct {
 	Requested int64 // tokens asked for
 	Granted   int64 // tokens granted
 	Returned  int64 // tokens given back to Redis
+	Evicted   int64 // tenants evicted (idle or over MaxTenants)
 }
 
 // Syncer refreshes the leases of a set of tenants: one goroutine (Run)
@@ -56,9 +83,14 @@ type Syncer struct {
 	planner *Planner
 	opts    Options
 
-	urgent chan *Tenant // tenants that ran short; never blocks a sender
-	sf     singleflight.Group
-	sem    *semaphore.Weighted // bounds concurrent Redis calls
+	urgent  chan *Tenant // tenants that ran short; never blocks a sender
+	sf      singleflight.Group
+	sem     *semaphore.Weighted // bounds concurrent Redis calls
+	breaker *gobreaker.CircuitBreaker[[]lease.Result]
+	lastErr atomic.Pointer[error] // last error of a Redis call, for OnDegraded
+
+	// Owned by the loop (Run and Round are not called concurrently).
+	lru []lruEntry // reused by Round when MaxTenants is set
 
 	ctx    context.Context // lifetime of urgent refills, ended by Close
 	cancel context.CancelFunc
@@ -67,7 +99,13 @@ type Syncer struct {
 	closed   bool           //
 	inflight sync.WaitGroup // urgent refills running
 
-	calls, errs, requested, granted, returned atomic.Int64
+	calls, errs, requested, granted, returned, evicted atomic.Int64
+}
+
+// lruEntry is a tenant and when it was last active, for eviction.
+type lruEntry struct {
+	active int64
+	t      *Tenant
 }
 
 // New returns a Syncer for the tenants that tenants yields, making lease
@@ -92,8 +130,17 @@ func New(client *lease.Client, tenants iter.Seq[*Tenant], opts Options) *Syncer 
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	if opts.BreakerFailures == 0 {
+		opts.BreakerFailures = 3
+	}
+	if opts.BreakerTimeout <= 0 {
+		opts.BreakerTimeout = iv
+	}
+	if opts.IdleTimeout <= 0 {
+		opts.IdleTimeout = time.Minute
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Syncer{
+	s := &Syncer{
 		client:  client,
 		tenants: tenants,
 		planner: opts.Planner,
@@ -103,6 +150,38 @@ func New(client *lease.Client, tenants iter.Seq[*Tenant], opts Options) *Syncer 
 		ctx:     ctx,
 		cancel:  cancel,
 	}
+	s.breaker = gobreaker.NewCircuitBreaker[[]lease.Result](gobreaker.Settings{
+		Name:    "leasequota-redis",
+		Timeout: opts.BreakerTimeout,
+		ReadyToTrip: func(c gobreaker.Counts) bool {
+			return c.ConsecutiveFailures >= opts.BreakerFailures
+		},
+		// Calls canceled because the limiter is closing say nothing
+		// about Redis.
+		IsExcluded: func(err error) bool { return errors.Is(err, context.Canceled) },
+		OnStateChange: func(_ string, from, to gobreaker.State) {
+			if opts.OnDegraded == nil {
+				return
+			}
+			switch {
+			case to == gobreaker.StateOpen && from == gobreaker.StateClosed:
+				var err error
+				if p := s.lastErr.Load(); p != nil {
+					err = *p
+				}
+				opts.OnDegraded(true, err)
+			case to == gobreaker.StateClosed:
+				opts.OnDegraded(false, nil)
+			}
+		},
+	})
+	return s
+}
+
+// Degraded reports whether the circuit breaker is open or probing: Redis
+// calls have been failing.
+func (s *Syncer) Degraded() bool {
+	return s.breaker.State() != gobreaker.StateClosed
 }
 
 // Planner returns the planner the syncer uses.
@@ -119,6 +198,7 @@ func (s *Syncer) Stats() Stats {
 		Requested: s.requested.Load(),
 		Granted:   s.granted.Load(),
 		Returned:  s.returned.Load(),
+		Evicted:   s.evicted.Load(),
 	}
 }
 
@@ -186,9 +266,12 @@ func (s *Syncer) Round(ctx context.Context, tenants iter.Seq[*Tenant]) {
 	var (
 		jobs     []job
 		releases []lease.ReleaseRequest
+		evict    []*Tenant
 	)
+	track := s.opts.MaxTenants > 0
+	s.lru = s.lru[:0]
 	for t := range tenants {
-		if !t.mu.TryLock() {
+		if t.evicted.Load() || !t.mu.TryLock() {
 			continue
 		}
 		a, rel := s.plan(t, now)
@@ -199,7 +282,36 @@ func (s *Syncer) Round(ctx context.Context, tenants iter.Seq[*Tenant]) {
 			jobs = append(jobs, job{t: t, want: a.Acquire})
 			continue // unlocked once the result is applied
 		}
+		if s.planner.Idle(&t.st, now, s.opts.IdleTimeout) {
+			if n := s.evictLocked(t); n > 0 {
+				releases = append(releases, lease.ReleaseRequest{Tenant: t.name, Limits: t.limits.Bucket(), Amount: n})
+			}
+			evict = append(evict, t)
+		} else if track {
+			s.lru = append(s.lru, lruEntry{active: t.st.lastActive, t: t})
+		}
 		t.mu.Unlock()
+	}
+	if track && len(s.lru) > s.opts.MaxTenants {
+		// Over the cap: evict the least recently active.
+		slices.SortFunc(s.lru, func(a, b lruEntry) int { return cmp.Compare(a.active, b.active) })
+		for _, e := range s.lru[:len(s.lru)-s.opts.MaxTenants] {
+			if !e.t.mu.TryLock() {
+				continue
+			}
+			if n := s.evictLocked(e.t); n > 0 {
+				releases = append(releases, lease.ReleaseRequest{Tenant: e.t.name, Limits: e.t.limits.Bucket(), Amount: n})
+			}
+			e.t.mu.Unlock()
+			evict = append(evict, e.t)
+		}
+	}
+	clear(s.lru)
+	if len(evict) > 0 {
+		s.evicted.Add(int64(len(evict)))
+		if s.opts.Evict != nil {
+			s.opts.Evict(evict)
+		}
 	}
 	if len(releases) > 0 {
 		s.release(ctx, releases)
@@ -218,6 +330,15 @@ func (s *Syncer) Round(ctx context.Context, tenants iter.Seq[*Tenant]) {
 	g.Wait()
 }
 
+// evictLocked marks t evicted and drains its tokens, returning how many to
+// give back. t.mu must be held.
+func (s *Syncer) evictLocked(t *Tenant) int64 {
+	t.evicted.Store(true)
+	n := t.Tokens.Drain()
+	s.planner.Drained(&t.st)
+	return n
+}
+
 // plan runs the planner for t (whose lock is held) and takes back expired
 // tokens; it returns the action and the tokens to return to Redis.
 func (s *Syncer) plan(t *Tenant, now time.Time) (Action, int64) {
@@ -226,8 +347,8 @@ func (s *Syncer) plan(t *Tenant, now time.Time) (Action, int64) {
 }
 
 func (s *Syncer) planWith(t *Tenant, now time.Time, in Input) (Action, int64) {
-	a := s.planner.Plan(&t.st, t.limits, now, in)
-	if in.Urgent && a.Acquire == 0 && now.Before(t.st.notBefore) {
+	a := s.planner.Plan(&t.st, *t.limits, now, in)
+	if in.Urgent && a.Acquire == 0 && now.UnixNano() < t.st.notBefore {
 		// Calls are held back (bucket dry or backoff): stay urgent, so the
 		// tick retries once allowed, without re-queueing on every miss.
 		t.urgent.Store(true)
@@ -276,8 +397,15 @@ func (s *Syncer) call(ctx context.Context, f func(context.Context) ([]lease.Resu
 	defer s.sem.Release(1)
 	ctx, cancel := context.WithTimeout(ctx, s.opts.CallTimeout)
 	defer cancel()
-	s.calls.Add(1)
-	return f(ctx)
+	res, err := s.breaker.Execute(func() ([]lease.Result, error) {
+		s.calls.Add(1)
+		res, err := f(ctx)
+		if err != nil {
+			s.lastErr.Store(&err)
+		}
+		return res, err
+	})
+	return res, err
 }
 
 // apply records the result of a lease call for t, whose lock is held.
@@ -286,19 +414,34 @@ func (s *Syncer) apply(t *Tenant, now time.Time, want int64, r lease.Result) {
 	if r.Err != nil {
 		s.errs.Add(1)
 		s.planner.Failed(&t.st, now)
+		t.retryAt.Store(t.st.notBefore)
+		rate, capacity := s.planner.FallbackRate(&t.st, *t.limits, now)
+		if fb := t.fallback.Load(); fb != nil {
+			fb.SetRate(now, rate)
+		} else {
+			// Start empty: the lease just spent was this instance's share.
+			fb = &bucket.TokenBucket{}
+			fb.Reset(now, capacity, rate, 0)
+			t.fallback.Store(fb)
+		}
 		t.failing.Store(true)
-		t.retryAt.Store(t.st.notBefore.UnixNano())
+		return
+	}
+	if t.evicted.Load() {
+		// Evicted while the call was in flight: nobody will spend these.
+		s.release(s.ctx, []lease.ReleaseRequest{{Tenant: t.name, Limits: t.limits.Bucket(), Amount: r.Grant.Granted}})
 		return
 	}
 	g := r.Grant
 	level := t.Tokens.Add(g.Granted)
 	s.granted.Add(g.Granted)
-	s.planner.Granted(&t.st, t.limits, now, want, g, level)
+	s.planner.Granted(&t.st, *t.limits, now, want, g, level)
 	t.globalTokens.Store(math.Float64bits(g.Tokens))
 	t.globalAt.Store(now.UnixNano())
-	t.retryAt.Store(t.st.notBefore.UnixNano())
+	t.retryAt.Store(t.st.notBefore)
 	t.leased.Store(true)
 	t.failing.Store(false)
+	t.fallback.Store(nil)
 }
 
 // release returns tokens to Redis. Tokens whose release fails are lost to
@@ -354,6 +497,9 @@ func (s *Syncer) refill(t *Tenant, need int64) error {
 
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if t.evicted.Load() {
+		return nil
+	}
 	now := s.opts.Now()
 	in := t.take(t.Tokens.Load())
 	in.Urgent = true

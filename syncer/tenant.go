@@ -10,27 +10,34 @@ import (
 )
 
 // Tenant is one tenant's lease on this instance: the tokens requests spend
-// and the syncer's bookkeeping. Requests touch only Tokens (on success) and
-// the miss fields (on a miss); the syncer holds mu while it plans and calls
-// Redis for the tenant.
+// and the syncer's bookkeeping. Requests touch only Tokens and Admits (on
+// success) and the miss fields (on a miss); the syncer holds mu while it
+// plans and calls Redis for the tenant.
 type Tenant struct {
 	// Tokens are the leased tokens requests spend from.
 	Tokens bucket.Counter
+	// Admits counts requests admitted from Tokens (by the request path).
+	Admits atomic.Int64
 
 	name   string
-	limits Limits // immutable after NewTenant
+	limits *Limits // immutable after Init; may be shared between tenants
 
 	// Written by requests on a miss, read and reset by the syncer.
 	missed atomic.Int64 // tokens denied since the last plan
 	need   atomic.Int64 // largest n denied since the last plan
 	urgent atomic.Bool  // a request ran short since the last plan
 
-	// Written by the syncer, read by requests to explain a denial.
+	// Written by the syncer, read by requests.
 	failing      atomic.Bool   // the last lease call failed
 	leased       atomic.Bool   // a lease call has succeeded at least once
+	evicted      atomic.Bool   // removed from the syncer's tenants; never leased again
 	globalTokens atomic.Uint64 // float64 bits: global bucket tokens after the last call
 	globalAt     atomic.Int64  // unix nanoseconds (local clock) of that call
 	retryAt      atomic.Int64  // unix nanoseconds before which no lease call is made
+
+	// fallback is the local bucket of the fallback mode, made on the first
+	// failure and retuned by the syncer while failures go on.
+	fallback atomic.Pointer[bucket.TokenBucket]
 
 	mu sync.Mutex // guards st; held across a lease call for this tenant
 	st State
@@ -38,7 +45,7 @@ type Tenant struct {
 
 // NewTenant returns the lease record of tenant name with limits lim,
 // scheduled by planner p from time now.
-func NewTenant(name string, lim Limits, p *Planner, now time.Time) *Tenant {
+func NewTenant(name string, lim *Limits, p *Planner, now time.Time) *Tenant {
 	t := &Tenant{}
 	t.Init(name, lim, p, now)
 	return t
@@ -46,8 +53,8 @@ func NewTenant(name string, lim Limits, p *Planner, now time.Time) *Tenant {
 
 // Init prepares a zero Tenant in place, as NewTenant does, for callers that
 // embed a Tenant in a struct of their own. It must be called before the
-// tenant is shared.
-func (t *Tenant) Init(name string, lim Limits, p *Planner, now time.Time) {
+// tenant is shared. lim must not change afterwards.
+func (t *Tenant) Init(name string, lim *Limits, p *Planner, now time.Time) {
 	t.name, t.limits = name, lim
 	p.Init(&t.st, name, now)
 }
@@ -56,7 +63,7 @@ func (t *Tenant) Init(name string, lim Limits, p *Planner, now time.Time) {
 func (t *Tenant) Name() string { return t.name }
 
 // Limits returns the limits applied to the tenant.
-func (t *Tenant) Limits() Limits { return t.limits }
+func (t *Tenant) Limits() *Limits { return t.limits }
 
 // NoteMiss records that a request for n tokens found too few. It never
 // blocks: the syncer picks the miss up on its next round, or at once when
@@ -78,25 +85,43 @@ func (t *Tenant) Failing() bool { return t.failing.Load() }
 // Leased reports whether the tenant has ever been granted a lease here.
 func (t *Tenant) Leased() bool { return t.leased.Load() }
 
+// Evicted reports whether the tenant was evicted: a request holding it
+// should look the tenant up again.
+func (t *Tenant) Evicted() bool { return t.evicted.Load() }
+
+// Fallback returns the tenant's local fallback bucket, or nil when its
+// lease calls have not failed.
+func (t *Tenant) Fallback() *bucket.TokenBucket { return t.fallback.Load() }
+
 // RetryAfter estimates how long after now a request for n tokens could
 // succeed: the time the global bucket needs to hold n tokens, as last seen
 // and refilled at the tenant's rate since, and no earlier than the next
 // lease call may be made.
 func (t *Tenant) RetryAfter(now time.Time, n int64) time.Duration {
 	var wait time.Duration
+	rate := t.limits.Rate
 	if at := t.globalAt.Load(); at != 0 {
 		tokens := math.Float64frombits(t.globalTokens.Load())
-		tokens += float64(now.UnixNano()-at) / 1e9 * t.limits.Rate
+		tokens += float64(now.UnixNano()-at) / 1e9 * rate
 		if short := float64(n) - tokens; short > 0 {
-			wait = time.Duration(math.Ceil(short / t.limits.Rate * 1e9))
+			wait = durationCeil(short / rate)
 		}
 	} else {
-		wait = time.Duration(math.Ceil(float64(n) / t.limits.Rate * 1e9))
+		wait = durationCeil(float64(n) / rate)
 	}
 	if r := time.Duration(t.retryAt.Load() - now.UnixNano()); r > wait {
 		wait = r
 	}
 	return wait
+}
+
+// durationCeil converts seconds to a Duration, rounding up and saturating.
+func durationCeil(sec float64) time.Duration {
+	ns := math.Ceil(sec * 1e9)
+	if !(ns < math.MaxInt64) {
+		return math.MaxInt64
+	}
+	return time.Duration(ns)
 }
 
 // take collects what requests recorded since the last plan.
@@ -111,12 +136,12 @@ func (t *Tenant) take(level int64) Input {
 
 // Snapshot is a point-in-time view of a tenant's lease, for introspection.
 type Snapshot struct {
-	Tokens   int64         // leased tokens held now
-	Target   int64         // lease size last planned
-	Demand   float64       // estimated demand, tokens per second
-	Failures int           // lease calls failed in a row
-	Next     time.Time     // next scheduled refresh
-	Phase    time.Duration // offset of the scheduled refresh in the interval
+	Tokens    int64     // leased tokens held now
+	Target    int64     // lease size last planned
+	Demand    float64   // estimated demand, tokens per second
+	Failures  int       // lease calls failed in a row
+	Instances int       // instances active on the tenant, as Redis last said
+	Next      time.Time // next scheduled refresh
 }
 
 // Snapshot returns the tenant's lease state as of now. It takes the
@@ -125,11 +150,11 @@ func (t *Tenant) Snapshot(now time.Time) Snapshot {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return Snapshot{
-		Tokens:   t.Tokens.Load(),
-		Target:   t.st.target,
-		Demand:   t.st.demand.Rate(now),
-		Failures: t.st.failures,
-		Next:     t.st.next,
-		Phase:    t.st.phase,
+		Tokens:    t.Tokens.Load(),
+		Target:    t.st.target,
+		Demand:    t.st.demand.Rate(now),
+		Failures:  int(t.st.failures),
+		Instances: int(t.st.instances),
+		Next:      t.st.Next(),
 	}
 }

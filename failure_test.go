@@ -1,0 +1,134 @@
+package leasequota_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/leasequota/leasequota"
+	"github.com/leasequota/leasequota/integration/redistest"
+)
+
+// TestFailureModes stops Redis under three tenants with different failure
+// modes, checks that each is decided by its mode once its lease is spent,
+// and that leasing resumes on its own once Redis is back.
+func TestFailureModes(t *testing.T) {
+	redistest.Shared(t)
+	ignore := goleak.IgnoreCurrent()
+	// Registered before the server's cleanup, so it runs after it.
+	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
+	srv := redistest.StartServer(t)
+
+	c := srv.Client()
+	defer c.Close()
+	quotas := map[string]leasequota.Quota{
+		"closed": {Rate: 100, Burst: 20, MinLease: 10, FailureMode: leasequota.FailClosed},
+		"local":  {Rate: 100, Burst: 20, MinLease: 10, FailureMode: leasequota.FailLocal},
+		"open":   {Rate: 100, Burst: 20, MinLease: 10, FailureMode: leasequota.FailOpen},
+	}
+	l, err := leasequota.New(c, leasequota.WithKeyPrefix(redistest.Prefix(t)),
+		leasequota.WithRefreshInterval(20*time.Millisecond), leasequota.WithLeaseTTL(time.Hour),
+		leasequota.WithQuotaFunc(func(tenant string) leasequota.Quota { return quotas[tenant] }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close(context.Background())
+	ctx := context.Background()
+	for tenant := range quotas {
+		if d := l.AllowN(ctx, tenant, 1); !d.Allowed || d.Mode != leasequota.FailDefault {
+			t.Fatalf("%s: first request %+v, want a normal admission", tenant, d)
+		}
+	}
+
+	if err := srv.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	// Spend what is leased: those tokens are still good.
+	leased := map[string]int{}
+	degraded := map[string]leasequota.Decision{}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(degraded) < len(quotas) {
+		if time.Now().After(deadline) {
+			t.Fatalf("after 10s without Redis, only %d tenants decided by their failure mode: %v", len(degraded), degraded)
+		}
+		for tenant := range quotas {
+			if _, done := degraded[tenant]; done {
+				continue
+			}
+			d := l.AllowN(ctx, tenant, 1)
+			switch {
+			case d.Mode == leasequota.FailDefault && d.Allowed:
+				leased[tenant]++
+			case d.Mode != leasequota.FailDefault:
+				degraded[tenant] = d
+			}
+		}
+		time.Sleep(time.Millisecond) // pacing the loop; the deadline bounds it
+	}
+	for tenant, n := range leased {
+		if n > 20 {
+			t.Errorf("%s: %d admitted from leases after Redis died, more than the burst", tenant, n)
+		}
+	}
+	if d := degraded["closed"]; d.Allowed || d.Reason != leasequota.ReasonUnavailable || d.Mode != leasequota.FailClosed {
+		t.Errorf("closed: %+v, want a FailClosed denial", d)
+	}
+	if d := degraded["open"]; !d.Allowed || d.Reason != leasequota.ReasonFailOpen || d.Mode != leasequota.FailOpen {
+		t.Errorf("open: %+v, want a FailOpen admission", d)
+	}
+	if d := degraded["local"]; d.Reason != leasequota.ReasonFallback || d.Mode != leasequota.FailLocal {
+		t.Errorf("local: %+v, want a FailLocal decision", d)
+	}
+	if _, err := l.WaitN(ctx, "closed", 1); !errors.Is(err, leasequota.ErrUnavailable) {
+		t.Errorf("WaitN on a FailClosed tenant without Redis: %v, want ErrUnavailable", err)
+	}
+	// FailLocal admits at most its fallback rate: one instance, so the
+	// tenant's rate, 100/s. Over 300ms that is at most 30 plus the
+	// fallback capacity (the burst).
+	start := time.Now()
+	local := 0
+	for time.Since(start) < 300*time.Millisecond {
+		if l.AllowN(ctx, "local", 1).Allowed {
+			local++
+		}
+	}
+	if el := time.Since(start).Seconds(); float64(local) > 20+100*el+1 {
+		t.Errorf("FailLocal admitted %d in %.3fs, above burst + rate*elapsed", local, el)
+	}
+	if local == 0 {
+		t.Error("FailLocal admitted nothing in 300ms at a fallback rate of 100/s")
+	}
+	if !l.Degraded() {
+		t.Error("Degraded() = false with Redis down")
+	}
+	st := l.Stats()
+	if st.Allowed[leasequota.ReasonFailOpen] == 0 || st.Denied[leasequota.ReasonUnavailable] == 0 || st.Allowed[leasequota.ReasonFallback] == 0 {
+		t.Errorf("degraded decisions not counted: %+v", st)
+	}
+
+	if err := srv.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Leasing resumes on its own: within two refresh intervals of the
+	// first call that reaches Redis; allow generous slack for a loaded CI.
+	back := time.Now()
+	for tenant := range quotas {
+		for {
+			d := l.AllowN(ctx, tenant, 1)
+			if d.Allowed && d.Mode == leasequota.FailDefault {
+				break
+			}
+			if time.Since(back) > 5*time.Second {
+				t.Fatalf("%s: no lease 5s after Redis came back: %+v", tenant, d)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	t.Logf("leasing resumed %v after the restart", time.Since(back))
+	if l.Degraded() {
+		t.Error("Degraded() = true after recovery")
+	}
+}

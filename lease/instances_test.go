@@ -1,0 +1,73 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/leasequota/leasequota/integration/redistest"
+)
+
+func TestInstanceRegistry(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Client(t)
+	prefix := redistest.Prefix(t)
+	const window = 200 * time.Millisecond
+	a, err := NewClient(rdb, prefix, WithInstance("a", window))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := NewClient(rdb, prefix, WithInstance("b", window))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := NewClient(rdb, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim := Limits{Rate: 1000, Burst: 1000}
+
+	g, err := a.Acquire(ctx, "t", lim, 1)
+	if err != nil || g.Instances != 1 {
+		t.Fatalf("first instance: %+v, %v; want Instances 1", g, err)
+	}
+	res, err := b.AcquireMany(ctx, []Request{{Tenant: "t", Limits: lim, Want: 1}}, nil)
+	if err != nil || res[0].Err != nil || res[0].Grant.Instances != 2 {
+		t.Fatalf("second instance (pipelined): %+v, %v; want Instances 2", res, err)
+	}
+	if g, err := plain.Acquire(ctx, "t", lim, 1); err != nil || g.Instances != 0 {
+		t.Fatalf("client without registry: %+v, %v; want Instances 0", g, err)
+	}
+	ikey := InstancesKey(Key(prefix, "t"))
+	if Slot(ikey) != Slot(Key(prefix, "t")) {
+		t.Errorf("registry key %q is not in the bucket's slot", ikey)
+	}
+	if pttl, _ := rdb.PTTL(ctx, ikey).Result(); pttl <= 0 || pttl > 2*window {
+		t.Errorf("registry PTTL %v, want in (0, %v]", pttl, 2*window)
+	}
+
+	// Once b has not acquired for a whole window, it no longer counts and
+	// its entry is removed.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		g, err := a.Acquire(ctx, "t", lim, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g.Instances == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("instance b still counted 5s after its last acquire (window %v)", window)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n, _ := rdb.HExists(ctx, ikey, "b").Result(); n {
+		t.Error("stale instance b still in the registry")
+	}
+
+	if _, err := NewClient(rdb, prefix, WithInstance("x", 0)); !errors.Is(err, ErrBadRequest) {
+		t.Errorf("zero window: %v, want ErrBadRequest", err)
+	}
+}
