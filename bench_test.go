@@ -6,7 +6,11 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"golang.org/x/time/rate"
 
 	"github.com/leasequota/leasequota"
@@ -29,10 +33,11 @@ import (
 // at least 2^30 tokens, so the request path never runs short.
 var bigQuota = leasequota.Quota{Rate: 1e12, Burst: 1 << 40, MinLease: 1 << 30}
 
-func benchLimiter(b *testing.B) *leasequota.Limiter {
+func benchLimiter(b *testing.B, opts ...leasequota.Option) *leasequota.Limiter {
 	b.Helper()
 	c := redistest.Client(b)
-	l, err := leasequota.New(c, leasequota.WithKeyPrefix(redistest.Prefix(b)), leasequota.WithDefaultQuota(bigQuota))
+	opts = append([]leasequota.Option{leasequota.WithKeyPrefix(redistest.Prefix(b)), leasequota.WithDefaultQuota(bigQuota)}, opts...)
+	l, err := leasequota.New(c, opts...)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -61,6 +66,75 @@ func BenchmarkAllow(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkAllowTelemetry is BenchmarkAllow with a real OpenTelemetry SDK
+// MeterProvider (a reader collecting every 10ms) and TracerProvider
+// installed: the request path records nothing synchronously, so the
+// difference from BenchmarkAllow is noise.
+func BenchmarkAllowTelemetry(b *testing.B) {
+	reader := sdkmetric.NewPeriodicReader(discardExporter{}, sdkmetric.WithInterval(10*time.Millisecond))
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	tp := sdktrace.NewTracerProvider()
+	b.Cleanup(func() {
+		mp.Shutdown(context.Background())
+		tp.Shutdown(context.Background())
+	})
+	l := benchLimiter(b, leasequota.WithMeterProvider(mp), leasequota.WithTracerProvider(tp))
+	if !l.Allow("t") {
+		b.Fatal("first request denied")
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if !l.Allow("t") {
+			b.Fatal("denied")
+		}
+	}
+}
+
+func BenchmarkAllowNTelemetry(b *testing.B) {
+	reader := sdkmetric.NewPeriodicReader(discardExporter{}, sdkmetric.WithInterval(10*time.Millisecond))
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	tp := sdktrace.NewTracerProvider()
+	b.Cleanup(func() {
+		mp.Shutdown(context.Background())
+		tp.Shutdown(context.Background())
+	})
+	l := benchLimiter(b, leasequota.WithMeterProvider(mp), leasequota.WithTracerProvider(tp))
+	benchAllowN(b, l)
+}
+
+func BenchmarkAllowN(b *testing.B) {
+	benchAllowN(b, benchLimiter(b))
+}
+
+func benchAllowN(b *testing.B, l *leasequota.Limiter) {
+	ctx := context.Background()
+	if !l.AllowN(ctx, "t", 1).Allowed {
+		b.Fatal("first request denied")
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if !l.AllowN(ctx, "t", 1).Allowed {
+			b.Fatal("denied")
+		}
+	}
+}
+
+// discardExporter drops metrics: the benchmark measures collection's cost
+// on the limiter, not an exporter's.
+type discardExporter struct{}
+
+func (discardExporter) Temporality(k sdkmetric.InstrumentKind) metricdata.Temporality {
+	return sdkmetric.DefaultTemporalitySelector(k)
+}
+func (discardExporter) Aggregation(k sdkmetric.InstrumentKind) sdkmetric.Aggregation {
+	return sdkmetric.DefaultAggregationSelector(k)
+}
+func (discardExporter) Export(context.Context, *metricdata.ResourceMetrics) error { return nil }
+func (discardExporter) ForceFlush(context.Context) error                          { return nil }
+func (discardExporter) Shutdown(context.Context) error                            { return nil }
 
 func BenchmarkAllowParallel(b *testing.B) {
 	l := benchLimiter(b)

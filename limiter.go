@@ -16,6 +16,7 @@ import (
 
 	"github.com/leasequota/leasequota/lease"
 	"github.com/leasequota/leasequota/syncer"
+	"github.com/leasequota/leasequota/telemetry"
 )
 
 // Limiter enforces per-tenant quotas across every instance that shares its
@@ -31,6 +32,7 @@ type Limiter struct {
 	defaults *syncer.Limits // the default quota's limits, shared by tenants using it
 	defQuota Quota          // the default quota, resolved
 
+	tel    *telemetry.Telemetry
 	stop   context.CancelFunc // ends the syncer's loop
 	group  errgroup.Group     // runs the syncer's loop
 	closed atomic.Bool
@@ -83,6 +85,15 @@ func New(client redis.UniversalClient, opts ...Option) (*Limiter, error) {
 	if cfg.seed != nil {
 		seed = *cfg.seed
 	}
+	l.tel, err = telemetry.New(telemetry.Config{
+		MeterProvider:  cfg.meterProvider,
+		TracerProvider: cfg.tracerProvider,
+		Logger:         cfg.logger,
+		Collect:        l.collect,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("leasequota: creating instruments: %w", err)
+	}
 	planner := syncer.NewPlanner(syncer.Config{Interval: cfg.refreshInterval}, seed)
 	l.sync = syncer.New(leases, l.reg.tenants, syncer.Options{
 		Planner:     planner,
@@ -91,6 +102,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Limiter, error) {
 		IdleTimeout: cfg.idleTimeout,
 		MaxTenants:  cfg.maxTenants,
 		Evict:       l.reg.remove,
+		Telemetry:   l.tel,
 	})
 	ctx, stop := context.WithCancel(context.Background())
 	l.stop = stop
@@ -246,16 +258,21 @@ func (l *Limiter) allowSlow(ctx context.Context, e *entry, n int64) Decision {
 		// Evicted between the lookup and now: start over with a new entry.
 		return l.allowFirst(ctx, e.Name(), n)
 	}
-	l.sync.NoteMiss(&e.Tenant, n)
-	if e.Failing() {
-		// Redis is failing for this tenant: do not wait for it.
-		return l.count(l.degraded(e, n))
-	}
 	reason, wait := ReasonRefilled, l.cfg.maxWait
 	if !e.Leased() {
 		reason, wait = ReasonColdStart, l.cfg.coldStartWait
 	}
-	if wait > 0 {
+	if e.Failing() {
+		// Redis is failing for this tenant: do not wait for it.
+		l.sync.NoteMiss(&e.Tenant, n)
+		return l.count(l.degraded(e, n))
+	}
+	if wait <= 0 {
+		l.sync.NoteMiss(&e.Tenant, n)
+	} else {
+		// The wait below makes the urgent call itself: record the miss
+		// without queueing the tenant for the loop too.
+		e.NoteMiss(n)
 		wctx, cancel := context.WithTimeout(ctx, wait)
 		d, err := l.wait(wctx, e, n, reason)
 		cancel()
@@ -329,14 +346,13 @@ func (l *Limiter) wait(ctx context.Context, e *entry, n int64, reason Reason) (D
 	}()
 	for {
 		if ok, left := e.Tokens.TrySpend(n); ok {
-			e.Admits.Add(1)
 			return Decision{Allowed: true, Remaining: left, Quota: e.quota(), Reason: reason}, nil
 		}
 		if l.closed.Load() {
 			return Decision{}, ErrClosed
 		}
 		select {
-		case r := <-l.sync.Refill(&e.Tenant, n):
+		case r := <-l.sync.Refill(ctx, &e.Tenant, n):
 			if errors.Is(r.Err, syncer.ErrClosed) {
 				return Decision{}, ErrClosed
 			}
@@ -344,7 +360,6 @@ func (l *Limiter) wait(ctx context.Context, e *entry, n int64, reason Reason) (D
 			return Decision{}, ctx.Err()
 		}
 		if ok, left := e.Tokens.TrySpend(n); ok {
-			e.Admits.Add(1)
 			return Decision{Allowed: true, Remaining: left, Quota: e.quota(), Reason: reason}, nil
 		}
 		if e.Failing() {
@@ -475,6 +490,7 @@ func (l *Limiter) Close(ctx context.Context) error {
 		if err := l.sync.ReleaseAll(ctx); err != nil {
 			l.closeErr = fmt.Errorf("leasequota: Close: returning leased tokens: %w", err)
 		}
+		l.tel.Close()
 	})
 	return l.closeErr
 }
@@ -509,6 +525,39 @@ func (l *Limiter) Stats() Stats {
 		s.Allowed[r] = l.decisions[r][1].Load()
 	}
 	return s
+}
+
+// reasonNames and reasonModes label the decisions metric, by Reason.
+var (
+	reasonLabels, reasonModes = func() (names, modes []string) {
+		names = make([]string, numReasons)
+		modes = make([]string, numReasons)
+		for r := Reason(0); r < numReasons; r++ {
+			names[r] = r.String()
+		}
+		modes[ReasonUnavailable] = FailClosed.String()
+		modes[ReasonFallback] = FailLocal.String()
+		modes[ReasonFailOpen] = FailOpen.String()
+		return names, modes
+	}()
+)
+
+// collect fills a telemetry snapshot; the SDK calls it when it collects.
+func (l *Limiter) collect(s *telemetry.Snapshot) {
+	st := l.Stats()
+	st.Allowed[ReasonLeased] += st.Leased
+	s.Allowed = append(s.Allowed, st.Allowed[:]...)
+	s.Denied = append(s.Denied, st.Denied[:]...)
+	s.Reasons = reasonLabels
+	s.ModeOf = reasonModes
+	s.Tenants = int64(l.reg.len())
+	s.Degraded = st.Degraded
+	s.TokensGranted = st.Granted
+	var held int64
+	for t := range l.reg.tenants {
+		held += t.Tokens.Load()
+	}
+	s.TokensSpent = max(st.Granted-st.Returned-held, 0)
 }
 
 // TenantInfo describes one tenant's lease on this instance.

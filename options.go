@@ -4,6 +4,10 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // DefaultKeyPrefix is the prefix of every Redis key unless WithKeyPrefix
@@ -37,6 +41,8 @@ type config struct {
 	maxTenants      int
 	idleTimeout     time.Duration
 	logger          *slog.Logger
+	meterProvider   metric.MeterProvider
+	tracerProvider  trace.TracerProvider
 }
 
 func defaultConfig() config {
@@ -137,6 +143,18 @@ func WithSeed(seed uint64) Option {
 	return func(c *config) { c.seed = &seed }
 }
 
+// WithMeterProvider sets where the limiter's metrics go (default the otel
+// global MeterProvider at New). docs/metrics.md lists the instruments.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return func(c *config) { c.meterProvider = mp }
+}
+
+// WithTracerProvider sets where the spans of sync rounds and Redis calls go
+// (default the otel global TracerProvider at New).
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(c *config) { c.tracerProvider = tp }
+}
+
 func (c *config) validate() error {
 	if c.defaultQuota == nil && c.quotaFunc == nil {
 		return fmt.Errorf("%w: no quota: give WithDefaultQuota or WithQuotaFunc", ErrInvalidOption)
@@ -169,6 +187,12 @@ func (c *config) validate() error {
 	}
 	if c.logger == nil {
 		c.logger = slog.Default()
+	}
+	if c.meterProvider == nil {
+		c.meterProvider = otel.GetMeterProvider()
+	}
+	if c.tracerProvider == nil {
+		c.tracerProvider = otel.GetTracerProvider()
 	}
 	if c.redisTimeoutSet && c.redisTimeout <= 0 {
 		return fmt.Errorf("%w: WithRedisTimeout(%v): want > 0", ErrInvalidOption, c.redisTimeout)

@@ -16,8 +16,12 @@ import (
 	"golang.org/x/sync/semaphore"
 	"golang.org/x/sync/singleflight"
 
+	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/leasequota/leasequota/bucket"
 	"github.com/leasequota/leasequota/lease"
+	"github.com/leasequota/leasequota/telemetry"
 )
 
 // ErrClosed is returned by Refill after Close.
@@ -57,6 +61,10 @@ type Options struct {
 	// MaxTenants, when positive, is the most tenants kept: each round
 	// evicts the least recently active beyond it.
 	MaxTenants int
+	// Telemetry records spans, metrics and logs of rounds and calls; nil
+	// records nothing.
+	Telemetry *telemetry.Telemetry
+
 	// Evict is called after a round with the tenants it evicted, whose
 	// tokens were already drained; the owner of the tenant set removes
 	// them. Required when IdleTimeout or MaxTenants can evict.
@@ -313,21 +321,36 @@ func (s *Syncer) Round(ctx context.Context, tenants iter.Seq[*Tenant]) {
 			s.opts.Evict(evict)
 		}
 	}
+	if len(releases) == 0 && len(jobs) == 0 {
+		return
+	}
+	ctx, round := s.opts.Telemetry.StartRound(ctx, false)
+	defer s.endRound(round)
 	if len(releases) > 0 {
-		s.release(ctx, releases)
+		round.Returned, _ = s.release(ctx, round, releases)
 	}
 	if len(jobs) == 0 {
 		return
 	}
 	var g errgroup.Group
+	var mu sync.Mutex // guards round's totals
 	for start := 0; start < len(jobs); start += s.opts.BatchSize {
 		chunk := jobs[start:min(start+s.opts.BatchSize, len(jobs))]
 		g.Go(func() error {
-			s.acquire(ctx, now, chunk)
+			tot := s.acquire(ctx, now, chunk)
+			mu.Lock()
+			round.Add(tot)
+			mu.Unlock()
 			return nil
 		})
 	}
 	g.Wait()
+}
+
+// endRound ends a round's span and records its lease totals.
+func (s *Syncer) endRound(r *telemetry.Round) {
+	s.opts.Telemetry.Leases(r.Tenants, r.Requested, r.Granted, r.Returned)
+	r.End()
 }
 
 // evictLocked marks t evicted and drains its tokens, returning how many to
@@ -363,8 +386,8 @@ func (s *Syncer) planWith(t *Tenant, now time.Time, in Input) (Action, int64) {
 }
 
 // acquire runs one pipeline for jobs and applies the results, unlocking
-// each job's tenant.
-func (s *Syncer) acquire(ctx context.Context, now time.Time, jobs []job) {
+// each job's tenant. It returns the totals for the round's span.
+func (s *Syncer) acquire(ctx context.Context, now time.Time, jobs []job) (tot telemetry.Round) {
 	defer func() {
 		for _, j := range jobs {
 			j.t.mu.Unlock()
@@ -374,9 +397,10 @@ func (s *Syncer) acquire(ctx context.Context, now time.Time, jobs []job) {
 	for i, j := range jobs {
 		reqs[i] = lease.Request{Tenant: j.t.name, Limits: j.t.limits.Bucket(), Want: j.want}
 	}
-	results, err := s.call(ctx, func(ctx context.Context) ([]lease.Result, error) {
+	results, err := s.call(ctx, telemetry.OpAcquire, len(reqs), func(ctx context.Context) ([]lease.Result, error) {
 		return s.client.AcquireMany(ctx, reqs, nil)
 	})
+	tot.Calls = 1
 	for i, j := range jobs {
 		var r lease.Result
 		if err != nil {
@@ -384,19 +408,31 @@ func (s *Syncer) acquire(ctx context.Context, now time.Time, jobs []job) {
 		} else {
 			r = results[i]
 		}
-		s.apply(j.t, now, j.want, r)
+		s.apply(ctx, j.t, now, j.want, r)
+		tot.Tenants++
+		tot.Requested += j.want
+		if r.Err != nil {
+			tot.Failed++
+		} else {
+			tot.Granted += r.Grant.Granted
+		}
 	}
+	return tot
 }
 
-// call runs one Redis round trip under the concurrency bound and the call
-// deadline.
-func (s *Syncer) call(ctx context.Context, f func(context.Context) ([]lease.Result, error)) ([]lease.Result, error) {
+// call runs one Redis round trip of op (size commands) under the
+// concurrency bound, the call deadline and the circuit breaker, in a span.
+// f's error must be a failure of the round trip as a whole (Redis not
+// answering), not an error reply about one tenant: only the former trips
+// the breaker.
+func (s *Syncer) call(ctx context.Context, op string, size int, f func(context.Context) ([]lease.Result, error)) ([]lease.Result, error) {
 	if err := s.sem.Acquire(ctx, 1); err != nil {
 		return nil, err
 	}
 	defer s.sem.Release(1)
 	ctx, cancel := context.WithTimeout(ctx, s.opts.CallTimeout)
 	defer cancel()
+	ctx, span := s.opts.Telemetry.StartCall(ctx, op, size)
 	res, err := s.breaker.Execute(func() ([]lease.Result, error) {
 		s.calls.Add(1)
 		res, err := f(ctx)
@@ -405,11 +441,22 @@ func (s *Syncer) call(ctx context.Context, f func(context.Context) ([]lease.Resu
 		}
 		return res, err
 	})
+	span.End(err)
 	return res, err
 }
 
+// wholeFailure returns err when it means Redis did not answer (as opposed
+// to an error reply about one command), else nil.
+func wholeFailure(err error) error {
+	var rerr redis.Error
+	if err == nil || errors.As(err, &rerr) || errors.Is(err, lease.ErrBadRequest) || errors.Is(err, lease.ErrBadReply) {
+		return nil
+	}
+	return err
+}
+
 // apply records the result of a lease call for t, whose lock is held.
-func (s *Syncer) apply(t *Tenant, now time.Time, want int64, r lease.Result) {
+func (s *Syncer) apply(ctx context.Context, t *Tenant, now time.Time, want int64, r lease.Result) {
 	s.requested.Add(want)
 	if r.Err != nil {
 		s.errs.Add(1)
@@ -429,7 +476,7 @@ func (s *Syncer) apply(t *Tenant, now time.Time, want int64, r lease.Result) {
 	}
 	if t.evicted.Load() {
 		// Evicted while the call was in flight: nobody will spend these.
-		s.release(s.ctx, []lease.ReleaseRequest{{Tenant: t.name, Limits: t.limits.Bucket(), Amount: r.Grant.Granted}})
+		s.release(ctx, nil, []lease.ReleaseRequest{{Tenant: t.name, Limits: t.limits.Bucket(), Amount: r.Grant.Granted}})
 		return
 	}
 	g := r.Grant
@@ -442,31 +489,52 @@ func (s *Syncer) apply(t *Tenant, now time.Time, want int64, r lease.Result) {
 	t.leased.Store(true)
 	t.failing.Store(false)
 	t.fallback.Store(nil)
+	s.opts.Telemetry.LeaseGranted(ctx, t.name, want, g.Granted, level, g.Tokens)
 }
 
 // release returns tokens to Redis. Tokens whose release fails are lost to
 // the global bucket until it refills: that costs utilization, never the
 // bound.
-func (s *Syncer) release(ctx context.Context, reqs []lease.ReleaseRequest) error {
-	var errs []error
+// It returns the tokens returned, and counts a call per pipeline in
+// round (which may be nil).
+func (s *Syncer) release(ctx context.Context, round *telemetry.Round, reqs []lease.ReleaseRequest) (int64, error) {
+	var (
+		errs     []error
+		returned int64
+	)
 	for start := 0; start < len(reqs); start += s.opts.BatchSize {
 		chunk := reqs[start:min(start+s.opts.BatchSize, len(reqs))]
-		_, err := s.call(ctx, func(ctx context.Context) ([]lease.Result, error) {
+		_, err := s.call(ctx, telemetry.OpRelease, len(chunk), func(ctx context.Context) ([]lease.Result, error) {
+			var whole error
+			answered := false
 			for i, err := range s.client.ReleaseMany(ctx, chunk) {
-				if err != nil {
+				switch {
+				case err == nil:
+					answered = true
+					returned += chunk[i].Amount
+					s.returned.Add(chunk[i].Amount)
+				case wholeFailure(err) == nil:
+					answered = true
+					fallthrough
+				default:
 					s.errs.Add(1)
 					errs = append(errs, err)
-				} else {
-					s.returned.Add(chunk[i].Amount)
+					whole = err
 				}
 			}
-			return nil, nil
+			if answered {
+				return nil, nil
+			}
+			return nil, whole
 		})
-		if err != nil {
+		if round != nil {
+			round.Calls++
+		}
+		if err != nil && len(errs) == 0 {
 			errs = append(errs, err)
 		}
 	}
-	return errors.Join(errs...)
+	return returned, errors.Join(errs...)
 }
 
 // Refill makes an urgent lease call for t now, joining one already in
@@ -479,13 +547,17 @@ func (s *Syncer) release(ctx context.Context, reqs []lease.ReleaseRequest) error
 // need is the tokens the caller is waiting for: the call asks for at least
 // that many beyond what the tenant holds. Callers coalesced into one call
 // share the first caller's need.
-func (s *Syncer) Refill(t *Tenant, need int64) <-chan singleflight.Result {
+//
+// The call's span links to the span in ctx, if any: the request that
+// asked for it. ctx does not bound the call (other callers may share it);
+// callers stop waiting on their own.
+func (s *Syncer) Refill(ctx context.Context, t *Tenant, need int64) <-chan singleflight.Result {
 	return s.sf.DoChan(t.name, func() (any, error) {
-		return nil, s.refill(t, need)
+		return nil, s.refill(trace.LinkFromContext(ctx), t, need)
 	})
 }
 
-func (s *Syncer) refill(t *Tenant, need int64) error {
+func (s *Syncer) refill(link trace.Link, t *Tenant, need int64) error {
 	s.closeMu.RLock()
 	if s.closed {
 		s.closeMu.RUnlock()
@@ -505,21 +577,34 @@ func (s *Syncer) refill(t *Tenant, need int64) error {
 	in.Urgent = true
 	in.Need = max(in.Need, need)
 	a, rel := s.planWith(t, now, in)
+	if rel == 0 && a.Acquire == 0 {
+		return nil
+	}
+	var links []trace.Link
+	if link.SpanContext.IsValid() {
+		links = append(links, link)
+	}
+	ctx, round := s.opts.Telemetry.StartRound(s.ctx, true, links...)
+	defer s.endRound(round)
 	if rel > 0 {
-		s.release(s.ctx, []lease.ReleaseRequest{{Tenant: t.name, Limits: t.limits.Bucket(), Amount: rel}})
+		round.Returned, _ = s.release(ctx, round, []lease.ReleaseRequest{{Tenant: t.name, Limits: t.limits.Bucket(), Amount: rel}})
 	}
 	if a.Acquire == 0 {
 		return nil
 	}
 	var r lease.Result
-	_, err := s.call(s.ctx, func(ctx context.Context) ([]lease.Result, error) {
+	_, err := s.call(ctx, telemetry.OpAcquire, 1, func(ctx context.Context) ([]lease.Result, error) {
 		r.Grant, r.Err = s.client.Acquire(ctx, t.name, t.limits.Bucket(), a.Acquire)
-		return nil, nil
+		return nil, wholeFailure(r.Err)
 	})
 	if err != nil {
 		r.Err = err
 	}
-	s.apply(t, now, a.Acquire, r)
+	s.apply(ctx, t, now, a.Acquire, r)
+	round.Add(telemetry.Round{Tenants: 1, Calls: 1, Requested: a.Acquire, Granted: r.Grant.Granted})
+	if r.Err != nil {
+		round.Failed++
+	}
 	return r.Err
 }
 
@@ -548,5 +633,9 @@ func (s *Syncer) ReleaseAll(ctx context.Context) error {
 	if len(reqs) == 0 {
 		return nil
 	}
-	return s.release(ctx, reqs)
+	ctx, round := s.opts.Telemetry.StartRound(ctx, false)
+	defer s.endRound(round)
+	var err error
+	round.Returned, err = s.release(ctx, round, reqs)
+	return err
 }

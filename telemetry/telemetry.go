@@ -1,0 +1,349 @@
+// Package telemetry holds leasequota's OpenTelemetry instruments and spans
+// and its structured logs.
+//
+// Instruments are created once, in New; attribute sets are built once too,
+// so recording allocates nothing beyond what the SDK does. The request path
+// never calls into this package: decisions are counted with atomics by the
+// limiter and reported here through observable instruments, read when the
+// SDK collects. Only the syncer records synchronously, once per Redis call.
+//
+// A nil *Telemetry is valid and records nothing, so the parts that use it
+// can be tested without one.
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Instrumentation scope of every instrument, span and log.
+const (
+	ScopeName    = "github.com/leasequota/leasequota"
+	ScopeVersion = "0.1.0"
+)
+
+// Operations of Redis calls, the values of the "operation" attribute.
+const (
+	OpAcquire = "acquire"
+	OpRelease = "release"
+)
+
+// Snapshot is what the limiter reports when the SDK collects.
+type Snapshot struct {
+	// Decisions by reason and outcome; Reasons names reason i.
+	Allowed, Denied []int64
+	Reasons         []string
+	// ModeOf gives the failure mode attribute of reason i ("" for none).
+	ModeOf []string
+	// Tenants tracked now.
+	Tenants int64
+	// Degraded is true while Redis calls fail.
+	Degraded bool
+	// Lease tokens: granted by Redis and spent by requests, since start.
+	TokensGranted, TokensSpent int64
+}
+
+// Config is what New needs. Zero fields take the otel globals and
+// slog.Default: see the limiter's options.
+type Config struct {
+	MeterProvider  metric.MeterProvider
+	TracerProvider trace.TracerProvider
+	Logger         *slog.Logger
+	// Collect fills a Snapshot; called from the SDK's collection.
+	Collect func(*Snapshot)
+}
+
+// Telemetry records what a limiter does. Its methods are safe for
+// concurrent use.
+type Telemetry struct {
+	tracer trace.Tracer
+	logger *slog.Logger
+
+	leaseRequests metric.Int64Counter
+	leaseTokens   metric.Int64Counter
+	callDuration  metric.Float64Histogram
+	callErrors    metric.Int64Counter
+	reg           metric.Registration
+
+	// Attribute sets, built once.
+	requested, granted, returned metric.AddOption
+	opAttrs                      map[string]metric.MeasurementOption
+
+	lastErrLog atomic.Int64 // unix nanoseconds of the last Redis error logged
+}
+
+// New creates the instruments and registers the observable ones, which
+// call cfg.Collect. Call Close to unregister them.
+func New(cfg Config) (*Telemetry, error) {
+	meter := cfg.MeterProvider.Meter(ScopeName, metric.WithInstrumentationVersion(ScopeVersion))
+	t := &Telemetry{
+		tracer: cfg.TracerProvider.Tracer(ScopeName, trace.WithInstrumentationVersion(ScopeVersion)),
+		logger: cfg.Logger,
+	}
+	var err error
+	add := func(e error) {
+		if err == nil {
+			err = e
+		}
+	}
+	var e error
+	t.leaseRequests, e = meter.Int64Counter("leasequota.lease.requests",
+		metric.WithUnit("{request}"), metric.WithDescription("Lease requests (one tenant's acquire) sent to Redis."))
+	add(e)
+	t.leaseTokens, e = meter.Int64Counter("leasequota.lease.tokens",
+		metric.WithUnit("{token}"), metric.WithDescription("Tokens asked for, granted by and returned to the global buckets, by direction."))
+	add(e)
+	t.callDuration, e = meter.Float64Histogram("leasequota.redis.duration",
+		metric.WithUnit("s"), metric.WithDescription("Duration of Redis round trips (a pipeline counts once), by operation."),
+		metric.WithExplicitBucketBoundaries(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1))
+	add(e)
+	t.callErrors, e = meter.Int64Counter("leasequota.redis.errors",
+		metric.WithUnit("{error}"), metric.WithDescription("Failed Redis round trips, by operation and error.type."))
+	add(e)
+	decisions, e := meter.Int64ObservableCounter("leasequota.decisions",
+		metric.WithUnit("{decision}"), metric.WithDescription("Decisions by outcome, reason and failure mode."))
+	add(e)
+	tenants, e := meter.Int64ObservableUpDownCounter("leasequota.tenants",
+		metric.WithUnit("{tenant}"), metric.WithDescription("Tenants tracked by this limiter."))
+	add(e)
+	degraded, e := meter.Int64ObservableGauge("leasequota.degraded",
+		metric.WithUnit("1"), metric.WithDescription("1 while Redis calls fail (breaker open or probing), else 0."))
+	add(e)
+	utilization, e := meter.Float64ObservableGauge("leasequota.lease.utilization",
+		metric.WithUnit("1"), metric.WithDescription("Tokens spent by requests over tokens granted by Redis, since start."))
+	add(e)
+	if err != nil {
+		return nil, err
+	}
+	t.requested = metric.WithAttributeSet(attribute.NewSet(attribute.String("direction", "requested")))
+	t.granted = metric.WithAttributeSet(attribute.NewSet(attribute.String("direction", "granted")))
+	t.returned = metric.WithAttributeSet(attribute.NewSet(attribute.String("direction", "returned")))
+	t.opAttrs = map[string]metric.MeasurementOption{
+		OpAcquire: metric.WithAttributeSet(attribute.NewSet(attribute.String("operation", OpAcquire))),
+		OpRelease: metric.WithAttributeSet(attribute.NewSet(attribute.String("operation", OpRelease))),
+	}
+
+	// The decision attribute sets depend on the reasons the limiter
+	// reports; build them on first collection and keep them.
+	var sets []metric.ObserveOption
+	var snap Snapshot
+	t.reg, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		snap = Snapshot{Allowed: snap.Allowed[:0], Denied: snap.Denied[:0]}
+		cfg.Collect(&snap)
+		if sets == nil {
+			for i, r := range snap.Reasons {
+				for _, outcome := range []string{"denied", "allowed"} {
+					attrs := []attribute.KeyValue{attribute.String("outcome", outcome), attribute.String("reason", r)}
+					if i < len(snap.ModeOf) && snap.ModeOf[i] != "" {
+						attrs = append(attrs, attribute.String("mode", snap.ModeOf[i]))
+					}
+					sets = append(sets, metric.WithAttributeSet(attribute.NewSet(attrs...)))
+				}
+			}
+		}
+		for i := range snap.Reasons {
+			// Report only what happened: zero series would crowd the
+			// backend with reasons that never occur.
+			if i < len(snap.Denied) && snap.Denied[i] > 0 {
+				o.ObserveInt64(decisions, snap.Denied[i], sets[2*i])
+			}
+			if i < len(snap.Allowed) && snap.Allowed[i] > 0 {
+				o.ObserveInt64(decisions, snap.Allowed[i], sets[2*i+1])
+			}
+		}
+		o.ObserveInt64(tenants, snap.Tenants)
+		var d int64
+		if snap.Degraded {
+			d = 1
+		}
+		o.ObserveInt64(degraded, d)
+		if snap.TokensGranted > 0 {
+			o.ObserveFloat64(utilization, float64(snap.TokensSpent)/float64(snap.TokensGranted))
+		}
+		return nil
+	}, decisions, tenants, degraded, utilization)
+	if err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// Close unregisters the observable instruments.
+func (t *Telemetry) Close() error {
+	if t == nil || t.reg == nil {
+		return nil
+	}
+	return t.reg.Unregister()
+}
+
+// Round is one sync round's span and what it did.
+type Round struct {
+	span      trace.Span
+	Tenants   int   // tenants refreshed (lease requests)
+	Requested int64 // tokens asked for
+	Granted   int64 // tokens granted
+	Returned  int64 // tokens returned
+	Calls     int   // Redis round trips
+	Failed    int   // lease requests that failed
+}
+
+// StartRound starts the span of a sync round; links, if any, are spans of
+// requests that asked for it (an urgent refill). It returns ctx carrying
+// the span, for the calls of the round.
+func (t *Telemetry) StartRound(ctx context.Context, urgent bool, links ...trace.Link) (context.Context, *Round) {
+	if t == nil {
+		return ctx, &Round{}
+	}
+	ctx, span := t.tracer.Start(ctx, "leasequota.sync", trace.WithSpanKind(trace.SpanKindInternal),
+		trace.WithLinks(links...), trace.WithAttributes(attribute.Bool("leasequota.urgent", urgent)))
+	return ctx, &Round{span: span}
+}
+
+// Add adds the totals of part of the round.
+func (r *Round) Add(o Round) {
+	r.Tenants += o.Tenants
+	r.Requested += o.Requested
+	r.Granted += o.Granted
+	r.Returned += o.Returned
+	r.Calls += o.Calls
+	r.Failed += o.Failed
+}
+
+// End ends the round's span with its totals and outcome.
+func (r *Round) End() {
+	if r.span == nil {
+		return
+	}
+	r.span.SetAttributes(
+		attribute.Int("leasequota.tenants", r.Tenants),
+		attribute.Int64("leasequota.tokens.requested", r.Requested),
+		attribute.Int64("leasequota.tokens.granted", r.Granted),
+		attribute.Int64("leasequota.tokens.returned", r.Returned),
+		attribute.Int("leasequota.redis.calls", r.Calls),
+	)
+	if r.Failed > 0 {
+		r.span.SetStatus(codes.Error, "lease requests failed")
+		r.span.SetAttributes(attribute.Int("leasequota.failed", r.Failed))
+	}
+	r.span.End()
+}
+
+// Call is one Redis round trip in flight.
+type Call struct {
+	t     *Telemetry
+	span  trace.Span
+	op    string
+	start time.Time
+}
+
+// StartCall starts the span of one Redis round trip of op with size
+// commands (the pipeline size).
+func (t *Telemetry) StartCall(ctx context.Context, op string, size int) (context.Context, *Call) {
+	if t == nil {
+		return ctx, &Call{}
+	}
+	ctx, span := t.tracer.Start(ctx, "leasequota.redis "+op, trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attribute.String("db.system.name", "redis"), attribute.String("operation", op),
+			attribute.Int("leasequota.pipeline.size", size)))
+	return ctx, &Call{t: t, span: span, op: op, start: time.Now()}
+}
+
+// End records the call's duration and error, and ends its span.
+func (c *Call) End(err error) {
+	if c.t == nil {
+		return
+	}
+	opt := c.t.opAttrs[c.op]
+	c.t.callDuration.Record(context.Background(), time.Since(c.start).Seconds(), opt)
+	if err != nil {
+		kind := ErrorType(err)
+		c.t.callErrors.Add(context.Background(), 1, metric.WithAttributes(
+			attribute.String("operation", c.op), attribute.String("error.type", kind)))
+		c.span.SetStatus(codes.Error, err.Error())
+		c.span.SetAttributes(attribute.String("error.type", kind))
+		c.t.logError(c.op, kind, err)
+	}
+	c.span.End()
+}
+
+// logError logs a Redis error at most once a second.
+func (t *Telemetry) logError(op, kind string, err error) {
+	now := time.Now().UnixNano()
+	last := t.lastErrLog.Load()
+	if now-last < int64(time.Second) || !t.lastErrLog.CompareAndSwap(last, now) {
+		return
+	}
+	t.logger.Warn("leasequota: Redis call failed", "operation", op, "error.type", kind, "error", err)
+}
+
+// ErrorType classifies a Redis call's error for the error.type attribute:
+// timeout, canceled, connection, breaker_open, noscript, script, or other.
+func ErrorType(err error) string {
+	var ne net.Error
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded):
+		return "timeout"
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	case strings.Contains(err.Error(), "circuit breaker is open"), strings.Contains(err.Error(), "too many requests"):
+		return "breaker_open"
+	case errors.As(err, &ne) && ne.Timeout():
+		return "timeout"
+	case errors.As(err, &ne), strings.Contains(err.Error(), "connection refused"), strings.Contains(err.Error(), "EOF"):
+		return "connection"
+	case strings.Contains(err.Error(), "NOSCRIPT"):
+		return "noscript"
+	case strings.Contains(err.Error(), "leasequota:"):
+		return "script"
+	}
+	return "other"
+}
+
+// Leases records lease requests and tokens (asked for, granted, returned).
+func (t *Telemetry) Leases(requests int, requested, granted, returned int64) {
+	if t == nil {
+		return
+	}
+	ctx := context.Background()
+	if requests > 0 {
+		t.leaseRequests.Add(ctx, int64(requests))
+	}
+	if requested > 0 {
+		t.leaseTokens.Add(ctx, requested, t.requested)
+	}
+	if granted > 0 {
+		t.leaseTokens.Add(ctx, granted, t.granted)
+	}
+	if returned > 0 {
+		t.leaseTokens.Add(ctx, returned, t.returned)
+	}
+}
+
+// LeaseGranted logs one tenant's lease at Debug: the tenant, what was asked
+// and granted, the tokens this instance now holds and the tokens left in
+// the global bucket.
+func (t *Telemetry) LeaseGranted(ctx context.Context, tenant string, asked, granted, held int64, global float64) {
+	if t == nil || !t.logger.Enabled(ctx, slog.LevelDebug) {
+		return
+	}
+	if len(tenant) > 64 {
+		tenant = tenant[:64] + "…"
+	}
+	t.logger.LogAttrs(ctx, slog.LevelDebug, "leasequota: lease",
+		slog.String("tenant", tenant), slog.Int64("asked", asked), slog.Int64("granted", granted),
+		slog.Int64("held", held), slog.Float64("global_tokens_left", global))
+}
+
+// Logger returns the logger.
+func (t *Telemetry) Logger() *slog.Logger { return t.logger }
