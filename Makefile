@@ -1,18 +1,29 @@
 # make test   - make sure a Redis can be had, then vet and run every test
-#               (race detector on, integration tests included)
+#               (race detector on, integration tests included), the nested
+#               grpcquota module's too, and each fuzz target briefly
 # make bench  - run the benchmarks
 GO ?= go
+FUZZTIME ?= 10s
 
-.PHONY: test redis vet bench
+.PHONY: test redis vet unit grpc fuzz bench
 
-test: redis vet
-	$(GO) test -race -count=1 ./...
+test: redis vet unit grpc fuzz
 
 redis:
 	@bash scripts/ensure-redis.sh
 
 vet:
 	$(GO) vet ./...
+	cd grpcquota && $(GO) vet ./...
+
+unit:
+	$(GO) test -race -count=1 ./...
+
+grpc:
+	cd grpcquota && $(GO) test -race -count=1 ./...
+
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzKey$$' -fuzztime $(FUZZTIME) ./lease
 
 bench: redis
 	$(GO) test -run '^$$' -bench . -benchmem ./...

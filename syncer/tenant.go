@@ -94,19 +94,21 @@ func (t *Tenant) Evicted() bool { return t.evicted.Load() }
 func (t *Tenant) Fallback() *bucket.TokenBucket { return t.fallback.Load() }
 
 // RetryAfter estimates how long after now a request for n tokens could
-// succeed: the time the global bucket needs to hold n tokens, as last seen
-// and refilled at the tenant's rate since, and no earlier than the next
-// lease call may be made.
+// succeed: the time the global bucket needs to hold what this instance
+// lacks of n, as last seen and refilled at the tenant's rate since, and no
+// earlier than the next lease call may be made.
 func (t *Tenant) RetryAfter(now time.Time, n int64) time.Duration {
 	var wait time.Duration
 	rate := t.limits.Rate
+	// Tokens held here count toward n: only the rest must come from Redis.
+	n -= t.Tokens.Load()
 	if at := t.globalAt.Load(); at != 0 {
 		tokens := math.Float64frombits(t.globalTokens.Load())
 		tokens += float64(now.UnixNano()-at) / 1e9 * rate
 		if short := float64(n) - tokens; short > 0 {
 			wait = durationCeil(short / rate)
 		}
-	} else {
+	} else if n > 0 {
 		wait = durationCeil(float64(n) / rate)
 	}
 	if r := time.Duration(t.retryAt.Load() - now.UnixNano()); r > wait {

@@ -1,0 +1,37 @@
+// Package grpcquota rate limits a gRPC server with a
+// [leasequota.Limiter]: unary and stream server interceptors keyed by the
+// peer's IP address (default), a request metadata key (an API key, say),
+// or any function of the call.
+//
+// It is a module of its own, github.com/leasequota/leasequota/grpcquota,
+// so that users of leasequota who do not use gRPC do not depend on it.
+//
+// As with the HTTP middleware (package middleware), each call is decided
+// locally from the tokens this instance has leased; when the lease is
+// exhausted the call may wait up to [WithMaxWait] (default 100 ms) for a
+// fresh one, when the Limiter estimates that it can come in time. A stream
+// is charged once, when it opens.
+//
+// A refused call ends with status codes.ResourceExhausted, whose details
+// carry an errdetails.RetryInfo (the estimated wait) and an
+// errdetails.QuotaFailure naming the policy. Other outcomes:
+//
+//   - cost above the key's Burst, never admissible: ResourceExhausted with
+//     QuotaFailure and no RetryInfo;
+//   - cost 0: the call is exempt; a negative cost, or an invalid quota for
+//     the key: codes.Internal;
+//   - Redis unreachable: the Limiter's failure mode decides first; a call
+//     it admits without a lease proceeds (the rate limit metadata then has
+//     no "ratelimit"), a refusal by the local fallback bucket is
+//     ResourceExhausted as above;
+//   - Redis unreachable in fail-closed mode, or the Limiter closed: per
+//     [WithDegradedMode], codes.Unavailable with RetryInfo (the default),
+//     or the call proceeds;
+//   - the Limiter tracking too many keys to take a new one:
+//     codes.Unavailable with RetryInfo;
+//   - shadow mode ([WithShadow]): counted, never refused.
+//
+// With [WithRateLimitMetadata] the server also sends the header metadata
+// "ratelimit-policy" and "ratelimit", with the values the HTTP middleware
+// gives the fields of draft-ietf-httpapi-ratelimit-headers.
+package grpcquota

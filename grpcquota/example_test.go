@@ -1,0 +1,54 @@
+package grpcquota_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"net"
+
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/peer"
+
+	"github.com/leasequota/leasequota"
+	"github.com/leasequota/leasequota/grpcquota"
+)
+
+// Limit every client of a gRPC server, by API key where the call carries
+// one and by peer address otherwise. It needs a Redis server, so it is
+// compiled but not run.
+func ExampleUnaryServerInterceptor() {
+	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+	defer rdb.Close()
+	l, err := leasequota.New(rdb, leasequota.WithDefaultQuota(leasequota.Quota{Rate: 50, Burst: 100}))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close(context.Background())
+
+	opts := []grpcquota.Option{grpcquota.WithMetadataKey("x-api-key"), grpcquota.WithRateLimitMetadata()}
+	srv := grpc.NewServer(
+		grpc.ChainUnaryInterceptor(grpcquota.UnaryServerInterceptor(l, opts...)),
+		grpc.ChainStreamInterceptor(grpcquota.StreamServerInterceptor(l, opts...)),
+	)
+	lis, err := net.Listen("tcp", ":50051")
+	if err != nil {
+		log.Fatal(err)
+	}
+	log.Fatal(srv.Serve(lis))
+}
+
+// PeerKey is the default key: the peer's IP address, without port.
+func ExamplePeerKey() {
+	ctx := peer.NewContext(context.Background(), &peer.Peer{
+		Addr: &net.TCPAddr{IP: net.ParseIP("::ffff:192.0.2.7"), Port: 53211},
+	})
+	fmt.Println(grpcquota.PeerKey(ctx))
+	ctx = peer.NewContext(context.Background(), &peer.Peer{
+		Addr: &net.TCPAddr{IP: net.ParseIP("2001:db8::5"), Port: 443},
+	})
+	fmt.Println(grpcquota.PeerKey(ctx))
+	// Output:
+	// 192.0.2.7
+	// 2001:db8::5
+}

@@ -1,0 +1,78 @@
+package middleware_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/leasequota/leasequota"
+	"github.com/leasequota/leasequota/middleware"
+)
+
+// The overhead of the middleware per request: compare BenchmarkMiddleware
+// with BenchmarkBareHandler. The key holds a large lease, so every request
+// is decided locally; the request is built once and the recorder reused
+// (its header map cleared), as a server reuses little per request.
+
+var bareHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})
+
+func benchServe(b *testing.B, h http.Handler) {
+	req := httptest.NewRequest(http.MethodGet, "/", nil) // RemoteAddr 192.0.2.1:1234
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req) // the key's first lease
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		clear(rec.HeaderMap)
+		h.ServeHTTP(rec, req)
+	}
+	b.StopTimer()
+	if rec.Code != http.StatusOK {
+		b.Fatalf("status %d", rec.Code)
+	}
+}
+
+func benchLimiter(b *testing.B) *leasequota.Limiter {
+	return newLimiter(b, leasequota.WithDefaultQuota(leasequota.Quota{Rate: 1e9, Burst: 1 << 40}))
+}
+
+func BenchmarkBareHandler(b *testing.B) {
+	benchServe(b, bareHandler)
+}
+
+func BenchmarkMiddleware(b *testing.B) {
+	benchServe(b, middleware.New(benchLimiter(b))(bareHandler))
+}
+
+func BenchmarkMiddlewareLegacyHeaders(b *testing.B) {
+	benchServe(b, middleware.New(benchLimiter(b), middleware.WithLegacyHeaders())(bareHandler))
+}
+
+func BenchmarkMiddlewareAPIKey(b *testing.B) {
+	h := middleware.New(benchLimiter(b), middleware.WithHeaderKey("X-Api-Key"))(bareHandler)
+	req := httptest.NewRequest(http.MethodGet, "/", nil)
+	req.Header.Set("X-Api-Key", "k-123")
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		clear(rec.HeaderMap)
+		h.ServeHTTP(rec, req)
+	}
+}
+
+func BenchmarkMiddlewareParallel(b *testing.B) {
+	h := middleware.New(benchLimiter(b))(bareHandler)
+	h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/", nil))
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		req := httptest.NewRequest(http.MethodGet, "/", nil)
+		rec := httptest.NewRecorder()
+		for pb.Next() {
+			clear(rec.HeaderMap)
+			h.ServeHTTP(rec, req)
+		}
+	})
+}

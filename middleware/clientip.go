@@ -1,0 +1,310 @@
+package middleware
+
+import (
+	"net"
+	"net/http"
+	"net/netip"
+	"net/textproto"
+	"strings"
+)
+
+// ProxyHeader names the request header that trusted reverse proxies write
+// the client's address into.
+type ProxyHeader uint8
+
+const (
+	// Forwarded is the RFC 7239 Forwarded header: the "for" parameter of
+	// each element.
+	Forwarded ProxyHeader = iota + 1
+	// XForwardedFor is the de facto X-Forwarded-For header: a comma
+	// separated list of addresses.
+	XForwardedFor
+)
+
+// String returns the header's name.
+func (h ProxyHeader) String() string {
+	switch h {
+	case Forwarded:
+		return "Forwarded"
+	case XForwardedFor:
+		return "X-Forwarded-For"
+	}
+	return "ProxyHeader(?)"
+}
+
+// ClientIP returns the address of the client that sent r, and false when
+// r.RemoteAddr is not an IP address (a Unix socket, say).
+//
+// When RemoteAddr is not in one of the trusted prefixes (or none are
+// given), the headers are ignored and RemoteAddr is the client. Otherwise
+// the addresses in header h (all its lines, in order) are walked right to
+// left, skipping those in a trusted prefix: the first untrusted one is the
+// client. When every listed address is trusted, the leftmost is the
+// client. When the header is missing or empty, or an entry the walk
+// reaches is not an IP address (malformed, "unknown", an obfuscated
+// identifier, an element without "for"), the walk gives up and RemoteAddr
+// is the client.
+//
+// Addresses may carry a port ("192.0.2.1:80", "[2001:db8::1]:80");
+// IPv4-mapped IPv6 addresses are returned as IPv4, without zone.
+func ClientIP(r *http.Request, h ProxyHeader, trusted []netip.Prefix) (netip.Addr, bool) {
+	remote, ok := parseRemote(r.RemoteAddr)
+	if !ok {
+		return netip.Addr{}, false
+	}
+	if !contains(trusted, remote) {
+		return remote, true
+	}
+	if a, ok := fromHeader(r.Header, h, trusted); ok {
+		return a, true
+	}
+	return remote, true
+}
+
+// parseRemote parses a RemoteAddr: "ip:port", "[ipv6]:port" or a bare IP.
+func parseRemote(s string) (netip.Addr, bool) {
+	a, err := netip.ParseAddr(remoteHost(s))
+	if err != nil {
+		return netip.Addr{}, false
+	}
+	return a.Unmap().WithZone(""), true
+}
+
+// remoteHost returns the host part of a RemoteAddr without allocating.
+func remoteHost(s string) string {
+	if host, _, err := net.SplitHostPort(s); err == nil {
+		return host
+	}
+	return s
+}
+
+func contains(prefixes []netip.Prefix, a netip.Addr) bool {
+	for _, p := range prefixes {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// fromHeader walks header h right to left; ok is false when the walk gives
+// up (no entries, or a malformed one).
+func fromHeader(hdr http.Header, h ProxyHeader, trusted []netip.Prefix) (netip.Addr, bool) {
+	switch h {
+	case XForwardedFor:
+		return walk(hdr.Values("X-Forwarded-For"), splitXFF, trusted)
+	case Forwarded:
+		return walk(hdr.Values("Forwarded"), splitForwarded, trusted)
+	}
+	return netip.Addr{}, false
+}
+
+// walk applies the right-to-left rule to the entries of lines, which split
+// turns into node strings ("" for an entry without an address).
+func walk(lines []string, split func(string) ([]string, bool), trusted []netip.Prefix) (netip.Addr, bool) {
+	var last netip.Addr
+	seen := false
+	for i := len(lines) - 1; i >= 0; i-- {
+		nodes, ok := split(lines[i])
+		if !ok {
+			return netip.Addr{}, false
+		}
+		for j := len(nodes) - 1; j >= 0; j-- {
+			a, ok := parseNode(nodes[j])
+			if !ok {
+				return netip.Addr{}, false
+			}
+			if !contains(trusted, a) {
+				return a, true
+			}
+			last, seen = a, true
+		}
+	}
+	return last, seen
+}
+
+// splitXFF splits an X-Forwarded-For line at commas, dropping empty
+// elements (RFC 9110, section 5.6.1).
+func splitXFF(line string) ([]string, bool) {
+	var nodes []string
+	for e := range strings.SplitSeq(line, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			nodes = append(nodes, e)
+		}
+	}
+	return nodes, true
+}
+
+// splitForwarded parses a Forwarded line (RFC 7239, section 4) and returns
+// the "for" value of each element, "" for an element without one. ok is
+// false when the line does not parse.
+func splitForwarded(line string) ([]string, bool) {
+	var nodes []string
+	s := line
+	for {
+		s = trimOWS(s)
+		if s == "" {
+			return nodes, true
+		}
+		if s[0] == ',' { // empty element
+			s = s[1:]
+			continue
+		}
+		var forValue string
+		haveFor := false
+		for { // pairs of one element
+			s = trimOWS(s)
+			i := 0
+			for i < len(s) && isTokenChar(s[i]) {
+				i++
+			}
+			if i == 0 || i == len(s) || s[i] != '=' {
+				return nil, false
+			}
+			name := s[:i]
+			s = s[i+1:]
+			var value string
+			if s != "" && s[0] == '"' {
+				v, rest, ok := unquote(s)
+				if !ok {
+					return nil, false
+				}
+				value, s = v, rest
+			} else {
+				j := 0
+				for j < len(s) && isTokenChar(s[j]) {
+					j++
+				}
+				if j == 0 {
+					return nil, false
+				}
+				value, s = s[:j], s[j:]
+			}
+			if strings.EqualFold(name, "for") {
+				if haveFor {
+					return nil, false
+				}
+				forValue, haveFor = value, true
+			}
+			s = trimOWS(s)
+			if s == "" || s[0] == ',' {
+				break
+			}
+			if s[0] != ';' {
+				return nil, false
+			}
+			s = s[1:]
+		}
+		nodes = append(nodes, forValue)
+		if s != "" {
+			s = s[1:] // the comma
+		}
+	}
+}
+
+// unquote reads an RFC 9110 quoted-string at the start of s.
+func unquote(s string) (value, rest string, ok bool) {
+	var b strings.Builder
+	for i := 1; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '"':
+			return b.String(), s[i+1:], true
+		case '\\':
+			i++
+			if i == len(s) {
+				return "", "", false
+			}
+			b.WriteByte(s[i])
+		default:
+			if c < 0x20 && c != '\t' || c == 0x7f {
+				return "", "", false
+			}
+			b.WriteByte(c)
+		}
+	}
+	return "", "", false
+}
+
+func trimOWS(s string) string { return strings.TrimLeft(s, " \t") }
+
+// isTokenChar reports whether c is an RFC 9110 tchar.
+func isTokenChar(c byte) bool {
+	if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' {
+		return true
+	}
+	return strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
+}
+
+// parseNode parses one hop: "192.0.2.1", "192.0.2.1:80", "2001:db8::1",
+// "[2001:db8::1]" or "[2001:db8::1]:80". Anything else is not an address.
+func parseNode(s string) (netip.Addr, bool) {
+	if s == "" {
+		return netip.Addr{}, false
+	}
+	host := s
+	if s[0] == '[' {
+		end := strings.IndexByte(s, ']')
+		if end < 0 {
+			return netip.Addr{}, false
+		}
+		host = s[1:end]
+		if rest := s[end+1:]; rest != "" && !validPort(rest) {
+			return netip.Addr{}, false
+		}
+		a, err := netip.ParseAddr(host)
+		if err != nil || !a.Is6() {
+			return netip.Addr{}, false
+		}
+		return a.Unmap().WithZone(""), true
+	}
+	if i := strings.IndexByte(s, ':'); i >= 0 && strings.Count(s, ":") == 1 {
+		// IPv4 with a port.
+		if !validPort(s[i:]) {
+			return netip.Addr{}, false
+		}
+		host = s[:i]
+	}
+	a, err := netip.ParseAddr(host)
+	if err != nil {
+		return netip.Addr{}, false
+	}
+	return a.Unmap().WithZone(""), true
+}
+
+// validPort reports whether s is ":" followed by 1 to 5 digits.
+func validPort(s string) bool {
+	if len(s) < 2 || len(s) > 6 || s[0] != ':' {
+		return false
+	}
+	for i := 1; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// MaxHeaderKeyLen is the longest header value HeaderKey uses as a key.
+const MaxHeaderKeyLen = 256
+
+// A KeyFunc returns the key a request is limited by. An empty key means:
+// limit the request by its client IP (see [ClientIP]).
+type KeyFunc func(r *http.Request) string
+
+// HeaderKey returns a KeyFunc that keys requests by the value of header
+// name (an API key, say), prefixed with the header's canonical name and a
+// colon ("X-Api-Key:abc123"), so that header keys never collide with
+// client IPs or with another header's keys. Requests without the header,
+// or whose value is longer than MaxHeaderKeyLen bytes, get an empty key:
+// they are limited by client IP.
+func HeaderKey(name string) KeyFunc {
+	name = textproto.CanonicalMIMEHeaderKey(name)
+	prefix := name + ":"
+	return func(r *http.Request) string {
+		v := r.Header[name]
+		if len(v) == 0 || v[0] == "" || len(v[0]) > MaxHeaderKeyLen {
+			return ""
+		}
+		return prefix + v[0]
+	}
+}

@@ -1,0 +1,79 @@
+// Package middleware rate limits a net/http service with a
+// [leasequota.Limiter]: per client IP by default, or per API key or any
+// key a function derives from the request.
+//
+// Each request is decided locally from the tokens this instance has leased
+// for the key (one atomic operation, no network I/O). Only when the local
+// lease is exhausted does the request wait, at most [WithMaxWait] (default
+// 100 ms), for a fresh lease from Redis; when none can come in time it is
+// answered 429 Too Many Requests.
+//
+// # Response header fields
+//
+// Every limited response carries the fields of
+// draft-ietf-httpapi-ratelimit-headers-10, serialized as RFC 9651
+// structured fields, for the policy named by [WithPolicyName] (default
+// "default"):
+//
+//	RateLimit-Policy: "default";q=5;w=1
+//	RateLimit: "default";r=3;t=0
+//
+// The parameters mean:
+//
+//   - q, the quota: the key's Burst, the most quota units that can be
+//     spent at once.
+//   - w, the window in seconds: ceil(Burst/Rate), at least 1, the time the
+//     key's bucket takes to refill from empty. q/w approximates the
+//     sustained rate.
+//   - r, the remaining quota units: the tokens this instance holds for the
+//     key right now (Decision.Remaining), which it can admit without asking
+//     Redis. It is a lower bound: tokens still in Redis, or leased to other
+//     replicas, are not counted, so r=0 on a 2xx response does not mean
+//     the next request will be refused.
+//   - t, seconds until quota is available: 0 when the request was
+//     admitted; when it was refused, the estimated wait for its cost,
+//     rounded up to whole seconds (at least 1).
+//
+// A refused request gets 429 with Retry-After equal to t (integer seconds,
+// never earlier than t) and an RFC 9457 application/problem+json body of
+// the draft's problem type
+// "https://iana.org/assignments/http-problem-types#quota-exceeded", with
+// the extension member "violated-policies".
+//
+// [WithLegacyHeaders] adds X-RateLimit-Limit (q), X-RateLimit-Remaining (r)
+// and X-RateLimit-Reset (t, as a delay in seconds, not a timestamp).
+//
+// # Other outcomes
+//
+//   - A request whose cost is above the key's Burst can never be admitted:
+//     429 with the quota-exceeded problem, but without Retry-After and
+//     without t, so that clients do not retry it.
+//   - A cost of 0 (from [WithCost]) exempts the request: it is neither
+//     counted nor given header fields. A negative cost is a bug: 500.
+//   - An invalid quota for the key (from leasequota.WithQuotaFunc): 500
+//     with an application/problem+json body of type "about:blank".
+//   - Redis unreachable: the Limiter's failure mode (leasequota.WithFailureMode)
+//     decides first. A request admitted by it (fail open, or the local
+//     fallback bucket) is passed on with RateLimit-Policy but no RateLimit
+//     field, as nothing is known of the remaining quota; a refusal by the
+//     fallback bucket is a 429 like any other.
+//   - Redis unreachable in fail-closed mode (Reason unavailable), or the
+//     Limiter closed: as [WithDegradedMode] says. [DegradedDeny] (the
+//     default) answers 503 Service Unavailable with Retry-After and the
+//     draft's
+//     "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
+//     problem; [DegradedAllow] passes the request on, with RateLimit-Policy
+//     but no RateLimit field.
+//   - The Limiter tracking too many keys to take a new one (Reason
+//     too_many_tenants): 503 as above, whatever the degraded mode.
+//   - In shadow mode ([WithShadow]) every request is counted and given the
+//     header fields, but none is refused or delayed.
+//
+// # Client IP
+//
+// The default key is the client IP taken from the request's RemoteAddr.
+// Behind reverse proxies, [WithTrustedProxies] names the proxies (as
+// netip.Prefix) and the header (Forwarded or X-Forwarded-For) they write;
+// see [ClientIP] for how the chain is walked. IPv6 clients can be grouped
+// by network with [WithIPv6Prefix].
+package middleware

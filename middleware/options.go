@@ -1,0 +1,211 @@
+package middleware
+
+import (
+	"fmt"
+	"net/http"
+	"net/netip"
+	"time"
+
+	"github.com/leasequota/leasequota"
+)
+
+// DefaultMaxWait is how long a request whose key's local lease is
+// exhausted may wait for a fresh lease, unless WithMaxWait says otherwise.
+const DefaultMaxWait = 100 * time.Millisecond
+
+// DefaultPolicyName names the quota policy in the header fields unless
+// WithPolicyName says otherwise.
+const DefaultPolicyName = "default"
+
+// DegradedMode says what the middleware does when the Limiter cannot
+// decide: Redis is unavailable, the key's lease is spent and the Limiter's
+// failure mode is fail-closed (Reason unavailable), or the Limiter is
+// closed. (The Limiter's FailOpen and FailLocal modes decide by
+// themselves.)
+type DegradedMode uint8
+
+const (
+	// DegradedDeny answers 503 Service Unavailable with Retry-After: the
+	// Limiter's refusal stands. It is the default.
+	DegradedDeny DegradedMode = iota
+	// DegradedAllow passes the request on (fail open).
+	DegradedAllow
+)
+
+// An Option configures the middleware built by New. New panics on an
+// invalid option, as it is a programming error found at start-up.
+type Option func(*config)
+
+type config struct {
+	proxyHeader ProxyHeader
+	trusted     []netip.Prefix
+	ipv6Bits    int // 0: whole address
+	keyFunc     KeyFunc
+	cost        func(*http.Request) int64
+	maxWait     time.Duration
+	shadow      bool
+	degraded    DegradedMode
+	policy      string
+	legacy      bool
+	hook        func(r *http.Request, key string, d leasequota.Decision)
+	err         error
+}
+
+func (c *config) fail(format string, args ...any) {
+	if c.err == nil {
+		c.err = fmt.Errorf("middleware: "+format, args...)
+	}
+}
+
+// WithTrustedProxies trusts header h (Forwarded or X-Forwarded-For) on
+// requests whose RemoteAddr is in one of the proxies' prefixes, and skips
+// those proxies when walking the header; see ClientIP. Name the one header
+// your proxies write: a header they do not write passes through them
+// unchanged, under the client's control.
+func WithTrustedProxies(h ProxyHeader, proxies ...netip.Prefix) Option {
+	return func(c *config) {
+		if h != Forwarded && h != XForwardedFor {
+			c.fail("WithTrustedProxies: unknown header %d", h)
+			return
+		}
+		for _, p := range proxies {
+			if !p.IsValid() {
+				c.fail("WithTrustedProxies: invalid prefix %v", p)
+				return
+			}
+			c.trusted = append(c.trusted, p.Masked())
+		}
+		c.proxyHeader = h
+	}
+}
+
+// WithIPv6Prefix keys IPv6 clients by their network of the given prefix
+// length (e.g. 64, a typical subscriber allocation) rather than by
+// address, so that a client cannot escape its quota by hopping addresses.
+// The key is then the prefix, as in "2001:db8:1:2::/64". 0 (the default)
+// or 128 keys by the whole address.
+func WithIPv6Prefix(bits int) Option {
+	return func(c *config) {
+		if bits < 0 || bits > 128 {
+			c.fail("WithIPv6Prefix(%d): want 0..128", bits)
+			return
+		}
+		if bits == 128 {
+			bits = 0
+		}
+		c.ipv6Bits = bits
+	}
+}
+
+// WithKeyFunc keys requests by f. Where f returns "", the request is keyed
+// by its client IP. Keys share one namespace in the Limiter: make sure f's
+// keys cannot collide with client IPs (HeaderKey prefixes its keys).
+func WithKeyFunc(f KeyFunc) Option {
+	return func(c *config) {
+		if f == nil {
+			c.fail("WithKeyFunc(nil)")
+			return
+		}
+		c.keyFunc = f
+	}
+}
+
+// WithHeaderKey keys requests by the value of header name, an API key for
+// instance; requests without it are keyed by client IP. It is
+// WithKeyFunc(HeaderKey(name)).
+func WithHeaderKey(name string) Option {
+	if name == "" {
+		return func(c *config) { c.fail("WithHeaderKey(\"\")") }
+	}
+	return WithKeyFunc(HeaderKey(name))
+}
+
+// WithCost sets the cost (weight) of each request in quota units (default
+// 1). A cost of 0 exempts the request from limiting; a negative cost is
+// answered 500.
+func WithCost(f func(r *http.Request) int64) Option {
+	return func(c *config) {
+		if f == nil {
+			c.fail("WithCost(nil)")
+			return
+		}
+		c.cost = f
+	}
+}
+
+// WithMaxWait bounds how long a request may wait for a fresh lease when
+// its key's local lease is exhausted (default DefaultMaxWait; 0 refuses at
+// once). A request waits only when the Limiter's estimate of the wait is
+// within d, so a request that cannot be admitted in time is refused at
+// once. The request's context bounds the wait too. If the Limiter itself
+// was built WithMaxWait, its wait comes first and adds to this one.
+func WithMaxWait(d time.Duration) Option {
+	return func(c *config) {
+		if d < 0 {
+			c.fail("WithMaxWait(%v): want >= 0", d)
+			return
+		}
+		c.maxWait = d
+	}
+}
+
+// WithShadow turns on shadow mode: requests are counted against their
+// quota and given the header fields, but never refused nor delayed. Use it
+// with WithDecisionHook to see what enforcing would do.
+func WithShadow() Option {
+	return func(c *config) { c.shadow = true }
+}
+
+// WithDegradedMode says what to do when the Limiter cannot decide (Redis
+// unavailable and the lease spent, or the Limiter closed). The default is
+// DegradedDeny.
+func WithDegradedMode(m DegradedMode) Option {
+	return func(c *config) {
+		if m != DegradedDeny && m != DegradedAllow {
+			c.fail("WithDegradedMode(%d): unknown mode", m)
+			return
+		}
+		c.degraded = m
+	}
+}
+
+// WithPolicyName names the quota policy in RateLimit-Policy and RateLimit
+// (default DefaultPolicyName). It must be 1 to 64 printable ASCII
+// characters.
+func WithPolicyName(name string) Option {
+	return func(c *config) {
+		if name == "" || len(name) > 64 {
+			c.fail("WithPolicyName(%q): want 1..64 characters", name)
+			return
+		}
+		for i := 0; i < len(name); i++ {
+			if name[i] < 0x20 || name[i] > 0x7e {
+				c.fail("WithPolicyName(%q): want printable ASCII", name)
+				return
+			}
+		}
+		c.policy = name
+	}
+}
+
+// WithLegacyHeaders adds X-RateLimit-Limit, X-RateLimit-Remaining and
+// X-RateLimit-Reset (a delay in seconds) to the draft's fields, for
+// clients that know only those.
+func WithLegacyHeaders() Option {
+	return func(c *config) { c.legacy = true }
+}
+
+// WithDecisionHook calls f with every decision the middleware makes (after
+// any wait), before it answers: for metrics, logs, or to watch shadow
+// mode. key is the key the request was limited by. f runs on the request's
+// goroutine and must be fast and safe for concurrent use. Requests
+// exempted by a cost of 0 are not decided and not reported.
+func WithDecisionHook(f func(r *http.Request, key string, d leasequota.Decision)) Option {
+	return func(c *config) {
+		if f == nil {
+			c.fail("WithDecisionHook(nil)")
+			return
+		}
+		c.hook = f
+	}
+}
