@@ -42,9 +42,20 @@
 // client or a failover (Sentinel) client. Each tenant lives in one key,
 // <prefix>{<encoded tenant>}, so every script touches one key in one
 // cluster slot; any tenant byte string is encoded safely (see package
-// lease). Every Redis call has a deadline (WithRedisTimeout). When Redis
-// fails, leases already held keep being spent; once they are gone the
-// tenant is denied with ReasonUnavailable until leasing succeeds again.
+// lease). Every Redis call has a deadline (WithRedisTimeout) and goes
+// through a circuit breaker. When Redis fails, leases already held keep
+// being spent; once they are gone the tenant's FailureMode decides:
+// FailLocal (the default) admits from a local token bucket at this
+// instance's share of the rate, FailClosed denies, FailOpen admits.
+// Admissions without a lease are outside the bound and counted apart
+// (Decision.Mode, Stats, the decisions metric). Leasing resumes on its own.
+//
+// # Observability
+//
+// WithMeterProvider, WithTracerProvider and WithLogger take OpenTelemetry
+// providers (the otel globals by default) and a slog.Logger: decisions by
+// reason, lease traffic, Redis latency and errors, a span per sync round
+// and per Redis call. docs/metrics.md lists them.
 //
 // # Concurrency and lifetime
 //
