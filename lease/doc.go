@@ -55,8 +55,14 @@
 //
 //	spent <= granted - released <= Burst + Rate*T
 //
-// A release that is sent twice (e.g. a client retrying after a lost reply)
-// breaks that accounting, so callers must release each leased token at
-// most once. An acquire that is retried only takes more tokens, which keeps
-// the bound.
+// A release that is applied twice (e.g. go-redis retrying it after a lost
+// reply) would break that accounting. A Client made WithInstance gives
+// every release a unique id, which release.lua records in a sorted set next
+// to the bucket (same slot) for ReleaseDedupWindow and applies at most
+// once. Callers must still release each leased token at most once. An
+// acquire that is retried only takes more tokens, which keeps the bound.
+//
+// Each tenant thus has up to three keys, all in its hash slot: the bucket,
+// the instance registry (InstancesKey) and the applied releases
+// (ReleasesKey); the last two only with WithInstance.
 package lease

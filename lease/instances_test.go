@@ -71,3 +71,48 @@ func TestInstanceRegistry(t *testing.T) {
 		t.Errorf("zero window: %v, want ErrBadRequest", err)
 	}
 }
+
+// TestReleaseDeduplicated replays the exact command of a release, as
+// go-redis does when it retries after a lost reply: the bucket is credited
+// once.
+func TestReleaseDeduplicated(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Client(t)
+	prefix := redistest.Prefix(t)
+	c, err := NewClient(rdb, prefix, WithInstance("i1", time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Rate so low that nothing refills during the test.
+	lim := Limits{Rate: 1e-9, Burst: 100}
+	if g, err := c.Acquire(ctx, "t", lim, 50); err != nil || g.Granted != 50 {
+		t.Fatalf("acquire: %+v, %v", g, err)
+	}
+	args, err := releaseArgs(lim, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := c.releaseCall("t", args)
+	first, err := parseRelease(releaseScript.run(ctx, rdb, cl.keys, cl.args...))
+	if err != nil || first < 59.99 || first > 60.01 {
+		t.Fatalf("release: %v, %v; want 60", first, err)
+	}
+	again, err := parseRelease(releaseScript.run(ctx, rdb, cl.keys, cl.args...))
+	if err != nil || again < 59.99 || again > 60.01 {
+		t.Fatalf("replayed release: %v, %v; want 60 still", again, err)
+	}
+	// A new release (a new id) is applied.
+	if tok, err := c.Release(ctx, "t", lim, 10); err != nil || tok < 69.99 || tok > 70.01 {
+		t.Fatalf("second release: %v, %v; want 70", tok, err)
+	}
+	rkey := ReleasesKey(Key(prefix, "t"))
+	if n, _ := rdb.ZCard(ctx, rkey).Result(); n != 2 {
+		t.Errorf("%d release ids remembered, want 2", n)
+	}
+	if pttl, _ := rdb.PTTL(ctx, rkey).Result(); pttl <= 0 || pttl > ReleaseDedupWindow {
+		t.Errorf("release ids PTTL %v, want in (0, %v]", pttl, ReleaseDedupWindow)
+	}
+	if Slot(rkey) != Slot(Key(prefix, "t")) {
+		t.Error("release ids are not in the bucket's slot")
+	}
+}

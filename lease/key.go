@@ -145,3 +145,9 @@ func crc16(s string) uint16 {
 func InstancesKey(bucketKey string) string {
 	return bucketKey + ":i"
 }
+
+// ReleasesKey returns the key of the set of applied release ids that goes
+// with the bucket at bucketKey (":r" appended; same slot).
+func ReleasesKey(bucketKey string) string {
+	return bucketKey + ":r"
+}

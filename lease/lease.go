@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -89,7 +90,13 @@ type Client struct {
 	prefix   string
 	instance string        // this client's id in the instance registry; "" for none
 	window   time.Duration // how long an instance counts as active after an acquire
+	releases atomic.Uint64 // sequence of release ids, with instance
 }
+
+// ReleaseDedupWindow is how long the release script remembers the ids of
+// releases it applied (clients with WithInstance): a retry of a release
+// within this window is applied once.
+const ReleaseDedupWindow = time.Minute
 
 // A ClientOption configures a Client.
 type ClientOption func(*Client)
@@ -97,7 +104,10 @@ type ClientOption func(*Client)
 // WithInstance makes every acquire register the caller as instance id in
 // the tenant's instance registry (a hash next to the bucket, in the same
 // slot) and report how many instances acquired for the tenant within the
-// last window (Grant.Instances). Give each process its own random id.
+// last window (Grant.Instances). It also gives every release a unique id
+// (instance id and a sequence number) that the release script remembers
+// for ReleaseDedupWindow, so a release that go-redis retries after a lost
+// reply credits the bucket once. Give each process its own random id.
 // window must be at least a millisecond.
 func WithInstance(id string, window time.Duration) ClientOption {
 	return func(c *Client) { c.instance, c.window = id, window }
@@ -120,6 +130,18 @@ func NewClient(s Scripter, prefix string, opts ...ClientOption) (*Client, error)
 		return nil, fmt.Errorf("%w: WithInstance window %v: want >= 1ms", ErrBadRequest, c.window)
 	}
 	return c, nil
+}
+
+// releaseCall returns the keys and arguments of one release: with an
+// instance id, a fresh release id for deduplication.
+func (c *Client) releaseCall(tenant string, args []interface{}) call {
+	key := c.Key(tenant)
+	if c.instance == "" {
+		return call{keys: []string{key}, args: args}
+	}
+	id := c.instance + ":" + strconv.FormatUint(c.releases.Add(1), 10)
+	args = append(args, id, strconv.FormatInt(ReleaseDedupWindow.Milliseconds(), 10))
+	return call{keys: []string{key, ReleasesKey(key)}, args: args}
 }
 
 // acquireCall returns the keys and arguments of one acquire.
@@ -178,9 +200,10 @@ func (c *Client) Acquire(ctx context.Context, tenant string, lim Limits, want in
 // level is then unknown. Invalid arguments fail with an error wrapping
 // ErrBadRequest, without calling Redis.
 //
-// Release is not idempotent: a release that is retried after its reply was
-// lost credits the bucket twice. Give back only tokens that were leased and
-// not spent, once.
+// Without WithInstance, Release is not idempotent: a release that is
+// retried after its reply was lost credits the bucket twice. With it, each
+// release carries a unique id and is applied at most once. Either way, give
+// back only tokens that were leased and not spent.
 func (c *Client) Release(ctx context.Context, tenant string, lim Limits, amount int64) (float64, error) {
 	args, err := releaseArgs(lim, amount)
 	if err != nil {
@@ -189,7 +212,8 @@ func (c *Client) Release(ctx context.Context, tenant string, lim Limits, amount 
 	if amount == 0 {
 		return 0, nil
 	}
-	cmd := releaseScript.run(ctx, c.s, []string{c.Key(tenant)}, args...)
+	cl := c.releaseCall(tenant, args)
+	cmd := releaseScript.run(ctx, c.s, cl.keys, cl.args...)
 	return parseRelease(cmd)
 }
 
@@ -275,7 +299,7 @@ func (c *Client) ReleaseMany(ctx context.Context, reqs []ReleaseRequest) []error
 		if reqs[i].Amount == 0 {
 			continue
 		}
-		calls = append(calls, call{keys: []string{c.Key(reqs[i].Tenant)}, args: args})
+		calls = append(calls, c.releaseCall(reqs[i].Tenant, args))
 		sent = append(sent, i)
 	}
 	if len(calls) == 0 {

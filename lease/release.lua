@@ -4,6 +4,11 @@
 -- ARGV[1]  rate: tokens added per second, a decimal number > 0
 -- ARGV[2]  burst: bucket capacity, an integer >= 1
 -- ARGV[3]  amount: tokens given back, an integer >= 0
+-- KEYS[2], ARGV[4], ARGV[5]  optional deduplication: a sorted set {release id
+--          = time applied} next to the bucket, this release's unique id, and
+--          how long ids are kept, in milliseconds. A release whose id is in
+--          the set was applied already (a client retried it after losing
+--          the reply) and changes nothing, so tokens are never credited twice.
 --
 -- Returns {tokens now ("%.17g" string), now (microseconds, integer)}.
 --
@@ -46,6 +51,27 @@ local elapsed = now - ts
 if elapsed < 0 then
   elapsed = 0
 end
+
+local rid = ARGV[4]
+if rid ~= nil and rid ~= '' then
+  local keep = tonumber(ARGV[5])
+  if keep == nil or keep ~= keep or keep < 1 or keep == math.huge then
+    return bad('dedup window must be a number >= 1, got ' .. tostring(ARGV[5]))
+  end
+  local rkey = KEYS[2]
+  if redis.call('ZSCORE', rkey, rid) then
+    -- Applied before: report the bucket, change nothing.
+    local current = tk + elapsed * rate / 1000000
+    if current > burst then
+      current = burst
+    end
+    return {string.format('%.17g', current), now}
+  end
+  redis.call('ZADD', rkey, now, rid)
+  redis.call('ZREMRANGEBYSCORE', rkey, '-inf', now - keep * 1000)
+  redis.call('PEXPIRE', rkey, string.format('%d', keep))
+end
+
 local tokens = tk + elapsed * rate / 1000000 + amount
 if tokens > burst then
   tokens = burst
