@@ -1,3 +1,5 @@
+# make demo   - run the simulator (embedded Redis) and write
+#               leasequota-report.html
 # make test   - make sure a Redis can be had, then vet and run every test
 #               (race detector on, integration tests included), the nested
 #               grpcquota module's too, and each fuzz target briefly
@@ -5,7 +7,10 @@
 GO ?= go
 FUZZTIME ?= 10s
 
-.PHONY: test redis vet unit grpc fuzz bench
+.PHONY: demo test redis vet unit grpc fuzz bench
+
+demo:
+	$(GO) run ./cmd/leasequota-sim -report leasequota-report.html
 
 test: redis vet unit grpc fuzz
 

@@ -6,12 +6,14 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	mrand "math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/attribute"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/leasequota/leasequota/lease"
@@ -65,6 +67,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Limiter, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	warnContextTimeout(cfg.logger, client)
 	var id [8]byte
 	rand.Read(id[:])
 	l := &Limiter{cfg: cfg, reg: newRegistry(), instance: hex.EncodeToString(id[:])}
@@ -85,11 +88,16 @@ func New(client redis.UniversalClient, opts ...Option) (*Limiter, error) {
 	if cfg.seed != nil {
 		seed = *cfg.seed
 	}
+	var attrs []attribute.KeyValue
+	if cfg.name != "" {
+		attrs = append(attrs, attribute.String("leasequota.limiter", cfg.name))
+	}
 	l.tel, err = telemetry.New(telemetry.Config{
 		MeterProvider:  cfg.meterProvider,
 		TracerProvider: cfg.tracerProvider,
 		Logger:         cfg.logger,
 		Collect:        l.collect,
+		Attributes:     attrs,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("leasequota: creating instruments: %w", err)
@@ -108,6 +116,26 @@ func New(client redis.UniversalClient, opts ...Option) (*Limiter, error) {
 	l.stop = stop
 	l.group.Go(func() error { return l.sync.Run(ctx) })
 	return l, nil
+}
+
+// warnContextTimeout warns when the client ignores context deadlines:
+// go-redis then waits for its own read and write timeouts (3 s by
+// default), not for WithRedisTimeout.
+func warnContextTimeout(logger *slog.Logger, client redis.UniversalClient) {
+	var enabled bool
+	switch c := client.(type) {
+	case *redis.Client:
+		enabled = c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		enabled = c.Options().ContextTimeoutEnabled
+	case *redis.Ring:
+		enabled = c.Options().ContextTimeoutEnabled
+	default:
+		return // unknown client: nothing to check
+	}
+	if !enabled {
+		logger.Warn("leasequota: the Redis client has ContextTimeoutEnabled false, so Redis calls wait for the client's own read/write timeouts instead of WithRedisTimeout; set ContextTimeoutEnabled: true in its options")
+	}
 }
 
 // onDegraded logs a change of the limiter's Redis health, once per change.
@@ -557,7 +585,7 @@ func (l *Limiter) collect(s *telemetry.Snapshot) {
 	for t := range l.reg.tenants {
 		held += t.Tokens.Load()
 	}
-	s.TokensSpent = max(st.Granted-st.Returned-held, 0)
+	s.TokensSpent = max(st.Granted-st.Returned-st.Expired-held, 0)
 }
 
 // TenantInfo describes one tenant's lease on this instance.

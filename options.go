@@ -43,6 +43,7 @@ type config struct {
 	logger          *slog.Logger
 	meterProvider   metric.MeterProvider
 	tracerProvider  trace.TracerProvider
+	name            string
 }
 
 func defaultConfig() config {
@@ -155,6 +156,13 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 	return func(c *config) { c.tracerProvider = tp }
 }
 
+// WithName names the limiter in its telemetry: every metric gets the
+// attribute leasequota.limiter=name. Use it to tell apart several limiters
+// in one process sharing a MeterProvider (default: no attribute).
+func WithName(name string) Option {
+	return func(c *config) { c.name = name }
+}
+
 func (c *config) validate() error {
 	if c.defaultQuota == nil && c.quotaFunc == nil {
 		return fmt.Errorf("%w: no quota: give WithDefaultQuota or WithQuotaFunc", ErrInvalidOption)
@@ -162,6 +170,9 @@ func (c *config) validate() error {
 	if c.defaultQuota != nil {
 		if err := c.defaultQuota.Validate(); err != nil {
 			return fmt.Errorf("WithDefaultQuota: %w", err)
+		}
+		if ttl := c.defaultQuota.LeaseTTL; ttl != 0 && ttl < c.refreshInterval {
+			return fmt.Errorf("WithDefaultQuota: %w: LeaseTTL %v is below the refresh interval %v", ErrInvalidQuota, ttl, c.refreshInterval)
 		}
 	}
 	if c.refreshInterval < time.Millisecond {

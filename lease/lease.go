@@ -333,9 +333,12 @@ func isRedisError(err error) bool {
 	return errors.As(err, &rerr)
 }
 
-// formatRate writes rate so that strtod in Redis reads back the same float64.
+// formatRate writes rate so that Lua's tonumber reads back the same
+// float64: the shortest decimal that round-trips, without an exponent
+// (some Lua implementations, like the one in miniredis, read "1e+06" as
+// an invalid integer).
 func formatRate(rate float64) string {
-	return strconv.FormatFloat(rate, 'g', -1, 64)
+	return strconv.FormatFloat(rate, 'f', -1, 64)
 }
 
 func acquireArgs(lim Limits, want int64) ([]interface{}, error) {

@@ -22,7 +22,8 @@
 //
 // Sizing. A lease is the tenant's recent demand (tokens asked for per
 // second, admitted or not) times Interval times Headroom, clamped to the
-// tenant's MinLease and MaxLease, and never more than Burst. Tokens not
-// spent within LeaseTTL of their grant are taken back and returned to
-// Redis, which bounds how long tokens can be held: see docs/design.md.
+// tenant's MinLease and MaxLease, never more than Burst, and no more than
+// the demand over LeaseTTL. Tokens not spent within LeaseTTL of their grant
+// are taken back and dropped, which bounds how long tokens can be held:
+// see docs/design.md.
 package syncer

@@ -65,18 +65,26 @@ func (l *Ledger) Expire(now time.Time) (tokens int64) {
 	return tokens
 }
 
-// Add records tokens granted now that expire at expires.
+// Add records tokens granted that expire at expires. Batches are kept in
+// order of expiry, whatever the order they are added in (a round that read
+// the clock before an urgent refill may apply its grant after it).
 func (l *Ledger) Add(expires time.Time, tokens int64) {
 	if tokens <= 0 {
 		return
 	}
 	if l.n == maxBatches {
-		// Merge the two oldest under the earlier expiry.
+		// Merge the two oldest under the earlier expiry (the first's).
 		l.batches[1].left += l.batches[0].left
 		l.batches[1].expires = l.batches[0].expires
 		l.shift()
 	}
-	l.batches[l.n] = batch{expires: expires.UnixNano(), left: tokens}
+	b := batch{expires: expires.UnixNano(), left: tokens}
+	i := l.n
+	for i > 0 && l.batches[i-1].expires > b.expires {
+		l.batches[i] = l.batches[i-1]
+		i--
+	}
+	l.batches[i] = b
 	l.n++
 	l.total += tokens
 }

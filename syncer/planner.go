@@ -95,6 +95,8 @@ type State struct {
 	failingSince int64   // first failure of the current run of failures
 	lastGrant    int64   // time of the last successful lease call
 	target       int64   // lease size last planned
+	needMax      int64   // largest request seen lately: a lease covers at least one
+	needAt       int64   // when needMax was last raised
 	grantRate    float64 // EWMA of tokens granted per second, kept at failure
 	demand       bucket.Demand
 	ledger       Ledger
@@ -144,9 +146,11 @@ type Input struct {
 
 // Action is what the planner wants done for a tenant.
 type Action struct {
-	// Release is the number of expired tokens to take back from the
-	// counter and return to Redis.
-	Release int64
+	// Expire is the number of expired tokens to take back from the
+	// counter. They are dropped, not returned to Redis: a returned token
+	// could be leased again with a fresh lifetime, and tokens cycled that
+	// way would let a burst exceed the window bound (docs/design.md).
+	Expire int64
 	// Acquire is the number of tokens to ask Redis for; zero for none.
 	Acquire int64
 }
@@ -225,10 +229,13 @@ func mod(a, b int64) int64 {
 	return m
 }
 
-// target is the lease size for the given demand in tokens per second.
-// An idle tenant's target is zero, so it stops holding tokens.
+// target is the lease size for the given demand in tokens per second:
+// demand over Interval times Headroom, but no more than the demand over
+// the lease lifetime (what could be spent before the tokens expire). An
+// idle tenant's target is zero, so it stops holding tokens.
 func (p *Planner) target(lim Limits, demand float64) int64 {
-	raw := demand * p.cfg.Interval.Seconds() * p.cfg.Headroom
+	horizon := min(p.cfg.Interval.Seconds()*p.cfg.Headroom, lim.LeaseTTL.Seconds())
+	raw := demand * horizon
 	if raw < 0.05 { // less than one token every twenty intervals: idle
 		return 0
 	}
@@ -251,8 +258,8 @@ func clamp(x, lo, hi int64) int64 {
 }
 
 // Plan updates st with what the edge observed at time now and returns what
-// to do. Every Action it returns must be followed by Released (when
-// Release > 0) and by Granted or Failed (when Acquire > 0).
+// to do. Every Action it returns must be followed by Expired (when
+// Expire > 0) and by Granted or Failed (when Acquire > 0).
 func (p *Planner) Plan(st *State, lim Limits, now time.Time, in Input) Action {
 	ns := now.UnixNano()
 	spent := st.ledger.Sync(in.Level)
@@ -260,9 +267,18 @@ func (p *Planner) Plan(st *State, lim Limits, now time.Time, in Input) Action {
 	if spent+in.Missed > 0 || in.Urgent {
 		st.lastActive = ns
 	}
+	// Remember the largest request of the last few half-lives, so that a
+	// lease always covers one such request: a low-rate tenant's demand
+	// times the interval can be below a single request's size.
+	switch {
+	case in.Need > 0 && in.Need >= st.needMax:
+		st.needMax, st.needAt = in.Need, ns
+	case ns-st.needAt > 4*int64(p.cfg.HalfLife):
+		st.needMax, st.needAt = in.Need, ns // forget an old maximum
+	}
 
 	var a Action
-	a.Release = st.ledger.Expire(now)
+	a.Expire = st.ledger.Expire(now)
 	// Tokens that expire before the refresh after next cannot be counted
 	// on: replace them ahead of time, so a busy tenant never finds its
 	// counter empty when an old batch goes back. (Within half a lease
@@ -272,6 +288,9 @@ func (p *Planner) Plan(st *State, lim Limits, now time.Time, in Input) Action {
 
 	if st.granted {
 		st.target = p.target(lim, st.demand.Rate(now))
+		if st.target > 0 && st.needMax > st.target {
+			st.target = min(st.needMax, lim.MaxLease)
+		}
 	} else {
 		st.target = p.coldTarget(lim)
 	}
@@ -301,9 +320,9 @@ func (p *Planner) Plan(st *State, lim Limits, now time.Time, in Input) Action {
 	return a
 }
 
-// Released records that taken expired tokens were removed from the
+// Expired records that taken expired tokens were removed from the
 // counter, leaving level.
-func (p *Planner) Released(st *State, taken, level int64) {
+func (p *Planner) Expired(st *State, taken, level int64) {
 	st.ledger.Sync(level)
 }
 
@@ -330,16 +349,31 @@ func (p *Planner) Granted(st *State, lim Limits, now time.Time, asked int64, g l
 	}
 	st.lastGrant = ns
 	st.ledger.Add(now.Add(lim.LeaseTTL), g.Granted)
-	st.ledger.Sync(level)
+	// Tokens spent while the call was in flight are demand too.
+	st.demand.Observe(now, st.ledger.Sync(level))
 	if g.Granted >= asked {
 		return
 	}
 	// The global bucket ran dry. Do not call again until it has refilled
 	// enough for a worthwhile lease: this keeps a starved tenant from
 	// turning every denial into a Redis call.
+	// Other instances are waiting for the same tokens: wait for this
+	// instance's turn, as if each of them took a lease of the same size.
 	need := max(min(asked, st.target), 1)
-	wait := max(g.RetryAfter(need, lim.Rate), p.cfg.Interval/10)
-	st.notBefore = ns + int64(wait) + p.jitter(st, ns, int64(p.cfg.Jitter))
+	turn := need * int64(max(st.instances, 1))
+	if turn/int64(max(st.instances, 1)) != need { // overflow
+		turn = math.MaxInt64
+	}
+	wait := max(g.RetryAfter(turn, lim.Rate), p.cfg.Interval/10)
+	st.notBefore = satAdd(ns, int64(wait)+p.jitter(st, ns, int64(p.cfg.Jitter)))
+}
+
+// satAdd adds two non-negative int64s, saturating at math.MaxInt64.
+func satAdd(a, b int64) int64 {
+	if b > math.MaxInt64-a {
+		return math.MaxInt64
+	}
+	return a + b
 }
 
 // Failed records a failed lease call at time now: the next call waits a

@@ -77,7 +77,8 @@ type Stats struct {
 	Errors    int64 // lease calls (per tenant) that failed
 	Requested int64 // tokens asked for
 	Granted   int64 // tokens granted
-	Returned  int64 // tokens given back to Redis
+	Returned  int64 // tokens given back to Redis (eviction, Close)
+	Expired   int64 // leased tokens dropped unspent at the end of their lifetime
 	Evicted   int64 // tenants evicted (idle or over MaxTenants)
 }
 
@@ -107,7 +108,7 @@ type Syncer struct {
 	closed   bool           //
 	inflight sync.WaitGroup // urgent refills running
 
-	calls, errs, requested, granted, returned, evicted atomic.Int64
+	calls, errs, requested, granted, returned, expired, evicted atomic.Int64
 }
 
 // lruEntry is a tenant and when it was last active, for eviction.
@@ -206,6 +207,7 @@ func (s *Syncer) Stats() Stats {
 		Requested: s.requested.Load(),
 		Granted:   s.granted.Load(),
 		Returned:  s.returned.Load(),
+		Expired:   s.expired.Load(),
 		Evicted:   s.evicted.Load(),
 	}
 }
@@ -224,17 +226,21 @@ func (s *Syncer) NoteMiss(t *Tenant, n int64) {
 	}
 }
 
-// Run plans and refreshes leases until ctx is done, then returns nil.
+// Run plans and refreshes leases until ctx is done, then returns nil once
+// the round in flight, if any, has finished.
 func (s *Syncer) Run(ctx context.Context) error {
 	tick := time.NewTicker(s.opts.Tick)
 	defer tick.Stop()
 	var short []*Tenant
+	// A round in flight when ctx ends finishes its calls (each bounded by
+	// CallTimeout): canceling them would lose tokens Redis already granted.
+	calls := context.WithoutCancel(ctx)
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
-			s.Round(ctx, s.tenants)
+			s.Round(calls, s.tenants)
 		case t := <-s.urgent:
 			short = append(short[:0], t)
 		drain:
@@ -246,7 +252,7 @@ func (s *Syncer) Run(ctx context.Context) error {
 					break drain
 				}
 			}
-			s.Round(ctx, func(yield func(*Tenant) bool) {
+			s.Round(calls, func(yield func(*Tenant) bool) {
 				for _, t := range short {
 					if !yield(t) {
 						return
@@ -282,10 +288,7 @@ func (s *Syncer) Round(ctx context.Context, tenants iter.Seq[*Tenant]) {
 		if t.evicted.Load() || !t.mu.TryLock() {
 			continue
 		}
-		a, rel := s.plan(t, now)
-		if rel > 0 {
-			releases = append(releases, lease.ReleaseRequest{Tenant: t.name, Limits: t.limits.Bucket(), Amount: rel})
-		}
+		a := s.plan(t, now)
 		if a.Acquire > 0 {
 			jobs = append(jobs, job{t: t, want: a.Acquire})
 			continue // unlocked once the result is applied
@@ -362,27 +365,27 @@ func (s *Syncer) evictLocked(t *Tenant) int64 {
 	return n
 }
 
-// plan runs the planner for t (whose lock is held) and takes back expired
-// tokens; it returns the action and the tokens to return to Redis.
-func (s *Syncer) plan(t *Tenant, now time.Time) (Action, int64) {
+// plan runs the planner for t (whose lock is held) and drops expired
+// tokens; it returns the action.
+func (s *Syncer) plan(t *Tenant, now time.Time) Action {
 	in := t.take(t.Tokens.Load())
 	return s.planWith(t, now, in)
 }
 
-func (s *Syncer) planWith(t *Tenant, now time.Time, in Input) (Action, int64) {
+func (s *Syncer) planWith(t *Tenant, now time.Time, in Input) Action {
 	a := s.planner.Plan(&t.st, *t.limits, now, in)
 	if in.Urgent && a.Acquire == 0 && now.UnixNano() < t.st.notBefore {
 		// Calls are held back (bucket dry or backoff): stay urgent, so the
 		// tick retries once allowed, without re-queueing on every miss.
 		t.urgent.Store(true)
 	}
-	var taken int64
-	if a.Release > 0 {
-		var left int64
-		taken, left = t.Tokens.Take(a.Release)
-		s.planner.Released(&t.st, taken, left)
+	if a.Expire > 0 {
+		taken, left := t.Tokens.Take(a.Expire)
+		s.planner.Expired(&t.st, taken, left)
+		s.expired.Add(taken)
+		s.opts.Telemetry.Expired(taken)
 	}
-	return a, taken
+	return a
 }
 
 // acquire runs one pipeline for jobs and applies the results, unlocking
@@ -576,8 +579,8 @@ func (s *Syncer) refill(link trace.Link, t *Tenant, need int64) error {
 	in := t.take(t.Tokens.Load())
 	in.Urgent = true
 	in.Need = max(in.Need, need)
-	a, rel := s.planWith(t, now, in)
-	if rel == 0 && a.Acquire == 0 {
+	a := s.planWith(t, now, in)
+	if a.Acquire == 0 {
 		return nil
 	}
 	var links []trace.Link
@@ -586,12 +589,6 @@ func (s *Syncer) refill(link trace.Link, t *Tenant, need int64) error {
 	}
 	ctx, round := s.opts.Telemetry.StartRound(s.ctx, true, links...)
 	defer s.endRound(round)
-	if rel > 0 {
-		round.Returned, _ = s.release(ctx, round, []lease.ReleaseRequest{{Tenant: t.name, Limits: t.limits.Bucket(), Amount: rel}})
-	}
-	if a.Acquire == 0 {
-		return nil
-	}
 	var r lease.Result
 	_, err := s.call(ctx, telemetry.OpAcquire, 1, func(ctx context.Context) ([]lease.Result, error) {
 		r.Grant, r.Err = s.client.Acquire(ctx, t.name, t.limits.Bucket(), a.Acquire)

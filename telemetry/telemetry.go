@@ -62,6 +62,9 @@ type Config struct {
 	Logger         *slog.Logger
 	// Collect fills a Snapshot; called from the SDK's collection.
 	Collect func(*Snapshot)
+	// Attributes are added to every measurement (e.g. which of several
+	// limiters in one process reports it).
+	Attributes []attribute.KeyValue
 }
 
 // Telemetry records what a limiter does. Its methods are safe for
@@ -77,8 +80,9 @@ type Telemetry struct {
 	reg           metric.Registration
 
 	// Attribute sets, built once.
-	requested, granted, returned metric.AddOption
-	opAttrs                      map[string]metric.MeasurementOption
+	requested, granted, returned, expired, plain metric.AddOption
+	base                                         []attribute.KeyValue
+	opAttrs                                      map[string]metric.MeasurementOption
 
 	lastErrLog atomic.Int64 // unix nanoseconds of the last Redis error logged
 }
@@ -102,7 +106,7 @@ func New(cfg Config) (*Telemetry, error) {
 		metric.WithUnit("{request}"), metric.WithDescription("Lease requests (one tenant's acquire) sent to Redis."))
 	add(e)
 	t.leaseTokens, e = meter.Int64Counter("leasequota.lease.tokens",
-		metric.WithUnit("{token}"), metric.WithDescription("Tokens asked for, granted by and returned to the global buckets, by direction."))
+		metric.WithUnit("{token}"), metric.WithDescription("Tokens asked for, granted by and returned to the global buckets, and leased tokens that expired unspent, by direction."))
 	add(e)
 	t.callDuration, e = meter.Float64Histogram("leasequota.redis.duration",
 		metric.WithUnit("s"), metric.WithDescription("Duration of Redis round trips (a pipeline counts once), by operation."),
@@ -126,13 +130,21 @@ func New(cfg Config) (*Telemetry, error) {
 	if err != nil {
 		return nil, err
 	}
-	t.requested = metric.WithAttributeSet(attribute.NewSet(attribute.String("direction", "requested")))
-	t.granted = metric.WithAttributeSet(attribute.NewSet(attribute.String("direction", "granted")))
-	t.returned = metric.WithAttributeSet(attribute.NewSet(attribute.String("direction", "returned")))
-	t.opAttrs = map[string]metric.MeasurementOption{
-		OpAcquire: metric.WithAttributeSet(attribute.NewSet(attribute.String("operation", OpAcquire))),
-		OpRelease: metric.WithAttributeSet(attribute.NewSet(attribute.String("operation", OpRelease))),
+	base := cfg.Attributes
+	set := func(kv ...attribute.KeyValue) attribute.Set {
+		return attribute.NewSet(append(append([]attribute.KeyValue(nil), base...), kv...)...)
 	}
+	t.base = base
+	t.plain = metric.WithAttributeSet(set())
+	t.requested = metric.WithAttributeSet(set(attribute.String("direction", "requested")))
+	t.granted = metric.WithAttributeSet(set(attribute.String("direction", "granted")))
+	t.returned = metric.WithAttributeSet(set(attribute.String("direction", "returned")))
+	t.expired = metric.WithAttributeSet(set(attribute.String("direction", "expired")))
+	t.opAttrs = map[string]metric.MeasurementOption{
+		OpAcquire: metric.WithAttributeSet(set(attribute.String("operation", OpAcquire))),
+		OpRelease: metric.WithAttributeSet(set(attribute.String("operation", OpRelease))),
+	}
+	plainObs := metric.WithAttributeSet(set())
 
 	// The decision attribute sets depend on the reasons the limiter
 	// reports; build them on first collection and keep them.
@@ -148,7 +160,7 @@ func New(cfg Config) (*Telemetry, error) {
 					if i < len(snap.ModeOf) && snap.ModeOf[i] != "" {
 						attrs = append(attrs, attribute.String("mode", snap.ModeOf[i]))
 					}
-					sets = append(sets, metric.WithAttributeSet(attribute.NewSet(attrs...)))
+					sets = append(sets, metric.WithAttributeSet(set(attrs...)))
 				}
 			}
 		}
@@ -162,14 +174,14 @@ func New(cfg Config) (*Telemetry, error) {
 				o.ObserveInt64(decisions, snap.Allowed[i], sets[2*i+1])
 			}
 		}
-		o.ObserveInt64(tenants, snap.Tenants)
+		o.ObserveInt64(tenants, snap.Tenants, plainObs)
 		var d int64
 		if snap.Degraded {
 			d = 1
 		}
-		o.ObserveInt64(degraded, d)
+		o.ObserveInt64(degraded, d, plainObs)
 		if snap.TokensGranted > 0 {
-			o.ObserveFloat64(utilization, float64(snap.TokensSpent)/float64(snap.TokensGranted))
+			o.ObserveFloat64(utilization, float64(snap.TokensSpent)/float64(snap.TokensGranted), plainObs)
 		}
 		return nil
 	}, decisions, tenants, degraded, utilization)
@@ -268,8 +280,8 @@ func (c *Call) End(err error) {
 	c.t.callDuration.Record(context.Background(), time.Since(c.start).Seconds(), opt)
 	if err != nil {
 		kind := ErrorType(err)
-		c.t.callErrors.Add(context.Background(), 1, metric.WithAttributes(
-			attribute.String("operation", c.op), attribute.String("error.type", kind)))
+		c.t.callErrors.Add(context.Background(), 1, metric.WithAttributes(append(append([]attribute.KeyValue(nil), c.t.base...),
+			attribute.String("operation", c.op), attribute.String("error.type", kind))...))
 		c.span.SetStatus(codes.Error, err.Error())
 		c.span.SetAttributes(attribute.String("error.type", kind))
 		c.t.logError(c.op, kind, err)
@@ -317,7 +329,7 @@ func (t *Telemetry) Leases(requests int, requested, granted, returned int64) {
 	}
 	ctx := context.Background()
 	if requests > 0 {
-		t.leaseRequests.Add(ctx, int64(requests))
+		t.leaseRequests.Add(ctx, int64(requests), t.plain)
 	}
 	if requested > 0 {
 		t.leaseTokens.Add(ctx, requested, t.requested)
@@ -328,6 +340,15 @@ func (t *Telemetry) Leases(requests int, requested, granted, returned int64) {
 	if returned > 0 {
 		t.leaseTokens.Add(ctx, returned, t.returned)
 	}
+}
+
+// Expired records leased tokens dropped unspent at the end of their
+// lifetime.
+func (t *Telemetry) Expired(n int64) {
+	if t == nil || n <= 0 {
+		return
+	}
+	t.leaseTokens.Add(context.Background(), n, t.expired)
 }
 
 // LeaseGranted logs one tenant's lease at Debug: the tenant, what was asked

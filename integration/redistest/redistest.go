@@ -187,7 +187,7 @@ func waitReady(ctx context.Context, addr string, timeout time.Duration) error {
 
 // Client returns a new go-redis client for the server. The caller closes it.
 func (s *Server) Client() *redis.Client {
-	return redis.NewClient(&redis.Options{Addr: s.Addr})
+	return redis.NewClient(&redis.Options{Addr: s.Addr, ContextTimeoutEnabled: true})
 }
 
 // Stop kills the redis-server process (SIGKILL, no shutdown save) and

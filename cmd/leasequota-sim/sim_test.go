@@ -1,0 +1,353 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/xml"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leasequota/leasequota/integration/redistest"
+)
+
+// shortConfig is a run small enough for the race detector on 2 cores.
+func shortConfig(scenario string) Config {
+	c := DefaultConfig()
+	c.Scenario = scenario
+	c.Instances = 3
+	c.Tenants = 12
+	c.Duration = 1500 * time.Millisecond
+	c.Baseline = 0
+	c.Progress = false
+	return c
+}
+
+func runSim(t *testing.T, cfg Config) *Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := Run(ctx, cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// checkResult checks what holds for every run: the bound, and that the
+// totals, classes, tenants and series agree with each other.
+func checkResult(t *testing.T, res *Result) {
+	t.Helper()
+	if !res.BoundOK() {
+		t.Errorf("bound violated: %+v", res.Violations)
+	}
+	var adm, off, deg int64
+	for ci, c := range res.Classes {
+		var sa, so, sd int64
+		for b := range res.Series.ClassAdmitted[ci] {
+			sa += res.Series.ClassAdmitted[ci][b]
+			so += res.Series.ClassOffered[ci][b]
+			sd += res.Series.ClassDegraded[ci][b]
+		}
+		if sa != c.Admitted || so != c.Offered || sd != c.Degraded {
+			t.Errorf("class %s: series add up to admitted %d offered %d degraded %d, table says %d %d %d",
+				c.Name, sa, so, sd, c.Admitted, c.Offered, c.Degraded)
+		}
+		if c.Admitted+c.Degraded+c.Denied+c.Unavailable != c.Offered {
+			t.Errorf("class %s: %d admitted + %d degraded + %d denied + %d unavailable != %d offered",
+				c.Name, c.Admitted, c.Degraded, c.Denied, c.Unavailable, c.Offered)
+		}
+		if float64(c.Admitted) > c.Bound {
+			t.Errorf("class %s: admitted %d above the bound %.1f", c.Name, c.Admitted, c.Bound)
+		}
+		adm += c.Admitted
+		off += c.Offered
+		deg += c.Degraded
+	}
+	if adm != res.Total.Admitted || off != res.Total.Decisions || deg != res.Total.Degraded {
+		t.Errorf("totals %+v do not add up from the classes (%d admitted, %d offered)", res.Total, adm, off)
+	}
+	var slots, insts, instOff int64
+	for _, s := range res.Series.SlotAdmitted {
+		for _, v := range s {
+			slots += v
+		}
+	}
+	for _, in := range res.Instances {
+		insts += in.Admitted
+		instOff += in.Offered
+	}
+	if slots != adm+deg || insts != adm+deg || instOff != off {
+		t.Errorf("instances' admissions %d (series %d) of %d, want %d of %d", insts, slots, instOff, adm+deg, off)
+	}
+	var rt int64
+	for _, v := range res.Series.RoundTrips {
+		rt += v
+	}
+	if rt != res.Total.RoundTrips {
+		t.Errorf("round trips series adds up to %d, total %d", rt, res.Total.RoundTrips)
+	}
+	if res.Total.Decisions == 0 || res.Total.Admitted == 0 || res.Total.RoundTrips == 0 || res.Total.Scripts < res.Total.RoundTrips/2 {
+		t.Errorf("nothing happened: %+v", res.Total)
+	}
+	// Leased admissions were all granted by Redis first.
+	if res.Total.Admitted > res.Lib.Granted-res.Lib.Returned {
+		t.Errorf("admitted %d > granted %d - returned %d", res.Total.Admitted, res.Lib.Granted, res.Lib.Returned)
+	}
+	if res.Elapsed < res.Run {
+		t.Errorf("elapsed %v shorter than the run %v", res.Elapsed, res.Run)
+	}
+}
+
+// TestSteadyRunAndReport runs the default scenario on the embedded Redis
+// with the baseline and checks the bound, the table and the report.
+func TestSteadyRunAndReport(t *testing.T) {
+	cfg := shortConfig("steady")
+	cfg.Baseline = 500 * time.Millisecond
+	res := runSim(t, cfg)
+	checkResult(t, res)
+	// 12 tenants: 1 large (over), 3 medium and 8 small of each pattern.
+	if len(res.Classes) != 7 {
+		t.Fatalf("%d classes, want 7", len(res.Classes))
+	}
+	if res.Total.Degraded+res.Total.Unavailable != 0 {
+		t.Errorf("steady run had degraded decisions: %+v", res.Total)
+	}
+	// Over-quota classes are limited, under-quota ones are served.
+	for _, c := range res.Classes {
+		if c.Pattern == "under" && float64(c.Admitted) < 0.9*float64(c.Offered) {
+			t.Errorf("%s: admitted %d of %d offered", c.Name, c.Admitted, c.Offered)
+		}
+		if c.Pattern == "over" && c.Denied == 0 {
+			t.Errorf("%s: nothing denied at 3x the quota", c.Name)
+		}
+		if c.P50 <= 0 || c.P99 < c.P50 {
+			t.Errorf("%s: latency p50 %v p99 %v", c.Name, c.P50, c.P99)
+		}
+	}
+	b := res.Baseline
+	if b == nil || b.Decisions == 0 || b.RoundTrips < b.Decisions || b.Offered < b.Decisions {
+		t.Fatalf("baseline %+v: want decisions, one round trip or more each", b)
+	}
+
+	var text bytes.Buffer
+	writeSummary(&text, res)
+	out := text.String()
+	for _, want := range []string{"bound: OK", "per-request baseline", "round trips / 1,000 decisions"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("summary lacks %q:\n%s", want, out)
+		}
+	}
+	for _, c := range res.Classes {
+		if !regexp.MustCompile(`(?m)^\s*` + regexp.QuoteMeta(c.Name) + `\s+.*\s` + regexp.QuoteMeta(group(c.Admitted)) + `\s`).MatchString(out) {
+			t.Errorf("summary has no row for %s with admitted %s", c.Name, group(c.Admitted))
+		}
+	}
+
+	path := filepath.Join(t.TempDir(), "report.html")
+	if err := writeReportFile(path, res); err != nil {
+		t.Fatal(err)
+	}
+	page, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkReport(t, string(page), res)
+}
+
+// checkReport checks the report's structure and that its charts and
+// tables carry the result's numbers.
+func checkReport(t *testing.T, page string, res *Result) {
+	t.Helper()
+	for _, id := range []string{"summary", "class-table", "instance-table", "limiter-log", "chart-admitted", "chart-share", "chart-share-svg",
+		"chart-lease", "chart-lease-svg", "chart-redis", "chart-redis-svg", "chart-baseline"} {
+		if !strings.Contains(page, `id="`+id+`"`) {
+			t.Errorf("report lacks #%s", id)
+		}
+	}
+	if res.Baseline != nil {
+		for _, id := range []string{"baseline-table", "bar-decisions", "bar-roundtrips", "bar-per1k", "bar-p99"} {
+			if !strings.Contains(page, `id="`+id+`"`) {
+				t.Errorf("report lacks #%s", id)
+			}
+		}
+	}
+	// Self-contained: nothing is fetched, nothing runs.
+	for _, bad := range []string{"<script", "http://", "https://", "<link", "@import", "src="} {
+		if strings.Contains(strings.ReplaceAll(page, `xmlns="http://www.w3.org/2000/svg"`, ""), bad) {
+			t.Errorf("report contains %q", bad)
+		}
+	}
+	// Every SVG is well-formed XML with axes text.
+	svgs := regexp.MustCompile(`(?s)<svg .*?</svg>`).FindAllString(page, -1)
+	if want := 3 + len(res.Classes); len(svgs) < want {
+		t.Errorf("%d SVG charts, want at least %d", len(svgs), want)
+	}
+	for _, s := range svgs {
+		d := xml.NewDecoder(strings.NewReader(s))
+		for {
+			if _, err := d.Token(); err == io.EOF {
+				break
+			} else if err != nil {
+				t.Errorf("SVG not well-formed: %v\n%.300s", err, s)
+				break
+			}
+		}
+		if !strings.Contains(s, `class="tick"`) || !strings.Contains(s, `class="legend"`) {
+			t.Errorf("SVG without ticks or legend: %.200s", s)
+		}
+	}
+	// Table rows and panels carry the numbers of the result.
+	for _, c := range res.Classes {
+		row := regexp.MustCompile(`<tr data-class="` + regexp.QuoteMeta(c.Name) + `"[^>]*>(.*?)</tr>`).FindStringSubmatch(page)
+		if row == nil {
+			t.Errorf("no table row for %s", c.Name)
+			continue
+		}
+		if cell := tableCell(row[1], "admitted"); cell != group(c.Admitted) {
+			t.Errorf("%s: table admitted %q, want %s", c.Name, cell, group(c.Admitted))
+		}
+		if cell := tableCell(row[1], "bound"); cell != group(int64(c.Bound)) {
+			t.Errorf("%s: table bound %q, want %s", c.Name, cell, group(int64(c.Bound)))
+		}
+		m := regexp.MustCompile(`class="admitted" data-class="` + regexp.QuoteMeta(c.Name) + `" data-total="(\d+)"`).FindStringSubmatch(page)
+		if m == nil {
+			t.Errorf("no admitted line in the panel of %s", c.Name)
+		} else if n, _ := strconv.ParseInt(m[1], 10, 64); n != c.Admitted {
+			t.Errorf("%s: chart admits %d, table %d", c.Name, n, c.Admitted)
+		}
+		if !strings.Contains(page, `class="lease" data-class="`+c.Name+`"`) {
+			t.Errorf("no lease line for %s", c.Name)
+		}
+	}
+	all := regexp.MustCompile(`<tr data-class="all"[^>]*>(.*?)</tr>`).FindStringSubmatch(page)
+	if all == nil || tableCell(all[1], "admitted") != group(res.Total.Admitted) {
+		t.Errorf("total row does not say %s admitted", group(res.Total.Admitted))
+	}
+	var shares int64
+	for _, m := range regexp.MustCompile(`class="share" data-slot="\d+" data-total="(\d+)"`).FindAllStringSubmatch(page, -1) {
+		n, _ := strconv.ParseInt(m[1], 10, 64)
+		shares += n
+	}
+	if shares != res.Total.Admitted+res.Total.Degraded {
+		t.Errorf("share chart counts %d admissions, want %d", shares, res.Total.Admitted+res.Total.Degraded)
+	}
+	if !strings.Contains(page, fmt.Sprintf(`class="roundtrips" data-total="%d"`, res.Total.RoundTrips)) {
+		t.Errorf("Redis chart does not add up to %d round trips", res.Total.RoundTrips)
+	}
+	if res.Baseline != nil && !strings.Contains(page, "<td>"+perSec(res.Baseline.DecisionsPerSec)+"</td>") {
+		t.Errorf("baseline table lacks %s decisions/s", perSec(res.Baseline.DecisionsPerSec))
+	}
+}
+
+func tableCell(row, col string) string {
+	m := regexp.MustCompile(`<td data-col="` + col + `">([^<]*)</td>`).FindStringSubmatch(row)
+	if m == nil {
+		return ""
+	}
+	return m[1]
+}
+
+// TestOutageRun black-holes the embedded Redis mid-run: decisions turn
+// degraded, Redis calls fail, and the bound on leased admissions holds.
+func TestOutageRun(t *testing.T) {
+	cfg := shortConfig("outage")
+	cfg.Duration = 2 * time.Second
+	cfg.Timeout = 50 * time.Millisecond
+	res := runSim(t, cfg)
+	checkResult(t, res)
+	if res.Total.Degraded+res.Total.Unavailable == 0 {
+		t.Errorf("no degraded decisions in an outage: %+v", res.Total)
+	}
+	if res.Lib.Errors == 0 {
+		t.Errorf("no failed lease calls in an outage")
+	}
+	// Degraded decisions only from the outage on.
+	var errsBefore int64
+	for b := 0; b < int(800*time.Millisecond/res.Step); b++ {
+		errsBefore += res.Series.Errors[b]
+	}
+	if errsBefore != 0 {
+		t.Errorf("%d lease calls failed before the outage", errsBefore)
+	}
+	var page bytes.Buffer
+	if err := writeReport(&page, res); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(page.String(), "Redis unreachable") {
+		t.Errorf("report does not mark the outage")
+	}
+	checkReport(t, page.String(), res)
+}
+
+// TestChurnRun closes an instance mid-run and starts another.
+func TestChurnRun(t *testing.T) {
+	cfg := shortConfig("churn")
+	cfg.Instances = 2
+	cfg.Duration = 2 * time.Second
+	res := runSim(t, cfg)
+	checkResult(t, res)
+	if len(res.Series.SlotAdmitted) != 3 {
+		t.Fatalf("%d instance slots, want 3", len(res.Series.SlotAdmitted))
+	}
+	stop, start := res.Slots[1].Stop, res.Slots[2].Start
+	for b, v := range res.Series.SlotAdmitted[1] {
+		if at := time.Duration(b) * res.Step; at >= stop+res.Step && v != 0 {
+			t.Errorf("closed instance admitted %d at %v", v, at)
+		}
+	}
+	var late int64
+	for b, v := range res.Series.SlotAdmitted[2] {
+		if at := time.Duration(b+1) * res.Step; at <= start && v != 0 {
+			t.Errorf("instance admitted %d at %v before it started at %v", v, at, start)
+		}
+		late += v
+	}
+	if late == 0 {
+		t.Errorf("the new instance admitted nothing")
+	}
+	if len(res.CloseErrs) != 0 {
+		t.Errorf("Close failed: %v", res.CloseErrs)
+	}
+}
+
+// TestRealRedis runs the simulation and the baseline against a real
+// redis-server through -redis.
+func TestRealRedis(t *testing.T) {
+	srv := redistest.Shared(t)
+	var stdout, stderr bytes.Buffer
+	report := filepath.Join(t.TempDir(), "r.html")
+	code := run(context.Background(), []string{"-redis", "redis://" + srv.Addr + "/0", "-duration", "1s", "-tenants", "8",
+		"-instances", "2", "-load", "0.3", "-baseline", "300ms", "-report", report}, &stdout, &stderr, false)
+	if code != exitOK {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
+	}
+	out := stdout.String()
+	for _, want := range []string{"Redis " + srv.Addr + " db 0", "bound: OK", "[leasequota]", "[baseline]", "per-request baseline", "report: " + report} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "embedded Redis runs Lua") {
+		t.Errorf("the embedded Redis note shows with -redis")
+	}
+	if _, err := os.Stat(report); err != nil {
+		t.Errorf("report: %v", err)
+	}
+}
+
+// TestUnreachableRedisFails checks that a -redis nobody answers fails fast
+// with exit 1 and a message.
+func TestUnreachableRedisFails(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), []string{"-redis", "redis://127.0.0.1:1/0", "-progress=false"}, &stdout, &stderr, false)
+	if code != exitViolated || !strings.Contains(stderr.String(), "does not answer PING") {
+		t.Fatalf("exit %d, stderr %q", code, stderr.String())
+	}
+}

@@ -1,0 +1,125 @@
+package main
+
+import (
+	"math"
+	"testing"
+	"time"
+)
+
+func TestIdealAdmitted(t *testing.T) {
+	step := 100 * time.Millisecond
+	// Under the rate: all admitted.
+	if got := idealAdmitted([]int64{5, 5, 5, 5}, 100, 10, step); got != 20 {
+		t.Errorf("under: %v, want 20", got)
+	}
+	// Far over: the burst, then the rate (10 per bucket).
+	if got := idealAdmitted([]int64{100, 100, 100}, 100, 50, step); got != 50+10+10 {
+		t.Errorf("over: %v, want 70", got)
+	}
+	// Idle buckets refill up to the burst only.
+	if got := idealAdmitted([]int64{100, 0, 0, 0, 0, 0, 0, 0, 100}, 100, 20, step); got != 40 {
+		t.Errorf("idle gap: %v, want 40", got)
+	}
+}
+
+func TestWorstWindow(t *testing.T) {
+	step := 100 * time.Millisecond
+	// Rate 10/s is 1 per bucket; burst 5; L 1s adds 10.
+	adm := []int64{1, 1, 1, 1, 1, 1, 1, 1, 1, 1}
+	ex, _, _ := worstWindow(adm, 10, 5, step, time.Second)
+	if ex > 0 {
+		t.Errorf("steady at the rate: excess %v, want <= 0", ex)
+	}
+	// 20 in one bucket, none around: 20 - (5 + 1 + 10) = 4 over.
+	adm = []int64{0, 0, 0, 0, 20, 0, 0}
+	ex, from, to := worstWindow(adm, 10, 5, step, time.Second)
+	if math.Abs(ex-4) > 1e-9 || from != 400*time.Millisecond || to != 500*time.Millisecond {
+		t.Errorf("spike: excess %v in [%v, %v], want 4 in [400ms, 500ms]", ex, from, to)
+	}
+	// Two spikes apart: the window spanning both is worse.
+	adm = []int64{20, 0, 0, 20}
+	ex, from, to = worstWindow(adm, 10, 5, step, time.Second)
+	if math.Abs(ex-(40-5-4-10)) > 1e-9 || from != 0 || to != 400*time.Millisecond {
+		t.Errorf("two spikes: excess %v in [%v, %v], want 21 in [0, 400ms]", ex, from, to)
+	}
+	if ex, _, _ := worstWindow(nil, 10, 5, step, time.Second); ex > 0 {
+		t.Errorf("empty: %v", ex)
+	}
+}
+
+func TestPercentile(t *testing.T) {
+	var s []time.Duration
+	for i := 100; i >= 1; i-- {
+		s = append(s, time.Duration(i))
+	}
+	if p := percentile(s, 0.5); p != 50 {
+		t.Errorf("p50 %v", p)
+	}
+	if p := percentile(s, 0.99); p != 99 {
+		t.Errorf("p99 %v", p)
+	}
+	if s[0] != 100 {
+		t.Errorf("percentile sorted its input")
+	}
+	if p := percentile(nil, 0.5); p != 0 {
+		t.Errorf("empty: %v", p)
+	}
+}
+
+func TestFormatting(t *testing.T) {
+	for in, want := range map[int64]string{0: "0", 999: "999", 1000: "1,000", 1234567: "1,234,567", -4500: "-4,500"} {
+		if got := group(in); got != want {
+			t.Errorf("group(%d) = %q, want %q", in, got, want)
+		}
+	}
+	for in, want := range map[time.Duration]string{0: "-", 95: "95ns", 1200: "1.2µs", 1000: "1µs", 310 * time.Microsecond: "310µs", 1200 * time.Microsecond: "1.2ms", 23 * time.Millisecond: "23ms"} {
+		if got := fmtDur(in); got != want {
+			t.Errorf("fmtDur(%v) = %q, want %q", in, got, want)
+		}
+	}
+	if got := ratio(1000, 6.4, "fewer", "more"); got != "156x fewer" {
+		t.Errorf("ratio: %q", got)
+	}
+	if got := ratio(2, 8, "more", "fewer"); got != "4.0x fewer" {
+		t.Errorf("ratio: %q", got)
+	}
+}
+
+// TestViolationDetected feeds the result computation a tenant that
+// admitted more than its bound, through the same path as a run.
+func TestViolationDetected(t *testing.T) {
+	cfg := testConfig("steady")
+	cfg.Tenants, cfg.Instances, cfg.Workers, cfg.Duration = 1, 1, 1, time.Second
+	w := newWorkload(cfg)
+	r := newRunner(cfg, w, &backend{Label: "test"})
+	r.start = time.Now()
+	inst := &instance{slot: 0, cc: newCallCounter(r.keyIndex, 1),
+		leaseSum: make([]float64, r.nb), leaseN: make([]int32, r.nb)}
+	ws := &workerStats{tenants: []int{0},
+		off: make([]int32, r.nb), adm: make([]int32, r.nb), deg: make([]int32, r.nb), all: make([]int32, r.nb),
+		denied: make([]int64, 1), unavail: make([]int64, 1), lat: make([][]time.Duration, 1), seen: make([]int64, 1)}
+	// Quota 2000/s, burst 400: 3000 in the first bucket breaks both the
+	// window bound (400 + 2000*(0.1+1) = 2600) and the total bound over
+	// 1 s (400 + 2000*1 = 2400).
+	ws.off[0], ws.adm[0] = 3000, 3000
+	inst.workers = []*workerStats{ws}
+	r.insts = []*instance{inst}
+	res := r.result(r.start.Add(time.Second), newCallSeriesFinished(r.nb))
+	if res.BoundOK() || len(res.Violations) != 2 {
+		t.Fatalf("violations %+v, want a total and a window one", res.Violations)
+	}
+	if res.Classes[0].OverAdmission != 600 {
+		t.Errorf("over-admission %d, want 600", res.Classes[0].OverAdmission)
+	}
+	// Degraded admissions are outside the bound.
+	ws.adm[0], ws.deg[0] = 0, 3000
+	if res := r.result(r.start.Add(time.Second), newCallSeriesFinished(r.nb)); !res.BoundOK() || res.Total.Degraded != 3000 {
+		t.Fatalf("degraded admissions counted in the bound: %+v", res.Violations)
+	}
+}
+
+func newCallSeriesFinished(nb int) *callSeries {
+	c := newCallSeries(nb)
+	c.finish(nb, 0, 0, 0)
+	return c
+}
