@@ -254,8 +254,8 @@ func (l *Limiter) quotaOf(tenant string) (Quota, error) {
 	if err := q.Validate(); err != nil {
 		return q, err
 	}
-	if q.LeaseTTL != 0 && q.LeaseTTL < l.cfg.refreshInterval {
-		return q, fmt.Errorf("%w: LeaseTTL %v is below the refresh interval %v", ErrInvalidQuota, q.LeaseTTL, l.cfg.refreshInterval)
+	if q.LeaseTTL != 0 && q.LeaseTTL < 2*l.cfg.refreshInterval {
+		return q, fmt.Errorf("%w: LeaseTTL %v is below twice the refresh interval %v", ErrInvalidQuota, q.LeaseTTL, l.cfg.refreshInterval)
 	}
 	return q.resolve(l.cfg.leaseTTL, l.cfg.failureMode), nil
 }

@@ -126,8 +126,9 @@ func WithMaxWait(d time.Duration) Option {
 	return func(c *config) { c.maxWait = d }
 }
 
-// WithLeaseTTL sets how long leased tokens may be held before they are
-// returned (default 1s); a Quota's LeaseTTL overrides it per tenant.
+// WithLeaseTTL sets how long leased tokens may be held before they expire
+// (default 1s); a Quota's LeaseTTL overrides it per tenant. It must be at
+// least twice the refresh interval: a lease is replaced before it expires.
 func WithLeaseTTL(d time.Duration) Option {
 	return func(c *config) { c.leaseTTL = d }
 }
@@ -171,8 +172,8 @@ func (c *config) validate() error {
 		if err := c.defaultQuota.Validate(); err != nil {
 			return fmt.Errorf("WithDefaultQuota: %w", err)
 		}
-		if ttl := c.defaultQuota.LeaseTTL; ttl != 0 && ttl < c.refreshInterval {
-			return fmt.Errorf("WithDefaultQuota: %w: LeaseTTL %v is below the refresh interval %v", ErrInvalidQuota, ttl, c.refreshInterval)
+		if ttl := c.defaultQuota.LeaseTTL; ttl != 0 && ttl < 2*c.refreshInterval {
+			return fmt.Errorf("WithDefaultQuota: %w: LeaseTTL %v is below twice the refresh interval %v", ErrInvalidQuota, ttl, c.refreshInterval)
 		}
 	}
 	if c.refreshInterval < time.Millisecond {
@@ -184,8 +185,8 @@ func (c *config) validate() error {
 	if c.maxWait < 0 {
 		return fmt.Errorf("%w: WithMaxWait(%v): want >= 0", ErrInvalidOption, c.maxWait)
 	}
-	if c.leaseTTL < c.refreshInterval {
-		return fmt.Errorf("%w: WithLeaseTTL(%v): want >= the refresh interval (%v)", ErrInvalidOption, c.leaseTTL, c.refreshInterval)
+	if c.leaseTTL < 2*c.refreshInterval {
+		return fmt.Errorf("%w: WithLeaseTTL(%v): want >= twice the refresh interval (%v)", ErrInvalidOption, c.leaseTTL, 2*c.refreshInterval)
 	}
 	if !c.failureMode.valid() || c.failureMode == FailDefault {
 		return fmt.Errorf("%w: WithFailureMode(%d): want FailLocal, FailClosed or FailOpen", ErrInvalidOption, c.failureMode)

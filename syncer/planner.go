@@ -231,16 +231,25 @@ func mod(a, b int64) int64 {
 
 // target is the lease size for the given demand in tokens per second:
 // demand over Interval times Headroom, but no more than the demand over
-// the lease lifetime (what could be spent before the tokens expire). An
-// idle tenant's target is zero, so it stops holding tokens.
+// what is left of a lease's lifetime once it starts being spent (a
+// replacement is fetched renewHorizon before the old lease expires, and
+// the old one is spent first), so that little expires unspent. An idle
+// tenant's target is zero, so it stops holding tokens.
 func (p *Planner) target(lim Limits, demand float64) int64 {
-	horizon := min(p.cfg.Interval.Seconds()*p.cfg.Headroom, lim.LeaseTTL.Seconds())
+	usable := lim.LeaseTTL - p.renewHorizon(lim)
+	horizon := min(p.cfg.Interval.Seconds()*p.cfg.Headroom, usable.Seconds())
 	raw := demand * horizon
 	if raw < 0.05 { // less than one token every twenty intervals: idle
 		return 0
 	}
 	t := int64(math.Ceil(raw))
 	return clamp(t, lim.MinLease, lim.MaxLease)
+}
+
+// renewHorizon is how long before a lease expires its replacement is
+// fetched: two intervals, at most half the lease lifetime.
+func (p *Planner) renewHorizon(lim Limits) time.Duration {
+	return min(2*p.cfg.Interval, lim.LeaseTTL/2)
 }
 
 // coldTarget is the lease size before any demand has been measured: what
@@ -283,8 +292,7 @@ func (p *Planner) Plan(st *State, lim Limits, now time.Time, in Input) Action {
 	// on: replace them ahead of time, so a busy tenant never finds its
 	// counter empty when an old batch goes back. (Within half a lease
 	// lifetime at most, or short leases would always look expiring.)
-	horizon := min(2*p.cfg.Interval, lim.LeaseTTL/2)
-	held := st.ledger.Total() - st.ledger.ExpiringBefore(now.Add(horizon))
+	held := st.ledger.Total() - st.ledger.ExpiringBefore(now.Add(p.renewHorizon(lim)))
 
 	if st.granted {
 		st.target = p.target(lim, st.demand.Rate(now))
@@ -365,7 +373,7 @@ func (p *Planner) Granted(st *State, lim Limits, now time.Time, asked int64, g l
 		turn = math.MaxInt64
 	}
 	wait := max(g.RetryAfter(turn, lim.Rate), p.cfg.Interval/10)
-	st.notBefore = satAdd(ns, int64(wait)+p.jitter(st, ns, int64(p.cfg.Jitter)))
+	st.notBefore = satAdd(satAdd(ns, int64(wait)), p.jitter(st, ns, int64(p.cfg.Jitter)))
 }
 
 // satAdd adds two non-negative int64s, saturating at math.MaxInt64.

@@ -272,7 +272,8 @@ type job struct {
 }
 
 // Round plans every tenant that tenants yields and carries the plan out:
-// expired tokens are returned, then leases are acquired in pipelines of
+// expired tokens are dropped, idle tenants evicted (their tokens returned),
+// then leases are acquired in pipelines of
 // up to BatchSize tenants, at most MaxInFlight at once. A tenant that is
 // locked (an urgent refill is running for it) is skipped.
 func (s *Syncer) Round(ctx context.Context, tenants iter.Seq[*Tenant]) {

@@ -104,7 +104,7 @@ func parseConfig(args []string, out io.Writer) (Config, error) {
 	fs.DurationVar(&cfg.Baseline, "baseline", cfg.Baseline, fmt.Sprintf("length of the per-request limiter baseline run, 0 to skip it (at most %v)", maxBaseline))
 	fs.Float64Var(&cfg.Load, "load", cfg.Load, fmt.Sprintf("`factor` applied to every tenant's demand (0 < factor <= %d)", maxLoad))
 	fs.DurationVar(&cfg.Refresh, "refresh", cfg.Refresh, "the limiters' refresh interval (WithRefreshInterval, >= 1ms)")
-	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", cfg.LeaseTTL, "the limiters' lease lifetime L (WithLeaseTTL, >= -refresh)")
+	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", cfg.LeaseTTL, "the limiters' lease lifetime L (WithLeaseTTL, >= 2 x -refresh)")
 	fs.DurationVar(&cfg.Timeout, "redis-timeout", 0, fmt.Sprintf("deadline of each lease call (WithRedisTimeout) (default: %v on the embedded Redis, which runs scripts slowly; the library's default, half of -refresh, with -redis)", embeddedTimeout))
 	fs.StringVar(&cfg.Failure, "failure-mode", cfg.Failure, "what requests get once Redis is unreachable and leases are spent (WithFailureMode): `mode` local, closed, open, or default (the library's)")
 	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, fmt.Sprintf("request goroutines per instance (1..%d)", maxWorkers))
@@ -163,8 +163,8 @@ func (c Config) Validate() error {
 		return usagef("-load %v: want a factor > 0 and <= %d", c.Load, maxLoad)
 	case c.Refresh < time.Millisecond || c.Refresh > 10*time.Second:
 		return usagef("-refresh %v: want 1ms..10s", c.Refresh)
-	case c.LeaseTTL < c.Refresh || c.LeaseTTL > time.Hour:
-		return usagef("-lease-ttl %v: want >= -refresh (%v) and <= 1h", c.LeaseTTL, c.Refresh)
+	case c.LeaseTTL < 2*c.Refresh || c.LeaseTTL > time.Hour:
+		return usagef("-lease-ttl %v: want >= twice -refresh (%v) and <= 1h", c.LeaseTTL, 2*c.Refresh)
 	case c.Timeout < 0 || c.Timeout > time.Minute:
 		return usagef("-redis-timeout %v: want > 0 and <= 1m (or 0 for the default)", c.Timeout)
 	case c.Workers < 1 || c.Workers > maxWorkers:

@@ -1,0 +1,873 @@
+package syncer
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+	"pgregory.net/rapid"
+
+	"github.com/leasequota/leasequota/bucket"
+	"github.com/leasequota/leasequota/lease"
+)
+
+// pt0 is the planner tests' origin: an arbitrary time, not aligned to any
+// interval.
+var pt0 = time.Date(2025, 6, 7, 8, 9, 10, 123456789, time.UTC)
+
+const testSeed = 0x5eed
+
+// testLimits is a tenant whose global bucket is never the constraint.
+func testLimits() Limits {
+	return Limits{Rate: 1000, Burst: 1e6, MinLease: 1, MaxLease: 5000, LeaseTTL: time.Second}
+}
+
+// rig drives one tenant's planner the way the Syncer does, with time passed
+// in: requests spend from a bucket.Counter (or record a miss), and each
+// plan's action is carried out at once: expired tokens are taken back and
+// dropped (Expired), and an acquire is answered by grant (default: in
+// full).
+type rig struct {
+	p      *Planner
+	st     State
+	lim    Limits
+	now    time.Time
+	tokens bucket.Counter
+
+	// What requests recorded since the last plan.
+	missed, need int64
+	urgent       bool
+
+	// grant answers an acquire of want tokens; ok false is a failed call.
+	// nil grants in full from a bucket that holds plenty.
+	grant func(want int64) (g lease.Grant, ok bool)
+
+	acc      float64 // fractional tokens of demand not yet asked for
+	calls    int     // acquires made
+	acquired int64   // tokens granted
+	expired  int64   // tokens taken back at expiry and dropped
+	spent    int64   // tokens admitted
+	denied   int64   // tokens denied
+}
+
+func newRig(cfg Config, lim Limits, name string) *rig {
+	r := &rig{p: NewPlanner(cfg, testSeed), lim: lim, now: pt0}
+	r.p.Init(&r.st, name, r.now)
+	return r
+}
+
+// request spends n tokens, or records a miss as Tenant.NoteMiss does.
+func (r *rig) request(n int64) bool {
+	if ok, _ := r.tokens.TrySpend(n); ok {
+		r.spent += n
+		return true
+	}
+	r.denied += n
+	r.missed += n
+	r.need = max(r.need, n)
+	r.urgent = true
+	return false
+}
+
+// ask makes requests of one token for rate tokens per second over d.
+func (r *rig) ask(rate float64, d time.Duration) {
+	r.acc += rate * d.Seconds()
+	for ; r.acc >= 1; r.acc-- {
+		r.request(1)
+	}
+}
+
+// plan runs the planner at r.now and carries its action out.
+func (r *rig) plan() Action {
+	in := Input{Level: r.tokens.Load(), Missed: r.missed, Need: r.need, Urgent: r.urgent}
+	r.missed, r.need, r.urgent = 0, 0, false
+	a := r.p.Plan(&r.st, r.lim, r.now, in)
+	if a.Expire > 0 {
+		taken, left := r.tokens.Take(a.Expire)
+		r.expired += taken
+		r.p.Expired(&r.st, taken, left)
+	}
+	if a.Acquire > 0 {
+		r.calls++
+		g, ok := lease.Grant{Granted: a.Acquire, Tokens: 1e9}, true
+		if r.grant != nil {
+			g, ok = r.grant(a.Acquire)
+		}
+		if !ok {
+			r.p.Failed(&r.st, r.now)
+		} else {
+			level := r.tokens.Add(g.Granted)
+			r.acquired += g.Granted
+			r.p.Granted(&r.st, r.lim, r.now, a.Acquire, g, level)
+		}
+	}
+	return a
+}
+
+// run serves demand at rate tokens per second for d, planning every tick,
+// and calls each (if not nil) after every plan.
+func (r *rig) run(rate float64, d, tick time.Duration, each func(a Action)) {
+	for end := r.now.Add(d); r.now.Before(end); {
+		r.ask(rate, tick)
+		r.now = r.now.Add(tick)
+		a := r.plan()
+		if each != nil {
+			each(a)
+		}
+	}
+}
+
+// checkHeld fails unless the planner's ledger agrees with the counter.
+func (r *rig) checkHeld(t testing.TB) {
+	t.Helper()
+	if h, c := r.st.Held(), r.tokens.Load(); h != c {
+		t.Fatalf("at +%v: planner holds %d, counter %d", r.now.Sub(pt0), h, c)
+	}
+}
+
+const tick = 25 * time.Millisecond // the Syncer's default tick, Interval/4
+
+// TestPhase: a tenant's phase is xxhash(name) mod Interval, whatever the
+// seed, the interval or the time it is first seen.
+func TestPhase(t *testing.T) {
+	for _, iv := range []time.Duration{100 * time.Millisecond, time.Second, 7 * time.Millisecond, 1234567 * time.Nanosecond} {
+		for _, seed := range []uint64{0, 1, 42} {
+			p := NewPlanner(Config{Interval: iv}, seed)
+			for i := range 200 {
+				name := fmt.Sprintf("tenant-%d", i)
+				var a, b State
+				p.Init(&a, name, pt0)
+				p.Init(&b, name, pt0.Add(time.Duration(i)*time.Hour+time.Duration(i)))
+				want := time.Duration(xxhash.Sum64String(name) % uint64(iv))
+				if got := p.Phase(&a); got != want {
+					t.Fatalf("Interval %v: Phase(%q) = %v, want xxhash %% Interval = %v", iv, name, got, want)
+				}
+				if got := p.Phase(&b); got != want {
+					t.Fatalf("Interval %v: Phase(%q) depends on when it was first seen: %v, want %v", iv, name, got, want)
+				}
+			}
+		}
+	}
+	// Deterministic: the same planner and time give the same schedule.
+	p := NewPlanner(Config{}, testSeed)
+	var a, b State
+	p.Init(&a, "acme", pt0)
+	p.Init(&b, "acme", pt0)
+	if !a.Next().Equal(b.Next()) {
+		t.Fatalf("Init twice: Next %v then %v", a.Next(), b.Next())
+	}
+	// The empty name and very long names work too.
+	p.Init(&a, "", pt0)
+	p.Init(&b, string(make([]byte, 1<<16)), pt0)
+}
+
+// offsetInInterval returns t's offset from the tenant's phase, within the
+// interval.
+func offsetInInterval(p *Planner, st *State, t time.Time) time.Duration {
+	iv := int64(p.Config().Interval)
+	m := (t.UnixNano() - int64(p.Phase(st))) % iv
+	if m < 0 {
+		m += iv
+	}
+	return time.Duration(m)
+}
+
+// TestScheduledRefreshTimes: every scheduled refresh is at the tenant's
+// phase (mod Interval) plus a jitter in [0, Jitter), one per interval, and
+// a plan before that time does not move it.
+func TestScheduledRefreshTimes(t *testing.T) {
+	for _, cfg := range []Config{{}, {Interval: time.Second, Jitter: 300 * time.Millisecond}, {Interval: 10 * time.Millisecond}} {
+		p := NewPlanner(cfg, testSeed)
+		c := p.Config()
+		rnd := rand.New(rand.NewPCG(1, 2))
+		for i := range 100 {
+			var st State
+			start := pt0.Add(time.Duration(rnd.Int64N(int64(time.Hour))))
+			p.Init(&st, fmt.Sprintf("t%d", i), start)
+			now, prev := start, start
+			for k := range 50 {
+				next := st.Next()
+				if !next.After(now) {
+					t.Fatalf("%+v: scheduled refresh %v is not after the plan at %v", c, next, now)
+				}
+				if off := offsetInInterval(p, &st, next); off < 0 || off >= c.Jitter {
+					t.Fatalf("%+v: refresh at phase + %v, want + [0, %v)", c, off, c.Jitter)
+				}
+				if k > 0 {
+					// One refresh per interval: the next slot after the
+					// previous refresh.
+					if gap := next.Sub(prev); gap <= c.Interval-c.Jitter || gap >= c.Interval+c.Jitter {
+						t.Fatalf("%+v: refreshes %v apart, want Interval ± Jitter", c, gap)
+					}
+				} else if next.Sub(start) > c.Interval+c.Jitter {
+					t.Fatalf("%+v: first refresh %v after Init, want at most Interval+Jitter", c, next.Sub(start))
+				}
+				// A plan just before the refresh leaves it alone.
+				p.Plan(&st, testLimits(), next.Add(-time.Nanosecond), Input{})
+				if !st.Next().Equal(next) {
+					t.Fatalf("%+v: plan 1ns before the refresh moved it from %v to %v", c, next, st.Next())
+				}
+				// A plan at (or, with a late tick, after) the time
+				// schedules the next one.
+				prev = next
+				now = next.Add(time.Duration(rnd.Int64N(int64(c.Jitter) + 1)))
+				p.Plan(&st, testLimits(), now, Input{})
+			}
+		}
+	}
+}
+
+// TestJitterDependsOnSeed: a fixed seed gives the same jitter (replayable),
+// different seeds different jitter, so replicas do not sync in lockstep.
+func TestJitterDependsOnSeed(t *testing.T) {
+	cfg := Config{}
+	p1, p1b, p2 := NewPlanner(cfg, 1), NewPlanner(cfg, 1), NewPlanner(cfg, 2)
+	jitter := p1.Config().Jitter
+	differ, n := 0, 0
+	var offs []time.Duration
+	for i := range 200 {
+		name := fmt.Sprintf("tenant-%d", i)
+		var a, b, c State
+		p1.Init(&a, name, pt0)
+		p1b.Init(&b, name, pt0)
+		p2.Init(&c, name, pt0)
+		for range 20 {
+			if !a.Next().Equal(b.Next()) {
+				t.Fatalf("same seed, different schedule: %v vs %v", a.Next(), b.Next())
+			}
+			if !a.Next().Equal(c.Next()) {
+				differ++
+			}
+			n++
+			offs = append(offs, offsetInInterval(p1, &a, a.Next()))
+			now := a.Next()
+			p1.Plan(&a, testLimits(), now, Input{})
+			p1b.Plan(&b, testLimits(), now, Input{})
+			p2.Plan(&c, testLimits(), c.Next(), Input{})
+		}
+	}
+	if differ < n*9/10 {
+		t.Errorf("seeds 1 and 2 gave the same refresh time %d times in %d", n-differ, n)
+	}
+	// The jitter covers its range: every tenth of [0, Jitter) is used.
+	var bins [10]int
+	for _, o := range offs {
+		bins[int(o*10/jitter)]++
+	}
+	for i, b := range bins {
+		if b < len(offs)/20 {
+			t.Errorf("jitter tenth %d used %d times of %d: %v", i, b, len(offs), bins)
+		}
+	}
+}
+
+// TestPhasesSpread: 1,000 tenants' phases spread over the interval; every
+// tenth of it gets 5-15% of them.
+func TestPhasesSpread(t *testing.T) {
+	for _, iv := range []time.Duration{100 * time.Millisecond, time.Second, 3 * time.Millisecond} {
+		p := NewPlanner(Config{Interval: iv}, testSeed)
+		var bins [10]int
+		for i := range 1000 {
+			var st State
+			p.Init(&st, fmt.Sprintf("tenant-%d", i), pt0)
+			bins[int(p.Phase(&st)*10/iv)]++
+		}
+		for i, b := range bins {
+			if b < 50 || b > 150 {
+				t.Errorf("Interval %v: tenth %d of the interval has %d of 1000 phases: %v", iv, i, b, bins)
+			}
+		}
+	}
+}
+
+// warm returns a rig whose tenant has had steady demand of rate tokens per
+// second for five seconds (ten half-lives), served in full.
+func warm(t *testing.T, cfg Config, lim Limits, rate float64) *rig {
+	t.Helper()
+	r := newRig(cfg, lim, "warm")
+	r.run(rate, 5*time.Second, tick, nil)
+	r.checkHeld(t)
+	return r
+}
+
+// untilUnscheduled advances r by a millisecond at a time, serving rate,
+// until the next plan would not be a scheduled one, and returns the time.
+func (r *rig) untilUnscheduled(rate float64) {
+	for i := 0; !r.now.Add(time.Millisecond).Before(r.st.Next()); i++ {
+		r.ask(rate, time.Millisecond)
+		r.now = r.now.Add(time.Millisecond)
+		if i > 1000 {
+			panic("no unscheduled time in a second")
+		}
+	}
+	r.now = r.now.Add(time.Millisecond)
+}
+
+// TestLowWatermarkPrefetch: tokens below LowWatermark × target trigger an
+// acquire before the scheduled refresh; above it, nothing happens until
+// then.
+func TestLowWatermarkPrefetch(t *testing.T) {
+	const demand = 1000.0
+	r := warm(t, Config{}, testLimits(), demand)
+	target := r.st.Target()
+	if target < 150 || target > 250 {
+		t.Fatalf("target %d after 5 s at %v/s, want about 200", target, demand)
+	}
+
+	// Above the watermark, off schedule: no call. (Top up first with an
+	// urgent request, so that there is something above the watermark.)
+	r.untilUnscheduled(0)
+	r.urgent, r.need = true, target
+	r.plan()
+	r.untilUnscheduled(0)
+	above := r.st.Target() * 2 / 3 // what is taken counts as demand: leave room
+	if r.tokens.Load() < above {
+		t.Fatalf("test setup: %d tokens held after a top-up to %d", r.tokens.Load(), target)
+	}
+	r.tokens.Take(r.tokens.Load() - above)
+	if a := r.plan(); a.Acquire != 0 {
+		t.Fatalf("acquire of %d off schedule with %d tokens held (target %d)", a.Acquire, above, r.st.Target())
+	}
+
+	// Below it, off schedule: a prefetch up to the target.
+	r.untilUnscheduled(0)
+	low := r.st.Target()/2 - 1
+	r.tokens.Take(r.tokens.Load() - low)
+	next := r.st.Next()
+	a := r.plan()
+	if !r.now.Before(next) {
+		t.Fatalf("test bug: plan at %v is not before the scheduled %v", r.now, next)
+	}
+	if want := r.st.Target() - low; a.Acquire != want {
+		t.Fatalf("with %d held of target %d: Acquire %d, want %d", low, r.st.Target(), a.Acquire, want)
+	}
+	r.checkHeld(t)
+}
+
+// TestUrgentNeed: an urgent request needing more than is held triggers an
+// acquire of at least the shortfall, off schedule and above the watermark;
+// an urgent request that the tokens held cover does not.
+func TestUrgentNeed(t *testing.T) {
+	r := warm(t, Config{}, testLimits(), 1000)
+	r.untilUnscheduled(0)
+	target := r.st.Target()
+	held := target * 3 / 4 // above the watermark
+	r.tokens.Take(r.tokens.Load() - held)
+
+	r.urgent, r.need, r.missed = true, held, held
+	if a := r.plan(); a.Acquire != 0 {
+		t.Fatalf("urgent need %d with %d held: Acquire %d, want none", held, held, a.Acquire)
+	}
+
+	r.untilUnscheduled(0)
+	held = r.tokens.Load()
+	need := held + 700
+	r.urgent, r.need, r.missed = true, need, need
+	a := r.plan()
+	if a.Acquire < need-held {
+		t.Fatalf("urgent need %d with %d held: Acquire %d, want >= %d", need, held, a.Acquire, need-held)
+	}
+	if want := max(r.st.Target()-held, need-held); a.Acquire != want {
+		t.Fatalf("urgent need %d with %d held, target %d: Acquire %d, want %d", need, held, r.st.Target(), a.Acquire, want)
+	}
+	r.checkHeld(t)
+
+	// A need above Burst is never asked beyond Burst.
+	lim := testLimits()
+	lim.Burst, lim.MaxLease = 50, 50
+	r = newRig(Config{}, lim, "small")
+	r.urgent, r.need, r.missed = true, 80, 80
+	if a := r.plan(); a.Acquire != 50 {
+		t.Fatalf("urgent need 80 on a Burst of 50: Acquire %d, want 50", a.Acquire)
+	}
+}
+
+// TestUrgentHeldBackByNotBefore: while NotBefore is in the future (after a
+// failure or a partial grant) no call is planned, however urgent; at
+// NotBefore it is.
+func TestUrgentHeldBackByNotBefore(t *testing.T) {
+	r := warm(t, Config{}, testLimits(), 1000)
+	r.grant = func(int64) (lease.Grant, bool) { return lease.Grant{}, false }
+	r.tokens.Take(r.tokens.Load())
+	r.urgent, r.need, r.missed = true, 10, 10
+	if a := r.plan(); a.Acquire == 0 {
+		t.Fatal("an urgent empty tenant planned no acquire")
+	}
+	nb := r.st.NotBefore()
+	if !nb.After(r.now) {
+		t.Fatalf("after a failure NotBefore %v is not after now %v", nb, r.now)
+	}
+	for r.now.Add(time.Millisecond).Before(nb) {
+		r.now = r.now.Add(time.Millisecond)
+		r.urgent, r.need, r.missed = true, 10, 10
+		if a := r.plan(); a.Acquire != 0 {
+			t.Fatalf("acquire of %d at %v before NotBefore %v", a.Acquire, r.now, nb)
+		}
+	}
+	r.grant = nil
+	r.now = nb
+	r.urgent, r.need, r.missed = true, 10, 10
+	if a := r.plan(); a.Acquire == 0 {
+		t.Fatalf("no acquire at NotBefore")
+	}
+	r.checkHeld(t)
+}
+
+// TestPartialGrantWaitsForRefill: after a partial grant no call is planned
+// until the global bucket, refilling at Rate from the Tokens the script
+// reported, would hold the lease asked for (here the target, as the tenant
+// held nothing); then one is.
+func TestPartialGrantWaitsForRefill(t *testing.T) {
+	lim := Limits{Rate: 200, Burst: 1000, MinLease: 1, MaxLease: 500, LeaseTTL: time.Second}
+	r := newRig(Config{}, lim, "dry")
+	cfg := r.p.Config()
+	a := r.plan() // cold start: asks for one interval of Rate
+	want := r.st.Target()
+	if a.Acquire != want || want != 20 {
+		t.Fatalf("cold start Acquire %d, target %d; want 20 (Rate × Interval)", a.Acquire, want)
+	}
+	// Replay it as a partial grant.
+	r = newRig(Config{}, lim, "dry")
+	const tokensLeft = 0.25
+	r.grant = func(want int64) (lease.Grant, bool) {
+		return lease.Grant{Granted: want / 4, Tokens: tokensLeft, ServerTime: r.now}, true
+	}
+	sent := r.now
+	r.plan()
+	wait := time.Duration(math.Ceil((float64(want)-tokensLeft)/lim.Rate*1e6)) * time.Microsecond // 98.75 ms
+	wait = max(wait, cfg.Interval/10)
+	nb := r.st.NotBefore()
+	if nb.Before(sent.Add(wait)) || !nb.Before(sent.Add(wait+cfg.Jitter)) {
+		t.Fatalf("NotBefore = sent + %v, want sent + [%v, %v)", nb.Sub(sent), wait, wait+cfg.Jitter)
+	}
+	r.grant = nil
+	// Hungry requests and scheduled refreshes come and go: no call.
+	for r.now.Add(time.Millisecond).Before(nb) {
+		r.now = r.now.Add(time.Millisecond)
+		r.request(5)
+		if a := r.plan(); a.Acquire != 0 {
+			t.Fatalf("acquire at sent + %v, before NotBefore = sent + %v", r.now.Sub(sent), nb.Sub(sent))
+		}
+	}
+	r.now = nb
+	r.request(5)
+	if a := r.plan(); a.Acquire == 0 {
+		t.Fatal("no acquire at NotBefore with requests waiting")
+	}
+	r.checkHeld(t)
+
+	// A grant of nothing also waits; a full grant clears nothing it need not.
+	r.grant = func(int64) (lease.Grant, bool) { return lease.Grant{Tokens: 0}, true }
+	r.now = r.now.Add(time.Second)
+	r.tokens.Take(r.tokens.Load())
+	r.request(5)
+	r.plan()
+	if nb := r.st.NotBefore(); !nb.After(r.now.Add(cfg.Interval / 10)) {
+		t.Fatalf("after a zero grant NotBefore is now + %v, want a wait for the refill", nb.Sub(r.now))
+	}
+}
+
+// TestFailedBackoff: failures in a row back off exponentially, each wait
+// in [b/2, b) for b = MinBackoff × 2^(failures-1) capped at MaxBackoff, so
+// always within [MinBackoff/2, MaxBackoff]; a success starts over.
+func TestFailedBackoff(t *testing.T) {
+	for _, cfg := range []Config{{}, {MinBackoff: 10 * time.Millisecond, MaxBackoff: time.Second}, {MinBackoff: time.Millisecond, MaxBackoff: time.Hour}} {
+		p := NewPlanner(cfg, testSeed)
+		c := p.Config()
+		if c.MinBackoff <= 0 || c.MaxBackoff < c.MinBackoff {
+			t.Fatalf("resolved backoff bounds %v, %v", c.MinBackoff, c.MaxBackoff)
+		}
+		for _, name := range []string{"a", "b", "c", "d"} {
+			var st State
+			p.Init(&st, name, pt0)
+			now := pt0
+			prevCap := time.Duration(0)
+			for k := 1; k <= 40; k++ {
+				p.Failed(&st, now)
+				if st.Failures() != k {
+					t.Fatalf("Failures() = %d after %d failures", st.Failures(), k)
+				}
+				// Doubling stops after 20 doublings (so the shift cannot
+				// overflow), and at MaxBackoff.
+				b := c.MaxBackoff
+				if s := c.MinBackoff << min(k-1, 20); s > 0 && s < c.MaxBackoff {
+					b = s
+				}
+				d := st.NotBefore().Sub(now)
+				if d < b/2 || d >= b {
+					t.Fatalf("%+v: failure %d backs off %v, want [%v, %v)", c, k, d, b/2, b)
+				}
+				if d < c.MinBackoff/2 || d > c.MaxBackoff {
+					t.Fatalf("%+v: failure %d backs off %v, outside [MinBackoff/2, MaxBackoff]", c, k, d)
+				}
+				if b < prevCap {
+					t.Fatalf("backoff bound shrank")
+				}
+				prevCap = b
+				now = st.NotBefore()
+			}
+			p.Granted(&st, testLimits(), now, 1, lease.Grant{Granted: 1, Tokens: 5}, 1)
+			if st.Failures() != 0 {
+				t.Fatalf("Failures() = %d after a success", st.Failures())
+			}
+			p.Failed(&st, now)
+			if d := st.NotBefore().Sub(now); d < c.MinBackoff/2 || d >= c.MinBackoff {
+				t.Fatalf("first failure after a success backs off %v, want [%v, %v)", d, c.MinBackoff/2, c.MinBackoff)
+			}
+		}
+	}
+}
+
+// TestTargetTracksDemand: the lease target is demand × Interval × Headroom,
+// clamped to [MinLease, MaxLease], and never above Burst.
+func TestTargetTracksDemand(t *testing.T) {
+	cases := []struct {
+		name   string
+		cfg    Config
+		lim    Limits
+		demand float64
+		want   int64
+	}{
+		{"plain", Config{}, testLimits(), 1000, 200},
+		{"small", Config{}, testLimits(), 50, 10},
+		{"headroom 3", Config{Headroom: 3}, testLimits(), 1000, 300},
+		{"interval 1s", Config{Interval: time.Second}, Limits{Rate: 1e4, Burst: 1e6, MinLease: 1, MaxLease: 5000, LeaseTTL: 10 * time.Second}, 100, 200},
+		{"clamped to MaxLease", Config{}, testLimits(), 1e5, 5000},
+		{"clamped to MinLease", Config{}, Limits{Rate: 1000, Burst: 1e6, MinLease: 40, MaxLease: 5000, LeaseTTL: time.Second}, 20, 40},
+		{"at most Burst", Config{}, Limits{Rate: 1e5, Burst: 300, MinLease: 1, MaxLease: 300, LeaseTTL: time.Second}, 1e4, 300},
+		{"one token", Config{}, testLimits(), 2, 1},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := warm(t, c.cfg, c.lim, c.demand)
+			got := r.st.Target()
+			lo, hi := c.want*95/100, c.want*105/100+1
+			if got < lo || got > hi {
+				t.Fatalf("target %d after steady demand %v/s, want about %d", got, c.demand, c.want)
+			}
+			if got > c.lim.Burst || got > c.lim.MaxLease || got < c.lim.MinLease {
+				t.Fatalf("target %d outside [MinLease %d, MaxLease %d] or above Burst %d", got, c.lim.MinLease, c.lim.MaxLease, c.lim.Burst)
+			}
+			// And it follows a change of demand within a few half-lives.
+			r.run(c.demand/4, 5*time.Second, tick, nil)
+			quarter := min(max(int64(math.Ceil(c.demand/4*r.p.Config().Interval.Seconds()*r.p.Config().Headroom)), c.lim.MinLease), c.lim.MaxLease)
+			if got := r.st.Target(); got < quarter*9/10 || got > quarter*11/10+1 {
+				t.Fatalf("target %d after demand fell to %v/s, want about %d", got, c.demand/4, quarter)
+			}
+		})
+	}
+}
+
+// TestIdleTenant: once demand stops, the target decays to zero within a
+// few half-lives, the tenant stops acquiring, and every token it held goes
+// when its lease expires.
+func TestIdleTenant(t *testing.T) {
+	r := warm(t, Config{}, testLimits(), 1000)
+	spentBefore := r.spent
+	idleStart := r.now
+	lastAcquire := time.Time{}
+	r.run(0, 20*time.Second, tick, func(a Action) {
+		if a.Acquire > 0 {
+			lastAcquire = r.now
+		}
+	})
+	hl := r.p.Config().HalfLife
+	if d := lastAcquire.Sub(idleStart); d > 15*hl {
+		t.Errorf("idle tenant still acquired %v after its last request (%v half-lives)", d, float64(d)/float64(hl))
+	}
+	t.Logf("idle tenant's last acquire came %v after its last request", lastAcquire.Sub(idleStart))
+	if r.st.Target() != 0 {
+		t.Errorf("idle target %d, want 0", r.st.Target())
+	}
+	if r.tokens.Load() != 0 || r.st.Held() != 0 {
+		t.Errorf("idle tenant still holds %d tokens (ledger %d)", r.tokens.Load(), r.st.Held())
+	}
+	if r.spent != spentBefore {
+		t.Fatalf("test bug: tokens spent while idle")
+	}
+	// Everything acquired was spent or expired.
+	if r.acquired != r.spent+r.expired {
+		t.Errorf("acquired %d != spent %d + expired %d", r.acquired, r.spent, r.expired)
+	}
+	// And a long idle stretch plans nothing at all.
+	calls := r.calls
+	r.run(0, time.Minute, tick, func(a Action) {
+		if a.Acquire != 0 || a.Expire != 0 {
+			t.Fatalf("idle tenant planned %+v", a)
+		}
+	})
+	if r.calls != calls {
+		t.Fatal("idle tenant made calls")
+	}
+}
+
+// TestBusyTenantReplacedBeforeExpiry: with steady demand the tenant gets
+// its replacement lease before the old one expires, so requests never find
+// the counter empty, neither in the ordinary case (leases spent well within
+// their TTL) nor when MinLease makes each lease outlive it.
+func TestBusyTenantReplacedBeforeExpiry(t *testing.T) {
+	cases := []struct {
+		name   string
+		lim    Limits
+		demand float64
+	}{
+		{"ordinary", testLimits(), 1000},
+		{"leases outlive TTL", Limits{Rate: 1000, Burst: 1e6, MinLease: 500, MaxLease: 5000, LeaseTTL: time.Second}, 100},
+		{"slow trickle", Limits{Rate: 1000, Burst: 1e6, MinLease: 10, MaxLease: 5000, LeaseTTL: time.Second}, 3},
+		{"short TTL", Limits{Rate: 1000, Burst: 1e6, MinLease: 1, MaxLease: 5000, LeaseTTL: 300 * time.Millisecond}, 500},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := warm(t, Config{}, c.lim, c.demand)
+			denied, expiries := r.denied, 0
+			// Requests every millisecond; plans every tick.
+			for i := range 20_000 {
+				r.ask(c.demand, time.Millisecond)
+				r.now = r.now.Add(time.Millisecond)
+				if i%int(tick/time.Millisecond) == 0 {
+					if a := r.plan(); a.Expire > 0 {
+						expiries++
+						if r.tokens.Load() == 0 {
+							t.Fatalf("at +%v the counter was empty after %d expired tokens were dropped", r.now.Sub(pt0), a.Expire)
+						}
+					}
+					r.checkHeld(t)
+				}
+			}
+			if r.denied != denied {
+				t.Fatalf("%d tokens denied to steady demand of %v/s in 20 s", r.denied-denied, c.demand)
+			}
+			t.Logf("%d expiries with tokens left; %d calls in 25 s", expiries, r.calls)
+		})
+	}
+}
+
+// TestPlannerProperties: over random sequences of inputs (the counter only
+// goes down between plans, except by grants; grants of 0..asked, failures,
+// time moving forward by random steps), every Action asks for 0..Burst
+// tokens and expires 0..held, no call is planned before NotBefore, and the
+// ledger agrees with the counter after each step.
+func TestPlannerProperties(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		iv := time.Duration(rapid.IntRange(1, 1000).Draw(t, "intervalMs")) * time.Millisecond
+		cfg := Config{Interval: iv}
+		burst := rapid.Int64Range(1, 5000).Draw(t, "burst")
+		minLease := rapid.Int64Range(1, burst).Draw(t, "minLease")
+		lim := Limits{
+			Rate:     rapid.Float64Range(0.01, 1e5).Draw(t, "rate"),
+			Burst:    burst,
+			MinLease: minLease,
+			MaxLease: rapid.Int64Range(minLease, burst).Draw(t, "maxLease"),
+			LeaseTTL: iv * time.Duration(rapid.IntRange(1, 30).Draw(t, "ttlIntervals")),
+		}
+		p := NewPlanner(cfg, rapid.Uint64().Draw(t, "seed"))
+		var (
+			st     State
+			tokens bucket.Counter
+			now    = pt0.Add(time.Duration(rapid.Int64Range(0, int64(time.Hour)).Draw(t, "start")))
+		)
+		p.Init(&st, rapid.String().Draw(t, "name"), now)
+		// Failed takes no level: spends made while a failed call was in
+		// flight reach the ledger at the next plan. Until then the ledger
+		// may hold more than the counter, never less.
+		synced := true
+		t.Repeat(map[string]func(*rapid.T){
+			"": func(t *rapid.T) {
+				if h, c := st.Held(), tokens.Load(); h != c && (synced || h < c) {
+					t.Fatalf("planner holds %d, counter %d", h, c)
+				}
+				if tokens.Load() < 0 {
+					t.Fatalf("counter %d", tokens.Load())
+				}
+			},
+			"step": func(t *rapid.T) {
+				now = now.Add(time.Duration(rapid.Int64Range(0, int64(3*iv)).Draw(t, "advance")))
+				// Requests spend some of what is held, and some miss.
+				if held := tokens.Load(); held > 0 {
+					tokens.TrySpend(rapid.Int64Range(0, held).Draw(t, "spend"))
+				}
+				var in Input
+				if rapid.Bool().Draw(t, "miss") {
+					in.Need = rapid.Int64Range(1, lim.Burst).Draw(t, "need")
+					in.Missed = in.Need * rapid.Int64Range(1, 5).Draw(t, "misses")
+					in.Urgent = rapid.Bool().Draw(t, "urgent")
+				}
+				in.Level = tokens.Load()
+				synced = true
+				notBefore := st.NotBefore()
+				a := p.Plan(&st, lim, now, in)
+				if a.Acquire < 0 || a.Acquire > lim.Burst {
+					t.Fatalf("Acquire %d, want 0..Burst %d", a.Acquire, lim.Burst)
+				}
+				if a.Acquire > 0 && now.Before(notBefore) {
+					t.Fatalf("Acquire %d at %v, before NotBefore %v", a.Acquire, now, notBefore)
+				}
+				if a.Expire < 0 || a.Expire > in.Level {
+					t.Fatalf("Expire %d with %d held", a.Expire, in.Level)
+				}
+				if a.Expire > 0 {
+					// A request may spend between the plan and the take.
+					if rapid.Bool().Draw(t, "raceTake") && tokens.Load() > 0 {
+						tokens.TrySpend(rapid.Int64Range(1, tokens.Load()).Draw(t, "raceSpend"))
+					}
+					taken, left := tokens.Take(a.Expire)
+					p.Expired(&st, taken, left)
+				}
+				if a.Acquire == 0 {
+					return
+				}
+				// Requests spend while the call is in flight.
+				if held := tokens.Load(); held > 0 && rapid.Bool().Draw(t, "spendInFlight") {
+					tokens.TrySpend(rapid.Int64Range(1, held).Draw(t, "inFlight"))
+				}
+				if rapid.IntRange(0, 4).Draw(t, "fail") == 0 {
+					p.Failed(&st, now)
+					synced = false
+					if !st.NotBefore().After(now) {
+						t.Fatalf("after a failure NotBefore %v is not after %v", st.NotBefore(), now)
+					}
+					return
+				}
+				g := lease.Grant{Granted: rapid.Int64Range(0, a.Acquire).Draw(t, "granted"), ServerTime: now}
+				if g.Granted < a.Acquire {
+					g.Tokens = rapid.Float64Range(0, 0.999).Draw(t, "dryTokens")
+				} else {
+					g.Tokens = rapid.Float64Range(0, float64(lim.Burst)).Draw(t, "tokensLeft")
+				}
+				level := tokens.Add(g.Granted)
+				p.Granted(&st, lim, now, a.Acquire, g, level)
+				if g.Granted < a.Acquire && !st.NotBefore().After(now) {
+					t.Fatalf("after a partial grant NotBefore %v is not after %v", st.NotBefore(), now)
+				}
+				if st.Failures() != 0 {
+					t.Fatalf("Failures() = %d after a grant", st.Failures())
+				}
+			},
+		})
+	})
+}
+
+// TestKnownBugShortLeaseTTLChurns: KNOWN BUG (reported; still fails after
+// the target was capped at demand × LeaseTTL). The root package accepts any
+// LeaseTTL >= the refresh interval. Plan stops counting tokens that expire
+// within min(2 × Interval, LeaseTTL/2) and replaces them, so with a short
+// LeaseTTL each lease is replaced half-way through its life by a new lease
+// of demand × LeaseTTL tokens; spends go to the old lease first, so about
+// half of every lease expires unspent. Expired tokens are now dropped, not
+// returned: the churn burns quota (a steady tenant above ~60% of its Rate
+// would starve itself) besides Redis calls. With 1000 tokens/s for 10 s:
+// LeaseTTL 100 ms: 16 calls/s, acquired 13,300, expired 3,325; LeaseTTL
+// 200 ms: 8 calls/s, acquired 16,000, expired 6,000 (60% of the 10,000
+// spent). Fix: cap the target at what demand spends before the lease
+// enters the replacement horizon, demand × (LeaseTTL − horizon), or
+// require LeaseTTL >= (Headroom+1) × Interval where quotas are validated.
+func TestKnownBugShortLeaseTTLChurns(t *testing.T) {
+	showKnownBugs(t)
+	for _, ttl := range []time.Duration{100 * time.Millisecond, 200 * time.Millisecond} {
+		lim := testLimits()
+		lim.LeaseTTL = ttl
+		r := warm(t, Config{}, lim, 1000)
+		calls, acquired, expired, spent := r.calls, r.acquired, r.expired, r.spent
+		r.run(1000, 10*time.Second, tick, nil)
+		perSec := float64(r.calls-calls) / 10
+		t.Logf("LeaseTTL %v: %.0f calls/s, acquired %d, expired %d, spent %d in 10 s",
+			ttl, perSec, r.acquired-acquired, r.expired-expired, r.spent-spent)
+		if perSec > 15 {
+			t.Errorf("LeaseTTL %v (>= Interval, so accepted): %.0f lease calls per second for a steady tenant, want about one per interval (10)", ttl, perSec)
+		}
+		if exp := r.expired - expired; exp > (r.spent-spent)/2 {
+			t.Errorf("LeaseTTL %v: %d tokens expired unspent (dropped) while %d were spent", ttl, exp, r.spent-spent)
+		}
+	}
+}
+
+// TestDemandCountsSpendsDuringCall guards the fix of a reported bug:
+// tokens spent while a lease call is in flight must reach the demand
+// estimate (Granted observes what its ledger Sync finds spent). When they
+// were dropped, with 20 ms per call out of every 100 ms the estimate, and
+// so the lease size, fell 20-30% short of a steady demand, which made more
+// calls, which hid more spends. The estimate must stay within 10%.
+func TestDemandCountsSpendsDuringCall(t *testing.T) {
+	const demand = 1000.0
+	const latency = 20 * time.Millisecond
+	p := NewPlanner(Config{}, testSeed)
+	lim := testLimits()
+	var (
+		st       State
+		tokens   bucket.Counter
+		now      = pt0
+		inflight int64 // tokens asked for by the call in flight, 0 for none
+		sent     time.Time
+		missed   int64
+		acc      float64
+	)
+	p.Init(&st, "x", now)
+	var worst float64
+	for i := range 20_000 { // 20 s in 1 ms steps
+		now = now.Add(time.Millisecond)
+		acc += demand / 1000
+		for ; acc >= 1; acc-- {
+			if ok, _ := tokens.TrySpend(1); !ok {
+				missed++
+			}
+		}
+		if inflight > 0 && now.Sub(sent) >= latency {
+			level := tokens.Add(inflight)
+			p.Granted(&st, lim, sent, inflight, lease.Grant{Granted: inflight, Tokens: 1e9}, level)
+			inflight = 0
+		}
+		// The Syncer skips a tenant whose call is in flight (TryLock).
+		if i%int(tick/time.Millisecond) != 0 || inflight > 0 {
+			continue
+		}
+		a := p.Plan(&st, lim, now, Input{Level: tokens.Load(), Missed: missed})
+		missed = 0
+		if a.Expire > 0 {
+			taken, left := tokens.Take(a.Expire)
+			p.Expired(&st, taken, left)
+		}
+		if a.Acquire > 0 {
+			inflight, sent = a.Acquire, now
+		}
+		if i > 5000 {
+			// Just after a plan the estimate has not decayed.
+			worst = max(worst, math.Abs(st.Demand(now)-demand)/demand)
+		}
+	}
+	if worst > 0.1 {
+		t.Errorf("with %v per lease call, the demand estimate is off by up to %.0f%% of a steady %v/s", latency, 100*worst, demand)
+	}
+}
+
+// TestKnownBugPartialGrantWaitOverflows: KNOWN BUG (reported; needs
+// extreme but valid limits; still fails after the satAdd fix). After a
+// partial grant Granted sets notBefore = satAdd(now, int64(wait) + jitter).
+// When the refill wait is centuries, Grant.RetryAfter saturates at
+// math.MaxInt64, and int64(wait) + jitter (jitter in [0, Jitter), 10 ms by
+// default) overflows before satAdd sees it: satAdd gets a negative b and
+// returns now − ~292 years (here NotBefore = 1733-02-26). The starved
+// tenant then calls Redis at every plan instead of never. Fix: saturate
+// both additions, e.g. satAdd(satAdd(ns, int64(wait)), jitter).
+func TestKnownBugPartialGrantWaitOverflows(t *testing.T) {
+	showKnownBugs(t)
+	// One token per ~11.6 days, leases of at least 10,000: a full lease
+	// takes 3,000+ centuries to refill. Quota.Validate accepts this.
+	lim := Limits{Rate: 1e-6, Burst: 1e5, MinLease: 1e4, MaxLease: 1e5, LeaseTTL: time.Second}
+	r := newRig(Config{}, lim, "glacial")
+	r.grant = func(int64) (lease.Grant, bool) { return lease.Grant{Granted: 0, Tokens: 0.5}, true }
+	r.request(1)
+	if a := r.plan(); a.Acquire == 0 {
+		t.Fatal("no cold-start acquire")
+	}
+	if nb := r.st.NotBefore(); !nb.After(r.now) {
+		t.Errorf("after a partial grant whose refill takes centuries, NotBefore = %v, before now (%v): the wait overflowed", nb, r.now)
+	}
+	calls := r.calls
+	r.run(1, time.Second, tick, nil)
+	if r.calls-calls > 1 {
+		t.Errorf("a starved tenant whose bucket refills in centuries made %d calls in a second", r.calls-calls)
+	}
+}

@@ -1,0 +1,1372 @@
+package syncer_test
+
+// A deterministic simulation of many instances sharing tenants' global
+// buckets, to check the invariant of docs/design.md end to end.
+//
+// It drives the PURE parts of the package (Planner, State through its
+// exported API, the Ledger inside it) and bucket.Counter, against
+// simBucket, an in-memory model of the Lua bucket (the same math as
+// lease/acquire.lua and release.lua, on a model clock in microseconds).
+// The Syncer itself does I/O, so the edge here (startRound, planWith,
+// reply, timeout, next, idle, request and close below) mirrors its
+// logic instead: Round, planWith, acquire, apply and ReleaseAll of
+// syncer.go, the tick loop of Run with its urgent queue, and NoteMiss:
+//
+//	take inputs -> Plan -> Take expired tokens (dropped: never released)
+//	-> Expired -> acquire pipeline (the loop waits for it) -> Counter.Add
+//	-> Granted, or Failed on an error or after CallTimeout
+//
+// with the round's clock read once, before planning, and a ticker that
+// keeps one tick while the loop is busy. Tokens go back to Redis only when
+// the run ends: the loop stops, the rounds in flight settle, and close
+// drains every counter and releases it (ReleaseAll after Close). The model
+// of acquire.lua keeps its instance registry (window 2*LeaseTTL +
+// Interval, as the root package configures it), so grants carry
+// Grant.Instances and the planner's turn-taking after a partial grant is
+// exercised. Not mirrored: the circuit breaker, eviction, telemetry, the
+// local fallback, and Refill (requests that wait): a request here is
+// admitted from the counter or denied and noted as a miss, as AllowN does
+// by default (no MaxWait).
+//
+// Faults, all seeded: network delays on each leg (a request is applied to
+// the model later than sent and its reply arrives later still, while the
+// instance keeps serving requests), requests lost, replies lost (a grant
+// applied in the model that the instance never hears of: it fails the
+// call at its deadline), acquire pipelines applied twice (a client retry:
+// safe, it only debits more), replies delivered twice or after the
+// deadline (the edge applies a reply once: it ignores replies to a call
+// id already settled), and Redis restarts that lose every bucket and
+// registry (which the bound allows one extra Burst per restart).
+//
+// After every step and for every tenant it checks, from the model's view:
+//
+//	admitted <= granted - returned <= Burst*(1+restarts) + Rate*T
+//	admitted + held <= granted - returned  (held: tokens in all counters)
+//
+// and the design doc's window bound: over sliding windows of W,
+// admitted <= B*(1+restarts) + r*(W+L), counting the restarts in the
+// window and the L before it, where L = LeaseTTL + tick + CallTimeout +
+// 2*step (a tick may find the loop waiting on an acquire pipeline, and
+// events are processed at the end of the step that reaches them). At
+// every plan it checks the lease lifetime: after taking expired tokens
+// back an instance holds at most what it was granted within LeaseTTL. It
+// also measures how long after Redis debited them tokens are admitted
+// (spends attributed to the oldest tokens first, as the Ledger does), and
+// reports the worst, to compare with L.
+//
+// The mutation switches plant bugs in the edge; TestSimCatchesMutations
+// checks that the simulation notices each of them.
+//
+// The harness is single-goroutine; its hot functions carry //go:norace so
+// that under -race only the package code under test is instrumented, and
+// an hour of 50 instances runs in seconds.
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/leasequota/leasequota/bucket"
+	"github.com/leasequota/leasequota/lease"
+	"github.com/leasequota/leasequota/syncer"
+)
+
+// mutation plants a bug in the edge.
+type mutation int
+
+const (
+	mutateNone mutation = iota
+	// mutateApplyDuplicateReplies applies a reply delivered twice twice:
+	// the second Counter.Add creates tokens Redis never debited.
+	mutateApplyDuplicateReplies
+	// mutateSkipExpiry never takes expired tokens back: leases live for
+	// ever, which breaks the window bound.
+	mutateSkipExpiry
+)
+
+func (m mutation) String() string {
+	switch m {
+	case mutateApplyDuplicateReplies:
+		return "mutateApplyDuplicateReplies"
+	case mutateSkipExpiry:
+		return "mutateSkipExpiry"
+	}
+	return "none"
+}
+
+// simT0 is the simulation's epoch (model clock 0).
+var simT0 = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// simTenant describes one tenant: its limits and its demand.
+type simTenant struct {
+	name string
+	lim  syncer.Limits
+	// demand returns the fleet-wide demand at sim time sec, in tokens per
+	// second, as a multiple of Rate.
+	demand func(sec float64) float64
+	hot    int   // when > 0, 80% of requests go to the first hot instances
+	maxN   int64 // requests ask for 1..maxN tokens
+	// overQuota marks tenants whose demand is always >= 1.5 × Rate, for
+	// the utilization check.
+	overQuota bool
+}
+
+// simFaults are the probabilities of network and Redis faults.
+type simFaults struct {
+	maxDelay  time.Duration // typical one-leg delay: uniform in [0, maxDelay)
+	pLong     float64       // a leg takes up to 1.5 × CallTimeout instead
+	pLoseReq  float64       // a request never reaches Redis
+	pLoseRep  float64       // a reply never reaches the instance
+	pRetry    float64       // an acquire pipeline is applied twice
+	pDupReply float64       // a reply is delivered twice
+	restarts  int           // Redis restarts (all buckets lost) during the run
+}
+
+type simConfig struct {
+	seed        uint64
+	instances   int
+	tenants     []simTenant
+	planner     syncer.Config
+	tick        time.Duration // the loop's tick; default Interval/4
+	callTimeout time.Duration // default Interval/2
+	duration    time.Duration
+	step        time.Duration
+	faults      simFaults
+	mutate      mutation
+	windows     []time.Duration
+	// stopAtViolation ends the run at the first violation (for the
+	// mutation tests); otherwise the run goes on and counts them.
+	stopAtViolation bool
+	// stopWhen ends the run once every check named has found a violation.
+	stopWhen []string
+}
+
+// --- the model of Redis -----------------------------------------------
+
+// simBucket is one tenant's key in the model of Redis: acquire.lua and
+// release.lua, with the model clock in microseconds, and the instance
+// registry next to it.
+type simBucket struct {
+	exists   bool
+	tk       float64
+	ts       int64 // µs
+	expireAt int64 // µs, PEXPIRE
+
+	// The instance registry (<key>:i): by instance, its last acquire
+	// (µs), or noAcquire. Entries older than the window are stale; the
+	// hash itself expires after two windows, which changes nothing more.
+	seen   []int64
+	window int64 // µs
+
+	// Accounting, from the model's view.
+	created  int64 // µs of the first acquire; -1 before
+	granted  int64
+	returned int64
+}
+
+//go:norace
+func (b *simBucket) live(now int64) bool { return b.exists && now < b.expireAt }
+
+//go:norace
+func (b *simBucket) refill(now int64, rate float64, burst int64) float64 {
+	elapsed := max(now-b.ts, 0)
+	tokens := b.tk + float64(elapsed)*rate/1e6
+	tokens = min(tokens, float64(burst))
+	return max(tokens, 0)
+}
+
+//go:norace
+func (b *simBucket) store(now int64, tokens, rate float64, burst int64) {
+	b.exists, b.tk, b.ts = true, tokens, now
+	ttl := int64(math.Ceil((float64(burst)-tokens)/rate*1000)) + 1000 // ms
+	b.expireAt = now + ttl*1000
+}
+
+// noAcquire marks an instance that has not acquired since the registry
+// was created (or lost).
+const noAcquire = math.MinInt64
+
+// forget loses the registry, as a Redis restart does.
+//
+//go:norace
+func (b *simBucket) forget() {
+	for i := range b.seen {
+		b.seen[i] = noAcquire
+	}
+}
+
+// register is the registry part of acquire.lua: record instance inst's
+// acquire at now and count the instances that acquired within the window,
+// inst included.
+//
+//go:norace
+func (b *simBucket) register(now int64, inst int) int {
+	b.seen[inst] = now
+	cutoff := now - b.window
+	n := 0
+	for _, at := range b.seen {
+		if at >= cutoff {
+			n++
+		}
+	}
+	return n
+}
+
+// acquire is acquire.lua for instance inst: refill, cap at burst, grant
+// min(want, floor(tokens)), and register the instance.
+//
+//go:norace
+func (b *simBucket) acquire(now int64, lim lease.Limits, want int64, inst int) lease.Grant {
+	var tokens float64
+	if !b.live(now) {
+		tokens = float64(lim.Burst)
+	} else {
+		tokens = b.refill(now, lim.Rate, lim.Burst)
+	}
+	if b.created < 0 {
+		b.created = now
+	}
+	granted := min(want, int64(math.Floor(tokens)))
+	tokens -= float64(granted)
+	b.store(now, tokens, lim.Rate, lim.Burst)
+	b.granted += granted
+	return lease.Grant{
+		Granted:    granted,
+		Tokens:     tokens,
+		ServerTime: simT0.Add(time.Duration(now) * time.Microsecond),
+		Instances:  b.register(now, inst),
+	}
+}
+
+// release is release.lua: a missing key is a full bucket and stays so.
+//
+//go:norace
+func (b *simBucket) release(now int64, lim lease.Limits, amount int64) {
+	b.returned += amount
+	if !b.live(now) {
+		return
+	}
+	tokens := b.refill(now, lim.Rate, lim.Burst) + float64(amount)
+	tokens = min(tokens, float64(lim.Burst))
+	b.store(now, tokens, lim.Rate, lim.Burst)
+}
+
+// --- events -------------------------------------------------------------
+
+type evKind int
+
+const (
+	evTick    evKind = iota // an instance's ticker fires
+	evApply                 // a pipeline reaches Redis
+	evReply                 // a pipeline's reply reaches the instance
+	evTimeout               // a pipeline's deadline
+	evRestart               // Redis loses its data
+)
+
+type event struct {
+	at   int64 // µs
+	kind evKind
+	inst *simInstance
+	call *simCall
+	// For evReply: the results this copy of the reply carries.
+	grants []lease.Grant
+}
+
+// wheel holds future events by the step that processes them: an event at
+// time t is processed at the end of the step that reaches t. Slots are
+// kept in order of time, then of scheduling.
+type wheel struct {
+	slots [][]event
+	step  int64
+	far   []event // beyond the wheel's reach (rare: restarts)
+}
+
+func newWheel(step, horizon int64) *wheel {
+	return &wheel{slots: make([][]event, horizon/step+2), step: step}
+}
+
+//go:norace
+func (w *wheel) slot(at int64) int64 { return (at + w.step - 1) / w.step }
+
+// push schedules e; now is the current time (e.at >= now).
+//
+//go:norace
+func (w *wheel) push(now int64, e event) {
+	k := w.slot(e.at)
+	if k-w.slot(now) >= int64(len(w.slots)) {
+		w.far = append(w.far, e)
+		return
+	}
+	sl := &w.slots[k%int64(len(w.slots))]
+	*sl = append(*sl, e)
+}
+
+// --- the edge -----------------------------------------------------------
+
+// edgeTenant mirrors syncer.Tenant: the counter requests spend from, the
+// miss fields, and the planner's state.
+type edgeTenant struct {
+	idx    int
+	tokens bucket.Counter
+	st     syncer.State
+
+	missed, need int64
+	urgent       bool
+	locked       bool // t.mu held across a lease call
+
+	recent []grantRec // tokens delivered within the last LeaseTTL
+	// The tokens in the counter by when Redis debited them, oldest first
+	// from fifo[head]: spends and expiries take the oldest, as the Ledger
+	// attributes them.
+	fifo []grantRec
+	head int
+}
+
+// grantRec is tokens granted to an instance: when (model µs; delivered for
+// recent, debited for fifo) and how many.
+type grantRec struct {
+	at int64
+	n  int64
+}
+
+// takeOldest removes the n oldest tokens from the FIFO and returns when
+// the oldest of them was debited.
+//
+//go:norace
+func (t *edgeTenant) takeOldest(n int64) (oldest int64) {
+	oldest = math.MaxInt64
+	for n > 0 && t.head < len(t.fifo) {
+		g := &t.fifo[t.head]
+		oldest = min(oldest, g.at)
+		k := min(n, g.n)
+		g.n -= k
+		n -= k
+		if g.n == 0 {
+			t.head++
+		}
+	}
+	if t.head == len(t.fifo) {
+		t.fifo, t.head = t.fifo[:0], 0
+	} else if t.head > 64 && t.head > len(t.fifo)/2 {
+		t.fifo = t.fifo[:copy(t.fifo, t.fifo[t.head:])]
+		t.head = 0
+	}
+	return oldest
+}
+
+type simJob struct {
+	t    *edgeTenant
+	want int64
+}
+
+// simCall is one acquire pipeline.
+type simCall struct {
+	id    uint64
+	inst  *simInstance
+	jobs  []simJob
+	sent  int64
+	round *simRound
+
+	retry   bool // applied twice (a client retry); the first reply is lost
+	applies int  // times Redis applied it
+	done    bool // the reply was applied, or the deadline passed
+	applied bool // a reply was applied (not just the deadline)
+}
+
+// simRound is a Round in progress: planned at now (local clock), waiting
+// on its acquire pipeline.
+type simRound struct {
+	now  time.Time
+	jobs []simJob
+}
+
+// simInstance is one process: its planner (own seed), its tenants, and the
+// state of its syncer loop.
+type simInstance struct {
+	id      int
+	skew    time.Duration // local clock = model clock + skew
+	planner *syncer.Planner
+	tenants []*edgeTenant // by tenant index, nil until its first request
+	order   []*edgeTenant // the syncer's tenant set, in creation order
+
+	round       *simRound // the loop is busy with this round
+	tickPending bool      // a tick fired while busy (time.Ticker keeps one)
+	urgentQ     []*edgeTenant
+	spare       []*edgeTenant
+}
+
+// --- the simulation -----------------------------------------------------
+
+type simStats struct {
+	admitted, denied         []int64 // by tenant: tokens
+	demanded                 []int64
+	requests, scripts        []int64 // by tenant: decisions, script calls (acquire and release commands)
+	calls, failedJobs, grant int64
+	expired                  []int64 // by tenant: tokens dropped unspent at expiry
+	returned                 int64   // tokens released by close
+	violations               int
+	firstViolation           string
+	firstByKind              map[string]string // first violation of each check
+	worstWindow              float64           // worst admitted / (B(1+restarts) + r(W+L)) over windows
+	// worstAge is the longest a token was held past its LeaseTTL, from
+	// Redis debiting it to a request spending it (µs); L must cover it.
+	worstAge     int64
+	L            int64 // µs: the lease lifetime the window bound uses
+	restartTimes []int64
+}
+
+type sim struct {
+	cfg   simConfig
+	rng   *rand.Rand
+	now   int64 // µs, model clock
+	calls uint64
+	q     *wheel
+	redis []simBucket
+	insts []*simInstance
+	lim   []syncer.Limits
+
+	L    int64 // µs: lease lifetime bound for the window check
+	tick int64
+	cto  int64
+	step int64
+
+	// Per tenant, per step: cumulative admitted, in rings long enough
+	// for the largest window.
+	ringLen  int
+	cumAdm   [][]int64
+	stepN    int
+	held     []int64 // by tenant: tokens in all instances' counters
+	stats    simStats
+	stopped  bool
+	closing  bool // the run is over: Run has returned, Close is next
+	needWake []*simInstance
+}
+
+func newSim(cfg simConfig) *sim {
+	pc := syncer.NewPlanner(cfg.planner, 0).Config()
+	if cfg.tick <= 0 {
+		cfg.tick = max(pc.Interval/4, time.Millisecond)
+	}
+	if cfg.callTimeout <= 0 {
+		cfg.callTimeout = max(pc.Interval/2, 10*time.Millisecond)
+	}
+	s := &sim{
+		cfg:  cfg,
+		rng:  rand.New(rand.NewPCG(cfg.seed, cfg.seed^0x9e3779b97f4a7c15)),
+		tick: cfg.tick.Microseconds(),
+		cto:  cfg.callTimeout.Microseconds(),
+		step: cfg.step.Microseconds(),
+	}
+	var maxTTL time.Duration
+	for _, t := range cfg.tenants {
+		s.lim = append(s.lim, t.lim)
+		maxTTL = max(maxTTL, t.lim.LeaseTTL)
+		// The root package's registry window: 2*LeaseTTL + Interval.
+		b := simBucket{created: -1, seen: make([]int64, cfg.instances), window: (2*t.lim.LeaseTTL + pc.Interval).Milliseconds() * 1000}
+		b.forget()
+		s.redis = append(s.redis, b)
+	}
+	s.L = (maxTTL + cfg.tick + cfg.callTimeout + 2*cfg.step).Microseconds()
+	s.stats.L = s.L
+	s.q = newWheel(s.step, 2*(s.tick+2*s.cto))
+	maxW := slices.Max(cfg.windows)
+	s.ringLen = int(maxW.Microseconds()/s.step) + 3
+	for range cfg.tenants {
+		s.cumAdm = append(s.cumAdm, make([]int64, s.ringLen))
+	}
+	n := len(cfg.tenants)
+	s.stats.admitted, s.stats.denied, s.stats.demanded = make([]int64, n), make([]int64, n), make([]int64, n)
+	s.stats.requests, s.stats.scripts, s.stats.expired = make([]int64, n), make([]int64, n), make([]int64, n)
+	s.held = make([]int64, n)
+	for i := range cfg.instances {
+		in := &simInstance{
+			id:      i,
+			skew:    time.Duration(s.rng.Int64N(int64(100*time.Millisecond))) - 50*time.Millisecond,
+			planner: syncer.NewPlanner(cfg.planner, s.rng.Uint64()),
+			tenants: make([]*edgeTenant, n),
+		}
+		s.insts = append(s.insts, in)
+		s.push(event{at: s.rng.Int64N(s.tick), kind: evTick, inst: in})
+	}
+	for range cfg.faults.restarts {
+		s.push(event{at: s.rng.Int64N(cfg.duration.Microseconds()), kind: evRestart})
+	}
+	return s
+}
+
+//go:norace
+func (s *sim) push(e event) { s.q.push(s.now, e) }
+
+//go:norace
+func (s *sim) local(in *simInstance) time.Time {
+	return simT0.Add(time.Duration(s.now)*time.Microsecond + in.skew)
+}
+
+// delay returns one leg's network delay.
+//
+//go:norace
+func (s *sim) delay() int64 {
+	f := s.cfg.faults
+	if f.pLong > 0 && s.rng.Float64() < f.pLong {
+		return s.rng.Int64N(s.cto * 3 / 2)
+	}
+	if f.maxDelay <= 0 {
+		return 0
+	}
+	return s.rng.Int64N(f.maxDelay.Microseconds())
+}
+
+//go:norace
+func (s *sim) chance(p float64) bool { return p > 0 && s.rng.Float64() < p }
+
+// send puts a pipeline on the wire with the configured faults.
+//
+//go:norace
+func (s *sim) send(c *simCall) {
+	f := s.cfg.faults
+	s.calls++
+	c.id = s.calls
+	c.sent = s.now
+	s.stats.calls++
+	s.push(event{at: s.now + s.cto, kind: evTimeout, call: c})
+	if s.chance(f.pLoseReq) {
+		return
+	}
+	at := s.now + s.delay()
+	s.push(event{at: at, kind: evApply, call: c})
+	// A retried pipeline is applied, its reply is lost, and it is applied
+	// again: the instance hears the second reply.
+	if len(c.jobs) > 0 && s.chance(f.pRetry) {
+		c.retry = true
+		s.push(event{at: at + 1 + s.delay(), kind: evApply, call: c})
+	}
+}
+
+// apply runs a pipeline in the model and sends its reply (unless lost).
+//
+//go:norace
+func (s *sim) apply(c *simCall) {
+	f := s.cfg.faults
+	var grants []lease.Grant
+	if len(c.jobs) > 0 {
+		grants = make([]lease.Grant, 0, len(c.jobs))
+	}
+	for _, j := range c.jobs {
+		grants = append(grants, s.redis[j.t.idx].acquire(s.now, s.lim[j.t.idx].Bucket(), j.want, c.inst.id))
+		s.stats.scripts[j.t.idx]++
+	}
+	c.applies++
+	if (c.retry && c.applies == 1) || s.chance(f.pLoseRep) {
+		return
+	}
+	at := s.now + s.delay()
+	s.push(event{at: at, kind: evReply, call: c, grants: grants})
+	if s.chance(f.pDupReply) {
+		s.push(event{at: at + s.delay(), kind: evReply, call: c, grants: grants})
+	}
+}
+
+// startRound is Syncer.Round for the given tenants of in.
+//
+//go:norace
+func (s *sim) startRound(in *simInstance, tenants []*edgeTenant) {
+	now := s.local(in)
+	var jobs []simJob
+	for _, t := range tenants {
+		if t.locked {
+			continue
+		}
+		if a := s.planWith(in, t, now); a.Acquire > 0 {
+			t.locked = true
+			jobs = append(jobs, simJob{t: t, want: a.Acquire})
+		}
+	}
+	if len(jobs) == 0 {
+		s.idle(in)
+		return
+	}
+	r := &simRound{now: now, jobs: jobs}
+	in.round = r
+	s.send(&simCall{inst: in, jobs: r.jobs, round: r})
+}
+
+// planWith is Syncer.planWith: plan, then take the expired tokens from the
+// counter and drop them.
+//
+//go:norace
+func (s *sim) planWith(in *simInstance, t *edgeTenant, now time.Time) syncer.Action {
+	input := syncer.Input{Level: t.tokens.Load(), Missed: t.missed, Need: t.need, Urgent: t.urgent}
+	t.missed, t.need, t.urgent = 0, 0, false
+	lim := s.lim[t.idx]
+	a := in.planner.Plan(&t.st, lim, now, input)
+	if input.Urgent && a.Acquire == 0 && now.Before(t.st.NotBefore()) {
+		t.urgent = true
+	}
+	if a.Expire > 0 {
+		var taken, left int64
+		if s.cfg.mutate == mutateSkipExpiry {
+			left = t.tokens.Load() // BUG (planted): expired tokens stay
+		} else {
+			taken, left = t.tokens.Take(a.Expire)
+			t.takeOldest(taken)
+		}
+		s.held[t.idx] -= taken
+		s.stats.expired[t.idx] += taken
+		in.planner.Expired(&t.st, taken, left)
+	}
+	s.checkLifetime(in, t)
+	return a
+}
+
+// checkLifetime checks the lease lifetime after a plan has taken expired
+// tokens back: an instance holds at most what it was granted within the
+// last LeaseTTL. (A grant's expiry runs from its round's start, which is
+// before it was delivered, so this is exact: it needs no slack.)
+//
+//go:norace
+func (s *sim) checkLifetime(in *simInstance, t *edgeTenant) {
+	cut := s.now - s.lim[t.idx].LeaseTTL.Microseconds()
+	i := 0
+	for i < len(t.recent) && t.recent[i].at <= cut {
+		i++
+	}
+	t.recent = t.recent[i:]
+	var sum int64
+	for _, g := range t.recent {
+		sum += g.n
+	}
+	if lvl := t.tokens.Load(); lvl > sum {
+		s.violate(vLifetime, "tenant %s: instance %d holds %d tokens after its plan, but was granted only %d within LeaseTTL (%v)",
+			s.cfg.tenants[t.idx].name, in.id, lvl, sum, s.lim[t.idx].LeaseTTL)
+	}
+}
+
+// deliver adds the tokens of grant g to an instance's counter.
+//
+//go:norace
+func (s *sim) deliver(t *edgeTenant, g lease.Grant) int64 {
+	n := g.Granted
+	s.held[t.idx] += n
+	if n > 0 {
+		t.recent = append(t.recent, grantRec{at: s.now, n: n})
+		t.fifo = append(t.fifo, grantRec{at: g.ServerTime.Sub(simT0).Microseconds(), n: n})
+	}
+	return t.tokens.Add(n)
+}
+
+// reply applies a pipeline's reply, once.
+//
+//go:norace
+func (s *sim) reply(c *simCall, grants []lease.Grant) {
+	if c.done {
+		// A duplicate, or a reply after the deadline: the call with this
+		// id is settled. Applying it again would create tokens.
+		if s.cfg.mutate == mutateApplyDuplicateReplies && c.applied {
+			for i, j := range c.jobs {
+				s.deliver(j.t, grants[i]) // BUG (planted)
+			}
+		}
+		return
+	}
+	c.done, c.applied = true, true
+	if len(c.jobs) > 0 {
+		for i, j := range c.jobs {
+			g := grants[i]
+			level := s.deliver(j.t, g)
+			c.inst.planner.Granted(&j.t.st, s.lim[j.t.idx], c.round.now, j.want, g, level)
+			j.t.locked = false
+			s.stats.grant += g.Granted
+		}
+	}
+	s.next(c)
+}
+
+// timeout fails a pipeline whose reply has not come by its deadline.
+//
+//go:norace
+func (s *sim) timeout(c *simCall) {
+	if c.done {
+		return
+	}
+	c.done = true
+	for _, j := range c.jobs {
+		c.inst.planner.Failed(&j.t.st, c.round.now)
+		j.t.locked = false
+		s.stats.failedJobs++
+	}
+	s.next(c)
+}
+
+// next ends a round after its pipeline is settled.
+//
+//go:norace
+func (s *sim) next(c *simCall) {
+	in := c.inst
+	in.round = nil
+	s.idle(in)
+}
+
+// idle is the loop's select: a pending tick or queued urgent tenants start
+// the next round now.
+//
+//go:norace
+func (s *sim) idle(in *simInstance) {
+	if in.round != nil || s.closing {
+		return
+	}
+	tick, urgent := in.tickPending, len(in.urgentQ) > 0
+	if tick && urgent {
+		tick = s.rng.IntN(2) == 0 // select picks at random
+	}
+	switch {
+	case tick:
+		in.tickPending = false
+		s.startRound(in, in.order)
+	case urgent:
+		// Swap buffers: misses during the round queue into the other.
+		short := in.urgentQ
+		in.urgentQ, in.spare = in.spare[:0], short
+		s.startRound(in, short)
+	}
+}
+
+// request is AllowN on instance in for tenant ti: spend from the counter,
+// or note the miss (and queue the tenant the first time since its plan).
+//
+//go:norace
+func (s *sim) request(in *simInstance, ti int, n int64) {
+	t := in.tenants[ti]
+	if t == nil {
+		t = &edgeTenant{idx: ti}
+		in.planner.Init(&t.st, s.cfg.tenants[ti].name, s.local(in))
+		in.tenants[ti] = t
+		in.order = append(in.order, t)
+	}
+	s.stats.demanded[ti] += n
+	s.stats.requests[ti]++
+	if ok, _ := t.tokens.TrySpend(n); ok {
+		s.held[ti] -= n
+		s.stats.admitted[ti] += n
+		s.cumAdm[ti][s.stepN%s.ringLen] += n
+		if debited := t.takeOldest(n); debited != math.MaxInt64 {
+			s.stats.worstAge = max(s.stats.worstAge, s.now-debited-s.lim[ti].LeaseTTL.Microseconds())
+		}
+		return
+	}
+	s.stats.denied[ti] += n
+	first := !t.urgent
+	t.missed += n
+	t.need = max(t.need, n)
+	t.urgent = true
+	if first && len(in.urgentQ) < 1024 {
+		in.urgentQ = append(in.urgentQ, t)
+		if in.round == nil {
+			s.needWake = append(s.needWake, in)
+		}
+	}
+}
+
+// poisson draws a Poisson variate of mean m.
+//
+//go:norace
+func (s *sim) poisson(m float64) int {
+	if m <= 0 {
+		return 0
+	}
+	if m > 30 {
+		return max(0, int(math.Round(m+math.Sqrt(m)*s.rng.NormFloat64())))
+	}
+	l, k, p := math.Exp(-m), 0, 1.0
+	for {
+		p *= s.rng.Float64()
+		if p < l {
+			return k
+		}
+		k++
+	}
+}
+
+//go:norace
+func (s *sim) requests() {
+	sec := float64(s.now) / 1e6
+	dt := float64(s.step) / 1e6
+	for ti, tn := range s.cfg.tenants {
+		rate := tn.demand(sec) * tn.lim.Rate
+		k := s.poisson(rate * dt / (float64(tn.maxN+1) / 2))
+		for range k {
+			n := 1 + s.rng.Int64N(tn.maxN)
+			var i int
+			if tn.hot > 0 && s.rng.Float64() < 0.8 {
+				i = s.rng.IntN(tn.hot)
+			} else {
+				i = s.rng.IntN(len(s.insts))
+			}
+			s.request(s.insts[i], ti, n)
+		}
+	}
+}
+
+// restartsIn counts restarts in (from, to].
+//
+//go:norace
+func (s *sim) restartsIn(from, to int64) int64 {
+	var n int64
+	for _, r := range s.stats.restartTimes {
+		if r > from && r <= to {
+			n++
+		}
+	}
+	return n
+}
+
+// Kinds of violation, the checks that found them.
+const (
+	vAdmitted = "admitted <= granted - returned"
+	vHeld     = "admitted + held <= granted - returned"
+	vTotal    = "granted - returned <= B(1+restarts) + rT"
+	vLifetime = "lease lifetime"
+	vWindow   = "window bound"
+)
+
+func (s *sim) violate(kind, format string, args ...any) {
+	s.stats.violations++
+	msg := fmt.Sprintf("at %v: ", time.Duration(s.now)*time.Microsecond) + fmt.Sprintf(format, args...)
+	if s.stats.firstViolation == "" {
+		s.stats.firstViolation = msg
+	}
+	if s.stats.firstByKind == nil {
+		s.stats.firstByKind = map[string]string{}
+	}
+	if _, ok := s.stats.firstByKind[kind]; !ok {
+		s.stats.firstByKind[kind] = msg
+		if len(s.cfg.stopWhen) > 0 && !slices.ContainsFunc(s.cfg.stopWhen, func(k string) bool {
+			_, seen := s.stats.firstByKind[k]
+			return !seen
+		}) {
+			s.stopped = true
+		}
+	}
+	if s.cfg.stopAtViolation {
+		s.stopped = true
+	}
+}
+
+// check verifies the invariant for every tenant after a step.
+//
+//go:norace
+func (s *sim) check() {
+	cur := s.stepN % s.ringLen
+	for ti := range s.cfg.tenants {
+		b := &s.redis[ti]
+		lim := s.lim[ti]
+		adm := s.stats.admitted[ti]
+		net := b.granted - b.returned
+		if adm > net {
+			s.violate(vAdmitted, "tenant %s: admitted %d > granted %d - returned %d", s.cfg.tenants[ti].name, adm, b.granted, b.returned)
+		}
+		// Tighter: the tokens still in counters were debited too.
+		if adm+s.held[ti] > net {
+			s.violate(vHeld, "tenant %s: admitted %d + held %d > granted %d - returned %d", s.cfg.tenants[ti].name, adm, s.held[ti], b.granted, b.returned)
+		}
+		if b.created >= 0 {
+			T := float64(s.now-b.created) / 1e6
+			restarts := s.restartsIn(b.created, s.now)
+			bound := float64(lim.Burst)*float64(1+restarts) + lim.Rate*T
+			if float64(net) > bound*(1+1e-9)+1e-6 {
+				s.violate(vTotal, "tenant %s: granted - returned = %d > B(1+%d) + rT = %.3f", s.cfg.tenants[ti].name, net, restarts, bound)
+			}
+		}
+		for _, w := range s.cfg.windows {
+			ws := w.Microseconds() / s.step
+			if int64(s.stepN) < ws {
+				continue
+			}
+			admW := s.cumAdm[ti][cur] - s.cumAdm[ti][(s.stepN-int(ws)+s.ringLen)%s.ringLen]
+			// Tokens admitted in the window were debited in it or in the
+			// L before it: restarts there each allow one more Burst.
+			restarts := s.restartsIn(s.now-w.Microseconds()-s.L, s.now)
+			bound := float64(lim.Burst)*float64(1+restarts) + lim.Rate*(w.Seconds()+float64(s.L)/1e6)
+			if ratio := float64(admW) / bound; ratio > s.stats.worstWindow {
+				s.stats.worstWindow = ratio
+			}
+			if float64(admW) > bound+1e-6 {
+				s.violate(vWindow, "tenant %s: %d admitted in a window of %v > B(1+%d) + r(W+L) = %.1f (L = %v)",
+					s.cfg.tenants[ti].name, admW, w, restarts, bound, time.Duration(s.L)*time.Microsecond)
+			}
+		}
+	}
+}
+
+// advanceRings starts a new step's slot in the cumulative rings.
+//
+//go:norace
+func (s *sim) advanceRings() {
+	prev := s.stepN % s.ringLen
+	s.stepN++
+	cur := s.stepN % s.ringLen
+	for ti := range s.cfg.tenants {
+		s.cumAdm[ti][cur] = s.cumAdm[ti][prev]
+	}
+}
+
+// sortByTime sorts a slot by time, keeping the order of scheduling among
+// events of the same time (insertion sort: slots are short and mostly in
+// order).
+//
+//go:norace
+func sortByTime(evs []event) {
+	for i := 1; i < len(evs); i++ {
+		e := evs[i]
+		j := i
+		for j > 0 && evs[j-1].at > e.at {
+			evs[j] = evs[j-1]
+			j--
+		}
+		evs[j] = e
+	}
+}
+
+// dispatch processes the events due by now, in order.
+//
+//go:norace
+func (s *sim) dispatch() {
+	q := s.q
+	if len(q.far) > 0 {
+		far := q.far
+		q.far = nil
+		for _, e := range far {
+			q.push(s.now-s.step, e)
+		}
+	}
+	k := q.slot(s.now) % int64(len(q.slots))
+	// In order of time, then of scheduling. Events scheduled while
+	// dispatching land in later slots, or (with a zero delay, at now) at
+	// the end of this one, in order: the loop picks those up too.
+	sortByTime(q.slots[k])
+	for i := 0; i < len(q.slots[k]); i++ {
+		e := &q.slots[k][i]
+		switch e.kind {
+		case evTick:
+			if s.closing {
+				break // Run has returned: its ticker is stopped
+			}
+			s.push(event{at: e.at + s.tick, kind: evTick, inst: e.inst})
+			if e.inst.round == nil {
+				s.startRound(e.inst, e.inst.order)
+			} else {
+				e.inst.tickPending = true
+			}
+		case evApply:
+			s.apply(e.call)
+		case evReply:
+			s.reply(e.call, e.grants)
+		case evTimeout:
+			s.timeout(e.call)
+		case evRestart:
+			s.stats.restartTimes = append(s.stats.restartTimes, s.now)
+			for i := range s.redis {
+				s.redis[i].exists = false
+				s.redis[i].forget()
+			}
+		}
+	}
+	clear(q.slots[k])
+	q.slots[k] = q.slots[k][:0]
+}
+
+//go:norace
+func (s *sim) run() simStats {
+	end := s.cfg.duration.Microseconds()
+	for s.now < end && !s.stopped {
+		s.now += s.step
+		s.advanceRings()
+		s.dispatch()
+		s.requests()
+		for _, in := range s.needWake {
+			s.idle(in)
+		}
+		s.needWake = s.needWake[:0]
+		s.check()
+	}
+	if !s.stopped {
+		s.close()
+	}
+	return s.stats
+}
+
+// close ends the run as a limiter's Close does: Run returns once its round
+// in flight is settled (no more ticks, no more requests), then ReleaseAll
+// drains every counter and releases the tokens (here straight into the
+// model: a release lost on the way would only lose tokens).
+//
+//go:norace
+func (s *sim) close() {
+	s.closing = true
+	busy := func() bool {
+		return slices.ContainsFunc(s.insts, func(in *simInstance) bool { return in.round != nil })
+	}
+	for busy() && !s.stopped {
+		s.now += s.step
+		s.advanceRings()
+		s.dispatch()
+		s.check()
+	}
+	for _, in := range s.insts {
+		for _, t := range in.order {
+			n := t.tokens.Drain()
+			in.planner.Drained(&t.st)
+			t.takeOldest(n)
+			s.held[t.idx] -= n
+			if n > 0 {
+				s.stats.scripts[t.idx]++
+				s.redis[t.idx].release(s.now, s.lim[t.idx].Bucket(), n)
+				s.stats.returned += n
+			}
+		}
+	}
+	s.check()
+}
+
+// --- scenarios ------------------------------------------------------------
+
+// square returns a demand that is hi for the first on of every period and
+// lo for the rest.
+func square(period, on, hi, lo float64) func(float64) float64 {
+	return func(sec float64) float64 {
+		if math.Mod(sec, period) < on {
+			return hi
+		}
+		return lo
+	}
+}
+
+func constant(x float64) func(float64) float64 { return func(float64) float64 { return x } }
+
+// fleetTenants returns five tenants with different rates, bursts, lease
+// limits and demand shapes, scaled to the refresh interval iv: rates by
+// 100 ms/iv, so that a lease is the same number of tokens, LeaseTTL 10
+// intervals (the default ratio) and demand patterns 10 × iv per second.
+func fleetTenants(iv time.Duration) []simTenant {
+	k := float64(time.Second) / float64(iv) / 10 // 1 at the default 100 ms
+	s := iv.Seconds() * 10                       // time scale of the demand patterns
+	ttl := 10 * iv
+	lim := func(rate float64, burst, minLease, maxLease int64) syncer.Limits {
+		return syncer.Limits{Rate: rate * k, Burst: burst, MinLease: minLease, MaxLease: maxLease, LeaseTTL: ttl}
+	}
+	return []simTenant{
+		{name: "steady-over", lim: lim(1000, 2000, 1, 1000), demand: constant(3), maxN: 1, overQuota: true},
+		{name: "hot-over", lim: lim(300, 3000, 1, 1500), demand: constant(2), hot: 3, maxN: 3, overQuota: true},
+		{name: "under", lim: lim(2000, 4000, 1, 2000), demand: constant(0.5), maxN: 2},
+		{name: "bursty", lim: lim(200, 5000, 5, 2500), demand: square(60*s, 20*s, 5, 0.1), maxN: 4},
+		{name: "sparse", lim: lim(20, 10, 1, 5), demand: constant(1.2), maxN: 2},
+	}
+}
+
+func faultyNetwork() simFaults {
+	return simFaults{
+		maxDelay:  3 * time.Millisecond,
+		pLong:     0.02,
+		pLoseReq:  0.005,
+		pLoseRep:  0.01,
+		pRetry:    0.01,
+		pDupReply: 0.02,
+		restarts:  3,
+	}
+}
+
+func report(t *testing.T, cfg simConfig, st simStats) {
+	t.Helper()
+	t.Logf("%d instances, %v: %d calls, %d tokens granted, %d acquires failed, %d restarts",
+		cfg.instances, cfg.duration, st.calls, st.grant, st.failedJobs, len(st.restartTimes))
+	T := cfg.duration.Seconds()
+	for i, tn := range cfg.tenants {
+		quota := float64(tn.lim.Burst) + tn.lim.Rate*T
+		t.Logf("  %-12s rate %7.1f burst %5d: admitted %8d of %8d tokens asked (%5.1f%% of B + rT, %5.1f%% of asked); %6.1f script calls per 1000 decisions; %7d expired unspent",
+			tn.name, tn.lim.Rate, tn.lim.Burst, st.admitted[i], st.demanded[i],
+			100*float64(st.admitted[i])/quota, 100*float64(st.admitted[i])/float64(max(st.demanded[i], 1)),
+			1000*float64(st.scripts[i])/float64(max(st.requests[i], 1)), st.expired[i])
+	}
+	t.Logf("  worst window: %.2f × B(1+restarts) + r(W+L), L = %v; tokens spent up to LeaseTTL + %v after Redis debited them; %d tokens released at Close",
+		st.worstWindow, time.Duration(st.L)*time.Microsecond, time.Duration(st.worstAge)*time.Microsecond, st.returned)
+}
+
+// TestSimulation: one simulated hour, 50 instances, five tenants, every
+// fault; the invariant is checked after every step. The planner runs at
+// 10× the default time scale (Interval 1 s, tick 250 ms, LeaseTTL 10 s,
+// rates / 10) so that an hour of 50 instances fits in seconds under -race;
+// TestSimulationDefaultScale runs the defaults for a shorter time.
+func TestSimulation(t *testing.T) {
+	t.Parallel()
+	iv := time.Second
+	cfg := simConfig{
+		seed:      1,
+		instances: 50,
+		tenants:   fleetTenants(iv),
+		planner:   syncer.Config{Interval: iv, HalfLife: 5 * time.Second, MinBackoff: 100 * time.Millisecond},
+		duration:  time.Hour,
+		step:      20 * time.Millisecond,
+		faults:    faultyNetwork(),
+		windows:   []time.Duration{time.Second, 10 * time.Second},
+	}
+	st := newSim(cfg).run()
+	report(t, cfg, st)
+	if st.violations > 0 {
+		t.Fatalf("%d violations of the invariant; first %s", st.violations, st.firstViolation)
+	}
+	// Faults cost some utilization, not much.
+	for i, tn := range cfg.tenants {
+		if rt := tn.lim.Rate * cfg.duration.Seconds(); tn.overQuota && float64(st.admitted[i]) < 0.7*rt {
+			t.Errorf("over-quota tenant %s admitted %d under faults, %.1f%% of Rate×T", tn.name, st.admitted[i], 100*float64(st.admitted[i])/rt)
+		}
+	}
+}
+
+// TestSimulationDefaultScale: the default planner configuration (Interval
+// 100 ms, tick 25 ms, LeaseTTL 1 s), 50 instances, every fault, for three
+// simulated minutes in 1 ms steps; with the spiky tenant, whose spikes put
+// the window bound to the test (see TestSimWindowBound).
+func TestSimulationDefaultScale(t *testing.T) {
+	t.Parallel()
+	cfg := simConfig{
+		seed:      2,
+		instances: 50,
+		tenants:   append(fleetTenants(100*time.Millisecond), spikyTenant(60)),
+		duration:  3 * time.Minute,
+		step:      time.Millisecond,
+		faults:    faultyNetwork(),
+		windows:   []time.Duration{time.Second, 10 * time.Second},
+	}
+	cfg.faults.restarts = 2
+	st := newSim(cfg).run()
+	report(t, cfg, st)
+	if st.violations > 0 {
+		t.Fatalf("%d violations of the invariant; first %s", st.violations, st.firstViolation)
+	}
+}
+
+// TestSimUtilization: without faults, over-quota tenants get at least 80%
+// of Rate × T, and a tenant at half its quota gets nearly all it asks for.
+func TestSimUtilization(t *testing.T) {
+	t.Parallel()
+	cfg := simConfig{
+		seed:      3,
+		instances: 50,
+		tenants:   fleetTenants(100 * time.Millisecond),
+		duration:  time.Minute,
+		step:      time.Millisecond,
+		faults:    simFaults{maxDelay: time.Millisecond},
+		windows:   []time.Duration{time.Second},
+	}
+	st := newSim(cfg).run()
+	report(t, cfg, st)
+	if st.violations > 0 {
+		t.Fatalf("%d violations of the invariant; first %s", st.violations, st.firstViolation)
+	}
+	for i, tn := range cfg.tenants {
+		rt := tn.lim.Rate * cfg.duration.Seconds()
+		switch {
+		case tn.overQuota && float64(st.admitted[i]) < 0.8*rt:
+			t.Errorf("over-quota tenant %s admitted %d, %.1f%% of Rate×T = %.0f; want >= 80%%",
+				tn.name, st.admitted[i], 100*float64(st.admitted[i])/rt, rt)
+		case tn.name == "under" && float64(st.admitted[i]) < 0.9*float64(st.demanded[i]):
+			// About 6% are denied: see the report on small leases.
+			t.Errorf("tenant %s at half its quota admitted %d of %d tokens asked", tn.name, st.admitted[i], st.demanded[i])
+		}
+	}
+}
+
+// knownBug skips a test that demonstrates behaviour reported to the lead
+// as wrong, unless LEASEQUOTA_KNOWN_BUGS is set (see showKnownBugs in
+// ledger_test.go, which the external test package cannot see).
+func knownBug(t *testing.T) {
+	t.Helper()
+	if os.Getenv("LEASEQUOTA_KNOWN_BUGS") == "" {
+		t.Skip("KNOWN BUG reported to the lead; set LEASEQUOTA_KNOWN_BUGS=1 to run")
+	}
+}
+
+// spikyTenant is a tenant whose 50 instances each try to hold MinLease
+// tokens (50 × 10 = 5 × Burst) through a long quiet stretch (demand
+// 0.2 × Rate), then all get a spike of 20 × Rate for half a second every
+// period seconds.
+func spikyTenant(period float64) simTenant {
+	return simTenant{
+		name:   "spiky",
+		lim:    syncer.Limits{Rate: 100, Burst: 100, MinLease: 10, MaxLease: 50, LeaseTTL: time.Second},
+		demand: square(period, 0.5, 20, 0.2),
+		maxN:   1,
+	}
+}
+
+// TestSimCatchesMutations: the simulation is only worth its green if it
+// turns red on a broken edge. Each planted bug must be caught by the
+// checks named, all of which a correct edge passes (TestSimulation*):
+//   - mutateApplyDuplicateReplies (a reply delivered twice is applied
+//     twice) is caught by admitted + held <= granted - returned at the
+//     first duplicate of a non-zero grant, and by the design doc's own
+//     admitted <= granted - returned once the created tokens are spent.
+//     (With lost replies and retries as well, grants debited but never
+//     delivered are slack that can hide created tokens from the latter
+//     for a long time; so here replies are only duplicated and delayed.)
+//   - mutateSkipExpiry (expired tokens are never taken back) is caught by
+//     the lease lifetime check at the first expiry with tokens left.
+//     Tokens held for ever stretch L, not the totals: the design-level
+//     check that catches it is the window bound, at a spike of the spiky
+//     tenant after tokens piled up.
+func TestSimCatchesMutations(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		m     mutation
+		first string   // the check that must catch it first, at once
+		also  []string // checks that must catch it in a full run
+	}{
+		{mutateApplyDuplicateReplies, vHeld, []string{vAdmitted}},
+		{mutateSkipExpiry, vLifetime, []string{vWindow}},
+	} {
+		cfg := simConfig{
+			seed:      4,
+			instances: 50,
+			tenants:   append(fleetTenants(100*time.Millisecond), spikyTenant(20)),
+			duration:  time.Minute,
+			step:      time.Millisecond,
+			faults:    simFaults{maxDelay: 3 * time.Millisecond, pDupReply: 0.05},
+			windows:   []time.Duration{time.Second, 10 * time.Second},
+			mutate:    c.m,
+		}
+		first := cfg
+		first.stopAtViolation = true
+		st := newSim(first).run()
+		if st.violations == 0 {
+			t.Errorf("%v: no violation found in %v", c.m, cfg.duration)
+			continue
+		}
+		t.Logf("%v: caught %s", c.m, st.firstViolation)
+		if _, ok := st.firstByKind[c.first]; !ok {
+			t.Errorf("%v: first caught by %v, want %q", c.m, st.firstByKind, c.first)
+		}
+		cfg.stopWhen = c.also
+		st = newSim(cfg).run()
+		for _, k := range c.also {
+			if msg, ok := st.firstByKind[k]; ok {
+				t.Logf("%v: %s: %s (worst window so far %.2f × the bound)", c.m, k, msg, st.worstWindow)
+			} else {
+				t.Errorf("%v: check %q found nothing in %v", c.m, k, cfg.duration)
+			}
+		}
+	}
+}
+
+// TestSimWindowBound guards the fix of a reported bug: the design doc's
+// window bound, admitted <= B + r(W + L) in any window of length W, failed
+// while expired tokens were released to Redis, because they were leased
+// again with a fresh lifetime: the gross debits over W + L could exceed
+// B + r(W + L) by what was returned in them. Many instances each holding a
+// lease they barely use (MinLease) kept recycling tokens, their holdings
+// added up to far more than B + rL, and a synchronized spike spent them all
+// at once: up to 1.46 × the bound here. Expired tokens are now dropped.
+//
+// Here 50 instances each hold up to MinLease = 10 tokens of a tenant with
+// B = 100, r = 100/s through a quiet minute (demand 0.2 × r), then get a
+// half-second spike of 20 × r; the windows are 100 ms and 1 s. The bound
+// is checked after every step, with every other invariant.
+func TestSimWindowBound(t *testing.T) {
+	t.Parallel()
+	cfg := simConfig{
+		seed:      5,
+		instances: 50,
+		tenants:   []simTenant{spikyTenant(60)},
+		duration:  3 * time.Minute,
+		step:      time.Millisecond,
+		faults:    simFaults{maxDelay: time.Millisecond},
+		windows:   []time.Duration{100 * time.Millisecond, time.Second},
+	}
+	st := newSim(cfg).run()
+	report(t, cfg, st)
+	if st.violations > 0 {
+		t.Fatalf("%d violations; first %s (by check: %v)", st.violations, st.firstViolation, st.firstByKind)
+	}
+}
+
+// TestKnownBugLowRateTenantsDenied: KNOWN BUG (reported; improved by the
+// needMax target, still fails). A tenant whose requests on each instance
+// are few (here Rate 20/s, Burst 10, over 5 instances, at a quarter of its
+// quota, asking 1 or 2 tokens at a time: one request per instance every
+// ~1.5 s, longer than LeaseTTL = 1 s) is denied nearly half the tokens it
+// asks for, with its global bucket full (dropping expired tokens changes
+// nothing here). Same seed, admitted: 5 instances 80% with 1-token
+// requests, 56% with 1-2 (41% before needMax); 1 instance 95% and 86%
+// (was 79%). Of the 150 requests denied with 1-2 tokens and 5 instances:
+//   - 87 found the counter empty, 83 of them with a target of 0: the
+//     demand estimate (half-life 500 ms) decays below the idle threshold
+//     (0.05 tokens per Interval × Headroom, i.e. 0.25 tokens/s) in the
+//     gap between one instance's requests, so the tenant holds nothing;
+//   - 63 were 2-token requests finding 1 token: needMax only sees denied
+//     requests (Input.Need) and is forgotten after 4 half-lives (2 s),
+//     while a 2-token request reaches an instance every ~3 s.
+//
+// A request that misses is denied at once (MaxWait 0, as AllowN does by
+// default). Fixes: a default MaxWait (the middleware has one) or
+// documentation that low-rate tenants need one; or an idle threshold and
+// needMax memory measured in requests or LeaseTTLs rather than half-lives.
+func TestKnownBugLowRateTenantsDenied(t *testing.T) {
+	knownBug(t)
+	cfg := simConfig{
+		seed:      6,
+		instances: 5,
+		tenants: []simTenant{{
+			name:   "light",
+			lim:    syncer.Limits{Rate: 20, Burst: 10, MinLease: 1, MaxLease: 5, LeaseTTL: time.Second},
+			demand: constant(0.25),
+			maxN:   2,
+		}},
+		duration: 2 * time.Minute,
+		step:     time.Millisecond,
+		faults:   simFaults{maxDelay: time.Millisecond},
+		windows:  []time.Duration{time.Second},
+	}
+	st := newSim(cfg).run()
+	report(t, cfg, st)
+	if got := float64(st.admitted[0]) / float64(st.demanded[0]); got < 0.9 {
+		t.Errorf("a tenant at 25%% of its quota was admitted %.0f%% of the tokens it asked for", 100*got)
+	}
+}
+
+// TestSimStarvedTenantCallRate guards the fix of a reported bug: after a
+// partial grant, an instance waited until the bucket would hold its own
+// lease again, as if it were the only one taking from it, so N instances
+// starving on one tenant made N times the calls, each for a sliver (39
+// script calls per second per instance here, 1 token per call). Now it
+// waits for its turn, RetryAfter(need × Grant.Instances). Here 50
+// instances at 3× a tenant's quota must make no more than 1.5 calls per
+// interval each, and the tenant must still get its quota.
+func TestSimStarvedTenantCallRate(t *testing.T) {
+	t.Parallel()
+	tenants := fleetTenants(100 * time.Millisecond)[:1] // steady-over
+	cfg := simConfig{
+		seed:      7,
+		instances: 50,
+		tenants:   tenants,
+		duration:  time.Minute,
+		step:      time.Millisecond,
+		faults:    simFaults{maxDelay: time.Millisecond},
+		windows:   []time.Duration{time.Second},
+	}
+	st := newSim(cfg).run()
+	report(t, cfg, st)
+	if st.violations > 0 {
+		t.Fatalf("%d violations of the invariant; first %s", st.violations, st.firstViolation)
+	}
+	iv := syncer.DefaultConfig().Interval
+	perInstance := float64(st.scripts[0]) / float64(cfg.instances) / cfg.duration.Seconds()
+	if perInstance > 1.5/iv.Seconds() {
+		t.Errorf("a starved tenant made %.1f script calls per second per instance (%.0f tokens per call); one scheduled refresh per interval is %.0f/s",
+			perInstance, float64(st.admitted[0])/float64(st.scripts[0]), 1/iv.Seconds())
+	}
+	if rt := tenants[0].lim.Rate * cfg.duration.Seconds(); float64(st.admitted[0]) < 0.9*rt {
+		t.Errorf("taking turns, the starved tenant admitted %d, %.1f%% of Rate×T", st.admitted[0], 100*float64(st.admitted[0])/rt)
+	}
+}
