@@ -29,6 +29,7 @@ grpc:
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzKey$$' -fuzztime $(FUZZTIME) ./lease
+	$(GO) test -run '^$$' -fuzz '^FuzzQuotaValidate$$' -fuzztime $(FUZZTIME) .
 
 bench: redis
 	$(GO) test -run '^$$' -bench . -benchmem ./...

@@ -38,6 +38,7 @@ type Limiter struct {
 	stop   context.CancelFunc // ends the syncer's loop
 	group  errgroup.Group     // runs the syncer's loop
 	closed atomic.Bool
+	ready  atomic.Bool // sync is set: telemetry may collect
 
 	// decisions counts the decisions made off the hot path, by reason and
 	// outcome ([reason][1] admitted, [reason][0] denied). Admissions from
@@ -96,8 +97,14 @@ func New(client redis.UniversalClient, opts ...Option) (*Limiter, error) {
 		MeterProvider:  cfg.meterProvider,
 		TracerProvider: cfg.tracerProvider,
 		Logger:         cfg.logger,
-		Collect:        l.collect,
-		Attributes:     attrs,
+		// The SDK may collect before New has finished: collect only once
+		// the syncer is set (ready is stored after it).
+		Collect: func(s *telemetry.Snapshot) {
+			if l.ready.Load() {
+				l.collect(s)
+			}
+		},
+		Attributes: attrs,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("leasequota: creating instruments: %w", err)
@@ -110,8 +117,11 @@ func New(client redis.UniversalClient, opts ...Option) (*Limiter, error) {
 		IdleTimeout: cfg.idleTimeout,
 		MaxTenants:  cfg.maxTenants,
 		Evict:       l.reg.remove,
+		Cluster:     isCluster(client),
 		Telemetry:   l.tel,
+		Resolve:     l.resolveOverride,
 	})
+	l.ready.Store(true)
 	ctx, stop := context.WithCancel(context.Background())
 	l.stop = stop
 	l.group.Go(func() error { return l.sync.Run(ctx) })
@@ -136,6 +146,12 @@ func warnContextTimeout(logger *slog.Logger, client redis.UniversalClient) {
 	if !enabled {
 		logger.Warn("leasequota: the Redis client has ContextTimeoutEnabled false, so Redis calls wait for the client's own read/write timeouts instead of WithRedisTimeout; set ContextTimeoutEnabled: true in its options")
 	}
+}
+
+// isCluster reports whether client spreads keys over several nodes.
+func isCluster(client redis.UniversalClient) bool {
+	_, ok := client.(*redis.ClusterClient)
+	return ok
 }
 
 // onDegraded logs a change of the limiter's Redis health, once per change.

@@ -185,6 +185,9 @@ func (c *config) validate() error {
 	if c.maxWait < 0 {
 		return fmt.Errorf("%w: WithMaxWait(%v): want >= 0", ErrInvalidOption, c.maxWait)
 	}
+	if c.leaseTTL > MaxLeaseTTL {
+		return fmt.Errorf("%w: WithLeaseTTL(%v): want at most %v", ErrInvalidOption, c.leaseTTL, MaxLeaseTTL)
+	}
 	if c.leaseTTL < 2*c.refreshInterval {
 		return fmt.Errorf("%w: WithLeaseTTL(%v): want >= twice the refresh interval (%v)", ErrInvalidOption, c.leaseTTL, 2*c.refreshInterval)
 	}

@@ -9,6 +9,11 @@ import (
 	"github.com/leasequota/leasequota/syncer"
 )
 
+// MaxLeaseTTL is the longest lease lifetime a Quota or WithLeaseTTL may
+// set. Leases that lived longer would only strand tokens (and lifetimes
+// are kept in int64 nanoseconds of wall time, which end in 2262).
+const MaxLeaseTTL = 24 * time.Hour
+
 // Quota is one tenant's limit: a global token bucket in Redis that holds at
 // most Burst tokens and gains Rate tokens per second, and how this
 // instance cuts leases from it.
@@ -66,6 +71,9 @@ func (q Quota) Validate() error {
 	}
 	if !q.FailureMode.valid() {
 		return fmt.Errorf("%w: FailureMode is %d, want one of the FailureMode constants", ErrInvalidQuota, q.FailureMode)
+	}
+	if q.LeaseTTL > MaxLeaseTTL {
+		return fmt.Errorf("%w: LeaseTTL is %v, want at most %v", ErrInvalidQuota, q.LeaseTTL, MaxLeaseTTL)
 	}
 	if q.LeaseTTL < 0 {
 		return fmt.Errorf("%w: LeaseTTL is %v, want >= 0 (0 means the limiter's default)", ErrInvalidQuota, q.LeaseTTL)

@@ -8,9 +8,17 @@
 --          last acquire (microseconds)} next to the bucket, the caller's id,
 --          and the window in milliseconds within which an instance counts as
 --          active. Stale entries are removed; the hash expires after 2 windows.
+--          KEYS[2] is always passed (so that KEYS[3] has a fixed place) but
+--          only touched when ARGV[4] is a non-empty id.
+-- KEYS[3]  quota override (QuotaKey), a hash {r = rate, b = burst, min, max,
+--          ttl (ns), mode} written by quota.lua, never expiring. When it holds
+--          r and b they replace ARGV[1] and ARGV[2]: the override is the one
+--          source of truth, and the caller learns it from the reply.
 --
 -- Returns {granted (integer), tokens left ("%.17g" string), now (microseconds,
--- integer), active instances (integer; 0 without a registry)}.
+-- integer), active instances (integer; 0 without a registry), override}, where
+-- override is 0 when no override is stored, else the array of strings
+-- {r, b, min, max, ttl, mode} as stored.
 -- Tokens are returned as a string because Redis truncates Lua numbers to integers.
 --
 -- The only clock is the Redis server's TIME, so every instance sees the same
@@ -33,6 +41,20 @@ if burst == nil or burst ~= burst or burst < 1 or burst == math.huge or burst ~=
 end
 if want == nil or want ~= want or want < 0 or want == math.huge or want ~= math.floor(want) then
   return bad('want must be an integer >= 0, got ' .. tostring(ARGV[3]))
+end
+
+-- The override, when one is stored, replaces the caller's rate and burst.
+local override = 0
+local q = redis.call('HMGET', KEYS[3], 'r', 'b', 'min', 'max', 'ttl', 'mode')
+if q[1] and q[2] then
+  local orate = tonumber(q[1])
+  local oburst = tonumber(q[2])
+  if orate == nil or orate ~= orate or orate <= 0 or orate == math.huge or
+     oburst == nil or oburst ~= oburst or oburst < 1 or oburst == math.huge or oburst ~= math.floor(oburst) then
+    return redis.error_reply('leasequota: corrupt quota ' .. KEYS[3] .. ': delete the key or set the quota again')
+  end
+  rate, burst = orate, oburst
+  override = {q[1], q[2], q[3] or '0', q[4] or '0', q[5] or '0', q[6] or '0'}
 end
 
 local t = redis.call('TIME')
@@ -106,4 +128,4 @@ if id ~= nil and id ~= '' then
   redis.call('PEXPIRE', ikey, string.format('%d', window * 2))
 end
 
-return {granted, string.format('%.17g', tokens), now, instances}
+return {granted, string.format('%.17g', tokens), now, instances, override}

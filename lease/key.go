@@ -146,6 +146,12 @@ func InstancesKey(bucketKey string) string {
 	return bucketKey + ":i"
 }
 
+// QuotaKey returns the key of the quota override that goes with the bucket
+// at bucketKey (":q" appended; same slot). See Client.SetOverride.
+func QuotaKey(bucketKey string) string {
+	return bucketKey + ":q"
+}
+
 // ReleasesKey returns the key of the set of applied release ids that goes
 // with the bucket at bucketKey (":r" appended; same slot).
 func ReleasesKey(bucketKey string) string {

@@ -57,6 +57,35 @@ type Grant struct {
 	// Instances is how many instances acquired for the tenant within the
 	// client's window, this one included; 0 without WithInstance.
 	Instances int
+	// Override is the tenant's quota override stored in Redis (see
+	// Client.SetOverride), nil when none is: the script applied its rate
+	// and burst instead of the request's.
+	Override *Override
+}
+
+// Override is a tenant's quota stored in Redis next to its bucket
+// (QuotaKey). Its Rate and Burst replace those every instance passes to
+// the scripts; the lease fields are carried for the instances, which
+// resolve zero fields to their own defaults.
+type Override struct {
+	Rate     float64
+	Burst    int64
+	MinLease int64
+	MaxLease int64
+	LeaseTTL time.Duration
+	Mode     uint8
+}
+
+// Validate reports whether o can be stored: its Limits valid and the lease
+// fields >= 0. Errors wrap ErrBadRequest.
+func (o Override) Validate() error {
+	if err := (Limits{Rate: o.Rate, Burst: o.Burst}).Validate(); err != nil {
+		return err
+	}
+	if o.MinLease < 0 || o.MaxLease < 0 || o.LeaseTTL < 0 {
+		return fmt.Errorf("%w: Override lease fields must be >= 0: %+v", ErrBadRequest, o)
+	}
+	return nil
 }
 
 // RetryAfter estimates how long from g.ServerTime until the global bucket
@@ -136,12 +165,13 @@ func NewClient(s Scripter, prefix string, opts ...ClientOption) (*Client, error)
 // instance id, a fresh release id for deduplication.
 func (c *Client) releaseCall(tenant string, args []interface{}) call {
 	key := c.Key(tenant)
+	keys := []string{key, ReleasesKey(key), QuotaKey(key)}
 	if c.instance == "" {
-		return call{keys: []string{key}, args: args}
+		return call{keys: keys, args: args}
 	}
 	id := c.instance + ":" + strconv.FormatUint(c.releases.Add(1), 10)
 	args = append(args, id, strconv.FormatInt(ReleaseDedupWindow.Milliseconds(), 10))
-	return call{keys: []string{key, ReleasesKey(key)}, args: args}
+	return call{keys: keys, args: args}
 }
 
 // acquireCall returns the keys and arguments of one acquire.
@@ -151,11 +181,12 @@ func (c *Client) acquireCall(tenant string, lim Limits, want int64) (call, error
 		return call{}, err
 	}
 	key := c.Key(tenant)
+	keys := []string{key, InstancesKey(key), QuotaKey(key)}
 	if c.instance == "" {
-		return call{keys: []string{key}, args: args}, nil
+		return call{keys: keys, args: args}, nil
 	}
 	args = append(args, c.instance, strconv.FormatInt(c.window.Milliseconds(), 10))
-	return call{keys: []string{key, InstancesKey(key)}, args: args}, nil
+	return call{keys: keys, args: args}, nil
 }
 
 // Key returns the Redis key of tenant's bucket, Key(prefix, tenant).
@@ -167,7 +198,7 @@ func (c *Client) Key(tenant string) string {
 // on a cluster client), so that the first calls need no EVAL fallback.
 // Calling it is optional: calls reload the scripts on NOSCRIPT by themselves.
 func (c *Client) LoadScripts(ctx context.Context) error {
-	for _, s := range []*script{acquireScript, releaseScript} {
+	for _, s := range []*script{acquireScript, releaseScript, quotaScript} {
 		sha, err := c.s.ScriptLoad(ctx, s.src).Result()
 		if err != nil {
 			return fmt.Errorf("lease: SCRIPT LOAD: %w", err)
@@ -378,8 +409,9 @@ func parseGrant(cmd *redis.Cmd, want int64) (Grant, error) {
 		return Grant{}, scriptError("acquire", err)
 	}
 	a, ok := v.([]interface{})
-	if !ok || len(a) != 4 {
-		return Grant{}, fmt.Errorf("%w: acquire: want a 4-element array, got %T %v", ErrBadReply, v, v)
+	// Four elements: a reply without the override field (none stored).
+	if !ok || (len(a) != 4 && len(a) != 5) {
+		return Grant{}, fmt.Errorf("%w: acquire: want a 5-element array, got %T %v", ErrBadReply, v, v)
 	}
 	granted, err := replyInt(a[0])
 	if err != nil {
@@ -400,7 +432,102 @@ func parseGrant(cmd *redis.Cmd, want int64) (Grant, error) {
 	if granted < 0 || granted > want {
 		return Grant{}, fmt.Errorf("%w: acquire: granted %d of %d", ErrBadReply, granted, want)
 	}
-	return Grant{Granted: granted, Tokens: tokens, ServerTime: time.UnixMicro(now), Instances: int(instances)}, nil
+	var o *Override
+	if len(a) == 5 {
+		if o, err = parseOverride(a[4]); err != nil {
+			return Grant{}, fmt.Errorf("%w: acquire: override: %w", ErrBadReply, err)
+		}
+	}
+	return Grant{Granted: granted, Tokens: tokens, ServerTime: time.UnixMicro(now), Instances: int(instances), Override: o}, nil
+}
+
+// parseOverride decodes an override as the scripts return it: 0 for none,
+// else {r, b, min, max, ttl, mode}.
+func parseOverride(v interface{}) (*Override, error) {
+	if n, ok := v.(int64); ok && n == 0 {
+		return nil, nil
+	}
+	a, ok := v.([]interface{})
+	if !ok || len(a) != 6 {
+		return nil, fmt.Errorf("want 0 or a 6-element array, got %T %v", v, v)
+	}
+	rate, err := replyFloat(a[0])
+	if err != nil {
+		return nil, fmt.Errorf("rate: %w", err)
+	}
+	var ints [5]int64
+	for i := range ints {
+		if ints[i], err = replyInt(a[i+1]); err != nil {
+			return nil, fmt.Errorf("field %d: %w", i+1, err)
+		}
+	}
+	if ints[4] < 0 || ints[4] > math.MaxUint8 {
+		return nil, fmt.Errorf("mode %d out of range", ints[4])
+	}
+	o := &Override{Rate: rate, Burst: ints[0], MinLease: ints[1], MaxLease: ints[2], LeaseTTL: time.Duration(ints[3]), Mode: uint8(ints[4])}
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+// GetOverride returns the quota override stored for tenant, or nil when
+// there is none.
+func (c *Client) GetOverride(ctx context.Context, tenant string) (*Override, error) {
+	key := c.Key(tenant)
+	v, err := quotaScript.run(ctx, c.s, []string{key, QuotaKey(key)}, "get").Result()
+	if err != nil {
+		return nil, scriptError("get quota", err)
+	}
+	o, err := parseOverride(v)
+	if err != nil {
+		return nil, fmt.Errorf("%w: get quota: %w", ErrBadReply, err)
+	}
+	return o, nil
+}
+
+// SetOverride stores o as tenant's quota, replacing the rate and burst
+// that callers pass (base, which must be what they pass: it is the quota
+// in force when no override is stored yet). In the same atomic step it
+// refills the bucket at the quota in force until now, caps it at o.Burst
+// and restarts its refill clock, so that later refills run at o.Rate: the
+// change neither refills for free nor loses tokens below the new burst.
+// It returns the bucket's tokens after the change.
+func (c *Client) SetOverride(ctx context.Context, tenant string, base Limits, o Override) (float64, error) {
+	if err := base.Validate(); err != nil {
+		return 0, err
+	}
+	if err := o.Validate(); err != nil {
+		return 0, err
+	}
+	key := c.Key(tenant)
+	cmd := quotaScript.run(ctx, c.s, []string{key, QuotaKey(key)}, "set",
+		formatRate(base.Rate), strconv.FormatInt(base.Burst, 10),
+		formatRate(o.Rate), strconv.FormatInt(o.Burst, 10),
+		strconv.FormatInt(o.MinLease, 10), strconv.FormatInt(o.MaxLease, 10),
+		strconv.FormatInt(int64(o.LeaseTTL), 10), strconv.FormatInt(int64(o.Mode), 10))
+	tokens, err := parseRelease(cmd)
+	if err != nil {
+		return 0, fmt.Errorf("lease: set quota: %w", err)
+	}
+	return tokens, nil
+}
+
+// DeleteOverride removes tenant's quota override, so that the scripts apply
+// base (what callers pass) again, with the same care for the bucket as
+// SetOverride. Deleting a missing override only caps the bucket at base.
+func (c *Client) DeleteOverride(ctx context.Context, tenant string, base Limits) (float64, error) {
+	if err := base.Validate(); err != nil {
+		return 0, err
+	}
+	key := c.Key(tenant)
+	cmd := quotaScript.run(ctx, c.s, []string{key, QuotaKey(key)}, "del",
+		formatRate(base.Rate), strconv.FormatInt(base.Burst, 10))
+	tokens, err := parseRelease(cmd)
+	if err != nil {
+		return 0, fmt.Errorf("lease: delete quota: %w", err)
+	}
+	return tokens, nil
 }
 
 // parseRelease decodes release.lua's reply {"tokens", now_us}.

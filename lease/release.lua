@@ -10,6 +10,10 @@
 --          the set was applied already (a client retried it after losing
 --          the reply) and changes nothing, so tokens are never credited twice.
 --
+-- KEYS[3]  quota override (QuotaKey): when it holds r and b they replace
+--          ARGV[1] and ARGV[2], as in acquire.lua. KEYS[2] is always passed
+--          (so that KEYS[3] has a fixed place) but only touched with ARGV[4].
+--
 -- Returns {tokens now ("%.17g" string), now (microseconds, integer)}.
 --
 -- A missing key is a full bucket (it expires only once it has refilled to
@@ -31,6 +35,17 @@ if burst == nil or burst ~= burst or burst < 1 or burst == math.huge or burst ~=
 end
 if amount == nil or amount ~= amount or amount < 0 or amount == math.huge or amount ~= math.floor(amount) then
   return bad('amount must be an integer >= 0, got ' .. tostring(ARGV[3]))
+end
+
+local q = redis.call('HMGET', KEYS[3], 'r', 'b')
+if q[1] and q[2] then
+  local orate = tonumber(q[1])
+  local oburst = tonumber(q[2])
+  if orate == nil or orate ~= orate or orate <= 0 or orate == math.huge or
+     oburst == nil or oburst ~= oburst or oburst < 1 or oburst == math.huge or oburst ~= math.floor(oburst) then
+    return redis.error_reply('leasequota: corrupt quota ' .. KEYS[3] .. ': delete the key or set the quota again')
+  end
+  rate, burst = orate, oburst
 end
 
 local t = redis.call('TIME')

@@ -5,6 +5,9 @@ import (
 	"crypto/sha1"
 	_ "embed"
 	"encoding/hex"
+	"errors"
+	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -34,6 +37,8 @@ var (
 	acquireSource string
 	//go:embed release.lua
 	releaseSource string
+	//go:embed quota.lua
+	quotaSource string
 )
 
 // The scripts with their digests, computed once. These are the package's
@@ -41,6 +46,7 @@ var (
 var (
 	acquireScript = newScript(acquireSource)
 	releaseScript = newScript(releaseSource)
+	quotaScript   = newScript(quotaSource)
 )
 
 // script is a Lua script and its SHA-1 digest, the name EVALSHA knows it by.
@@ -66,10 +72,62 @@ func isNoScript(err error) bool {
 // script on that node) when the node does not know the digest.
 func (s *script) run(ctx context.Context, c Scripter, keys []string, args ...interface{}) *redis.Cmd {
 	cmd := c.EvalSha(ctx, s.sha, keys, args...)
-	if isNoScript(cmd.Err()) {
-		cmd = c.Eval(ctx, s.src, keys, args...)
+	for attempt := 0; ; attempt++ {
+		switch {
+		case isNoScript(cmd.Err()):
+			cmd = c.Eval(ctx, s.src, keys, args...)
+			continue
+		case isTryAgain(cmd.Err()) && attempt < maxTryAgain && pause(ctx, attempt):
+			cmd = c.EvalSha(ctx, s.sha, keys, args...)
+			continue
+		}
+		break
+	}
+	if cr, ok := c.(clusterRouter); ok && isUnreachable(cmd.Err()) {
+		cr.ReloadState(ctx)
 	}
 	return cmd
+}
+
+// clusterRouter is what lease uses of a *redis.ClusterClient: the master
+// of a key, to send one pipeline per master, and a reload of the slot map.
+type clusterRouter interface {
+	MasterForKey(ctx context.Context, key string) (*redis.Client, error)
+	ReloadState(ctx context.Context)
+}
+
+// isUnreachable reports whether err is a failure to reach Redis (refused,
+// reset, timeout) rather than a reply.
+func isUnreachable(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) {
+		return false
+	}
+	var rerr redis.Error
+	return !errors.As(err, &rerr)
+}
+
+// isTryAgain reports whether err is Redis Cluster refusing a multi-key
+// command on a slot being migrated (some of the keys are there, some not
+// yet or no more). The script did not run, so running it again is safe.
+func isTryAgain(err error) bool {
+	return err != nil && redis.HasErrorPrefix(err, "TRYAGAIN")
+}
+
+// maxTryAgain bounds the re-sends after TRYAGAIN; a slot's migration takes
+// milliseconds.
+const maxTryAgain = 5
+
+// pause sleeps before re-send attempt (2, 4, 8, ... ms), and reports false
+// when ctx ends first.
+func pause(ctx context.Context, attempt int) bool {
+	t := time.NewTimer(time.Duration(2<<attempt) * time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // call is one script invocation in a batch.
@@ -85,6 +143,59 @@ type call struct {
 // calls[i]; its Err is that call's error. The pipelines' own errors are not
 // returned: go-redis sets each command's error, which is what matters.
 func (s *script) runMany(ctx context.Context, c Scripter, calls []call) []*redis.Cmd {
+	cr, ok := c.(clusterRouter)
+	if !ok {
+		return s.runPipeline(ctx, c, calls)
+	}
+	// go-redis splits a cluster pipeline per node, but when a node cannot
+	// be reached it retries that node's commands with a backoff and, when
+	// the deadline passes meanwhile, sets the deadline error on every
+	// command of the pipeline, replies of healthy masters included. One
+	// pipeline per master keeps a dead master's failure to its tenants.
+	groups := map[*redis.Client][]int{}
+	for i := range calls {
+		node, _ := cr.MasterForKey(ctx, calls[i].keys[0]) // nil on error: go-redis routes it
+		groups[node] = append(groups[node], i)
+	}
+	var cmds []*redis.Cmd
+	if len(groups) == 1 {
+		cmds = s.runPipeline(ctx, c, calls)
+	} else {
+		cmds = make([]*redis.Cmd, len(calls))
+		var wg sync.WaitGroup
+		for _, idx := range groups {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				sub := make([]call, len(idx))
+				for j, i := range idx {
+					sub[j] = calls[i]
+				}
+				for j, cmd := range s.runPipeline(ctx, c, sub) {
+					cmds[idx[j]] = cmd
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	// go-redis reloads its slot map on MOVED and on a timer (60 s); a dead
+	// master sends no MOVED, so its slots would stay routed to it long
+	// after its replica took over (go-redis #3979). Reload (go-redis
+	// coalesces reloads) when a node could not be reached.
+	for _, cmd := range cmds {
+		if isUnreachable(cmd.Err()) {
+			cr.ReloadState(ctx)
+			break
+		}
+	}
+	return cmds
+}
+
+// runPipeline runs the calls in one pipeline of EVALSHA; then re-sends,
+// in a second pipeline, with EVAL, the calls that got NOSCRIPT; then,
+// after a short pause and up to maxTryAgain times, the calls that got
+// TRYAGAIN. Neither reply means the script ran.
+func (s *script) runPipeline(ctx context.Context, c Scripter, calls []call) []*redis.Cmd {
 	cmds := make([]*redis.Cmd, len(calls))
 	if len(calls) == 0 {
 		return cmds
@@ -95,18 +206,33 @@ func (s *script) runMany(ctx context.Context, c Scripter, calls []call) []*redis
 	}
 	_, _ = pipe.Exec(ctx)
 
-	var retry redis.Pipeliner
-	for i, cmd := range cmds {
-		if !isNoScript(cmd.Err()) {
-			continue
+	for attempt := 0; ; attempt++ {
+		var retry redis.Pipeliner
+		tryAgain := false
+		for i, cmd := range cmds {
+			switch {
+			case isNoScript(cmd.Err()):
+				if retry == nil {
+					retry = c.Pipeline()
+				}
+				cmds[i] = retry.Eval(ctx, s.src, calls[i].keys, calls[i].args...)
+			case isTryAgain(cmd.Err()):
+				tryAgain = true
+			}
 		}
-		if retry == nil {
-			retry = c.Pipeline()
+		if retry != nil {
+			_, _ = retry.Exec(ctx)
+			continue // the EVALs may have met TRYAGAIN too
 		}
-		cmds[i] = retry.Eval(ctx, s.src, calls[i].keys, calls[i].args...)
+		if !tryAgain || attempt >= maxTryAgain || !pause(ctx, attempt) {
+			return cmds
+		}
+		pipe := c.Pipeline()
+		for i, cmd := range cmds {
+			if isTryAgain(cmd.Err()) {
+				cmds[i] = pipe.EvalSha(ctx, s.sha, calls[i].keys, calls[i].args...)
+			}
+		}
+		_, _ = pipe.Exec(ctx)
 	}
-	if retry != nil {
-		_, _ = retry.Exec(ctx)
-	}
-	return cmds
 }

@@ -24,3 +24,29 @@ type Limits struct {
 func (l Limits) Bucket() lease.Limits {
 	return lease.Limits{Rate: l.Rate, Burst: l.Burst}
 }
+
+// ResolveOverride returns the limits of a quota override for a tenant whose
+// base limits are base: Rate and Burst from o; zero lease fields take their
+// defaults (MinLease 1, MaxLease Burst/2, LeaseTTL and Mode from base); the
+// lease sizes are clamped into 1 <= MinLease <= MaxLease <= Burst and the
+// LeaseTTL raised to minTTL (twice the refresh interval: a lease is renewed
+// up to two intervals before it expires).
+func ResolveOverride(base *Limits, o *lease.Override, minTTL time.Duration) *Limits {
+	l := &Limits{Rate: o.Rate, Burst: o.Burst, MinLease: o.MinLease, MaxLease: o.MaxLease, LeaseTTL: o.LeaseTTL, Mode: o.Mode}
+	if l.MinLease <= 0 {
+		l.MinLease = 1
+	}
+	l.MinLease = min(l.MinLease, l.Burst)
+	if l.MaxLease <= 0 {
+		l.MaxLease = max(l.Burst/2, l.MinLease, 1)
+	}
+	l.MaxLease = clamp(l.MaxLease, l.MinLease, l.Burst)
+	if l.LeaseTTL <= 0 {
+		l.LeaseTTL = base.LeaseTTL
+	}
+	l.LeaseTTL = max(l.LeaseTTL, minTTL)
+	if l.Mode == 0 {
+		l.Mode = base.Mode
+	}
+	return l
+}

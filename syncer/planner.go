@@ -99,10 +99,20 @@ type State struct {
 	needAt       int64   // when needMax was last raised
 	grantRate    float64 // EWMA of tokens granted per second, kept at failure
 	demand       bucket.Demand
-	ledger       Ledger
-	failures     int32 // lease calls failed in a row
-	instances    int32 // instances active on the tenant, as Redis last said
-	granted      bool  // a lease call has succeeded at least once
+	// A window of one Interval over which demand is counted, to catch a
+	// sustained jump faster than the average can follow.
+	winStart   int64   // start of the current window
+	winCount   int64   // tokens asked for in it
+	winPrev    int64   // tokens asked for in the previous half window
+	winPrevLen int64   // its length
+	winRate    float64 // demand over the last full window, tokens per second
+	interval   int64   // the planner's Interval, for observe
+	rising     bool    // demand jumped: use winRate while above the average
+	scarce     bool    // the last lease call got less than it asked for
+	ledger     Ledger
+	failures   int32 // lease calls failed in a row
+	instances  int32 // instances active on the tenant, as Redis last said
+	granted    bool  // a lease call has succeeded at least once
 }
 
 // Target returns the lease size last planned for the tenant.
@@ -120,8 +130,55 @@ func (s *State) NotBefore() time.Time { return time.Unix(0, s.notBefore) }
 // Next returns the time of the next scheduled refresh.
 func (s *State) Next() time.Time { return time.Unix(0, s.next) }
 
-// Demand returns the demand estimate in tokens per second at time now.
-func (s *State) Demand(now time.Time) float64 { return s.demand.Rate(now) }
+// Demand returns the demand estimate in tokens per second at time now: an
+// exponentially weighted average (HalfLife), except after a jump. When the
+// demand counted over a whole Interval is at least jumpFactor times the
+// average, the estimate is that interval's demand until the average has
+// caught up with it: a jump shows in the lease within about two
+// intervals, which the average alone (half-life 500 ms) would take seconds
+// to follow, while a burst shorter than an interval moves it as before.
+// While the global bucket is scarce (the last call got less than it asked
+// for) the average alone applies: larger leases would only strand tokens.
+func (s *State) Demand(now time.Time) float64 {
+	avg := s.demand.Rate(now)
+	if s.rising && !s.scarce {
+		return max(avg, s.winRate)
+	}
+	return avg
+}
+
+// jumpFactor is how far above the average a whole interval's demand must
+// be to count as a jump (see State.Demand).
+const jumpFactor = 3
+
+// jumpMin is the fewest tokens a window must count for its demand to be
+// taken as a jump: fewer are noise (a few requests landing together).
+const jumpMin = 32
+
+// observe records count tokens asked for at now.
+func (s *State) observe(now time.Time, count int64) {
+	s.demand.Observe(now, count)
+	ns := now.UnixNano()
+	if s.winStart == 0 || ns < s.winStart {
+		s.winStart, s.winCount, s.winPrev, s.winPrevLen = ns, 0, 0, 0
+	}
+	s.winCount += count
+	// The window is the last two halves of an interval, slid every half.
+	half := s.interval / 2
+	if el := ns - s.winStart; half > 0 && el >= half {
+		n := s.winCount + s.winPrev
+		s.winRate = float64(n) / (float64(el+s.winPrevLen) / 1e9)
+		s.winPrev, s.winPrevLen = s.winCount, el
+		s.winStart, s.winCount = ns, 0
+		avg := s.demand.Rate(now)
+		switch {
+		case s.winRate >= jumpFactor*avg && n >= jumpMin:
+			s.rising = true
+		case s.winRate <= 1.1*avg:
+			s.rising = false
+		}
+	}
+}
 
 // Instances returns how many instances Redis last counted as active on the
 // tenant (0 when unknown).
@@ -153,6 +210,12 @@ type Action struct {
 	Expire int64
 	// Acquire is the number of tokens to ask Redis for; zero for none.
 	Acquire int64
+	// Read asks for a lease call even when Acquire is zero: the tenant is
+	// active here and Redis has not been asked for about an interval, and
+	// the call (an acquire of Acquire tokens, possibly 0) reports the
+	// tenant's quota override, so a changed quota applies within an
+	// interval. Follow it with Granted or Failed like an acquire.
+	Read bool
 }
 
 // Planner decides, for one tenant at a time, when to refresh its lease and
@@ -182,6 +245,7 @@ func (p *Planner) Init(st *State, name string, now time.Time) {
 	*st = State{}
 	st.hash = xxhash.Sum64String(name)
 	st.demand.HalfLife = p.cfg.HalfLife
+	st.interval = int64(p.cfg.Interval)
 	st.lastActive = now.UnixNano()
 	st.next = p.nextScheduled(st, now.UnixNano())
 }
@@ -272,7 +336,7 @@ func clamp(x, lo, hi int64) int64 {
 func (p *Planner) Plan(st *State, lim Limits, now time.Time, in Input) Action {
 	ns := now.UnixNano()
 	spent := st.ledger.Sync(in.Level)
-	st.demand.Observe(now, spent+in.Missed)
+	st.observe(now, spent+in.Missed)
 	if spent+in.Missed > 0 || in.Urgent {
 		st.lastActive = ns
 	}
@@ -295,7 +359,7 @@ func (p *Planner) Plan(st *State, lim Limits, now time.Time, in Input) Action {
 	held := st.ledger.Total() - st.ledger.ExpiringBefore(now.Add(p.renewHorizon(lim)))
 
 	if st.granted {
-		st.target = p.target(lim, st.demand.Rate(now))
+		st.target = p.target(lim, st.Demand(now))
 		if st.target > 0 && st.needMax > st.target {
 			st.target = min(st.needMax, lim.MaxLease)
 		}
@@ -306,7 +370,16 @@ func (p *Planner) Plan(st *State, lim Limits, now time.Time, in Input) Action {
 	if scheduled {
 		st.next = p.nextScheduled(st, ns)
 	}
+	// A tenant active here re-reads its quota at its scheduled refresh when
+	// no lease call was made for most of an interval, so that a quota set
+	// in Redis applies within an interval. Idle tenants cost Redis nothing.
+	read := scheduled && st.granted && st.failures == 0 &&
+		ns-st.lastActive < int64(lim.LeaseTTL) &&
+		ns-st.lastGrant >= int64(p.cfg.Interval)*3/4
 	if ns < st.notBefore {
+		// Calls are held back. A read takes no tokens, so it may go
+		// while the bucket refills (never during a failure backoff).
+		a.Read = read
 		return a
 	}
 	want := st.target - held
@@ -318,9 +391,12 @@ func (p *Planner) Plan(st *State, lim Limits, now time.Time, in Input) Action {
 		// Below the low watermark: prefetch now.
 	case scheduled && want > 0 && want*4 >= st.target:
 		// The regular refresh, when it is worth a call.
+	case read:
+		// The quota re-read: top up what is missing, if anything.
 	default:
 		return a
 	}
+	a.Read = read
 	if want <= 0 {
 		return a
 	}
@@ -341,6 +417,9 @@ func (p *Planner) Granted(st *State, lim Limits, now time.Time, asked int64, g l
 	st.failures = 0
 	st.failingSince = 0
 	st.granted = true
+	if asked > 0 {
+		st.scarce = g.Granted < asked
+	}
 	if g.Instances > 0 {
 		st.instances = int32(min(g.Instances, math.MaxInt32))
 	}
@@ -358,7 +437,7 @@ func (p *Planner) Granted(st *State, lim Limits, now time.Time, asked int64, g l
 	st.lastGrant = ns
 	st.ledger.Add(now.Add(lim.LeaseTTL), g.Granted)
 	// Tokens spent while the call was in flight are demand too.
-	st.demand.Observe(now, st.ledger.Sync(level))
+	st.observe(now, st.ledger.Sync(level))
 	if g.Granted >= asked {
 		return
 	}

@@ -51,9 +51,16 @@ type Options struct {
 	BreakerFailures uint32
 	BreakerTimeout  time.Duration
 	// OnDegraded is called when the breaker opens (degraded true, with the
-	// error that tripped it) and when it closes again (false, nil). It is
-	// called once per change, from the goroutine whose call changed it.
+	// error that tripped it) and when it closes again (false, nil); with
+	// Cluster, when the first tenant's lease calls start failing and when
+	// the last one's succeed again. It is called once per change.
 	OnDegraded func(degraded bool, err error)
+	// Cluster says tenants live on different Redis nodes (a Redis Cluster):
+	// a failed call then says nothing of other tenants' nodes, so no
+	// breaker is shared between tenants, and each failing tenant backs off
+	// on its own (up to one interval). Degraded reports whether any tenant
+	// is failing.
+	Cluster bool
 
 	// IdleTimeout is how long a tenant may see no request before it is
 	// evicted (its tokens returned); default 1 minute.
@@ -64,6 +71,11 @@ type Options struct {
 	// Telemetry records spans, metrics and logs of rounds and calls; nil
 	// records nothing.
 	Telemetry *telemetry.Telemetry
+
+	// Resolve turns a quota override that Redis reported for a tenant into
+	// the limits applied to it; default ResolveOverride with a minimum
+	// LeaseTTL of twice the interval. It must return valid limits.
+	Resolve func(base *Limits, o *lease.Override) *Limits
 
 	// Evict is called after a round with the tenants it evicted, whose
 	// tokens were already drained; the owner of the tenant set removes
@@ -109,7 +121,12 @@ type Syncer struct {
 	inflight sync.WaitGroup // urgent refills running
 
 	calls, errs, requested, granted, returned, expired, evicted atomic.Int64
+	failingTenants                                              atomic.Int64 // Cluster mode: tenants whose last call failed
 }
+
+// perCommand is the time a pipeline gets for each of its commands on top
+// of the call timeout.
+const perCommand = 300 * time.Microsecond
 
 // lruEntry is a tenant and when it was last active, for eviction.
 type lruEntry struct {
@@ -147,6 +164,9 @@ func New(client *lease.Client, tenants iter.Seq[*Tenant], opts Options) *Syncer 
 	}
 	if opts.IdleTimeout <= 0 {
 		opts.IdleTimeout = time.Minute
+	}
+	if opts.Resolve == nil {
+		opts.Resolve = func(base *Limits, o *lease.Override) *Limits { return ResolveOverride(base, o, 2*iv) }
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Syncer{
@@ -190,7 +210,27 @@ func New(client *lease.Client, tenants iter.Seq[*Tenant], opts Options) *Syncer 
 // Degraded reports whether the circuit breaker is open or probing: Redis
 // calls have been failing.
 func (s *Syncer) Degraded() bool {
+	if s.opts.Cluster {
+		return s.failingTenants.Load() > 0
+	}
 	return s.breaker.State() != gobreaker.StateClosed
+}
+
+// setFailing records t's health, counting failing tenants and reporting
+// the first failure and the last recovery in Cluster mode.
+func (s *Syncer) setFailing(t *Tenant, failing bool, err error) {
+	if t.failing.Swap(failing) == failing || !s.opts.Cluster {
+		return
+	}
+	var n int64
+	if failing {
+		n = s.failingTenants.Add(1)
+	} else {
+		n = s.failingTenants.Add(-1)
+	}
+	if s.opts.OnDegraded != nil && (failing && n == 1 || !failing && n == 0) {
+		s.opts.OnDegraded(failing, err)
+	}
 }
 
 // Planner returns the planner the syncer uses.
@@ -290,13 +330,13 @@ func (s *Syncer) Round(ctx context.Context, tenants iter.Seq[*Tenant]) {
 			continue
 		}
 		a := s.plan(t, now)
-		if a.Acquire > 0 {
+		if a.Acquire > 0 || a.Read {
 			jobs = append(jobs, job{t: t, want: a.Acquire})
 			continue // unlocked once the result is applied
 		}
 		if s.planner.Idle(&t.st, now, s.opts.IdleTimeout) {
 			if n := s.evictLocked(t); n > 0 {
-				releases = append(releases, lease.ReleaseRequest{Tenant: t.name, Limits: t.limits.Bucket(), Amount: n})
+				releases = append(releases, lease.ReleaseRequest{Tenant: t.name, Limits: t.base.Bucket(), Amount: n})
 			}
 			evict = append(evict, t)
 		} else if track {
@@ -304,15 +344,17 @@ func (s *Syncer) Round(ctx context.Context, tenants iter.Seq[*Tenant]) {
 		}
 		t.mu.Unlock()
 	}
-	if track && len(s.lru) > s.opts.MaxTenants {
-		// Over the cap: evict the least recently active.
+	// Over the cap: evict the least recently active of the tenants with
+	// no call in flight. Tenants waiting for a lease count toward the cap
+	// too, or a burst of new tenants would stall eviction.
+	if over := len(s.lru) + len(jobs) - s.opts.MaxTenants; track && over > 0 {
 		slices.SortFunc(s.lru, func(a, b lruEntry) int { return cmp.Compare(a.active, b.active) })
-		for _, e := range s.lru[:len(s.lru)-s.opts.MaxTenants] {
+		for _, e := range s.lru[:min(over, len(s.lru))] {
 			if !e.t.mu.TryLock() {
 				continue
 			}
 			if n := s.evictLocked(e.t); n > 0 {
-				releases = append(releases, lease.ReleaseRequest{Tenant: e.t.name, Limits: e.t.limits.Bucket(), Amount: n})
+				releases = append(releases, lease.ReleaseRequest{Tenant: e.t.name, Limits: e.t.base.Bucket(), Amount: n})
 			}
 			e.t.mu.Unlock()
 			evict = append(evict, e.t)
@@ -374,7 +416,7 @@ func (s *Syncer) plan(t *Tenant, now time.Time) Action {
 }
 
 func (s *Syncer) planWith(t *Tenant, now time.Time, in Input) Action {
-	a := s.planner.Plan(&t.st, *t.limits, now, in)
+	a := s.planner.Plan(&t.st, *t.Limits(), now, in)
 	if in.Urgent && a.Acquire == 0 && now.UnixNano() < t.st.notBefore {
 		// Calls are held back (bucket dry or backoff): stay urgent, so the
 		// tick retries once allowed, without re-queueing on every miss.
@@ -399,7 +441,7 @@ func (s *Syncer) acquire(ctx context.Context, now time.Time, jobs []job) (tot te
 	}()
 	reqs := make([]lease.Request, len(jobs))
 	for i, j := range jobs {
-		reqs[i] = lease.Request{Tenant: j.t.name, Limits: j.t.limits.Bucket(), Want: j.want}
+		reqs[i] = lease.Request{Tenant: j.t.name, Limits: j.t.base.Bucket(), Want: j.want}
 	}
 	results, err := s.call(ctx, telemetry.OpAcquire, len(reqs), func(ctx context.Context) ([]lease.Result, error) {
 		return s.client.AcquireMany(ctx, reqs, nil)
@@ -434,9 +476,18 @@ func (s *Syncer) call(ctx context.Context, op string, size int, f func(context.C
 		return nil, err
 	}
 	defer s.sem.Release(1)
-	ctx, cancel := context.WithTimeout(ctx, s.opts.CallTimeout)
+	// A pipeline of many commands queues behind the others in Redis'
+	// single thread: give it time for its size (about 15µs of Redis CPU
+	// per script call, with margin) on top of the call deadline.
+	ctx, cancel := context.WithTimeout(ctx, s.opts.CallTimeout+time.Duration(size)*perCommand)
 	defer cancel()
 	ctx, span := s.opts.Telemetry.StartCall(ctx, op, size)
+	if s.opts.Cluster {
+		s.calls.Add(1)
+		res, err := f(ctx)
+		span.End(err)
+		return res, err
+	}
 	res, err := s.breaker.Execute(func() ([]lease.Result, error) {
 		s.calls.Add(1)
 		res, err := f(ctx)
@@ -466,7 +517,7 @@ func (s *Syncer) apply(ctx context.Context, t *Tenant, now time.Time, want int64
 		s.errs.Add(1)
 		s.planner.Failed(&t.st, now)
 		t.retryAt.Store(t.st.notBefore)
-		rate, capacity := s.planner.FallbackRate(&t.st, *t.limits, now)
+		rate, capacity := s.planner.FallbackRate(&t.st, *t.Limits(), now)
 		if fb := t.fallback.Load(); fb != nil {
 			fb.SetRate(now, rate)
 		} else {
@@ -475,25 +526,43 @@ func (s *Syncer) apply(ctx context.Context, t *Tenant, now time.Time, want int64
 			fb.Reset(now, capacity, rate, 0)
 			t.fallback.Store(fb)
 		}
-		t.failing.Store(true)
+		s.setFailing(t, true, r.Err)
 		return
 	}
 	if t.evicted.Load() {
 		// Evicted while the call was in flight: nobody will spend these.
-		s.release(ctx, nil, []lease.ReleaseRequest{{Tenant: t.name, Limits: t.limits.Bucket(), Amount: r.Grant.Granted}})
+		s.release(ctx, nil, []lease.ReleaseRequest{{Tenant: t.name, Limits: t.base.Bucket(), Amount: r.Grant.Granted}})
 		return
 	}
 	g := r.Grant
+	s.setOverride(t, g.Override)
 	level := t.Tokens.Add(g.Granted)
 	s.granted.Add(g.Granted)
-	s.planner.Granted(&t.st, *t.limits, now, want, g, level)
+	s.planner.Granted(&t.st, *t.Limits(), now, want, g, level)
 	t.globalTokens.Store(math.Float64bits(g.Tokens))
 	t.globalAt.Store(now.UnixNano())
 	t.retryAt.Store(t.st.notBefore)
 	t.leased.Store(true)
-	t.failing.Store(false)
+	s.setFailing(t, false, nil)
 	t.fallback.Store(nil)
 	s.opts.Telemetry.LeaseGranted(ctx, t.name, want, g.Granted, level, g.Tokens)
+}
+
+// setOverride applies the quota override a lease call reported for t
+// (whose lock is held): nil means none, and the tenant's base limits apply.
+func (s *Syncer) setOverride(t *Tenant, o *lease.Override) {
+	switch {
+	case o == nil && t.override == nil:
+		return
+	case o != nil && t.override != nil && *o == *t.override:
+		return
+	case o == nil:
+		t.override = nil
+		t.limits.Store(t.base)
+	default:
+		t.override = o
+		t.limits.Store(s.opts.Resolve(t.base, o))
+	}
 }
 
 // release returns tokens to Redis. Tokens whose release fails are lost to
@@ -581,7 +650,7 @@ func (s *Syncer) refill(link trace.Link, t *Tenant, need int64) error {
 	in.Urgent = true
 	in.Need = max(in.Need, need)
 	a := s.planWith(t, now, in)
-	if a.Acquire == 0 {
+	if a.Acquire == 0 && !a.Read {
 		return nil
 	}
 	var links []trace.Link
@@ -592,7 +661,7 @@ func (s *Syncer) refill(link trace.Link, t *Tenant, need int64) error {
 	defer s.endRound(round)
 	var r lease.Result
 	_, err := s.call(ctx, telemetry.OpAcquire, 1, func(ctx context.Context) ([]lease.Result, error) {
-		r.Grant, r.Err = s.client.Acquire(ctx, t.name, t.limits.Bucket(), a.Acquire)
+		r.Grant, r.Err = s.client.Acquire(ctx, t.name, t.base.Bucket(), a.Acquire)
 		return nil, wholeFailure(r.Err)
 	})
 	if err != nil {
@@ -623,7 +692,7 @@ func (s *Syncer) ReleaseAll(ctx context.Context) error {
 	for t := range s.tenants {
 		t.mu.Lock()
 		if n := t.Tokens.Drain(); n > 0 {
-			reqs = append(reqs, lease.ReleaseRequest{Tenant: t.name, Limits: t.limits.Bucket(), Amount: n})
+			reqs = append(reqs, lease.ReleaseRequest{Tenant: t.name, Limits: t.base.Bucket(), Amount: n})
 		}
 		s.planner.Drained(&t.st)
 		t.mu.Unlock()

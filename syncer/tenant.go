@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/leasequota/leasequota/bucket"
+	"github.com/leasequota/leasequota/lease"
 )
 
 // Tenant is one tenant's lease on this instance: the tokens requests spend
@@ -19,8 +20,16 @@ type Tenant struct {
 	// Admits counts requests admitted from Tokens (by the request path).
 	Admits atomic.Int64
 
-	name   string
-	limits *Limits // immutable after Init; may be shared between tenants
+	name string
+	// base is the tenant's configured quota (immutable after Init; may be
+	// shared between tenants): what lease calls pass to Redis, which
+	// applies a stored override instead when there is one.
+	base *Limits
+	// limits is the quota in force: base, or the override Redis reported
+	// on the last lease call. Swapped by the syncer, read by requests.
+	limits atomic.Pointer[Limits]
+	// override is the override behind limits, nil for none. Guarded by mu.
+	override *lease.Override
 
 	// Written by requests on a miss, read and reset by the syncer.
 	missed atomic.Int64 // tokens denied since the last plan
@@ -53,17 +62,24 @@ func NewTenant(name string, lim *Limits, p *Planner, now time.Time) *Tenant {
 
 // Init prepares a zero Tenant in place, as NewTenant does, for callers that
 // embed a Tenant in a struct of their own. It must be called before the
-// tenant is shared. lim must not change afterwards.
+// tenant is shared. lim must not change afterwards: it is the tenant's base
+// quota, replaced while Redis holds an override for the tenant.
 func (t *Tenant) Init(name string, lim *Limits, p *Planner, now time.Time) {
-	t.name, t.limits = name, lim
+	t.name, t.base = name, lim
+	t.limits.Store(lim)
 	p.Init(&t.st, name, now)
 }
 
 // Name returns the tenant's name.
 func (t *Tenant) Name() string { return t.name }
 
-// Limits returns the limits applied to the tenant.
-func (t *Tenant) Limits() *Limits { return t.limits }
+// Limits returns the limits applied to the tenant now: its base limits, or
+// those of the quota override Redis reported on the last lease call. The
+// value must not be modified.
+func (t *Tenant) Limits() *Limits { return t.limits.Load() }
+
+// Base returns the limits the tenant was created with.
+func (t *Tenant) Base() *Limits { return t.base }
 
 // NoteMiss records that a request for n tokens found too few. It never
 // blocks: the syncer picks the miss up on its next round, or at once when
@@ -99,7 +115,7 @@ func (t *Tenant) Fallback() *bucket.TokenBucket { return t.fallback.Load() }
 // earlier than the next lease call may be made.
 func (t *Tenant) RetryAfter(now time.Time, n int64) time.Duration {
 	var wait time.Duration
-	rate := t.limits.Rate
+	rate := t.Limits().Rate
 	// Tokens held here count toward n: only the rest must come from Redis.
 	n -= t.Tokens.Load()
 	if at := t.globalAt.Load(); at != 0 {
@@ -154,7 +170,7 @@ func (t *Tenant) Snapshot(now time.Time) Snapshot {
 	return Snapshot{
 		Tokens:    t.Tokens.Load(),
 		Target:    t.st.target,
-		Demand:    t.st.demand.Rate(now),
+		Demand:    t.st.Demand(now),
 		Failures:  int(t.st.failures),
 		Instances: int(t.st.instances),
 		Next:      t.st.Next(),

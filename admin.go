@@ -1,0 +1,129 @@
+package leasequota
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/leasequota/leasequota/lease"
+	"github.com/leasequota/leasequota/syncer"
+)
+
+// SetQuota stores q as tenant's quota in Redis, next to the tenant's
+// bucket, where it overrides WithDefaultQuota and WithQuotaFunc on every
+// instance sharing the Redis and key prefix: the scripts refill and cap the
+// bucket with q's Rate and Burst from this call on, and every instance
+// serving the tenant applies q (Decision.Quota, Tenant) after its next
+// lease call, which an active tenant makes at least once per refresh
+// interval. Zero lease fields of q mean each instance's defaults, as in
+// WithDefaultQuota.
+//
+// The change keeps the bucket consistent: it is refilled at the old rate
+// up to the change, capped at the new Burst, and refilled at the new Rate
+// from then on. Tokens already leased to instances stay spendable until
+// their lease expires (at most one LeaseTTL).
+//
+// q is validated like a quota given to New (Quota.Validate, and a nonzero
+// LeaseTTL of at least twice this limiter's refresh interval); errors wrap
+// ErrInvalidQuota and nothing is written. The override has no expiry:
+// DeleteQuota removes it.
+func (l *Limiter) SetQuota(ctx context.Context, tenant string, q Quota) error {
+	if err := l.validateQuota(q); err != nil {
+		return fmt.Errorf("leasequota: SetQuota(%q): %w", truncate(tenant), err)
+	}
+	base, err := l.baseQuota(tenant)
+	if err != nil {
+		// No usable configured quota: the bucket was never filled by it,
+		// so take q as the quota in force before the override.
+		base = q
+	}
+	o := lease.Override{
+		Rate:     q.Rate,
+		Burst:    q.Burst,
+		MinLease: q.MinLease,
+		MaxLease: q.MaxLease,
+		LeaseTTL: q.LeaseTTL,
+		Mode:     uint8(q.FailureMode),
+	}
+	if _, err := l.leases.SetOverride(ctx, tenant, base.limits().Bucket(), o); err != nil {
+		return fmt.Errorf("leasequota: SetQuota(%q): %w", truncate(tenant), err)
+	}
+	return nil
+}
+
+// GetQuota returns the quota SetQuota stored for tenant, as it was given
+// (zero lease fields unresolved), and false when none is stored (the
+// configured quota applies).
+func (l *Limiter) GetQuota(ctx context.Context, tenant string) (Quota, bool, error) {
+	o, err := l.leases.GetOverride(ctx, tenant)
+	if err != nil {
+		return Quota{}, false, fmt.Errorf("leasequota: GetQuota(%q): %w", truncate(tenant), err)
+	}
+	if o == nil {
+		return Quota{}, false, nil
+	}
+	return quotaOfOverride(o), true, nil
+}
+
+// DeleteQuota removes the quota SetQuota stored for tenant, so that the
+// configured quota (WithQuotaFunc or WithDefaultQuota) applies again, on
+// every instance within a refresh interval. The bucket is kept consistent
+// as by SetQuota. Deleting when none is stored is not an error. It fails
+// with an error wrapping ErrInvalidQuota when the configured quota of the
+// tenant is invalid.
+func (l *Limiter) DeleteQuota(ctx context.Context, tenant string) error {
+	base, err := l.baseQuota(tenant)
+	if err != nil {
+		return fmt.Errorf("leasequota: DeleteQuota(%q): %w", truncate(tenant), err)
+	}
+	if _, err := l.leases.DeleteOverride(ctx, tenant, base.limits().Bucket()); err != nil {
+		return fmt.Errorf("leasequota: DeleteQuota(%q): %w", truncate(tenant), err)
+	}
+	return nil
+}
+
+// validateQuota checks q as New checks a configured quota.
+func (l *Limiter) validateQuota(q Quota) error {
+	if err := q.Validate(); err != nil {
+		return err
+	}
+	if q.LeaseTTL != 0 && q.LeaseTTL < 2*l.cfg.refreshInterval {
+		return fmt.Errorf("%w: LeaseTTL %v is below twice the refresh interval %v", ErrInvalidQuota, q.LeaseTTL, l.cfg.refreshInterval)
+	}
+	return nil
+}
+
+// baseQuota is tenant's configured quota, resolved.
+func (l *Limiter) baseQuota(tenant string) (Quota, error) {
+	if l.cfg.quotaFunc == nil {
+		return l.defQuota, nil
+	}
+	return l.quotaOf(tenant)
+}
+
+// quotaOfOverride is the Quota stored in o.
+func quotaOfOverride(o *lease.Override) Quota {
+	return Quota{
+		Rate:        o.Rate,
+		Burst:       o.Burst,
+		MinLease:    o.MinLease,
+		MaxLease:    o.MaxLease,
+		LeaseTTL:    o.LeaseTTL,
+		FailureMode: FailureMode(o.Mode),
+	}
+}
+
+// resolveOverride gives the syncer the limits of an override read from
+// Redis: resolved with this limiter's defaults, like a configured quota.
+// An override this limiter would not accept (written by another version,
+// or with a LeaseTTL below twice this limiter's interval) is still
+// applied, its lease fields made valid.
+func (l *Limiter) resolveOverride(base *syncer.Limits, o *lease.Override) *syncer.Limits {
+	q := quotaOfOverride(o)
+	if q.LeaseTTL != 0 && q.LeaseTTL < 2*l.cfg.refreshInterval {
+		q.LeaseTTL = 2 * l.cfg.refreshInterval
+	}
+	if q.Validate() != nil {
+		return syncer.ResolveOverride(base, o, 2*l.cfg.refreshInterval)
+	}
+	return q.resolve(l.cfg.leaseTTL, l.cfg.failureMode).limits()
+}

@@ -1,0 +1,95 @@
+package leasequota_test
+
+import (
+	"context"
+	"errors"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leasequota/leasequota"
+)
+
+func TestSetGetDeleteQuota(t *testing.T) {
+	c, prefix := setup(t)
+	ctx := context.Background()
+	def := leasequota.Quota{Rate: 1e-6, Burst: 3}
+	l := newLimiter(t, c, leasequota.WithKeyPrefix(prefix), leasequota.WithMaxWait(200*time.Millisecond), leasequota.WithDefaultQuota(def))
+
+	huge := strings.Repeat("{}\n", 1<<20/3)
+	for _, name := range []string{"plain", "", "{", "}", "a}b{c", "\x00\xff", huge} {
+		if _, ok, err := l.GetQuota(ctx, name); ok || err != nil {
+			t.Fatalf("%q: GetQuota before SetQuota = %v, %v", truncate(name), ok, err)
+		}
+		q := leasequota.Quota{Rate: 0.25, Burst: 5, MinLease: 2, MaxLease: 4, LeaseTTL: 3 * time.Second, FailureMode: leasequota.FailClosed}
+		if err := l.SetQuota(ctx, name, q); err != nil {
+			t.Fatal(err)
+		}
+		got, ok, err := l.GetQuota(ctx, name)
+		if err != nil || !ok || got != q {
+			t.Fatalf("%q: GetQuota = %+v, %v, %v; want %+v", truncate(name), got, ok, err, q)
+		}
+		// The bucket was full at the default burst 3; raising the burst to
+		// 5 gives no free tokens: 3 admitted, then denied.
+		for i := 0; i < 3; i++ {
+			d := l.AllowN(ctx, name, 1)
+			if !d.Allowed {
+				t.Fatalf("%q: request %d denied: %+v", truncate(name), i, d)
+			}
+		}
+		d := l.AllowN(ctx, name, 1)
+		if d.Allowed {
+			t.Errorf("%q: fourth request admitted: the burst change refilled for free", truncate(name))
+		}
+		if d.Quota.Rate != q.Rate || d.Quota.Burst != q.Burst || d.Quota.LeaseTTL != q.LeaseTTL || d.Quota.FailureMode != q.FailureMode {
+			t.Errorf("%q: Decision.Quota = %+v, want the override %+v", truncate(name), d.Quota, q)
+		}
+		if err := l.DeleteQuota(ctx, name); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok, err := l.GetQuota(ctx, name); ok || err != nil {
+			t.Fatalf("%q: GetQuota after DeleteQuota = %v, %v", truncate(name), ok, err)
+		}
+		// The instance goes back to the configured quota on its next call.
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			info, _ := l.Tenant(name)
+			if info.Quota.Rate == def.Rate && info.Quota.Burst == def.Burst {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%q: quota still %+v after DeleteQuota", truncate(name), info.Quota)
+			}
+			l.Allow(name)                    // a denial makes a lease call
+			time.Sleep(5 * time.Millisecond) // polling pace
+		}
+	}
+	if err := l.DeleteQuota(ctx, "never-set"); err != nil {
+		t.Errorf("DeleteQuota of a tenant without override: %v", err)
+	}
+}
+
+func TestSetQuotaRejectsInvalid(t *testing.T) {
+	c, prefix := setup(t)
+	ctx := context.Background()
+	l := newLimiter(t, c, leasequota.WithKeyPrefix(prefix), leasequota.WithDefaultQuota(leasequota.Quota{Rate: 1, Burst: 1}))
+	for _, q := range []leasequota.Quota{
+		{},
+		{Rate: math.NaN(), Burst: 1},
+		{Rate: math.Inf(1), Burst: 1},
+		{Rate: -1, Burst: 1},
+		{Rate: 1, Burst: 0},
+		{Rate: 1, Burst: 2, MaxLease: 3},
+		{Rate: 1, Burst: 2, MinLease: 2, MaxLease: 1},
+		{Rate: 1, Burst: 2, LeaseTTL: time.Millisecond}, // below twice the interval
+		{Rate: 1, Burst: 2, FailureMode: 99},
+	} {
+		if err := l.SetQuota(ctx, "t", q); !errors.Is(err, leasequota.ErrInvalidQuota) {
+			t.Errorf("SetQuota(%+v) = %v, want ErrInvalidQuota", q, err)
+		}
+	}
+	if _, ok, err := l.GetQuota(ctx, "t"); ok || err != nil {
+		t.Errorf("an invalid quota was stored: %v, %v", ok, err)
+	}
+}

@@ -1,0 +1,185 @@
+package integration
+
+import (
+	"context"
+	"math"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/leasequota/leasequota"
+	"github.com/leasequota/leasequota/integration/redistest"
+)
+
+// leakCheck checks for leaked goroutines after the test's cleanups (which
+// close its limiters) have run.
+func leakCheck(t *testing.T) {
+	redistest.Shared(t) // the harness lives for the package
+	ignore := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
+}
+
+// newLimiters returns n limiters, each with its own client, closed when the
+// test ends.
+func newLimiters(t *testing.T, n int, opts ...leasequota.Option) []*leasequota.Limiter {
+	t.Helper()
+	srv := redistest.Shared(t)
+	prefix := redistest.Prefix(t)
+	ls := make([]*leasequota.Limiter, n)
+	for i := range ls {
+		c := srv.Client()
+		l, err := leasequota.New(c, append([]leasequota.Option{leasequota.WithKeyPrefix(prefix)}, opts...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls[i] = l
+		t.Cleanup(func() {
+			if err := l.Close(context.Background()); err != nil {
+				t.Error(err)
+			}
+			c.Close()
+		})
+	}
+	return ls
+}
+
+// paced calls f(k) for requests k = 0, 1, ... due at rate(t) requests per
+// second (t seconds since the start), until stop is set. It is a load
+// generator: the sleep paces the load, it does not wait for a condition.
+func paced(stop *atomic.Bool, rate func(el float64) float64, f func()) {
+	began := time.Now()
+	last := began
+	var due float64
+	var sent int64
+	for !stop.Load() {
+		now := time.Now()
+		due += rate(now.Sub(began).Seconds()) * now.Sub(last).Seconds()
+		last = now
+		for ; float64(sent) < due; sent++ {
+			f()
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestLowDemandFewCalls: 8 instances serve one tenant at a tenth of its
+// rate. Leases must cover the demand between refreshes (no denial) and
+// cost at most 2 script calls per 1,000 decisions.
+func TestLowDemandFewCalls(t *testing.T) {
+	leakCheck(t)
+	const (
+		instances   = 8
+		perInstance = 8000.0 // requests/s
+	)
+	// Burst one second of rate: the first lease of each instance, sized
+	// before any demand is measured, is one interval of the whole rate.
+	q := leasequota.Quota{Rate: 10 * instances * perInstance, Burst: 10 * instances * perInstance}
+	ls := newLimiters(t, instances, leasequota.WithDefaultQuota(q))
+	admin := redistest.Client(t)
+	before := scriptCalls(t, admin)
+	var stop atomic.Bool
+	var decisions, denied atomic.Int64
+	var byReason [16]atomic.Int64
+	var bySecond [8]atomic.Int64
+	began := time.Now()
+	var wg sync.WaitGroup
+	for i := 0; i < instances*2; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l := ls[i%instances]
+			paced(&stop, func(float64) float64 { return perInstance / 2 }, func() {
+				decisions.Add(1)
+				if d := l.AllowN(context.Background(), "low", 1); !d.Allowed {
+					denied.Add(1)
+					byReason[d.Reason%16].Add(1)
+					bySecond[min(int(time.Since(began)/(500*time.Millisecond)), 7)].Add(1)
+				}
+			})
+		}()
+	}
+	defer func() {
+		if denied.Load() == 0 {
+			return
+		}
+		for r := range byReason {
+			if n := byReason[r].Load(); n > 0 {
+				t.Logf("denied %d: %v", n, leasequota.Reason(r))
+			}
+		}
+		for s := range bySecond {
+			t.Logf("half-second %d: %d denied", s, bySecond[s].Load())
+		}
+	}()
+	time.Sleep(4 * time.Second) // the load runs (pacing)
+	stop.Store(true)
+	wg.Wait()
+	calls := scriptCalls(t, admin) - before
+	perK := float64(calls) / float64(decisions.Load()) * 1000
+	info, _ := ls[0].Tenant("low")
+	t.Logf("%d decisions, %d denied, %d script calls: %.2f per 1,000; lease %d, demand %.0f/s", decisions.Load(), denied.Load(), calls, perK, info.Lease, info.Demand)
+	if denied.Load() != 0 {
+		t.Errorf("%d of %d requests denied at a tenth of the rate", denied.Load(), decisions.Load())
+	}
+	if perK > 2 {
+		t.Errorf("%.2f script calls per 1,000 decisions, want <= 2", perK)
+	}
+}
+
+// TestLeaseFollowsDemandJump: a tenant's demand on one instance jumps 10x;
+// within 2 refresh intervals its lease must be sized for the new demand
+// (at least 70% of the lease the new demand sizes: demand × R × headroom 2).
+func TestLeaseFollowsDemandJump(t *testing.T) {
+	leakCheck(t)
+	const (
+		low      = 1000.0
+		high     = 10 * low
+		interval = leasequota.DefaultRefreshInterval
+	)
+	q := leasequota.Quota{Rate: 100 * high, Burst: 100 * high}
+	ls := newLimiters(t, 1, leasequota.WithDefaultQuota(q))
+	l := ls[0]
+	var stop atomic.Bool
+	var jumped atomic.Int64 // unix ns of the jump
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		paced(&stop, func(el float64) float64 {
+			if el < 2 {
+				return low
+			}
+			if jumped.Load() == 0 {
+				jumped.CompareAndSwap(0, time.Now().UnixNano())
+			}
+			return high
+		}, func() { l.Allow("jump") })
+	}()
+	defer func() { stop.Store(true); wg.Wait() }()
+	for jumped.Load() == 0 {
+		time.Sleep(time.Millisecond) // polling pace
+	}
+	info, _ := l.Tenant("jump")
+	t.Logf("before the jump: lease %d, demand %.0f/s", info.Lease, info.Demand)
+	want := int64(math.Ceil(0.7 * high * interval.Seconds() * 2))
+	at := time.Unix(0, jumped.Load())
+	deadline := at.Add(5 * time.Second)
+	for {
+		info, _ = l.Tenant("jump")
+		if info.Lease >= want {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("lease %d 5s after the jump, want >= %d", info.Lease, want)
+		}
+		time.Sleep(time.Millisecond) // polling pace
+	}
+	took := time.Since(at)
+	t.Logf("lease %d >= %d after %v (demand %.0f/s)", info.Lease, want, took, info.Demand)
+	if took > 2*interval {
+		t.Errorf("lease took %v to follow a 10x demand jump, want <= %v", took, 2*interval)
+	}
+}

@@ -1,0 +1,108 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"math"
+	"testing"
+	"time"
+)
+
+func TestOverrideRoundTrip(t *testing.T) {
+	ctx := context.Background()
+	c, rdb, _ := setup(t)
+	base := Limits{Rate: 100, Burst: 50}
+	if o, err := c.GetOverride(ctx, "t"); err != nil || o != nil {
+		t.Fatalf("GetOverride before any = %+v, %v; want nil, nil", o, err)
+	}
+	want := Override{Rate: 0.5, Burst: 7, MinLease: 2, MaxLease: 3, LeaseTTL: 1500 * time.Millisecond, Mode: 2}
+	if _, err := c.SetOverride(ctx, "t", base, want); err != nil {
+		t.Fatal(err)
+	}
+	qkey := QuotaKey(c.Key("t"))
+	if Slot(qkey) != Slot(c.Key("t")) {
+		t.Errorf("quota key %q is not in the bucket's slot", qkey)
+	}
+	if ttl, _ := rdb.PTTL(ctx, qkey).Result(); ttl != -1 {
+		t.Errorf("quota key PTTL %v, want none (-1)", ttl)
+	}
+	got, err := c.GetOverride(ctx, "t")
+	if err != nil || got == nil || *got != want {
+		t.Fatalf("GetOverride = %+v, %v; want %+v", got, err, want)
+	}
+	g, err := c.Acquire(ctx, "t", base, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Granted != 7 || g.Override == nil || *g.Override != want {
+		t.Fatalf("acquire under override = %+v (override %+v); want 7 granted (the override's burst) and the override", g, g.Override)
+	}
+	if _, err := c.DeleteOverride(ctx, "t", base); err != nil {
+		t.Fatal(err)
+	}
+	if o, err := c.GetOverride(ctx, "t"); err != nil || o != nil {
+		t.Fatalf("GetOverride after delete = %+v, %v", o, err)
+	}
+	g, err = c.Acquire(ctx, "t", base, 0)
+	if err != nil || g.Override != nil {
+		t.Fatalf("acquire after delete = %+v, %v; want no override", g, err)
+	}
+	// Bad overrides never reach Redis.
+	for _, o := range []Override{{Rate: 0, Burst: 1}, {Rate: math.NaN(), Burst: 1}, {Rate: 1, Burst: 0}, {Rate: 1, Burst: 1, MinLease: -1}} {
+		if _, err := c.SetOverride(ctx, "t", base, o); !errors.Is(err, ErrBadRequest) {
+			t.Errorf("SetOverride(%+v) = %v, want ErrBadRequest", o, err)
+		}
+	}
+}
+
+// TestOverrideKeepsBucketConsistent checks the change rule: refill at the
+// old rate up to the change, cap at the new burst, refill at the new rate
+// after it.
+func TestOverrideKeepsBucketConsistent(t *testing.T) {
+	ctx := context.Background()
+	c, _, _ := setup(t)
+	base := Limits{Rate: 1000, Burst: 1000}
+	// Empty the bucket.
+	g0, err := c.Acquire(ctx, "t", base, 1000)
+	if err != nil || g0.Granted != 1000 {
+		t.Fatalf("%+v, %v", g0, err)
+	}
+	// Lower the rate to 1/s with a big burst: the tokens accrued so far at
+	// 1000/s are kept (no loss below the new cap), later ones come at 1/s.
+	tokens, err := c.SetOverride(ctx, "t", base, Override{Rate: 1, Burst: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g1, err := c.Acquire(ctx, "t", base, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	el := secondsBetween(g0, g1)
+	if tokens > 1000*el+1e-6 || g1.Tokens > tokens+1*el+1e-6 || g1.Tokens < tokens {
+		t.Errorf("after lowering the rate: %.6f at the change, %.6f %.3fs after the first acquire; want change <= 1000*%.3f and growth <= 1/s", tokens, g1.Tokens, el, el)
+	}
+	// Raising the burst of a full (missing) bucket gives no free tokens.
+	c2, _, _ := setup(t)
+	tokens, err = c2.SetOverride(ctx, "u", Limits{Rate: 1, Burst: 10}, Override{Rate: 1, Burst: 1000})
+	if err != nil || tokens != 10 {
+		t.Fatalf("raising the burst of a full bucket: %v tokens, %v; want 10", tokens, err)
+	}
+	// Lowering the burst caps the tokens.
+	tokens, err = c2.SetOverride(ctx, "u", Limits{Rate: 1, Burst: 10}, Override{Rate: 1, Burst: 3})
+	if err != nil || tokens != 3 {
+		t.Fatalf("lowering the burst: %v tokens, %v; want 3", tokens, err)
+	}
+	// Deleting goes back to the base, capped by it.
+	tokens, err = c2.DeleteOverride(ctx, "u", Limits{Rate: 1, Burst: 2})
+	if err != nil || tokens != 2 {
+		t.Fatalf("delete: %v tokens, %v; want 2", tokens, err)
+	}
+	// Release uses the override's burst as cap.
+	if _, err := c2.SetOverride(ctx, "u", Limits{Rate: 1, Burst: 2}, Override{Rate: 1e-6, Burst: 5}); err != nil {
+		t.Fatal(err)
+	}
+	left, err := c2.Release(ctx, "u", Limits{Rate: 1, Burst: 2}, 100)
+	if err != nil || left != 5 {
+		t.Fatalf("release under override: %v, %v; want capped at 5", left, err)
+	}
+}

@@ -1,0 +1,129 @@
+-- leasequota quota: read, set or delete a tenant's quota override, keeping
+-- its bucket consistent across the change.
+--
+-- KEYS[1]  bucket key (see acquire.lua)
+-- KEYS[2]  quota override key (QuotaKey): a hash {r = rate, b = burst,
+--          min, max, ttl (ns), mode}, never expiring
+-- ARGV[1]  op: "get", "set" or "del"
+-- ARGV[2]  base rate and ARGV[3] base burst (set, del): the quota the
+--          callers apply without an override, i.e. what they pass to
+--          acquire.lua. It is the old quota when no override is stored (set)
+--          and the new one (del).
+-- ARGV[4..9]  set only: r, b, min, max, ttl, mode of the new override.
+--
+-- get returns 0 when no override is stored, else {r, b, min, max, ttl, mode}.
+-- set and del return {tokens ("%.17g" string), now (microseconds)}: the
+-- bucket after the change.
+--
+-- A change first refills the bucket at the OLD effective rate up to now
+-- (capped at the old burst), then caps the tokens at the NEW burst, and
+-- stores them with ts = now, so every later refill runs at the new rate:
+-- there is no free refill across the change, and nothing is lost beyond
+-- the new cap. A missing bucket is full at the old burst.
+
+local function bad(what)
+  return redis.error_reply('leasequota: bad argument: ' .. what)
+end
+
+local function rate_ok(x)
+  return x ~= nil and x == x and x > 0 and x ~= math.huge
+end
+local function burst_ok(x)
+  return x ~= nil and x == x and x >= 1 and x ~= math.huge and x == math.floor(x)
+end
+
+local key, qkey = KEYS[1], KEYS[2]
+local op = ARGV[1]
+local q = redis.call('HMGET', qkey, 'r', 'b', 'min', 'max', 'ttl', 'mode')
+local stored = q[1] and q[2]
+
+if op == 'get' then
+  if not stored then
+    return 0
+  end
+  return {q[1], q[2], q[3] or '0', q[4] or '0', q[5] or '0', q[6] or '0'}
+end
+if op ~= 'set' and op ~= 'del' then
+  return bad('op must be get, set or del, got ' .. tostring(op))
+end
+
+local baseRate, baseBurst = tonumber(ARGV[2]), tonumber(ARGV[3])
+if not rate_ok(baseRate) then
+  return bad('base rate must be a finite number > 0, got ' .. tostring(ARGV[2]))
+end
+if not burst_ok(baseBurst) then
+  return bad('base burst must be an integer >= 1, got ' .. tostring(ARGV[3]))
+end
+
+-- The quota in force now.
+local oldRate, oldBurst = baseRate, baseBurst
+if stored then
+  oldRate, oldBurst = tonumber(q[1]), tonumber(q[2])
+  if not rate_ok(oldRate) or not burst_ok(oldBurst) then
+    -- A corrupt override is replaced: take the base quota as the old one.
+    oldRate, oldBurst = baseRate, baseBurst
+  end
+end
+
+-- The quota in force after the change.
+local newRate, newBurst = baseRate, baseBurst
+if op == 'set' then
+  newRate, newBurst = tonumber(ARGV[4]), tonumber(ARGV[5])
+  if not rate_ok(newRate) then
+    return bad('rate must be a finite number > 0, got ' .. tostring(ARGV[4]))
+  end
+  if not burst_ok(newBurst) then
+    return bad('burst must be an integer >= 1, got ' .. tostring(ARGV[5]))
+  end
+  for i = 6, 9 do
+    local x = tonumber(ARGV[i])
+    if x == nil or x ~= x or x < 0 or x == math.huge or x ~= math.floor(x) then
+      return bad('lease field ' .. (i - 5) .. ' must be an integer >= 0, got ' .. tostring(ARGV[i]))
+    end
+  end
+end
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+
+local tokens
+local state = redis.call('HMGET', key, 'tk', 'ts')
+if state[1] == false and state[2] == false then
+  tokens = oldBurst
+else
+  local tk = tonumber(state[1])
+  local ts = tonumber(state[2])
+  if tk == nil or ts == nil or tk ~= tk or ts ~= ts then
+    return redis.error_reply('leasequota: corrupt bucket ' .. key .. ': delete the key to reset it')
+  end
+  local elapsed = now - ts
+  if elapsed < 0 then
+    elapsed = 0
+  end
+  tokens = tk + elapsed * oldRate / 1000000
+  if tokens > oldBurst then
+    tokens = oldBurst
+  end
+  if tokens < 0 then
+    tokens = 0
+  end
+end
+if tokens > newBurst then
+  tokens = newBurst
+end
+
+redis.call('HSET', key, 'tk', string.format('%.17g', tokens), 'ts', string.format('%d', now))
+local ttl = math.ceil((newBurst - tokens) / newRate * 1000) + 1000
+if ttl < 1e15 then
+  redis.call('PEXPIRE', key, string.format('%d', ttl))
+else
+  redis.call('PERSIST', key)
+end
+
+if op == 'set' then
+  redis.call('DEL', qkey)
+  redis.call('HSET', qkey, 'r', ARGV[4], 'b', ARGV[5], 'min', ARGV[6], 'max', ARGV[7], 'ttl', ARGV[8], 'mode', ARGV[9])
+else
+  redis.call('DEL', qkey)
+end
+return {string.format('%.17g', tokens), now}
