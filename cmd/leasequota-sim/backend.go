@@ -15,15 +15,27 @@ import (
 // a server given by URL; for the outage scenario, reached through a
 // proxy that can black-hole it.
 type backend struct {
-	Label string         // for humans
-	opts  *redis.Options // base options of every client
-	mini  *miniredis.Miniredis
-	proxy *proxy
+	Label   string                // for humans
+	opts    *redis.Options        // base options of every client (single server)
+	cluster *redis.ClusterOptions // base options with -redis-cluster, else nil
+	mini    *miniredis.Miniredis
+	proxy   *proxy
 }
 
 // openBackend starts (or reaches) Redis and checks that it answers.
 func openBackend(ctx context.Context, cfg Config, withProxy bool) (*backend, error) {
 	b := &backend{Label: cfg.redisLabel()}
+	if cfg.RedisCluster != "" {
+		b.cluster = &redis.ClusterOptions{Addrs: cfg.clusterAddrs(), ContextTimeoutEnabled: true}
+		c := redis.NewClusterClient(b.cluster)
+		defer c.Close()
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		if err := c.ForEachMaster(pctx, func(ctx context.Context, m *redis.Client) error { return m.Ping(ctx).Err() }); err != nil {
+			return nil, fmt.Errorf("redis %s: not every master answers PING: %w", b.Label, err)
+		}
+		return b, nil
+	}
 	if cfg.RedisURL == "" {
 		b.mini = miniredis.NewMiniRedis()
 		if err := b.mini.Start(); err != nil {
@@ -62,7 +74,15 @@ func openBackend(ctx context.Context, cfg Config, withProxy bool) (*backend, err
 
 // newClient returns a client for one instance, counting its calls in cc.
 // Through the proxy when there is one.
-func (b *backend) newClient(cc *callCounter) *redis.Client {
+func (b *backend) newClient(cc *callCounter) redis.UniversalClient {
+	if b.cluster != nil {
+		o := *b.cluster
+		c := redis.NewClusterClient(&o)
+		if cc != nil {
+			c.AddHook(cc)
+		}
+		return c
+	}
 	o := *b.opts
 	if b.proxy != nil {
 		o.Addr = b.proxy.Addr()

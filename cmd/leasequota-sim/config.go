@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -33,18 +34,20 @@ type Config struct {
 	Tenants   int           // tenants shared by all instances
 	Duration  time.Duration // length of the simulated workload
 	Scenario  string        // one of scenarios
-	RedisURL  string        // "" means the embedded Redis
-	Report    string        // HTML report path, "" for none
-	Baseline  time.Duration // length of the per-request baseline run, 0 to skip it
-	Load      float64       // multiplier of every tenant's demand
-	Refresh   time.Duration // WithRefreshInterval
-	LeaseTTL  time.Duration // WithLeaseTTL
-	Timeout   time.Duration // WithRedisTimeout; 0 means the default for the Redis in use
-	Failure   string        // WithFailureMode: "default", "local", "closed" or "open"
-	Workers   int           // request goroutines per instance
-	Seed      uint64        // workload and limiter jitter seed
-	Progress  bool          // show the live progress line
-	Metrics   string        // serve the limiters' metrics on this address, "" for none
+	RedisURL  string        // "" means the embedded Redis (unless RedisCluster)
+	// RedisCluster is host:port,... of Redis Cluster nodes; "" for none.
+	RedisCluster string
+	Report       string        // HTML report path, "" for none
+	Baseline     time.Duration // length of the per-request baseline run, 0 to skip it
+	Load         float64       // multiplier of every tenant's demand
+	Refresh      time.Duration // WithRefreshInterval
+	LeaseTTL     time.Duration // WithLeaseTTL
+	Timeout      time.Duration // WithRedisTimeout; 0 means the default for the Redis in use
+	Failure      string        // WithFailureMode: "default", "local", "closed" or "open"
+	Workers      int           // request goroutines per instance
+	Seed         uint64        // workload and limiter jitter seed
+	Progress     bool          // show the live progress line
+	Metrics      string        // serve the limiters' metrics on this address, "" for none
 }
 
 // DefaultConfig is what the flags default to.
@@ -100,6 +103,7 @@ func parseConfig(args []string, out io.Writer) (Config, error) {
 	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, fmt.Sprintf("length of the simulated workload (%v..%v)", minDuration, maxDuration))
 	fs.StringVar(&cfg.Scenario, "scenario", cfg.Scenario, "`name` of the scenario: "+strings.Join(scenarios, ", ")+" (see below)")
 	fs.StringVar(&cfg.RedisURL, "redis", "", "`URL` of a Redis server, e.g. redis://localhost:6379/0 (default: an embedded in-process Redis, miniredis)")
+	fs.StringVar(&cfg.RedisCluster, "redis-cluster", "", "comma-separated host:port `addresses` of Redis Cluster nodes, e.g. localhost:7000,localhost:7001 (each instance gets a cluster client; exclusive with -redis) (default: none)")
 	fs.StringVar(&cfg.Report, "report", "", "write a self-contained HTML report with charts to `file` (default: no report)")
 	fs.DurationVar(&cfg.Baseline, "baseline", cfg.Baseline, fmt.Sprintf("length of the per-request limiter baseline run, 0 to skip it (at most %v)", maxBaseline))
 	fs.Float64Var(&cfg.Load, "load", cfg.Load, fmt.Sprintf("`factor` applied to every tenant's demand (0 < factor <= %d)", maxLoad))
@@ -183,6 +187,19 @@ func (c Config) Validate() error {
 	if (c.Scenario == "skew" || c.Scenario == "churn") && c.Instances < 2 {
 		return usagef("-scenario %s needs -instances >= 2, got %d", c.Scenario, c.Instances)
 	}
+	if c.RedisCluster != "" {
+		if c.RedisURL != "" {
+			return usagef("-redis and -redis-cluster: give one of them")
+		}
+		if c.Scenario == "outage" {
+			return usagef("-scenario outage runs on the embedded Redis or -redis (it puts a proxy in front of one server), not -redis-cluster")
+		}
+		for _, a := range c.clusterAddrs() {
+			if _, _, err := net.SplitHostPort(a); err != nil || a == "" {
+				return usagef("-redis-cluster %q: %q is not host:port", c.RedisCluster, a)
+			}
+		}
+	}
 	if c.RedisURL != "" {
 		if _, err := redis.ParseURL(c.RedisURL); err != nil {
 			return usagef("-redis %q: %v (want e.g. redis://localhost:6379/0)", c.RedisURL, err)
@@ -224,14 +241,29 @@ func (c Config) redisTimeout() time.Duration {
 	switch {
 	case c.Timeout > 0:
 		return c.Timeout
-	case c.RedisURL == "":
+	case c.embedded():
 		return embeddedTimeout
 	}
 	return max(c.Refresh/2, 10*time.Millisecond) // the library's default
 }
 
+// clusterAddrs splits -redis-cluster.
+func (c Config) clusterAddrs() []string {
+	var out []string
+	for _, a := range strings.Split(c.RedisCluster, ",") {
+		out = append(out, strings.TrimSpace(a))
+	}
+	return out
+}
+
+// embedded reports whether the simulation runs on the in-process Redis.
+func (c Config) embedded() bool { return c.RedisURL == "" && c.RedisCluster == "" }
+
 // redisLabel describes where Redis is, without credentials.
 func (c Config) redisLabel() string {
+	if c.RedisCluster != "" {
+		return "cluster " + strings.Join(c.clusterAddrs(), ",")
+	}
 	if c.RedisURL == "" {
 		return "embedded (miniredis, in-process)"
 	}

@@ -62,7 +62,7 @@ func writeReport(w io.Writer, res *Result) error {
 		"Elapsed":   fmt.Sprintf("%.2f", res.Elapsed.Seconds()),
 		"LeaseTTL":  res.LeaseTTL.String(),
 		"Step":      res.Step.String(),
-		"Embedded":  c.RedisURL == "",
+		"Embedded":  c.embedded(),
 		"Timeout":   c.redisTimeout().String(),
 		"Consumers": baselineConsumers,
 		"Logs":      reportLogs(res),

@@ -47,7 +47,7 @@ type runner struct {
 type instance struct {
 	slot    int
 	cc      *callCounter
-	client  *redis.Client
+	client  redis.UniversalClient
 	lim     atomic.Pointer[leasequota.Limiter]
 	workers []*workerStats
 

@@ -11,8 +11,11 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/leasequota/leasequota/integration/redistest"
 )
@@ -352,5 +355,40 @@ func TestUnreachableRedisFails(t *testing.T) {
 	code := run(context.Background(), []string{"-redis", "redis://127.0.0.1:1/0", "-progress=false"}, &stdout, &stderr, false)
 	if code != exitViolated || !strings.Contains(stderr.String(), "does not answer PING") {
 		t.Fatalf("exit %d, stderr %q", code, stderr.String())
+	}
+}
+
+// TestRedisClusterRun runs the simulation on a real 3-master Redis
+// Cluster through -redis-cluster: the bound holds and every master served
+// lease calls.
+func TestRedisClusterRun(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	cfg := shortConfig("steady")
+	cfg.RedisCluster = strings.Join(cl.Addrs(), ",")
+	res := runSim(t, cfg)
+	checkResult(t, res)
+	if res.Total.Admitted == 0 {
+		t.Fatal("nothing admitted on the cluster")
+	}
+	if res.Lib.Calls == 0 {
+		t.Error("no lease calls on the cluster")
+	}
+	ctx := context.Background()
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs()})
+	defer c.Close()
+	var masters, withKeys atomic.Int64 // ForEachMaster runs concurrently
+	err := c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+		n, err := m.DBSize(ctx).Result()
+		masters.Add(1)
+		if n > 0 {
+			withKeys.Add(1)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if withKeys.Load() != masters.Load() {
+		t.Errorf("%d of %d masters hold tenant keys: tenants should spread over the cluster", withKeys.Load(), masters.Load())
 	}
 }

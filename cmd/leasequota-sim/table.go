@@ -274,7 +274,7 @@ func writeBaselineTable(out io.Writer, res *Result) {
 	if b.Errors > 0 {
 		fmt.Fprintf(out, "%s baseline calls failed.\n", group(b.Errors))
 	}
-	if res.Config.RedisURL == "" {
+	if res.Config.embedded() {
 		fmt.Fprintln(out, "\nThe embedded Redis runs Lua far slower than redis-server (a new interpreter per call), which caps the")
 		fmt.Fprintln(out, "per-request limiter; round trips per decision hold on any Redis: use -redis for absolute throughput.")
 	}
