@@ -116,3 +116,70 @@ func TestReleaseDeduplicated(t *testing.T) {
 		t.Error("release ids are not in the bucket's slot")
 	}
 }
+
+// TestFairShareCredit: while the active instances' reported demands exceed
+// the rate and the bucket is less than half full, an instance's grant is
+// capped by the credit its max-min fair share accrued (starting at its
+// share of the burst), so the first to ask cannot take what the others are
+// owed; otherwise it gets what it asks.
+func TestFairShareCredit(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Client(t)
+	prefix := redistest.Prefix(t)
+	// A rate so low that nothing refills during the test.
+	lim := Limits{Rate: 1e-6, Burst: 1000}
+	client := func(id string) *Client {
+		c, err := NewClient(rdb, prefix, WithInstance(id, time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	a, b, c, d := client("a"), client("b"), client("c"), client("d")
+	plain, err := NewClient(rdb, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Not scarce: with no demand reported (0), the demands never exceed
+	// the rate, so there is no cap: a takes what it asks.
+	g, err := a.AcquireRequest(ctx, Request{Tenant: "free", Limits: lim, Want: 600})
+	if err != nil || g.Granted != 600 {
+		t.Fatalf("no demand reported: %+v, %v; want 600 granted", g, err)
+	}
+
+	// Scarce: four instances report demand far above the rate, so each
+	// one's share is a quarter of it and its credit starts at a quarter
+	// of the burst, 250. The bucket is drained below half (400 left).
+	if g, err := plain.Acquire(ctx, "scarce", lim, 600); err != nil || g.Granted != 600 {
+		t.Fatalf("drain: %+v, %v", g, err)
+	}
+	for _, x := range []*Client{b, c, d} {
+		if _, err := x.AcquireRequest(ctx, Request{Tenant: "scarce", Limits: lim, Want: 0, Demand: 1000}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g, err = a.AcquireRequest(ctx, Request{Tenant: "scarce", Limits: lim, Want: 400, Demand: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Granted != 250 || g.Instances != 4 || g.Share <= 0 {
+		t.Fatalf("a asks 400 of 400 while three others are owed theirs: %+v; want 250 granted (its credit), 4 instances, a share", g)
+	}
+	g, err = b.AcquireRequest(ctx, Request{Tenant: "scarce", Limits: lim, Want: 400, Demand: 1000})
+	if err != nil || g.Granted != 150 {
+		t.Fatalf("b asks 400: %+v, %v; want the 150 left", g, err)
+	}
+	// a's credit is spent: nothing more until its share accrues.
+	if _, err := plain.Release(ctx, "scarce", lim, 100); err != nil {
+		t.Fatal(err)
+	}
+	g, err = a.AcquireRequest(ctx, Request{Tenant: "scarce", Limits: lim, Want: 10, Demand: 1000})
+	if err != nil || g.Granted != 0 {
+		t.Fatalf("a again, with 100 back in the bucket: %+v, %v; want 0 (no credit left)", g, err)
+	}
+	g, err = c.AcquireRequest(ctx, Request{Tenant: "scarce", Limits: lim, Want: 10, Demand: 1000})
+	if err != nil || g.Granted != 10 {
+		t.Fatalf("c asks 10: %+v, %v; want 10 (its credit is untouched)", g, err)
+	}
+}

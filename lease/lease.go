@@ -57,6 +57,10 @@ type Grant struct {
 	// Instances is how many instances acquired for the tenant within the
 	// client's window, this one included; 0 without WithInstance.
 	Instances int
+	// Share is the caller's max-min fair share of the rate, in tokens per
+	// second, among the demands the active instances reported
+	// (Request.Demand); 0 when unknown (no WithInstance).
+	Share float64
 	// Override is the tenant's quota override stored in Redis (see
 	// Client.SetOverride), nil when none is: the script applied its rate
 	// and burst instead of the request's.
@@ -175,7 +179,7 @@ func (c *Client) releaseCall(tenant string, args []interface{}) call {
 }
 
 // acquireCall returns the keys and arguments of one acquire.
-func (c *Client) acquireCall(tenant string, lim Limits, want int64) (call, error) {
+func (c *Client) acquireCall(tenant string, lim Limits, want int64, demand float64) (call, error) {
 	args, err := acquireArgs(lim, want)
 	if err != nil {
 		return call{}, err
@@ -185,7 +189,10 @@ func (c *Client) acquireCall(tenant string, lim Limits, want int64) (call, error
 	if c.instance == "" {
 		return call{keys: keys, args: args}, nil
 	}
-	args = append(args, c.instance, strconv.FormatInt(c.window.Milliseconds(), 10))
+	if !(demand >= 0) || math.IsInf(demand, 0) {
+		demand = 0
+	}
+	args = append(args, c.instance, strconv.FormatInt(c.window.Milliseconds(), 10), strconv.FormatFloat(demand, 'f', -1, 64))
 	return call{keys: keys, args: args}, nil
 }
 
@@ -216,12 +223,18 @@ func (c *Client) LoadScripts(ctx context.Context) error {
 // reports the bucket. Invalid arguments fail with an error wrapping
 // ErrBadRequest, without calling Redis.
 func (c *Client) Acquire(ctx context.Context, tenant string, lim Limits, want int64) (Grant, error) {
-	cl, err := c.acquireCall(tenant, lim, want)
+	return c.AcquireRequest(ctx, Request{Tenant: tenant, Limits: lim, Want: want})
+}
+
+// AcquireRequest is Acquire with the caller's demand reported (see
+// Request.Demand).
+func (c *Client) AcquireRequest(ctx context.Context, r Request) (Grant, error) {
+	cl, err := c.acquireCall(r.Tenant, r.Limits, r.Want, r.Demand)
 	if err != nil {
 		return Grant{}, err
 	}
 	cmd := acquireScript.run(ctx, c.s, cl.keys, cl.args...)
-	return parseGrant(cmd, want)
+	return parseGrant(cmd, r.Want)
 }
 
 // Release gives amount unused tokens back to tenant's global bucket, capped
@@ -253,6 +266,10 @@ type Request struct {
 	Tenant string
 	Limits Limits
 	Want   int64 // >= 0
+	// Demand is the caller's estimate of its demand for the tenant, in
+	// tokens per second, recorded in the instance registry (WithInstance)
+	// so that each instance learns its max-min fair share (Grant.Share).
+	Demand float64
 }
 
 // Result is the outcome of one Request: a Grant, or the error of that
@@ -286,7 +303,7 @@ func (c *Client) AcquireMany(ctx context.Context, reqs []Request, results []Resu
 	sent := make([]int, 0, len(reqs)) // sent[j] is the index in reqs of calls[j]
 	for i := range reqs {
 		results[i] = Result{}
-		cl, err := c.acquireCall(reqs[i].Tenant, reqs[i].Limits, reqs[i].Want)
+		cl, err := c.acquireCall(reqs[i].Tenant, reqs[i].Limits, reqs[i].Want, reqs[i].Demand)
 		if err != nil {
 			results[i].Err = err
 			continue
@@ -409,9 +426,10 @@ func parseGrant(cmd *redis.Cmd, want int64) (Grant, error) {
 		return Grant{}, scriptError("acquire", err)
 	}
 	a, ok := v.([]interface{})
-	// Four elements: a reply without the override field (none stored).
-	if !ok || (len(a) != 4 && len(a) != 5) {
-		return Grant{}, fmt.Errorf("%w: acquire: want a 5-element array, got %T %v", ErrBadReply, v, v)
+	// Fewer than six elements: a reply of an older script, without the
+	// share (and the override).
+	if !ok || len(a) < 4 || len(a) > 6 {
+		return Grant{}, fmt.Errorf("%w: acquire: want a 6-element array, got %T %v", ErrBadReply, v, v)
 	}
 	granted, err := replyInt(a[0])
 	if err != nil {
@@ -433,12 +451,20 @@ func parseGrant(cmd *redis.Cmd, want int64) (Grant, error) {
 		return Grant{}, fmt.Errorf("%w: acquire: granted %d of %d", ErrBadReply, granted, want)
 	}
 	var o *Override
-	if len(a) == 5 {
+	if len(a) >= 5 {
 		if o, err = parseOverride(a[4]); err != nil {
 			return Grant{}, fmt.Errorf("%w: acquire: override: %w", ErrBadReply, err)
 		}
 	}
-	return Grant{Granted: granted, Tokens: tokens, ServerTime: time.UnixMicro(now), Instances: int(instances), Override: o}, nil
+	var share float64
+	if len(a) == 6 {
+		if str, ok := a[5].(string); !ok || str != "" {
+			if share, err = replyFloat(a[5]); err != nil || share < 0 {
+				return Grant{}, fmt.Errorf("%w: acquire: share: %v %w", ErrBadReply, a[5], err)
+			}
+		}
+	}
+	return Grant{Granted: granted, Tokens: tokens, ServerTime: time.UnixMicro(now), Instances: int(instances), Override: o, Share: share}, nil
 }
 
 // parseOverride decodes an override as the scripts return it: 0 for none,

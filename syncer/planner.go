@@ -193,6 +193,13 @@ func (s *State) IdleSince() time.Time {
 	return time.Unix(0, s.lastActive)
 }
 
+// ReportedDemand is the demand an instance reports to Redis with a lease
+// call asking for want tokens: its estimate, or, when higher (a cold start,
+// a jump), the demand that a lease of want tokens is sized for.
+func (p *Planner) ReportedDemand(st *State, now time.Time, want int64) float64 {
+	return max(st.Demand(now), float64(want)/(p.cfg.Interval.Seconds()*p.cfg.Headroom))
+}
+
 // Input is what the edge observed of a tenant since the previous plan.
 type Input struct {
 	Level  int64 // tokens the counter holds now
@@ -444,15 +451,38 @@ func (p *Planner) Granted(st *State, lim Limits, now time.Time, asked int64, g l
 	// The global bucket ran dry. Do not call again until it has refilled
 	// enough for a worthwhile lease: this keeps a starved tenant from
 	// turning every denial into a Redis call.
-	// Other instances are waiting for the same tokens: wait for this
-	// instance's turn, as if each of them took a lease of the same size.
+	// Other instances are waiting for the same tokens. When Redis told
+	// this instance its max-min fair share of the rate (among the demands
+	// the active instances reported), wait until that share has accrued
+	// another grant: each instance then takes about its share, and the
+	// shares sum to the rate. Else wait for this instance's turn, as if
+	// each of them took a lease of the same size.
 	need := max(min(asked, st.target), 1)
-	turn := need * int64(max(st.instances, 1))
-	if turn/int64(max(st.instances, 1)) != need { // overflow
-		turn = math.MaxInt64
+	var wait time.Duration
+	if g.Share > 0 {
+		// Redis grants at most the credit this instance's share accrued,
+		// up to its share of the burst: come back when half of that has
+		// accrued, so that a late tick wastes no credit.
+		need = max(1, min(need, int64(float64(lim.Burst)*g.Share/lim.Rate/2)))
+		wait = durationOf(float64(need) / g.Share)
+	} else {
+		turn := need * int64(max(st.instances, 1))
+		if turn/int64(max(st.instances, 1)) != need { // overflow
+			turn = math.MaxInt64
+		}
+		wait = g.RetryAfter(turn, lim.Rate)
 	}
-	wait := max(g.RetryAfter(turn, lim.Rate), p.cfg.Interval/10)
+	wait = max(wait, p.cfg.Interval/10)
 	st.notBefore = satAdd(satAdd(ns, int64(wait)), p.jitter(st, ns, int64(p.cfg.Jitter)))
+}
+
+// durationOf converts seconds to a Duration, saturating.
+func durationOf(sec float64) time.Duration {
+	ns := sec * 1e9
+	if !(ns < math.MaxInt64) {
+		return math.MaxInt64
+	}
+	return time.Duration(ns)
 }
 
 // satAdd adds two non-negative int64s, saturating at math.MaxInt64.

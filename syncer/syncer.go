@@ -307,8 +307,9 @@ func (s *Syncer) Run(ctx context.Context) error {
 // job is one tenant's lease call in a round; the tenant's lock is held
 // from planning until the result is applied.
 type job struct {
-	t    *Tenant
-	want int64
+	t      *Tenant
+	want   int64
+	demand float64 // tokens per second, reported to Redis for fair shares
 }
 
 // Round plans every tenant that tenants yields and carries the plan out:
@@ -331,7 +332,7 @@ func (s *Syncer) Round(ctx context.Context, tenants iter.Seq[*Tenant]) {
 		}
 		a := s.plan(t, now)
 		if a.Acquire > 0 || a.Read {
-			jobs = append(jobs, job{t: t, want: a.Acquire})
+			jobs = append(jobs, job{t: t, want: a.Acquire, demand: s.planner.ReportedDemand(&t.st, now, a.Acquire)})
 			continue // unlocked once the result is applied
 		}
 		if s.planner.Idle(&t.st, now, s.opts.IdleTimeout) {
@@ -441,7 +442,7 @@ func (s *Syncer) acquire(ctx context.Context, now time.Time, jobs []job) (tot te
 	}()
 	reqs := make([]lease.Request, len(jobs))
 	for i, j := range jobs {
-		reqs[i] = lease.Request{Tenant: j.t.name, Limits: j.t.base.Bucket(), Want: j.want}
+		reqs[i] = lease.Request{Tenant: j.t.name, Limits: j.t.base.Bucket(), Want: j.want, Demand: j.demand}
 	}
 	results, err := s.call(ctx, telemetry.OpAcquire, len(reqs), func(ctx context.Context) ([]lease.Result, error) {
 		return s.client.AcquireMany(ctx, reqs, nil)
@@ -661,7 +662,7 @@ func (s *Syncer) refill(link trace.Link, t *Tenant, need int64) error {
 	defer s.endRound(round)
 	var r lease.Result
 	_, err := s.call(ctx, telemetry.OpAcquire, 1, func(ctx context.Context) ([]lease.Result, error) {
-		r.Grant, r.Err = s.client.Acquire(ctx, t.name, t.base.Bucket(), a.Acquire)
+		r.Grant, r.Err = s.client.AcquireRequest(ctx, lease.Request{Tenant: t.name, Limits: t.base.Bucket(), Want: a.Acquire, Demand: s.planner.ReportedDemand(&t.st, now, a.Acquire)})
 		return nil, wholeFailure(r.Err)
 	})
 	if err != nil {
