@@ -259,7 +259,11 @@ func TestExhaustedDenialHasRetryHint(t *testing.T) {
 func TestWaitN(t *testing.T) {
 	c, prefix := setup(t)
 	q := leasequota.Quota{Rate: 50, Burst: 10}
-	l := newLimiter(t, c, leasequota.WithKeyPrefix(prefix), leasequota.WithDefaultQuota(q))
+	// A generous Redis timeout: a lease call timing out on a loaded machine
+	// would hand the tenant to FailLocal, whose admissions are outside the
+	// bound checked below.
+	l := newLimiter(t, c, leasequota.WithKeyPrefix(prefix), leasequota.WithDefaultQuota(q),
+		leasequota.WithRedisTimeout(time.Second))
 	ctx := context.Background()
 
 	if _, err := l.WaitN(ctx, "t", 11); !errors.Is(err, leasequota.ErrExceedsBurst) {
@@ -386,8 +390,12 @@ func truncate(s string) string {
 func TestRaceSpendRefreshAndClose(t *testing.T) {
 	c, prefix := setup(t)
 	q := leasequota.Quota{Rate: 2000, Burst: 200}
+	// FailClosed: every admission is from a lease, so the accounting below
+	// is exact even when a lease call times out on a loaded machine (a
+	// FailLocal admission would be outside the bound, by design).
 	l, err := leasequota.New(c, leasequota.WithKeyPrefix(prefix), leasequota.WithDefaultQuota(q),
-		leasequota.WithRefreshInterval(10*time.Millisecond), leasequota.WithLeaseTTL(30*time.Millisecond))
+		leasequota.WithRefreshInterval(10*time.Millisecond), leasequota.WithLeaseTTL(30*time.Millisecond),
+		leasequota.WithFailureMode(leasequota.FailClosed))
 	if err != nil {
 		t.Fatal(err)
 	}

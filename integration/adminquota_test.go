@@ -49,7 +49,9 @@ func TestSetQuotaUnderLoad(t *testing.T) {
 	newLimiter := func() *leasequota.Limiter {
 		c := srv.Client()
 		t.Cleanup(func() { c.Close() })
-		l, err := leasequota.New(c, leasequota.WithKeyPrefix(prefix), leasequota.WithDefaultQuota(oldQ))
+		// FailClosed: every admission comes from a lease (the bound is exact).
+		l, err := leasequota.New(c, leasequota.WithKeyPrefix(prefix), leasequota.WithDefaultQuota(oldQ),
+			leasequota.WithFailureMode(leasequota.FailClosed))
 		if err != nil {
 			t.Fatal(err)
 		}

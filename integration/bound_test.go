@@ -79,7 +79,9 @@ func TestGlobalBound(t *testing.T) {
 	for i := range limiters {
 		c := srv.Client()
 		defer c.Close()
-		l, err := leasequota.New(c, leasequota.WithKeyPrefix(prefix),
+		// FailClosed: every admission comes from a lease, so the bound
+		// is exact even if a lease call times out on a loaded machine.
+		l, err := leasequota.New(c, leasequota.WithKeyPrefix(prefix), leasequota.WithFailureMode(leasequota.FailClosed),
 			leasequota.WithQuotaFunc(func(tenant string) leasequota.Quota { return quota(index[tenant]) }))
 		if err != nil {
 			t.Fatal(err)

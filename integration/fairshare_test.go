@@ -54,7 +54,8 @@ func jain(xs []float64) float64 {
 func TestFairShares(t *testing.T) {
 	leakCheck(t)
 	q := leasequota.Quota{Rate: 1000, Burst: 200}
-	ls := newLimiters(t, 4, leasequota.WithDefaultQuota(q))
+	// FailClosed: every admission comes from a lease (the bound is exact).
+	ls := newLimiters(t, 4, leasequota.WithDefaultQuota(q), leasequota.WithFailureMode(leasequota.FailClosed))
 	demands := []float64{150, 300, 600, 1200}
 	srvc := redistest.Client(t)
 	ctx := context.Background()
