@@ -183,3 +183,41 @@ func TestFairShareCredit(t *testing.T) {
 		t.Fatalf("c asks 10: %+v, %v; want 10 (its credit is untouched)", g, err)
 	}
 }
+
+// TestQuotaVersion: every SetOverride and DeleteOverride raises the quota
+// version under the client's prefix, which instances poll to know when to
+// re-read quotas; other prefixes are not affected.
+func TestQuotaVersion(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Client(t)
+	c, err := NewClient(rdb, redistest.Prefix(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := NewClient(rdb, redistest.Prefix(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err := c.QuotaVersion(ctx); err != nil || v != 0 {
+		t.Fatalf("before any change: %d, %v; want 0", v, err)
+	}
+	base := Limits{Rate: 10, Burst: 10}
+	if _, err := c.SetOverride(ctx, "t", base, Override{Rate: 20, Burst: 20}); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := c.QuotaVersion(ctx); err != nil || v != 1 {
+		t.Fatalf("after a set: %d, %v; want 1", v, err)
+	}
+	if _, err := c.DeleteOverride(ctx, "t", base); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := c.QuotaVersion(ctx); err != nil || v != 2 {
+		t.Fatalf("after a delete: %d, %v; want 2", v, err)
+	}
+	if v, err := other.QuotaVersion(ctx); err != nil || v != 0 {
+		t.Fatalf("another prefix: %d, %v; want 0", v, err)
+	}
+	if k := QuotaVersionKey("p:"); Slot(k) == Slot(Key("p:", "quota-version")) && k == Key("p:", "quota-version") {
+		t.Errorf("the version key %q collides with a tenant's key", k)
+	}
+}

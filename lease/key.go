@@ -157,3 +157,11 @@ func QuotaKey(bucketKey string) string {
 func ReleasesKey(bucketKey string) string {
 	return bucketKey + ":r"
 }
+
+// QuotaVersionKey returns the key of the counter that SetOverride and
+// DeleteOverride raise for every change under prefix. Instances poll it
+// (one GET per round) and re-read their tenants' quotas only when it
+// moved. It has no hash tag, so it cannot be any tenant's key.
+func QuotaVersionKey(prefix string) string {
+	return prefix + "quota-version"
+}

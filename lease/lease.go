@@ -536,6 +536,9 @@ func (c *Client) SetOverride(ctx context.Context, tenant string, base Limits, o 
 	if err != nil {
 		return 0, fmt.Errorf("lease: set quota: %w", err)
 	}
+	if err := c.bumpQuotaVersion(ctx); err != nil {
+		return tokens, err
+	}
 	return tokens, nil
 }
 
@@ -552,6 +555,9 @@ func (c *Client) DeleteOverride(ctx context.Context, tenant string, base Limits)
 	tokens, err := parseRelease(cmd)
 	if err != nil {
 		return 0, fmt.Errorf("lease: delete quota: %w", err)
+	}
+	if err := c.bumpQuotaVersion(ctx); err != nil {
+		return tokens, err
 	}
 	return tokens, nil
 }
@@ -605,4 +611,26 @@ func replyFloat(v interface{}) (float64, error) {
 		return f, nil
 	}
 	return 0, fmt.Errorf("got %T %v, want a number", v, v)
+}
+
+// bumpQuotaVersion raises the quota version counter (QuotaVersionKey), so
+// instances notice that a quota changed.
+func (c *Client) bumpQuotaVersion(ctx context.Context) error {
+	if err := c.s.Incr(ctx, QuotaVersionKey(c.prefix)).Err(); err != nil {
+		return fmt.Errorf("lease: quota version: %w", err)
+	}
+	return nil
+}
+
+// QuotaVersion returns the quota version counter: it changes whenever a
+// quota is set or deleted under the client's prefix (0 before any).
+func (c *Client) QuotaVersion(ctx context.Context) (int64, error) {
+	v, err := c.s.Get(ctx, QuotaVersionKey(c.prefix)).Int64()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("lease: quota version: %w", err)
+	}
+	return v, nil
 }

@@ -22,6 +22,9 @@ type Scripter interface {
 	Eval(ctx context.Context, script string, keys []string, args ...interface{}) *redis.Cmd
 	ScriptLoad(ctx context.Context, script string) *redis.StringCmd
 	Pipeline() redis.Pipeliner
+	// Incr and Get keep the quota version counter (QuotaVersionKey).
+	Incr(ctx context.Context, key string) *redis.IntCmd
+	Get(ctx context.Context, key string) *redis.StringCmd
 }
 
 // Compile-time checks that the go-redis clients satisfy Scripter.

@@ -206,6 +206,9 @@ type Input struct {
 	Missed int64 // tokens asked for by requests that were denied
 	Need   int64 // largest n of those requests
 	Urgent bool  // a request is waiting for tokens, or ran short
+	// QuotaCheck says a quota changed in Redis (the quota version moved):
+	// a tenant active here re-reads its quota now.
+	QuotaCheck bool
 }
 
 // Action is what the planner wants done for a tenant.
@@ -217,11 +220,10 @@ type Action struct {
 	Expire int64
 	// Acquire is the number of tokens to ask Redis for; zero for none.
 	Acquire int64
-	// Read asks for a lease call even when Acquire is zero: the tenant is
-	// active here and Redis has not been asked for about an interval, and
-	// the call (an acquire of Acquire tokens, possibly 0) reports the
-	// tenant's quota override, so a changed quota applies within an
-	// interval. Follow it with Granted or Failed like an acquire.
+	// Read asks for a lease call even when Acquire is zero: a quota changed
+	// in Redis (Input.QuotaCheck), the tenant is active here, and the call
+	// (an acquire of Acquire tokens, possibly 0) reports the tenant's quota
+	// override. Follow it with Granted or Failed like an acquire.
 	Read bool
 }
 
@@ -377,12 +379,12 @@ func (p *Planner) Plan(st *State, lim Limits, now time.Time, in Input) Action {
 	if scheduled {
 		st.next = p.nextScheduled(st, ns)
 	}
-	// A tenant active here re-reads its quota at its scheduled refresh when
-	// no lease call was made for most of an interval, so that a quota set
-	// in Redis applies within an interval. Idle tenants cost Redis nothing.
-	read := scheduled && st.granted && st.failures == 0 &&
+	// When a quota changed in Redis, a tenant active here re-reads its own
+	// (a lease call reports it) unless it made one just now. Idle tenants,
+	// and every tenant while no quota changes, cost Redis nothing.
+	read := in.QuotaCheck && st.granted && st.failures == 0 &&
 		ns-st.lastActive < int64(lim.LeaseTTL) &&
-		ns-st.lastGrant >= int64(p.cfg.Interval)*3/4
+		ns-st.lastGrant >= int64(p.cfg.Interval)/4
 	if ns < st.notBefore {
 		// Calls are held back. A read takes no tokens, so it may go
 		// while the bucket refills (never during a failure backoff).

@@ -111,7 +111,10 @@ type Syncer struct {
 	lastErr atomic.Pointer[error] // last error of a Redis call, for OnDegraded
 
 	// Owned by the loop (Run and Round are not called concurrently).
-	lru []lruEntry // reused by Round when MaxTenants is set
+	lru         []lruEntry // reused by Round when MaxTenants is set
+	quotaVer    int64      // the quota version last seen
+	quotaPolled int64      // unix nanoseconds of the last poll of it
+	quotaKnown  bool       // quotaVer has been read once
 
 	ctx    context.Context // lifetime of urgent refills, ended by Close
 	cancel context.CancelFunc
@@ -280,7 +283,7 @@ func (s *Syncer) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
-			s.Round(calls, s.tenants)
+			s.round(calls, s.tenants, s.pollQuota(calls, s.opts.Now()))
 		case t := <-s.urgent:
 			short = append(short[:0], t)
 		drain:
@@ -318,6 +321,32 @@ type job struct {
 // up to BatchSize tenants, at most MaxInFlight at once. A tenant that is
 // locked (an urgent refill is running for it) is skipped.
 func (s *Syncer) Round(ctx context.Context, tenants iter.Seq[*Tenant]) {
+	s.round(ctx, tenants, false)
+}
+
+// pollQuota reads the quota version (at most every half interval) and
+// reports whether it moved since the last read, or could not be read:
+// then every tenant active here re-reads its quota in this round.
+func (s *Syncer) pollQuota(ctx context.Context, now time.Time) bool {
+	ns := now.UnixNano()
+	if s.quotaKnown && ns-s.quotaPolled < int64(s.planner.Config().Interval)/2 {
+		return false
+	}
+	s.quotaPolled = ns
+	ctx, cancel := context.WithTimeout(ctx, s.opts.CallTimeout)
+	defer cancel()
+	v, err := s.client.QuotaVersion(ctx)
+	if err != nil {
+		return true
+	}
+	changed := !s.quotaKnown || v != s.quotaVer
+	s.quotaVer, s.quotaKnown = v, true
+	return changed
+}
+
+// round is Round, with quotaCheck telling the planner that quotas may
+// have changed in Redis.
+func (s *Syncer) round(ctx context.Context, tenants iter.Seq[*Tenant], quotaCheck bool) {
 	now := s.opts.Now()
 	var (
 		jobs     []job
@@ -330,7 +359,9 @@ func (s *Syncer) Round(ctx context.Context, tenants iter.Seq[*Tenant]) {
 		if t.evicted.Load() || !t.mu.TryLock() {
 			continue
 		}
-		a := s.plan(t, now)
+		in := t.take(t.Tokens.Load())
+		in.QuotaCheck = quotaCheck
+		a := s.planWith(t, now, in)
 		if a.Acquire > 0 || a.Read {
 			jobs = append(jobs, job{t: t, want: a.Acquire, demand: s.planner.ReportedDemand(&t.st, now, a.Acquire)})
 			continue // unlocked once the result is applied
