@@ -494,7 +494,12 @@ func testClientPause(t *testing.T, opts redis.Options) {
 	if during < 1500 {
 		t.Errorf("only %d requests during the 2s pause, want >= 1500 (1,000/s offered)", during)
 	}
-	if st1.Calls == st0.Calls {
+	// With ContextTimeoutEnabled the syncer's calls time out and it keeps
+	// making lease calls for the small tenant during the pause. With the
+	// default client its loop waits on its first Redis command of the
+	// pause (a lease call, or the poll of the quota version) until the
+	// pause ends: that is the documented cost of not enabling it.
+	if opts.ContextTimeoutEnabled && st1.Calls == st0.Calls {
 		t.Error("the syncer started no lease call during the pause: the test did not make it wait on Redis")
 	}
 	if opts.ContextTimeoutEnabled && (st1.Errors == st0.Errors || !degraded) {
