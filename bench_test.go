@@ -54,7 +54,39 @@ func tenantNames(n int) []string {
 }
 
 func BenchmarkAllow(b *testing.B) {
-	l := benchLimiter(b)
+	benchAllow(b, benchLimiter(b))
+}
+
+// BenchmarkAllowTelemetry is BenchmarkAllow with a real OpenTelemetry SDK
+// MeterProvider (a reader collecting every 10ms) and TracerProvider
+// installed: the request path records nothing synchronously, so the
+// difference from BenchmarkAllow is noise.
+func BenchmarkAllowTelemetry(b *testing.B) {
+	benchAllow(b, benchLimiter(b, sdkProviders(b)...))
+}
+
+func BenchmarkAllowN(b *testing.B) {
+	benchAllowN(b, benchLimiter(b))
+}
+
+func BenchmarkAllowNTelemetry(b *testing.B) {
+	benchAllowN(b, benchLimiter(b, sdkProviders(b)...))
+}
+
+// sdkProviders returns options installing real SDK providers, shut down
+// when the benchmark ends.
+func sdkProviders(b *testing.B) []leasequota.Option {
+	reader := sdkmetric.NewPeriodicReader(discardExporter{}, sdkmetric.WithInterval(10*time.Millisecond))
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	tp := sdktrace.NewTracerProvider()
+	b.Cleanup(func() {
+		mp.Shutdown(context.Background())
+		tp.Shutdown(context.Background())
+	})
+	return []leasequota.Option{leasequota.WithMeterProvider(mp), leasequota.WithTracerProvider(tp)}
+}
+
+func benchAllow(b *testing.B, l *leasequota.Limiter) {
 	if !l.Allow("t") { // the cold start: lease the tokens first
 		b.Fatal("first request denied")
 	}
@@ -65,47 +97,6 @@ func BenchmarkAllow(b *testing.B) {
 			b.Fatal("denied")
 		}
 	}
-}
-
-// BenchmarkAllowTelemetry is BenchmarkAllow with a real OpenTelemetry SDK
-// MeterProvider (a reader collecting every 10ms) and TracerProvider
-// installed: the request path records nothing synchronously, so the
-// difference from BenchmarkAllow is noise.
-func BenchmarkAllowTelemetry(b *testing.B) {
-	reader := sdkmetric.NewPeriodicReader(discardExporter{}, sdkmetric.WithInterval(10*time.Millisecond))
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	tp := sdktrace.NewTracerProvider()
-	b.Cleanup(func() {
-		mp.Shutdown(context.Background())
-		tp.Shutdown(context.Background())
-	})
-	l := benchLimiter(b, leasequota.WithMeterProvider(mp), leasequota.WithTracerProvider(tp))
-	if !l.Allow("t") {
-		b.Fatal("first request denied")
-	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		if !l.Allow("t") {
-			b.Fatal("denied")
-		}
-	}
-}
-
-func BenchmarkAllowNTelemetry(b *testing.B) {
-	reader := sdkmetric.NewPeriodicReader(discardExporter{}, sdkmetric.WithInterval(10*time.Millisecond))
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	tp := sdktrace.NewTracerProvider()
-	b.Cleanup(func() {
-		mp.Shutdown(context.Background())
-		tp.Shutdown(context.Background())
-	})
-	l := benchLimiter(b, leasequota.WithMeterProvider(mp), leasequota.WithTracerProvider(tp))
-	benchAllowN(b, l)
-}
-
-func BenchmarkAllowN(b *testing.B) {
-	benchAllowN(b, benchLimiter(b))
 }
 
 func benchAllowN(b *testing.B, l *leasequota.Limiter) {

@@ -522,9 +522,6 @@ func TestClusterFailover(t *testing.T) {
 // FAIL flag and its replica's promotion), none after, and the bound holds
 // for the tenants of the live masters.
 func TestClusterFailoverFullCoverage(t *testing.T) {
-	if testing.Short() {
-		t.Skip("another cluster failover; -short runs TestClusterFailover only")
-	}
 	c := redistest.StartCluster(t)
 	runClusterFailover(t, c, false)
 }

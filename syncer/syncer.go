@@ -440,13 +440,8 @@ func (s *Syncer) evictLocked(t *Tenant) int64 {
 	return n
 }
 
-// plan runs the planner for t (whose lock is held) and drops expired
-// tokens; it returns the action.
-func (s *Syncer) plan(t *Tenant, now time.Time) Action {
-	in := t.take(t.Tokens.Load())
-	return s.planWith(t, now, in)
-}
-
+// planWith runs the planner for t (whose lock is held) on what requests
+// recorded (in), drops expired tokens, and returns the action.
 func (s *Syncer) planWith(t *Tenant, now time.Time, in Input) Action {
 	a := s.planner.Plan(&t.st, *t.Limits(), now, in)
 	if in.Urgent && a.Acquire == 0 && now.UnixNano() < t.st.notBefore {
