@@ -76,7 +76,11 @@ func New(client redis.UniversalClient, opts ...Option) (*Limiter, error) {
 	// after its last acquire: a busy instance re-acquires at least once
 	// per lifetime.
 	window := 2*cfg.leaseTTL + cfg.refreshInterval
-	leases, err := lease.NewClient(client, cfg.keyPrefix, lease.WithInstance(l.instance, window))
+	// The buckets keep level history for as long as an instance counts as
+	// active: enough to credit returns of tokens that expired (after
+	// LeaseTTL, plus a tick and a call's timeout); a tenant whose quota
+	// has a longer LeaseTTL gets no credit for its expired tokens.
+	leases, err := lease.NewClient(client, cfg.keyPrefix, lease.WithInstance(l.instance, window), lease.WithReturnWindow(window))
 	if err != nil {
 		return nil, fmt.Errorf("%w: WithKeyPrefix(%q): %w", ErrInvalidOption, cfg.keyPrefix, err)
 	}
@@ -205,7 +209,7 @@ func (l *Limiter) AllowN(ctx context.Context, tenant string, n int64) Decision {
 				return Decision{Allowed: true, Remaining: left, Quota: e.quota(), Reason: ReasonLeased}
 			}
 		}
-		return l.allowSlow(ctx, e, n)
+		return l.allowSlow(ctx, tenant, e, n)
 	}
 	return l.allowFirst(ctx, tenant, n)
 }
@@ -232,7 +236,7 @@ func (l *Limiter) allowFirst(ctx context.Context, tenant string, n int64) Decisi
 			return Decision{Allowed: true, Remaining: left, Quota: e.quota(), Reason: ReasonLeased}
 		}
 	}
-	return l.allowSlow(ctx, e, n)
+	return l.allowSlow(ctx, tenant, e, n)
 }
 
 // errTooManyTenants is entry's error when the registry is full.
@@ -260,7 +264,7 @@ func (l *Limiter) entry(tenant string) (*entry, Quota, error) {
 	}
 	e := &entry{}
 	e.Init(tenant, lim, l.sync.Planner(), time.Now())
-	e, _ = l.reg.loadOrStore(e)
+	e, _ = l.reg.loadOrStore(tenant, e)
 	return e, e.quota(), nil
 }
 
@@ -290,7 +294,7 @@ func (l *Limiter) count(d Decision) Decision {
 
 // allowSlow decides a request the leased tokens could not: invalid n, a
 // closed limiter, an evicted entry, or too few tokens.
-func (l *Limiter) allowSlow(ctx context.Context, e *entry, n int64) Decision {
+func (l *Limiter) allowSlow(ctx context.Context, tenant string, e *entry, n int64) Decision {
 	lim := e.limits()
 	if n <= 0 || n > lim.Burst {
 		return l.count(Decision{Quota: e.quota(), Reason: ReasonInvalidN})
@@ -300,7 +304,7 @@ func (l *Limiter) allowSlow(ctx context.Context, e *entry, n int64) Decision {
 	}
 	if e.Evicted() {
 		// Evicted between the lookup and now: start over with a new entry.
-		return l.allowFirst(ctx, e.Name(), n)
+		return l.allowFirst(ctx, tenant, n)
 	}
 	reason, wait := ReasonRefilled, l.cfg.maxWait
 	if !e.Leased() {
@@ -308,17 +312,17 @@ func (l *Limiter) allowSlow(ctx context.Context, e *entry, n int64) Decision {
 	}
 	if e.Failing() {
 		// Redis is failing for this tenant: do not wait for it.
-		l.sync.NoteMiss(&e.Tenant, n)
+		l.sync.NoteMiss(tenant, &e.Tenant, n)
 		return l.count(l.degraded(e, n))
 	}
 	if wait <= 0 {
-		l.sync.NoteMiss(&e.Tenant, n)
+		l.sync.NoteMiss(tenant, &e.Tenant, n)
 	} else {
 		// The wait below makes the urgent call itself: record the miss
 		// without queueing the tenant for the loop too.
 		e.NoteMiss(n)
 		wctx, cancel := context.WithTimeout(ctx, wait)
-		d, err := l.wait(wctx, e, n, reason)
+		d, err := l.wait(wctx, tenant, e, n, reason)
 		cancel()
 		if err == nil {
 			return l.count(d)
@@ -381,7 +385,7 @@ func (l *Limiter) deny(e *entry, n int64) Decision {
 // tenant (errUnavailable). Each round asks the syncer for an urgent
 // refill, joining one in flight, and when Redis holds calls back (its
 // bucket is dry) sleeps until the estimated refill.
-func (l *Limiter) wait(ctx context.Context, e *entry, n int64, reason Reason) (Decision, error) {
+func (l *Limiter) wait(ctx context.Context, tenant string, e *entry, n int64, reason Reason) (Decision, error) {
 	var timer *time.Timer
 	defer func() {
 		if timer != nil {
@@ -396,7 +400,7 @@ func (l *Limiter) wait(ctx context.Context, e *entry, n int64, reason Reason) (D
 			return Decision{}, ErrClosed
 		}
 		select {
-		case r := <-l.sync.Refill(ctx, &e.Tenant, n):
+		case r := <-l.sync.Refill(ctx, tenant, &e.Tenant, n):
 			if errors.Is(r.Err, syncer.ErrClosed) {
 				return Decision{}, ErrClosed
 			}
@@ -475,10 +479,10 @@ func (l *Limiter) WaitN(ctx context.Context, tenant string, n int64) (Decision, 
 		if !e.Leased() {
 			reason = ReasonColdStart
 		}
-		l.sync.NoteMiss(&e.Tenant, n)
+		l.sync.NoteMiss(tenant, &e.Tenant, n)
 		var d Decision
 		if !e.Failing() {
-			d, err = l.wait(ctx, e, n, reason)
+			d, err = l.wait(ctx, tenant, e, n, reason)
 			if err == nil {
 				return l.count(d), nil
 			}
@@ -560,7 +564,7 @@ type Stats struct {
 // per request.
 func (l *Limiter) Stats() Stats {
 	s := Stats{Stats: l.sync.Stats(), Degraded: l.sync.Degraded()}
-	for t := range l.reg.tenants {
+	for _, t := range l.reg.tenants {
 		s.Leased += t.Admits.Load()
 	}
 	s.Leased += l.reg.evictedAdmits.Load()
@@ -598,10 +602,12 @@ func (l *Limiter) collect(s *telemetry.Snapshot) {
 	s.Degraded = st.Degraded
 	s.TokensGranted = st.Granted
 	var held int64
-	for t := range l.reg.tenants {
+	for _, t := range l.reg.tenants {
 		held += t.Tokens.Load()
 	}
-	s.TokensSpent = max(st.Granted-st.Returned-st.Expired-held, 0)
+	// Every token taken back (expired, evicted, closed) is given back, and
+	// counted as returned or forfeited.
+	s.TokensSpent = max(st.Granted-st.Returned-st.Forfeited-held, 0)
 }
 
 // TenantInfo describes one tenant's lease on this instance.
@@ -622,7 +628,7 @@ func (l *Limiter) Tenant(tenant string) (TenantInfo, bool) {
 	if e == nil {
 		return TenantInfo{}, false
 	}
-	s := e.Snapshot(time.Now())
+	s := e.Snapshot()
 	return TenantInfo{
 		Quota:     e.quota(),
 		Tokens:    s.Tokens,

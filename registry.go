@@ -63,9 +63,8 @@ func (r *registry) loadSlow(name string) *entry {
 	return e
 }
 
-// loadOrStore returns the entry of e's tenant, storing e if there is none.
-func (r *registry) loadOrStore(e *entry) (actual *entry, loaded bool) {
-	name := e.Name()
+// loadOrStore returns the entry of tenant name, storing e if there is none.
+func (r *registry) loadOrStore(name string, e *entry) (actual *entry, loaded bool) {
 	if got := (*r.read.Load())[name]; got != nil {
 		return got, true
 	}
@@ -113,24 +112,31 @@ func (r *registry) len() int {
 	return len(*r.read.Load()) + len(r.dirty)
 }
 
-// tenants yields every tenant: those in read, then a snapshot of dirty.
-func (r *registry) tenants(yield func(*syncer.Tenant) bool) {
-	for _, e := range *r.read.Load() {
-		if !yield(&e.Tenant) {
+// tenants yields every tenant and its name: those in read, then a
+// snapshot of dirty.
+func (r *registry) tenants(yield func(string, *syncer.Tenant) bool) {
+	for name, e := range *r.read.Load() {
+		if !yield(name, &e.Tenant) {
 			return
 		}
 	}
 	r.mu.Lock()
-	extra := make([]*entry, 0, len(r.dirty))
-	for _, e := range r.dirty {
-		extra = append(extra, e)
+	extra := make([]named, 0, len(r.dirty))
+	for name, e := range r.dirty {
+		extra = append(extra, named{name, e})
 	}
 	r.mu.Unlock()
-	for _, e := range extra {
-		if !yield(&e.Tenant) {
+	for _, x := range extra {
+		if !yield(x.name, &x.e.Tenant) {
 			return
 		}
 	}
+}
+
+// named is an entry and its tenant's name.
+type named struct {
+	name string
+	e    *entry
 }
 
 // remove deletes the given tenants (evicted by the syncer). It copies the

@@ -1,17 +1,28 @@
 -- leasequota acquire: take up to `want` tokens from a tenant's global bucket.
 --
--- KEYS[1]  bucket key, a hash {tk = tokens ("%.17g"), ts = last update (Redis TIME, microseconds)}
+-- KEYS[1]  bucket key, a hash:
+--            tk  tokens ("%.17g")
+--            ts  when tk was computed (Redis TIME, microseconds)
+--            s0, m0, s1, m1, hb  the level history that release.lua credits
+--                against: s1 (microseconds) starts the current segment and
+--                m1 is the highest level seen in it; s0 starts the previous
+--                one and m0 is the highest level in [s0, s1); hb is the burst
+--                they were recorded under. max(m0, m1, level now) bounds
+--                every level since s0.
 -- ARGV[1]  rate: tokens added per second, a decimal number > 0
 -- ARGV[2]  burst: bucket capacity, an integer >= 1
 -- ARGV[3]  want: tokens requested, an integer >= 0 (0 only refills and reads)
--- KEYS[2], ARGV[4], ARGV[5], ARGV[6]  optional instance registry: a hash
+-- ARGV[4]  return window W: milliseconds, an integer >= 1: a new history
+--          segment starts at the first call at least W after the current
+--          one started, so the history covers at least the last W
+-- KEYS[2], ARGV[5], ARGV[6], ARGV[7]  optional instance registry: a hash
 --          {instance id = "last acquire (microseconds):demand (tokens/s)"}
 --          next to the bucket, the caller's id, the window in milliseconds
 --          within which an instance counts as active, and the caller's
 --          demand. Stale entries are removed; the hash expires after 2
 --          windows.
 --          KEYS[2] is always passed (so that KEYS[3] has a fixed place) but
---          only touched when ARGV[4] is a non-empty id.
+--          only touched when ARGV[5] is a non-empty id.
 -- KEYS[3]  quota override (QuotaKey), a hash {r = rate, b = burst, min, max,
 --          ttl (ns), mode} written by quota.lua, never expiring. When it holds
 --          r and b they replace ARGV[1] and ARGV[2]: the override is the one
@@ -25,6 +36,15 @@
 -- instances' demands, or "" without a registry.
 -- Tokens are returned as a string because Redis truncates Lua numbers to integers.
 --
+-- The history observes the refilled level x before the debit: first, if
+-- now - s1 >= W, the segments roll (s0 = s1, m0 = max(m1, x), s1 = now,
+-- m1 = x; between calls the level only rises by refill, so x bounds it since
+-- the last call), then m1 = max(m1, x). A missing key is a bucket that was
+-- full until now, and a hash without history (an older version wrote it) or
+-- with history recorded under another burst has an unknown past: both start
+-- with s0 = 0, m0 = burst (or the old burst if higher), s1 = now, m1 = x, so
+-- no grant made before now can be credited.
+--
 -- The only clock is the Redis server's TIME, so every instance sees the same
 -- time line. Redis 7 replicates scripts by their effects (the HSET below
 -- carries the computed values), so reading TIME before writing is safe.
@@ -36,6 +56,7 @@ end
 local rate = tonumber(ARGV[1])
 local burst = tonumber(ARGV[2])
 local want = tonumber(ARGV[3])
+local rwindow = tonumber(ARGV[4])
 -- x ~= x catches NaN; comparisons with math.huge catch infinities.
 if rate == nil or rate ~= rate or rate <= 0 or rate == math.huge then
   return bad('rate must be a finite number > 0, got ' .. tostring(ARGV[1]))
@@ -45,6 +66,9 @@ if burst == nil or burst ~= burst or burst < 1 or burst == math.huge or burst ~=
 end
 if want == nil or want ~= want or want < 0 or want == math.huge or want ~= math.floor(want) then
   return bad('want must be an integer >= 0, got ' .. tostring(ARGV[3]))
+end
+if rwindow == nil or rwindow ~= rwindow or rwindow < 1 or rwindow == math.huge or rwindow ~= math.floor(rwindow) then
+  return bad('return window must be an integer >= 1 (ms), got ' .. tostring(ARGV[4]))
 end
 
 -- The override, when one is stored, replaces the caller's rate and burst.
@@ -66,7 +90,7 @@ local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 
 local key = KEYS[1]
 local tokens
-local state = redis.call('HMGET', key, 'tk', 'ts')
+local state = redis.call('HMGET', key, 'tk', 'ts', 's0', 'm0', 's1', 'm1', 'hb')
 if state[1] == false and state[2] == false then
   -- No key: never used, or expired because it had refilled to full.
   tokens = burst
@@ -91,20 +115,41 @@ else
   end
 end
 
+-- Observe the level before the debit (see the header).
+local s0, m0, s1, m1 = tonumber(state[3]), tonumber(state[4]), tonumber(state[5]), tonumber(state[6])
+local hb = tonumber(state[7])
+if s0 == nil or m0 == nil or s1 == nil or m1 == nil or hb == nil or
+   s0 ~= s0 or m0 ~= m0 or s1 ~= s1 or m1 ~= m1 or hb ~= burst then
+  m0 = burst
+  if hb ~= nil and hb == hb and hb > m0 then
+    m0 = hb
+  end
+  s0, s1, m1 = 0, now, tokens
+end
+if now - s1 >= rwindow * 1000 then
+  if tokens > m1 then
+    m1 = tokens
+  end
+  s0, m0, s1, m1 = s1, m1, now, tokens
+end
+if tokens > m1 then
+  m1 = tokens
+end
+
 local instances = 0
 local share = nil       -- this instance's max-min fair share, tokens/s
 local credit = nil      -- this instance's fair-share credit, tokens
 local capacity = nil    -- the most credit it may hold
 local totalDemand = 0
-local id = ARGV[4]
+local id = ARGV[5]
 local ikey = KEYS[2]
 local demand = 0
 if id ~= nil and id ~= '' then
-  local window = tonumber(ARGV[5])
+  local window = tonumber(ARGV[6])
   if window == nil or window ~= window or window < 1 or window == math.huge then
-    return bad('window must be a number >= 1, got ' .. tostring(ARGV[5]))
+    return bad('window must be a number >= 1, got ' .. tostring(ARGV[6]))
   end
-  demand = tonumber(ARGV[6] or '0')
+  demand = tonumber(ARGV[7] or '0')
   if demand == nil or demand ~= demand or demand < 0 or demand == math.huge then
     demand = 0
   end
@@ -187,11 +232,14 @@ if credit ~= nil then
     credit = capacity
   end
   redis.call('HSET', ikey, id, string.format('%d:%.17g:%.17g', now, demand, credit))
-  redis.call('PEXPIRE', ikey, string.format('%d', tonumber(ARGV[5]) * 2))
+  redis.call('PEXPIRE', ikey, string.format('%d', tonumber(ARGV[6]) * 2))
 end
 tokens = tokens - granted
 
-redis.call('HSET', key, 'tk', string.format('%.17g', tokens), 'ts', string.format('%d', now))
+redis.call('HSET', key, 'tk', string.format('%.17g', tokens), 'ts', string.format('%d', now),
+  's0', string.format('%d', s0), 'm0', string.format('%.17g', m0),
+  's1', string.format('%d', s1), 'm1', string.format('%.17g', m1),
+  'hb', string.format('%d', burst))
 
 -- Keep the key until the bucket would be full again, plus a second: a
 -- missing key means a full bucket, so expiring it then changes nothing.

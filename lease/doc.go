@@ -13,10 +13,14 @@
 //
 // # Stored state
 //
-// The hash has two fields:
+// The hash has these fields:
 //
 //	tk  tokens in the bucket, a float64 written with "%.17g" (exact round trip)
 //	ts  when tk was computed: Redis TIME in microseconds, an integer
+//	s0, m0, s1, m1, hb  the level history (see Returns): s1 (µs) starts the
+//	    current segment and m1 is the highest level seen in it; s0 starts
+//	    the previous one and m0 is the highest level in [s0, s1); hb is the
+//	    burst they were recorded under
 //
 // The only clock is the Redis server's TIME, read inside the scripts; a
 // client clock is never used, so instances with skewed clocks agree. If the
@@ -29,14 +33,15 @@
 //
 // # Scripts
 //
-// acquire.lua (KEYS[1] = bucket, ARGV = rate, burst, want) refills the
-// bucket by elapsed*rate, caps it at burst, grants min(want, floor(tokens))
-// (partial grants are normal), stores the rest and returns
-// {granted, tokens left, server time}. release.lua (ARGV = rate, burst,
-// amount) refills the same way, adds amount, caps at burst and returns
-// {tokens, server time}; on a missing key it changes nothing (the bucket is
-// already full). Both run atomically in Redis, so any number of instances
-// may call them concurrently.
+// acquire.lua (KEYS[1] = bucket, ARGV = rate, burst, want, return window)
+// refills the bucket by elapsed*rate, caps it at burst, grants
+// min(want, floor(tokens)) (partial grants are normal), stores the rest and
+// returns {granted, tokens left, server time, ...}. release.lua (ARGV =
+// rate, burst, amount, age, return window) refills the same way, credits
+// what it may of amount (see Returns) and returns {tokens, server time,
+// credited}; on a missing key it changes nothing (the bucket is already
+// full). Both run atomically in Redis, so any number of instances may call
+// them concurrently. The scripts' headers give the full layouts.
 //
 // Rate and burst travel with every call rather than being stored, so a
 // tenant's limits can change at any time: the next call refills at the new
@@ -46,14 +51,48 @@
 // script did not run, so that is the only error retried); in a pipeline,
 // only the commands that got NOSCRIPT are re-sent, in a second pipeline.
 //
+// # Returns
+//
+// Crediting returned tokens unconditionally would break the bound over
+// windows: tokens granted long ago and returned unspent (say when a lease
+// expires) would be leased again, with a fresh lifetime, on top of what the
+// bucket refilled meanwhile. So a release credits only what the bucket
+// would hold now had the returned tokens never been granted: if k tokens
+// were granted at g, min(k, Burst - P), where P is the highest level since
+// g; the rest would have been lost to the cap. Any upper bound of P is safe
+// (it only credits less).
+//
+// The bucket keeps that bound in two history segments (s0, m0, s1, m1
+// above). Every call observes the level x it refilled to (acquire before
+// its debit): when the current segment is at least the return window old
+// (WithReturnWindow) the segments roll (s0 = s1, m0 = max(m1, x),
+// s1 = now, m1 = x; between calls the level only rises by refill, so x
+// bounds it since the last call), then m1 = max(m1, x). So max(m0, m1, x)
+// bounds every level since s0, which is at least one return window ago.
+// Release is told an age, an upper bound of how long ago the returned
+// tokens were granted: if now - age is before s0 it credits nothing, else
+// c = min(amount, Burst - max(m0, m1, x)), and adds c to m0 and m1 too:
+// the bucket without those tokens granted would have been c higher ever
+// since, so a later return of tokens granted before cannot use the same room
+// below the cap again. (Without that, two returns of tokens granted before
+// one peak could each credit the room left at that peak.) A missing key, a
+// hash without history (written by an older version), and a history
+// recorded under another burst (hb, or a quota change by quota.lua) are an
+// unknown past: the history restarts with s0 = 0 and m0 >= Burst, so
+// nothing granted before can be credited.
+//
+// After every release, then, the bucket holds exactly what a bucket that
+// never granted the credited tokens would hold: the credits are grants
+// that did not happen, and a bucket with fewer grants obeys the bound.
+//
 // # The bound
 //
 // Every token an instance spends was first taken out of the bucket by
-// acquire.lua, and release.lua only returns tokens that were taken and not
-// spent, so for each tenant, over any span T of Redis time since its bucket
-// was created:
+// acquire.lua, and release.lua only credits returned tokens as if they had
+// never been granted (see Returns), so for each tenant, over any span T of
+// Redis time since its bucket was created, and equally over any window T:
 //
-//	spent <= granted - released <= Burst + Rate*T
+//	spent <= granted - credited <= Burst + Rate*T
 //
 // A release that is applied twice (e.g. go-redis retrying it after a lost
 // reply) would break that accounting. A Client made WithInstance gives

@@ -121,13 +121,44 @@ func TestParseReplies(t *testing.T) {
 		t.Errorf("other error: %v", err)
 	}
 
-	tok, err := parseRelease(reply([]interface{}{"9.5", now}, nil))
-	if err != nil || tok != 9.5 {
-		t.Errorf("parseRelease = %v, %v", tok, err)
+	r, err := parseRelease(reply([]interface{}{"9.5", now, "2.25"}, nil), 3)
+	if err != nil || r.Tokens != 9.5 || r.Credited != 2.25 || !r.ServerTime.Equal(time.UnixMicro(now)) {
+		t.Errorf("parseRelease = %+v, %v", r, err)
 	}
-	for _, v := range []interface{}{nil, []interface{}{"9.5"}, []interface{}{"x", now}, []interface{}{"9.5", "y"}} {
-		if _, err := parseRelease(reply(v, nil)); !errors.Is(err, ErrBadReply) {
+	r, err = parseRelease(reply([]interface{}{int64(10), "1700000000123456", int64(0)}, nil), 3)
+	if err != nil || r.Tokens != 10 || r.Credited != 0 || r.ServerTime.UnixMicro() != now {
+		t.Errorf("parseRelease(integers) = %+v, %v", r, err)
+	}
+	if r, err := parseRelease(reply([]interface{}{"9.5", now, "3"}, nil), 3); err != nil || r.Credited != 3 {
+		t.Errorf("parseRelease(all credited) = %+v, %v", r, err)
+	}
+	for _, v := range []interface{}{
+		nil, "x",
+		[]interface{}{"9.5"},
+		[]interface{}{"9.5", now}, // the reply of the script before aged returns
+		[]interface{}{"x", now, "0"},
+		[]interface{}{"9.5", "y", "0"},
+		[]interface{}{"9.5", now, "nan"},
+		[]interface{}{"9.5", now, "z"},
+		[]interface{}{"9.5", now, "3.5"}, // more than returned
+		[]interface{}{"9.5", now, "-0.5"},
+		[]interface{}{"9.5", now, "1", "extra"},
+	} {
+		if _, err := parseRelease(reply(v, nil), 3); !errors.Is(err, ErrBadReply) {
 			t.Errorf("parseRelease(%#v) = %v, want ErrBadReply", v, err)
+		}
+	}
+	if _, err := parseRelease(reply(nil, fakeRedisError("leasequota: bad argument: age")), 1); !errors.Is(err, ErrBadRequest) {
+		t.Errorf("release script argument error: %v, want ErrBadRequest", err)
+	}
+
+	// quota.lua's set and del reply.
+	if tok, err := parseLevel("set quota", reply([]interface{}{"4.5", now}, nil)); err != nil || tok != 4.5 {
+		t.Errorf("parseLevel = %v, %v", tok, err)
+	}
+	for _, v := range []interface{}{nil, []interface{}{"4.5"}, []interface{}{"x", now}, []interface{}{"4.5", "y"}, []interface{}{"4.5", now, "0"}} {
+		if _, err := parseLevel("set quota", reply(v, nil)); !errors.Is(err, ErrBadReply) {
+			t.Errorf("parseLevel(%#v) = %v, want ErrBadReply", v, err)
 		}
 	}
 }

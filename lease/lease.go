@@ -124,7 +124,13 @@ type Client struct {
 	instance string        // this client's id in the instance registry; "" for none
 	window   time.Duration // how long an instance counts as active after an acquire
 	releases atomic.Uint64 // sequence of release ids, with instance
+	returnMS string        // the return window in whole milliseconds, as sent to the scripts
+	returns  time.Duration // the return window (WithReturnWindow)
 }
+
+// DefaultReturnWindow is the return window of a Client made without
+// WithReturnWindow.
+const DefaultReturnWindow = 2 * time.Second
 
 // ReleaseDedupWindow is how long the release script remembers the ids of
 // releases it applied (clients with WithInstance): a retry of a release
@@ -146,8 +152,25 @@ func WithInstance(id string, window time.Duration) ClientOption {
 	return func(c *Client) { c.instance, c.window = id, window }
 }
 
+// WithReturnWindow sets how far back every tenant's bucket keeps the
+// history of its level that releases are credited against (see Release):
+// the bucket keeps level history covering at least d, so tokens returned
+// within d of their grant can be credited, while returns older than the
+// history covers get no credit. The history starts a new segment at the
+// first call at least d after the current one started and keeps two, so
+// it covers between d and about 2d plus the gap between calls; a longer d
+// credits older returns but keeps old peaks (which reduce credits) longer.
+// d must be at least a millisecond (it is rounded up to whole
+// milliseconds); the default is DefaultReturnWindow. Every client sharing
+// buckets should use the same d: a shorter one rolls the history sooner
+// for all of them.
+func WithReturnWindow(d time.Duration) ClientOption {
+	return func(c *Client) { c.returns = d }
+}
+
 // NewClient returns a Client that keeps buckets under prefix (see Key) on s.
-// It fails with an error wrapping ErrBadPrefix when ValidatePrefix does.
+// It fails with an error wrapping ErrBadPrefix when ValidatePrefix does, and
+// with one wrapping ErrBadRequest for an invalid option value.
 func NewClient(s Scripter, prefix string, opts ...ClientOption) (*Client, error) {
 	if s == nil {
 		return nil, errors.New("lease: NewClient: nil Scripter")
@@ -155,21 +178,36 @@ func NewClient(s Scripter, prefix string, opts ...ClientOption) (*Client, error)
 	if err := ValidatePrefix(prefix); err != nil {
 		return nil, err
 	}
-	c := &Client{s: s, prefix: prefix}
+	c := &Client{s: s, prefix: prefix, returns: DefaultReturnWindow}
 	for _, o := range opts {
 		o(c)
 	}
 	if c.instance != "" && c.window < time.Millisecond {
 		return nil, fmt.Errorf("%w: WithInstance window %v: want >= 1ms", ErrBadRequest, c.window)
 	}
+	if c.returns < time.Millisecond {
+		return nil, fmt.Errorf("%w: WithReturnWindow %v: want >= 1ms", ErrBadRequest, c.returns)
+	}
+	c.returnMS = strconv.FormatInt(ceilMillis(c.returns), 10)
 	return c, nil
 }
 
-// releaseCall returns the keys and arguments of one release: with an
-// instance id, a fresh release id for deduplication.
+// ceilMillis returns d (>= 0) in milliseconds, rounded up.
+func ceilMillis(d time.Duration) int64 {
+	ms := d / time.Millisecond
+	if d%time.Millisecond != 0 {
+		ms++
+	}
+	return int64(ms)
+}
+
+// releaseCall returns the keys and arguments of one release (args from
+// releaseArgs): the return window and, with an instance id, a fresh release
+// id for deduplication.
 func (c *Client) releaseCall(tenant string, args []interface{}) call {
 	key := c.Key(tenant)
 	keys := []string{key, ReleasesKey(key), QuotaKey(key)}
+	args = append(args, c.returnMS)
 	if c.instance == "" {
 		return call{keys: keys, args: args}
 	}
@@ -186,6 +224,7 @@ func (c *Client) acquireCall(tenant string, lim Limits, want int64, demand float
 	}
 	key := c.Key(tenant)
 	keys := []string{key, InstancesKey(key), QuotaKey(key)}
+	args = append(args, c.returnMS)
 	if c.instance == "" {
 		return call{keys: keys, args: args}, nil
 	}
@@ -237,28 +276,57 @@ func (c *Client) AcquireRequest(ctx context.Context, r Request) (Grant, error) {
 	return parseGrant(cmd, r.Want)
 }
 
-// Release gives amount unused tokens back to tenant's global bucket, capped
-// at Burst, and returns the tokens it now holds. Releasing into a missing
-// key (a full bucket, see the package doc) leaves it missing and reports
-// Burst. Release with amount 0 does not call Redis and returns (0, nil): the
-// level is then unknown. Invalid arguments fail with an error wrapping
-// ErrBadRequest, without calling Redis.
+// Return is the outcome of one release.
+type Return struct {
+	// Credited is how many of the returned tokens were added to the bucket,
+	// 0..amount: what the bucket would hold more now had they never been
+	// granted (see Release). The rest are lost, as if spent.
+	Credited float64
+	Tokens   float64 // tokens in the global bucket after this call
+	// ServerTime is Redis TIME when the script ran, microsecond precision.
+	ServerTime time.Time
+}
+
+// Release gives amount unused tokens back to tenant's global bucket. age
+// must be an upper bound of how long before the release runs in Redis the
+// oldest of them was granted: measure it from before the acquire that got
+// them was sent, and allow for the release's own latency (its timeout, say).
+// An age that is too small may over-credit; one that is too large only
+// credits less. It is rounded up to whole milliseconds.
+//
+// The bucket is credited only with what it would hold now had those tokens
+// never been granted: min(amount, Burst - P), where P bounds the bucket's
+// level since the grant (tokens above Burst would have been lost to the
+// cap), and nothing when the grant is older than the bucket's level history
+// (see WithReturnWindow) or predates a change of burst. Tokens returned soon
+// after a grant from a bucket that has stayed at least amount below Burst
+// are credited in full; tokens granted from a full bucket are not (it would
+// still be full).
+// This keeps the bound of the package doc over every window, however late
+// tokens come back. Return.Credited says how many were credited.
+//
+// Releasing into a missing key (a full bucket, see the package doc) leaves
+// it missing, credits nothing and reports Burst. Release with amount 0 does
+// not call Redis and returns a zero Return. Invalid arguments (including a
+// negative age) fail with an error wrapping ErrBadRequest, without calling
+// Redis.
 //
 // Without WithInstance, Release is not idempotent: a release that is
-// retried after its reply was lost credits the bucket twice. With it, each
-// release carries a unique id and is applied at most once. Either way, give
-// back only tokens that were leased and not spent.
-func (c *Client) Release(ctx context.Context, tenant string, lim Limits, amount int64) (float64, error) {
-	args, err := releaseArgs(lim, amount)
+// retried after its reply was lost may credit the bucket twice. With it,
+// each release carries a unique id and is applied at most once (a replay
+// credits 0). Either way, give back only tokens that were leased and not
+// spent, each at most once.
+func (c *Client) Release(ctx context.Context, tenant string, lim Limits, amount int64, age time.Duration) (Return, error) {
+	args, err := releaseArgs(lim, amount, age)
 	if err != nil {
-		return 0, err
+		return Return{}, err
 	}
 	if amount == 0 {
-		return 0, nil
+		return Return{}, nil
 	}
 	cl := c.releaseCall(tenant, args)
 	cmd := releaseScript.run(ctx, c.s, cl.keys, cl.args...)
-	return parseRelease(cmd)
+	return parseRelease(cmd, amount)
 }
 
 // Request is one tenant's acquire in AcquireMany.
@@ -326,22 +394,31 @@ func (c *Client) AcquireMany(ctx context.Context, reqs []Request, results []Resu
 type ReleaseRequest struct {
 	Tenant string
 	Limits Limits
-	Amount int64 // >= 0; 0 is not sent
+	Amount int64         // >= 0; 0 is not sent
+	Age    time.Duration // >= 0; see Release
+}
+
+// ReleaseResult is the outcome of one ReleaseRequest: a Return, or the
+// error of that request alone.
+type ReleaseResult struct {
+	Return Return
+	Err    error
 }
 
 // ReleaseMany releases for many tenants in one pipelined round trip, like
-// AcquireMany. It returns one error per request, nil where the release was
-// applied or had nothing to give back (Amount 0), so len is len(reqs).
-// Invalid requests get an error wrapping ErrBadRequest and are not sent.
-// The Release caveat about retries applies.
-func (c *Client) ReleaseMany(ctx context.Context, reqs []ReleaseRequest) []error {
-	errs := make([]error, len(reqs))
+// AcquireMany; each request behaves like Release. It returns one result
+// per request (so len is len(reqs)); a request with Amount 0 is not sent
+// and gets a zero Return and a nil Err. Invalid requests get an error
+// wrapping ErrBadRequest and are not sent. The Release caveats about age
+// and retries apply.
+func (c *Client) ReleaseMany(ctx context.Context, reqs []ReleaseRequest) []ReleaseResult {
+	res := make([]ReleaseResult, len(reqs))
 	calls := make([]call, 0, len(reqs))
 	sent := make([]int, 0, len(reqs))
 	for i := range reqs {
-		args, err := releaseArgs(reqs[i].Limits, reqs[i].Amount)
+		args, err := releaseArgs(reqs[i].Limits, reqs[i].Amount, reqs[i].Age)
 		if err != nil {
-			errs[i] = err
+			res[i].Err = err
 			continue
 		}
 		if reqs[i].Amount == 0 {
@@ -351,12 +428,13 @@ func (c *Client) ReleaseMany(ctx context.Context, reqs []ReleaseRequest) []error
 		sent = append(sent, i)
 	}
 	if len(calls) == 0 {
-		return errs
+		return res
 	}
 	for j, cmd := range releaseScript.runMany(ctx, c.s, calls) {
-		_, errs[sent[j]] = parseRelease(cmd)
+		i := sent[j]
+		res[i].Return, res[i].Err = parseRelease(cmd, reqs[i].Amount)
 	}
-	return errs
+	return res
 }
 
 // commonFailure returns the error shared by all cmds when none of them got a
@@ -399,14 +477,18 @@ func acquireArgs(lim Limits, want int64) ([]interface{}, error) {
 	return []interface{}{formatRate(lim.Rate), strconv.FormatInt(lim.Burst, 10), strconv.FormatInt(want, 10)}, nil
 }
 
-func releaseArgs(lim Limits, amount int64) ([]interface{}, error) {
+func releaseArgs(lim Limits, amount int64, age time.Duration) ([]interface{}, error) {
 	if err := lim.Validate(); err != nil {
 		return nil, err
 	}
 	if amount < 0 {
 		return nil, fmt.Errorf("%w: amount %d: must be >= 0", ErrBadRequest, amount)
 	}
-	return []interface{}{formatRate(lim.Rate), strconv.FormatInt(lim.Burst, 10), strconv.FormatInt(amount, 10)}, nil
+	if age < 0 {
+		return nil, fmt.Errorf("%w: age %v: must be >= 0", ErrBadRequest, age)
+	}
+	return []interface{}{formatRate(lim.Rate), strconv.FormatInt(lim.Burst, 10), strconv.FormatInt(amount, 10),
+		strconv.FormatInt(ceilMillis(age), 10)}, nil
 }
 
 // scriptError wraps an error of a script call. The scripts' own argument
@@ -532,9 +614,9 @@ func (c *Client) SetOverride(ctx context.Context, tenant string, base Limits, o 
 		formatRate(o.Rate), strconv.FormatInt(o.Burst, 10),
 		strconv.FormatInt(o.MinLease, 10), strconv.FormatInt(o.MaxLease, 10),
 		strconv.FormatInt(int64(o.LeaseTTL), 10), strconv.FormatInt(int64(o.Mode), 10))
-	tokens, err := parseRelease(cmd)
+	tokens, err := parseLevel("set quota", cmd)
 	if err != nil {
-		return 0, fmt.Errorf("lease: set quota: %w", err)
+		return 0, err
 	}
 	if err := c.bumpQuotaVersion(ctx); err != nil {
 		return tokens, err
@@ -552,9 +634,9 @@ func (c *Client) DeleteOverride(ctx context.Context, tenant string, base Limits)
 	key := c.Key(tenant)
 	cmd := quotaScript.run(ctx, c.s, []string{key, QuotaKey(key)}, "del",
 		formatRate(base.Rate), strconv.FormatInt(base.Burst, 10))
-	tokens, err := parseRelease(cmd)
+	tokens, err := parseLevel("delete quota", cmd)
 	if err != nil {
-		return 0, fmt.Errorf("lease: delete quota: %w", err)
+		return 0, err
 	}
 	if err := c.bumpQuotaVersion(ctx); err != nil {
 		return tokens, err
@@ -562,22 +644,51 @@ func (c *Client) DeleteOverride(ctx context.Context, tenant string, base Limits)
 	return tokens, nil
 }
 
-// parseRelease decodes release.lua's reply {"tokens", now_us}.
-func parseRelease(cmd *redis.Cmd) (float64, error) {
+// parseRelease decodes release.lua's reply {"tokens", now_us, "credited"}
+// to a release of amount tokens.
+func parseRelease(cmd *redis.Cmd, amount int64) (Return, error) {
 	v, err := cmd.Result()
 	if err != nil {
-		return 0, scriptError("release", err)
+		return Return{}, scriptError("release", err)
 	}
 	a, ok := v.([]interface{})
-	if !ok || len(a) != 2 {
-		return 0, fmt.Errorf("%w: release: want a 2-element array, got %T %v", ErrBadReply, v, v)
+	if !ok || len(a) != 3 {
+		return Return{}, fmt.Errorf("%w: release: want a 3-element array, got %T %v", ErrBadReply, v, v)
 	}
 	tokens, err := replyFloat(a[0])
 	if err != nil {
-		return 0, fmt.Errorf("%w: release: tokens: %w", ErrBadReply, err)
+		return Return{}, fmt.Errorf("%w: release: tokens: %w", ErrBadReply, err)
+	}
+	now, err := replyInt(a[1])
+	if err != nil {
+		return Return{}, fmt.Errorf("%w: release: time: %w", ErrBadReply, err)
+	}
+	credited, err := replyFloat(a[2])
+	if err != nil {
+		return Return{}, fmt.Errorf("%w: release: credited: %w", ErrBadReply, err)
+	}
+	if credited < 0 || credited > float64(amount) {
+		return Return{}, fmt.Errorf("%w: release: credited %v of %d", ErrBadReply, credited, amount)
+	}
+	return Return{Credited: credited, Tokens: tokens, ServerTime: time.UnixMicro(now)}, nil
+}
+
+// parseLevel decodes quota.lua's reply to set and del: {"tokens", now_us}.
+func parseLevel(op string, cmd *redis.Cmd) (float64, error) {
+	v, err := cmd.Result()
+	if err != nil {
+		return 0, scriptError(op, err)
+	}
+	a, ok := v.([]interface{})
+	if !ok || len(a) != 2 {
+		return 0, fmt.Errorf("%w: %s: want a 2-element array, got %T %v", ErrBadReply, op, v, v)
+	}
+	tokens, err := replyFloat(a[0])
+	if err != nil {
+		return 0, fmt.Errorf("%w: %s: tokens: %w", ErrBadReply, op, err)
 	}
 	if _, err := replyInt(a[1]); err != nil {
-		return 0, fmt.Errorf("%w: release: time: %w", ErrBadReply, err)
+		return 0, fmt.Errorf("%w: %s: time: %w", ErrBadReply, op, err)
 	}
 	return tokens, nil
 }

@@ -251,34 +251,25 @@ func TestTTLAndRelease(t *testing.T) {
 		t.Fatalf("PTTL after taking 4 of 10 at 1/s = %dms, want (4000, 5000]", ms)
 	}
 
-	tok, err := c.Release(ctx, "t", lim, 2)
+	// The 4 were granted from a full bucket, which would still be full had
+	// they not been: giving 2 back credits nothing (see aged_test.go for
+	// credits), but the release still refills, stores and sets the TTL.
+	r, err := c.Release(ctx, "t", lim, 2, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tok < 8 || tok > 8.5 {
-		t.Fatalf("tokens after releasing 2 = %v, want 8 plus a little refill", tok)
+	if r.Credited != 0 || r.Tokens < 6 || r.Tokens > 6.5 {
+		t.Fatalf("release of 2 granted from a full bucket = %+v, want 0 credited, 6 plus a little refill", r)
 	}
-	if ms, want := pttl(t, rdb, key), int64(math.Ceil((10-tok)*1000))+1000; ms <= 0 || ms > want {
+	if ms, want := pttl(t, rdb, key), int64(math.Ceil((10-r.Tokens)*1000))+1000; ms <= 0 || ms > want {
 		t.Fatalf("PTTL after release = %dms, want (0, %d]", ms, want)
 	}
 
-	// Release is capped at burst.
-	tok, err = c.Release(ctx, "t", lim, 100)
-	if err != nil || tok != 10 {
-		t.Fatalf("release above burst: %v, %v, want 10", tok, err)
-	}
-	if ms := pttl(t, rdb, key); ms <= 0 || ms > 1000 {
-		t.Fatalf("PTTL of a full bucket = %dms, want (0, 1000]", ms)
-	}
-	if g, err := c.Acquire(ctx, "t", lim, 0); err != nil || g.Tokens != 10 {
-		t.Fatalf("after capped release: %+v, %v", g, err)
-	}
-
-	// A missing key is a full bucket: releasing into it reports burst and
-	// leaves the key missing.
-	tok, err = c.Release(ctx, "absent", lim, 3)
-	if err != nil || tok != 10 {
-		t.Fatalf("release on missing key: %v, %v, want 10", tok, err)
+	// A missing key is a full bucket: releasing into it reports burst,
+	// credits nothing and leaves the key missing.
+	r, err = c.Release(ctx, "absent", lim, 3, 0)
+	if err != nil || r.Tokens != 10 || r.Credited != 0 || r.ServerTime.IsZero() {
+		t.Fatalf("release on missing key: %+v, %v, want 10 tokens, 0 credited", r, err)
 	}
 	if exists(t, rdb, c.Key("absent")) {
 		t.Fatal("release created a key")
@@ -286,8 +277,8 @@ func TestTTLAndRelease(t *testing.T) {
 
 	// Release of nothing does not call Redis.
 	h.reset()
-	if tok, err := c.Release(ctx, "t", lim, 0); err != nil || tok != 0 {
-		t.Fatalf("Release(0) = %v, %v", tok, err)
+	if r, err := c.Release(ctx, "t", lim, 0, 0); err != nil || r != (Return{}) {
+		t.Fatalf("Release(0) = %+v, %v", r, err)
 	}
 	if single, pipes := h.snapshot(); len(single)+len(pipes) != 0 {
 		t.Fatalf("Release(0) sent %q %q", single, pipes)
@@ -406,8 +397,8 @@ func TestScriptFlushThenAcquire(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.reset()
-	if tok, err := c.Release(ctx, "t", lim, 2); err != nil || tok < 8 {
-		t.Fatalf("release after SCRIPT FLUSH: %v, %v", tok, err)
+	if r, err := c.Release(ctx, "t", lim, 2, time.Second); err != nil || r.Tokens < 6 || r.Tokens > 10 {
+		t.Fatalf("release after SCRIPT FLUSH: %+v, %v", r, err)
 	}
 	if single, _ := h.snapshot(); !equalStrings(single, []string{"evalsha", "eval"}) {
 		t.Fatalf("sent %q, want evalsha then eval", single)
@@ -452,12 +443,16 @@ func TestScriptFlushThenAcquireMany(t *testing.T) {
 	}
 	rel := make([]ReleaseRequest, len(reqs))
 	for i := range rel {
-		rel[i] = ReleaseRequest{Tenant: reqs[i].Tenant, Limits: lim, Amount: 1}
+		rel[i] = ReleaseRequest{Tenant: reqs[i].Tenant, Limits: lim, Amount: 1, Age: time.Second}
 	}
-	for i, err := range c.ReleaseMany(ctx, rel) {
-		if err != nil {
-			t.Fatalf("release %d after SCRIPT FLUSH: %v", i, err)
+	h.reset()
+	for i, r := range c.ReleaseMany(ctx, rel) {
+		if r.Err != nil || r.Return.Tokens < 6 || r.Return.Tokens > 10 {
+			t.Fatalf("release %d after SCRIPT FLUSH: %+v", i, r)
 		}
+	}
+	if _, pipes := h.snapshot(); len(pipes) != 2 || pipes[0][0] != "evalsha" || pipes[1][0] != "eval" {
+		t.Fatalf("release pipelines %v, want evalsha then eval", pipes)
 	}
 }
 
@@ -475,7 +470,7 @@ func TestLoadScripts(t *testing.T) {
 	if _, err := c.Acquire(ctx, "t", Limits{Rate: 1, Burst: 1}, 1); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Release(ctx, "t", Limits{Rate: 1, Burst: 1}, 1); err != nil {
+	if _, err := c.Release(ctx, "t", Limits{Rate: 1, Burst: 1}, 1, 0); err != nil {
 		t.Fatal(err)
 	}
 	if single, _ := h.snapshot(); !equalStrings(single, []string{"evalsha", "evalsha"}) {
@@ -600,33 +595,69 @@ func TestAcquireManyMixed(t *testing.T) {
 
 func TestReleaseMany(t *testing.T) {
 	ctx := context.Background()
-	c, _, _ := setup(t)
-	lim := Limits{Rate: 1e-9, Burst: 10}
-	for _, tenant := range []string{"a", "b"} {
-		if _, err := c.Acquire(ctx, tenant, lim, 10); err != nil {
-			t.Fatal(err)
+	rdb := redistest.Client(t)
+	c, err := NewClient(rdb, redistest.Prefix(t), WithReturnWindow(testWindow))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim := Limits{Rate: 1e-9, Burst: 10} // nothing refills during the test
+	// Bring a and b to 5 tokens and let the full bucket they started as
+	// roll out of their history, then take the 5: they can be credited
+	// up to 10 - 5.
+	// (Both roll together, so that neither rolls again before the
+	// releases.)
+	tenants := []string{"a", "b"}
+	for _, tenant := range tenants {
+		if g, err := c.Acquire(ctx, tenant, lim, 5); err != nil || g.Granted != 5 {
+			t.Fatalf("%s: %+v, %v", tenant, g, err)
 		}
 	}
-	errs := c.ReleaseMany(ctx, []ReleaseRequest{
-		{Tenant: "a", Limits: lim, Amount: 3},
-		{Tenant: "b", Limits: lim, Amount: 0},
+	for range 2 {
+		for _, tenant := range tenants {
+			waitRoll(t, c, rdb, tenant, lim)
+		}
+	}
+	start := map[string]time.Time{}
+	for _, tenant := range tenants {
+		start[tenant] = time.Now()
+		if g, err := c.Acquire(ctx, tenant, lim, 5); err != nil || g.Granted != 5 {
+			t.Fatalf("%s: %+v, %v", tenant, g, err)
+		}
+	}
+	res := c.ReleaseMany(ctx, []ReleaseRequest{
+		{Tenant: "a", Limits: lim, Amount: 3, Age: ageSince(start["a"])},
+		{Tenant: "b", Limits: lim, Amount: 0, Age: ageSince(start["b"])},
 		{Tenant: "b", Limits: lim, Amount: -1},
 		{Tenant: "b", Limits: Limits{Rate: 1, Burst: 0}, Amount: 1},
-		{Tenant: "b", Limits: lim, Amount: 20},
+		{Tenant: "b", Limits: lim, Amount: 1, Age: -time.Millisecond},
+		{Tenant: "b", Limits: lim, Amount: 20, Age: ageSince(start["b"])},
+		{Tenant: "a", Limits: lim, Amount: 2, Age: time.Hour}, // older than the history
 	})
-	if len(errs) != 5 || errs[0] != nil || errs[1] != nil || errs[4] != nil {
-		t.Fatalf("errs %v", errs)
+	if len(res) != 7 {
+		t.Fatalf("%d results, want 7", len(res))
 	}
-	for _, i := range []int{2, 3} {
-		if !errors.Is(errs[i], ErrBadRequest) {
-			t.Errorf("request %d: %v, want ErrBadRequest", i, errs[i])
+	for i, want := range map[int]Return{0: {Credited: 3, Tokens: 3}, 5: {Credited: 5, Tokens: 5}, 6: {Credited: 0, Tokens: 3}} {
+		r := res[i]
+		if r.Err != nil || math.Abs(r.Return.Credited-want.Credited) > 1e-6 || math.Abs(r.Return.Tokens-want.Tokens) > 1e-6 || r.Return.ServerTime.IsZero() {
+			t.Errorf("request %d: %+v, want credited %v, %v tokens", i, r, want.Credited, want.Tokens)
 		}
 	}
-	for tenant, want := range map[string]int64{"a": 3, "b": 10} {
+	if res[1] != (ReleaseResult{}) {
+		t.Errorf("amount 0: %+v, want a zero result", res[1])
+	}
+	for _, i := range []int{2, 3, 4} {
+		if !errors.Is(res[i].Err, ErrBadRequest) || res[i].Return != (Return{}) {
+			t.Errorf("request %d: %+v, want ErrBadRequest", i, res[i])
+		}
+	}
+	for tenant, want := range map[string]float64{"a": 3, "b": 5} {
 		g, err := c.Acquire(ctx, tenant, lim, 0)
-		if err != nil || int64(g.Tokens) != want {
-			t.Errorf("%s after ReleaseMany: %+v, %v, want %d tokens", tenant, g, err, want)
+		if err != nil || math.Abs(g.Tokens-want) > 1e-6 {
+			t.Errorf("%s after ReleaseMany: %+v, %v, want %v tokens", tenant, g, err, want)
 		}
+	}
+	if res := c.ReleaseMany(ctx, nil); len(res) != 0 {
+		t.Errorf("ReleaseMany(nil) = %v", res)
 	}
 }
 
@@ -693,15 +724,15 @@ func TestBadArgumentsNeverReachRedis(t *testing.T) {
 		if _, err := c.Acquire(ctx, tenant, tc.lim, tc.want); !errors.Is(err, ErrBadRequest) {
 			t.Errorf("%s: Acquire: %v, want ErrBadRequest", tc.name, err)
 		}
-		if _, err := c.Release(ctx, tenant, tc.lim, tc.want); !errors.Is(err, ErrBadRequest) {
+		if _, err := c.Release(ctx, tenant, tc.lim, tc.want, 0); !errors.Is(err, ErrBadRequest) {
 			t.Errorf("%s: Release: %v, want ErrBadRequest", tc.name, err)
 		}
 		res, err := c.AcquireMany(ctx, []Request{{Tenant: tenant, Limits: tc.lim, Want: tc.want}}, nil)
 		if err != nil || !errors.Is(res[0].Err, ErrBadRequest) {
 			t.Errorf("%s: AcquireMany: %v, %v, want ErrBadRequest", tc.name, res[0].Err, err)
 		}
-		if errs := c.ReleaseMany(ctx, []ReleaseRequest{{Tenant: tenant, Limits: tc.lim, Amount: tc.want}}); !errors.Is(errs[0], ErrBadRequest) {
-			t.Errorf("%s: ReleaseMany: %v, want ErrBadRequest", tc.name, errs[0])
+		if res := c.ReleaseMany(ctx, []ReleaseRequest{{Tenant: tenant, Limits: tc.lim, Amount: tc.want}}); !errors.Is(res[0].Err, ErrBadRequest) {
+			t.Errorf("%s: ReleaseMany: %v, want ErrBadRequest", tc.name, res[0].Err)
 		}
 		if single, pipes := h.snapshot(); len(single)+len(pipes) != 0 {
 			t.Errorf("%s: sent %q %v", tc.name, single, pipeLens(pipes))
@@ -710,6 +741,19 @@ func TestBadArgumentsNeverReachRedis(t *testing.T) {
 			t.Errorf("%s: key created", tc.name)
 		}
 	}
+	// A negative age, even with nothing to give back.
+	h.reset()
+	for _, amount := range []int64{0, 5} {
+		if _, err := c.Release(ctx, "t", ok, amount, -time.Nanosecond); !errors.Is(err, ErrBadRequest) || !strings.Contains(err.Error(), "age") {
+			t.Errorf("Release(amount %d, negative age): %v, want ErrBadRequest naming age", amount, err)
+		}
+		if res := c.ReleaseMany(ctx, []ReleaseRequest{{Tenant: "t", Limits: ok, Amount: amount, Age: -time.Second}}); !errors.Is(res[0].Err, ErrBadRequest) {
+			t.Errorf("ReleaseMany(amount %d, negative age): %v, want ErrBadRequest", amount, res[0].Err)
+		}
+	}
+	if single, pipes := h.snapshot(); len(single)+len(pipes) != 0 {
+		t.Errorf("negative age: sent %q %v", single, pipeLens(pipes))
+	}
 }
 
 func TestScriptsValidateArguments(t *testing.T) {
@@ -717,25 +761,55 @@ func TestScriptsValidateArguments(t *testing.T) {
 	// Go checks (or a future version skew).
 	ctx := context.Background()
 	c, rdb, _ := setup(t)
+	// rate, burst, want or amount, age (release only), return window.
 	for i, args := range [][]string{
-		{"nan", "10", "1"}, {"inf", "10", "1"}, {"-inf", "10", "1"}, {"0", "10", "1"}, {"-1", "10", "1"}, {"x", "10", "1"},
-		{"1", "0", "1"}, {"1", "1.5", "1"}, {"1", "inf", "1"}, {"1", "", "1"},
-		{"1", "10", "-1"}, {"1", "10", "0.5"}, {"1", "10", "nan"}, {"1", "10", "many"},
+		{"nan", "10", "1", "0", "50"}, {"inf", "10", "1", "0", "50"}, {"-inf", "10", "1", "0", "50"}, {"0", "10", "1", "0", "50"},
+		{"-1", "10", "1", "0", "50"}, {"x", "10", "1", "0", "50"},
+		{"1", "0", "1", "0", "50"}, {"1", "1.5", "1", "0", "50"}, {"1", "inf", "1", "0", "50"}, {"1", "", "1", "0", "50"},
+		{"1", "10", "-1", "0", "50"}, {"1", "10", "0.5", "0", "50"}, {"1", "10", "nan", "0", "50"}, {"1", "10", "many", "0", "50"},
+		{"1", "10", "1", "0", "0"}, {"1", "10", "1", "0", "1.5"}, {"1", "10", "1", "0", "inf"}, {"1", "10", "1", "0", "nan"},
+		{"1", "10", "1", "0", ""}, {"1", "10", "1"},
 	} {
 		key := c.Key(fmt.Sprint("direct-", i))
-		argv := []interface{}{args[0], args[1], args[2]}
-		for _, s := range []*script{acquireScript, releaseScript} {
-			err := s.run(ctx, rdb, []string{key}, argv...).Err()
+		acq := []interface{}{args[0], args[1], args[2]}
+		rel := []interface{}{args[0], args[1], args[2]}
+		if len(args) == 5 {
+			acq = append(acq, args[4])
+			rel = append(rel, args[3], args[4])
+		}
+		// The bucket exists, so that release gets past its missing-key case.
+		if err := rdb.HSet(ctx, key, "tk", "5", "ts", "1").Err(); err != nil {
+			t.Fatal(err)
+		}
+		for _, tc := range []struct {
+			s    *script
+			argv []interface{}
+		}{{acquireScript, acq}, {releaseScript, rel}} {
+			err := tc.s.run(ctx, rdb, []string{key, key + ":x", key + ":q"}, tc.argv...).Err()
 			if !redis.HasErrorPrefix(err, "leasequota: bad argument") {
-				t.Errorf("%q: %v, want a bad argument error", args, err)
+				t.Errorf("%q: %v, want a bad argument error", tc.argv, err)
 			}
 		}
-		if _, err := parseGrant(acquireScript.run(ctx, rdb, []string{key}, argv...), 1); !errors.Is(err, ErrBadRequest) {
+		if _, err := parseGrant(acquireScript.run(ctx, rdb, []string{key, key + ":x", key + ":q"}, acq...), 1); !errors.Is(err, ErrBadRequest) {
 			t.Errorf("%q: parsed error %v, want ErrBadRequest", args, err)
 		}
-		if exists(t, rdb, key) {
-			t.Errorf("%q: key created", args)
+		if m, _ := rdb.HGetAll(ctx, key).Result(); len(m) != 2 || m["tk"] != "5" {
+			t.Errorf("%q: bucket changed: %v", args, m)
 		}
+	}
+	// Release's age.
+	key := c.Key("direct-age")
+	if err := rdb.HSet(ctx, key, "tk", "5", "ts", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, age := range []string{"-1", "0.5", "nan", "inf", "", "old"} {
+		err := releaseScript.run(ctx, rdb, []string{key, key + ":x", key + ":q"}, "1", "10", "1", age, "50").Err()
+		if !redis.HasErrorPrefix(err, "leasequota: bad argument: age") {
+			t.Errorf("age %q: %v, want a bad argument error", age, err)
+		}
+	}
+	if m, _ := rdb.HGetAll(ctx, key).Result(); len(m) != 2 || m["tk"] != "5" {
+		t.Errorf("bad ages changed the bucket: %v", m)
 	}
 }
 
@@ -750,7 +824,7 @@ func TestCorruptBucket(t *testing.T) {
 	if _, err := c.Acquire(ctx, "t", lim, 1); err == nil || !strings.Contains(err.Error(), "corrupt bucket") {
 		t.Fatalf("Acquire on a corrupt bucket: %v", err)
 	}
-	if _, err := c.Release(ctx, "t", lim, 1); err == nil || !strings.Contains(err.Error(), "corrupt bucket") {
+	if _, err := c.Release(ctx, "t", lim, 1, 0); err == nil || !strings.Contains(err.Error(), "corrupt bucket") {
 		t.Fatalf("Release on a corrupt bucket: %v", err)
 	}
 	if v, _ := rdb.HGet(ctx, key, "tk").Result(); v != "garbage" {
@@ -768,14 +842,16 @@ func TestCorruptBucket(t *testing.T) {
 
 func TestStoredState(t *testing.T) {
 	// The stored fields are what doc.go says: tk round-trips exactly, ts is
-	// the server time of the last call in microseconds.
+	// the server time of the last call in microseconds, and the level
+	// history starts unknown before the bucket's first call (s0 = 0,
+	// m0 = burst) with the levels observed since in m1.
 	ctx := context.Background()
 	c, rdb, _ := setup(t)
-	g, err := c.Acquire(ctx, "t", Limits{Rate: 3, Burst: 10}, 10)
+	g0, err := c.Acquire(ctx, "t", Limits{Rate: 3, Burst: 10}, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err = c.Acquire(ctx, "t", Limits{Rate: 3, Burst: 10}, 0)
+	g, err := c.Acquire(ctx, "t", Limits{Rate: 3, Burst: 10}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -790,7 +866,19 @@ func TestStoredState(t *testing.T) {
 	if m["ts"] != strconv.FormatInt(g.ServerTime.UnixMicro(), 10) {
 		t.Fatalf("ts %q, want %d", m["ts"], g.ServerTime.UnixMicro())
 	}
-	if len(m) != 2 {
-		t.Fatalf("fields %v, want tk and ts", m)
+	want := map[string]string{
+		"tk": m["tk"], "ts": m["ts"],
+		"s0": "0", "m0": "10", // unknown before the first call: as if full
+		"s1": strconv.FormatInt(g0.ServerTime.UnixMicro(), 10),
+		"m1": "10", // the level before the first debit, the highest since
+		"hb": "10",
+	}
+	if len(m) != len(want) {
+		t.Fatalf("fields %v, want %v", m, want)
+	}
+	for f, v := range want {
+		if m[f] != v {
+			t.Errorf("field %s = %q, want %q (all: %v)", f, m[f], v, m)
+		}
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/leasequota/leasequota/integration/redistest"
 )
 
 func TestOverrideRoundTrip(t *testing.T) {
@@ -82,7 +84,7 @@ func TestOverrideKeepsBucketConsistent(t *testing.T) {
 		t.Errorf("after lowering the rate: %.6f at the change, %.6f %.3fs after the first acquire; want change <= 1000*%.3f and growth <= 1/s", tokens, g1.Tokens, el, el)
 	}
 	// Raising the burst of a full (missing) bucket gives no free tokens.
-	c2, _, _ := setup(t)
+	c2, rdb2, _ := setup(t)
 	tokens, err = c2.SetOverride(ctx, "u", Limits{Rate: 1, Burst: 10}, Override{Rate: 1, Burst: 1000})
 	if err != nil || tokens != 10 {
 		t.Fatalf("raising the burst of a full bucket: %v tokens, %v; want 10", tokens, err)
@@ -97,12 +99,23 @@ func TestOverrideKeepsBucketConsistent(t *testing.T) {
 	if err != nil || tokens != 2 {
 		t.Fatalf("delete: %v tokens, %v; want 2", tokens, err)
 	}
-	// Release uses the override's burst as cap.
-	if _, err := c2.SetOverride(ctx, "u", Limits{Rate: 1, Burst: 2}, Override{Rate: 1e-6, Burst: 5}); err != nil {
+	// Release credits up to the override's burst, not the caller's.
+	base2 := Limits{Rate: 1, Burst: 2}
+	if _, err := c2.SetOverride(ctx, "u", base2, Override{Rate: 1e-9, Burst: 5}); err != nil {
 		t.Fatal(err)
 	}
-	left, err := c2.Release(ctx, "u", Limits{Rate: 1, Burst: 2}, 100)
-	if err != nil || left != 5 {
-		t.Fatalf("release under override: %v, %v; want capped at 5", left, err)
+	cw, err := NewClient(redistest.Client(t), c2.prefix, WithReturnWindow(testWindow))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := forgetPeaks(t, cw, rdb2, "u", base2) // the level, about 2, is the peak now
+	start := time.Now()
+	g, err := cw.Acquire(ctx, "u", base2, 2)
+	if err != nil || g.Granted != 2 {
+		t.Fatalf("acquire under override: %+v, %v", g, err)
+	}
+	r, err := cw.Release(ctx, "u", base2, 100, ageSince(start))
+	if want := 5 - h.m1; err != nil || math.Abs(r.Credited-want) > 1e-6 || math.Abs(r.Tokens-(g.Tokens+want)) > 1e-6 {
+		t.Fatalf("release under override: %+v, %v; want %v credited (burst 5 - peak %v)", r, err, want, h.m1)
 	}
 }

@@ -20,6 +20,13 @@
 -- stores them with ts = now, so every later refill runs at the new rate:
 -- there is no free refill across the change, and nothing is lost beyond
 -- the new cap. A missing bucket is full at the old burst.
+--
+-- Every set and del (whatever the old and new burst) also makes the
+-- bucket's level history (see acquire.lua) unknown before now: s0 = 0, m0 = max(old burst, new burst), s1 = now,
+-- m1 = the tokens after the change, hb = the new burst. Tokens granted before
+-- the change are then never credited by release.lua (peaks measured under
+-- one cap say nothing about the room below another); once the history has
+-- rolled past the change, grants after it are creditable again.
 
 local function bad(what)
   return redis.error_reply('leasequota: bad argument: ' .. what)
@@ -112,7 +119,14 @@ if tokens > newBurst then
   tokens = newBurst
 end
 
-redis.call('HSET', key, 'tk', string.format('%.17g', tokens), 'ts', string.format('%d', now))
+local m0 = oldBurst
+if newBurst > m0 then
+  m0 = newBurst
+end
+redis.call('HSET', key, 'tk', string.format('%.17g', tokens), 'ts', string.format('%d', now),
+  's0', '0', 'm0', string.format('%.17g', m0),
+  's1', string.format('%d', now), 'm1', string.format('%.17g', tokens),
+  'hb', string.format('%d', newBurst))
 local ttl = math.ceil((newBurst - tokens) / newRate * 1000) + 1000
 if ttl < 1e15 then
   redis.call('PEXPIRE', key, string.format('%d', ttl))

@@ -1,48 +1,79 @@
--- leasequota release: give back `amount` unused tokens to a tenant's global bucket.
+-- leasequota release: give back `amount` unused tokens to a tenant's global
+-- bucket, crediting only what the bucket would hold had they never been
+-- granted ("aged returns").
 --
--- KEYS[1]  bucket key, a hash {tk = tokens ("%.17g"), ts = last update (Redis TIME, microseconds)}
+-- KEYS[1]  bucket key, a hash {tk, ts, s0, m0, s1, m1, hb} (see acquire.lua)
 -- ARGV[1]  rate: tokens added per second, a decimal number > 0
 -- ARGV[2]  burst: bucket capacity, an integer >= 1
 -- ARGV[3]  amount: tokens given back, an integer >= 0
--- KEYS[2], ARGV[4], ARGV[5]  optional deduplication: a sorted set {release id
+-- ARGV[4]  age: milliseconds, an integer >= 0: at least how long ago (Redis
+--          time, when this script runs) the oldest of these tokens was granted
+-- ARGV[5]  return window W: milliseconds, an integer >= 1: the roll period of
+--          the level history (as in acquire.lua)
+-- KEYS[2], ARGV[6], ARGV[7]  optional deduplication: a sorted set {release id
 --          = time applied} next to the bucket, this release's unique id, and
 --          how long ids are kept, in milliseconds. A release whose id is in
 --          the set was applied already (a client retried it after losing
 --          the reply) and changes nothing, so tokens are never credited twice.
---
 -- KEYS[3]  quota override (QuotaKey): when it holds r and b they replace
 --          ARGV[1] and ARGV[2], as in acquire.lua. KEYS[2] is always passed
---          (so that KEYS[3] has a fixed place) but only touched with ARGV[4].
+--          (so that KEYS[3] has a fixed place) but only touched with ARGV[6].
 --
--- Returns {tokens now ("%.17g" string), now (microseconds, integer)}.
+-- Returns {tokens now ("%.17g" string), now (microseconds, integer),
+-- credited ("%.17g" string, 0..amount)}.
+--
+-- The credit. Let x be the refilled level now and P = max(m0, m1, x), an
+-- upper bound of every level since s0. Tokens granted at g (>= s0) and
+-- returned now: had they never been granted, the bucket would hold them on
+-- top of what it holds now, except what it would have lost to the cap at its
+-- highest level since g, so the credit is min(amount, burst - P) (0 if
+-- negative). When g = now - age is before s0 the history does not cover the
+-- grant and nothing is credited. A credit c is then applied to the history
+-- too (m0 and m1 grow by c, staying <= burst): the levels of the bucket
+-- without those tokens granted are c higher from g on, so a later return of
+-- tokens granted before this release cannot use the same room below the cap
+-- again. So after every release the level is exactly that of a bucket in
+-- which the credited tokens were never granted, which keeps the bound
+-- granted - credited <= burst + rate*T over every span T.
 --
 -- A missing key is a full bucket (it expires only once it has refilled to
--- burst), so releasing into it changes nothing: the key is not created and
--- the reply says the bucket holds burst tokens.
+-- burst), so releasing into it changes nothing: the key is not created, the
+-- reply says the bucket holds burst tokens, and nothing is credited.
 
 local function bad(what)
   return redis.error_reply('leasequota: bad argument: ' .. what)
 end
 
+local function whole(x, min)
+  return x ~= nil and x == x and x >= min and x ~= math.huge and x == math.floor(x)
+end
+
 local rate = tonumber(ARGV[1])
 local burst = tonumber(ARGV[2])
 local amount = tonumber(ARGV[3])
+local age = tonumber(ARGV[4])
+local window = tonumber(ARGV[5])
 if rate == nil or rate ~= rate or rate <= 0 or rate == math.huge then
   return bad('rate must be a finite number > 0, got ' .. tostring(ARGV[1]))
 end
-if burst == nil or burst ~= burst or burst < 1 or burst == math.huge or burst ~= math.floor(burst) then
+if not whole(burst, 1) then
   return bad('burst must be an integer >= 1, got ' .. tostring(ARGV[2]))
 end
-if amount == nil or amount ~= amount or amount < 0 or amount == math.huge or amount ~= math.floor(amount) then
+if not whole(amount, 0) then
   return bad('amount must be an integer >= 0, got ' .. tostring(ARGV[3]))
+end
+if not whole(age, 0) then
+  return bad('age must be an integer >= 0 (ms), got ' .. tostring(ARGV[4]))
+end
+if not whole(window, 1) then
+  return bad('return window must be an integer >= 1 (ms), got ' .. tostring(ARGV[5]))
 end
 
 local q = redis.call('HMGET', KEYS[3], 'r', 'b')
 if q[1] and q[2] then
   local orate = tonumber(q[1])
   local oburst = tonumber(q[2])
-  if orate == nil or orate ~= orate or orate <= 0 or orate == math.huge or
-     oburst == nil or oburst ~= oburst or oburst < 1 or oburst == math.huge or oburst ~= math.floor(oburst) then
+  if orate == nil or orate ~= orate or orate <= 0 or orate == math.huge or not whole(oburst, 1) then
     return redis.error_reply('leasequota: corrupt quota ' .. KEYS[3] .. ': delete the key or set the quota again')
   end
   rate, burst = orate, oburst
@@ -52,9 +83,9 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 
 local key = KEYS[1]
-local state = redis.call('HMGET', key, 'tk', 'ts')
+local state = redis.call('HMGET', key, 'tk', 'ts', 's0', 'm0', 's1', 'm1', 'hb')
 if state[1] == false and state[2] == false then
-  return {string.format('%.17g', burst), now}
+  return {string.format('%.17g', burst), now, '0'}
 end
 local tk = tonumber(state[1])
 local ts = tonumber(state[2])
@@ -66,36 +97,78 @@ local elapsed = now - ts
 if elapsed < 0 then
   elapsed = 0
 end
+local x = tk + elapsed * rate / 1000000
+if x > burst then
+  x = burst
+end
+if x < 0 then
+  x = 0
+end
 
-local rid = ARGV[4]
+local rid = ARGV[6]
 if rid ~= nil and rid ~= '' then
-  local keep = tonumber(ARGV[5])
+  local keep = tonumber(ARGV[7])
   if keep == nil or keep ~= keep or keep < 1 or keep == math.huge then
-    return bad('dedup window must be a number >= 1, got ' .. tostring(ARGV[5]))
+    return bad('dedup window must be a number >= 1, got ' .. tostring(ARGV[7]))
   end
   local rkey = KEYS[2]
   if redis.call('ZSCORE', rkey, rid) then
-    -- Applied before: report the bucket, change nothing.
-    local current = tk + elapsed * rate / 1000000
-    if current > burst then
-      current = burst
-    end
-    return {string.format('%.17g', current), now}
+    -- Applied before: report the bucket, change nothing, credit nothing.
+    return {string.format('%.17g', x), now, '0'}
   end
   redis.call('ZADD', rkey, now, rid)
   redis.call('ZREMRANGEBYSCORE', rkey, '-inf', now - keep * 1000)
   redis.call('PEXPIRE', rkey, string.format('%d', keep))
 end
 
-local tokens = tk + elapsed * rate / 1000000 + amount
+-- The level history, as in acquire.lua: unknown (missing, unreadable, or
+-- recorded under another burst) means no credit for grants before now.
+local s0, m0, s1, m1 = tonumber(state[3]), tonumber(state[4]), tonumber(state[5]), tonumber(state[6])
+local hb = tonumber(state[7])
+if s0 == nil or m0 == nil or s1 == nil or m1 == nil or hb == nil or
+   s0 ~= s0 or m0 ~= m0 or s1 ~= s1 or m1 ~= m1 or hb ~= burst then
+  m0 = burst
+  if hb ~= nil and hb == hb and hb > m0 then
+    m0 = hb
+  end
+  s0, s1, m1 = 0, now, x
+end
+if now - s1 >= window * 1000 then
+  if x > m1 then
+    m1 = x
+  end
+  s0, m0, s1, m1 = s1, m1, now, x
+end
+if x > m1 then
+  m1 = x
+end
+
+local credit = 0
+if now - age * 1000 >= s0 then
+  local peak = m0
+  if m1 > peak then
+    peak = m1
+  end
+  credit = burst - peak
+  if credit > amount then
+    credit = amount
+  end
+  if credit < 0 then
+    credit = 0
+  end
+end
+m0 = m0 + credit
+m1 = m1 + credit
+
+local tokens = x + credit
 if tokens > burst then
   tokens = burst
 end
-if tokens < 0 then
-  tokens = 0
-end
 
-redis.call('HSET', key, 'tk', string.format('%.17g', tokens), 'ts', string.format('%d', now))
+redis.call('HSET', key, 'tk', string.format('%.17g', tokens), 'ts', string.format('%d', now),
+  's0', string.format('%d', s0), 'm0', string.format('%.17g', m0),
+  's1', string.format('%d', s1), 'm1', string.format('%.17g', m1),
+  'hb', string.format('%d', burst))
 
 -- Same expiry rule as acquire.lua: until full again, plus a second.
 local ttl = math.ceil((burst - tokens) / rate * 1000) + 1000
@@ -105,4 +178,4 @@ else
   redis.call('PERSIST', key)
 end
 
-return {string.format('%.17g', tokens), now}
+return {string.format('%.17g', tokens), now, string.format('%.17g', credit)}

@@ -24,7 +24,7 @@ func (l *Ledger) lefts(expiries ...time.Time) []int64 {
 	var out []int64
 	var prev int64
 	for _, e := range expiries {
-		cum := l.ExpiringBefore(e.Add(time.Nanosecond))
+		cum := l.expiringBefore0(e.Add(time.Nanosecond))
 		if cum != prev {
 			out = append(out, cum-prev)
 		}
@@ -51,11 +51,11 @@ func checkLedger(t tb, l *Ledger) {
 	if l.Total() < 0 {
 		t.Fatalf("Total() = %d < 0", l.Total())
 	}
-	if got := l.ExpiringBefore(farFuture); got != l.Total() {
+	if got := l.expiringBefore0(farFuture); got != l.Total() {
 		t.Fatalf("Total() = %d, but the batches hold %d", l.Total(), got)
 	}
-	if _, ok := l.NextExpiry(); ok != (l.Total() > 0) {
-		t.Fatalf("NextExpiry() ok = %v with Total() = %d", ok, l.Total())
+	if _, ok := l.NextExpiry(0); ok != (l.Total() > 0) {
+		t.Fatalf("NextExpiry(0) ok = %v with Total() = %d", ok, l.Total())
 	}
 }
 
@@ -76,19 +76,19 @@ func TestLedgerZero(t *testing.T) {
 	if l.Total() != 0 {
 		t.Fatalf("zero Ledger Total() = %d", l.Total())
 	}
-	if _, ok := l.NextExpiry(); ok {
-		t.Fatal("zero Ledger NextExpiry() reports a batch")
+	if _, ok := l.NextExpiry(0); ok {
+		t.Fatal("zero Ledger NextExpiry(0) reports a batch")
 	}
 	if got := l.Sync(0); got != 0 {
 		t.Fatalf("Sync(0) on empty = %d", got)
 	}
-	if got := l.Expire(farFuture); got != 0 {
+	if got := l.expire0(farFuture); got != 0 {
 		t.Fatalf("Expire on empty = %d", got)
 	}
-	if got := l.ExpiringBefore(farFuture); got != 0 {
+	if got := l.expiringBefore0(farFuture); got != 0 {
 		t.Fatalf("ExpiringBefore on empty = %d", got)
 	}
-	if got := l.Clear(); got != 0 {
+	if got := l.clear0(); got != 0 {
 		t.Fatalf("Clear on empty = %d", got)
 	}
 	checkLedger(t, &l)
@@ -138,8 +138,8 @@ func TestLedgerSyncFIFO(t *testing.T) {
 		if got := l.lefts(e...); !equalInts(got, s.lefts) {
 			t.Fatalf("step %d: after Sync(%d) lefts %v, want %v", i, s.level, got, s.lefts)
 		}
-		if next, ok := l.NextExpiry(); ok && !next.Equal(s.next) {
-			t.Fatalf("step %d: NextExpiry() = +%v, want +%v", i, next.Sub(lt0), s.next.Sub(lt0))
+		if next, ok := l.NextExpiry(0); ok && !next.Equal(s.next) {
+			t.Fatalf("step %d: NextExpiry(0) = +%v, want +%v", i, next.Sub(lt0), s.next.Sub(lt0))
 		}
 	}
 }
@@ -153,21 +153,21 @@ func TestLedgerExpire(t *testing.T) {
 	l.Add(at(3000), 7)
 	l.Sync(18) // 4 spent from the first batch: 6, 5, 7
 
-	if got := l.Expire(at(999)); got != 0 {
+	if got := l.expire0(at(999)); got != 0 {
 		t.Fatalf("Expire before the first expiry = %d, want 0", got)
 	}
-	if got := l.Expire(at(1000)); got != 6 {
+	if got := l.expire0(at(1000)); got != 6 {
 		t.Fatalf("Expire at the first expiry = %d, want its 6 leftover tokens", got)
 	}
 	checkLedger(t, &l)
 	if l.Total() != 12 {
 		t.Fatalf("Total() = %d after expiring 6 of 18, want 12", l.Total())
 	}
-	if next, ok := l.NextExpiry(); !ok || !next.Equal(at(2000)) {
-		t.Fatalf("NextExpiry() = %v, %v; want %v", next, ok, at(2000))
+	if next, ok := l.NextExpiry(0); !ok || !next.Equal(at(2000)) {
+		t.Fatalf("NextExpiry(0) = %v, %v; want %v", next, ok, at(2000))
 	}
 	l.Sync(9) // 3 more spent: 2, 7
-	if got := l.Expire(at(5000)); got != 9 {
+	if got := l.expire0(at(5000)); got != 9 {
 		t.Fatalf("Expire after every expiry = %d, want 2+7", got)
 	}
 	checkLedger(t, &l)
@@ -183,15 +183,15 @@ func TestLedgerExpireSpentBatch(t *testing.T) {
 	l.Add(at(1000), 4)
 	l.Add(at(2000), 4)
 	l.Sync(4)
-	if got := l.Expire(at(1500)); got != 0 {
+	if got := l.expire0(at(1500)); got != 0 {
 		t.Fatalf("Expire of a spent batch = %d, want 0", got)
 	}
-	if got := l.Expire(at(2000)); got != 4 {
+	if got := l.expire0(at(2000)); got != 4 {
 		t.Fatalf("Expire of the second batch = %d, want 4", got)
 	}
 }
 
-func TestLedgerExpiringBefore(t *testing.T) {
+func TestLedgerexpiringBefore0(t *testing.T) {
 	var l Ledger
 	l.Add(at(1000), 10)
 	l.Add(at(2000), 5)
@@ -208,12 +208,12 @@ func TestLedgerExpiringBefore(t *testing.T) {
 		{at(3001), 22},
 	}
 	for _, c := range cases {
-		if got := l.ExpiringBefore(c.t); got != c.want {
-			t.Errorf("ExpiringBefore(+%v) = %d, want %d", c.t.Sub(lt0), got, c.want)
+		if got := l.expiringBefore0(c.t); got != c.want {
+			t.Errorf("expiringBefore0(+%v) = %d, want %d", c.t.Sub(lt0), got, c.want)
 		}
 	}
 	l.Sync(19) // 3 spent from the first
-	if got := l.ExpiringBefore(at(1001)); got != 7 {
+	if got := l.expiringBefore0(at(1001)); got != 7 {
 		t.Errorf("ExpiringBefore after a spend = %d, want 7", got)
 	}
 	// ExpiringBefore does not change the ledger.
@@ -248,7 +248,7 @@ func TestLedgerMerge(t *testing.T) {
 	if got := l.lefts(exps...); !equalInts(got, want) {
 		t.Fatalf("lefts after merge %v, want %v", got, want)
 	}
-	if next, _ := l.NextExpiry(); !next.Equal(at(1000)) {
+	if next, _ := l.NextExpiry(0); !next.Equal(at(1000)) {
 		t.Fatalf("merged batch expires at +%v, want the earlier +%v", next.Sub(lt0), at(1000).Sub(lt0))
 	}
 	total := int64(maxBatches*(maxBatches+1)/2 + 100)
@@ -256,7 +256,7 @@ func TestLedgerMerge(t *testing.T) {
 		t.Fatalf("Total() = %d, want %d", l.Total(), total)
 	}
 	// The merged tokens all go at the earlier expiry: early, never late.
-	if got := l.Expire(at(1000)); got != 3 {
+	if got := l.expire0(at(1000)); got != 3 {
 		t.Fatalf("Expire at the earlier expiry = %d, want both merged batches' 3", got)
 	}
 	total -= 3
@@ -269,9 +269,9 @@ func TestLedgerMerge(t *testing.T) {
 		t.Fatalf("Total() = %d after 50 more adds, want %d", l.Total(), total+50)
 	}
 	// And spending still comes out of the oldest (merged) batch first.
-	before := l.ExpiringBefore(at(19999))
+	before := l.expiringBefore0(at(19999))
 	l.Sync(l.Total() - 1)
-	if got := l.ExpiringBefore(at(19999)); got != before-1 {
+	if got := l.expiringBefore0(at(19999)); got != before-1 {
 		t.Fatalf("spend after merges came out of a newer batch: %d -> %d", before, got)
 	}
 }
@@ -281,14 +281,14 @@ func TestLedgerClear(t *testing.T) {
 	l.Add(at(1000), 10)
 	l.Add(at(2000), 5)
 	l.Sync(12)
-	if got := l.Clear(); got != 12 {
+	if got := l.clear0(); got != 12 {
 		t.Fatalf("Clear() = %d, want 12", got)
 	}
 	checkLedger(t, &l)
 	if l.Total() != 0 {
 		t.Fatalf("after Clear: Total %d", l.Total())
 	}
-	if got := l.Expire(farFuture); got != 0 {
+	if got := l.expire0(farFuture); got != 0 {
 		t.Fatalf("Expire after Clear = %d, want 0", got)
 	}
 	l.Add(at(3000), 2)
@@ -412,7 +412,7 @@ func TestLedgerProperties(t *testing.T) {
 			},
 			"expire": func(t *rapid.T) {
 				held := l.Total()
-				got := l.Expire(now)
+				got := l.expire0(now)
 				want := m.expire(now)
 				if got != want {
 					t.Fatalf("Expire(+%v) = %d, model %d", now.Sub(lt0), got, want)
@@ -429,7 +429,7 @@ func TestLedgerProperties(t *testing.T) {
 							max(b.start, m.cursor), b.end, b.orig.Sub(lt0), now.Sub(lt0))
 					}
 				}
-				if next, ok := l.NextExpiry(); ok && !now.Before(next) {
+				if next, ok := l.NextExpiry(0); ok && !now.Before(next) {
 					t.Fatalf("a batch expiring at +%v survived Expire(+%v)", next.Sub(lt0), now.Sub(lt0))
 				}
 			},
@@ -442,15 +442,15 @@ func TestLedgerProperties(t *testing.T) {
 					}
 					want += m.left(b)
 				}
-				if got := l.ExpiringBefore(now.Add(d)); got != want {
-					t.Fatalf("ExpiringBefore(+%v) = %d, model %d", now.Add(d).Sub(lt0), got, want)
+				if got := l.expiringBefore0(now.Add(d)); got != want {
+					t.Fatalf("expiringBefore0(+%v) = %d, model %d", now.Add(d).Sub(lt0), got, want)
 				}
 			},
 			"clear": func(t *rapid.T) {
 				if rapid.IntRange(0, 9).Draw(t, "rarely") != 0 {
 					t.Skip("clear is rare")
 				}
-				if got, want := l.Clear(), m.total(); got != want {
+				if got, want := l.clear0(), m.total(); got != want {
 					t.Fatalf("Clear() = %d, model %d", got, want)
 				}
 				m = ledgerModel{}
@@ -472,10 +472,10 @@ func TestLedgerProperties(t *testing.T) {
 							upto += m.left(c)
 						}
 					}
-					if got := l.ExpiringBefore(b.exp); got != before {
+					if got := l.expiringBefore0(b.exp); got != before {
 						t.Fatalf("%d tokens expire before +%v, model %d", got, b.exp.Sub(lt0), before)
 					}
-					if got := l.ExpiringBefore(b.exp.Add(time.Nanosecond)); got != upto {
+					if got := l.expiringBefore0(b.exp.Add(time.Nanosecond)); got != upto {
 						t.Fatalf("%d tokens expire by +%v, model %d", got, b.exp.Sub(lt0), upto)
 					}
 					// Merges only ever move an expiry earlier.
@@ -483,9 +483,9 @@ func TestLedgerProperties(t *testing.T) {
 						t.Fatalf("model batch expiry moved later")
 					}
 				}
-				if next, ok := l.NextExpiry(); ok {
+				if next, ok := l.NextExpiry(0); ok {
 					if live := m.live; !next.Equal(live[0].exp) {
-						t.Fatalf("NextExpiry() = +%v, model +%v", next.Sub(lt0), live[0].exp.Sub(lt0))
+						t.Fatalf("NextExpiry(0) = +%v, model +%v", next.Sub(lt0), live[0].exp.Sub(lt0))
 					}
 				}
 				// Conservation: every token added is spent, expired or held.
@@ -523,7 +523,7 @@ func TestLedgerOutOfOrderAdd(t *testing.T) {
 	var l Ledger
 	l.Add(at(2000), 5) // Refill that read the clock at +1 s, TTL 1 s
 	l.Add(at(1990), 7) // Round that read the clock at +0.99 s, applied after
-	if got := l.Expire(at(1995)); got != 7 {
+	if got := l.expire0(at(1995)); got != 7 {
 		t.Errorf("Expire(+1.995s) = %d: the batch that expired at +1.99s is still held (want its 7 back)", got)
 	}
 
@@ -533,7 +533,15 @@ func TestLedgerOutOfOrderAdd(t *testing.T) {
 	for i := range maxBatches - 1 {
 		m.Add(at(3000+i), 1)
 	}
-	if next, _ := m.NextExpiry(); !next.Equal(at(1000)) {
+	if next, _ := m.NextExpiry(0); !next.Equal(at(1000)) {
 		t.Errorf("merged batch expires at +%v, want the earlier of its two, +1s", next.Sub(lt0))
 	}
 }
+
+// The tests below the ledger's TTL argument at 0: the times they add are
+// the expiries.
+func (l *Ledger) expire0(now time.Time) int64 { n, _ := l.Expire(now, 0); return n }
+
+func (l *Ledger) clear0() int64 { n, _ := l.Clear(); return n }
+
+func (l *Ledger) expiringBefore0(t time.Time) int64 { return l.ExpiringBefore(t, 0) }

@@ -17,6 +17,20 @@ type Limits struct {
 	// Mode is the caller's failure mode for the tenant, carried for it and
 	// not interpreted here.
 	Mode uint8
+
+	// Set by the syncer on the limits of an override: the tenant's base
+	// limits and the override they were resolved from.
+	base     *Limits
+	override *lease.Override
+}
+
+// baseOf returns the base limits behind l: l itself unless l is an
+// override's.
+func (l *Limits) baseOf() *Limits {
+	if l.base != nil {
+		return l.base
+	}
+	return l
 }
 
 // Bucket returns the global bucket's parameters, as the lease protocol

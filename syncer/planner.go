@@ -2,6 +2,7 @@ package syncer
 
 import (
 	"math"
+	"math/bits"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
@@ -85,119 +86,140 @@ func (c Config) withDefaults() Config {
 
 // State is the planner's record of one tenant. The zero value is a tenant
 // never seen; Planner.Init gives it its schedule. It is plain data, owned
-// by whoever holds the tenant's lock. Times are unix nanoseconds, to keep
-// the record small (there is one per tenant).
+// by whoever holds the tenant's lock.
+//
+// There is one per tenant, so it is packed (112 bytes): times are stamps,
+// whole milliseconds after the ledger's base time (rounded down; moved to
+// a new base when the clock runs 12 days past it), rates are float32, and
+// counts that cannot matter beyond 65535 saturate there.
 type State struct {
-	hash         uint64  // xxhash of the tenant name
-	next         int64   // next scheduled refresh
-	notBefore    int64   // no lease call before this: bucket dry, or backoff
-	lastActive   int64   // last plan that saw tokens spent or asked for
-	failingSince int64   // first failure of the current run of failures
-	lastGrant    int64   // time of the last successful lease call
-	target       int64   // lease size last planned
-	needMax      int64   // largest request seen lately: a lease covers at least one
-	needAt       int64   // when needMax was last raised
-	grantRate    float64 // EWMA of tokens granted per second, kept at failure
-	demand       bucket.Demand
-	// A window of one Interval over which demand is counted, to catch a
-	// sustained jump faster than the average can follow.
-	winStart   int64   // start of the current window
-	winCount   int64   // tokens asked for in it
-	winPrev    int64   // tokens asked for in the previous half window
-	winPrevLen int64   // its length
-	winRate    float64 // demand over the last full window, tokens per second
-	interval   int64   // the planner's Interval, for observe
-	rising     bool    // demand jumped: use winRate while above the average
-	scarce     bool    // the last lease call got less than it asked for
-	ledger     Ledger
-	failures   int32 // lease calls failed in a row
-	instances  int32 // instances active on the tenant, as Redis last said
-	granted    bool  // a lease call has succeeded at least once
+	ledger  Ledger // leased tokens by grant time; its base is the stamps' base
+	target  int64  // lease size last planned
+	needMax int64  // largest request seen lately: a lease covers at least one
+
+	next       stamp // next scheduled refresh (rounded up)
+	notBefore  stamp // no lease call before this: bucket dry, or backoff (rounded up)
+	lastActive stamp // last plan that saw tokens spent or asked for
+	// lastGrant is the time of the last successful lease call; before the
+	// first one, that of the first failed call (see FallbackRate).
+	lastGrant stamp
+	needAt    stamp // when needMax was last raised
+	observed  stamp // last demand observation
+
+	// Demand: an average with the configured HalfLife (slow) and one with
+	// half an Interval (fast), which catches a sustained jump; tokens/s.
+	slow, fast float32
+	grantRate  float32 // average tokens granted per second, kept at failure
+	hash       uint32  // xxhash of the tenant name, folded to 32 bits
+	instances  uint16  // instances active on the tenant, as Redis last said
+	failures   uint16  // lease calls failed in a row
+	flags      uint8
+}
+
+// State.flags.
+const (
+	flagGranted  uint8 = 1 << iota // a lease call has succeeded at least once
+	flagObserved                   // observed holds a time
+	flagRising                     // demand jumped: use fast while above slow
+	flagScarce                     // the last lease call got less than it asked for
+)
+
+// stampOf returns ns as a stamp of st, rounded down.
+func (st *State) stampOf(ns int64) stamp { return st.ledger.stampOf(ns) }
+
+// stampCeil returns ns as a stamp of st, rounded up: for the times before
+// which something must not happen.
+func (st *State) stampCeil(ns int64) stamp { return st.ledger.stampCeil(ns) }
+
+// at returns the unix nanoseconds of a stamp of st.
+func (st *State) at(s stamp) int64 { return st.ledger.at(s) }
+
+// setClock makes sure that times near ns have stamps: it rebases st when
+// ns is too far from the base.
+func (st *State) setClock(ns int64) {
+	if d := ns - st.ledger.base; d <= rebaseAfter && d >= -rebaseAfter {
+		return
+	}
+	shift := st.ledger.rebaseTo(ns)
+	for _, s := range []*stamp{&st.next, &st.notBefore, &st.lastActive, &st.lastGrant, &st.needAt, &st.observed} {
+		*s = shiftStamp(*s, shift)
+	}
 }
 
 // Target returns the lease size last planned for the tenant.
 func (s *State) Target() int64 { return s.target }
 
-// Failures returns how many lease calls in a row have failed.
+// Failures returns how many lease calls in a row have failed (saturating
+// at 65535).
 func (s *State) Failures() int { return int(s.failures) }
 
 // Held returns the tokens the ledger accounts for.
 func (s *State) Held() int64 { return s.ledger.Total() }
 
 // NotBefore returns the earliest time the next lease call may be made.
-func (s *State) NotBefore() time.Time { return time.Unix(0, s.notBefore) }
+func (s *State) NotBefore() time.Time { return time.Unix(0, s.at(s.notBefore)) }
 
 // Next returns the time of the next scheduled refresh.
-func (s *State) Next() time.Time { return time.Unix(0, s.next) }
+func (s *State) Next() time.Time { return time.Unix(0, s.at(s.next)) }
 
-// Demand returns the demand estimate in tokens per second at time now: an
-// exponentially weighted average (HalfLife), except after a jump. When the
-// demand counted over a whole Interval is at least jumpFactor times the
-// average, the estimate is that interval's demand until the average has
-// caught up with it: a jump shows in the lease within about two
-// intervals, which the average alone (half-life 500 ms) would take seconds
-// to follow, while a burst shorter than an interval moves it as before.
-// While the global bucket is scarce (the last call got less than it asked
-// for) the average alone applies: larger leases would only strand tokens.
-func (s *State) Demand(now time.Time) float64 {
-	avg := s.demand.Rate(now)
-	if s.rising && !s.scarce {
-		return max(avg, s.winRate)
+// Demand returns the demand estimate in tokens per second as of the last
+// plan: the average with the configured HalfLife, except after a jump.
+// When the average over half an interval is at least jumpFactor times the
+// slow one, the estimate is the fast average until the slow one has caught
+// up with it: a jump shows in the lease within about two intervals, which
+// the slow average alone (half-life 500 ms) would take seconds to follow,
+// while a burst shorter than an interval moves it little. While the global
+// bucket is scarce (the last call got less than it asked for) the slow
+// average alone applies: larger leases would only strand tokens.
+func (s *State) Demand() float64 {
+	if s.flags&flagRising != 0 && s.flags&flagScarce == 0 {
+		return float64(max(s.slow, s.fast))
 	}
-	return avg
+	return float64(s.slow)
 }
 
-// jumpFactor is how far above the average a whole interval's demand must
-// be to count as a jump (see State.Demand).
+// jumpFactor is how far above the slow average the fast one must be to
+// count as a jump (see State.Demand).
 const jumpFactor = 3
 
-// jumpMin is the fewest tokens a window must count for its demand to be
-// taken as a jump: fewer are noise (a few requests landing together).
+// jumpMin is the fewest tokens per interval a jump must reach: fewer are
+// noise (a few requests landing together).
 const jumpMin = 32
 
-// observe records count tokens asked for at now.
-func (s *State) observe(now time.Time, count int64) {
-	s.demand.Observe(now, count)
-	ns := now.UnixNano()
-	if s.winStart == 0 || ns < s.winStart {
-		s.winStart, s.winCount, s.winPrev, s.winPrevLen = ns, 0, 0, 0
+// observe records count tokens asked for at ns.
+func (p *Planner) observe(st *State, ns int64, count int64) {
+	now := st.stampOf(ns)
+	if st.flags&flagObserved == 0 {
+		st.flags |= flagObserved
+		st.observed = now
+		return
 	}
-	s.winCount += count
-	// The window is the last two halves of an interval, slid every half.
-	half := s.interval / 2
-	if el := ns - s.winStart; half > 0 && el >= half {
-		n := s.winCount + s.winPrev
-		s.winRate = float64(n) / (float64(el+s.winPrevLen) / 1e9)
-		s.winPrev, s.winPrevLen = s.winCount, el
-		s.winStart, s.winCount = ns, 0
-		avg := s.demand.Rate(now)
-		switch {
-		case s.winRate >= jumpFactor*avg && n >= jumpMin:
-			s.rising = true
-		case s.winRate <= 1.1*avg:
-			s.rising = false
-		}
+	dt := time.Duration(now-st.observed) * time.Millisecond
+	st.slow = float32(bucket.UpdateRate(float64(st.slow), count, dt, p.cfg.HalfLife))
+	st.fast = float32(bucket.UpdateRate(float64(st.fast), count, dt, p.cfg.Interval/2))
+	st.observed = max(st.observed, now)
+	fast, slow := float64(st.fast), float64(st.slow)
+	switch {
+	case fast >= jumpFactor*slow && fast*p.cfg.Interval.Seconds() >= jumpMin:
+		st.flags |= flagRising
+	case fast <= 1.1*slow:
+		st.flags &^= flagRising
 	}
 }
 
 // Instances returns how many instances Redis last counted as active on the
-// tenant (0 when unknown).
+// tenant (0 when unknown; saturating at 65535).
 func (s *State) Instances() int { return int(s.instances) }
 
 // IdleSince returns the last time the tenant was seen active (tokens spent
-// or asked for); the zero time if never.
-func (s *State) IdleSince() time.Time {
-	if s.lastActive == 0 {
-		return time.Time{}
-	}
-	return time.Unix(0, s.lastActive)
-}
+// or asked for), or when it was first planned.
+func (s *State) IdleSince() time.Time { return time.Unix(0, s.at(s.lastActive)) }
 
 // ReportedDemand is the demand an instance reports to Redis with a lease
 // call asking for want tokens: its estimate, or, when higher (a cold start,
 // a jump), the demand that a lease of want tokens is sized for.
 func (p *Planner) ReportedDemand(st *State, now time.Time, want int64) float64 {
-	return max(st.Demand(now), float64(want)/(p.cfg.Interval.Seconds()*p.cfg.Headroom))
+	return max(st.Demand(), float64(want)/(p.cfg.Interval.Seconds()*p.cfg.Headroom))
 }
 
 // Input is what the edge observed of a tenant since the previous plan.
@@ -214,10 +236,13 @@ type Input struct {
 // Action is what the planner wants done for a tenant.
 type Action struct {
 	// Expire is the number of expired tokens to take back from the
-	// counter. They are dropped, not returned to Redis: a returned token
-	// could be leased again with a fresh lifetime, and tokens cycled that
-	// way would let a burst exceed the window bound (docs/design.md).
-	Expire int64
+	// counter, and ExpiredGranted when the oldest of them was granted. The
+	// edge returns them to Redis as an aged return (lease.ReleaseRequest
+	// with Age now - ExpiredGranted): the bucket credits only what it
+	// would hold had they never been leased, so cycling tokens through
+	// returns cannot lift a window above the bound (docs/design.md).
+	Expire         int64
+	ExpiredGranted time.Time
 	// Acquire is the number of tokens to ask Redis for; zero for none.
 	Acquire int64
 	// Read asks for a lease call even when Acquire is zero: a quota changed
@@ -251,18 +276,21 @@ func (p *Planner) Config() Config { return p.cfg }
 // xxhash(name) modulo Interval, and its first scheduled refresh the next
 // time at that phase, plus jitter.
 func (p *Planner) Init(st *State, name string, now time.Time) {
-	*st = State{}
-	st.hash = xxhash.Sum64String(name)
-	st.demand.HalfLife = p.cfg.HalfLife
-	st.interval = int64(p.cfg.Interval)
-	st.lastActive = now.UnixNano()
-	st.next = p.nextScheduled(st, now.UnixNano())
+	ns := now.UnixNano()
+	h := xxhash.Sum64String(name)
+	*st = State{hash: uint32(h>>32) ^ uint32(h)}
+	st.ledger.init(ns)
+	st.lastActive = st.stampOf(ns)
+	st.observed = st.lastActive
+	st.flags = flagObserved
+	st.next = st.stampCeil(p.nextScheduled(st, ns))
 }
 
 // Phase returns the tenant's offset within the refresh interval:
-// xxhash(tenant) modulo Interval.
+// xxhash(tenant), folded to 32 bits, scaled to [0, Interval).
 func (p *Planner) Phase(st *State) time.Duration {
-	return time.Duration(st.hash % uint64(p.cfg.Interval))
+	hi, lo := bits.Mul64(uint64(st.hash), uint64(p.cfg.Interval))
+	return time.Duration(hi<<32 | lo>>32)
 }
 
 // nextScheduled returns the first time strictly after now that is at the
@@ -281,7 +309,7 @@ func (p *Planner) jitter(st *State, slot, span int64) int64 {
 	if span <= 0 {
 		return 0
 	}
-	return int64(mix(st.hash^p.seed^uint64(slot)) % uint64(span))
+	return int64(mix(uint64(st.hash)^p.seed^uint64(slot)) % uint64(span))
 }
 
 // mix is the splitmix64 finalizer: a cheap, well-spread hash of x.
@@ -344,48 +372,50 @@ func clamp(x, lo, hi int64) int64 {
 // Expire > 0) and by Granted or Failed (when Acquire > 0).
 func (p *Planner) Plan(st *State, lim Limits, now time.Time, in Input) Action {
 	ns := now.UnixNano()
+	st.setClock(ns)
 	spent := st.ledger.Sync(in.Level)
-	st.observe(now, spent+in.Missed)
+	p.observe(st, ns, spent+in.Missed)
 	if spent+in.Missed > 0 || in.Urgent {
-		st.lastActive = ns
+		st.lastActive = st.stampOf(ns)
 	}
 	// Remember the largest request of the last few half-lives, so that a
 	// lease always covers one such request: a low-rate tenant's demand
 	// times the interval can be below a single request's size.
 	switch {
 	case in.Need > 0 && in.Need >= st.needMax:
-		st.needMax, st.needAt = in.Need, ns
-	case ns-st.needAt > 4*int64(p.cfg.HalfLife):
-		st.needMax, st.needAt = in.Need, ns // forget an old maximum
+		st.needMax, st.needAt = in.Need, st.stampOf(ns)
+	case ns-st.at(st.needAt) > 4*int64(p.cfg.HalfLife):
+		st.needMax, st.needAt = in.Need, st.stampOf(ns) // forget an old maximum
 	}
 
 	var a Action
-	a.Expire = st.ledger.Expire(now)
+	a.Expire, a.ExpiredGranted = st.ledger.Expire(now, lim.LeaseTTL)
 	// Tokens that expire before the refresh after next cannot be counted
 	// on: replace them ahead of time, so a busy tenant never finds its
 	// counter empty when an old batch goes back. (Within half a lease
 	// lifetime at most, or short leases would always look expiring.)
-	held := st.ledger.Total() - st.ledger.ExpiringBefore(now.Add(p.renewHorizon(lim)))
+	held := st.ledger.Total() - st.ledger.ExpiringBefore(now.Add(p.renewHorizon(lim)), lim.LeaseTTL)
 
-	if st.granted {
-		st.target = p.target(lim, st.Demand(now))
+	granted := st.flags&flagGranted != 0
+	if granted {
+		st.target = p.target(lim, st.Demand())
 		if st.target > 0 && st.needMax > st.target {
 			st.target = min(st.needMax, lim.MaxLease)
 		}
 	} else {
 		st.target = p.coldTarget(lim)
 	}
-	scheduled := ns >= st.next
+	scheduled := ns >= st.at(st.next)
 	if scheduled {
-		st.next = p.nextScheduled(st, ns)
+		st.next = st.stampCeil(p.nextScheduled(st, ns))
 	}
 	// When a quota changed in Redis, a tenant active here re-reads its own
 	// (a lease call reports it) unless it made one just now. Idle tenants,
 	// and every tenant while no quota changes, cost Redis nothing.
-	read := in.QuotaCheck && st.granted && st.failures == 0 &&
-		ns-st.lastActive < int64(lim.LeaseTTL) &&
-		ns-st.lastGrant >= int64(p.cfg.Interval)/4
-	if ns < st.notBefore {
+	read := in.QuotaCheck && granted && st.failures == 0 &&
+		ns-st.at(st.lastActive) < int64(lim.LeaseTTL) &&
+		ns-st.at(st.lastGrant) >= int64(p.cfg.Interval)/4
+	if ns < st.at(st.notBefore) {
 		// Calls are held back. A read takes no tokens, so it may go
 		// while the bucket refills (never during a failure backoff).
 		a.Read = read
@@ -423,30 +453,32 @@ func (p *Planner) Expired(st *State, taken, level int64) {
 // asked tokens and got g; level is the counter after the grant was added.
 func (p *Planner) Granted(st *State, lim Limits, now time.Time, asked int64, g lease.Grant, level int64) {
 	ns := now.UnixNano()
+	st.setClock(ns)
 	st.failures = 0
-	st.failingSince = 0
-	st.granted = true
 	if asked > 0 {
-		st.scarce = g.Granted < asked
+		if g.Granted < asked {
+			st.flags |= flagScarce
+		} else {
+			st.flags &^= flagScarce
+		}
 	}
 	if g.Instances > 0 {
-		st.instances = int32(min(g.Instances, math.MaxInt32))
+		st.instances = uint16(min(g.Instances, math.MaxUint16))
 	}
-	// The grant rate, an EWMA with the demand's half-life over irregular
-	// grant times; it is this instance's recent share of the tenant.
-	switch {
-	case st.lastGrant == 0:
+	// The grant rate, an average with the demand's half-life over
+	// irregular grant times; it is this instance's recent share of the
+	// tenant.
+	if st.flags&flagGranted == 0 {
 		// The first grant: a lease is sized to last about an interval.
-		st.grantRate = float64(g.Granted) / p.cfg.Interval.Seconds()
-	case ns > st.lastGrant:
-		dt := float64(ns-st.lastGrant) / 1e9
-		alpha := 1 - math.Exp2(-dt/p.cfg.HalfLife.Seconds())
-		st.grantRate += alpha * (float64(g.Granted)/dt - st.grantRate)
+		st.grantRate = float32(float64(g.Granted) / p.cfg.Interval.Seconds())
+	} else if dt := time.Duration(ns - st.at(st.lastGrant)); dt > 0 {
+		st.grantRate = float32(bucket.UpdateRate(float64(st.grantRate), g.Granted, dt, p.cfg.HalfLife))
 	}
-	st.lastGrant = ns
-	st.ledger.Add(now.Add(lim.LeaseTTL), g.Granted)
+	st.flags |= flagGranted
+	st.lastGrant = st.stampOf(ns)
 	// Tokens spent while the call was in flight are demand too.
-	st.observe(now, st.ledger.Sync(level))
+	p.observe(st, ns, st.ledger.Sync(level-g.Granted))
+	st.ledger.Add(now, g.Granted)
 	if g.Granted >= asked {
 		return
 	}
@@ -461,6 +493,7 @@ func (p *Planner) Granted(st *State, lim Limits, now time.Time, asked int64, g l
 	// each of them took a lease of the same size.
 	need := max(min(asked, st.target), 1)
 	var wait time.Duration
+	// A wait beyond a day is cut to a day: the call then finds out again.
 	if g.Share > 0 {
 		// Redis grants at most the credit this instance's share accrued,
 		// up to its share of the burst: come back when half of that has
@@ -474,8 +507,8 @@ func (p *Planner) Granted(st *State, lim Limits, now time.Time, asked int64, g l
 		}
 		wait = g.RetryAfter(turn, lim.Rate)
 	}
-	wait = max(wait, p.cfg.Interval/10)
-	st.notBefore = satAdd(satAdd(ns, int64(wait)), p.jitter(st, ns, int64(p.cfg.Jitter)))
+	wait = min(max(wait, p.cfg.Interval/10), 24*time.Hour)
+	st.notBefore = st.stampCeil(ns + int64(wait) + p.jitter(st, ns, int64(p.cfg.Jitter)))
 }
 
 // durationOf converts seconds to a Duration, saturating.
@@ -487,29 +520,22 @@ func durationOf(sec float64) time.Duration {
 	return time.Duration(ns)
 }
 
-// satAdd adds two non-negative int64s, saturating at math.MaxInt64.
-func satAdd(a, b int64) int64 {
-	if b > math.MaxInt64-a {
-		return math.MaxInt64
-	}
-	return a + b
-}
-
 // Failed records a failed lease call at time now: the next call waits a
 // backoff that doubles with each failure in a row, with jitter.
 func (p *Planner) Failed(st *State, now time.Time) {
 	ns := now.UnixNano()
-	if st.failures == 0 {
-		st.failingSince = ns
+	st.setClock(ns)
+	if st.failures == 0 && st.flags&flagGranted == 0 {
+		st.lastGrant = st.stampOf(ns) // where FallbackRate starts
 	}
-	st.failures++
+	st.failures = min(st.failures+1, math.MaxUint16)
 	b := p.cfg.MinBackoff << min(st.failures-1, 20)
 	if b > p.cfg.MaxBackoff || b <= 0 {
 		b = p.cfg.MaxBackoff
 	}
 	// Jitter over the upper half: [b/2, b).
 	half := int64(b / 2)
-	st.notBefore = ns + half + p.jitter(st, ns, half)
+	st.notBefore = st.stampCeil(ns + half + p.jitter(st, ns, half))
 }
 
 // FallbackRate returns the rate, in tokens per second, at which this
@@ -518,7 +544,8 @@ func (p *Planner) Failed(st *State, now time.Time) {
 // of that local bucket.
 //
 // It starts at this instance's recent granted share of the tenant's rate
-// (its grant rate when the failures began, at most Rate) and decays, with
+// (its grant rate at its last successful lease call, at most Rate; zero
+// when it never had one) and decays from the time of that call, with
 // the configured FallbackHalfLife, toward Rate divided by the number of
 // instances Redis last counted on the tenant: if every instance does the
 // same, a fleet-wide outage admits about the tenant's quota, not the
@@ -527,11 +554,14 @@ func (p *Planner) FallbackRate(st *State, lim Limits, now time.Time) (rate float
 	n := float64(max(st.instances, 1))
 	fair := lim.Rate / n
 	capacity = max(1, math.Floor(float64(lim.Burst)/n))
-	if st.failingSince == 0 {
+	if st.failures == 0 {
 		return fair, capacity
 	}
-	share := min(st.grantRate, lim.Rate)
-	elapsed := float64(now.UnixNano()-st.failingSince) / 1e9
+	share := min(float64(st.grantRate), lim.Rate)
+	if st.flags&flagGranted == 0 {
+		share = 0
+	}
+	elapsed := float64(now.UnixNano()-st.at(st.lastGrant)) / 1e9
 	w := math.Exp2(-max(elapsed, 0) / p.cfg.FallbackHalfLife.Seconds())
 	return fair + (share-fair)*w, capacity
 }
@@ -539,11 +569,12 @@ func (p *Planner) FallbackRate(st *State, lim Limits, now time.Time) (rate float
 // Idle reports whether the tenant has been inactive (no tokens spent or
 // asked for) for at least d at time now.
 func (p *Planner) Idle(st *State, now time.Time, d time.Duration) bool {
-	return now.UnixNano()-st.lastActive >= int64(d)
+	return now.UnixNano()-st.at(st.lastActive) >= int64(d)
 }
 
 // Drained records that the counter was emptied (tokens returned on close
-// or eviction) and returns the tokens the ledger held.
-func (p *Planner) Drained(st *State) int64 {
+// or eviction) and returns the tokens the ledger held and when the oldest
+// of them was granted (the zero time for none).
+func (p *Planner) Drained(st *State) (tokens int64, oldest time.Time) {
 	return st.ledger.Clear()
 }

@@ -130,8 +130,9 @@ func (r *rig) checkHeld(t testing.TB) {
 
 const tick = 25 * time.Millisecond // the Syncer's default tick, Interval/4
 
-// TestPhase: a tenant's phase is xxhash(name) mod Interval, whatever the
-// seed, the interval or the time it is first seen.
+// TestPhase: a tenant's phase is xxhash(name), folded to 32 bits, scaled
+// to the Interval, whatever the seed, the interval or the time it is first
+// seen.
 func TestPhase(t *testing.T) {
 	for _, iv := range []time.Duration{100 * time.Millisecond, time.Second, 7 * time.Millisecond, 1234567 * time.Nanosecond} {
 		for _, seed := range []uint64{0, 1, 42} {
@@ -141,9 +142,10 @@ func TestPhase(t *testing.T) {
 				var a, b State
 				p.Init(&a, name, pt0)
 				p.Init(&b, name, pt0.Add(time.Duration(i)*time.Hour+time.Duration(i)))
-				want := time.Duration(xxhash.Sum64String(name) % uint64(iv))
+				h := xxhash.Sum64String(name)
+				want := time.Duration(uint64(uint32(h>>32)^uint32(h)) * uint64(iv) >> 32)
 				if got := p.Phase(&a); got != want {
-					t.Fatalf("Interval %v: Phase(%q) = %v, want xxhash %% Interval = %v", iv, name, got, want)
+					t.Fatalf("Interval %v: Phase(%q) = %v, want xxhash scaled to Interval = %v", iv, name, got, want)
 				}
 				if got := p.Phase(&b); got != want {
 					t.Fatalf("Interval %v: Phase(%q) depends on when it was first seen: %v, want %v", iv, name, got, want)
@@ -176,8 +178,9 @@ func offsetInInterval(p *Planner, st *State, t time.Time) time.Duration {
 }
 
 // TestScheduledRefreshTimes: every scheduled refresh is at the tenant's
-// phase (mod Interval) plus a jitter in [0, Jitter), one per interval, and
-// a plan before that time does not move it.
+// phase (mod Interval) plus a jitter in [0, Jitter), rounded up to the
+// millisecond (State keeps times in whole milliseconds), one per interval,
+// and a plan before that time does not move it.
 func TestScheduledRefreshTimes(t *testing.T) {
 	for _, cfg := range []Config{{}, {Interval: time.Second, Jitter: 300 * time.Millisecond}, {Interval: 10 * time.Millisecond}} {
 		p := NewPlanner(cfg, testSeed)
@@ -193,16 +196,16 @@ func TestScheduledRefreshTimes(t *testing.T) {
 				if !next.After(now) {
 					t.Fatalf("%+v: scheduled refresh %v is not after the plan at %v", c, next, now)
 				}
-				if off := offsetInInterval(p, &st, next); off < 0 || off >= c.Jitter {
-					t.Fatalf("%+v: refresh at phase + %v, want + [0, %v)", c, off, c.Jitter)
+				if off := offsetInInterval(p, &st, next); off < 0 || off >= c.Jitter+time.Millisecond {
+					t.Fatalf("%+v: refresh at phase + %v, want + [0, %v)", c, off, c.Jitter+time.Millisecond)
 				}
 				if k > 0 {
 					// One refresh per interval: the next slot after the
 					// previous refresh.
-					if gap := next.Sub(prev); gap <= c.Interval-c.Jitter || gap >= c.Interval+c.Jitter {
+					if gap := next.Sub(prev); gap <= c.Interval-c.Jitter-time.Millisecond || gap >= c.Interval+c.Jitter+time.Millisecond {
 						t.Fatalf("%+v: refreshes %v apart, want Interval ± Jitter", c, gap)
 					}
-				} else if next.Sub(start) > c.Interval+c.Jitter {
+				} else if next.Sub(start) > c.Interval+c.Jitter+time.Millisecond {
 					t.Fatalf("%+v: first refresh %v after Init, want at most Interval+Jitter", c, next.Sub(start))
 				}
 				// A plan just before the refresh leaves it alone.
@@ -252,10 +255,11 @@ func TestJitterDependsOnSeed(t *testing.T) {
 	if differ < n*9/10 {
 		t.Errorf("seeds 1 and 2 gave the same refresh time %d times in %d", n-differ, n)
 	}
-	// The jitter covers its range: every tenth of [0, Jitter) is used.
+	// The jitter covers its range: every tenth of [0, Jitter) is used
+	// (up to the millisecond a time is rounded up by).
 	var bins [10]int
 	for _, o := range offs {
-		bins[int(o*10/jitter)]++
+		bins[min(int(o*10/jitter), 9)]++
 	}
 	for i, b := range bins {
 		if b < len(offs)/20 {
@@ -496,9 +500,10 @@ func TestFailedBackoff(t *testing.T) {
 				if s := c.MinBackoff << min(k-1, 20); s > 0 && s < c.MaxBackoff {
 					b = s
 				}
+				// [b/2, b), rounded up to the millisecond: at most b.
 				d := st.NotBefore().Sub(now)
-				if d < b/2 || d >= b {
-					t.Fatalf("%+v: failure %d backs off %v, want [%v, %v)", c, k, d, b/2, b)
+				if d < b/2 || d > b {
+					t.Fatalf("%+v: failure %d backs off %v, want [%v, %v]", c, k, d, b/2, b)
 				}
 				if d < c.MinBackoff/2 || d > c.MaxBackoff {
 					t.Fatalf("%+v: failure %d backs off %v, outside [MinBackoff/2, MaxBackoff]", c, k, d)
@@ -514,8 +519,8 @@ func TestFailedBackoff(t *testing.T) {
 				t.Fatalf("Failures() = %d after a success", st.Failures())
 			}
 			p.Failed(&st, now)
-			if d := st.NotBefore().Sub(now); d < c.MinBackoff/2 || d >= c.MinBackoff {
-				t.Fatalf("first failure after a success backs off %v, want [%v, %v)", d, c.MinBackoff/2, c.MinBackoff)
+			if d := st.NotBefore().Sub(now); d < c.MinBackoff/2 || d > c.MinBackoff {
+				t.Fatalf("first failure after a success backs off %v, want [%v, %v]", d, c.MinBackoff/2, c.MinBackoff)
 			}
 		}
 	}
@@ -834,7 +839,7 @@ func TestDemandCountsSpendsDuringCall(t *testing.T) {
 		}
 		if i > 5000 {
 			// Just after a plan the estimate has not decayed.
-			worst = max(worst, math.Abs(st.Demand(now)-demand)/demand)
+			worst = max(worst, math.Abs(st.Demand()-demand)/demand)
 		}
 	}
 	if worst > 0.1 {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"iter"
-	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -89,8 +88,9 @@ type Stats struct {
 	Errors    int64 // lease calls (per tenant) that failed
 	Requested int64 // tokens asked for
 	Granted   int64 // tokens granted
-	Returned  int64 // tokens given back to Redis (eviction, Close)
-	Expired   int64 // leased tokens dropped unspent at the end of their lifetime
+	Returned  int64 // tokens given back to Redis and credited there (expiry, eviction, Close)
+	Forfeited int64 // tokens given back that Redis did not credit, or whose return failed
+	Expired   int64 // leased tokens taken back unspent at the end of their lifetime (and returned)
 	Evicted   int64 // tenants evicted (idle or over MaxTenants)
 }
 
@@ -100,11 +100,11 @@ type Stats struct {
 // for concurrent use.
 type Syncer struct {
 	client  *lease.Client
-	tenants iter.Seq[*Tenant]
+	tenants iter.Seq2[string, *Tenant] // every tenant, by name
 	planner *Planner
 	opts    Options
 
-	urgent  chan *Tenant // tenants that ran short; never blocks a sender
+	urgent  chan named // tenants that ran short; never blocks a sender
 	sf      singleflight.Group
 	sem     *semaphore.Weighted // bounds concurrent Redis calls
 	breaker *gobreaker.CircuitBreaker[[]lease.Result]
@@ -116,6 +116,9 @@ type Syncer struct {
 	quotaPolled int64      // unix nanoseconds of the last poll of it
 	quotaKnown  bool       // quotaVer has been read once
 
+	pendingMu sync.Mutex             // guards pending
+	pending   []lease.ReleaseRequest // returns of expired tokens taken back by urgent refills
+
 	ctx    context.Context // lifetime of urgent refills, ended by Close
 	cancel context.CancelFunc
 
@@ -123,8 +126,8 @@ type Syncer struct {
 	closed   bool           //
 	inflight sync.WaitGroup // urgent refills running
 
-	calls, errs, requested, granted, returned, expired, evicted atomic.Int64
-	failingTenants                                              atomic.Int64 // Cluster mode: tenants whose last call failed
+	calls, errs, requested, granted, returned, forfeited, expired, evicted atomic.Int64
+	failingTenants                                                         atomic.Int64 // Cluster mode: tenants whose last call failed
 }
 
 // perCommand is the time a pipeline gets for each of its commands on top
@@ -134,12 +137,19 @@ const perCommand = 300 * time.Microsecond
 // lruEntry is a tenant and when it was last active, for eviction.
 type lruEntry struct {
 	active int64
-	t      *Tenant
+	named
 }
 
-// New returns a Syncer for the tenants that tenants yields, making lease
-// calls through client. It starts no goroutine: call Run.
-func New(client *lease.Client, tenants iter.Seq[*Tenant], opts Options) *Syncer {
+// named is a tenant and its name.
+type named struct {
+	name string
+	t    *Tenant
+}
+
+// New returns a Syncer for the tenants that tenants yields (each with its
+// name), making lease calls through client. It starts no goroutine: call
+// Run.
+func New(client *lease.Client, tenants iter.Seq2[string, *Tenant], opts Options) *Syncer {
 	if opts.Planner == nil {
 		opts.Planner = NewPlanner(Config{}, 0)
 	}
@@ -177,7 +187,7 @@ func New(client *lease.Client, tenants iter.Seq[*Tenant], opts Options) *Syncer 
 		tenants: tenants,
 		planner: opts.Planner,
 		opts:    opts,
-		urgent:  make(chan *Tenant, 1024),
+		urgent:  make(chan named, 1024),
 		sem:     semaphore.NewWeighted(int64(opts.MaxInFlight)),
 		ctx:     ctx,
 		cancel:  cancel,
@@ -222,7 +232,7 @@ func (s *Syncer) Degraded() bool {
 // setFailing records t's health, counting failing tenants and reporting
 // the first failure and the last recovery in Cluster mode.
 func (s *Syncer) setFailing(t *Tenant, failing bool, err error) {
-	if t.failing.Swap(failing) == failing || !s.opts.Cluster {
+	if t.setFlag(flagFailing, failing) == failing || !s.opts.Cluster {
 		return
 	}
 	var n int64
@@ -250,20 +260,21 @@ func (s *Syncer) Stats() Stats {
 		Requested: s.requested.Load(),
 		Granted:   s.granted.Load(),
 		Returned:  s.returned.Load(),
+		Forfeited: s.forfeited.Load(),
 		Expired:   s.expired.Load(),
 		Evicted:   s.evicted.Load(),
 	}
 }
 
-// NoteMiss records that a request for n tokens found t short and, the
-// first time since t was last planned, queues t for the loop. It never
-// blocks: when the queue is full the next tick picks t up.
-func (s *Syncer) NoteMiss(t *Tenant, n int64) {
-	first := !t.urgent.Load()
+// NoteMiss records that a request for n tokens found t (named name) short
+// and, the first time since t was last planned, queues t for the loop. It
+// never blocks: when the queue is full the next tick picks t up.
+func (s *Syncer) NoteMiss(name string, t *Tenant, n int64) {
+	first := !t.flag(flagUrgent)
 	t.NoteMiss(n)
 	if first {
 		select {
-		case s.urgent <- t:
+		case s.urgent <- named{name, t}:
 		default:
 		}
 	}
@@ -274,7 +285,7 @@ func (s *Syncer) NoteMiss(t *Tenant, n int64) {
 func (s *Syncer) Run(ctx context.Context) error {
 	tick := time.NewTicker(s.opts.Tick)
 	defer tick.Stop()
-	var short []*Tenant
+	var short []named
 	// A round in flight when ctx ends finishes its calls (each bounded by
 	// CallTimeout): canceling them would lose tokens Redis already granted.
 	calls := context.WithoutCancel(ctx)
@@ -295,9 +306,9 @@ func (s *Syncer) Run(ctx context.Context) error {
 					break drain
 				}
 			}
-			s.Round(calls, func(yield func(*Tenant) bool) {
-				for _, t := range short {
-					if !yield(t) {
+			s.Round(calls, func(yield func(string, *Tenant) bool) {
+				for _, n := range short {
+					if !yield(n.name, n.t) {
 						return
 					}
 				}
@@ -310,7 +321,7 @@ func (s *Syncer) Run(ctx context.Context) error {
 // job is one tenant's lease call in a round; the tenant's lock is held
 // from planning until the result is applied.
 type job struct {
-	t      *Tenant
+	named
 	want   int64
 	demand float64 // tokens per second, reported to Redis for fair shares
 }
@@ -320,7 +331,7 @@ type job struct {
 // then leases are acquired in pipelines of
 // up to BatchSize tenants, at most MaxInFlight at once. A tenant that is
 // locked (an urgent refill is running for it) is skipped.
-func (s *Syncer) Round(ctx context.Context, tenants iter.Seq[*Tenant]) {
+func (s *Syncer) Round(ctx context.Context, tenants iter.Seq2[string, *Tenant]) {
 	s.round(ctx, tenants, false)
 }
 
@@ -346,7 +357,7 @@ func (s *Syncer) pollQuota(ctx context.Context, now time.Time) bool {
 
 // round is Round, with quotaCheck telling the planner that quotas may
 // have changed in Redis.
-func (s *Syncer) round(ctx context.Context, tenants iter.Seq[*Tenant], quotaCheck bool) {
+func (s *Syncer) round(ctx context.Context, tenants iter.Seq2[string, *Tenant], quotaCheck bool) {
 	now := s.opts.Now()
 	var (
 		jobs     []job
@@ -355,24 +366,27 @@ func (s *Syncer) round(ctx context.Context, tenants iter.Seq[*Tenant], quotaChec
 	)
 	track := s.opts.MaxTenants > 0
 	s.lru = s.lru[:0]
-	for t := range tenants {
-		if t.evicted.Load() || !t.mu.TryLock() {
+	for name, t := range tenants {
+		if t.flag(flagEvicted) || !t.mu.TryLock() {
 			continue
 		}
 		in := t.take(t.Tokens.Load())
 		in.QuotaCheck = quotaCheck
-		a := s.planWith(t, now, in)
+		a, ret, ok := s.planWith(name, t, now, in)
+		if ok {
+			releases = append(releases, ret)
+		}
 		if a.Acquire > 0 || a.Read {
-			jobs = append(jobs, job{t: t, want: a.Acquire, demand: s.planner.ReportedDemand(&t.st, now, a.Acquire)})
+			jobs = append(jobs, job{named: named{name, t}, want: a.Acquire, demand: s.planner.ReportedDemand(&t.st, now, a.Acquire)})
 			continue // unlocked once the result is applied
 		}
 		if s.planner.Idle(&t.st, now, s.opts.IdleTimeout) {
-			if n := s.evictLocked(t); n > 0 {
-				releases = append(releases, lease.ReleaseRequest{Tenant: t.name, Limits: t.base.Bucket(), Amount: n})
+			if r, ok := s.evictLocked(name, t, now); ok {
+				releases = append(releases, r)
 			}
 			evict = append(evict, t)
 		} else if track {
-			s.lru = append(s.lru, lruEntry{active: t.st.lastActive, t: t})
+			s.lru = append(s.lru, lruEntry{active: t.st.at(t.st.lastActive), named: named{name, t}})
 		}
 		t.mu.Unlock()
 	}
@@ -385,14 +399,19 @@ func (s *Syncer) round(ctx context.Context, tenants iter.Seq[*Tenant], quotaChec
 			if !e.t.mu.TryLock() {
 				continue
 			}
-			if n := s.evictLocked(e.t); n > 0 {
-				releases = append(releases, lease.ReleaseRequest{Tenant: e.t.name, Limits: e.t.base.Bucket(), Amount: n})
+			if r, ok := s.evictLocked(e.name, e.t, now); ok {
+				releases = append(releases, r)
 			}
 			e.t.mu.Unlock()
 			evict = append(evict, e.t)
 		}
 	}
 	clear(s.lru)
+	s.pendingMu.Lock()
+	releases = append(releases, s.pending...)
+	clear(s.pending)
+	s.pending = s.pending[:0]
+	s.pendingMu.Unlock()
 	if len(evict) > 0 {
 		s.evicted.Add(int64(len(evict)))
 		if s.opts.Evict != nil {
@@ -431,31 +450,53 @@ func (s *Syncer) endRound(r *telemetry.Round) {
 	r.End()
 }
 
-// evictLocked marks t evicted and drains its tokens, returning how many to
-// give back. t.mu must be held.
-func (s *Syncer) evictLocked(t *Tenant) int64 {
-	t.evicted.Store(true)
+// evictLocked marks t evicted and drains its tokens, returning the release
+// that gives them back, if any. t.mu must be held.
+func (s *Syncer) evictLocked(name string, t *Tenant, now time.Time) (lease.ReleaseRequest, bool) {
+	t.setFlag(flagEvicted, true)
+	return s.drainLocked(name, t, now)
+}
+
+// drainLocked empties t's counter and returns the release that gives its
+// tokens back, if any. t.mu must be held.
+func (s *Syncer) drainLocked(name string, t *Tenant, now time.Time) (lease.ReleaseRequest, bool) {
 	n := t.Tokens.Drain()
-	s.planner.Drained(&t.st)
-	return n
+	_, oldest := s.planner.Drained(&t.st)
+	if n <= 0 {
+		return lease.ReleaseRequest{}, false
+	}
+	return s.returnOf(name, t, n, now, oldest), true
+}
+
+// returnOf is the release of n of t's tokens, the oldest of them granted at
+// oldest (local clock, as now). Its age is an upper bound of how long
+// before the release script runs the tokens were granted: oldest is the
+// time the acquire was sent (before Redis ran it), and the release may
+// take up to its pipeline's deadline to reach Redis.
+func (s *Syncer) returnOf(name string, t *Tenant, n int64, now, oldest time.Time) lease.ReleaseRequest {
+	return lease.ReleaseRequest{Tenant: name, Limits: t.Base().Bucket(), Amount: n, Age: max(now.Sub(oldest), 0) + s.opts.CallTimeout + perCommand*time.Duration(s.opts.BatchSize)}
 }
 
 // planWith runs the planner for t (whose lock is held) on what requests
-// recorded (in), drops expired tokens, and returns the action.
-func (s *Syncer) planWith(t *Tenant, now time.Time, in Input) Action {
-	a := s.planner.Plan(&t.st, *t.Limits(), now, in)
-	if in.Urgent && a.Acquire == 0 && now.UnixNano() < t.st.notBefore {
+// recorded (in), takes expired tokens back from the counter, and returns
+// the action and the release that returns the expired tokens, if any.
+func (s *Syncer) planWith(name string, t *Tenant, now time.Time, in Input) (a Action, ret lease.ReleaseRequest, ok bool) {
+	a = s.planner.Plan(&t.st, *t.Limits(), now, in)
+	if in.Urgent && a.Acquire == 0 && now.Before(t.st.NotBefore()) {
 		// Calls are held back (bucket dry or backoff): stay urgent, so the
 		// tick retries once allowed, without re-queueing on every miss.
-		t.urgent.Store(true)
+		t.setFlag(flagUrgent, true)
 	}
 	if a.Expire > 0 {
 		taken, left := t.Tokens.Take(a.Expire)
 		s.planner.Expired(&t.st, taken, left)
 		s.expired.Add(taken)
 		s.opts.Telemetry.Expired(taken)
+		if taken > 0 {
+			return a, s.returnOf(name, t, taken, now, a.ExpiredGranted), true
+		}
 	}
-	return a
+	return a, ret, false
 }
 
 // acquire runs one pipeline for jobs and applies the results, unlocking
@@ -468,7 +509,7 @@ func (s *Syncer) acquire(ctx context.Context, now time.Time, jobs []job) (tot te
 	}()
 	reqs := make([]lease.Request, len(jobs))
 	for i, j := range jobs {
-		reqs[i] = lease.Request{Tenant: j.t.name, Limits: j.t.base.Bucket(), Want: j.want, Demand: j.demand}
+		reqs[i] = lease.Request{Tenant: j.name, Limits: j.t.Base().Bucket(), Want: j.want, Demand: j.demand}
 	}
 	results, err := s.call(ctx, telemetry.OpAcquire, len(reqs), func(ctx context.Context) ([]lease.Result, error) {
 		return s.client.AcquireMany(ctx, reqs, nil)
@@ -481,7 +522,7 @@ func (s *Syncer) acquire(ctx context.Context, now time.Time, jobs []job) (tot te
 		} else {
 			r = results[i]
 		}
-		s.apply(ctx, j.t, now, j.want, r)
+		s.apply(ctx, j.name, j.t, now, j.want, r)
 		tot.Tenants++
 		tot.Requested += j.want
 		if r.Err != nil {
@@ -538,12 +579,12 @@ func wholeFailure(err error) error {
 }
 
 // apply records the result of a lease call for t, whose lock is held.
-func (s *Syncer) apply(ctx context.Context, t *Tenant, now time.Time, want int64, r lease.Result) {
+func (s *Syncer) apply(ctx context.Context, name string, t *Tenant, now time.Time, want int64, r lease.Result) {
 	s.requested.Add(want)
 	if r.Err != nil {
 		s.errs.Add(1)
 		s.planner.Failed(&t.st, now)
-		t.retryAt.Store(t.st.notBefore)
+		t.retryAt.Store(t.st.at(t.st.notBefore))
 		rate, capacity := s.planner.FallbackRate(&t.st, *t.Limits(), now)
 		if fb := t.fallback.Load(); fb != nil {
 			fb.SetRate(now, rate)
@@ -556,9 +597,9 @@ func (s *Syncer) apply(ctx context.Context, t *Tenant, now time.Time, want int64
 		s.setFailing(t, true, r.Err)
 		return
 	}
-	if t.evicted.Load() {
+	if t.flag(flagEvicted) {
 		// Evicted while the call was in flight: nobody will spend these.
-		s.release(ctx, nil, []lease.ReleaseRequest{{Tenant: t.name, Limits: t.base.Bucket(), Amount: r.Grant.Granted}})
+		s.release(ctx, nil, []lease.ReleaseRequest{s.returnOf(name, t, r.Grant.Granted, s.opts.Now(), now)})
 		return
 	}
 	g := r.Grant
@@ -566,37 +607,39 @@ func (s *Syncer) apply(ctx context.Context, t *Tenant, now time.Time, want int64
 	level := t.Tokens.Add(g.Granted)
 	s.granted.Add(g.Granted)
 	s.planner.Granted(&t.st, *t.Limits(), now, want, g, level)
-	t.globalTokens.Store(math.Float64bits(g.Tokens))
-	t.globalAt.Store(now.UnixNano())
-	t.retryAt.Store(t.st.notBefore)
-	t.leased.Store(true)
+	t.emptyAt.Store(now.UnixNano() - int64(durationOf(g.Tokens/t.Limits().Rate)))
+	t.retryAt.Store(t.st.at(t.st.notBefore))
+	t.setFlag(flagLeased, true)
 	s.setFailing(t, false, nil)
 	t.fallback.Store(nil)
-	s.opts.Telemetry.LeaseGranted(ctx, t.name, want, g.Granted, level, g.Tokens)
+	s.opts.Telemetry.LeaseGranted(ctx, name, want, g.Granted, level, g.Tokens)
 }
 
 // setOverride applies the quota override a lease call reported for t
 // (whose lock is held): nil means none, and the tenant's base limits apply.
 func (s *Syncer) setOverride(t *Tenant, o *lease.Override) {
+	cur := t.Limits()
 	switch {
-	case o == nil && t.override == nil:
+	case o == nil && cur.override == nil:
 		return
-	case o != nil && t.override != nil && *o == *t.override:
+	case o != nil && cur.override != nil && *o == *cur.override:
 		return
 	case o == nil:
-		t.override = nil
-		t.limits.Store(t.base)
+		t.limits.Store(cur.baseOf())
 	default:
-		t.override = o
-		t.limits.Store(s.opts.Resolve(t.base, o))
+		base := cur.baseOf()
+		l := *s.opts.Resolve(base, o)
+		l.base, l.override = base, o
+		t.limits.Store(&l)
 	}
 }
 
-// release returns tokens to Redis. Tokens whose release fails are lost to
-// the global bucket until it refills: that costs utilization, never the
-// bound.
-// It returns the tokens returned, and counts a call per pipeline in
-// round (which may be nil).
+// release returns tokens to Redis. Redis credits each return only with
+// what the bucket would hold had the tokens never been leased (an aged
+// return); the rest, and tokens whose release fails, are forfeited: lost
+// to the global bucket until it refills, which costs utilization, never
+// the bound. It returns the tokens credited (rounded down), and counts a
+// call per pipeline in round (which may be nil).
 func (s *Syncer) release(ctx context.Context, round *telemetry.Round, reqs []lease.ReleaseRequest) (int64, error) {
 	var (
 		errs     []error
@@ -607,12 +650,18 @@ func (s *Syncer) release(ctx context.Context, round *telemetry.Round, reqs []lea
 		_, err := s.call(ctx, telemetry.OpRelease, len(chunk), func(ctx context.Context) ([]lease.Result, error) {
 			var whole error
 			answered := false
-			for i, err := range s.client.ReleaseMany(ctx, chunk) {
+			for i, res := range s.client.ReleaseMany(ctx, chunk) {
+				err := res.Err
+				credited := int64(0)
+				if err == nil {
+					credited = min(int64(res.Return.Credited), chunk[i].Amount)
+				}
+				s.forfeited.Add(chunk[i].Amount - credited)
 				switch {
 				case err == nil:
 					answered = true
-					returned += chunk[i].Amount
-					s.returned.Add(chunk[i].Amount)
+					returned += credited
+					s.returned.Add(credited)
 				case wholeFailure(err) == nil:
 					answered = true
 					fallthrough
@@ -637,7 +686,7 @@ func (s *Syncer) release(ctx context.Context, round *telemetry.Round, reqs []lea
 	return returned, errors.Join(errs...)
 }
 
-// Refill makes an urgent lease call for t now, joining one already in
+// Refill makes an urgent lease call for t (named name) now, joining one already in
 // flight for the same tenant. The channel yields the call's error (nil
 // when it succeeded, or when the planner held the call back because the
 // tenant already holds enough or Redis asked it to wait). It is meant for
@@ -651,13 +700,13 @@ func (s *Syncer) release(ctx context.Context, round *telemetry.Round, reqs []lea
 // The call's span links to the span in ctx, if any: the request that
 // asked for it. ctx does not bound the call (other callers may share it);
 // callers stop waiting on their own.
-func (s *Syncer) Refill(ctx context.Context, t *Tenant, need int64) <-chan singleflight.Result {
-	return s.sf.DoChan(t.name, func() (any, error) {
-		return nil, s.refill(trace.LinkFromContext(ctx), t, need)
+func (s *Syncer) Refill(ctx context.Context, name string, t *Tenant, need int64) <-chan singleflight.Result {
+	return s.sf.DoChan(name, func() (any, error) {
+		return nil, s.refill(trace.LinkFromContext(ctx), name, t, need)
 	})
 }
 
-func (s *Syncer) refill(link trace.Link, t *Tenant, need int64) error {
+func (s *Syncer) refill(link trace.Link, name string, t *Tenant, need int64) error {
 	s.closeMu.RLock()
 	if s.closed {
 		s.closeMu.RUnlock()
@@ -669,14 +718,21 @@ func (s *Syncer) refill(link trace.Link, t *Tenant, need int64) error {
 
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.evicted.Load() {
+	if t.flag(flagEvicted) {
 		return nil
 	}
 	now := s.opts.Now()
 	in := t.take(t.Tokens.Load())
 	in.Urgent = true
 	in.Need = max(in.Need, need)
-	a := s.planWith(t, now, in)
+	a, ret, ok := s.planWith(name, t, now, in)
+	if ok {
+		// Returned by the next round: not worth a round trip here, where
+		// requests wait for the acquire.
+		s.pendingMu.Lock()
+		s.pending = append(s.pending, ret)
+		s.pendingMu.Unlock()
+	}
 	if a.Acquire == 0 && !a.Read {
 		return nil
 	}
@@ -688,13 +744,13 @@ func (s *Syncer) refill(link trace.Link, t *Tenant, need int64) error {
 	defer s.endRound(round)
 	var r lease.Result
 	_, err := s.call(ctx, telemetry.OpAcquire, 1, func(ctx context.Context) ([]lease.Result, error) {
-		r.Grant, r.Err = s.client.AcquireRequest(ctx, lease.Request{Tenant: t.name, Limits: t.base.Bucket(), Want: a.Acquire, Demand: s.planner.ReportedDemand(&t.st, now, a.Acquire)})
+		r.Grant, r.Err = s.client.AcquireRequest(ctx, lease.Request{Tenant: name, Limits: t.Base().Bucket(), Want: a.Acquire, Demand: s.planner.ReportedDemand(&t.st, now, a.Acquire)})
 		return nil, wholeFailure(r.Err)
 	})
 	if err != nil {
 		r.Err = err
 	}
-	s.apply(ctx, t, now, a.Acquire, r)
+	s.apply(ctx, name, t, now, a.Acquire, r)
 	round.Add(telemetry.Round{Tenants: 1, Calls: 1, Requested: a.Acquire, Granted: r.Grant.Granted})
 	if r.Err != nil {
 		round.Failed++
@@ -716,14 +772,18 @@ func (s *Syncer) Close() {
 // it after Run has returned and Close, so nothing refills behind it.
 func (s *Syncer) ReleaseAll(ctx context.Context) error {
 	var reqs []lease.ReleaseRequest
-	for t := range s.tenants {
+	now := s.opts.Now()
+	for name, t := range s.tenants {
 		t.mu.Lock()
-		if n := t.Tokens.Drain(); n > 0 {
-			reqs = append(reqs, lease.ReleaseRequest{Tenant: t.name, Limits: t.base.Bucket(), Amount: n})
+		if r, ok := s.drainLocked(name, t, now); ok {
+			reqs = append(reqs, r)
 		}
-		s.planner.Drained(&t.st)
 		t.mu.Unlock()
 	}
+	s.pendingMu.Lock()
+	reqs = append(reqs, s.pending...)
+	s.pending = nil
+	s.pendingMu.Unlock()
 	if len(reqs) == 0 {
 		return nil
 	}

@@ -7,50 +7,66 @@ import (
 	"time"
 
 	"github.com/leasequota/leasequota/bucket"
-	"github.com/leasequota/leasequota/lease"
 )
 
 // Tenant is one tenant's lease on this instance: the tokens requests spend
 // and the syncer's bookkeeping. Requests touch only Tokens and Admits (on
 // success) and the miss fields (on a miss); the syncer holds mu while it
 // plans and calls Redis for the tenant.
+//
+// There is one per tenant, so it is packed: 192 bytes with its State. The
+// tenant's name is not kept here: the owner of the tenant set has it (the
+// key it looks the tenant up by) and passes it to the syncer.
 type Tenant struct {
 	// Tokens are the leased tokens requests spend from.
 	Tokens bucket.Counter
 	// Admits counts requests admitted from Tokens (by the request path).
 	Admits atomic.Int64
 
-	name string
-	// base is the tenant's configured quota (immutable after Init; may be
-	// shared between tenants): what lease calls pass to Redis, which
-	// applies a stored override instead when there is one.
-	base *Limits
-	// limits is the quota in force: base, or the override Redis reported
-	// on the last lease call. Swapped by the syncer, read by requests.
+	// limits is the quota in force: the tenant's base limits, or those of
+	// the override Redis reported on the last lease call (which point back
+	// to the base). Swapped by the syncer, read by requests.
 	limits atomic.Pointer[Limits]
-	// override is the override behind limits, nil for none. Guarded by mu.
-	override *lease.Override
 
-	// Written by requests on a miss, read and reset by the syncer.
+	// Written by requests on a miss, read and reset by the syncer (with
+	// flagUrgent).
 	missed atomic.Int64 // tokens denied since the last plan
 	need   atomic.Int64 // largest n denied since the last plan
-	urgent atomic.Bool  // a request ran short since the last plan
 
 	// Written by the syncer, read by requests.
-	failing      atomic.Bool   // the last lease call failed
-	leased       atomic.Bool   // a lease call has succeeded at least once
-	evicted      atomic.Bool   // removed from the syncer's tenants; never leased again
-	globalTokens atomic.Uint64 // float64 bits: global bucket tokens after the last call
-	globalAt     atomic.Int64  // unix nanoseconds (local clock) of that call
-	retryAt      atomic.Int64  // unix nanoseconds before which no lease call is made
+	retryAt atomic.Int64 // unix nanoseconds before which no lease call is made
+	// emptyAt is when the global bucket, as the last lease call saw it and
+	// refilling at the tenant's rate, was empty (unix nanoseconds): it holds
+	// (now - emptyAt) * rate tokens now. One number instead of a level and
+	// a time.
+	emptyAt atomic.Int64
 
 	// fallback is the local bucket of the fallback mode, made on the first
 	// failure and retuned by the syncer while failures go on.
 	fallback atomic.Pointer[bucket.TokenBucket]
 
+	flags atomic.Uint32 // flagUrgent (requests, syncer), the rest by the syncer
+
 	mu sync.Mutex // guards st; held across a lease call for this tenant
 	st State
 }
+
+// Tenant.flags.
+const (
+	flagUrgent  uint32 = 1 << iota // a request ran short since the last plan
+	flagFailing                    // the last lease call failed
+	flagLeased                     // a lease call has succeeded at least once
+	flagEvicted                    // removed from the syncer's tenants; never leased again
+)
+
+func (t *Tenant) setFlag(f uint32, on bool) (was bool) {
+	if on {
+		return t.flags.Or(f)&f != 0
+	}
+	return t.flags.And(^f)&f != 0
+}
+
+func (t *Tenant) flag(f uint32) bool { return t.flags.Load()&f != 0 }
 
 // NewTenant returns the lease record of tenant name with limits lim,
 // scheduled by planner p from time now.
@@ -63,15 +79,12 @@ func NewTenant(name string, lim *Limits, p *Planner, now time.Time) *Tenant {
 // Init prepares a zero Tenant in place, as NewTenant does, for callers that
 // embed a Tenant in a struct of their own. It must be called before the
 // tenant is shared. lim must not change afterwards: it is the tenant's base
-// quota, replaced while Redis holds an override for the tenant.
+// quota, replaced while Redis holds an override for the tenant. The name
+// only sets the tenant's phase: it is not kept.
 func (t *Tenant) Init(name string, lim *Limits, p *Planner, now time.Time) {
-	t.name, t.base = name, lim
 	t.limits.Store(lim)
 	p.Init(&t.st, name, now)
 }
-
-// Name returns the tenant's name.
-func (t *Tenant) Name() string { return t.name }
 
 // Limits returns the limits applied to the tenant now: its base limits, or
 // those of the quota override Redis reported on the last lease call. The
@@ -79,7 +92,7 @@ func (t *Tenant) Name() string { return t.name }
 func (t *Tenant) Limits() *Limits { return t.limits.Load() }
 
 // Base returns the limits the tenant was created with.
-func (t *Tenant) Base() *Limits { return t.base }
+func (t *Tenant) Base() *Limits { return t.limits.Load().baseOf() }
 
 // NoteMiss records that a request for n tokens found too few. It never
 // blocks: the syncer picks the miss up on its next round, or at once when
@@ -92,18 +105,18 @@ func (t *Tenant) NoteMiss(n int64) {
 			break
 		}
 	}
-	t.urgent.Store(true)
+	t.setFlag(flagUrgent, true)
 }
 
 // Failing reports whether the tenant's last lease call failed.
-func (t *Tenant) Failing() bool { return t.failing.Load() }
+func (t *Tenant) Failing() bool { return t.flag(flagFailing) }
 
 // Leased reports whether the tenant has ever been granted a lease here.
-func (t *Tenant) Leased() bool { return t.leased.Load() }
+func (t *Tenant) Leased() bool { return t.flag(flagLeased) }
 
 // Evicted reports whether the tenant was evicted: a request holding it
 // should look the tenant up again.
-func (t *Tenant) Evicted() bool { return t.evicted.Load() }
+func (t *Tenant) Evicted() bool { return t.flag(flagEvicted) }
 
 // Fallback returns the tenant's local fallback bucket, or nil when its
 // lease calls have not failed.
@@ -118,9 +131,8 @@ func (t *Tenant) RetryAfter(now time.Time, n int64) time.Duration {
 	rate := t.Limits().Rate
 	// Tokens held here count toward n: only the rest must come from Redis.
 	n -= t.Tokens.Load()
-	if at := t.globalAt.Load(); at != 0 {
-		tokens := math.Float64frombits(t.globalTokens.Load())
-		tokens += float64(now.UnixNano()-at) / 1e9 * rate
+	if at := t.emptyAt.Load(); at != 0 {
+		tokens := float64(now.UnixNano()-at) / 1e9 * rate
 		if short := float64(n) - tokens; short > 0 {
 			wait = durationCeil(short / rate)
 		}
@@ -148,7 +160,7 @@ func (t *Tenant) take(level int64) Input {
 		Level:  level,
 		Missed: t.missed.Swap(0),
 		Need:   t.need.Swap(0),
-		Urgent: t.urgent.Swap(false),
+		Urgent: t.setFlag(flagUrgent, false),
 	}
 }
 
@@ -162,15 +174,15 @@ type Snapshot struct {
 	Next      time.Time // next scheduled refresh
 }
 
-// Snapshot returns the tenant's lease state as of now. It takes the
-// tenant's lock, so it waits for a lease call in flight.
-func (t *Tenant) Snapshot(now time.Time) Snapshot {
+// Snapshot returns the tenant's lease state as of its last plan. It takes
+// the tenant's lock, so it waits for a lease call in flight.
+func (t *Tenant) Snapshot() Snapshot {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return Snapshot{
 		Tokens:    t.Tokens.Load(),
 		Target:    t.st.target,
-		Demand:    t.st.Demand(now),
+		Demand:    t.st.Demand(),
 		Failures:  int(t.st.failures),
 		Instances: int(t.st.instances),
 		Next:      t.st.Next(),

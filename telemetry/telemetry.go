@@ -106,7 +106,7 @@ func New(cfg Config) (*Telemetry, error) {
 		metric.WithUnit("{request}"), metric.WithDescription("Lease requests (one tenant's acquire) sent to Redis."))
 	add(e)
 	t.leaseTokens, e = meter.Int64Counter("leasequota.lease.tokens",
-		metric.WithUnit("{token}"), metric.WithDescription("Tokens asked for, granted by and returned to the global buckets, and leased tokens that expired unspent, by direction."))
+		metric.WithUnit("{token}"), metric.WithDescription("Tokens asked for, granted by and returned to (credited by) the global buckets, and leased tokens taken back unspent at expiry, by direction."))
 	add(e)
 	t.callDuration, e = meter.Float64Histogram("leasequota.redis.duration",
 		metric.WithUnit("s"), metric.WithDescription("Duration of Redis round trips (a pipeline counts once), by operation."),
@@ -342,8 +342,8 @@ func (t *Telemetry) Leases(requests int, requested, granted, returned int64) {
 	}
 }
 
-// Expired records leased tokens dropped unspent at the end of their
-// lifetime.
+// Expired records leased tokens taken back unspent at the end of their
+// lifetime (to be returned to Redis).
 func (t *Telemetry) Expired(n int64) {
 	if t == nil || n <= 0 {
 		return

@@ -55,16 +55,18 @@ func TestEmbeddedRedisRunsLeaseScripts(t *testing.T) {
 		acquire(30)  // new bucket: full, 30 of 100
 		acquire(100) // partial: what is left
 		acquire(0)   // just reads
-		left, err := lc.Release(ctx, "tenant/ü{1}", lim, 40)
+		// An aged return: the bucket was full before the first grant, so
+		// it credits nothing; both backends must agree.
+		left, err := lc.Release(ctx, "tenant/ü{1}", lim, 40, 0)
 		if err != nil {
 			t.Fatalf("release: %v", err)
 		}
-		o.tokens = append(o.tokens, left)
-		full, err := lc.Release(ctx, "never-used", lim, 5)
+		o.tokens = append(o.tokens, left.Tokens, left.Credited)
+		full, err := lc.Release(ctx, "never-used", lim, 5, 0)
 		if err != nil {
 			t.Fatalf("release into a missing key: %v", err)
 		}
-		o.tokens = append(o.tokens, full)
+		o.tokens = append(o.tokens, full.Tokens, full.Credited)
 		o.ttl = c.PTTL(ctx, lc.Key("tenant/ü{1}")).Val()
 		// Pipelined, after the script cache was flushed (NOSCRIPT).
 		if err := c.ScriptFlush(ctx).Err(); err != nil {
@@ -99,10 +101,14 @@ func TestEmbeddedRedisRunsLeaseScripts(t *testing.T) {
 			t.Errorf("tokens[%d]: miniredis %v, redis-server %v", i, got.tokens[i], want.tokens[i])
 		}
 	}
-	// Key kept until refilled to full, plus a second: (100-40)/10 s + 1 s.
+	// The return credited nothing (the grants came from a full bucket).
+	if want.tokens[4] != 0 || got.tokens[4] != 0 {
+		t.Errorf("credited: miniredis %v, redis-server %v, want 0", got.tokens[4], want.tokens[4])
+	}
+	// Key kept until refilled to full, plus a second: (100-0)/10 s + 1 s.
 	for name, ttl := range map[string]time.Duration{"miniredis": got.ttl, "redis-server": want.ttl} {
-		if ttl < 6*time.Second || ttl > 7*time.Second+100*time.Millisecond {
-			t.Errorf("%s: TTL %v, want about 7s", name, ttl)
+		if ttl < 10*time.Second || ttl > 11*time.Second+100*time.Millisecond {
+			t.Errorf("%s: TTL %v, want about 11s", name, ttl)
 		}
 	}
 }
