@@ -182,7 +182,7 @@ type simBucket struct {
 	created  int64 // µs of the first acquire; -1 before
 	granted  int64
 	returned float64 // tokens credited by releases
-	offered  int64 // tokens released, credited or not
+	offered  int64   // tokens released, credited or not
 }
 
 // observe is the history update of acquire.lua and release.lua: level x
