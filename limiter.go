@@ -203,10 +203,11 @@ func (l *Limiter) Allow(tenant string) bool {
 // returns an error: the Decision's Reason says why it denied.
 func (l *Limiter) AllowN(ctx context.Context, tenant string, n int64) Decision {
 	if e := l.reg.load(tenant); e != nil {
-		if n > 0 && n <= e.limits().Burst {
+		// One read of the limits: the Burst checked is the Quota reported.
+		if lim := e.Limits(); n > 0 && n <= lim.Burst {
 			if ok, left := e.Tokens.TrySpend(n); ok {
 				e.Admits.Add(1)
-				return Decision{Allowed: true, Remaining: left, Quota: e.quota(), Reason: ReasonLeased}
+				return Decision{Allowed: true, Remaining: left, Quota: quotaOfLimits(lim), Reason: ReasonLeased}
 			}
 		}
 		return l.allowSlow(ctx, tenant, e, n)
@@ -230,10 +231,10 @@ func (l *Limiter) allowFirst(ctx context.Context, tenant string, n int64) Decisi
 		}
 		return l.count(Decision{Quota: q, Reason: reason})
 	}
-	if n <= e.limits().Burst {
+	if lim := e.Limits(); n <= lim.Burst {
 		if ok, left := e.Tokens.TrySpend(n); ok {
 			e.Admits.Add(1)
-			return Decision{Allowed: true, Remaining: left, Quota: e.quota(), Reason: ReasonLeased}
+			return Decision{Allowed: true, Remaining: left, Quota: quotaOfLimits(lim), Reason: ReasonLeased}
 		}
 	}
 	return l.allowSlow(ctx, tenant, e, n)
@@ -295,12 +296,12 @@ func (l *Limiter) count(d Decision) Decision {
 // allowSlow decides a request the leased tokens could not: invalid n, a
 // closed limiter, an evicted entry, or too few tokens.
 func (l *Limiter) allowSlow(ctx context.Context, tenant string, e *entry, n int64) Decision {
-	lim := e.limits()
+	lim := e.Limits()
 	if n <= 0 || n > lim.Burst {
-		return l.count(Decision{Quota: e.quota(), Reason: ReasonInvalidN})
+		return l.count(Decision{Quota: quotaOfLimits(lim), Reason: ReasonInvalidN})
 	}
 	if l.closed.Load() {
-		return l.count(Decision{Quota: e.quota(), Reason: ReasonClosed})
+		return l.count(Decision{Quota: quotaOfLimits(lim), Reason: ReasonClosed})
 	}
 	if e.Evicted() {
 		// Evicted between the lookup and now: start over with a new entry.
@@ -382,7 +383,7 @@ func (l *Limiter) deny(e *entry, n int64) Decision {
 
 // wait waits until n tokens are spent for e (returning the admission with
 // reason), or ctx is done (returning ctx's error), or Redis fails for the
-// tenant (errUnavailable). Each round asks the syncer for an urgent
+// tenant (ErrUnavailable). Each round asks the syncer for an urgent
 // refill, joining one in flight, and when Redis holds calls back (its
 // bucket is dry) sleeps until the estimated refill.
 func (l *Limiter) wait(ctx context.Context, tenant string, e *entry, n int64, reason Reason) (Decision, error) {
@@ -411,7 +412,7 @@ func (l *Limiter) wait(ctx context.Context, tenant string, e *entry, n int64, re
 			return Decision{Allowed: true, Remaining: left, Quota: e.quota(), Reason: reason}, nil
 		}
 		if e.Failing() {
-			return Decision{}, errUnavailable
+			return Decision{}, ErrUnavailable
 		}
 		// Still short: the global bucket is dry. Sleep until the syncer
 		// may call again.
@@ -428,9 +429,6 @@ func (l *Limiter) wait(ctx context.Context, tenant string, e *entry, n int64, re
 		}
 	}
 }
-
-// errUnavailable is wait's error when Redis fails for the tenant.
-var errUnavailable = fmt.Errorf("%w", ErrUnavailable)
 
 // WaitN blocks until n tokens of tenant's quota are admitted and returns
 // the admission, or until ctx is done (returning ctx's error), or the
@@ -486,7 +484,7 @@ func (l *Limiter) WaitN(ctx context.Context, tenant string, n int64) (Decision, 
 			if err == nil {
 				return l.count(d), nil
 			}
-			if !errors.Is(err, errUnavailable) {
+			if !errors.Is(err, ErrUnavailable) {
 				d = l.count(l.deny(e, n))
 				if errors.Is(err, ErrClosed) {
 					return d, err
@@ -563,16 +561,24 @@ type Stats struct {
 // proportion to the tenants tracked; call it from metrics collection, not
 // per request.
 func (l *Limiter) Stats() Stats {
-	s := Stats{Stats: l.sync.Stats(), Degraded: l.sync.Degraded()}
+	s, _ := l.stats()
+	return s
+}
+
+// stats is Stats, and the leased tokens held now, from one visit of the
+// tenants.
+func (l *Limiter) stats() (s Stats, held int64) {
+	s = Stats{Stats: l.sync.Stats(), Degraded: l.sync.Degraded()}
 	for _, t := range l.reg.tenants {
 		s.Leased += t.Admits.Load()
+		held += t.Tokens.Load()
 	}
 	s.Leased += l.reg.evictedAdmits.Load()
 	for r := range s.Allowed {
 		s.Denied[r] = l.decisions[r][0].Load()
 		s.Allowed[r] = l.decisions[r][1].Load()
 	}
-	return s
+	return s, held
 }
 
 // reasonNames and reasonModes label the decisions metric, by Reason.
@@ -592,7 +598,7 @@ var (
 
 // collect fills a telemetry snapshot; the SDK calls it when it collects.
 func (l *Limiter) collect(s *telemetry.Snapshot) {
-	st := l.Stats()
+	st, held := l.stats()
 	st.Allowed[ReasonLeased] += st.Leased
 	s.Allowed = append(s.Allowed, st.Allowed[:]...)
 	s.Denied = append(s.Denied, st.Denied[:]...)
@@ -601,10 +607,6 @@ func (l *Limiter) collect(s *telemetry.Snapshot) {
 	s.Tenants = int64(l.reg.len())
 	s.Degraded = st.Degraded
 	s.TokensGranted = st.Granted
-	var held int64
-	for _, t := range l.reg.tenants {
-		held += t.Tokens.Load()
-	}
 	// Every token taken back (expired, evicted, closed) is given back, and
 	// counted as returned or forfeited.
 	s.TokensSpent = max(st.Granted-st.Returned-st.Forfeited-held, 0)

@@ -12,9 +12,6 @@ type entry struct {
 	syncer.Tenant
 }
 
-// limits returns the tenant's limits.
-func (e *entry) limits() *syncer.Limits { return e.Limits() }
-
 // quota returns the tenant's quota, defaults resolved.
 func (e *entry) quota() Quota { return quotaOfLimits(e.Limits()) }
 

@@ -42,9 +42,7 @@ func (d *Demand) Observe(now time.Time, count int64) {
 		return
 	}
 	d.pending = 0
-	dt := float64(ns-d.last) / 1e9
-	alpha := 1 - math.Exp2(-dt/d.halfLife().Seconds())
-	d.rate += alpha * (float64(count)/dt - d.rate)
+	d.rate = UpdateRate(d.rate, count, time.Duration(ns-d.last), d.halfLife())
 	d.last = ns
 }
 

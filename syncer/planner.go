@@ -118,10 +118,9 @@ type State struct {
 
 // State.flags.
 const (
-	flagGranted  uint8 = 1 << iota // a lease call has succeeded at least once
-	flagObserved                   // observed holds a time
-	flagRising                     // demand jumped: use fast while above slow
-	flagScarce                     // the last lease call got less than it asked for
+	flagGranted uint8 = 1 << iota // a lease call has succeeded at least once
+	flagRising                    // demand jumped: use fast while above slow
+	flagScarce                    // the last lease call got less than it asked for
 )
 
 // stampOf returns ns as a stamp of st, rounded down.
@@ -189,11 +188,6 @@ const jumpMin = 32
 // observe records count tokens asked for at ns.
 func (p *Planner) observe(st *State, ns int64, count int64) {
 	now := st.stampOf(ns)
-	if st.flags&flagObserved == 0 {
-		st.flags |= flagObserved
-		st.observed = now
-		return
-	}
 	dt := time.Duration(now-st.observed) * time.Millisecond
 	st.slow = float32(bucket.UpdateRate(float64(st.slow), count, dt, p.cfg.HalfLife))
 	st.fast = float32(bucket.UpdateRate(float64(st.fast), count, dt, p.cfg.Interval/2))
@@ -282,7 +276,6 @@ func (p *Planner) Init(st *State, name string, now time.Time) {
 	st.ledger.init(ns)
 	st.lastActive = st.stampOf(ns)
 	st.observed = st.lastActive
-	st.flags = flagObserved
 	st.next = st.stampCeil(p.nextScheduled(st, ns))
 }
 
@@ -499,7 +492,7 @@ func (p *Planner) Granted(st *State, lim Limits, now time.Time, asked int64, g l
 		// up to its share of the burst: come back when half of that has
 		// accrued, so that a late tick wastes no credit.
 		need = max(1, min(need, int64(float64(lim.Burst)*g.Share/lim.Rate/2)))
-		wait = durationOf(float64(need) / g.Share)
+		wait = durationCeil(float64(need) / g.Share)
 	} else {
 		turn := need * int64(max(st.instances, 1))
 		if turn/int64(max(st.instances, 1)) != need { // overflow
@@ -509,15 +502,6 @@ func (p *Planner) Granted(st *State, lim Limits, now time.Time, asked int64, g l
 	}
 	wait = min(max(wait, p.cfg.Interval/10), 24*time.Hour)
 	st.notBefore = st.stampCeil(ns + int64(wait) + p.jitter(st, ns, int64(p.cfg.Jitter)))
-}
-
-// durationOf converts seconds to a Duration, saturating.
-func durationOf(sec float64) time.Duration {
-	ns := sec * 1e9
-	if !(ns < math.MaxInt64) {
-		return math.MaxInt64
-	}
-	return time.Duration(ns)
 }
 
 // Failed records a failed lease call at time now: the next call waits a

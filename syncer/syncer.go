@@ -607,7 +607,7 @@ func (s *Syncer) apply(ctx context.Context, name string, t *Tenant, now time.Tim
 	level := t.Tokens.Add(g.Granted)
 	s.granted.Add(g.Granted)
 	s.planner.Granted(&t.st, *t.Limits(), now, want, g, level)
-	t.emptyAt.Store(now.UnixNano() - int64(durationOf(g.Tokens/t.Limits().Rate)))
+	t.emptyAt.Store(now.UnixNano() - int64(durationCeil(g.Tokens/t.Limits().Rate)))
 	t.retryAt.Store(t.st.at(t.st.notBefore))
 	t.setFlag(flagLeased, true)
 	s.setFailing(t, false, nil)
