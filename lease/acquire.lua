@@ -45,96 +45,45 @@
 -- with s0 = 0, m0 = burst (or the old burst if higher), s1 = now, m1 = x, so
 -- no grant made before now can be credited.
 --
--- The only clock is the Redis server's TIME, so every instance sees the same
--- time line. Redis 7 replicates scripts by their effects (the HSET below
--- carries the computed values), so reading TIME before writing is safe.
-
-local function bad(what)
-  return redis.error_reply('leasequota: bad argument: ' .. what)
-end
+-- common.lua (in front of this file) reads the bucket, the override and the
+-- history, and stores the bucket; the only clock is Redis TIME.
 
 local rate = tonumber(ARGV[1])
 local burst = tonumber(ARGV[2])
 local want = tonumber(ARGV[3])
 local rwindow = tonumber(ARGV[4])
--- x ~= x catches NaN; comparisons with math.huge catch infinities.
-if rate == nil or rate ~= rate or rate <= 0 or rate == math.huge then
+if not rate_ok(rate) then
   return bad('rate must be a finite number > 0, got ' .. tostring(ARGV[1]))
 end
-if burst == nil or burst ~= burst or burst < 1 or burst == math.huge or burst ~= math.floor(burst) then
+if not whole(burst, 1) then
   return bad('burst must be an integer >= 1, got ' .. tostring(ARGV[2]))
 end
-if want == nil or want ~= want or want < 0 or want == math.huge or want ~= math.floor(want) then
+if not whole(want, 0) then
   return bad('want must be an integer >= 0, got ' .. tostring(ARGV[3]))
 end
-if rwindow == nil or rwindow ~= rwindow or rwindow < 1 or rwindow == math.huge or rwindow ~= math.floor(rwindow) then
+if not whole(rwindow, 1) then
   return bad('return window must be an integer >= 1 (ms), got ' .. tostring(ARGV[4]))
 end
 
 -- The override, when one is stored, replaces the caller's rate and burst.
 local override = 0
-local q = redis.call('HMGET', KEYS[3], 'r', 'b', 'min', 'max', 'ttl', 'mode')
-if q[1] and q[2] then
-  local orate = tonumber(q[1])
-  local oburst = tonumber(q[2])
-  if orate == nil or orate ~= orate or orate <= 0 or orate == math.huge or
-     oburst == nil or oburst ~= oburst or oburst < 1 or oburst == math.huge or oburst ~= math.floor(oburst) then
-    return redis.error_reply('leasequota: corrupt quota ' .. KEYS[3] .. ': delete the key or set the quota again')
-  end
+local q, orate, oburst = read_override(KEYS[3])
+if q == nil then
+  return orate -- the error reply
+end
+if orate ~= nil then
   rate, burst = orate, oburst
   override = {q[1], q[2], q[3] or '0', q[4] or '0', q[5] or '0', q[6] or '0'}
 end
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-
+local now = redis_now()
 local key = KEYS[1]
-local tokens
-local state = redis.call('HMGET', key, 'tk', 'ts', 's0', 'm0', 's1', 'm1', 'hb')
-if state[1] == false and state[2] == false then
-  -- No key: never used, or expired because it had refilled to full.
-  tokens = burst
-else
-  local tk = tonumber(state[1])
-  local ts = tonumber(state[2])
-  if tk == nil or ts == nil or tk ~= tk or ts ~= ts then
-    return redis.error_reply('leasequota: corrupt bucket ' .. key .. ': delete the key to reset it')
-  end
-  -- A clock that went backwards (e.g. failover to a replica whose clock
-  -- lags) refills nothing rather than going negative.
-  local elapsed = now - ts
-  if elapsed < 0 then
-    elapsed = 0
-  end
-  tokens = tk + elapsed * rate / 1000000
-  if tokens > burst then
-    tokens = burst
-  end
-  if tokens < 0 then
-    tokens = 0
-  end
+local state, tokens = read_bucket(key, now, rate, burst)
+if state == nil then
+  return tokens -- the error reply
 end
-
 -- Observe the level before the debit (see the header).
-local s0, m0, s1, m1 = tonumber(state[3]), tonumber(state[4]), tonumber(state[5]), tonumber(state[6])
-local hb = tonumber(state[7])
-if s0 == nil or m0 == nil or s1 == nil or m1 == nil or hb == nil or
-   s0 ~= s0 or m0 ~= m0 or s1 ~= s1 or m1 ~= m1 or hb ~= burst then
-  m0 = burst
-  if hb ~= nil and hb == hb and hb > m0 then
-    m0 = hb
-  end
-  s0, s1, m1 = 0, now, tokens
-end
-if now - s1 >= rwindow * 1000 then
-  if tokens > m1 then
-    m1 = tokens
-  end
-  s0, m0, s1, m1 = s1, m1, now, tokens
-end
-if tokens > m1 then
-  m1 = tokens
-end
+local h = observe(state, now, tokens, burst, rwindow)
 
 local instances = 0
 local share = nil       -- this instance's max-min fair share, tokens/s
@@ -236,21 +185,7 @@ if credit ~= nil then
 end
 tokens = tokens - granted
 
-redis.call('HSET', key, 'tk', string.format('%.17g', tokens), 'ts', string.format('%d', now),
-  's0', string.format('%d', s0), 'm0', string.format('%.17g', m0),
-  's1', string.format('%d', s1), 'm1', string.format('%.17g', m1),
-  'hb', string.format('%d', burst))
-
--- Keep the key until the bucket would be full again, plus a second: a
--- missing key means a full bucket, so expiring it then changes nothing.
--- Beyond ~31,700 years (and for an infinite quotient) keep it for ever: the
--- number would not fit PEXPIRE, and any finite cap would refill early.
-local ttl = math.ceil((burst - tokens) / rate * 1000) + 1000
-if ttl < 1e15 then
-  redis.call('PEXPIRE', key, string.format('%d', ttl))
-else
-  redis.call('PERSIST', key)
-end
+store(key, tokens, now, rate, burst, h)
 
 local shareOut = ''
 if share ~= nil then

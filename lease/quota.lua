@@ -28,17 +28,6 @@
 -- one cap say nothing about the room below another); once the history has
 -- rolled past the change, grants after it are creditable again.
 
-local function bad(what)
-  return redis.error_reply('leasequota: bad argument: ' .. what)
-end
-
-local function rate_ok(x)
-  return x ~= nil and x == x and x > 0 and x ~= math.huge
-end
-local function burst_ok(x)
-  return x ~= nil and x == x and x >= 1 and x ~= math.huge and x == math.floor(x)
-end
-
 local key, qkey = KEYS[1], KEYS[2]
 local op = ARGV[1]
 local q = redis.call('HMGET', qkey, 'r', 'b', 'min', 'max', 'ttl', 'mode')
@@ -58,7 +47,7 @@ local baseRate, baseBurst = tonumber(ARGV[2]), tonumber(ARGV[3])
 if not rate_ok(baseRate) then
   return bad('base rate must be a finite number > 0, got ' .. tostring(ARGV[2]))
 end
-if not burst_ok(baseBurst) then
+if not whole(baseBurst, 1) then
   return bad('base burst must be an integer >= 1, got ' .. tostring(ARGV[3]))
 end
 
@@ -66,7 +55,7 @@ end
 local oldRate, oldBurst = baseRate, baseBurst
 if stored then
   oldRate, oldBurst = tonumber(q[1]), tonumber(q[2])
-  if not rate_ok(oldRate) or not burst_ok(oldBurst) then
+  if not rate_ok(oldRate) or not whole(oldBurst, 1) then
     -- A corrupt override is replaced: take the base quota as the old one.
     oldRate, oldBurst = baseRate, baseBurst
   end
@@ -79,60 +68,31 @@ if op == 'set' then
   if not rate_ok(newRate) then
     return bad('rate must be a finite number > 0, got ' .. tostring(ARGV[4]))
   end
-  if not burst_ok(newBurst) then
+  if not whole(newBurst, 1) then
     return bad('burst must be an integer >= 1, got ' .. tostring(ARGV[5]))
   end
   for i = 6, 9 do
-    local x = tonumber(ARGV[i])
-    if x == nil or x ~= x or x < 0 or x == math.huge or x ~= math.floor(x) then
+    if not whole(tonumber(ARGV[i]), 0) then
       return bad('lease field ' .. (i - 5) .. ' must be an integer >= 0, got ' .. tostring(ARGV[i]))
     end
   end
 end
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-
-local tokens
-local state = redis.call('HMGET', key, 'tk', 'ts')
-if state[1] == false and state[2] == false then
-  tokens = oldBurst
-else
-  local tk = tonumber(state[1])
-  local ts = tonumber(state[2])
-  if tk == nil or ts == nil or tk ~= tk or ts ~= ts then
-    return redis.error_reply('leasequota: corrupt bucket ' .. key .. ': delete the key to reset it')
-  end
-  local elapsed = now - ts
-  if elapsed < 0 then
-    elapsed = 0
-  end
-  tokens = tk + elapsed * oldRate / 1000000
-  if tokens > oldBurst then
-    tokens = oldBurst
-  end
-  if tokens < 0 then
-    tokens = 0
-  end
+local now = redis_now()
+local state, tokens = read_bucket(key, now, oldRate, oldBurst)
+if state == nil then
+  return tokens -- the error reply
 end
 if tokens > newBurst then
   tokens = newBurst
 end
 
+-- The history starts anew (see the header).
 local m0 = oldBurst
 if newBurst > m0 then
   m0 = newBurst
 end
-redis.call('HSET', key, 'tk', string.format('%.17g', tokens), 'ts', string.format('%d', now),
-  's0', '0', 'm0', string.format('%.17g', m0),
-  's1', string.format('%d', now), 'm1', string.format('%.17g', tokens),
-  'hb', string.format('%d', newBurst))
-local ttl = math.ceil((newBurst - tokens) / newRate * 1000) + 1000
-if ttl < 1e15 then
-  redis.call('PEXPIRE', key, string.format('%d', ttl))
-else
-  redis.call('PERSIST', key)
-end
+store(key, tokens, now, newRate, newBurst, {s0 = 0, m0 = m0, s1 = now, m1 = tokens})
 
 if op == 'set' then
   redis.call('DEL', qkey)

@@ -40,20 +40,12 @@
 -- burst), so releasing into it changes nothing: the key is not created, the
 -- reply says the bucket holds burst tokens, and nothing is credited.
 
-local function bad(what)
-  return redis.error_reply('leasequota: bad argument: ' .. what)
-end
-
-local function whole(x, min)
-  return x ~= nil and x == x and x >= min and x ~= math.huge and x == math.floor(x)
-end
-
 local rate = tonumber(ARGV[1])
 local burst = tonumber(ARGV[2])
 local amount = tonumber(ARGV[3])
 local age = tonumber(ARGV[4])
 local window = tonumber(ARGV[5])
-if rate == nil or rate ~= rate or rate <= 0 or rate == math.huge then
+if not rate_ok(rate) then
   return bad('rate must be a finite number > 0, got ' .. tostring(ARGV[1]))
 end
 if not whole(burst, 1) then
@@ -69,40 +61,22 @@ if not whole(window, 1) then
   return bad('return window must be an integer >= 1 (ms), got ' .. tostring(ARGV[5]))
 end
 
-local q = redis.call('HMGET', KEYS[3], 'r', 'b')
-if q[1] and q[2] then
-  local orate = tonumber(q[1])
-  local oburst = tonumber(q[2])
-  if orate == nil or orate ~= orate or orate <= 0 or orate == math.huge or not whole(oburst, 1) then
-    return redis.error_reply('leasequota: corrupt quota ' .. KEYS[3] .. ': delete the key or set the quota again')
-  end
+local q, orate, oburst = read_override(KEYS[3])
+if q == nil then
+  return orate -- the error reply
+end
+if orate ~= nil then
   rate, burst = orate, oburst
 end
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-
+local now = redis_now()
 local key = KEYS[1]
-local state = redis.call('HMGET', key, 'tk', 'ts', 's0', 'm0', 's1', 'm1', 'hb')
-if state[1] == false and state[2] == false then
+local state, x, missing = read_bucket(key, now, rate, burst)
+if state == nil then
+  return x -- the error reply
+end
+if missing then
   return {string.format('%.17g', burst), now, '0'}
-end
-local tk = tonumber(state[1])
-local ts = tonumber(state[2])
-if tk == nil or ts == nil or tk ~= tk or ts ~= ts then
-  return redis.error_reply('leasequota: corrupt bucket ' .. key .. ': delete the key to reset it')
-end
-
-local elapsed = now - ts
-if elapsed < 0 then
-  elapsed = 0
-end
-local x = tk + elapsed * rate / 1000000
-if x > burst then
-  x = burst
-end
-if x < 0 then
-  x = 0
 end
 
 local rid = ARGV[6]
@@ -121,33 +95,15 @@ if rid ~= nil and rid ~= '' then
   redis.call('PEXPIRE', rkey, string.format('%d', keep))
 end
 
--- The level history, as in acquire.lua: unknown (missing, unreadable, or
--- recorded under another burst) means no credit for grants before now.
-local s0, m0, s1, m1 = tonumber(state[3]), tonumber(state[4]), tonumber(state[5]), tonumber(state[6])
-local hb = tonumber(state[7])
-if s0 == nil or m0 == nil or s1 == nil or m1 == nil or hb == nil or
-   s0 ~= s0 or m0 ~= m0 or s1 ~= s1 or m1 ~= m1 or hb ~= burst then
-  m0 = burst
-  if hb ~= nil and hb == hb and hb > m0 then
-    m0 = hb
-  end
-  s0, s1, m1 = 0, now, x
-end
-if now - s1 >= window * 1000 then
-  if x > m1 then
-    m1 = x
-  end
-  s0, m0, s1, m1 = s1, m1, now, x
-end
-if x > m1 then
-  m1 = x
-end
+-- The level history (common.lua): unknown (missing, unreadable, or recorded
+-- under another burst) means no credit for grants before now.
+local h = observe(state, now, x, burst, window)
 
 local credit = 0
-if now - age * 1000 >= s0 then
-  local peak = m0
-  if m1 > peak then
-    peak = m1
+if now - age * 1000 >= h.s0 then
+  local peak = h.m0
+  if h.m1 > peak then
+    peak = h.m1
   end
   credit = burst - peak
   if credit > amount then
@@ -157,25 +113,13 @@ if now - age * 1000 >= s0 then
     credit = 0
   end
 end
-m0 = m0 + credit
-m1 = m1 + credit
+h.m0 = h.m0 + credit
+h.m1 = h.m1 + credit
 
 local tokens = x + credit
 if tokens > burst then
   tokens = burst
 end
-
-redis.call('HSET', key, 'tk', string.format('%.17g', tokens), 'ts', string.format('%d', now),
-  's0', string.format('%d', s0), 'm0', string.format('%.17g', m0),
-  's1', string.format('%d', s1), 'm1', string.format('%.17g', m1),
-  'hb', string.format('%d', burst))
-
--- Same expiry rule as acquire.lua: until full again, plus a second.
-local ttl = math.ceil((burst - tokens) / rate * 1000) + 1000
-if ttl < 1e15 then
-  redis.call('PEXPIRE', key, string.format('%d', ttl))
-else
-  redis.call('PERSIST', key)
-end
+store(key, tokens, now, rate, burst, h)
 
 return {string.format('%.17g', tokens), now, string.format('%.17g', credit)}

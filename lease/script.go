@@ -36,6 +36,11 @@ var (
 )
 
 var (
+	// commonSource goes in front of each script: Redis scripts cannot load
+	// one another, and the three read buckets, overrides and the level
+	// history the same way.
+	//go:embed common.lua
+	commonSource string
 	//go:embed acquire.lua
 	acquireSource string
 	//go:embed release.lua
@@ -47,9 +52,9 @@ var (
 // The scripts with their digests, computed once. These are the package's
 // only package-level values besides errors and constants, and never change.
 var (
-	acquireScript = newScript(acquireSource)
-	releaseScript = newScript(releaseSource)
-	quotaScript   = newScript(quotaSource)
+	acquireScript = newScript(commonSource + acquireSource)
+	releaseScript = newScript(commonSource + releaseSource)
+	quotaScript   = newScript(commonSource + quotaSource)
 )
 
 // script is a Lua script and its SHA-1 digest, the name EVALSHA knows it by.
