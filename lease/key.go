@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/leasequota/leasequota/internal/keyslot"
 )
 
 // ErrBadPrefix is returned (wrapped) by ValidatePrefix and NewClient when a
@@ -105,39 +107,13 @@ func ValidatePrefix(prefix string) error {
 }
 
 // NumSlots is the number of Redis Cluster hash slots.
-const NumSlots = 16384
+const NumSlots = keyslot.NumSlots
 
 // Slot returns the Redis Cluster hash slot of key: CRC16 (XMODEM) of the
 // key mod 16384, where only the hash tag is hashed when the key has one (the
 // bytes between the first '{' and the first '}' after it, when there is at
 // least one byte between them).
-func Slot(key string) uint16 {
-	if open := strings.IndexByte(key, '{'); open >= 0 {
-		if n := strings.IndexByte(key[open+1:], '}'); n > 0 {
-			key = key[open+1 : open+1+n]
-		}
-	}
-	return crc16(key) % NumSlots
-}
-
-// crc16 is CRC-16/XMODEM (polynomial 0x1021, initial value 0, no
-// reflection), the checksum Redis Cluster uses for key slots. It is computed
-// bit by bit: keys are short and a table would be package state for no
-// measurable gain.
-func crc16(s string) uint16 {
-	var crc uint16
-	for i := 0; i < len(s); i++ {
-		crc ^= uint16(s[i]) << 8
-		for bit := 0; bit < 8; bit++ {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return crc
-}
+func Slot(key string) uint16 { return keyslot.Of(key) }
 
 // InstancesKey returns the key of the instance registry that goes with the
 // bucket at bucketKey: the same key with ":i" appended. The suffix has no

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"pgregory.net/rapid"
+
+	"github.com/leasequota/leasequota/internal/keyslot"
 )
 
 // hashTag returns the content of key's hash tag as Redis Cluster finds it,
@@ -275,7 +277,7 @@ func TestSlotVectors(t *testing.T) {
 		}
 	}
 	// CRC-16/XMODEM check value.
-	if got := crc16("123456789"); got != 0x31C3 {
+	if got := keyslot.CRC16("123456789"); got != 0x31C3 {
 		t.Errorf("crc16(123456789) = %#x, want 0x31c3", got)
 	}
 }

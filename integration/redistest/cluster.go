@@ -17,10 +17,12 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/leasequota/leasequota/internal/keyslot"
 )
 
 // NumSlots is the number of Redis Cluster hash slots.
-const NumSlots = 16384
+const NumSlots = keyslot.NumSlots
 
 // clusterStartTimeout bounds StartCluster: six processes, the create
 // handshake and the wait until every node and a client agree.
@@ -458,26 +460,10 @@ func (c *Cluster) close() {
 func KeyInSlot(slot int) string {
 	for i := 0; ; i++ {
 		k := "k" + strconv.Itoa(i)
-		if int(crc16(k)%NumSlots) == slot {
+		if int(keyslot.Of(k)) == slot {
 			return k
 		}
 	}
-}
-
-// crc16 is CRC-16/XMODEM, the checksum of Redis Cluster key slots.
-func crc16(s string) uint16 {
-	var crc uint16
-	for i := 0; i < len(s); i++ {
-		crc ^= uint16(s[i]) << 8
-		for bit := 0; bit < 8; bit++ {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return crc
 }
 
 // nodeInfo runs a command returning text (CLUSTER INFO, INFO x) on one node.

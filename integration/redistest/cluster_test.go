@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/leasequota/leasequota/internal/keyslot"
 )
 
 func TestParseClusterNodes(t *testing.T) {
@@ -34,12 +36,12 @@ func TestParseClusterNodes(t *testing.T) {
 
 func TestKeyInSlot(t *testing.T) {
 	for _, slot := range []int{0, 1, 5460, 16383} {
-		if got := int(crc16(KeyInSlot(slot)) % NumSlots); got != slot {
+		if got := int(keyslot.Of(KeyInSlot(slot))); got != slot {
 			t.Errorf("KeyInSlot(%d) is in slot %d", slot, got)
 		}
 	}
 	// Known value from the Redis Cluster specification.
-	if got := crc16("123456789"); got != 0x31C3 {
+	if got := keyslot.CRC16("123456789"); got != 0x31C3 {
 		t.Errorf("crc16 = %#x, want 0x31c3", got)
 	}
 }
