@@ -78,6 +78,18 @@ var reasonNames = [...]string{
 	ReasonClosed:         "closed",
 }
 
+// Waitable reports whether a denial for reason r may turn into an
+// admission by waiting a little: the lease ran out (or never came), or the
+// local fallback bucket of a Redis outage is empty. RetryAfter then
+// estimates the wait.
+func (r Reason) Waitable() bool {
+	switch r {
+	case ReasonExhausted, ReasonColdStart, ReasonFallback:
+		return true
+	}
+	return false
+}
+
 // String returns the reason in snake case, as used in metrics and logs.
 func (r Reason) String() string {
 	if int(r) < len(reasonNames) && reasonNames[r] != "" {

@@ -30,7 +30,8 @@
 // the syncer without blocking and is denied, unless it is the tenant's first
 // request on this instance (it waits up to WithColdStartWait for the first
 // lease) or WithMaxWait allows a bounded wait for a fresh lease. WaitN waits
-// as long as its context allows.
+// as long as its context allows; AllowNWithin waits only when the wait is
+// expected to be within a bound the caller gives.
 //
 // A consequence of leasing: an instance can deny a request while another
 // instance, or Redis, still holds tokens. Leases are sized from each

@@ -514,6 +514,25 @@ func (l *Limiter) WaitN(ctx context.Context, tenant string, n int64) (Decision, 
 	}
 }
 
+// AllowNWithin is AllowN, except that a denial that waiting could turn
+// into an admission (Reason.Waitable) with a RetryAfter of at most maxWait
+// waits for it, as WaitN does, for up to maxWait (and ctx). It is what a
+// request handler with a latency budget wants: the HTTP middleware and
+// the gRPC interceptors use it. A wait that fails returns the fresh
+// denial it ended with.
+func (l *Limiter) AllowNWithin(ctx context.Context, tenant string, n int64, maxWait time.Duration) Decision {
+	d := l.AllowN(ctx, tenant, n)
+	if d.Allowed || maxWait <= 0 || !d.Reason.Waitable() || d.RetryAfter > maxWait {
+		return d
+	}
+	wctx, cancel := context.WithTimeout(ctx, maxWait)
+	defer cancel()
+	if wd, err := l.WaitN(wctx, tenant, n); err == nil || wd.Reason != 0 {
+		return wd
+	}
+	return d
+}
+
 // truncate shortens a tenant name for an error message.
 func truncate(s string) string {
 	const max = 64

@@ -445,3 +445,37 @@ func TestRaceSpendRefreshAndClose(t *testing.T) {
 		t.Errorf("global %.2f + admitted %d > bound %.1f", g, total, bound)
 	}
 }
+
+// TestAllowNWithin: a denial that waiting can cure is waited for, up to
+// maxWait; one it cannot (n > Burst) is not, and maxWait 0 is AllowN.
+func TestAllowNWithin(t *testing.T) {
+	c, prefix := setup(t)
+	l := newLimiter(t, c, leasequota.WithKeyPrefix(prefix), leasequota.WithDefaultQuota(leasequota.Quota{Rate: 200, Burst: 10}))
+	ctx := context.Background()
+	for i := range 10 {
+		if d := l.AllowNWithin(ctx, "t", 1, time.Second); !d.Allowed {
+			t.Fatalf("request %d of the burst denied: %+v", i, d)
+		}
+	}
+	if d := l.AllowNWithin(ctx, "t", 5, 0); d.Allowed || !d.Reason.Waitable() {
+		t.Fatalf("burst spent, maxWait 0: %+v, want a waitable denial", d)
+	}
+	if d := l.AllowNWithin(ctx, "t", 5, time.Second); !d.Allowed {
+		t.Fatalf("burst spent, maxWait 1s at 200 tokens/s: %+v, want admitted", d)
+	}
+	start := time.Now()
+	if d := l.AllowNWithin(ctx, "t", 11, time.Second); d.Allowed || d.Reason != leasequota.ReasonInvalidN || time.Since(start) > 500*time.Millisecond {
+		t.Fatalf("n > Burst: %+v after %v, want ReasonInvalidN at once", d, time.Since(start))
+	}
+}
+
+func TestReasonWaitable(t *testing.T) {
+	want := map[leasequota.Reason]bool{
+		leasequota.ReasonExhausted: true, leasequota.ReasonColdStart: true, leasequota.ReasonFallback: true,
+	}
+	for r := leasequota.ReasonLeased; r <= leasequota.ReasonClosed; r++ {
+		if got := r.Waitable(); got != want[r] {
+			t.Errorf("%v.Waitable() = %v, want %v", r, got, want[r])
+		}
+	}
+}

@@ -268,14 +268,11 @@ func (lim *limiter) admit(ctx context.Context, method string, setHeader func(con
 			key = "unknown"
 		}
 	}
-	d := lim.l.AllowN(ctx, key, cost)
-	if !d.Allowed && !lim.cfg.shadow && lim.cfg.maxWait > 0 && waitable(d.Reason) && d.RetryAfter <= lim.cfg.maxWait {
-		wctx, cancel := context.WithTimeout(ctx, lim.cfg.maxWait)
-		wd, err := lim.l.WaitN(wctx, key, cost)
-		cancel()
-		if err == nil || wd.Reason != 0 { // a failed wait reports a fresh denial
-			d = wd
-		}
+	var d leasequota.Decision
+	if lim.cfg.shadow {
+		d = lim.l.AllowN(ctx, key, cost)
+	} else {
+		d = lim.l.AllowNWithin(ctx, key, cost, lim.cfg.maxWait)
 	}
 	if lim.cfg.hook != nil {
 		lim.cfg.hook(ctx, method, key, d)
@@ -288,7 +285,7 @@ func (lim *limiter) admit(ctx context.Context, method string, setHeader func(con
 		// Admitted by a failure mode, without a lease: nothing is known
 		// of the remaining quota.
 		rate = d.Mode == leasequota.FailDefault
-	case waitable(d.Reason):
+	case d.Reason.Waitable():
 		t = middleware.RetrySeconds(d.RetryAfter)
 		err = lim.exhausted(d, fmt.Sprintf("quota of policy %q exhausted; retry after %v", lim.cfg.policy, roundUp(d.RetryAfter)), true)
 	case d.Reason == leasequota.ReasonInvalidN:
@@ -320,17 +317,6 @@ func (lim *limiter) admit(ctx context.Context, method string, setHeader func(con
 		return nil
 	}
 	return err
-}
-
-// waitable reports whether a denial for reason may turn into an admission
-// by waiting a little: the lease ran out (or never came), or the local
-// fallback bucket of a Redis outage is empty.
-func waitable(reason leasequota.Reason) bool {
-	switch reason {
-	case leasequota.ReasonExhausted, leasequota.ReasonColdStart, leasequota.ReasonFallback:
-		return true
-	}
-	return false
 }
 
 // unavailable returns the Unavailable status of a limiter that cannot

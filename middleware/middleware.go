@@ -1,7 +1,6 @@
 package middleware
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -97,14 +96,11 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	key := h.key(r)
-	d := h.l.AllowN(r.Context(), key, cost)
-	if !d.Allowed && !h.cfg.shadow && h.cfg.maxWait > 0 && waitable(d.Reason) && d.RetryAfter <= h.cfg.maxWait {
-		ctx, cancel := context.WithTimeout(r.Context(), h.cfg.maxWait)
-		wd, err := h.l.WaitN(ctx, key, cost)
-		cancel()
-		if err == nil || wd.Reason != 0 { // a failed wait reports a fresh denial
-			d = wd
-		}
+	var d leasequota.Decision
+	if h.cfg.shadow {
+		d = h.l.AllowN(r.Context(), key, cost)
+	} else {
+		d = h.l.AllowNWithin(r.Context(), key, cost, h.cfg.maxWait)
 	}
 	if h.cfg.hook != nil {
 		h.cfg.hook(r, key, d)
@@ -158,17 +154,6 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default: // ReasonInvalidQuota, or a reason this version does not know
 		writeInternalError(w)
 	}
-}
-
-// waitable reports whether a denial for reason may turn into an admission
-// by waiting a little: the lease ran out (or never came), or the local
-// fallback bucket of a Redis outage is empty.
-func waitable(reason leasequota.Reason) bool {
-	switch reason {
-	case leasequota.ReasonExhausted, leasequota.ReasonColdStart, leasequota.ReasonFallback:
-		return true
-	}
-	return false
 }
 
 // writeUnavailable answers 503 with Retry-After, the limiter being unable
