@@ -164,15 +164,9 @@ func WithDegradedMode(m DegradedMode) Option {
 // limit metadata (default "default"); 1 to 64 printable ASCII characters.
 func WithPolicyName(name string) Option {
 	return func(c *config) {
-		if name == "" || len(name) > 64 {
-			c.fail("WithPolicyName(%q): want 1..64 characters", name)
+		if err := middleware.ValidatePolicyName(name); err != nil {
+			c.fail("WithPolicyName(%q): %v", name, err)
 			return
-		}
-		for i := 0; i < len(name); i++ {
-			if name[i] < 0x20 || name[i] > 0x7e {
-				c.fail("WithPolicyName(%q): want printable ASCII", name)
-				return
-			}
 		}
 		c.policy = name
 	}

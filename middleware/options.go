@@ -1,6 +1,7 @@
 package middleware
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"net/netip"
@@ -169,20 +170,29 @@ func WithDegradedMode(m DegradedMode) Option {
 	}
 }
 
+// ValidatePolicyName reports whether name can name a quota policy in the
+// RateLimit headers (and the gRPC metadata of grpcquota): 1 to 64
+// printable ASCII characters.
+func ValidatePolicyName(name string) error {
+	if name == "" || len(name) > 64 {
+		return errors.New("want 1..64 characters")
+	}
+	for i := 0; i < len(name); i++ {
+		if name[i] < 0x20 || name[i] > 0x7e {
+			return errors.New("want printable ASCII")
+		}
+	}
+	return nil
+}
+
 // WithPolicyName names the quota policy in RateLimit-Policy and RateLimit
 // (default DefaultPolicyName). It must be 1 to 64 printable ASCII
 // characters.
 func WithPolicyName(name string) Option {
 	return func(c *config) {
-		if name == "" || len(name) > 64 {
-			c.fail("WithPolicyName(%q): want 1..64 characters", name)
+		if err := ValidatePolicyName(name); err != nil {
+			c.fail("WithPolicyName(%q): %v", name, err)
 			return
-		}
-		for i := 0; i < len(name); i++ {
-			if name[i] < 0x20 || name[i] > 0x7e {
-				c.fail("WithPolicyName(%q): want printable ASCII", name)
-				return
-			}
 		}
 		c.policy = name
 	}
