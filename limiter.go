@@ -387,12 +387,8 @@ func (l *Limiter) deny(e *entry, n int64) Decision {
 // refill, joining one in flight, and when Redis holds calls back (its
 // bucket is dry) sleeps until the estimated refill.
 func (l *Limiter) wait(ctx context.Context, tenant string, e *entry, n int64, reason Reason) (Decision, error) {
-	var timer *time.Timer
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
+	var sl sleeper
+	defer sl.stop()
 	for {
 		if ok, left := e.Tokens.TrySpend(n); ok {
 			return Decision{Allowed: true, Remaining: left, Quota: e.quota(), Reason: reason}, nil
@@ -416,16 +412,8 @@ func (l *Limiter) wait(ctx context.Context, tenant string, e *entry, n int64, re
 		}
 		// Still short: the global bucket is dry. Sleep until the syncer
 		// may call again.
-		d := max(e.RetryAfter(time.Now(), n), time.Millisecond)
-		if timer == nil {
-			timer = time.NewTimer(d)
-		} else {
-			timer.Reset(d)
-		}
-		select {
-		case <-timer.C:
-		case <-ctx.Done():
-			return Decision{}, ctx.Err()
+		if err := sl.sleep(ctx, max(e.RetryAfter(time.Now(), n), time.Millisecond)); err != nil {
+			return Decision{}, err
 		}
 	}
 }
@@ -456,12 +444,8 @@ func (l *Limiter) WaitN(ctx context.Context, tenant string, n int64) (Decision, 
 		return Decision{Quota: q, Reason: ReasonInvalidN},
 			fmt.Errorf("%w: WaitN(%q, %d): Burst is %d", ErrExceedsBurst, truncate(tenant), n, q.Burst)
 	}
-	var timer *time.Timer
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
+	var sl sleeper
+	defer sl.stop()
 	for {
 		if ok, left := e.Tokens.TrySpend(n); ok {
 			e.Admits.Add(1)
@@ -501,15 +485,8 @@ func (l *Limiter) WaitN(ctx context.Context, tenant string, n int64) (Decision, 
 			return d, fmt.Errorf("leasequota: WaitN(%q, %d): %w", truncate(tenant), n, ErrUnavailable)
 		}
 		// FailLocal: wait for the fallback bucket, or for Redis to return.
-		if timer == nil {
-			timer = time.NewTimer(d.RetryAfter)
-		} else {
-			timer.Reset(d.RetryAfter)
-		}
-		select {
-		case <-timer.C:
-		case <-ctx.Done():
-			return d, fmt.Errorf("leasequota: WaitN(%q, %d): %w", truncate(tenant), n, ctx.Err())
+		if err := sl.sleep(ctx, d.RetryAfter); err != nil {
+			return d, fmt.Errorf("leasequota: WaitN(%q, %d): %w", truncate(tenant), n, err)
 		}
 	}
 }
@@ -531,6 +508,31 @@ func (l *Limiter) AllowNWithin(ctx context.Context, tenant string, n int64, maxW
 		return wd
 	}
 	return d
+}
+
+// sleeper sleeps on one timer, reused across the sleeps of a wait loop,
+// and wakes early when ctx is done.
+type sleeper struct{ t *time.Timer }
+
+// sleep waits d, or until ctx is done (returning ctx's error).
+func (s *sleeper) sleep(ctx context.Context, d time.Duration) error {
+	if s.t == nil {
+		s.t = time.NewTimer(d)
+	} else {
+		s.t.Reset(d)
+	}
+	select {
+	case <-s.t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (s *sleeper) stop() {
+	if s.t != nil {
+		s.t.Stop()
+	}
 }
 
 // truncate shortens a tenant name for an error message.
