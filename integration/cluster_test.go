@@ -166,6 +166,33 @@ func startDemand(limiters []*leasequota.Limiter, names []string, quota func(int)
 	return l
 }
 
+// waitRecovered polls, for up to timeout, until every tenant was admitted
+// again since the call and no instance denied one as unavailable for
+// 300ms, and returns when; after names the event recovered from, for the
+// failure message.
+func (l *demand) waitRecovered(t *testing.T, timeout time.Duration, after string) time.Time {
+	t.Helper()
+	from := l.snap()
+	deadline := time.Now().Add(timeout)
+	for {
+		s := l.snap()
+		waiting := 0
+		quiet := time.Now().Add(-300 * time.Millisecond).UnixNano()
+		for i := range l.names {
+			if s[i].admitted == from[i].admitted || l.lastUnav[i].Load() > quiet {
+				waiting++
+			}
+		}
+		if waiting == 0 {
+			return time.Now()
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d tenants still not admitted, or denied as unavailable, %v after %s", waiting, timeout, after)
+		}
+		time.Sleep(20 * time.Millisecond) // polling interval; the deadline bounds the wait
+	}
+}
+
 // Stop ends the demand and waits for its goroutines; it may be called
 // again.
 func (l *demand) Stop() {
@@ -601,26 +628,7 @@ func runClusterFailover(t *testing.T, c *redistest.Cluster, partial bool) {
 	// one with reason unavailable for 300ms. Tenants whose calls failed
 	// for a while back off (up to a second, per instance) before calling
 	// again.
-	healedSnap := ld.snap()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		s := ld.snap()
-		waiting := 0
-		quiet := time.Now().Add(-300 * time.Millisecond).UnixNano()
-		for i := range names {
-			if s[i].admitted == healedSnap[i].admitted || ld.lastUnav[i].Load() > quiet {
-				waiting++
-			}
-		}
-		if waiting == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d tenants still not admitted, or denied as unavailable, 10s after the failover", waiting)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	resumed := time.Now()
+	resumed := ld.waitRecovered(t, 10*time.Second, "the failover")
 	t.Logf("every tenant admitted again, and none denied as unavailable for 300ms, %v after the cluster healed", resumed.Sub(run.healed).Round(time.Millisecond))
 	run.settled, run.settledAt = ld.snap(), time.Now()
 	time.Sleep(1500 * time.Millisecond) // the run after recovery, not a wait for a condition

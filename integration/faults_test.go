@@ -671,28 +671,47 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// TestScriptFlushUnderLoad flushes Redis' script cache every 50ms under
-// load: the NOSCRIPT fallback must hide it completely (no error, no
-// degraded decision), and the bound holds with no extra burst.
-func TestScriptFlushUnderLoad(t *testing.T) {
+// startWipeLoad starts what the tests that wipe Redis' state share: a
+// dedicated server, a limiter on it with the failure quotas and a 1s
+// MaxWait, its load, and a second client to wipe with; everything is
+// closed, and goroutine leaks checked, when the test ends.
+func startWipeLoad(t *testing.T) (l *leasequota.Limiter, admin *redis.Client, ld *faultLoad, quota func(string) leasequota.Quota) {
+	t.Helper()
 	redistest.Shared(t)
 	ignore := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
 	srv := redistest.StartServer(t)
 	c := srv.Client()
-	defer c.Close()
-	admin := srv.Client()
-	defer admin.Close()
-	ctx := context.Background()
-
+	t.Cleanup(func() { c.Close() })
+	admin = srv.Client()
+	t.Cleanup(func() { admin.Close() })
 	names, quota := failureQuotas()
 	l, err := leasequota.New(c, leasequota.WithKeyPrefix(redistest.Prefix(t)), leasequota.WithQuotaFunc(quota),
 		leasequota.WithMaxWait(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close(ctx)
-	ld := startFaultLoad(l, names, 2*500, 8, 100*time.Millisecond, 100*time.Millisecond)
+	t.Cleanup(func() { l.Close(context.Background()) })
+	return l, admin, startFaultLoad(l, names, 2*500, 8, 100*time.Millisecond, 100*time.Millisecond), quota
+}
+
+// checkNoDegraded fails the test if any decision was made by a failure
+// mode (fallback, unavailable, fail open).
+func (ld *faultLoad) checkNoDegraded(t *testing.T) {
+	t.Helper()
+	for _, r := range []leasequota.Reason{leasequota.ReasonFallback, leasequota.ReasonUnavailable, leasequota.ReasonFailOpen} {
+		if n := ld.count(r, true) + ld.count(r, false); n != 0 {
+			t.Errorf("%d decisions with reason %s, want 0", n, r)
+		}
+	}
+}
+
+// TestScriptFlushUnderLoad flushes Redis' script cache every 50ms under
+// load: the NOSCRIPT fallback must hide it completely (no error, no
+// degraded decision), and the bound holds with no extra burst.
+func TestScriptFlushUnderLoad(t *testing.T) {
+	l, admin, ld, quota := startWipeLoad(t)
+	ctx := context.Background()
 	flushes := 0
 	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); flushes++ {
 		if err := admin.ScriptFlush(ctx).Err(); err != nil {
@@ -712,11 +731,7 @@ func TestScriptFlushUnderLoad(t *testing.T) {
 	if st.Errors != 0 {
 		t.Errorf("Stats().Errors = %d, want 0: NOSCRIPT must be retried with EVAL", st.Errors)
 	}
-	for _, r := range []leasequota.Reason{leasequota.ReasonFallback, leasequota.ReasonUnavailable, leasequota.ReasonFailOpen} {
-		if n := ld.count(r, true) + ld.count(r, false); n != 0 {
-			t.Errorf("%d decisions with reason %s, want 0", n, r)
-		}
-	}
+	ld.checkNoDegraded(t)
 	ld.checkLatency(t)
 	ld.checkBound(t, quota, 0)
 	ld.checkStats(t, st)
@@ -726,24 +741,8 @@ func TestScriptFlushUnderLoad(t *testing.T) {
 // come back full, so each tenant may get one extra burst, and nothing
 // else changes (no error, no degraded decision).
 func TestFlushAllUnderLoad(t *testing.T) {
-	redistest.Shared(t)
-	ignore := goleak.IgnoreCurrent()
-	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
-	srv := redistest.StartServer(t)
-	c := srv.Client()
-	defer c.Close()
-	admin := srv.Client()
-	defer admin.Close()
+	l, admin, ld, quota := startWipeLoad(t)
 	ctx := context.Background()
-
-	names, quota := failureQuotas()
-	l, err := leasequota.New(c, leasequota.WithKeyPrefix(redistest.Prefix(t)), leasequota.WithQuotaFunc(quota),
-		leasequota.WithMaxWait(time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close(ctx)
-	ld := startFaultLoad(l, names, 2*500, 8, 100*time.Millisecond, 100*time.Millisecond)
 	time.Sleep(time.Second) // load before the wipe
 	if err := admin.FlushAll(ctx).Err(); err != nil {
 		t.Fatal(err)
@@ -757,11 +756,7 @@ func TestFlushAllUnderLoad(t *testing.T) {
 	if st.Errors != 0 {
 		t.Errorf("Stats().Errors = %d, want 0", st.Errors)
 	}
-	for _, r := range []leasequota.Reason{leasequota.ReasonFallback, leasequota.ReasonUnavailable, leasequota.ReasonFailOpen} {
-		if n := ld.count(r, true) + ld.count(r, false); n != 0 {
-			t.Errorf("%d decisions with reason %s, want 0", n, r)
-		}
-	}
+	ld.checkNoDegraded(t)
 	ld.checkLatency(t)
 	ld.checkBound(t, quota, 1) // the wipe: one extra burst
 	ld.checkStats(t, st)

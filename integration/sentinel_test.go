@@ -79,26 +79,7 @@ func TestSentinelFailover(t *testing.T) {
 
 	// Wait (polling, with a deadline) until every tenant was admitted
 	// again and no instance denied one as unavailable for 300ms.
-	promotedSnap := ld.snap()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		snap := ld.snap()
-		waiting := 0
-		quiet := time.Now().Add(-300 * time.Millisecond).UnixNano()
-		for i := range names {
-			if snap[i].admitted == promotedSnap[i].admitted || ld.lastUnav[i].Load() > quiet {
-				waiting++
-			}
-		}
-		if waiting == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d tenants still not admitted, or denied as unavailable, 15s after the promotion", waiting)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	resumed := time.Now()
+	resumed := ld.waitRecovered(t, 15*time.Second, "the promotion")
 	t.Logf("every tenant admitted again, and none denied as unavailable for 300ms, %v after the promotion", resumed.Sub(promoted).Round(time.Millisecond))
 	settled := ld.snap()
 	time.Sleep(1500 * time.Millisecond) // the run after recovery, not a wait for a condition

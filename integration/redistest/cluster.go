@@ -179,14 +179,10 @@ func (c *Cluster) startNode(ctx context.Context, i int) (*proc, error) {
 	if c.cfg.PartialCoverage {
 		coverage = "no"
 	}
-	var lastErr error
-	for attempt := 0; attempt < 5; attempt++ {
-		ports, err := freePorts(2)
-		if err != nil {
-			lastErr = err
-			continue
-		}
-		p, err := startProc(ctx, dir, ports[0],
+	return startOnFreePorts(ctx, dir, 2, fmt.Sprintf("cluster node %d", i), func(ports []int) ([]string, error) {
+		// A failed attempt may have left the node's cluster state.
+		os.Remove(filepath.Join(dir, "nodes.conf"))
+		return []string{
 			"--port", strconv.Itoa(ports[0]),
 			"--cluster-port", strconv.Itoa(ports[1]),
 			"--bind", "127.0.0.1",
@@ -206,32 +202,49 @@ func (c *Cluster) startNode(ctx context.Context, i int) (*proc, error) {
 			"--daemonize", "no",
 			"--loglevel", "warning",
 			"--logfile", "redis.log",
-		)
+		}, nil
+	})
+}
+
+// startOnFreePorts starts a process in dir on n free ports, with the
+// arguments args gives for them (ports[0] is the one clients use). A port
+// found free may be taken by the time the process binds it, so a failed
+// start is retried on new ports, up to five times. what names the process
+// in the error.
+func startOnFreePorts(ctx context.Context, dir string, n int, what string, args func(ports []int) ([]string, error)) (*proc, error) {
+	var lastErr error
+	for attempt := 0; attempt < 5; attempt++ {
+		ports, err := freePorts(n)
 		if err != nil {
 			lastErr = err
-			os.Remove(filepath.Join(dir, "nodes.conf"))
+			continue
+		}
+		a, err := args(ports)
+		if err != nil {
+			return nil, err
+		}
+		p, err := startProc(ctx, dir, ports[0], a...)
+		if err != nil {
+			lastErr = err
 			continue
 		}
 		return p, nil
 	}
-	return nil, fmt.Errorf("redistest: cluster node %d: %w", i, lastErr)
+	return nil, fmt.Errorf("redistest: %s: %w", what, lastErr)
 }
 
 // Addrs returns the address of every node the harness started, dead or
 // alive, for redis.ClusterOptions.Addrs.
-func (c *Cluster) Addrs() []string {
-	addrs := make([]string, len(c.procs))
-	for i, p := range c.procs {
-		addrs[i] = p.Addr
-	}
-	return addrs
-}
+func (c *Cluster) Addrs() []string { return addrsOf(c.procs, false) }
 
 // LiveAddrs returns the addresses of the nodes that were not killed.
-func (c *Cluster) LiveAddrs() []string {
-	var addrs []string
-	for _, p := range c.procs {
-		if p.alive() {
+func (c *Cluster) LiveAddrs() []string { return addrsOf(c.procs, true) }
+
+// addrsOf returns the addresses of procs, or of those alive.
+func addrsOf(procs []*proc, liveOnly bool) []string {
+	addrs := make([]string, 0, len(procs))
+	for _, p := range procs {
+		if !liveOnly || p.alive() {
 			addrs = append(addrs, p.Addr)
 		}
 	}
@@ -443,9 +456,12 @@ func (c *Cluster) Reshard(ctx context.Context, from, to string, slots int) error
 }
 
 // close kills every node and removes the cluster's files.
-func (c *Cluster) close() {
+func (c *Cluster) close() { stopAll(c.root, c.procs) }
+
+// stopAll kills procs, in parallel, and removes their root directory.
+func stopAll(root string, procs []*proc) {
 	var wg sync.WaitGroup
-	for _, p := range c.procs {
+	for _, p := range procs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -453,7 +469,7 @@ func (c *Cluster) close() {
 		}()
 	}
 	wg.Wait()
-	os.RemoveAll(c.root)
+	os.RemoveAll(root)
 }
 
 // KeyInSlot returns a short key whose hash slot is slot.
@@ -630,16 +646,7 @@ func (p *proc) kill() error {
 	case <-time.After(startTimeout):
 		return fmt.Errorf("redistest: redis-server %s not reaped %v after SIGKILL", p.Addr, startTimeout)
 	}
-	deadline := time.Now().Add(startTimeout)
-	for time.Now().Before(deadline) {
-		conn, err := net.DialTimeout("tcp", p.Addr, 100*time.Millisecond)
-		if err != nil {
-			return nil
-		}
-		conn.Close()
-		time.Sleep(10 * time.Millisecond)
-	}
-	return fmt.Errorf("redistest: %s still accepts connections after kill", p.Addr)
+	return waitClosed(p.Addr)
 }
 
 // alive reports whether the process runs and was not killed by the harness.

@@ -200,16 +200,22 @@ func (s *Server) Stop() error {
 		return fmt.Errorf("redistest: Stop needs a server started as a process, this one is %q", s.Kind)
 	}
 	_ = cmd.Process.Kill()
+	return waitClosed(s.Addr)
+}
+
+// waitClosed polls until addr refuses connections (a killed server's port
+// is closed), for up to startTimeout.
+func waitClosed(addr string) error {
 	deadline := time.Now().Add(startTimeout)
 	for time.Now().Before(deadline) {
-		conn, err := net.DialTimeout("tcp", s.Addr, 100*time.Millisecond)
+		conn, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
 		if err != nil {
 			return nil
 		}
 		conn.Close()
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // polling interval; the deadline bounds the wait
 	}
-	return fmt.Errorf("redistest: %s still accepts connections after kill", s.Addr)
+	return fmt.Errorf("redistest: %s still accepts connections after kill", addr)
 }
 
 // Restart starts the server again on the same port, empty.

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -130,13 +129,7 @@ func (s *Sentinel) startData(ctx context.Context, name, replicaOf string) (*proc
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	var lastErr error
-	for attempt := 0; attempt < 5; attempt++ {
-		ports, err := freePorts(1)
-		if err != nil {
-			lastErr = err
-			continue
-		}
+	return startOnFreePorts(ctx, dir, 1, "sentinel setup "+name, func(ports []int) ([]string, error) {
 		args := []string{
 			"--port", strconv.Itoa(ports[0]),
 			"--bind", "127.0.0.1",
@@ -152,14 +145,8 @@ func (s *Sentinel) startData(ctx context.Context, name, replicaOf string) (*proc
 			host, port, _ := strings.Cut(replicaOf, ":")
 			args = append(args, "--replicaof", host, port)
 		}
-		p, err := startProc(ctx, dir, ports[0], args...)
-		if err != nil {
-			lastErr = err
-			continue
-		}
-		return p, nil
-	}
-	return nil, fmt.Errorf("redistest: sentinel setup %s: %w", name, lastErr)
+		return args, nil
+	})
 }
 
 // startSentinel starts sentinel i monitoring the master on masterPort.
@@ -168,13 +155,7 @@ func (s *Sentinel) startSentinel(ctx context.Context, i, masterPort int) (*proc,
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	var lastErr error
-	for attempt := 0; attempt < 5; attempt++ {
-		ports, err := freePorts(1)
-		if err != nil {
-			lastErr = err
-			continue
-		}
+	return startOnFreePorts(ctx, dir, 1, fmt.Sprintf("sentinel %d", i), func(ports []int) ([]string, error) {
 		// A sentinel rewrites its configuration file, so it gets its own.
 		conf := strings.Join([]string{
 			"port " + strconv.Itoa(ports[0]),
@@ -194,14 +175,8 @@ func (s *Sentinel) startSentinel(ctx context.Context, i, masterPort int) (*proc,
 		if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
 			return nil, err
 		}
-		p, err := startProc(ctx, dir, ports[0], path, "--sentinel")
-		if err != nil {
-			lastErr = err
-			continue
-		}
-		return p, nil
-	}
-	return nil, fmt.Errorf("redistest: sentinel %d: %w", i, lastErr)
+		return []string{path, "--sentinel"}, nil
+	})
 }
 
 // checkReady returns nil when every live sentinel sees the master as up,
@@ -240,23 +215,9 @@ func (s *Sentinel) checkReady(ctx context.Context) error {
 }
 
 // SentinelAddrs returns the sentinels' addresses.
-func (s *Sentinel) SentinelAddrs() []string {
-	addrs := make([]string, len(s.sentinels))
-	for i, p := range s.sentinels {
-		addrs[i] = p.Addr
-	}
-	return addrs
-}
+func (s *Sentinel) SentinelAddrs() []string { return addrsOf(s.sentinels, false) }
 
-func (s *Sentinel) liveSentinels() []string {
-	var addrs []string
-	for _, p := range s.sentinels {
-		if p.alive() {
-			addrs = append(addrs, p.Addr)
-		}
-	}
-	return addrs
-}
+func (s *Sentinel) liveSentinels() []string { return addrsOf(s.sentinels, true) }
 
 // FailoverOptions returns options of a failover client of the setup, to
 // adjust before redis.NewFailoverClient. ContextTimeoutEnabled is set, as
@@ -351,14 +312,5 @@ func (s *Sentinel) WaitFailover(ctx context.Context, old string) (string, error)
 
 // close kills every process and removes the files.
 func (s *Sentinel) close() {
-	var wg sync.WaitGroup
-	for _, p := range append(append([]*proc(nil), s.sentinels...), s.data...) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			p.kill()
-		}()
-	}
-	wg.Wait()
-	os.RemoveAll(s.root)
+	stopAll(s.root, append(append([]*proc(nil), s.sentinels...), s.data...))
 }
