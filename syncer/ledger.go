@@ -197,15 +197,6 @@ func (l *Ledger) NextExpiry(ttl time.Duration) (time.Time, bool) {
 	return time.Unix(0, l.expiresAt(0, ttl)), true
 }
 
-// Oldest returns the grant time of the oldest batch, and false when the
-// ledger is empty.
-func (l *Ledger) Oldest() (time.Time, bool) {
-	if l.left[0] == 0 {
-		return time.Time{}, false
-	}
-	return time.Unix(0, l.at(l.stamp[0])), true
-}
-
 func (l *Ledger) shift() {
 	copy(l.left[:], l.left[1:])
 	copy(l.stamp[:], l.stamp[1:])

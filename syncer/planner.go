@@ -201,14 +201,6 @@ func (p *Planner) observe(st *State, ns int64, count int64) {
 	}
 }
 
-// Instances returns how many instances Redis last counted as active on the
-// tenant (0 when unknown; saturating at 65535).
-func (s *State) Instances() int { return int(s.instances) }
-
-// IdleSince returns the last time the tenant was seen active (tokens spent
-// or asked for), or when it was first planned.
-func (s *State) IdleSince() time.Time { return time.Unix(0, s.at(s.lastActive)) }
-
 // ReportedDemand is the demand an instance reports to Redis with a lease
 // call asking for want tokens: its estimate, or, when higher (a cold start,
 // a jump), the demand that a lease of want tokens is sized for.
