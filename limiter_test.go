@@ -479,3 +479,37 @@ func TestReasonWaitable(t *testing.T) {
 		}
 	}
 }
+
+// TestIdleTenantEvicted: a tenant with no request for WithIdleTimeout is
+// evicted (its tokens given back), and comes back as a new tenant.
+func TestIdleTenantEvicted(t *testing.T) {
+	c, prefix := setup(t)
+	l := newLimiter(t, c, leasequota.WithKeyPrefix(prefix), leasequota.WithIdleTimeout(300*time.Millisecond),
+		leasequota.WithDefaultQuota(leasequota.Quota{Rate: 100, Burst: 100}))
+	ctx := context.Background()
+	if d := l.AllowN(ctx, "idle", 1); !d.Allowed {
+		t.Fatalf("first request denied: %+v", d)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for l.Tenants() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("tenant still tracked 5s after its only request (idle timeout 300ms): %+v", l.Stats().Stats)
+		}
+		time.Sleep(10 * time.Millisecond) // polling interval; the deadline bounds the wait
+	}
+	// The admission is still counted after the eviction.
+	st := l.Stats()
+	admitted := st.Leased
+	for _, n := range st.Allowed {
+		admitted += n
+	}
+	if st.Evicted != 1 || admitted != 1 {
+		t.Errorf("after eviction: evicted %d, admitted %d; want 1 and 1", st.Evicted, admitted)
+	}
+	if d := l.AllowN(ctx, "idle", 1); !d.Allowed || l.Tenants() != 1 {
+		t.Errorf("request after eviction: %+v with %d tenants tracked, want admitted and 1", d, l.Tenants())
+	}
+	if _, err := leasequota.New(c, leasequota.WithIdleTimeout(0)); !errors.Is(err, leasequota.ErrInvalidOption) {
+		t.Errorf("WithIdleTimeout(0): %v, want ErrInvalidOption", err)
+	}
+}

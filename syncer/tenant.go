@@ -68,16 +68,8 @@ func (t *Tenant) setFlag(f uint32, on bool) (was bool) {
 
 func (t *Tenant) flag(f uint32) bool { return t.flags.Load()&f != 0 }
 
-// NewTenant returns the lease record of tenant name with limits lim,
-// scheduled by planner p from time now.
-func NewTenant(name string, lim *Limits, p *Planner, now time.Time) *Tenant {
-	t := &Tenant{}
-	t.Init(name, lim, p, now)
-	return t
-}
-
-// Init prepares a zero Tenant in place, as NewTenant does, for callers that
-// embed a Tenant in a struct of their own. It must be called before the
+// Init prepares a zero Tenant in place (callers embed a Tenant in a struct
+// of their own: one allocation per tenant). It must be called before the
 // tenant is shared. lim must not change afterwards: it is the tenant's base
 // quota, replaced while Redis holds an override for the tenant. The name
 // only sets the tenant's phase: it is not kept.

@@ -306,20 +306,6 @@ func (c *Cluster) Masters(ctx context.Context) ([]ClusterNode, error) {
 	return masters, nil
 }
 
-// MasterOf returns the master that owns slot, as the first live node sees it.
-func (c *Cluster) MasterOf(ctx context.Context, slot int) (ClusterNode, error) {
-	masters, err := c.Masters(ctx)
-	if err != nil {
-		return ClusterNode{}, err
-	}
-	for _, m := range masters {
-		if m.Owns(slot) {
-			return m, nil
-		}
-	}
-	return ClusterNode{}, fmt.Errorf("redistest: no live master owns slot %d", slot)
-}
-
 // KillNode kills the node at addr with SIGKILL (no shutdown save, no
 // goodbye to the cluster) and waits until its port refuses connections.
 // The cluster notices after NodeTimeout; WaitHealthy waits for the

@@ -262,12 +262,6 @@ func (s *Sentinel) MasterAddr(ctx context.Context) (string, error) {
 	return addr, nil
 }
 
-// DataAddrs returns the addresses of the master and the replica as
-// started (their roles change with failovers).
-func (s *Sentinel) DataAddrs() []string {
-	return []string{s.data[0].Addr, s.data[1].Addr}
-}
-
 // KillMaster kills the current master with SIGKILL and waits until its
 // port refuses connections. It returns the dead master's address.
 // WaitFailover waits for the sentinels to promote the replica.
