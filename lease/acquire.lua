@@ -184,6 +184,8 @@ if credit ~= nil then
   redis.call('PEXPIRE', ikey, string.format('%d', tonumber(ARGV[6]) * 2))
 end
 tokens = tokens - granted
+-- This acquire is now the last: the levels since its debit start here.
+h.ta, h.mt = now, tokens
 
 store(key, tokens, now, rate, burst, h)
 

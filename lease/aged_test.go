@@ -146,7 +146,7 @@ func TestWithReturnWindow(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if rc := c.releaseCall("t", args); rc.args[3] != "2" || rc.args[4] != want {
+		if rc := c.releaseCall("t", args, 0); rc.args[3] != "2" || rc.args[4] != want {
 			t.Errorf("release args %v: want age 2 (ms, rounded up) and the window (%s)", rc.args, want)
 		}
 	}
@@ -155,6 +155,67 @@ func TestWithReturnWindow(t *testing.T) {
 // TestReturnToFullBucketCreditsNothing: tokens granted from a full bucket
 // are not credited back: had they not been granted, the bucket would be
 // full still (its level before the debit is in the grant's history).
+// TestReturnOfLastGrant: a return that names its grant (ReleaseRequest.
+// Grant), while that grant is still the bucket's last acquire, is credited
+// against the levels since its debit only: tokens leased from a full bucket
+// come back in full. Named but no longer last, or named wrongly, the
+// general rule applies (and credits nothing after a full bucket).
+func TestReturnOfLastGrant(t *testing.T) {
+	ctx := context.Background()
+	c, _ := agedClient(t)
+	lim := Limits{Rate: 1e-9, Burst: 100}
+	release := func(tenant string, amount int64, start time.Time, id GrantID) Return {
+		t.Helper()
+		res := c.ReleaseMany(ctx, []ReleaseRequest{{Tenant: tenant, Limits: lim, Amount: amount, Age: ageSince(start), Grant: id}})
+		if res[0].Err != nil {
+			t.Fatal(res[0].Err)
+		}
+		return res[0].Return
+	}
+	acquire := func(tenant string, want int64) Grant {
+		t.Helper()
+		g, err := c.Acquire(ctx, tenant, lim, want)
+		if err != nil || g.Granted != want {
+			t.Fatalf("acquire %d: %+v, %v", want, g, err)
+		}
+		return g
+	}
+
+	// The only lease, given back in two parts: 30 then 9 of 40.
+	start := time.Now()
+	g := acquire("only", 40)
+	if r := release("only", 30, start, g.ID()); r.Credited != 30 || !near(r.Tokens, 90) {
+		t.Fatalf("30 of the last grant: %+v, want 30 credited, 90 tokens", r)
+	}
+	if r := release("only", 9, start, g.ID()); r.Credited != 9 || !near(r.Tokens, 99) {
+		t.Fatalf("9 more of the last grant: %+v, want 9 credited, 99 tokens", r)
+	}
+
+	// A grant followed by another acquire is no longer the last.
+	start = time.Now()
+	a := acquire("two", 40) // 100 -> 60
+	b := acquire("two", 10) // 60 -> 50
+	if r := release("two", 40, start, a.ID()); r.Credited != 0 || !near(r.Tokens, 50) {
+		t.Fatalf("the earlier grant, named: %+v, want 0 credited (the history holds the full level)", r)
+	}
+	if r := release("two", 10, start, b.ID()); r.Credited != 10 || !near(r.Tokens, 60) {
+		t.Fatalf("the last grant, named: %+v, want 10 credited, 60 tokens", r)
+	}
+
+	// A wrong id, and no id: the general rule.
+	start = time.Now()
+	w := acquire("wrong", 40)
+	if r := release("wrong", 20, start, w.ID()+1); r.Credited != 0 {
+		t.Fatalf("a wrong grant id: %+v, want 0 credited", r)
+	}
+	if r := release("wrong", 20, start, 0); r.Credited != 0 {
+		t.Fatalf("no grant id: %+v, want 0 credited", r)
+	}
+	if (Grant{}).ID() != 0 {
+		t.Error("a Grant without a ServerTime has a non-zero ID")
+	}
+}
+
 func TestReturnToFullBucketCreditsNothing(t *testing.T) {
 	ctx := context.Background()
 	c, rdb := agedClient(t)
@@ -480,6 +541,7 @@ func TestAgedReturnsProperty(t *testing.T) {
 		granted  int64
 		returned int64 // tokens given back so far
 		credited float64
+		id       GrantID
 	}
 	var grants []*grant
 	var open []*grant // grants with tokens not given back
@@ -542,7 +604,7 @@ func TestAgedReturnsProperty(t *testing.T) {
 		return g, amount, age
 	}
 
-	var credits, zeroes, partial int
+	var credits, zeroes, partial, named int
 	for step := range steps {
 		switch p := rng.IntN(100); {
 		case p < 45 || len(open) == 0: // acquire
@@ -552,15 +614,36 @@ func TestAgedReturnsProperty(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			g.at, g.granted = res.ServerTime.UnixMicro(), res.Granted
+			g.at, g.granted, g.id = res.ServerTime.UnixMicro(), res.Granted, res.ID()
 			grants = append(grants, g)
 			if g.granted > 0 {
 				open = append(open, g)
 			}
 			check(step, "acquire", res.Tokens, g.at)
-		case p < 70: // one return
+			if g.granted > 1 && rng.IntN(3) == 0 {
+				// Give part of it back at once, naming it: the last
+				// acquire, so the rule of mt applies.
+				amount := 1 + rng.Int64N(g.granted-1)
+				g.returned = amount
+				age := time.Since(g.sent) + margin
+				res := c.ReleaseMany(ctx, []ReleaseRequest{{Tenant: "p", Limits: lim, Amount: amount, Age: age, Grant: g.id}})
+				if res[0].Err != nil {
+					t.Fatal(res[0].Err)
+				}
+				checkReturn(step, g, amount, age, res[0].Return)
+				check(step, "return of the last grant", res[0].Return.Tokens, res[0].Return.ServerTime.UnixMicro())
+				named++
+			}
+		case p < 70: // one return, naming its grant half the time
 			g, amount, age := takeReturn()
-			r, err := c.Release(ctx, "p", lim, amount, age)
+			var r Return
+			var err error
+			if rng.IntN(2) == 0 {
+				r, err = c.Release(ctx, "p", lim, amount, age)
+			} else {
+				res := c.ReleaseMany(ctx, []ReleaseRequest{{Tenant: "p", Limits: lim, Amount: amount, Age: age, Grant: g.id}})
+				r, err = res[0].Return, res[0].Err
+			}
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -622,8 +705,11 @@ func TestAgedReturnsProperty(t *testing.T) {
 			worst = max(worst, excess)
 		}
 	}
-	t.Logf("%d grants; returns credited in full %d, in part %d, not at all %d; tightest span %.6f tokens under the bound",
-		len(grants), credits, partial, zeroes, -worst)
+	t.Logf("%d grants; returns credited in full %d, in part %d, not at all %d (%d named the last acquire); tightest span %.6f tokens under the bound",
+		len(grants), credits, partial, zeroes, named, -worst)
+	if named == 0 {
+		t.Fatal("no return named the last acquire: the rule of mt was not exercised")
+	}
 	// The run must have exercised the rule both ways.
 	if credits+partial == 0 || zeroes == 0 {
 		t.Fatalf("returns credited in full %d, in part %d, not at all %d: want both some credits and some zeroes", credits, partial, zeroes)

@@ -4,7 +4,8 @@
 -- override and one level history the same way.
 --
 -- A bucket is a hash {tk = tokens ("%.17g"), ts = when tk was computed
--- (Redis TIME, microseconds), s0, m0, s1, m1, hb = its level history (see
+-- (Redis TIME, microseconds), s0, m0, s1, m1, hb = its level history, ta, mt
+-- = the time of the last acquire and the highest level since its debit (see
 -- acquire.lua)}.
 
 local function bad(what)
@@ -49,7 +50,7 @@ end
 -- missing (never used, or expired because it had refilled to full: burst
 -- tokens); or, for a corrupt bucket, nil and an error reply.
 local function read_bucket(key, now, rate, burst)
-  local state = redis.call('HMGET', key, 'tk', 'ts', 's0', 'm0', 's1', 'm1', 'hb')
+  local state = redis.call('HMGET', key, 'tk', 'ts', 's0', 'm0', 's1', 'm1', 'hb', 'ta', 'mt')
   if state[1] == false and state[2] == false then
     return state, burst, true
   end
@@ -74,15 +75,17 @@ local function read_bucket(key, now, rate, burst)
 end
 
 -- observe returns the level history of a bucket read by read_bucket, after
--- seeing level x at now: {s0, m0, s1, m1}. A history that is missing,
+-- seeing level x at now: {s0, m0, s1, m1, ta, mt}. A history that is missing,
 -- unreadable or recorded under another burst has an unknown past: it
 -- starts as {0, burst (or the old burst if higher), now, x}, so nothing
 -- granted before now is credited. Then, if now - s1 >= window (ms), the
 -- segments roll (s0 = s1, m0 = max(m1, x), s1 = now, m1 = x: between calls
 -- the level only rises by refill, so x bounds it since the last call), and
--- m1 = max(m1, x).
+-- m1 = max(m1, x). mt, the highest level since the last acquire's debit,
+-- becomes max(mt, x); with an unknown past, ta is 0 (no acquire known).
 local function observe(state, now, x, burst, window)
-  local h = {s0 = tonumber(state[3]), m0 = tonumber(state[4]), s1 = tonumber(state[5]), m1 = tonumber(state[6])}
+  local h = {s0 = tonumber(state[3]), m0 = tonumber(state[4]), s1 = tonumber(state[5]), m1 = tonumber(state[6]),
+    ta = tonumber(state[8]), mt = tonumber(state[9])}
   local hb = tonumber(state[7])
   if h.s0 == nil or h.m0 == nil or h.s1 == nil or h.m1 == nil or hb == nil or
      h.s0 ~= h.s0 or h.m0 ~= h.m0 or h.s1 ~= h.s1 or h.m1 ~= h.m1 or hb ~= burst then
@@ -91,6 +94,13 @@ local function observe(state, now, x, burst, window)
       h.m0 = hb
     end
     h.s0, h.s1, h.m1 = 0, now, x
+    h.ta, h.mt = 0, burst
+  end
+  if h.ta == nil or h.mt == nil or h.ta ~= h.ta or h.mt ~= h.mt then
+    h.ta, h.mt = 0, burst
+  end
+  if x > h.mt then
+    h.mt = x
   end
   if now - h.s1 >= window * 1000 then
     if x > h.m1 then
@@ -114,7 +124,8 @@ local function store(key, tokens, now, rate, burst, h)
   redis.call('HSET', key, 'tk', string.format('%.17g', tokens), 'ts', string.format('%d', now),
     's0', string.format('%d', h.s0), 'm0', string.format('%.17g', h.m0),
     's1', string.format('%d', h.s1), 'm1', string.format('%.17g', h.m1),
-    'hb', string.format('%d', burst))
+    'hb', string.format('%d', burst),
+    'ta', string.format('%d', h.ta), 'mt', string.format('%.17g', h.mt))
   local ttl = math.ceil((burst - tokens) / rate * 1000) + 1000
   if ttl < 1e15 then
     redis.call('PEXPIRE', key, string.format('%d', ttl))

@@ -21,6 +21,8 @@
 //	    current segment and m1 is the highest level seen in it; s0 starts
 //	    the previous one and m0 is the highest level in [s0, s1); hb is the
 //	    burst they were recorded under
+//	ta, mt  the last acquire (its GrantID, the low 32 bits of its time in
+//	    µs) and the highest level since its debit (see Returns)
 //
 // The only clock is the Redis server's TIME, read inside the scripts; a
 // client clock is never used, so instances with skewed clocks agree. If the
@@ -80,6 +82,15 @@
 // recorded under another burst (hb, or a quota change by quota.lua) are an
 // unknown past: the history restarts with s0 = 0 and m0 >= Burst, so
 // nothing granted before can be credited.
+//
+// P above includes the level just before the grant's own debit, so tokens
+// leased from a full bucket would never come back. A release that names
+// the one grant all its tokens come from (ReleaseRequest.Grant, from
+// Grant.ID) is credited against mt instead when that grant is still the
+// bucket's last acquire (ta): mt holds exactly the levels after its debit.
+// That covers the common return of an instance's only lease (on Close, on
+// eviction, or at expiry while nobody else acquired). mt also grows with
+// every credit, like m0 and m1.
 //
 // After every release, then, the bucket holds exactly what a bucket that
 // never granted the credited tokens would hold: the credits are grants

@@ -100,7 +100,7 @@ func TestReleaseDeduplicated(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cl := c.releaseCall("t", args)
+	cl := c.releaseCall("t", args, 0)
 	first, err := parseRelease(releaseScript.run(ctx, rdb, cl.keys, cl.args...), 10)
 	if err != nil || math.Abs(first.Credited-10) > 1e-6 || math.Abs(first.Tokens-10) > 1e-6 {
 		t.Fatalf("release: %+v, %v; want 10 credited, 10 tokens", first, err)

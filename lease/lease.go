@@ -202,12 +202,12 @@ func ceilMillis(d time.Duration) int64 {
 }
 
 // releaseCall returns the keys and arguments of one release (args from
-// releaseArgs): the return window and, with an instance id, a fresh release
-// id for deduplication.
-func (c *Client) releaseCall(tenant string, args []interface{}) call {
+// releaseArgs): the return window, the grant the tokens come from (0 for
+// unknown) and, with an instance id, a fresh release id for deduplication.
+func (c *Client) releaseCall(tenant string, args []interface{}, grant GrantID) call {
 	key := c.Key(tenant)
 	keys := []string{key, ReleasesKey(key), QuotaKey(key)}
-	args = append(args, c.returnMS)
+	args = append(args, c.returnMS, strconv.FormatUint(uint64(grant), 10))
 	if c.instance == "" {
 		return call{keys: keys, args: args}
 	}
@@ -324,7 +324,7 @@ func (c *Client) Release(ctx context.Context, tenant string, lim Limits, amount 
 	if amount == 0 {
 		return Return{}, nil
 	}
-	cl := c.releaseCall(tenant, args)
+	cl := c.releaseCall(tenant, args, 0)
 	cmd := releaseScript.run(ctx, c.s, cl.keys, cl.args...)
 	return parseRelease(cmd, amount)
 }
@@ -396,6 +396,25 @@ type ReleaseRequest struct {
 	Limits Limits
 	Amount int64         // >= 0; 0 is not sent
 	Age    time.Duration // >= 0; see Release
+	// Grant, when every token returned comes from one grant, is its ID;
+	// zero for several or unknown. If that grant is still the last acquire
+	// on the bucket, the credit counts only the levels after its debit
+	// (tokens leased from a full bucket can then be credited); else the
+	// rule of Release applies.
+	Grant GrantID
+}
+
+// GrantID identifies a grant to the release script: the low 32 bits of
+// its Redis time in microseconds. The zero GrantID identifies none.
+type GrantID uint32
+
+// ID returns g's GrantID: zero for a Grant without a ServerTime (and in
+// the 1 in 2^32 case of a time whose low bits are zero).
+func (g Grant) ID() GrantID {
+	if g.ServerTime.IsZero() {
+		return 0
+	}
+	return GrantID(uint32(g.ServerTime.UnixMicro()))
 }
 
 // ReleaseResult is the outcome of one ReleaseRequest: a Return, or the
@@ -424,7 +443,7 @@ func (c *Client) ReleaseMany(ctx context.Context, reqs []ReleaseRequest) []Relea
 		if reqs[i].Amount == 0 {
 			continue
 		}
-		calls = append(calls, c.releaseCall(reqs[i].Tenant, args))
+		calls = append(calls, c.releaseCall(reqs[i].Tenant, args, reqs[i].Grant))
 		sent = append(sent, i)
 	}
 	if len(calls) == 0 {

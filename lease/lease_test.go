@@ -811,6 +811,16 @@ func TestScriptsValidateArguments(t *testing.T) {
 	if m, _ := rdb.HGetAll(ctx, key).Result(); len(m) != 2 || m["tk"] != "5" {
 		t.Errorf("bad ages changed the bucket: %v", m)
 	}
+	// Release's grant id: a 32-bit integer.
+	for _, grant := range []string{"-1", "0.5", "4294967296", "nan", "", "id"} {
+		err := releaseScript.run(ctx, rdb, []string{key, key + ":x", key + ":q"}, "1", "10", "1", "0", "50", grant).Err()
+		if !redis.HasErrorPrefix(err, "leasequota: bad argument: grant") {
+			t.Errorf("grant %q: %v, want a bad argument error", grant, err)
+		}
+	}
+	if m, _ := rdb.HGetAll(ctx, key).Result(); len(m) != 2 || m["tk"] != "5" {
+		t.Errorf("bad grant ids changed the bucket: %v", m)
+	}
 }
 
 func TestCorruptBucket(t *testing.T) {
@@ -872,6 +882,9 @@ func TestStoredState(t *testing.T) {
 		"s1": strconv.FormatInt(g0.ServerTime.UnixMicro(), 10),
 		"m1": "10", // the level before the first debit, the highest since
 		"hb": "10",
+		// The last acquire, and the highest level since its debit.
+		"ta": strconv.FormatInt(g.ServerTime.UnixMicro(), 10),
+		"mt": m["tk"],
 	}
 	if len(m) != len(want) {
 		t.Fatalf("fields %v, want %v", m, want)

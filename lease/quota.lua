@@ -92,7 +92,7 @@ local m0 = oldBurst
 if newBurst > m0 then
   m0 = newBurst
 end
-store(key, tokens, now, newRate, newBurst, {s0 = 0, m0 = m0, s1 = now, m1 = tokens})
+store(key, tokens, now, newRate, newBurst, {s0 = 0, m0 = m0, s1 = now, m1 = tokens, ta = 0, mt = m0})
 
 if op == 'set' then
   redis.call('DEL', qkey)

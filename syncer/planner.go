@@ -229,6 +229,10 @@ type Action struct {
 	// returns cannot lift a window above the bound (docs/design.md).
 	Expire         int64
 	ExpiredGranted time.Time
+	// ExpiredLast says the expired tokens were the only batch the ledger
+	// held: they all come from this instance's last grant, which the
+	// return can name (lease.ReleaseRequest.Grant).
+	ExpiredLast bool
 	// Acquire is the number of tokens to ask Redis for; zero for none.
 	Acquire int64
 	// Read asks for a lease call even when Acquire is zero: a quota changed
@@ -374,7 +378,9 @@ func (p *Planner) Plan(st *State, lim Limits, now time.Time, in Input) Action {
 	}
 
 	var a Action
+	single := st.ledger.n() == 1
 	a.Expire, a.ExpiredGranted = st.ledger.Expire(now, lim.LeaseTTL)
+	a.ExpiredLast = single && a.Expire > 0
 	// Tokens that expire before the refresh after next cannot be counted
 	// on: replace them ahead of time, so a busy tenant never finds its
 	// counter empty when an old batch goes back. (Within half a lease
@@ -549,8 +555,11 @@ func (p *Planner) Idle(st *State, now time.Time, d time.Duration) bool {
 }
 
 // Drained records that the counter was emptied (tokens returned on close
-// or eviction) and returns the tokens the ledger held and when the oldest
-// of them was granted (the zero time for none).
-func (p *Planner) Drained(st *State) (tokens int64, oldest time.Time) {
-	return st.ledger.Clear()
+// or eviction) and returns the tokens the ledger held, when the oldest of
+// them was granted (the zero time for none), and whether they were one
+// batch: all from this instance's last grant.
+func (p *Planner) Drained(st *State) (tokens int64, oldest time.Time, last bool) {
+	last = st.ledger.n() == 1
+	tokens, oldest = st.ledger.Clear()
+	return tokens, oldest, last
 }

@@ -177,6 +177,10 @@ type simBucket struct {
 	// one and m0 is the highest level in [s0, s1). Lost with the key.
 	s0, s1 int64 // µs
 	m0, m1 float64
+	// ta is the last acquire's grant ID (lease.Grant.ID), 0 for none; mt
+	// the highest level since its debit.
+	ta lease.GrantID
+	mt float64
 
 	// Accounting, from the model's view.
 	created  int64 // µs of the first acquire; -1 before
@@ -193,11 +197,18 @@ type simBucket struct {
 func (b *simBucket) observe(now int64, x float64, burst int64, window int64, fresh bool) {
 	if fresh {
 		b.s0, b.m0, b.s1, b.m1 = 0, float64(burst), now, x
+		b.ta, b.mt = 0, float64(burst)
 	}
 	if now-b.s1 >= window {
 		b.s0, b.m0, b.s1, b.m1 = b.s1, max(b.m1, x), now, x
 	}
 	b.m1 = max(b.m1, x)
+	b.mt = max(b.mt, x)
+}
+
+// grantID is the lease.GrantID of a grant made at model time now.
+func grantID(now int64) lease.GrantID {
+	return lease.Grant{ServerTime: simT0.Add(time.Duration(now) * time.Microsecond)}.ID()
 }
 
 //go:norace
@@ -266,6 +277,7 @@ func (b *simBucket) acquire(now int64, lim lease.Limits, want int64, inst int) l
 	}
 	granted := min(want, int64(math.Floor(tokens)))
 	tokens -= float64(granted)
+	b.ta, b.mt = grantID(now), tokens
 	b.store(now, tokens, lim.Rate, lim.Burst)
 	b.granted += granted
 	return lease.Grant{
@@ -283,7 +295,7 @@ func (b *simBucket) acquire(now int64, lim lease.Limits, want int64, inst int) l
 // the credit.
 //
 //go:norace
-func (b *simBucket) release(now int64, lim lease.Limits, amount, age int64, m mutation) float64 {
+func (b *simBucket) release(now int64, lim lease.Limits, amount, age int64, grant lease.GrantID, m mutation) float64 {
 	b.offered += amount
 	if !b.live(now) {
 		return 0
@@ -291,7 +303,11 @@ func (b *simBucket) release(now int64, lim lease.Limits, amount, age int64, m mu
 	x := b.refill(now, lim.Rate, lim.Burst)
 	b.observe(now, x, lim.Burst, b.window, false)
 	var credit float64
-	if now-age >= b.s0 {
+	switch {
+	case grant != 0 && b.ta == grant && age < 1<<31:
+		// The tokens all come from the last acquire: the levels since.
+		credit = max(min(float64(amount), float64(lim.Burst)-b.mt), 0)
+	case now-age >= b.s0:
 		credit = max(min(float64(amount), float64(lim.Burst)-max(b.m0, b.m1)), 0)
 	}
 	if m == mutateUnagedReturns {
@@ -299,6 +315,7 @@ func (b *simBucket) release(now int64, lim lease.Limits, amount, age int64, m mu
 	}
 	b.m0 += credit
 	b.m1 += credit
+	b.mt += credit
 	tokens := min(x+credit, float64(lim.Burst))
 	b.store(now, tokens, lim.Rate, lim.Burst)
 	b.returned += credit
@@ -366,7 +383,8 @@ type edgeTenant struct {
 
 	missed, need int64
 	urgent       bool
-	locked       bool // t.mu held across a lease call
+	locked       bool          // t.mu held across a lease call
+	lastGrant    lease.GrantID // of the last reply with tokens (Tenant.lastGrant)
 
 	recent []grantRec // tokens delivered within the last LeaseTTL
 	// The tokens in the counter by when Redis debited them, oldest first
@@ -418,7 +436,8 @@ type simJob struct {
 type simReturn struct {
 	t      *edgeTenant
 	amount int64
-	age    int64 // µs, as the edge computes it (with the call timeout as margin)
+	age    int64         // µs, as the edge computes it (with the call timeout as margin)
+	grant  lease.GrantID // the grant the tokens all come from, or 0
 }
 
 // simCall is one acquire pipeline.
@@ -617,7 +636,7 @@ func (s *sim) apply(c *simCall) {
 	}
 	if c.applies == 0 {
 		for _, r := range c.rets {
-			s.stats.expiredCredited += s.redis[r.t.idx].release(s.now, s.lim[r.t.idx].Bucket(), r.amount, r.age, s.cfg.mutate)
+			s.stats.expiredCredited += s.redis[r.t.idx].release(s.now, s.lim[r.t.idx].Bucket(), r.amount, r.age, r.grant, s.cfg.mutate)
 			s.stats.scripts[r.t.idx]++
 		}
 	}
@@ -649,8 +668,11 @@ func (s *sim) startRound(in *simInstance, tenants []*edgeTenant) {
 		}
 		a, taken := s.planWith(in, t, now)
 		if taken > 0 {
-			age := now.Sub(a.ExpiredGranted).Microseconds() + s.cto
-			rets = append(rets, simReturn{t: t, amount: taken, age: age})
+			r := simReturn{t: t, amount: taken, age: now.Sub(a.ExpiredGranted).Microseconds() + s.cto}
+			if a.ExpiredLast {
+				r.grant = t.lastGrant
+			}
+			rets = append(rets, r)
 		}
 		if a.Acquire > 0 {
 			t.locked = true
@@ -748,6 +770,9 @@ func (s *sim) reply(c *simCall, grants []lease.Grant) {
 	if len(c.jobs) > 0 {
 		for i, j := range c.jobs {
 			g := grants[i]
+			if g.Granted > 0 {
+				j.t.lastGrant = g.ID()
+			}
 			level := s.deliver(j.t, g)
 			c.inst.planner.Granted(&j.t.st, s.lim[j.t.idx], c.round.now, j.want, g, level)
 			j.t.locked = false
@@ -1090,13 +1115,17 @@ func (s *sim) close() {
 	for _, in := range s.insts {
 		for _, t := range in.order {
 			n := t.tokens.Drain()
-			_, oldest := in.planner.Drained(&t.st)
+			_, oldest, last := in.planner.Drained(&t.st)
 			t.takeOldest(n)
 			s.held[t.idx] -= n
 			if n > 0 {
 				s.stats.scripts[t.idx]++
 				age := s.local(in).Sub(oldest).Microseconds() + s.cto
-				s.redis[t.idx].release(s.now, s.lim[t.idx].Bucket(), n, age, s.cfg.mutate)
+				var grant lease.GrantID
+				if last {
+					grant = t.lastGrant
+				}
+				s.redis[t.idx].release(s.now, s.lim[t.idx].Bucket(), n, age, grant, s.cfg.mutate)
 				s.stats.returned += n
 			}
 		}

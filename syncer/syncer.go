@@ -461,20 +461,26 @@ func (s *Syncer) evictLocked(name string, t *Tenant, now time.Time) (lease.Relea
 // tokens back, if any. t.mu must be held.
 func (s *Syncer) drainLocked(name string, t *Tenant, now time.Time) (lease.ReleaseRequest, bool) {
 	n := t.Tokens.Drain()
-	_, oldest := s.planner.Drained(&t.st)
+	_, oldest, last := s.planner.Drained(&t.st)
 	if n <= 0 {
 		return lease.ReleaseRequest{}, false
 	}
-	return s.returnOf(name, t, n, now, oldest), true
+	return s.returnOf(name, t, n, now, oldest, last), true
 }
 
-// returnOf is the release of n of t's tokens, the oldest of them granted at
-// oldest (local clock, as now). Its age is an upper bound of how long
-// before the release script runs the tokens were granted: oldest is the
-// time the acquire was sent (before Redis ran it), and the release may
-// take up to its pipeline's deadline to reach Redis.
-func (s *Syncer) returnOf(name string, t *Tenant, n int64, now, oldest time.Time) lease.ReleaseRequest {
-	return lease.ReleaseRequest{Tenant: name, Limits: t.Base().Bucket(), Amount: n, Age: max(now.Sub(oldest), 0) + s.opts.CallTimeout + perCommand*time.Duration(s.opts.BatchSize)}
+// returnOf is the release of n of t's tokens (t.mu held), the oldest of
+// them granted at oldest (local clock, as now); last says they all come
+// from t's last grant, which the release then names. Its age is an upper
+// bound of how long before the release script runs the tokens were
+// granted: oldest is the time the acquire was sent (before Redis ran it),
+// and the release may take up to its pipeline's deadline to reach Redis.
+func (s *Syncer) returnOf(name string, t *Tenant, n int64, now, oldest time.Time, last bool) lease.ReleaseRequest {
+	r := lease.ReleaseRequest{Tenant: name, Limits: t.Base().Bucket(), Amount: n,
+		Age: max(now.Sub(oldest), 0) + s.opts.CallTimeout + perCommand*time.Duration(s.opts.BatchSize)}
+	if last {
+		r.Grant = t.lastGrant
+	}
+	return r
 }
 
 // planWith runs the planner for t (whose lock is held) on what requests
@@ -493,7 +499,7 @@ func (s *Syncer) planWith(name string, t *Tenant, now time.Time, in Input) (a Ac
 		s.expired.Add(taken)
 		s.opts.Telemetry.Expired(taken)
 		if taken > 0 {
-			return a, s.returnOf(name, t, taken, now, a.ExpiredGranted), true
+			return a, s.returnOf(name, t, taken, now, a.ExpiredGranted, a.ExpiredLast), true
 		}
 	}
 	return a, ret, false
@@ -599,11 +605,15 @@ func (s *Syncer) apply(ctx context.Context, name string, t *Tenant, now time.Tim
 	}
 	if t.flag(flagEvicted) {
 		// Evicted while the call was in flight: nobody will spend these.
-		s.release(ctx, nil, []lease.ReleaseRequest{s.returnOf(name, t, r.Grant.Granted, s.opts.Now(), now)})
+		t.lastGrant = r.Grant.ID()
+		s.release(ctx, nil, []lease.ReleaseRequest{s.returnOf(name, t, r.Grant.Granted, s.opts.Now(), now, true)})
 		return
 	}
 	g := r.Grant
 	s.setOverride(t, g.Override)
+	if g.Granted > 0 {
+		t.lastGrant = g.ID()
+	}
 	level := t.Tokens.Add(g.Granted)
 	s.granted.Add(g.Granted)
 	s.planner.Granted(&t.st, *t.Limits(), now, want, g, level)

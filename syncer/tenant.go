@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/leasequota/leasequota/bucket"
+	"github.com/leasequota/leasequota/lease"
 )
 
 // Tenant is one tenant's lease on this instance: the tokens requests spend
@@ -47,7 +48,11 @@ type Tenant struct {
 
 	flags atomic.Uint32 // flagUrgent (requests, syncer), the rest by the syncer
 
-	mu sync.Mutex // guards st; held across a lease call for this tenant
+	// lastGrant identifies the last grant of tokens (Granted > 0) to this
+	// instance, for returns of tokens that all come from it. Guarded by mu.
+	lastGrant lease.GrantID
+
+	mu sync.Mutex // guards st and lastGrant; held across a lease call for this tenant
 	st State
 }
 
