@@ -76,11 +76,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Limiter, error) {
 	// after its last acquire: a busy instance re-acquires at least once
 	// per lifetime.
 	window := 2*cfg.leaseTTL + cfg.refreshInterval
-	// The buckets keep level history for as long as an instance counts as
-	// active: enough to credit returns of tokens that expired (after
-	// LeaseTTL, plus a tick and a call's timeout); a tenant whose quota
-	// has a longer LeaseTTL gets no credit for its expired tokens.
-	leases, err := lease.NewClient(client, cfg.keyPrefix, lease.WithInstance(l.instance, window), lease.WithReturnWindow(window))
+	leases, err := lease.NewClient(client, cfg.keyPrefix, lease.WithInstance(l.instance, window))
 	if err != nil {
 		return nil, fmt.Errorf("%w: WithKeyPrefix(%q): %w", ErrInvalidOption, cfg.keyPrefix, err)
 	}

@@ -329,8 +329,8 @@ func TestCloseReturnsLeasedTokens(t *testing.T) {
 	if g := globalTokens(t, c, prefix, "t"); math.Abs(g-99) > 0.01 {
 		t.Errorf("after Close the global bucket holds %.3f, want 99 (burst 100 - 1 spent)", g)
 	}
-	// The return named the instance's only grant, still the bucket's last
-	// acquire, so Redis credited all of it (docs/design.md, "Aged returns").
+	// The return named the instance's only grant, so Redis credited all of
+	// it (docs/design.md, "Aged returns").
 	if st := l.Stats(); st.Returned != 39 || st.Forfeited != 0 {
 		t.Errorf("after Close: returned %d, forfeited %d; want 39 and 0", st.Returned, st.Forfeited)
 	}
@@ -342,6 +342,37 @@ func TestCloseReturnsLeasedTokens(t *testing.T) {
 	}
 	if err := l.Close(context.Background()); err != nil {
 		t.Errorf("second Close = %v", err)
+	}
+}
+
+// TestCloseReturnsTokensAfterOthersAcquired: instance A leases from a full
+// bucket, then instance B leases too; A's unspent tokens, returned on
+// Close, are credited in full: the release names A's grant, so the level
+// before its debit (the full bucket) does not count, only the levels
+// after it (at most 60, before B's debit).
+func TestCloseReturnsTokensAfterOthersAcquired(t *testing.T) {
+	c, prefix := setup(t)
+	q := leasequota.Quota{Rate: 1e-6, Burst: 100, MinLease: 40} // nothing refills during the test
+	a := newLimiter(t, c, leasequota.WithKeyPrefix(prefix), leasequota.WithDefaultQuota(q))
+	b := newLimiter(t, c, leasequota.WithKeyPrefix(prefix), leasequota.WithDefaultQuota(q))
+	ctx := context.Background()
+	if d := a.AllowN(ctx, "t", 1); !d.Allowed || d.Remaining != 39 {
+		t.Fatalf("A's first request: %+v, want admitted from a lease of 40", d)
+	}
+	if d := b.AllowN(ctx, "t", 1); !d.Allowed || d.Remaining != 39 {
+		t.Fatalf("B's first request: %+v, want admitted from a lease of 40", d)
+	}
+	if g := globalTokens(t, c, prefix, "t"); math.Abs(g-20) > 0.01 {
+		t.Fatalf("global bucket holds %.3f after two leases of 40, want 20", g)
+	}
+	if err := a.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st := a.Stats(); st.Returned != 39 || st.Forfeited != 0 {
+		t.Errorf("A after Close: returned %d, forfeited %d; want 39 and 0", st.Returned, st.Forfeited)
+	}
+	if g := globalTokens(t, c, prefix, "t"); math.Abs(g-59) > 0.01 {
+		t.Errorf("after A's Close the global bucket holds %.3f, want 59 (100 - B's 40 - A's 1 spent)", g)
 	}
 }
 

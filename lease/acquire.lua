@@ -3,26 +3,19 @@
 -- KEYS[1]  bucket key, a hash:
 --            tk  tokens ("%.17g")
 --            ts  when tk was computed (Redis TIME, microseconds)
---            s0, m0, s1, m1, hb  the level history that release.lua credits
---                against: s1 (microseconds) starts the current segment and
---                m1 is the highest level seen in it; s0 starts the previous
---                one and m0 is the highest level in [s0, s1); hb is the burst
---                they were recorded under. max(m0, m1, level now) bounds
---                every level since s0.
+--            pk, hb  the level history that release.lua credits against,
+--                and the burst it was recorded under (see common.lua)
 -- ARGV[1]  rate: tokens added per second, a decimal number > 0
 -- ARGV[2]  burst: bucket capacity, an integer >= 1
 -- ARGV[3]  want: tokens requested, an integer >= 0 (0 only refills and reads)
--- ARGV[4]  return window W: milliseconds, an integer >= 1: a new history
---          segment starts at the first call at least W after the current
---          one started, so the history covers at least the last W
--- KEYS[2], ARGV[5], ARGV[6], ARGV[7]  optional instance registry: a hash
+-- KEYS[2], ARGV[4], ARGV[5], ARGV[6]  optional instance registry: a hash
 --          {instance id = "last acquire (microseconds):demand (tokens/s)"}
 --          next to the bucket, the caller's id, the window in milliseconds
 --          within which an instance counts as active, and the caller's
 --          demand. Stale entries are removed; the hash expires after 2
 --          windows.
 --          KEYS[2] is always passed (so that KEYS[3] has a fixed place) but
---          only touched when ARGV[5] is a non-empty id.
+--          only touched when ARGV[4] is a non-empty id.
 -- KEYS[3]  quota override (QuotaKey), a hash {r = rate, b = burst, min, max,
 --          ttl (ns), mode} written by quota.lua, never expiring. When it holds
 --          r and b they replace ARGV[1] and ARGV[2]: the override is the one
@@ -36,14 +29,11 @@
 -- instances' demands, or "" without a registry.
 -- Tokens are returned as a string because Redis truncates Lua numbers to integers.
 --
--- The history observes the refilled level x before the debit: first, if
--- now - s1 >= W, the segments roll (s0 = s1, m0 = max(m1, x), s1 = now,
--- m1 = x; between calls the level only rises by refill, so x bounds it since
--- the last call), then m1 = max(m1, x). A missing key is a bucket that was
--- full until now, and a hash without history (an older version wrote it) or
--- with history recorded under another burst has an unknown past: both start
--- with s0 = 0, m0 = burst (or the old burst if higher), s1 = now, m1 = x, so
--- no grant made before now can be credited.
+-- The history records the refilled level before the debit, at the
+-- bucket's time of this call (the reply's now, which a later release names
+-- the grant by). A missing key is a bucket that was full until now; a hash
+-- without a history (an older version wrote it), with an unreadable one or
+-- with one recorded under another burst has an unknown past (common.lua).
 --
 -- common.lua (in front of this file) reads the bucket, the override and the
 -- history, and stores the bucket; the only clock is Redis TIME.
@@ -51,7 +41,6 @@
 local rate = tonumber(ARGV[1])
 local burst = tonumber(ARGV[2])
 local want = tonumber(ARGV[3])
-local rwindow = tonumber(ARGV[4])
 if not rate_ok(rate) then
   return bad('rate must be a finite number > 0, got ' .. tostring(ARGV[1]))
 end
@@ -60,9 +49,6 @@ if not whole(burst, 1) then
 end
 if not whole(want, 0) then
   return bad('want must be an integer >= 0, got ' .. tostring(ARGV[3]))
-end
-if not whole(rwindow, 1) then
-  return bad('return window must be an integer >= 1 (ms), got ' .. tostring(ARGV[4]))
 end
 
 -- The override, when one is stored, replaces the caller's rate and burst.
@@ -76,29 +62,29 @@ if orate ~= nil then
   override = {q[1], q[2], q[3] or '0', q[4] or '0', q[5] or '0', q[6] or '0'}
 end
 
-local now = redis_now()
 local key = KEYS[1]
-local state, tokens = read_bucket(key, now, rate, burst)
+local state, tokens, _, now = read_bucket(key, redis_now(), rate, burst)
 if state == nil then
   return tokens -- the error reply
 end
--- Observe the level before the debit (see the header).
-local h = observe(state, now, tokens, burst, rwindow)
+-- Record the level before the debit (see the header).
+local h = history(state, now, burst)
+history_push(h, now, tokens)
 
 local instances = 0
 local share = nil       -- this instance's max-min fair share, tokens/s
 local credit = nil      -- this instance's fair-share credit, tokens
 local capacity = nil    -- the most credit it may hold
 local totalDemand = 0
-local id = ARGV[5]
+local id = ARGV[4]
 local ikey = KEYS[2]
 local demand = 0
 if id ~= nil and id ~= '' then
-  local window = tonumber(ARGV[6])
+  local window = tonumber(ARGV[5])
   if window == nil or window ~= window or window < 1 or window == math.huge then
-    return bad('window must be a number >= 1, got ' .. tostring(ARGV[6]))
+    return bad('window must be a number >= 1, got ' .. tostring(ARGV[5]))
   end
-  demand = tonumber(ARGV[7] or '0')
+  demand = tonumber(ARGV[6] or '0')
   if demand == nil or demand ~= demand or demand < 0 or demand == math.huge then
     demand = 0
   end
@@ -181,11 +167,9 @@ if credit ~= nil then
     credit = capacity
   end
   redis.call('HSET', ikey, id, string.format('%d:%.17g:%.17g', now, demand, credit))
-  redis.call('PEXPIRE', ikey, string.format('%d', tonumber(ARGV[6]) * 2))
+  redis.call('PEXPIRE', ikey, string.format('%d', tonumber(ARGV[5]) * 2))
 end
 tokens = tokens - granted
--- This acquire is now the last: the levels since its debit start here.
-h.ta, h.mt = now, tokens
 
 store(key, tokens, now, rate, burst, h)
 

@@ -2,22 +2,18 @@ package lease
 
 import (
 	"context"
-	"errors"
 	"math"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasequota/leasequota/integration/redistest"
+	"github.com/leasequota/leasequota/internal/peaks"
 )
-
-// testWindow is the return window of the tests that wait for the level
-// history to roll: long enough that no roll happens by accident between
-// two calls of a test, short enough to wait for two rolls.
-const testWindow = 100 * time.Millisecond
 
 // ageMargin is added to the local time since an acquire was sent to make
 // a release's age an upper bound in Redis time: it covers the release's own
@@ -30,30 +26,48 @@ func ageSince(start time.Time) time.Duration {
 	return time.Since(start) + ageMargin
 }
 
-// history is a bucket's level history as stored.
-type history struct {
-	s0, s1 int64 // µs
-	m0, m1 float64
-	hb     int64
-}
-
-func readHistory(t *testing.T, rdb *redis.Client, key string) history {
+// readHistory returns the level history and the burst it was recorded
+// under, as stored in the bucket at key.
+func readHistory(t *testing.T, rdb *redis.Client, key string) (peaks.History, int64) {
 	t.Helper()
-	v, err := rdb.HMGet(context.Background(), key, "s0", "m0", "s1", "m1", "hb").Result()
+	v, err := rdb.HMGet(context.Background(), key, "pk", "hb").Result()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var f [5]float64
-	for i := range v {
-		s, ok := v[i].(string)
-		if !ok {
-			t.Fatalf("%s: history field %d missing: %v", key, i, v)
-		}
-		if f[i], err = strconv.ParseFloat(s, 64); err != nil {
-			t.Fatalf("%s: history field %d: %v", key, i, err)
-		}
+	pk, ok1 := v[0].(string)
+	hb, ok2 := v[1].(string)
+	if !ok1 || !ok2 {
+		t.Fatalf("%s: history fields missing: %v", key, v)
 	}
-	return history{s0: int64(f[0]), m0: f[1], s1: int64(f[2]), m1: f[3], hb: int64(f[4])}
+	h, ok := peaks.Parse(pk)
+	if !ok {
+		t.Fatalf("%s: history %q does not parse", key, pk)
+	}
+	b, err := strconv.ParseInt(hb, 10, 64)
+	if err != nil {
+		t.Fatalf("%s: hb %q: %v", key, hb, err)
+	}
+	return h, b
+}
+
+// checkHistory fails unless the bucket at key holds the history want
+// (levels to 1e-6) recorded under burst.
+func checkHistory(t *testing.T, rdb *redis.Client, key string, burst int64, want ...peaks.Entry) {
+	t.Helper()
+	h, hb := readHistory(t, rdb, key)
+	got := h.Entries()
+	ok := hb == burst && len(got) == len(want)
+	for i := 0; ok && i < len(got); i++ {
+		ok = got[i].T == want[i].T && near(got[i].L, want[i].L)
+	}
+	if !ok {
+		t.Fatalf("%s: history %v under burst %d, want %v under %d", key, got, hb, want, burst)
+	}
+}
+
+// at is a history entry at the bucket time of a call.
+func at(tm time.Time, level float64) peaks.Entry {
+	return peaks.Entry{T: tm.UnixMicro(), L: level}
 }
 
 // redisNow is Redis TIME in microseconds.
@@ -66,38 +80,19 @@ func redisNow(t *testing.T, rdb *redis.Client) int64 {
 	return tm.UnixMicro()
 }
 
-// waitRoll waits until Redis TIME is one return window past the start of
-// the bucket's current history segment, then acquires 0 tokens, which
-// rolls the history, and checks that it did. It returns the new history.
-func waitRoll(t *testing.T, c *Client, rdb *redis.Client, tenant string, lim Limits) history {
+// waitBeyondAge waits until Redis TIME is more than ageMargin past now, so
+// that the age of a release of tokens acquired after it returns (ageSince)
+// does not reach back to the calls made before.
+func waitBeyondAge(t *testing.T, rdb *redis.Client) {
 	t.Helper()
-	key := c.Key(tenant)
-	before := readHistory(t, rdb, key)
-	target := before.s1 + c.returns.Microseconds()
+	target := redisNow(t, rdb) + (ageMargin + time.Millisecond).Microseconds()
 	deadline := time.Now().Add(10 * time.Second)
-	for redisNow(t, rdb) < target {
+	for redisNow(t, rdb) <= target {
 		if time.Now().After(deadline) {
 			t.Fatalf("Redis TIME did not reach %d within 10s", target)
 		}
-		time.Sleep(time.Millisecond)
+		time.Sleep(100 * time.Microsecond)
 	}
-	g, err := c.Acquire(context.Background(), tenant, lim, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	after := readHistory(t, rdb, key)
-	if after.s0 != before.s1 || after.s1 != g.ServerTime.UnixMicro() || after.m0 < before.m1 || after.m1 != g.Tokens {
-		t.Fatalf("history did not roll: %+v then %+v (acquire at %d, level %v)", before, after, g.ServerTime.UnixMicro(), g.Tokens)
-	}
-	return after
-}
-
-// forgetPeaks rolls the history twice, so that it only holds levels seen
-// since the first roll: with a rate that refills nothing, the level now.
-func forgetPeaks(t *testing.T, c *Client, rdb *redis.Client, tenant string, lim Limits) history {
-	t.Helper()
-	waitRoll(t, c, rdb, tenant, lim)
-	return waitRoll(t, c, rdb, tenant, lim)
 }
 
 func near(a, b float64) bool { return math.Abs(a-b) <= 1e-6 }
@@ -105,65 +100,40 @@ func near(a, b float64) bool { return math.Abs(a-b) <= 1e-6 }
 func agedClient(t *testing.T, opts ...ClientOption) (*Client, *redis.Client) {
 	t.Helper()
 	rdb := redistest.Client(t)
-	c, err := NewClient(rdb, redistest.Prefix(t), append([]ClientOption{WithReturnWindow(testWindow)}, opts...)...)
+	c, err := NewClient(rdb, redistest.Prefix(t), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return c, rdb
 }
 
-func TestWithReturnWindow(t *testing.T) {
-	rdb := redistest.Client(t)
-	for _, d := range []time.Duration{0, -time.Second, time.Millisecond - 1} {
-		if _, err := NewClient(rdb, "p:", WithReturnWindow(d)); !errors.Is(err, ErrBadRequest) {
-			t.Errorf("WithReturnWindow(%v): %v, want ErrBadRequest", d, err)
-		}
+// TestReleaseArguments: the age travels in whole milliseconds, rounded up
+// (an upper bound stays one), and the grant's ID after it.
+func TestReleaseArguments(t *testing.T) {
+	c, _ := agedClient(t)
+	args, err := releaseArgs(Limits{Rate: 1, Burst: 1}, 1, 1500*time.Microsecond)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for d, want := range map[time.Duration]string{
-		0:                                 "2000", // the default
-		time.Millisecond:                  "1",
-		1500 * time.Microsecond:           "2", // rounded up: the history covers at least d
-		time.Minute:                       "60000",
-		DefaultReturnWindow + time.Second: "3000",
-	} {
-		var opts []ClientOption
-		if d != 0 {
-			opts = append(opts, WithReturnWindow(d))
-		}
-		c, err := NewClient(rdb, "p:", opts...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if c.returnMS != want {
-			t.Errorf("window %v sent as %q ms, want %q", d, c.returnMS, want)
-		}
-		// Both scripts get it.
-		cl, err := c.acquireCall("t", Limits{Rate: 1, Burst: 1}, 1, 0)
-		if err != nil || cl.args[3] != want {
-			t.Errorf("acquire args %v, %v: want the window (%s) 4th", cl.args, err, want)
-		}
-		args, err := releaseArgs(Limits{Rate: 1, Burst: 1}, 1, 1500*time.Microsecond)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if rc := c.releaseCall("t", args, 0); rc.args[3] != "2" || rc.args[4] != want {
-			t.Errorf("release args %v: want age 2 (ms, rounded up) and the window (%s)", rc.args, want)
-		}
+	if rc := c.releaseCall("t", args, 12345); len(rc.args) != 5 || rc.args[3] != "2" || rc.args[4] != "12345" {
+		t.Errorf("release args %v: want age 2 (ms, rounded up), then the grant 12345", rc.args)
+	}
+	cl, err := c.acquireCall("t", Limits{Rate: 1, Burst: 1}, 1, 0)
+	if err != nil || len(cl.args) != 3 {
+		t.Errorf("acquire args %v, %v: want rate, burst and want only", cl.args, err)
 	}
 }
 
-// TestReturnToFullBucketCreditsNothing: tokens granted from a full bucket
-// are not credited back: had they not been granted, the bucket would be
-// full still (its level before the debit is in the grant's history).
-// TestReturnOfLastGrant: a return that names its grant (ReleaseRequest.
-// Grant), while that grant is still the bucket's last acquire, is credited
-// against the levels since its debit only: tokens leased from a full bucket
-// come back in full. Named but no longer last, or named wrongly, the
-// general rule applies (and credits nothing after a full bucket).
-func TestReturnOfLastGrant(t *testing.T) {
+// TestReturnNamingItsGrant: a return that names its grant (ReleaseRequest.
+// Grant) is credited against the levels after that grant's debit only:
+// tokens leased from a full bucket come back, even after other acquires.
+// An ID that does not fit the age is ignored, and without one the level
+// before the grant's debit counts.
+func TestReturnNamingItsGrant(t *testing.T) {
 	ctx := context.Background()
-	c, _ := agedClient(t)
-	lim := Limits{Rate: 1e-9, Burst: 100}
+	c, rdb := agedClient(t)
+	// A rate whose refill is below a level's precision: exact numbers.
+	lim := Limits{Rate: 1e-20, Burst: 100}
 	release := func(tenant string, amount int64, start time.Time, id GrantID) Return {
 		t.Helper()
 		res := c.ReleaseMany(ctx, []ReleaseRequest{{Tenant: tenant, Limits: lim, Amount: amount, Age: ageSince(start), Grant: id}})
@@ -185,37 +155,62 @@ func TestReturnOfLastGrant(t *testing.T) {
 	start := time.Now()
 	g := acquire("only", 40)
 	if r := release("only", 30, start, g.ID()); r.Credited != 30 || !near(r.Tokens, 90) {
-		t.Fatalf("30 of the last grant: %+v, want 30 credited, 90 tokens", r)
+		t.Fatalf("30 of the only grant: %+v, want 30 credited, 90 tokens", r)
 	}
 	if r := release("only", 9, start, g.ID()); r.Credited != 9 || !near(r.Tokens, 99) {
-		t.Fatalf("9 more of the last grant: %+v, want 9 credited, 99 tokens", r)
+		t.Fatalf("9 more of the only grant: %+v, want 9 credited, 99 tokens", r)
 	}
 
-	// A grant followed by another acquire is no longer the last.
+	// Instance A leases 40 from a full bucket and goes idle; B keeps
+	// acquiring, 12 times (more than the history keeps: entries merge).
+	// A's 40 come back in full: without them the bucket would have held
+	// 100 - 3k after B's k-th acquire, never above the cap.
 	start = time.Now()
-	a := acquire("two", 40) // 100 -> 60
-	b := acquire("two", 10) // 60 -> 50
-	if r := release("two", 40, start, a.ID()); r.Credited != 0 || !near(r.Tokens, 50) {
-		t.Fatalf("the earlier grant, named: %+v, want 0 credited (the history holds the full level)", r)
+	a := acquire("busy", 40) // 100 -> 60
+	var b Grant
+	for range 12 {
+		b = acquire("busy", 3) // 60 -> 24
 	}
-	if r := release("two", 10, start, b.ID()); r.Credited != 10 || !near(r.Tokens, 60) {
-		t.Fatalf("the last grant, named: %+v, want 10 credited, 60 tokens", r)
+	if r := release("busy", 40, start, a.ID()); r.Credited != 40 || !near(r.Tokens, 64) {
+		t.Fatalf("A's lease after 12 acquires of B: %+v, want 40 credited, 64 tokens", r)
+	}
+	// So the bucket is as if A had never leased: B's last grant, named,
+	// is creditable (the level after it was at most 64 in that bucket).
+	if r := release("busy", 3, start, b.ID()); r.Credited != 3 || !near(r.Tokens, 67) {
+		t.Fatalf("B's last grant, named: %+v, want 3 credited, 67 tokens", r)
 	}
 
-	// A wrong id, and no id: the general rule.
+	// Two grants, each returned by name, the earlier first.
 	start = time.Now()
-	w := acquire("wrong", 40)
-	if r := release("wrong", 20, start, w.ID()+1); r.Credited != 0 {
-		t.Fatalf("a wrong grant id: %+v, want 0 credited", r)
+	x := acquire("two", 40) // 100 -> 60
+	y := acquire("two", 10) // 60 -> 50
+	if r := release("two", 40, start, x.ID()); r.Credited != 40 || !near(r.Tokens, 90) {
+		t.Fatalf("the earlier grant, named: %+v, want 40 credited, 90 tokens", r)
 	}
-	if r := release("wrong", 20, start, 0); r.Credited != 0 {
+	if r := release("two", 10, start, y.ID()); r.Credited != 10 || !near(r.Tokens, 100) {
+		t.Fatalf("the later grant, named: %+v, want 10 credited, 100 tokens", r)
+	}
+
+	// Without an ID, or with one that does not fit the age (a time a
+	// second before it reaches back), the level before the debit counts.
+	start = time.Now()
+	w := acquire("unnamed", 40)
+	if r := release("unnamed", 20, start, 0); r.Credited != 0 || !near(r.Tokens, 60) {
 		t.Fatalf("no grant id: %+v, want 0 credited", r)
 	}
+	if r := release("unnamed", 20, start, w.ID()-1_000_000); r.Credited != 0 || !near(r.Tokens, 60) {
+		t.Fatalf("a grant id before the age: %+v, want 0 credited", r)
+	}
+	checkHistory(t, rdb, c.Key("unnamed"), 100, at(w.ServerTime, 100))
 	if (Grant{}).ID() != 0 {
 		t.Error("a Grant without a ServerTime has a non-zero ID")
 	}
 }
 
+// TestReturnToFullBucketCreditsNothing: tokens granted from a full bucket
+// and returned without naming the grant are not credited back: had they
+// not been granted, the bucket would be full still, and the age reaches
+// back to the level before the debit.
 func TestReturnToFullBucketCreditsNothing(t *testing.T) {
 	ctx := context.Background()
 	c, rdb := agedClient(t)
@@ -231,9 +226,7 @@ func TestReturnToFullBucketCreditsNothing(t *testing.T) {
 		if err != nil || r.Credited != 0 || !near(r.Tokens, float64(100-want)) {
 			t.Fatalf("return of %d granted from a full bucket: %+v, %v; want 0 credited, %d tokens", want, r, err, 100-want)
 		}
-		if h := readHistory(t, rdb, c.Key(tenant)); h.m1 != 100 || h.m0 != 100 || h.s0 != 0 || h.hb != 100 {
-			t.Fatalf("history %+v, want the full level in m1 and an unknown past (s0 0, m0 100)", h)
-		}
+		checkHistory(t, rdb, c.Key(tenant), 100, at(g.ServerTime, 100))
 	}
 }
 
@@ -262,68 +255,71 @@ func TestAgedReturnCredit(t *testing.T) {
 	}
 
 	t.Run("room below the cap", func(t *testing.T) {
-		acquire("room", 90) // 100 -> 10
-		if h := forgetPeaks(t, c, rdb, "room", lim); !near(h.m0, 10) || !near(h.m1, 10) {
-			t.Fatalf("history %+v, want peaks of 10", h)
-		}
+		g0 := acquire("room", 90) // 100 -> 10
+		waitBeyondAge(t, rdb)
 		start := time.Now()
-		acquire("room", 10)                          // 10 -> 0, peak 10
+		g1 := acquire("room", 10)                    // 10 -> 0, peak 10
 		release("room", 10, ageSince(start), 10, 10) // min(10, 100-10)
 		// The credit is in the history: the bucket without those 10
 		// granted would have been 10 higher since.
-		if h := readHistory(t, rdb, c.Key("room")); !near(h.m0, 20) || !near(h.m1, 20) {
-			t.Fatalf("history after the credit %+v, want peaks of 20", h)
-		}
+		checkHistory(t, rdb, c.Key("room"), 100, at(g0.ServerTime, 100), at(g1.ServerTime, 20))
 	})
 
 	t.Run("credit capped by the peak", func(t *testing.T) {
 		acquire("peak", 5) // 100 -> 95
-		forgetPeaks(t, c, rdb, "peak", lim)
+		waitBeyondAge(t, rdb)
 		start := time.Now()
 		acquire("peak", 95)                        // 95 -> 0, peak 95
 		release("peak", 95, ageSince(start), 5, 5) // min(95, 100-95): 90 would have been lost to the cap
 	})
 
-	t.Run("older than the history", func(t *testing.T) {
+	t.Run("an age reaching back to a higher level", func(t *testing.T) {
 		old := time.Now()
 		acquire("old", 50) // 100 -> 50
-		forgetPeaks(t, c, rdb, "old", lim)
-		// Tokens granted before the history's start: nothing, though
-		// there is room below the cap.
-		release("old", 20, ageSince(old), 0, 50)
-		// The same return of tokens granted within the history: credited.
+		waitBeyondAge(t, rdb)
 		start := time.Now()
-		acquire("old", 20)                          // 50 -> 30
-		release("old", 20, ageSince(start), 20, 50) // min(20, 100-50)
-		// An age just past what the history covers: nothing again.
-		h := readHistory(t, rdb, c.Key("old"))
-		past := time.Duration(redisNow(t, rdb)-h.s0)*time.Microsecond + time.Second
-		release("old", 20, past, 0, 50)
+		acquire("old", 20) // 50 -> 30
+		// An age back to before the first grant counts the full level.
+		release("old", 10, ageSince(old), 0, 30)
+		// One back to the second only: min(10, 100-50).
+		release("old", 10, ageSince(start), 10, 40)
+		// Far older than any call: the level the history started with.
+		release("old", 10, 100*time.Hour, 0, 40)
 	})
 
-	t.Run("peaks roll out after two windows", func(t *testing.T) {
-		g0 := acquire("roll", 10) // 100 -> 90; the history: s0 0, m0 100, s1 now, m1 100
-		start1 := time.Now()
-		acquire("roll", 10)                          // 90 -> 80
-		release("roll", 10, ageSince(start1), 0, 80) // the full level is in m1
-
-		h := waitRoll(t, c, rdb, "roll", lim)
-		if h.s0 != g0.ServerTime.UnixMicro() || h.m0 != 100 || !near(h.m1, 80) {
-			t.Fatalf("after one roll %+v, want s0 %d, m0 100, m1 80", h, g0.ServerTime.UnixMicro())
+	t.Run("merged entries count the higher level", func(t *testing.T) {
+		// Levels 100 (the first call), 99, 98, ..., 90 before 11 debits
+		// of 1: the history keeps 8 entries, merging the oldest pairs
+		// (all drops are 1). A grant whose entry was merged into a later
+		// one with a higher level is judged against that level.
+		// A rate so low that its refill is below a level's precision:
+		// every drop is exactly 1, so the oldest pair merges on each tie.
+		tiny := Limits{Rate: 1e-20, Burst: 100}
+		var gs []Grant
+		for range 11 {
+			g, err := c.Acquire(ctx, "merge", tiny, 1)
+			if err != nil || g.Granted != 1 {
+				t.Fatalf("acquire: %+v, %v", g, err)
+			}
+			gs = append(gs, g)
 		}
-		start2 := time.Now()
-		acquire("roll", 10)                          // 80 -> 70
-		release("roll", 10, ageSince(start2), 0, 70) // 100 is still in m0
-
-		h = waitRoll(t, c, rdb, "roll", lim)
-		if !near(h.m0, 80) || !near(h.m1, 70) {
-			t.Fatalf("after two rolls %+v, want m0 80 (the level at the first roll), m1 70", h)
+		h, _ := readHistory(t, rdb, c.Key("merge"))
+		if h.Len() != peaks.Max || h.Entries()[0].L != 100 || h.Entries()[peaks.Max-1] != at(gs[10].ServerTime, 90) {
+			t.Fatalf("history %v, want %d entries from 100 down to 90 at the last grant", h.Entries(), peaks.Max)
 		}
-		start3 := time.Now()
-		acquire("roll", 10)                           // 70 -> 60
-		release("roll", 10, ageSince(start3), 10, 70) // min(10, 100-80)
-		// The grant of start1 is older than s0 (the first roll).
-		release("roll", 10, ageSince(start1), 0, 70)
+		// The ninth grant (level 92 before its debit) still has its own
+		// entry, so after it the peak is 91: min(1, 100-91).
+		var r Return
+		res := c.ReleaseMany(ctx, []ReleaseRequest{{Tenant: "merge", Limits: tiny, Amount: 1, Age: time.Minute, Grant: gs[8].ID()}})
+		if r = res[0].Return; res[0].Err != nil || r.Credited != 1 {
+			t.Fatalf("return of the ninth grant: %+v, want 1 credited", res[0])
+		}
+		// The first grant's own entry (100) was merged into the second's:
+		// after it the history says 100, not 99, so nothing.
+		res = c.ReleaseMany(ctx, []ReleaseRequest{{Tenant: "merge", Limits: tiny, Amount: 1, Age: time.Minute, Grant: gs[0].ID()}})
+		if r = res[0].Return; res[0].Err != nil || r.Credited != 0 {
+			t.Fatalf("return of the first grant: %+v, want 0 credited", res[0])
+		}
 	})
 }
 
@@ -346,7 +342,7 @@ func TestOverlappingReturnsShareTheRoom(t *testing.T) {
 			}
 		}
 		acq(50) // 100 -> 50
-		forgetPeaks(t, c, rdb, tenant, lim)
+		waitBeyondAge(t, rdb)
 		start := time.Now()
 		acq(20) // grant 1: 50 -> 30
 		acq(20) // grant 2: 30 -> 10
@@ -416,31 +412,32 @@ func TestUnknownHistoryCreditsNothing(t *testing.T) {
 	if err != nil || r.Credited != 0 || !near(r.Tokens, 10) {
 		t.Fatalf("release into a bucket without history: %+v, %v; want 0 credited, 10 tokens", r, err)
 	}
-	h := readHistory(t, rdb, key)
-	if h.s0 != 0 || h.m0 != 100 || h.s1 != r.ServerTime.UnixMicro() || !near(h.m1, 10) || h.hb != 100 {
-		t.Fatalf("history started as %+v, want s0 0, m0 100, s1 now, m1 10, hb 100", h)
-	}
-	// Once it has rolled past, grants are credited again.
-	forgetPeaks(t, c, rdb, "old-version", lim)
+	// The history starts: unknown before now, as if full.
+	checkHistory(t, rdb, key, 100, at(r.ServerTime, 100))
+	// Grants after that are credited again.
+	waitBeyondAge(t, rdb)
 	start := time.Now()
 	if g, err := c.Acquire(ctx, "old-version", lim, 10); err != nil || g.Granted != 10 {
 		t.Fatalf("%+v, %v", g, err)
 	}
 	if r, err := c.Release(ctx, "old-version", lim, 10, ageSince(start)); err != nil || !near(r.Credited, 10) {
-		t.Fatalf("release after the history rolled: %+v, %v; want 10 credited", r, err)
+		t.Fatalf("release of a grant after the history started: %+v, %v; want 10 credited", r, err)
 	}
 
 	// An unreadable history is unknown, not an error.
-	key = c.Key("garbled")
-	if err := rdb.HSet(ctx, key, "tk", "10", "ts", strconv.FormatInt(redisNow(t, rdb), 10),
-		"s0", "1", "m0", "garbage", "s1", "1", "m1", "0", "hb", "100").Err(); err != nil {
-		t.Fatal(err)
-	}
-	if r, err := c.Release(ctx, "garbled", lim, 10, 0); err != nil || r.Credited != 0 || !near(r.Tokens, 10) {
-		t.Fatalf("release into a garbled history: %+v, %v; want 0 credited", r, err)
-	}
-	if h := readHistory(t, rdb, key); h.s0 != 0 || h.m0 != 100 {
-		t.Fatalf("garbled history replaced by %+v, want s0 0, m0 100", h)
+	for i, pk := range []string{"1:garbage", "", "2:1,1:0", "1:5,2:6", "1:nan", "1:inf", "x:1", "1:1:1",
+		"1:9,2:8,3:7,4:6,5:5,6:4,7:3,8:2,9:1", strings.Repeat("1:{}\n", 1<<18)} {
+		tenant := "garbled-" + strconv.Itoa(i)
+		key := c.Key(tenant)
+		if err := rdb.HSet(ctx, key, "tk", "10", "ts", strconv.FormatInt(redisNow(t, rdb), 10),
+			"pk", pk, "hb", "100").Err(); err != nil {
+			t.Fatal(err)
+		}
+		r, err := c.Release(ctx, tenant, lim, 10, 0)
+		if err != nil || r.Credited != 0 || !near(r.Tokens, 10) {
+			t.Fatalf("release into the history %.40q: %+v, %v; want 0 credited", pk, r, err)
+		}
+		checkHistory(t, rdb, key, 100, at(r.ServerTime, 100))
 	}
 
 	// A history recorded under a burst of 100 says nothing of the room
@@ -448,18 +445,17 @@ func TestUnknownHistoryCreditsNothing(t *testing.T) {
 	if g, err := c.Acquire(ctx, "burst", lim, 50); err != nil || g.Granted != 50 {
 		t.Fatalf("%+v, %v", g, err)
 	}
-	forgetPeaks(t, c, rdb, "burst", lim)
+	waitBeyondAge(t, rdb)
 	start = time.Now()
 	if g, err := c.Acquire(ctx, "burst", lim, 10); err != nil || g.Granted != 10 {
 		t.Fatalf("%+v, %v", g, err)
 	}
 	raised := Limits{Rate: lim.Rate, Burst: 200}
-	if r, err := c.Release(ctx, "burst", raised, 10, ageSince(start)); err != nil || r.Credited != 0 || !near(r.Tokens, 40) {
+	r, err = c.Release(ctx, "burst", raised, 10, ageSince(start))
+	if err != nil || r.Credited != 0 || !near(r.Tokens, 40) {
 		t.Fatalf("release after raising the burst: %+v, %v; want 0 credited, 40 tokens", r, err)
 	}
-	if h := readHistory(t, rdb, c.Key("burst")); h.s0 != 0 || h.m0 != 200 || h.hb != 200 {
-		t.Fatalf("history after raising the burst %+v, want s0 0, m0 200, hb 200", h)
-	}
+	checkHistory(t, rdb, c.Key("burst"), 200, at(r.ServerTime, 200))
 }
 
 // TestQuotaChangeResetsHistory: setting or deleting an override makes
@@ -476,7 +472,7 @@ func TestQuotaChangeResetsHistory(t *testing.T) {
 		}
 	}
 	acq(50) // 100 -> 50
-	forgetPeaks(t, c, rdb, "t", base)
+	waitBeyondAge(t, rdb)
 
 	start := time.Now()
 	acq(10) // 50 -> 40: creditable in full, were it not for the change
@@ -484,16 +480,15 @@ func TestQuotaChangeResetsHistory(t *testing.T) {
 	if err != nil || !near(tokens, 40) {
 		t.Fatalf("SetOverride: %v, %v", tokens, err)
 	}
-	h := readHistory(t, rdb, key)
-	if h.s0 != 0 || h.m0 != 100 || !near(h.m1, 40) || h.hb != 100 {
-		t.Fatalf("history after SetOverride %+v, want s0 0, m0 100, m1 40, hb 100", h)
+	if h, hb := readHistory(t, rdb, key); h.Len() != 1 || h.Entries()[0].L != 100 || hb != 100 {
+		t.Fatalf("history after SetOverride %v (burst %d), want one entry at 100, burst 100", h.Entries(), hb)
 	}
 	if r, err := c.Release(ctx, "t", base, 10, ageSince(start)); err != nil || r.Credited != 0 || !near(r.Tokens, 40) {
 		t.Fatalf("return of a grant before SetOverride: %+v, %v; want 0 credited", r, err)
 	}
 
-	// Grants after the change are creditable once the history rolled.
-	forgetPeaks(t, c, rdb, "t", base)
+	// Grants after the change are creditable.
+	waitBeyondAge(t, rdb)
 	start = time.Now()
 	acq(10) // 40 -> 30
 	if r, err := c.Release(ctx, "t", base, 10, ageSince(start)); err != nil || !near(r.Credited, 10) || !near(r.Tokens, 40) {
@@ -507,8 +502,8 @@ func TestQuotaChangeResetsHistory(t *testing.T) {
 	if tokens, err := c.DeleteOverride(ctx, "t", small); err != nil || !near(tokens, 30) {
 		t.Fatalf("DeleteOverride: %v, %v", tokens, err)
 	}
-	if h := readHistory(t, rdb, key); h.s0 != 0 || h.m0 != 100 || h.hb != 60 {
-		t.Fatalf("history after DeleteOverride %+v, want s0 0, m0 max(100, 60), hb 60", h)
+	if h, hb := readHistory(t, rdb, key); h.Len() != 1 || h.Entries()[0].L != 100 || hb != 60 {
+		t.Fatalf("history after DeleteOverride %v (burst %d), want one entry at max(100, 60), burst 60", h.Entries(), hb)
 	}
 	if r, err := c.Release(ctx, "t", small, 10, ageSince(start)); err != nil || r.Credited != 0 || !near(r.Tokens, 30) {
 		t.Fatalf("return of a grant before DeleteOverride: %+v, %v; want 0 credited", r, err)
@@ -518,10 +513,13 @@ func TestQuotaChangeResetsHistory(t *testing.T) {
 // TestAgedReturnsProperty drives one bucket that refills in real time with
 // random acquires, returns (of part or all of a grant, one at a time or
 // two in a pipeline, with ages that are upper bounds, sometimes far too
-// large) and pauses, and checks after every step that the bucket holds
-// exactly what an ideal bucket holds in which every credited token was
-// never granted: it never got more than that bucket. At the end it checks
-// the bound itself: over every span between two grants, granted minus
+// large, naming their grant or not) and pauses, and checks after every step
+// that the bucket holds exactly what an ideal bucket holds in which every
+// credited token was never granted: it never got more than that bucket.
+// It also runs the scripts' arithmetic in Go on the model of the level
+// history (internal/peaks) and checks that every credit, every level and
+// the stored history are exactly the model's. At the end it checks the
+// bound itself: over every span between two grants, granted minus
 // credited <= burst + rate * span.
 func TestAgedReturnsProperty(t *testing.T) {
 	ctx := context.Background()
@@ -532,8 +530,69 @@ func TestAgedReturnsProperty(t *testing.T) {
 		margin = 50 * time.Millisecond // ages are local time since the acquire was sent + margin
 	)
 	lim := Limits{Rate: rate, Burst: burst}
-	c, rdb := agedClient(t, WithReturnWindow(100*time.Millisecond))
+	c, rdb := agedClient(t)
 	rng := rand.New(rand.NewPCG(7, 11))
+
+	// The model: the scripts' refill, credit and history, in Go.
+	var (
+		model   peaks.History
+		modelTk float64 // tokens as of modelTs
+		modelTs int64   // µs; 0 before the first call
+		merges  int     // how many acquires merged history entries
+	)
+	refill := func(now int64) float64 {
+		if modelTs == 0 {
+			return burst // a missing key is a full bucket
+		}
+		return max(min(modelTk+float64(now-modelTs)*rate/1000000, burst), 0)
+	}
+	modelAcquire := func(step int, g Grant) {
+		t.Helper()
+		now := g.ServerTime.UnixMicro()
+		x := refill(now)
+		if modelTs == 0 {
+			model.Reset(now, burst)
+		}
+		// Would the new entry make one too many? Then the scripts merge.
+		e := model.Entries()
+		kept := len(e)
+		for kept > 0 && e[kept-1].L <= x {
+			kept--
+		}
+		if (kept == 0 || e[kept-1].T < now) && kept+1 > peaks.Max {
+			merges++
+		}
+		model.Push(now, x)
+		modelTk, modelTs = x-float64(g.Granted), now
+		if g.Tokens != modelTk {
+			t.Fatalf("step %d: acquire left %v tokens, the model %v", step, g.Tokens, modelTk)
+		}
+	}
+	modelRelease := func(step int, amount int64, age time.Duration, id GrantID, r Return) {
+		t.Helper()
+		now := r.ServerTime.UnixMicro()
+		x := refill(now)
+		g := peaks.GrantTime(now, ceilMillis(age)*1000, uint32(id))
+		credit := max(min(float64(amount), burst-model.Peak(g, x)), 0)
+		model.Raise(g, credit)
+		modelTk, modelTs = min(x+credit, burst), now
+		if r.Credited != credit || r.Tokens != modelTk {
+			t.Fatalf("step %d: release credited %v, %v tokens; the model %v, %v", step, r.Credited, r.Tokens, credit, modelTk)
+		}
+	}
+	checkModel := func(step int) {
+		t.Helper()
+		h, _ := readHistory(t, rdb, c.Key("p"))
+		got, want := h.Entries(), model.Entries()
+		if len(got) != len(want) {
+			t.Fatalf("step %d: history %v, the model %v", step, got, want)
+		}
+		for i := range got {
+			if got[i] != want[i] {
+				t.Fatalf("step %d: history %v, the model %v", step, got, want)
+			}
+		}
+	}
 
 	type grant struct {
 		at       int64     // Redis TIME of the acquire, µs
@@ -604,7 +663,7 @@ func TestAgedReturnsProperty(t *testing.T) {
 		return g, amount, age
 	}
 
-	var credits, zeroes, partial, named int
+	var credits, zeroes, partial, named, namedOlder int
 	for step := range steps {
 		switch p := rng.IntN(100); {
 		case p < 45 || len(open) == 0: // acquire
@@ -615,14 +674,14 @@ func TestAgedReturnsProperty(t *testing.T) {
 				t.Fatal(err)
 			}
 			g.at, g.granted, g.id = res.ServerTime.UnixMicro(), res.Granted, res.ID()
+			modelAcquire(step, res)
 			grants = append(grants, g)
 			if g.granted > 0 {
 				open = append(open, g)
 			}
 			check(step, "acquire", res.Tokens, g.at)
 			if g.granted > 1 && rng.IntN(3) == 0 {
-				// Give part of it back at once, naming it: the last
-				// acquire, so the rule of mt applies.
+				// Give part of it back at once, naming it.
 				amount := 1 + rng.Int64N(g.granted-1)
 				g.returned = amount
 				age := time.Since(g.sent) + margin
@@ -630,6 +689,7 @@ func TestAgedReturnsProperty(t *testing.T) {
 				if res[0].Err != nil {
 					t.Fatal(res[0].Err)
 				}
+				modelRelease(step, amount, age, g.id, res[0].Return)
 				checkReturn(step, g, amount, age, res[0].Return)
 				check(step, "return of the last grant", res[0].Return.Tokens, res[0].Return.ServerTime.UnixMicro())
 				named++
@@ -638,15 +698,18 @@ func TestAgedReturnsProperty(t *testing.T) {
 			g, amount, age := takeReturn()
 			var r Return
 			var err error
+			var id GrantID
 			if rng.IntN(2) == 0 {
 				r, err = c.Release(ctx, "p", lim, amount, age)
 			} else {
-				res := c.ReleaseMany(ctx, []ReleaseRequest{{Tenant: "p", Limits: lim, Amount: amount, Age: age, Grant: g.id}})
+				id = g.id
+				res := c.ReleaseMany(ctx, []ReleaseRequest{{Tenant: "p", Limits: lim, Amount: amount, Age: age, Grant: id}})
 				r, err = res[0].Return, res[0].Err
 			}
 			if err != nil {
 				t.Fatal(err)
 			}
+			modelRelease(step, amount, age, id, r)
 			checkReturn(step, g, amount, age, r)
 			check(step, "release", r.Tokens, r.ServerTime.UnixMicro())
 			switch {
@@ -657,6 +720,9 @@ func TestAgedReturnsProperty(t *testing.T) {
 			default:
 				credits++
 			}
+			if id != 0 && r.Credited > 0 && g != grants[len(grants)-1] {
+				namedOlder++
+			}
 		case p < 80 && len(open) >= 2: // two returns in one pipeline
 			var reqs []ReleaseRequest
 			var gs []*grant
@@ -666,12 +732,17 @@ func TestAgedReturnsProperty(t *testing.T) {
 				}
 				g, amount, age := takeReturn()
 				gs = append(gs, g)
-				reqs = append(reqs, ReleaseRequest{Tenant: "p", Limits: lim, Amount: amount, Age: age})
+				var id GrantID
+				if rng.IntN(2) == 0 {
+					id = g.id
+				}
+				reqs = append(reqs, ReleaseRequest{Tenant: "p", Limits: lim, Amount: amount, Age: age, Grant: id})
 			}
 			for i, r := range c.ReleaseMany(ctx, reqs) {
 				if r.Err != nil {
 					t.Fatal(r.Err)
 				}
+				modelRelease(step, reqs[i].Amount, reqs[i].Age, reqs[i].Grant, r.Return)
 				checkReturn(step, gs[i], reqs[i].Amount, reqs[i].Age, r.Return)
 				if r.Return.Credited > 0 {
 					credits++
@@ -682,6 +753,7 @@ func TestAgedReturnsProperty(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			modelAcquire(step, res)
 			check(step, "pipelined releases", res.Tokens, res.ServerTime.UnixMicro())
 		default: // let the bucket refill for a while, in Redis time
 			target := redisNow(t, rdb) + int64(1+rng.IntN(40))*1000
@@ -689,6 +761,7 @@ func TestAgedReturnsProperty(t *testing.T) {
 				time.Sleep(time.Millisecond)
 			}
 		}
+		checkModel(step)
 	}
 
 	// The bound, over every span from one grant to another.
@@ -705,10 +778,13 @@ func TestAgedReturnsProperty(t *testing.T) {
 			worst = max(worst, excess)
 		}
 	}
-	t.Logf("%d grants; returns credited in full %d, in part %d, not at all %d (%d named the last acquire); tightest span %.6f tokens under the bound",
-		len(grants), credits, partial, zeroes, named, -worst)
-	if named == 0 {
-		t.Fatal("no return named the last acquire: the rule of mt was not exercised")
+	t.Logf("%d grants; returns credited in full %d, in part %d, not at all %d; %d named the last acquire, %d credited naming an older grant; tightest span %.6f tokens under the bound; %d acquires merged history entries",
+		len(grants), credits, partial, zeroes, named, namedOlder, -worst, merges)
+	if merges == 0 {
+		t.Fatal("no acquire merged history entries: the merge was not checked against the model")
+	}
+	if named == 0 || namedOlder == 0 {
+		t.Fatalf("%d returns named the last acquire and %d an older grant with credit: want both", named, namedOlder)
 	}
 	// The run must have exercised the rule both ways.
 	if credits+partial == 0 || zeroes == 0 {

@@ -4,9 +4,10 @@
 -- override and one level history the same way.
 --
 -- A bucket is a hash {tk = tokens ("%.17g"), ts = when tk was computed
--- (Redis TIME, microseconds), s0, m0, s1, m1, hb = its level history, ta, mt
--- = the time of the last acquire and the highest level since its debit (see
--- acquire.lua)}.
+-- (Redis TIME, microseconds), pk = its level history, hb = the burst the
+-- history was recorded under}. The history (see below, and the Go model in
+-- internal/peaks, which the tests hold these functions to) is what
+-- release.lua credits returned tokens against.
 
 local function bad(what)
   return redis.error_reply('leasequota: bad argument: ' .. what)
@@ -46,70 +47,153 @@ local function read_override(qkey)
 end
 
 -- read_bucket returns the bucket at key: HMGET of its fields (above), its
--- tokens refilled at rate up to burst as of now, and whether the key is
--- missing (never used, or expired because it had refilled to full: burst
--- tokens); or, for a corrupt bucket, nil and an error reply.
+-- tokens refilled at rate up to burst as of now, whether the key is missing
+-- (never used, or expired because it had refilled to full: burst tokens),
+-- and the bucket's time for this call: now, or a microsecond after the last
+-- call on it when the clock has not moved past that (e.g. after a failover
+-- to a replica whose clock lags), so that the calls on a bucket have
+-- distinct, rising times. For a corrupt bucket it returns nil and an error
+-- reply.
 local function read_bucket(key, now, rate, burst)
-  local state = redis.call('HMGET', key, 'tk', 'ts', 's0', 'm0', 's1', 'm1', 'hb', 'ta', 'mt')
+  local state = redis.call('HMGET', key, 'tk', 'ts', 'pk', 'hb')
   if state[1] == false and state[2] == false then
-    return state, burst, true
+    return state, burst, true, now
   end
   local tk, ts = tonumber(state[1]), tonumber(state[2])
   if tk == nil or ts == nil or tk ~= tk or ts ~= ts then
     return nil, redis.error_reply('leasequota: corrupt bucket ' .. key .. ': delete the key to reset it')
   end
-  -- A clock that went backwards (e.g. failover to a replica whose clock
-  -- lags) refills nothing rather than going negative.
-  local elapsed = now - ts
-  if elapsed < 0 then
-    elapsed = 0
+  -- A clock that went backwards refills nothing rather than going negative.
+  if now <= ts then
+    now = ts + 1
   end
-  local tokens = tk + elapsed * rate / 1000000
+  local tokens = tk + (now - ts) * rate / 1000000
   if tokens > burst then
     tokens = burst
   end
   if tokens < 0 then
     tokens = 0
   end
-  return state, tokens, false
+  return state, tokens, false, now
 end
 
--- observe returns the level history of a bucket read by read_bucket, after
--- seeing level x at now: {s0, m0, s1, m1, ta, mt}. A history that is missing,
--- unreadable or recorded under another burst has an unknown past: it
--- starts as {0, burst (or the old burst if higher), now, x}, so nothing
--- granted before now is credited. Then, if now - s1 >= window (ms), the
--- segments roll (s0 = s1, m0 = max(m1, x), s1 = now, m1 = x: between calls
--- the level only rises by refill, so x bounds it since the last call), and
--- m1 = max(m1, x). mt, the highest level since the last acquire's debit,
--- becomes max(mt, x); with an unknown past, ta is 0 (no acquire known).
-local function observe(state, now, x, burst, window)
-  local h = {s0 = tonumber(state[3]), m0 = tonumber(state[4]), s1 = tonumber(state[5]), m1 = tonumber(state[6]),
-    ta = tonumber(state[8]), mt = tonumber(state[9])}
-  local hb = tonumber(state[7])
-  if h.s0 == nil or h.m0 == nil or h.s1 == nil or h.m1 == nil or hb == nil or
-     h.s0 ~= h.s0 or h.m0 ~= h.m0 or h.s1 ~= h.s1 or h.m1 ~= h.m1 or hb ~= burst then
-    h.m0 = burst
-    if hb ~= nil and hb == hb and hb > h.m0 then
-      h.m0 = hb
+-- The level history: a list of {t, l} (times in microseconds rising, levels
+-- falling strictly) where l bounds every level of the bucket since the
+-- previous entry's time, up to t. A call records the level it sees before
+-- its debit (between calls the level only rises, by refill, so that bounds
+-- it since the previous call). An entry is dropped once a later one is at
+-- least as high, so the highest level over (g, now] is the level of the
+-- first entry after g, or the level now if higher; the grant's own call at
+-- g, which saw its level before the debit, does not count. Beyond HISTORY
+-- entries, the two neighbours with the smallest drop merge into one with
+-- the later time and the higher level, which can only make a later credit
+-- smaller. Stored in pk as "t:l,t:l,...".
+local HISTORY = 8
+
+-- parse_history reads a pk field: the list, or nil if it is not one.
+local function parse_history(s)
+  if type(s) ~= 'string' then
+    return nil
+  end
+  local h = {}
+  for part in string.gmatch(s, '[^,]+') do
+    local ts, ls = string.match(part, '^(%-?%d+):([^:]+)$')
+    local t, l = tonumber(ts), tonumber(ls)
+    if t == nil or l == nil or l ~= l or l == math.huge or l == -math.huge or #h == HISTORY then
+      return nil
     end
-    h.s0, h.s1, h.m1 = 0, now, x
-    h.ta, h.mt = 0, burst
-  end
-  if h.ta == nil or h.mt == nil or h.ta ~= h.ta or h.mt ~= h.mt then
-    h.ta, h.mt = 0, burst
-  end
-  if x > h.mt then
-    h.mt = x
-  end
-  if now - h.s1 >= window * 1000 then
-    if x > h.m1 then
-      h.m1 = x
+    if #h > 0 and (t <= h[#h][1] or l >= h[#h][2]) then
+      return nil
     end
-    h.s0, h.m0, h.s1, h.m1 = h.s1, h.m1, now, x
+    h[#h + 1] = {t, l}
   end
-  if x > h.m1 then
-    h.m1 = x
+  if #h == 0 then
+    return nil
+  end
+  return h
+end
+
+local function format_history(h)
+  local parts = {}
+  for i = 1, #h do
+    parts[i] = string.format('%d:%.17g', h[i][1], h[i][2])
+  end
+  return table.concat(parts, ',')
+end
+
+-- history_push records a call at now that saw level l before its debit.
+local function history_push(h, now, l)
+  while #h > 0 and h[#h][2] <= l do
+    table.remove(h)
+  end
+  if #h > 0 and h[#h][1] >= now then
+    return
+  end
+  h[#h + 1] = {now, l}
+  if #h > HISTORY then
+    local best = 1
+    for i = 2, #h - 1 do
+      if h[i][2] - h[i + 1][2] < h[best][2] - h[best + 1][2] then
+        best = i
+      end
+    end
+    h[best + 1][2] = h[best][2]
+    table.remove(h, best)
+  end
+end
+
+-- history_peak returns the highest level over (after, now], x being the
+-- level now.
+local function history_peak(h, after, x)
+  for i = 1, #h do
+    if h[i][1] > after then
+      if h[i][2] > x then
+        return h[i][2]
+      end
+      return x
+    end
+  end
+  return x
+end
+
+-- history_raise adds c to every entry after after (the bucket without the
+-- credited tokens granted was c higher since), then keeps only the entries
+-- above every later one.
+local function history_raise(h, after, c)
+  for i = #h, 1, -1 do
+    if h[i][1] <= after then
+      break
+    end
+    h[i][2] = h[i][2] + c
+  end
+  local kept = {h[#h]}
+  for i = #h - 1, 1, -1 do
+    if h[i][2] > kept[#kept][2] then
+      kept[#kept + 1] = h[i]
+    end
+  end
+  for i = 1, #kept do
+    h[i] = kept[#kept - i + 1]
+  end
+  for i = #h, #kept + 1, -1 do
+    h[i] = nil
+  end
+end
+
+-- history returns the level history of a bucket read by read_bucket. A
+-- history that is missing (a new key, or one an older version wrote),
+-- unreadable, or recorded under another burst has an unknown past: it
+-- starts as {{now, burst (or the old burst if higher)}}, so that nothing
+-- granted before now is credited.
+local function history(state, now, burst)
+  local hb = tonumber(state[4])
+  local h = parse_history(state[3])
+  if h == nil or hb ~= burst then
+    local top = burst
+    if hb ~= nil and hb == hb and hb > top then
+      top = hb
+    end
+    h = {{now, top}}
   end
   return h
 end
@@ -122,10 +206,7 @@ end
 -- PEXPIRE, and any finite cap would refill early.
 local function store(key, tokens, now, rate, burst, h)
   redis.call('HSET', key, 'tk', string.format('%.17g', tokens), 'ts', string.format('%d', now),
-    's0', string.format('%d', h.s0), 'm0', string.format('%.17g', h.m0),
-    's1', string.format('%d', h.s1), 'm1', string.format('%.17g', h.m1),
-    'hb', string.format('%d', burst),
-    'ta', string.format('%d', h.ta), 'mt', string.format('%.17g', h.mt))
+    'pk', format_history(h), 'hb', string.format('%d', burst))
   local ttl = math.ceil((burst - tokens) / rate * 1000) + 1000
   if ttl < 1e15 then
     redis.call('PEXPIRE', key, string.format('%d', ttl))

@@ -17,16 +17,15 @@
 //
 //	tk  tokens in the bucket, a float64 written with "%.17g" (exact round trip)
 //	ts  when tk was computed: Redis TIME in microseconds, an integer
-//	s0, m0, s1, m1, hb  the level history (see Returns): s1 (µs) starts the
-//	    current segment and m1 is the highest level seen in it; s0 starts
-//	    the previous one and m0 is the highest level in [s0, s1); hb is the
-//	    burst they were recorded under
-//	ta, mt  the last acquire (its GrantID, the low 32 bits of its time in
-//	    µs) and the highest level since its debit (see Returns)
+//	pk  the level history (see Returns): "t:l,t:l,…", at most 8 entries
+//	hb  the burst the history was recorded under
 //
 // The only clock is the Redis server's TIME, read inside the scripts; a
 // client clock is never used, so instances with skewed clocks agree. If the
-// Redis clock goes backwards, the bucket refills nothing until it catches up.
+// Redis clock goes backwards (or stands still), each call on the bucket
+// takes the time a microsecond after the previous one instead, so the
+// bucket refills next to nothing until the clock catches up, and the calls
+// on a bucket always have distinct, rising times.
 //
 // A missing key is a full bucket (Burst tokens). Every write sets the key
 // to expire one second after the bucket would have refilled to full, so an
@@ -35,11 +34,11 @@
 //
 // # Scripts
 //
-// acquire.lua (KEYS[1] = bucket, ARGV = rate, burst, want, return window)
+// acquire.lua (KEYS[1] = bucket, ARGV = rate, burst, want, ...)
 // refills the bucket by elapsed*rate, caps it at burst, grants
 // min(want, floor(tokens)) (partial grants are normal), stores the rest and
 // returns {granted, tokens left, server time, ...}. release.lua (ARGV =
-// rate, burst, amount, age, return window) refills the same way, credits
+// rate, burst, amount, age, grant, ...) refills the same way, credits
 // what it may of amount (see Returns) and returns {tokens, server time,
 // credited}; on a missing key it changes nothing (the bucket is already
 // full). Both run atomically in Redis, so any number of instances may call
@@ -64,33 +63,38 @@
 // g; the rest would have been lost to the cap. Any upper bound of P is safe
 // (it only credits less).
 //
-// The bucket keeps that bound in two history segments (s0, m0, s1, m1
-// above). Every call observes the level x it refilled to (acquire before
-// its debit): when the current segment is at least the return window old
-// (WithReturnWindow) the segments roll (s0 = s1, m0 = max(m1, x),
-// s1 = now, m1 = x; between calls the level only rises by refill, so x
-// bounds it since the last call), then m1 = max(m1, x). So max(m0, m1, x)
-// bounds every level since s0, which is at least one return window ago.
-// Release is told an age, an upper bound of how long ago the returned
-// tokens were granted: if now - age is before s0 it credits nothing, else
-// c = min(amount, Burst - max(m0, m1, x)), and adds c to m0 and m1 too:
-// the bucket without those tokens granted would have been c higher ever
-// since, so a later return of tokens granted before cannot use the same room
-// below the cap again. (Without that, two returns of tokens granted before
-// one peak could each credit the room left at that peak.) A missing key, a
-// hash without history (written by an older version), and a history
-// recorded under another burst (hb, or a quota change by quota.lua) are an
-// unknown past: the history restarts with s0 = 0 and m0 >= Burst, so
-// nothing granted before can be credited.
+// The bucket keeps a level history (pk above, and internal/peaks, its Go
+// model): a short list of (time, level) where each level bounds the
+// bucket's levels since the previous entry's time. Every acquire records
+// the level it refilled to before its debit, at its time; between calls
+// the level only rises by refill, so that bounds it since the previous
+// call. An entry is dropped once a later one is at least as high, so along
+// the list times rise and levels fall, and the highest level over (g, now]
+// is the level of the first entry after g (or the level now, if higher).
+// The grant's own entry, at g, is not after g: the level before its debit
+// does not count. Beyond 8 entries the two neighbours with the smallest
+// drop merge into one entry with the later time and the higher level:
+// grants between them are then judged against the higher level, which
+// only credits less.
 //
-// P above includes the level just before the grant's own debit, so tokens
-// leased from a full bucket would never come back. A release that names
-// the one grant all its tokens come from (ReleaseRequest.Grant, from
-// Grant.ID) is credited against mt instead when that grant is still the
-// bucket's last acquire (ta): mt holds exactly the levels after its debit.
-// That covers the common return of an instance's only lease (on Close, on
-// eviction, or at expiry while nobody else acquired). mt also grows with
-// every credit, like m0 and m1.
+// A release is told an age, an upper bound of how long ago the returned
+// tokens were granted, and, optionally, the oldest grant they come from
+// (ReleaseRequest.Grant, from Grant.ID: the low 32 bits of its time, which
+// with the age tell the time exactly). It takes g = that grant's time, or
+// now - age without it, credits c = min(amount, Burst - P) with P from the
+// history, and adds c to every entry after g: the bucket without those
+// tokens granted would have been c higher ever since, so a later return
+// cannot use the same room below the cap again. (Without that, two returns
+// of tokens granted before one peak could each credit the room left at
+// that peak.) Without the grant's ID, P also counts the levels from
+// now - age to the grant, including its own level before the debit, so
+// tokens leased from a full bucket are not credited; with it, they are,
+// whatever other instances acquired since.
+//
+// A missing key, a hash without history (written by an older version),
+// and a history recorded under another burst (hb, or a quota change by
+// quota.lua) are an unknown past: the history restarts as one entry
+// (now, at least Burst), so nothing granted before can be credited.
 //
 // After every release, then, the bucket holds exactly what a bucket that
 // never granted the credited tokens would hold: the credits are grants

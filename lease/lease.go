@@ -51,9 +51,13 @@ func (l Limits) Validate() error {
 
 // Grant is the outcome of one acquire on a tenant's global bucket.
 type Grant struct {
-	Granted    int64     // tokens granted, 0..want; fewer than asked is a partial grant
-	Tokens     float64   // tokens left in the global bucket after this call
-	ServerTime time.Time // Redis TIME when the script ran, microsecond precision
+	Granted int64   // tokens granted, 0..want; fewer than asked is a partial grant
+	Tokens  float64 // tokens left in the global bucket after this call
+	// ServerTime is the bucket's time of this call: Redis TIME when the
+	// script ran, in microseconds, or a microsecond after the bucket's
+	// previous call if the clock has not moved past it (so a bucket's calls
+	// have distinct times; see GrantID).
+	ServerTime time.Time
 	// Instances is how many instances acquired for the tenant within the
 	// client's window, this one included; 0 without WithInstance.
 	Instances int
@@ -124,13 +128,7 @@ type Client struct {
 	instance string        // this client's id in the instance registry; "" for none
 	window   time.Duration // how long an instance counts as active after an acquire
 	releases atomic.Uint64 // sequence of release ids, with instance
-	returnMS string        // the return window in whole milliseconds, as sent to the scripts
-	returns  time.Duration // the return window (WithReturnWindow)
 }
-
-// DefaultReturnWindow is the return window of a Client made without
-// WithReturnWindow.
-const DefaultReturnWindow = 2 * time.Second
 
 // ReleaseDedupWindow is how long the release script remembers the ids of
 // releases it applied (clients with WithInstance): a retry of a release
@@ -152,22 +150,6 @@ func WithInstance(id string, window time.Duration) ClientOption {
 	return func(c *Client) { c.instance, c.window = id, window }
 }
 
-// WithReturnWindow sets how far back every tenant's bucket keeps the
-// history of its level that releases are credited against (see Release):
-// the bucket keeps level history covering at least d, so tokens returned
-// within d of their grant can be credited, while returns older than the
-// history covers get no credit. The history starts a new segment at the
-// first call at least d after the current one started and keeps two, so
-// it covers between d and about 2d plus the gap between calls; a longer d
-// credits older returns but keeps old peaks (which reduce credits) longer.
-// d must be at least a millisecond (it is rounded up to whole
-// milliseconds); the default is DefaultReturnWindow. Every client sharing
-// buckets should use the same d: a shorter one rolls the history sooner
-// for all of them.
-func WithReturnWindow(d time.Duration) ClientOption {
-	return func(c *Client) { c.returns = d }
-}
-
 // NewClient returns a Client that keeps buckets under prefix (see Key) on s.
 // It fails with an error wrapping ErrBadPrefix when ValidatePrefix does, and
 // with one wrapping ErrBadRequest for an invalid option value.
@@ -178,17 +160,13 @@ func NewClient(s Scripter, prefix string, opts ...ClientOption) (*Client, error)
 	if err := ValidatePrefix(prefix); err != nil {
 		return nil, err
 	}
-	c := &Client{s: s, prefix: prefix, returns: DefaultReturnWindow}
+	c := &Client{s: s, prefix: prefix}
 	for _, o := range opts {
 		o(c)
 	}
 	if c.instance != "" && c.window < time.Millisecond {
 		return nil, fmt.Errorf("%w: WithInstance window %v: want >= 1ms", ErrBadRequest, c.window)
 	}
-	if c.returns < time.Millisecond {
-		return nil, fmt.Errorf("%w: WithReturnWindow %v: want >= 1ms", ErrBadRequest, c.returns)
-	}
-	c.returnMS = strconv.FormatInt(ceilMillis(c.returns), 10)
 	return c, nil
 }
 
@@ -202,12 +180,12 @@ func ceilMillis(d time.Duration) int64 {
 }
 
 // releaseCall returns the keys and arguments of one release (args from
-// releaseArgs): the return window, the grant the tokens come from (0 for
-// unknown) and, with an instance id, a fresh release id for deduplication.
+// releaseArgs): the grant the tokens come from (0 for unknown) and, with an
+// instance id, a fresh release id for deduplication.
 func (c *Client) releaseCall(tenant string, args []interface{}, grant GrantID) call {
 	key := c.Key(tenant)
 	keys := []string{key, ReleasesKey(key), QuotaKey(key)}
-	args = append(args, c.returnMS, strconv.FormatUint(uint64(grant), 10))
+	args = append(args, strconv.FormatUint(uint64(grant), 10))
 	if c.instance == "" {
 		return call{keys: keys, args: args}
 	}
@@ -224,7 +202,6 @@ func (c *Client) acquireCall(tenant string, lim Limits, want int64, demand float
 	}
 	key := c.Key(tenant)
 	keys := []string{key, InstancesKey(key), QuotaKey(key)}
-	args = append(args, c.returnMS)
 	if c.instance == "" {
 		return call{keys: keys, args: args}, nil
 	}
@@ -283,7 +260,7 @@ type Return struct {
 	// granted (see Release). The rest are lost, as if spent.
 	Credited float64
 	Tokens   float64 // tokens in the global bucket after this call
-	// ServerTime is Redis TIME when the script ran, microsecond precision.
+	// ServerTime is the bucket's time of this call, as in Grant.
 	ServerTime time.Time
 }
 
@@ -295,13 +272,15 @@ type Return struct {
 // credits less. It is rounded up to whole milliseconds.
 //
 // The bucket is credited only with what it would hold now had those tokens
-// never been granted: min(amount, Burst - P), where P bounds the bucket's
-// level since the grant (tokens above Burst would have been lost to the
-// cap), and nothing when the grant is older than the bucket's level history
-// (see WithReturnWindow) or predates a change of burst. Tokens returned soon
-// after a grant from a bucket that has stayed at least amount below Burst
-// are credited in full; tokens granted from a full bucket are not (it would
-// still be full).
+// never been granted: min(amount, Burst - P), where P is the bucket's
+// highest level since the grant (tokens above Burst would have been lost
+// to the cap), taken from a level history the bucket keeps (see the package
+// doc). Release knows the grant only as now - age, so P also counts the
+// levels between that time and the grant, including the level just before
+// the grant's own debit: tokens granted from a full bucket get no credit.
+// Name the grant (ReleaseRequest.Grant) to leave those out. Nothing is
+// credited for tokens granted before a change of burst or of the quota
+// override.
 // This keeps the bound of the package doc over every window, however late
 // tokens come back. Return.Credited says how many were credited.
 //
@@ -396,16 +375,21 @@ type ReleaseRequest struct {
 	Limits Limits
 	Amount int64         // >= 0; 0 is not sent
 	Age    time.Duration // >= 0; see Release
-	// Grant, when every token returned comes from one grant, is its ID;
-	// zero for several or unknown. If that grant is still the last acquire
-	// on the bucket, the credit counts only the levels after its debit
-	// (tokens leased from a full bucket can then be credited); else the
-	// rule of Release applies.
+	// Grant is the ID of the oldest grant the returned tokens come from
+	// (Grant.ID), or zero for unknown. With it, the credit counts only the
+	// bucket's levels after that grant's debit (Age must still bound the
+	// time since it: an ID that does not fit Age is ignored); without it,
+	// the levels since now - Age (see Release). For the tokens of one
+	// grant that is exact, unless the bucket's history merged entries
+	// around it; for tokens of several grants, the later grants' own levels
+	// before their debits count too, which only credits less.
 	Grant GrantID
 }
 
 // GrantID identifies a grant to the release script: the low 32 bits of
-// its Redis time in microseconds. The zero GrantID identifies none.
+// its Redis time in microseconds (the times of a bucket's calls are
+// distinct, and with an age below 2^32 µs, about 71 minutes, the low bits
+// tell which time it is). The zero GrantID identifies none.
 type GrantID uint32
 
 // ID returns g's GrantID: zero for a Grant without a ServerTime (and in

@@ -596,27 +596,20 @@ func TestAcquireManyMixed(t *testing.T) {
 func TestReleaseMany(t *testing.T) {
 	ctx := context.Background()
 	rdb := redistest.Client(t)
-	c, err := NewClient(rdb, redistest.Prefix(t), WithReturnWindow(testWindow))
+	c, err := NewClient(rdb, redistest.Prefix(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	lim := Limits{Rate: 1e-9, Burst: 10} // nothing refills during the test
-	// Bring a and b to 5 tokens and let the full bucket they started as
-	// roll out of their history, then take the 5: they can be credited
-	// up to 10 - 5.
-	// (Both roll together, so that neither rolls again before the
-	// releases.)
+	// Bring a and b to 5 tokens, out of reach of the releases' age, then
+	// take the 5: they can be credited up to 10 - 5.
 	tenants := []string{"a", "b"}
 	for _, tenant := range tenants {
 		if g, err := c.Acquire(ctx, tenant, lim, 5); err != nil || g.Granted != 5 {
 			t.Fatalf("%s: %+v, %v", tenant, g, err)
 		}
 	}
-	for range 2 {
-		for _, tenant := range tenants {
-			waitRoll(t, c, rdb, tenant, lim)
-		}
-	}
+	waitBeyondAge(t, rdb)
 	start := map[string]time.Time{}
 	for _, tenant := range tenants {
 		start[tenant] = time.Now()
@@ -631,7 +624,7 @@ func TestReleaseMany(t *testing.T) {
 		{Tenant: "b", Limits: Limits{Rate: 1, Burst: 0}, Amount: 1},
 		{Tenant: "b", Limits: lim, Amount: 1, Age: -time.Millisecond},
 		{Tenant: "b", Limits: lim, Amount: 20, Age: ageSince(start["b"])},
-		{Tenant: "a", Limits: lim, Amount: 2, Age: time.Hour}, // older than the history
+		{Tenant: "a", Limits: lim, Amount: 2, Age: time.Hour}, // reaches back to the full bucket
 	})
 	if len(res) != 7 {
 		t.Fatalf("%d results, want 7", len(res))
@@ -761,22 +754,16 @@ func TestScriptsValidateArguments(t *testing.T) {
 	// Go checks (or a future version skew).
 	ctx := context.Background()
 	c, rdb, _ := setup(t)
-	// rate, burst, want or amount, age (release only), return window.
+	// rate, burst, want or amount (release adds age 0 and grant 0).
 	for i, args := range [][]string{
-		{"nan", "10", "1", "0", "50"}, {"inf", "10", "1", "0", "50"}, {"-inf", "10", "1", "0", "50"}, {"0", "10", "1", "0", "50"},
-		{"-1", "10", "1", "0", "50"}, {"x", "10", "1", "0", "50"},
-		{"1", "0", "1", "0", "50"}, {"1", "1.5", "1", "0", "50"}, {"1", "inf", "1", "0", "50"}, {"1", "", "1", "0", "50"},
-		{"1", "10", "-1", "0", "50"}, {"1", "10", "0.5", "0", "50"}, {"1", "10", "nan", "0", "50"}, {"1", "10", "many", "0", "50"},
-		{"1", "10", "1", "0", "0"}, {"1", "10", "1", "0", "1.5"}, {"1", "10", "1", "0", "inf"}, {"1", "10", "1", "0", "nan"},
-		{"1", "10", "1", "0", ""}, {"1", "10", "1"},
+		{"nan", "10", "1"}, {"inf", "10", "1"}, {"-inf", "10", "1"}, {"0", "10", "1"},
+		{"-1", "10", "1"}, {"x", "10", "1"},
+		{"1", "0", "1"}, {"1", "1.5", "1"}, {"1", "inf", "1"}, {"1", "", "1"},
+		{"1", "10", "-1"}, {"1", "10", "0.5"}, {"1", "10", "nan"}, {"1", "10", "many"},
 	} {
 		key := c.Key(fmt.Sprint("direct-", i))
 		acq := []interface{}{args[0], args[1], args[2]}
-		rel := []interface{}{args[0], args[1], args[2]}
-		if len(args) == 5 {
-			acq = append(acq, args[4])
-			rel = append(rel, args[3], args[4])
-		}
+		rel := []interface{}{args[0], args[1], args[2], "0", "0"}
 		// The bucket exists, so that release gets past its missing-key case.
 		if err := rdb.HSet(ctx, key, "tk", "5", "ts", "1").Err(); err != nil {
 			t.Fatal(err)
@@ -803,7 +790,7 @@ func TestScriptsValidateArguments(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, age := range []string{"-1", "0.5", "nan", "inf", "", "old"} {
-		err := releaseScript.run(ctx, rdb, []string{key, key + ":x", key + ":q"}, "1", "10", "1", age, "50").Err()
+		err := releaseScript.run(ctx, rdb, []string{key, key + ":x", key + ":q"}, "1", "10", "1", age, "0").Err()
 		if !redis.HasErrorPrefix(err, "leasequota: bad argument: age") {
 			t.Errorf("age %q: %v, want a bad argument error", age, err)
 		}
@@ -813,7 +800,7 @@ func TestScriptsValidateArguments(t *testing.T) {
 	}
 	// Release's grant id: a 32-bit integer.
 	for _, grant := range []string{"-1", "0.5", "4294967296", "nan", "", "id"} {
-		err := releaseScript.run(ctx, rdb, []string{key, key + ":x", key + ":q"}, "1", "10", "1", "0", "50", grant).Err()
+		err := releaseScript.run(ctx, rdb, []string{key, key + ":x", key + ":q"}, "1", "10", "1", "0", grant).Err()
 		if !redis.HasErrorPrefix(err, "leasequota: bad argument: grant") {
 			t.Errorf("grant %q: %v, want a bad argument error", grant, err)
 		}
@@ -852,9 +839,9 @@ func TestCorruptBucket(t *testing.T) {
 
 func TestStoredState(t *testing.T) {
 	// The stored fields are what doc.go says: tk round-trips exactly, ts is
-	// the server time of the last call in microseconds, and the level
-	// history starts unknown before the bucket's first call (s0 = 0,
-	// m0 = burst) with the levels observed since in m1.
+	// the bucket time of the last call in microseconds, and the level
+	// history holds the level before each debit (the first call's, a full
+	// bucket, at its time; the second's, lower, after it) under hb.
 	ctx := context.Background()
 	c, rdb, _ := setup(t)
 	g0, err := c.Acquire(ctx, "t", Limits{Rate: 3, Burst: 10}, 10)
@@ -878,13 +865,8 @@ func TestStoredState(t *testing.T) {
 	}
 	want := map[string]string{
 		"tk": m["tk"], "ts": m["ts"],
-		"s0": "0", "m0": "10", // unknown before the first call: as if full
-		"s1": strconv.FormatInt(g0.ServerTime.UnixMicro(), 10),
-		"m1": "10", // the level before the first debit, the highest since
+		"pk": fmt.Sprintf("%d:10,%d:%s", g0.ServerTime.UnixMicro(), g.ServerTime.UnixMicro(), m["tk"]),
 		"hb": "10",
-		// The last acquire, and the highest level since its debit.
-		"ta": strconv.FormatInt(g.ServerTime.UnixMicro(), 10),
-		"mt": m["tk"],
 	}
 	if len(m) != len(want) {
 		t.Fatalf("fields %v, want %v", m, want)

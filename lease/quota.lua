@@ -22,11 +22,11 @@
 -- the new cap. A missing bucket is full at the old burst.
 --
 -- Every set and del (whatever the old and new burst) also makes the
--- bucket's level history (see acquire.lua) unknown before now: s0 = 0, m0 = max(old burst, new burst), s1 = now,
--- m1 = the tokens after the change, hb = the new burst. Tokens granted before
--- the change are then never credited by release.lua (peaks measured under
--- one cap say nothing about the room below another); once the history has
--- rolled past the change, grants after it are creditable again.
+-- bucket's level history (common.lua) unknown before now: it restarts as
+-- {{now, max(old burst, new burst)}} with hb = the new burst. Tokens granted
+-- before the change are then never credited by release.lua (peaks measured
+-- under one cap say nothing about the room below another); grants after it
+-- are creditable as before.
 
 local key, qkey = KEYS[1], KEYS[2]
 local op = ARGV[1]
@@ -78,8 +78,7 @@ if op == 'set' then
   end
 end
 
-local now = redis_now()
-local state, tokens = read_bucket(key, now, oldRate, oldBurst)
+local state, tokens, _, now = read_bucket(key, redis_now(), oldRate, oldBurst)
 if state == nil then
   return tokens -- the error reply
 end
@@ -88,11 +87,11 @@ if tokens > newBurst then
 end
 
 -- The history starts anew (see the header).
-local m0 = oldBurst
-if newBurst > m0 then
-  m0 = newBurst
+local top = oldBurst
+if newBurst > top then
+  top = newBurst
 end
-store(key, tokens, now, newRate, newBurst, {s0 = 0, m0 = m0, s1 = now, m1 = tokens, ta = 0, mt = m0})
+store(key, tokens, now, newRate, newBurst, {{now, top}})
 
 if op == 'set' then
   redis.call('DEL', qkey)

@@ -22,9 +22,9 @@ package syncer_test
 // so do all tokens when the run ends: the loop stops, the rounds in flight
 // settle, and close drains every counter and releases it (ReleaseAll after
 // Close). The model of release.lua credits a return only with what the
-// bucket would hold had the tokens never been granted (its level history
-// of two segments, rolled every 2*LeaseTTL + Interval). The model
-// of acquire.lua keeps its instance registry (window 2*LeaseTTL +
+// bucket would hold had the tokens never been granted (its level history,
+// internal/peaks, the Go model the lease tests hold the scripts to). The
+// model of acquire.lua keeps its instance registry (window 2*LeaseTTL +
 // Interval, as the root package configures it), so grants carry
 // Grant.Instances and the planner's turn-taking after a partial grant is
 // exercised. Not mirrored: the circuit breaker, eviction, telemetry, the
@@ -75,6 +75,7 @@ import (
 	"time"
 
 	"github.com/leasequota/leasequota/bucket"
+	"github.com/leasequota/leasequota/internal/peaks"
 	"github.com/leasequota/leasequota/lease"
 	"github.com/leasequota/leasequota/syncer"
 )
@@ -172,15 +173,9 @@ type simBucket struct {
 	seen   []int64
 	window int64 // µs
 
-	// The level history of the aged returns (release.lua): s1 starts the
-	// current segment and m1 is its highest level; s0 starts the previous
-	// one and m0 is the highest level in [s0, s1). Lost with the key.
-	s0, s1 int64 // µs
-	m0, m1 float64
-	// ta is the last acquire's grant ID (lease.Grant.ID), 0 for none; mt
-	// the highest level since its debit.
-	ta lease.GrantID
-	mt float64
+	// The level history of the aged returns (common.lua), in its Go
+	// model. Lost with the key.
+	hist peaks.History
 
 	// Accounting, from the model's view.
 	created  int64 // µs of the first acquire; -1 before
@@ -189,30 +184,20 @@ type simBucket struct {
 	offered  int64   // tokens released, credited or not
 }
 
-// observe is the history update of acquire.lua and release.lua: level x
-// seen at now (before a debit or credit), segments rolled every window µs.
-// A key made anew (fresh, expired or lost) has a history of a full bucket.
-//
-//go:norace
-func (b *simBucket) observe(now int64, x float64, burst int64, window int64, fresh bool) {
-	if fresh {
-		b.s0, b.m0, b.s1, b.m1 = 0, float64(burst), now, x
-		b.ta, b.mt = 0, float64(burst)
-	}
-	if now-b.s1 >= window {
-		b.s0, b.m0, b.s1, b.m1 = b.s1, max(b.m1, x), now, x
-	}
-	b.m1 = max(b.m1, x)
-	b.mt = max(b.mt, x)
-}
-
-// grantID is the lease.GrantID of a grant made at model time now.
-func grantID(now int64) lease.GrantID {
-	return lease.Grant{ServerTime: simT0.Add(time.Duration(now) * time.Microsecond)}.ID()
-}
-
 //go:norace
 func (b *simBucket) live(now int64) bool { return b.exists && now < b.expireAt }
+
+// bucketTime is the bucket's time for a call at now, as read_bucket in
+// common.lua takes it: a microsecond after the bucket's last call when now
+// is not past it, so the calls on a live bucket have distinct times.
+//
+//go:norace
+func (b *simBucket) bucketTime(now int64) int64 {
+	if b.live(now) && now <= b.ts {
+		return b.ts + 1
+	}
+	return now
+}
 
 //go:norace
 func (b *simBucket) refill(now int64, rate float64, burst int64) float64 {
@@ -264,20 +249,21 @@ func (b *simBucket) register(now int64, inst int) int {
 //
 //go:norace
 func (b *simBucket) acquire(now int64, lim lease.Limits, want int64, inst int) lease.Grant {
+	now = b.bucketTime(now)
 	var tokens float64
 	fresh := !b.live(now)
 	if fresh {
 		tokens = float64(lim.Burst)
+		b.hist.Reset(now, float64(lim.Burst))
 	} else {
 		tokens = b.refill(now, lim.Rate, lim.Burst)
 	}
-	b.observe(now, tokens, lim.Burst, b.window, fresh)
+	b.hist.Push(now, tokens)
 	if b.created < 0 {
 		b.created = now
 	}
 	granted := min(want, int64(math.Floor(tokens)))
 	tokens -= float64(granted)
-	b.ta, b.mt = grantID(now), tokens
 	b.store(now, tokens, lim.Rate, lim.Burst)
 	b.granted += granted
 	return lease.Grant{
@@ -288,11 +274,11 @@ func (b *simBucket) acquire(now int64, lim lease.Limits, want int64, inst int) l
 	}
 }
 
-// release is release.lua: tokens granted at least age µs ago are credited
-// with what the bucket would hold had they never been granted,
-// min(amount, burst - the highest level since s0), when the history covers
-// their grant; a missing key is a full bucket and stays so. It returns
-// the credit.
+// release is release.lua: tokens granted at least age µs ago (at the
+// grant's own time, when grant names it) are credited with what the bucket
+// would hold had they never been granted, min(amount, burst - the highest
+// level since), from the level history; a missing key is a full bucket and
+// stays so. It returns the credit.
 //
 //go:norace
 func (b *simBucket) release(now int64, lim lease.Limits, amount, age int64, grant lease.GrantID, m mutation) float64 {
@@ -300,22 +286,15 @@ func (b *simBucket) release(now int64, lim lease.Limits, amount, age int64, gran
 	if !b.live(now) {
 		return 0
 	}
+	now = b.bucketTime(now)
 	x := b.refill(now, lim.Rate, lim.Burst)
-	b.observe(now, x, lim.Burst, b.window, false)
-	var credit float64
-	switch {
-	case grant != 0 && b.ta == grant && age < 1<<31:
-		// The tokens all come from the last acquire: the levels since.
-		credit = max(min(float64(amount), float64(lim.Burst)-b.mt), 0)
-	case now-age >= b.s0:
-		credit = max(min(float64(amount), float64(lim.Burst)-max(b.m0, b.m1)), 0)
-	}
+	// The script takes age in whole milliseconds.
+	g := peaks.GrantTime(now, (age+999)/1000*1000, uint32(grant))
+	credit := max(min(float64(amount), float64(lim.Burst)-b.hist.Peak(g, x)), 0)
 	if m == mutateUnagedReturns {
 		credit = float64(amount) // BUG (planted): the old release.lua
 	}
-	b.m0 += credit
-	b.m1 += credit
-	b.mt += credit
+	b.hist.Raise(g, credit)
 	tokens := min(x+credit, float64(lim.Burst))
 	b.store(now, tokens, lim.Rate, lim.Burst)
 	b.returned += credit

@@ -52,12 +52,14 @@ func TestEmbeddedRedisRunsLeaseScripts(t *testing.T) {
 			o.granted = append(o.granted, g.Granted)
 			o.tokens = append(o.tokens, g.Tokens)
 		}
+		start := time.Now()
 		acquire(30)  // new bucket: full, 30 of 100
 		acquire(100) // partial: what is left
 		acquire(0)   // just reads
-		// An aged return: the bucket was full before the first grant, so
-		// it credits nothing; both backends must agree.
-		left, err := lc.Release(ctx, "tenant/ü{1}", lim, 40, 0)
+		// An aged return, its age reaching back to before the first
+		// grant: the bucket was full then, so it credits nothing; both
+		// backends must agree.
+		left, err := lc.Release(ctx, "tenant/ü{1}", lim, 40, time.Since(start)+time.Second)
 		if err != nil {
 			t.Fatalf("release: %v", err)
 		}

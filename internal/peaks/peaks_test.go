@@ -1,0 +1,208 @@
+package peaks
+
+import (
+	"slices"
+	"testing"
+
+	"pgregory.net/rapid"
+)
+
+func entries(h *History) []Entry { return slices.Clone(h.Entries()) }
+
+func TestPushKeepsOnlyPossibleAnswers(t *testing.T) {
+	var h History
+	h.Reset(100, 50)
+	h.Push(100, 50) // the first acquire of a full bucket: same time, same level
+	h.Push(110, 30)
+	h.Push(120, 40) // drops (110, 30): every query that counts it counts 40
+	h.Push(130, 10)
+	want := []Entry{{100, 50}, {120, 40}, {130, 10}}
+	if got := entries(&h); !slices.Equal(got, want) {
+		t.Fatalf("entries %v, want %v", got, want)
+	}
+	for _, c := range []struct {
+		after int64
+		x     float64
+		want  float64
+	}{
+		{99, 0, 50},  // a grant before the unknown past: the full level
+		{100, 0, 40}, // the grant at 100 does not count its own level
+		{115, 0, 40},
+		{120, 0, 10},
+		{130, 5, 5}, // nothing after: the level now
+		{130, 0, 0},
+		{110, 45, 45}, // the level now, if higher
+	} {
+		if got := h.Peak(c.after, c.x); got != c.want {
+			t.Errorf("Peak(%d, %v) = %v, want %v", c.after, c.x, got, c.want)
+		}
+	}
+}
+
+func TestMergeJoinsTheSmallestDrop(t *testing.T) {
+	var h History
+	h.Reset(0, 1000)
+	levels := []float64{900, 800, 790, 700, 600, 500, 400, 300} // 1000 and 8 more: one too many
+	for i, l := range levels {
+		h.Push(int64(i+1)*10, l)
+	}
+	// The drop 800 -> 790 is the smallest: (20, 800) and (30, 790) become
+	// (30, 800).
+	want := []Entry{{0, 1000}, {10, 900}, {30, 800}, {40, 700}, {50, 600}, {60, 500}, {70, 400}, {80, 300}}
+	if got := entries(&h); !slices.Equal(got, want) {
+		t.Fatalf("entries %v, want %v", got, want)
+	}
+	if got := h.Peak(20, 0); got != 800 {
+		t.Errorf("Peak(20) = %v, want 800: between the merged entries the higher level", got)
+	}
+	if got := h.Peak(30, 0); got != 700 {
+		t.Errorf("Peak(30) = %v, want 700: after the merged entry it is exact", got)
+	}
+}
+
+func TestRaise(t *testing.T) {
+	var h History
+	h.Reset(0, 100)
+	h.Push(10, 60)
+	h.Push(20, 50)
+	h.Push(30, 20)
+	h.Raise(15, 45) // (20, 50) and (30, 20) rise to 95 and 65; (10, 60) is below 95
+	want := []Entry{{0, 100}, {20, 95}, {30, 65}}
+	if got := entries(&h); !slices.Equal(got, want) {
+		t.Fatalf("entries %v, want %v", got, want)
+	}
+	h.Raise(30, 5) // nothing after 30
+	if got := entries(&h); !slices.Equal(got, want) {
+		t.Fatalf("a raise after every entry changed %v", got)
+	}
+	h.Raise(-1, 1) // everything
+	if got := entries(&h); !slices.Equal(got, []Entry{{0, 101}, {20, 96}, {30, 66}}) {
+		t.Fatalf("a raise of every entry: %v", got)
+	}
+}
+
+func TestGrantTime(t *testing.T) {
+	const now = int64(1_800_000_000_000_000) // µs, in 2027
+	grant := now - 1_234_567
+	id := uint32(grant)
+	for _, c := range []struct {
+		name  string
+		age   int64
+		id    uint32
+		want  int64
+		exact bool
+	}{
+		{"no id", 2_000_000, 0, now - 2_000_000, false},
+		{"id agrees with the age", 2_000_000, id, grant, true},
+		{"age exactly to the grant", 1_234_567, id, grant, true},
+		{"age too short for the id", 1_000_000, id, now - 1_000_000, false},
+		{"age too long to tell the id's time", 1 << 32, id, now - 1<<32, false},
+		{"the longest age that tells it", 1<<32 - 1, id, grant, true},
+		{"age 0: just before now", 0, 0, now - 1, false},
+		{"an id of now itself", 5, uint32(now & (1<<32 - 1)), now - 1, false},
+	} {
+		if got := GrantTime(now, c.age, c.id); got != c.want {
+			t.Errorf("%s: GrantTime = %d, want %d", c.name, got, c.want)
+		}
+	}
+}
+
+func TestParse(t *testing.T) {
+	var h History
+	h.Reset(1_700_000_000_000_000, 100)
+	h.Push(1_700_000_000_000_100, 99.5)
+	h.Push(1_700_000_000_000_200, 0.1)
+	s := h.Format()
+	if s != "1700000000000000:100,1700000000000100:99.5,1700000000000200:0.1" {
+		t.Fatalf("Format = %q", s)
+	}
+	if got, ok := Parse(s); !ok || !slices.Equal(got.Entries(), h.Entries()) {
+		t.Fatalf("Parse(Format) = %v, %v; want %v", got.Entries(), ok, h.Entries())
+	}
+	// Lua's %.17g.
+	if got, ok := Parse("5:0.10000000000000001"); !ok || got.Entries()[0] != (Entry{5, 0.1}) {
+		t.Fatalf("Parse of %%.17g: %v, %v", got.Entries(), ok)
+	}
+	for _, bad := range []string{
+		"", "garbage", "1:2,", "1:2,1:1", "1:2,2:2", "2:1,1:0", "1:nan", "1:inf", "1:-inf", "x:1", "1:1:1",
+		"1:9,2:8,3:7,4:6,5:5,6:4,7:3,8:2,9:1", // more than Max
+	} {
+		if _, ok := Parse(bad); ok {
+			t.Errorf("Parse(%q) accepted", bad)
+		}
+	}
+}
+
+// TestHistoryNeverUnderestimates checks the model against the full list of
+// every call: for every query, Peak is at least the true highest level
+// (so no release is credited more than the cap allows), equal to it as
+// long as no merge happened, and the history stays ordered and small.
+func TestHistoryNeverUnderestimates(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		var h History
+		start := rapid.Float64Range(0, 100).Draw(t, "start")
+		h.Reset(0, start)
+		all := []Entry{{0, start}} // every call, raised as the model is
+		now := int64(0)
+		merged := false
+		query := func(after int64, x float64) {
+			want := x
+			for _, e := range all {
+				if e.T > after {
+					want = max(want, e.L)
+				}
+			}
+			got := h.Peak(after, x)
+			if got < want {
+				t.Fatalf("Peak(%d, %v) = %v below the true %v; history %v", after, x, got, want, h.Entries())
+			}
+			if !merged && got != want {
+				t.Fatalf("Peak(%d, %v) = %v, want exactly %v without merges; history %v", after, x, got, want, h.Entries())
+			}
+		}
+		t.Repeat(map[string]func(*rapid.T){
+			"Push": func(t *rapid.T) {
+				now += rapid.Int64Range(0, 20).Draw(t, "dt")
+				l := rapid.Float64Range(0, 100).Draw(t, "level")
+				// Would the new entry make one too many? Then a merge.
+				e := h.Entries()
+				kept := len(e)
+				for kept > 0 && e[kept-1].L <= l {
+					kept--
+				}
+				if (kept == 0 || e[kept-1].T < now) && kept+1 > Max {
+					merged = true
+				}
+				h.Push(now, l)
+				all = append(all, Entry{now, l})
+			},
+			"Raise": func(t *rapid.T) {
+				after := rapid.Int64Range(-1, now).Draw(t, "after")
+				c := rapid.Float64Range(0, 10).Draw(t, "c")
+				h.Raise(after, c)
+				for i := range all {
+					if all[i].T > after {
+						all[i].L += c
+					}
+				}
+			},
+			"Peak": func(t *rapid.T) {
+				query(rapid.Int64Range(-1, now+1).Draw(t, "after"), rapid.Float64Range(0, 100).Draw(t, "x"))
+			},
+			"": func(t *rapid.T) {
+				e := h.Entries()
+				if len(e) == 0 || len(e) > Max {
+					t.Fatalf("%d entries", len(e))
+				}
+				for i := 1; i < len(e); i++ {
+					if e[i].T <= e[i-1].T || e[i].L >= e[i-1].L {
+						t.Fatalf("history out of order: %v", e)
+					}
+				}
+				if p, ok := Parse(h.Format()); !ok || !slices.Equal(p.Entries(), e) {
+					t.Fatalf("Parse(Format) = %v, %v; want %v", p.Entries(), ok, e)
+				}
+			},
+		})
+	})
+}
