@@ -3,6 +3,8 @@ package syncer
 import (
 	"math"
 	"time"
+
+	"github.com/leasequota/leasequota/lease"
 )
 
 // maxBatches bounds the ledger's memory per tenant. When more batches are
@@ -35,6 +37,12 @@ type Ledger struct {
 	base  int64             // unix nanoseconds; the times below are ms after it
 	left  [maxBatches]int64 // tokens of each batch, oldest first; 0 ends the list
 	stamp [maxBatches]stamp // grant time of each batch
+	// first is the ID of the oldest grant in the oldest batch, for the
+	// release of its tokens to name (see lease.ReleaseRequest.Grant); zero
+	// when unknown: the ledger keeps one ID, not one per batch (it fits in
+	// what would be padding), so once the oldest batch is gone, the next
+	// one's is not known.
+	first lease.GrantID
 }
 
 // stamp is a time in whole milliseconds after a Ledger's base.
@@ -125,35 +133,39 @@ func (l *Ledger) expiresAt(i int, ttl time.Duration) int64 {
 }
 
 // Expire removes the batches whose time has come (granted ttl or more
-// before now) and returns their tokens, and the grant time of the oldest
-// of them (the zero time when none expired): the caller takes the tokens
-// back from the counter.
-func (l *Ledger) Expire(now time.Time, ttl time.Duration) (tokens int64, granted time.Time) {
+// before now) and returns their tokens, the grant time of the oldest of
+// them (the zero time when none expired) and the ID of their oldest grant
+// (zero when unknown): the caller takes the tokens back from the counter.
+func (l *Ledger) Expire(now time.Time, ttl time.Duration) (tokens int64, granted time.Time, id lease.GrantID) {
 	ns := now.UnixNano()
 	for l.left[0] > 0 && ns >= l.expiresAt(0, ttl) {
 		if tokens == 0 {
-			granted = time.Unix(0, l.at(l.stamp[0]))
+			granted, id = time.Unix(0, l.at(l.stamp[0])), l.first
 		}
 		tokens += l.left[0]
 		l.shift()
 	}
-	return tokens, granted
+	return tokens, granted, id
 }
 
-// Add records tokens granted at time granted. Batches are kept in order of
-// grant, whatever the order they are added in (a round that read the clock
-// before an urgent refill may apply its grant after it).
-func (l *Ledger) Add(granted time.Time, tokens int64) {
+// Add records tokens granted at time granted by the grant with ID id (zero
+// for unknown). Batches are kept in order of grant, whatever the order they
+// are added in (a round that read the clock before an urgent refill may
+// apply its grant after it).
+func (l *Ledger) Add(granted time.Time, tokens int64, id lease.GrantID) {
 	if tokens <= 0 {
 		return
 	}
 	l.init(granted.UnixNano())
 	n := l.n()
 	if n == maxBatches {
-		// Merge the two oldest under the earlier grant time (the first's).
+		// Merge the two oldest under the earlier grant time (the first's),
+		// which keeps the oldest grant, and its ID, in front.
 		l.left[1] += l.left[0]
 		l.stamp[1] = l.stamp[0]
+		first := l.first
 		l.shift()
+		l.first = first
 		n--
 	}
 	s := l.stampOf(granted.UnixNano())
@@ -163,6 +175,9 @@ func (l *Ledger) Add(granted time.Time, tokens int64) {
 		i--
 	}
 	l.left[i], l.stamp[i] = tokens, s
+	if i == 0 {
+		l.first = id
+	}
 }
 
 // ExpiringBefore returns the tokens in batches that expire before t, given
@@ -176,16 +191,17 @@ func (l *Ledger) ExpiringBefore(t time.Time, ttl time.Duration) (tokens int64) {
 }
 
 // Clear forgets every batch (the counter was drained) and returns the
-// tokens it accounted for and the grant time of the oldest batch (the zero
-// time for none).
-func (l *Ledger) Clear() (tokens int64, oldest time.Time) {
+// tokens it accounted for, the grant time of the oldest batch (the zero
+// time for none) and the ID of its oldest grant (zero when unknown).
+func (l *Ledger) Clear() (tokens int64, oldest time.Time, id lease.GrantID) {
 	tokens = l.Total()
 	if tokens > 0 {
-		oldest = time.Unix(0, l.at(l.stamp[0]))
+		oldest, id = time.Unix(0, l.at(l.stamp[0])), l.first
 	}
 	l.left = [maxBatches]int64{}
 	l.stamp = [maxBatches]stamp{}
-	return tokens, oldest
+	l.first = 0
+	return tokens, oldest, id
 }
 
 // NextExpiry returns when the oldest batch expires, given the lease TTL
@@ -197,10 +213,12 @@ func (l *Ledger) NextExpiry(ttl time.Duration) (time.Time, bool) {
 	return time.Unix(0, l.expiresAt(0, ttl)), true
 }
 
+// shift drops the oldest batch; the next one's first grant is not known.
 func (l *Ledger) shift() {
 	copy(l.left[:], l.left[1:])
 	copy(l.stamp[:], l.stamp[1:])
 	l.left[maxBatches-1], l.stamp[maxBatches-1] = 0, 0
+	l.first = 0
 }
 
 // rebaseTo moves the base to ns, keeping every stamp's time (clamping

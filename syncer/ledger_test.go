@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"pgregory.net/rapid"
+
+	"github.com/leasequota/leasequota/lease"
 )
 
 // lt0 is an arbitrary origin for the ledger tests' times.
@@ -96,8 +98,8 @@ func TestLedgerZero(t *testing.T) {
 
 func TestLedgerAddIgnoresNonPositive(t *testing.T) {
 	var l Ledger
-	l.Add(at(100), 0)
-	l.Add(at(100), -5)
+	l.Add(at(100), 0, 0)
+	l.Add(at(100), -5, 0)
 	if l.Total() != 0 {
 		t.Fatalf("after Add(0) and Add(-5): Total %d, want 0", l.Total())
 	}
@@ -109,9 +111,9 @@ func TestLedgerAddIgnoresNonPositive(t *testing.T) {
 func TestLedgerSyncFIFO(t *testing.T) {
 	var l Ledger
 	e := []time.Time{at(1000), at(2000), at(3000)}
-	l.Add(e[0], 10)
-	l.Add(e[1], 5)
-	l.Add(e[2], 7)
+	l.Add(e[0], 10, 0)
+	l.Add(e[1], 5, 0)
+	l.Add(e[2], 7, 0)
 	if l.Total() != 22 {
 		t.Fatalf("Total() = %d, want 22", l.Total())
 	}
@@ -148,9 +150,9 @@ func TestLedgerSyncFIFO(t *testing.T) {
 // expiry has come (at or before now), oldest first, and nothing else.
 func TestLedgerExpire(t *testing.T) {
 	var l Ledger
-	l.Add(at(1000), 10)
-	l.Add(at(2000), 5)
-	l.Add(at(3000), 7)
+	l.Add(at(1000), 10, 0)
+	l.Add(at(2000), 5, 0)
+	l.Add(at(3000), 7, 0)
 	l.Sync(18) // 4 spent from the first batch: 6, 5, 7
 
 	if got := l.expire0(at(999)); got != 0 {
@@ -180,8 +182,8 @@ func TestLedgerExpire(t *testing.T) {
 // its time comes.
 func TestLedgerExpireSpentBatch(t *testing.T) {
 	var l Ledger
-	l.Add(at(1000), 4)
-	l.Add(at(2000), 4)
+	l.Add(at(1000), 4, 0)
+	l.Add(at(2000), 4, 0)
 	l.Sync(4)
 	if got := l.expire0(at(1500)); got != 0 {
 		t.Fatalf("Expire of a spent batch = %d, want 0", got)
@@ -193,9 +195,9 @@ func TestLedgerExpireSpentBatch(t *testing.T) {
 
 func TestLedgerexpiringBefore0(t *testing.T) {
 	var l Ledger
-	l.Add(at(1000), 10)
-	l.Add(at(2000), 5)
-	l.Add(at(3000), 7)
+	l.Add(at(1000), 10, 0)
+	l.Add(at(2000), 5, 0)
+	l.Add(at(3000), 7, 0)
 	cases := []struct {
 		t    time.Time
 		want int64
@@ -234,13 +236,13 @@ func TestLedgerMerge(t *testing.T) {
 	for i := range maxBatches {
 		exps = append(exps, at(1000*(i+1)))
 		want = append(want, int64(i+1)) // 1, 2, ..., maxBatches tokens
-		l.Add(exps[i], int64(i+1))
+		l.Add(exps[i], int64(i+1), 0)
 	}
 	if got := l.lefts(exps...); !equalInts(got, want) {
 		t.Fatalf("lefts %v, want %v", got, want)
 	}
 	exps = append(exps, at(1000*(maxBatches+1)))
-	l.Add(exps[maxBatches], 100)
+	l.Add(exps[maxBatches], 100, 0)
 	checkLedger(t, &l)
 	// The first two are one batch at the first expiry; the rest unchanged.
 	want = append([]int64{1 + 2}, want[2:]...)
@@ -262,7 +264,7 @@ func TestLedgerMerge(t *testing.T) {
 	total -= 3
 	// Many more adds keep merging at the front, never losing tokens.
 	for i := range 50 {
-		l.Add(at(20000+1000*i), 1)
+		l.Add(at(20000+1000*i), 1, 0)
 		checkLedger(t, &l)
 	}
 	if l.Total() != total+50 {
@@ -278,8 +280,8 @@ func TestLedgerMerge(t *testing.T) {
 
 func TestLedgerClear(t *testing.T) {
 	var l Ledger
-	l.Add(at(1000), 10)
-	l.Add(at(2000), 5)
+	l.Add(at(1000), 10, 0)
+	l.Add(at(2000), 5, 0)
 	l.Sync(12)
 	if got := l.clear0(); got != 12 {
 		t.Fatalf("Clear() = %d, want 12", got)
@@ -291,9 +293,55 @@ func TestLedgerClear(t *testing.T) {
 	if got := l.expire0(farFuture); got != 0 {
 		t.Fatalf("Expire after Clear = %d, want 0", got)
 	}
-	l.Add(at(3000), 2)
+	l.Add(at(3000), 2, 0)
 	if l.Total() != 2 {
 		t.Fatalf("Total() = %d after Clear and Add(2)", l.Total())
+	}
+}
+
+// TestLedgerFirstGrant: the ledger knows the ID of the oldest grant in its
+// oldest batch while that batch lasts (merges keep it, an older grant
+// added late replaces it) and forgets it when the batch goes.
+func TestLedgerFirstGrant(t *testing.T) {
+	var l Ledger
+	l.Add(at(1000), 10, 11)
+	l.Add(at(2000), 5, 12)
+	l.Sync(l.Total() - 4) // a part of the oldest batch spent: still known
+	if n, granted, id := l.Expire(at(1500), 0); n != 6 || !granted.Equal(at(1000)) || id != 11 {
+		t.Fatalf("Expire of the first batch = %d, %v, %d; want 6, +1s, 11", n, granted.Sub(lt0), id)
+	}
+	if n, _, id := l.Expire(at(2500), 0); n != 5 || id != 0 {
+		t.Fatalf("Expire of the second batch = %d, %d; want 5 and an unknown grant", n, id)
+	}
+
+	// A merge keeps the oldest grant in front.
+	var m Ledger
+	for i := range maxBatches + 1 {
+		m.Add(at(1000*(i+1)), 1, lease.GrantID(i+1))
+	}
+	if n, _, id := m.Clear(); n != maxBatches+1 || id != 1 {
+		t.Fatalf("Clear after a merge = %d, %d; want %d, 1", n, id, maxBatches+1)
+	}
+
+	// An older grant applied late becomes the oldest batch, and its ID
+	// the first.
+	var o Ledger
+	o.Add(at(2000), 5, 7)
+	o.Add(at(1000), 3, 8)
+	if n, oldest, id := o.Clear(); n != 8 || !oldest.Equal(at(1000)) || id != 8 {
+		t.Fatalf("Clear = %d, %v, %d; want 8, +1s, 8", n, oldest.Sub(lt0), id)
+	}
+
+	// Spending the whole oldest batch forgets it.
+	var s Ledger
+	s.Add(at(1000), 10, 1)
+	s.Add(at(2000), 5, 2)
+	s.Sync(5)
+	if n, _, id := s.Clear(); n != 5 || id != 0 {
+		t.Fatalf("Clear after the first batch was spent = %d, %d; want 5 and an unknown grant", n, id)
+	}
+	if _, _, id := s.Clear(); id != 0 || s.first != 0 {
+		t.Fatalf("Clear of an empty ledger named grant %d (first %d)", id, s.first)
 	}
 }
 
@@ -304,6 +352,7 @@ func TestLedgerClear(t *testing.T) {
 type modelBatch struct {
 	start, end int64
 	orig, exp  time.Time
+	id         lease.GrantID // the ID of its oldest grant
 }
 
 // ledgerModel is an independent formulation of a FIFO ledger: every token
@@ -336,17 +385,17 @@ func minTime(a, b time.Time) time.Time {
 	return a
 }
 
-func (m *ledgerModel) add(exp time.Time, n int64) {
+func (m *ledgerModel) add(exp time.Time, n int64, id lease.GrantID) {
 	if n <= 0 {
 		return
 	}
 	if len(m.live) == maxBatches {
 		// The two oldest become one, under the earlier expiry.
 		a, b := m.live[0], m.live[1]
-		m.live[1] = modelBatch{start: a.start, end: b.end, orig: minTime(a.orig, b.orig), exp: minTime(a.exp, b.exp)}
+		m.live[1] = modelBatch{start: a.start, end: b.end, orig: minTime(a.orig, b.orig), exp: minTime(a.exp, b.exp), id: a.id}
 		m.live = m.live[1:]
 	}
-	m.live = append(m.live, modelBatch{start: m.added, end: m.added + n, orig: exp, exp: exp})
+	m.live = append(m.live, modelBatch{start: m.added, end: m.added + n, orig: exp, exp: exp, id: id})
 	m.added += n
 }
 
@@ -379,9 +428,10 @@ func TestLedgerProperties(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		ttl := time.Duration(rapid.IntRange(1, 3000).Draw(t, "ttlMs")) * time.Millisecond
 		var (
-			l   Ledger
-			m   ledgerModel
-			now = lt0
+			l      Ledger
+			m      ledgerModel
+			now    = lt0
+			grants lease.GrantID // the last grant's ID: 1, 2, ...
 		)
 		t.Repeat(map[string]func(*rapid.T){
 			"advance": func(t *rapid.T) {
@@ -389,8 +439,9 @@ func TestLedgerProperties(t *testing.T) {
 			},
 			"add": func(t *rapid.T) {
 				n := rapid.Int64Range(-2, 200).Draw(t, "n")
-				l.Add(now.Add(ttl), n)
-				m.add(now.Add(ttl), n)
+				grants++
+				l.Add(now.Add(ttl), n, grants)
+				m.add(now.Add(ttl), n, grants)
 			},
 			"spend": func(t *rapid.T) {
 				if l.Total() == 0 {
@@ -412,10 +463,18 @@ func TestLedgerProperties(t *testing.T) {
 			},
 			"expire": func(t *rapid.T) {
 				held := l.Total()
-				got := l.expire0(now)
+				var oldestID lease.GrantID
+				if len(m.live) > 0 {
+					oldestID = m.live[0].id
+				}
+				got, _, id := l.Expire(now, 0)
 				want := m.expire(now)
 				if got != want {
 					t.Fatalf("Expire(+%v) = %d, model %d", now.Sub(lt0), got, want)
+				}
+				// The grant it names is the oldest of the expired tokens.
+				if id != 0 && (got == 0 || id != oldestID) {
+					t.Fatalf("Expire(+%v) of %d tokens named grant %d; the oldest is %d", now.Sub(lt0), got, id, oldestID)
 				}
 				// An expired token is one still held, never one spent.
 				if got < 0 || got > held {
@@ -459,6 +518,10 @@ func TestLedgerProperties(t *testing.T) {
 				checkLedger(t, &l)
 				if l.Total() != m.total() {
 					t.Fatalf("Total() = %d, model %d", l.Total(), m.total())
+				}
+				// The first grant, when known, is the oldest batch's.
+				if l.first != 0 && (len(m.live) == 0 || l.first != m.live[0].id) {
+					t.Fatalf("first grant %d; the model's oldest batch %v", l.first, m.live)
 				}
 				// Same tokens at the same expiries as the model.
 				live := m.live
@@ -521,17 +584,17 @@ func showKnownBugs(t *testing.T) {
 // rests on (by up to the duration of a Round).
 func TestLedgerOutOfOrderAdd(t *testing.T) {
 	var l Ledger
-	l.Add(at(2000), 5) // Refill that read the clock at +1 s, TTL 1 s
-	l.Add(at(1990), 7) // Round that read the clock at +0.99 s, applied after
+	l.Add(at(2000), 5, 0) // Refill that read the clock at +1 s, TTL 1 s
+	l.Add(at(1990), 7, 0) // Round that read the clock at +0.99 s, applied after
 	if got := l.expire0(at(1995)); got != 7 {
 		t.Errorf("Expire(+1.995s) = %d: the batch that expired at +1.99s is still held (want its 7 back)", got)
 	}
 
 	var m Ledger
-	m.Add(at(2000), 1)
-	m.Add(at(1000), 1)
+	m.Add(at(2000), 1, 0)
+	m.Add(at(1000), 1, 0)
 	for i := range maxBatches - 1 {
-		m.Add(at(3000+i), 1)
+		m.Add(at(3000+i), 1, 0)
 	}
 	if next, _ := m.NextExpiry(0); !next.Equal(at(1000)) {
 		t.Errorf("merged batch expires at +%v, want the earlier of its two, +1s", next.Sub(lt0))
@@ -540,8 +603,8 @@ func TestLedgerOutOfOrderAdd(t *testing.T) {
 
 // The tests below the ledger's TTL argument at 0: the times they add are
 // the expiries.
-func (l *Ledger) expire0(now time.Time) int64 { n, _ := l.Expire(now, 0); return n }
+func (l *Ledger) expire0(now time.Time) int64 { n, _, _ := l.Expire(now, 0); return n }
 
-func (l *Ledger) clear0() int64 { n, _ := l.Clear(); return n }
+func (l *Ledger) clear0() int64 { n, _, _ := l.Clear(); return n }
 
 func (l *Ledger) expiringBefore0(t time.Time) int64 { return l.ExpiringBefore(t, 0) }

@@ -229,9 +229,13 @@ type Action struct {
 	// returns cannot lift a window above the bound (docs/design.md).
 	Expire         int64
 	ExpiredGranted time.Time
+	// ExpiredGrant is the ID of the oldest grant the expired tokens come
+	// from, for the return to name (lease.ReleaseRequest.Grant); zero when
+	// the ledger does not know it.
+	ExpiredGrant lease.GrantID
 	// ExpiredLast says the expired tokens were the only batch the ledger
 	// held: they all come from this instance's last grant, which the
-	// return can name (lease.ReleaseRequest.Grant).
+	// return can name when ExpiredGrant is zero.
 	ExpiredLast bool
 	// Acquire is the number of tokens to ask Redis for; zero for none.
 	Acquire int64
@@ -379,7 +383,7 @@ func (p *Planner) Plan(st *State, lim Limits, now time.Time, in Input) Action {
 
 	var a Action
 	single := st.ledger.n() == 1
-	a.Expire, a.ExpiredGranted = st.ledger.Expire(now, lim.LeaseTTL)
+	a.Expire, a.ExpiredGranted, a.ExpiredGrant = st.ledger.Expire(now, lim.LeaseTTL)
 	a.ExpiredLast = single && a.Expire > 0
 	// Tokens that expire before the refresh after next cannot be counted
 	// on: replace them ahead of time, so a busy tenant never finds its
@@ -469,7 +473,7 @@ func (p *Planner) Granted(st *State, lim Limits, now time.Time, asked int64, g l
 	st.lastGrant = st.stampOf(ns)
 	// Tokens spent while the call was in flight are demand too.
 	p.observe(st, ns, st.ledger.Sync(level-g.Granted))
-	st.ledger.Add(now, g.Granted)
+	st.ledger.Add(now, g.Granted, g.ID())
 	if g.Granted >= asked {
 		return
 	}
@@ -556,10 +560,11 @@ func (p *Planner) Idle(st *State, now time.Time, d time.Duration) bool {
 
 // Drained records that the counter was emptied (tokens returned on close
 // or eviction) and returns the tokens the ledger held, when the oldest of
-// them was granted (the zero time for none), and whether they were one
-// batch: all from this instance's last grant.
-func (p *Planner) Drained(st *State) (tokens int64, oldest time.Time, last bool) {
+// them was granted (the zero time for none), the ID of that oldest grant
+// (zero when unknown), and whether they were one batch: all from this
+// instance's last grant.
+func (p *Planner) Drained(st *State) (tokens int64, oldest time.Time, id lease.GrantID, last bool) {
 	last = st.ledger.n() == 1
-	tokens, oldest = st.ledger.Clear()
-	return tokens, oldest, last
+	tokens, oldest, id = st.ledger.Clear()
+	return tokens, oldest, id, last
 }

@@ -176,6 +176,9 @@ type simBucket struct {
 	// The level history of the aged returns (common.lua), in its Go
 	// model. Lost with the key.
 	hist peaks.History
+	// unfitIDs counts releases that named a grant whose ID did not fit
+	// their age: the edge got an ID or an age wrong.
+	unfitIDs int
 
 	// Accounting, from the model's view.
 	created  int64 // µs of the first acquire; -1 before
@@ -288,8 +291,14 @@ func (b *simBucket) release(now int64, lim lease.Limits, amount, age int64, gran
 	}
 	now = b.bucketTime(now)
 	x := b.refill(now, lim.Rate, lim.Burst)
-	// The script takes age in whole milliseconds.
-	g := peaks.GrantTime(now, (age+999)/1000*1000, uint32(grant))
+	// The script takes age in whole milliseconds; grant IDs are the low
+	// bits of Redis TIME, which is simT0 at model time 0.
+	epoch := simT0.UnixMicro()
+	ageUS := (age + 999) / 1000 * 1000
+	g := peaks.GrantTime(epoch+now, ageUS, uint32(grant)) - epoch
+	if grant != 0 && g == min(now-ageUS, now-1) {
+		b.unfitIDs++ // the script ignores an ID that does not fit the age
+	}
 	credit := max(min(float64(amount), float64(lim.Burst)-b.hist.Peak(g, x)), 0)
 	if m == mutateUnagedReturns {
 		credit = float64(amount) // BUG (planted): the old release.lua
@@ -615,8 +624,16 @@ func (s *sim) apply(c *simCall) {
 	}
 	if c.applies == 0 {
 		for _, r := range c.rets {
-			s.stats.expiredCredited += s.redis[r.t.idx].release(s.now, s.lim[r.t.idx].Bucket(), r.amount, r.age, r.grant, s.cfg.mutate)
+			b := &s.redis[r.t.idx]
+			unfit := b.unfitIDs
+			s.stats.expiredCredited += b.release(s.now, s.lim[r.t.idx].Bucket(), r.amount, r.age, r.grant, s.cfg.mutate)
 			s.stats.scripts[r.t.idx]++
+			if s.now-c.sent > s.cto {
+				// Applied after its deadline (a long network leg): its age
+				// need not bound the tokens' (docs/design.md, "Aged
+				// returns"), so neither need its grant ID fit.
+				b.unfitIDs = unfit
+			}
 		}
 	}
 	for _, j := range c.jobs {
@@ -647,8 +664,8 @@ func (s *sim) startRound(in *simInstance, tenants []*edgeTenant) {
 		}
 		a, taken := s.planWith(in, t, now)
 		if taken > 0 {
-			r := simReturn{t: t, amount: taken, age: now.Sub(a.ExpiredGranted).Microseconds() + s.cto}
-			if a.ExpiredLast {
+			r := simReturn{t: t, amount: taken, age: now.Sub(a.ExpiredGranted).Microseconds() + s.cto, grant: a.ExpiredGrant}
+			if r.grant == 0 && a.ExpiredLast {
 				r.grant = t.lastGrant
 			}
 			rets = append(rets, r)
@@ -906,6 +923,7 @@ const (
 	vTotal    = "granted - returned <= B(1+restarts) + rT"
 	vLifetime = "lease lifetime"
 	vWindow   = "window bound"
+	vGrantID  = "a named grant fits the release's age"
 )
 
 func (s *sim) violate(kind, format string, args ...any) {
@@ -947,6 +965,10 @@ func (s *sim) check() {
 		// Tighter: the tokens still in counters were debited too.
 		if float64(adm+s.held[ti]) > net+1e-6 {
 			s.violate(vHeld, "tenant %s: admitted %d + held %d > granted %d - returned %.3f", s.cfg.tenants[ti].name, adm, s.held[ti], b.granted, b.returned)
+		}
+		if b.unfitIDs > 0 {
+			s.violate(vGrantID, "tenant %s: %d releases named a grant that does not fit their age", s.cfg.tenants[ti].name, b.unfitIDs)
+			b.unfitIDs = 0
 		}
 		if b.created >= 0 {
 			T := float64(s.now-b.created) / 1e6
@@ -1094,14 +1116,13 @@ func (s *sim) close() {
 	for _, in := range s.insts {
 		for _, t := range in.order {
 			n := t.tokens.Drain()
-			_, oldest, last := in.planner.Drained(&t.st)
+			_, oldest, grant, last := in.planner.Drained(&t.st)
 			t.takeOldest(n)
 			s.held[t.idx] -= n
 			if n > 0 {
 				s.stats.scripts[t.idx]++
 				age := s.local(in).Sub(oldest).Microseconds() + s.cto
-				var grant lease.GrantID
-				if last {
+				if grant == 0 && last {
 					grant = t.lastGrant
 				}
 				s.redis[t.idx].release(s.now, s.lim[t.idx].Bucket(), n, age, grant, s.cfg.mutate)

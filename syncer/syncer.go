@@ -461,23 +461,26 @@ func (s *Syncer) evictLocked(name string, t *Tenant, now time.Time) (lease.Relea
 // tokens back, if any. t.mu must be held.
 func (s *Syncer) drainLocked(name string, t *Tenant, now time.Time) (lease.ReleaseRequest, bool) {
 	n := t.Tokens.Drain()
-	_, oldest, last := s.planner.Drained(&t.st)
+	_, oldest, id, last := s.planner.Drained(&t.st)
 	if n <= 0 {
 		return lease.ReleaseRequest{}, false
 	}
-	return s.returnOf(name, t, n, now, oldest, last), true
+	return s.returnOf(name, t, n, now, oldest, id, last), true
 }
 
 // returnOf is the release of n of t's tokens (t.mu held), the oldest of
-// them granted at oldest (local clock, as now); last says they all come
-// from t's last grant, which the release then names. Its age is an upper
-// bound of how long before the release script runs the tokens were
-// granted: oldest is the time the acquire was sent (before Redis ran it),
-// and the release may take up to its pipeline's deadline to reach Redis.
-func (s *Syncer) returnOf(name string, t *Tenant, n int64, now, oldest time.Time, last bool) lease.ReleaseRequest {
+// them granted at oldest (local clock, as now) by the grant with ID id
+// (zero when unknown); last says they all come from t's last grant. The
+// release names the oldest grant when it is known, so that the bucket
+// credits the tokens against its levels after that grant only. Its age is
+// an upper bound of how long before the release script runs the tokens
+// were granted: oldest is the time the acquire was sent (before Redis ran
+// it), and the release may take up to its pipeline's deadline to reach
+// Redis.
+func (s *Syncer) returnOf(name string, t *Tenant, n int64, now, oldest time.Time, id lease.GrantID, last bool) lease.ReleaseRequest {
 	r := lease.ReleaseRequest{Tenant: name, Limits: t.Base().Bucket(), Amount: n,
-		Age: max(now.Sub(oldest), 0) + s.opts.CallTimeout + perCommand*time.Duration(s.opts.BatchSize)}
-	if last {
+		Age: max(now.Sub(oldest), 0) + s.opts.CallTimeout + perCommand*time.Duration(s.opts.BatchSize), Grant: id}
+	if id == 0 && last {
 		r.Grant = t.lastGrant
 	}
 	return r
@@ -499,7 +502,7 @@ func (s *Syncer) planWith(name string, t *Tenant, now time.Time, in Input) (a Ac
 		s.expired.Add(taken)
 		s.opts.Telemetry.Expired(taken)
 		if taken > 0 {
-			return a, s.returnOf(name, t, taken, now, a.ExpiredGranted, a.ExpiredLast), true
+			return a, s.returnOf(name, t, taken, now, a.ExpiredGranted, a.ExpiredGrant, a.ExpiredLast), true
 		}
 	}
 	return a, ret, false
@@ -606,7 +609,7 @@ func (s *Syncer) apply(ctx context.Context, name string, t *Tenant, now time.Tim
 	if t.flag(flagEvicted) {
 		// Evicted while the call was in flight: nobody will spend these.
 		t.lastGrant = r.Grant.ID()
-		s.release(ctx, nil, []lease.ReleaseRequest{s.returnOf(name, t, r.Grant.Granted, s.opts.Now(), now, true)})
+		s.release(ctx, nil, []lease.ReleaseRequest{s.returnOf(name, t, r.Grant.Granted, s.opts.Now(), now, r.Grant.ID(), true)})
 		return
 	}
 	g := r.Grant
