@@ -3,8 +3,9 @@
 -- KEYS[1]  bucket key, a hash:
 --            tk  tokens ("%.17g")
 --            ts  when tk was computed (Redis TIME, microseconds)
---            pk, hb  the level history that release.lua credits against,
---                and the burst it was recorded under (see common.lua)
+--            hb, p1..p8  the burst the level history was recorded under,
+--                and its entries, that release.lua credits against (see
+--                common.lua)
 -- ARGV[1]  rate: tokens added per second, a decimal number > 0
 -- ARGV[2]  burst: bucket capacity, an integer >= 1
 -- ARGV[3]  want: tokens requested, an integer >= 0 (0 only refills and reads)
@@ -171,7 +172,7 @@ if credit ~= nil then
 end
 tokens = tokens - granted
 
-store(key, tokens, now, rate, burst, h)
+store(key, tokens, now, rate, burst, h, state)
 
 local shareOut = ''
 if share ~= nil then

@@ -28,22 +28,38 @@ func ageSince(start time.Time) time.Duration {
 	return time.Since(start) + ageMargin
 }
 
+// historyFields are the hash fields of a bucket's level history.
+var historyFields = []string{"p1", "p2", "p3", "p4", "p5", "p6", "p7", "p8"}
+
 // readHistory returns the level history and the burst it was recorded
 // under, as stored in the bucket at key.
 func readHistory(t *testing.T, rdb *redis.Client, key string) (peaks.History, int64) {
 	t.Helper()
-	v, err := rdb.HMGet(context.Background(), key, "pk", "hb").Result()
+	v, err := rdb.HMGet(context.Background(), key, append([]string{"hb"}, historyFields...)...).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
-	pk, ok1 := v[0].(string)
-	hb, ok2 := v[1].(string)
-	if !ok1 || !ok2 {
-		t.Fatalf("%s: history fields missing: %v", key, v)
-	}
-	h, ok := peaks.Parse(pk)
+	hb, ok := v[0].(string)
 	if !ok {
-		t.Fatalf("%s: history %q does not parse", key, pk)
+		t.Fatalf("%s: hb missing: %v", key, v)
+	}
+	var fields []string
+	for i, x := range v[1:] {
+		f, ok := x.(string)
+		if !ok {
+			// The entries are p1..pn: none after the first missing.
+			for _, y := range v[2+i:] {
+				if y != nil {
+					t.Fatalf("%s: history fields with a gap: %v", key, v)
+				}
+			}
+			break
+		}
+		fields = append(fields, f)
+	}
+	h, ok := peaks.Parse(fields)
+	if !ok {
+		t.Fatalf("%s: history %q does not parse", key, fields)
 	}
 	b, err := strconv.ParseInt(hb, 10, 64)
 	if err != nil {
@@ -427,19 +443,32 @@ func TestUnknownHistoryCreditsNothing(t *testing.T) {
 	}
 
 	// An unreadable history is unknown, not an error.
-	for i, pk := range []string{"1:garbage", "", "2:1,1:0", "1:5,2:6", "1:nan", "1:inf", "x:1", "1:1:1",
-		"1:9,2:8,3:7,4:6,5:5,6:4,7:3,8:2,9:1", strings.Repeat("1:{}\n", 1<<18)} {
+	for i, fields := range [][]string{{"1:garbage"}, {""}, {"2:1", "1:0"}, {"1:5", "2:6"}, {"1:nan"}, {"1:inf"}, {"x:1"}, {"1:1:1"},
+		{"1:9", "2:8", "3:7", "4:6", "5:5", "6:4", "7:3", "8:9"}, {strings.Repeat("1:{}\n", 1<<18)},
+		{"-", "2:8"}, // "-": not written, so p2 follows a missing p1
+	} {
 		tenant := "garbled-" + strconv.Itoa(i)
 		key := c.Key(tenant)
-		if err := rdb.HSet(ctx, key, "tk", "10", "ts", strconv.FormatInt(redisNow(t, rdb), 10),
-			"pk", pk, "hb", "100").Err(); err != nil {
+		if err := rdb.HSet(ctx, key, "tk", "10", "ts", strconv.FormatInt(redisNow(t, rdb), 10), "hb", "100").Err(); err != nil {
 			t.Fatal(err)
+		}
+		for j, f := range fields {
+			if f == "-" {
+				continue
+			}
+			if err := rdb.HSet(ctx, key, historyFields[j], f).Err(); err != nil {
+				t.Fatal(err)
+			}
 		}
 		r, err := c.Release(ctx, tenant, lim, 10, 0)
 		if err != nil || r.Credited != 0 || !near(r.Tokens, 10) {
-			t.Fatalf("release into the history %.40q: %+v, %v; want 0 credited", pk, r, err)
+			t.Fatalf("release into the history %.40q: %+v, %v; want 0 credited", fields, r, err)
 		}
+		// Restarted: one entry, the others deleted.
 		checkHistory(t, rdb, key, 100, at(r.ServerTime, 100))
+		if n, err := rdb.HLen(ctx, key).Result(); err != nil || n != 4 {
+			t.Fatalf("%d fields after the restart (%v), want tk, ts, hb and p1", n, err)
+		}
 	}
 
 	// A history recorded under a burst of 100 says nothing of the room

@@ -4,8 +4,8 @@
 -- override and one level history the same way.
 --
 -- A bucket is a hash {tk = tokens ("%.17g"), ts = when tk was computed
--- (Redis TIME, microseconds), pk = its level history, hb = the burst the
--- history was recorded under}. The history (see below, and the Go model in
+-- (Redis TIME, microseconds), hb = the burst its level history was
+-- recorded under, p1, p2, ... = the history's entries}. The history (see below, and the Go model in
 -- internal/peaks, which the tests hold these functions to) is what
 -- release.lua credits returned tokens against.
 
@@ -55,7 +55,7 @@ end
 -- distinct, rising times. For a corrupt bucket it returns nil and an error
 -- reply.
 local function read_bucket(key, now, rate, burst)
-  local state = redis.call('HMGET', key, 'tk', 'ts', 'pk', 'hb')
+  local state = redis.call('HMGET', key, 'tk', 'ts', 'hb', 'p1', 'p2', 'p3', 'p4', 'p5', 'p6', 'p7', 'p8')
   if state[1] == false and state[2] == false then
     return state, burst, true, now
   end
@@ -87,19 +87,22 @@ end
 -- g, which saw its level before the debit, does not count. Beyond HISTORY
 -- entries, the two neighbours with the smallest drop merge into one with
 -- the later time and the higher level, which can only make a later credit
--- smaller. Stored in pk as "t:l,t:l,...".
+-- smaller. Stored as one field per entry, p1 (the oldest) to p<n>, each
+-- "t:l": short values keep the hash in Redis's compact encoding.
 local HISTORY = 8
 
--- parse_history reads a pk field: the list, or nil if it is not one.
-local function parse_history(s)
-  if type(s) ~= 'string' then
-    return nil
-  end
+-- parse_history reads the fields p1..p8 of a bucket read by read_bucket
+-- (state[4..11]): the list, or nil if they do not hold one.
+local function parse_history(state)
   local h = {}
-  for part in string.gmatch(s, '[^,]+') do
-    local ts, ls = string.match(part, '^(%-?%d+):([^:]+)$')
+  for i = 1, HISTORY do
+    local f = state[3 + i]
+    if not f then
+      break
+    end
+    local ts, ls = string.match(f, '^(%-?%d+):([^:]+)$')
     local t, l = tonumber(ts), tonumber(ls)
-    if t == nil or l == nil or l ~= l or l == math.huge or l == -math.huge or #h == HISTORY then
+    if t == nil or l == nil or l ~= l or l == math.huge or l == -math.huge then
       return nil
     end
     if #h > 0 and (t <= h[#h][1] or l >= h[#h][2]) then
@@ -111,14 +114,6 @@ local function parse_history(s)
     return nil
   end
   return h
-end
-
-local function format_history(h)
-  local parts = {}
-  for i = 1, #h do
-    parts[i] = string.format('%d:%.17g', h[i][1], h[i][2])
-  end
-  return table.concat(parts, ',')
 end
 
 -- history_push records a call at now that saw level l before its debit.
@@ -186,8 +181,8 @@ end
 -- starts as {{now, burst (or the old burst if higher)}}, so that nothing
 -- granted before now is credited.
 local function history(state, now, burst)
-  local hb = tonumber(state[4])
-  local h = parse_history(state[3])
+  local hb = tonumber(state[3])
+  local h = parse_history(state)
   if h == nil or hb ~= burst then
     local top = burst
     if hb ~= nil and hb == hb and hb > top then
@@ -198,15 +193,29 @@ local function history(state, now, burst)
   return h
 end
 
--- store writes the bucket's tokens as of now, its history h and the burst
--- it was recorded under, and keeps the key until the bucket would be full
--- again at rate, plus a second: a missing key means a full bucket, so
+-- store writes the bucket's tokens as of now, its history h (deleting the
+-- entry fields of the bucket read as state that h no longer fills) and the
+-- burst it was recorded under, and keeps the key until the bucket would be
+-- full again at rate, plus a second: a missing key means a full bucket, so
 -- expiring it then changes nothing. Beyond ~31,700 years (and for an
 -- infinite quotient) the key is kept for ever: the number would not fit
 -- PEXPIRE, and any finite cap would refill early.
-local function store(key, tokens, now, rate, burst, h)
-  redis.call('HSET', key, 'tk', string.format('%.17g', tokens), 'ts', string.format('%d', now),
-    'pk', format_history(h), 'hb', string.format('%d', burst))
+local function store(key, tokens, now, rate, burst, h, state)
+  local args = {'tk', string.format('%.17g', tokens), 'ts', string.format('%d', now), 'hb', string.format('%d', burst)}
+  for i = 1, #h do
+    args[#args + 1] = 'p' .. i
+    args[#args + 1] = string.format('%d:%.17g', h[i][1], h[i][2])
+  end
+  redis.call('HSET', key, unpack(args))
+  local stale = {}
+  for i = #h + 1, HISTORY do
+    if state[3 + i] then
+      stale[#stale + 1] = 'p' .. i
+    end
+  end
+  if #stale > 0 then
+    redis.call('HDEL', key, unpack(stale))
+  end
   local ttl = math.ceil((burst - tokens) / rate * 1000) + 1000
   if ttl < 1e15 then
     redis.call('PEXPIRE', key, string.format('%d', ttl))

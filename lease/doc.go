@@ -17,8 +17,9 @@
 //
 //	tk  tokens in the bucket, a float64 written with "%.17g" (exact round trip)
 //	ts  when tk was computed: Redis TIME in microseconds, an integer
-//	pk  the level history (see Returns): "t:l,t:l,…", at most 8 entries
-//	hb  the burst the history was recorded under
+//	hb  the burst the level history was recorded under
+//	p1, p2, …, p8  the level history (see Returns), one entry "t:l" a field,
+//	    oldest first; fields past the last entry are absent
 //
 // The only clock is the Redis server's TIME, read inside the scripts; a
 // client clock is never used, so instances with skewed clocks agree. If the
@@ -63,7 +64,7 @@
 // g; the rest would have been lost to the cap. Any upper bound of P is safe
 // (it only credits less).
 //
-// The bucket keeps a level history (pk above, and internal/peaks, its Go
+// The bucket keeps a level history (p1… above, and internal/peaks, its Go
 // model): a short list of (time, level) where each level bounds the
 // bucket's levels since the previous entry's time. Every acquire records
 // the level it refilled to before its debit, at its time; between calls

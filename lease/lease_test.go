@@ -865,7 +865,8 @@ func TestStoredState(t *testing.T) {
 	}
 	want := map[string]string{
 		"tk": m["tk"], "ts": m["ts"],
-		"pk": fmt.Sprintf("%d:10,%d:%s", g0.ServerTime.UnixMicro(), g.ServerTime.UnixMicro(), m["tk"]),
+		"p1": fmt.Sprintf("%d:10", g0.ServerTime.UnixMicro()),
+		"p2": fmt.Sprintf("%d:%s", g.ServerTime.UnixMicro(), m["tk"]),
 		"hb": "10",
 	}
 	if len(m) != len(want) {

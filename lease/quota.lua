@@ -91,7 +91,7 @@ local top = oldBurst
 if newBurst > top then
   top = newBurst
 end
-store(key, tokens, now, newRate, newBurst, {{now, top}})
+store(key, tokens, now, newRate, newBurst, {{now, top}}, state)
 
 if op == 'set' then
   redis.call('DEL', qkey)

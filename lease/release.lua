@@ -2,7 +2,7 @@
 -- bucket, crediting only what the bucket would hold had they never been
 -- granted ("aged returns").
 --
--- KEYS[1]  bucket key, a hash {tk, ts, pk, hb} (see acquire.lua and
+-- KEYS[1]  bucket key, a hash {tk, ts, hb, p1..p8} (see acquire.lua and
 --          common.lua)
 -- ARGV[1]  rate: tokens added per second, a decimal number > 0
 -- ARGV[2]  burst: bucket capacity, an integer >= 1
@@ -131,6 +131,6 @@ local tokens = x + credit
 if tokens > burst then
   tokens = burst
 end
-store(key, tokens, now, rate, burst, h)
+store(key, tokens, now, rate, burst, h, state)
 
 return {string.format('%.17g', tokens), now, string.format('%.17g', credit)}

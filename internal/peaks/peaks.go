@@ -1,5 +1,5 @@
 // Package peaks is the Go model of the level history that the lease
-// scripts keep in each bucket (the hash field pk, see lease/common.lua),
+// scripts keep in each bucket (the hash fields p1..p8, see lease/common.lua),
 // for the tests that check the scripts against it and for the syncer's
 // simulation. It is pure: no clock, no I/O; times are Redis TIME in
 // microseconds, passed in.
@@ -154,33 +154,29 @@ func GrantTime(now, ageUS int64, id uint32) int64 {
 	return min(g, now-1)
 }
 
-// Format returns h as the bucket's pk field holds it: "t:l,t:l,…", times
-// as integers; levels are written in the shortest form that reads back
-// exactly (the scripts write %.17g, which reads back the same).
-func (h *History) Format() string {
-	var b strings.Builder
+// Fields returns h's entries as the bucket's fields p1, p2, ... hold them:
+// "t:l", the time as an integer and the level in the shortest form that
+// reads back exactly (the scripts write %.17g, which reads back the same).
+func (h *History) Fields() []string {
+	f := make([]string, h.n)
 	for i, e := range h.Entries() {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(strconv.FormatInt(e.T, 10))
-		b.WriteByte(':')
-		b.WriteString(strconv.FormatFloat(e.L, 'g', -1, 64))
+		f[i] = strconv.FormatInt(e.T, 10) + ":" + strconv.FormatFloat(e.L, 'g', -1, 64)
 	}
-	return b.String()
+	return f
 }
 
-// Parse reads a pk field. It reports false for a field that is not a
-// valid history: empty, malformed, times not rising, levels not falling,
-// or a level that is not a finite number.
-func Parse(s string) (History, bool) {
+// Parse reads the values of the fields p1, p2, ... of a bucket, up to the
+// first missing one. It reports false for values that are not a valid
+// history: none, more than Max, a malformed entry, times not rising, levels
+// not falling, or a level that is not a finite number.
+func Parse(fields []string) (History, bool) {
 	var h History
-	if s == "" {
+	if len(fields) == 0 || len(fields) > Max {
 		return h, false
 	}
-	for part := range strings.SplitSeq(s, ",") {
-		ts, ls, ok := strings.Cut(part, ":")
-		if !ok || h.n == Max {
+	for _, f := range fields {
+		ts, ls, ok := strings.Cut(f, ":")
+		if !ok {
 			return History{}, false
 		}
 		t, err1 := strconv.ParseInt(ts, 10, 64)

@@ -112,20 +112,20 @@ func TestParse(t *testing.T) {
 	h.Reset(1_700_000_000_000_000, 100)
 	h.Push(1_700_000_000_000_100, 99.5)
 	h.Push(1_700_000_000_000_200, 0.1)
-	s := h.Format()
-	if s != "1700000000000000:100,1700000000000100:99.5,1700000000000200:0.1" {
-		t.Fatalf("Format = %q", s)
+	f := h.Fields()
+	if !slices.Equal(f, []string{"1700000000000000:100", "1700000000000100:99.5", "1700000000000200:0.1"}) {
+		t.Fatalf("Fields = %q", f)
 	}
-	if got, ok := Parse(s); !ok || !slices.Equal(got.Entries(), h.Entries()) {
-		t.Fatalf("Parse(Format) = %v, %v; want %v", got.Entries(), ok, h.Entries())
+	if got, ok := Parse(f); !ok || !slices.Equal(got.Entries(), h.Entries()) {
+		t.Fatalf("Parse(Fields) = %v, %v; want %v", got.Entries(), ok, h.Entries())
 	}
 	// Lua's %.17g.
-	if got, ok := Parse("5:0.10000000000000001"); !ok || got.Entries()[0] != (Entry{5, 0.1}) {
+	if got, ok := Parse([]string{"5:0.10000000000000001"}); !ok || got.Entries()[0] != (Entry{5, 0.1}) {
 		t.Fatalf("Parse of %%.17g: %v, %v", got.Entries(), ok)
 	}
-	for _, bad := range []string{
-		"", "garbage", "1:2,", "1:2,1:1", "1:2,2:2", "2:1,1:0", "1:nan", "1:inf", "1:-inf", "x:1", "1:1:1",
-		"1:9,2:8,3:7,4:6,5:5,6:4,7:3,8:2,9:1", // more than Max
+	for _, bad := range [][]string{
+		nil, {"garbage"}, {"1:2", ""}, {"1:2", "1:1"}, {"1:2", "2:2"}, {"2:1", "1:0"}, {"1:nan"}, {"1:inf"}, {"1:-inf"}, {"x:1"}, {"1:1:1"},
+		{"1:9", "2:8", "3:7", "4:6", "5:5", "6:4", "7:3", "8:2", "9:1"}, // more than Max
 	} {
 		if _, ok := Parse(bad); ok {
 			t.Errorf("Parse(%q) accepted", bad)
@@ -199,8 +199,8 @@ func TestHistoryNeverUnderestimates(t *testing.T) {
 						t.Fatalf("history out of order: %v", e)
 					}
 				}
-				if p, ok := Parse(h.Format()); !ok || !slices.Equal(p.Entries(), e) {
-					t.Fatalf("Parse(Format) = %v, %v; want %v", p.Entries(), ok, e)
+				if p, ok := Parse(h.Fields()); !ok || !slices.Equal(p.Entries(), e) {
+					t.Fatalf("Parse(Fields) = %v, %v; want %v", p.Entries(), ok, e)
 				}
 			},
 		})
