@@ -471,6 +471,28 @@ func TestUnknownHistoryCreditsNothing(t *testing.T) {
 		}
 	}
 
+	// A client of the previous layout (two segments: s0, m0, s1, m1, ta,
+	// mt) acquiring since this version's last call: its calls are not in
+	// the history, which is unknown then; its fields are deleted, so that
+	// such a client finds no history either (and credits nothing before).
+	start = time.Now()
+	g, err := c.Acquire(ctx, "mixed", lim, 10) // 100 -> 90, creditable with its ID
+	if err != nil || g.Granted != 10 {
+		t.Fatalf("%+v, %v", g, err)
+	}
+	key = c.Key("mixed")
+	if err := rdb.HSet(ctx, key, "tk", "50", "s0", "0", "m0", "100", "s1", "1", "m1", "90", "ta", "1", "mt", "50").Err(); err != nil {
+		t.Fatal(err) // an old client took 40 more
+	}
+	res := c.ReleaseMany(ctx, []ReleaseRequest{{Tenant: "mixed", Limits: lim, Amount: 10, Age: ageSince(start), Grant: g.ID()}})
+	if r := res[0].Return; res[0].Err != nil || r.Credited != 0 || !near(r.Tokens, 50) {
+		t.Fatalf("release after an old client's acquire: %+v; want 0 credited, 50 tokens", res[0])
+	}
+	checkHistory(t, rdb, key, 100, at(res[0].Return.ServerTime, 100))
+	if n, err := rdb.HExists(ctx, key, "s0").Result(); err != nil || n {
+		t.Fatalf("the previous layout's fields are still there (%v)", err)
+	}
+
 	// A history recorded under a burst of 100 says nothing of the room
 	// below a burst of 200: a caller raising the burst restarts it.
 	if g, err := c.Acquire(ctx, "burst", lim, 50); err != nil || g.Granted != 50 {

@@ -55,7 +55,11 @@ end
 -- distinct, rising times. For a corrupt bucket it returns nil and an error
 -- reply.
 local function read_bucket(key, now, rate, burst)
-  local state = redis.call('HMGET', key, 'tk', 'ts', 'hb', 'p1', 'p2', 'p3', 'p4', 'p5', 'p6', 'p7', 'p8')
+  -- s0 (state[12]) is a field of the previous layout of the level history
+  -- (two segments, s0, m0, s1, m1, with ta and mt): present only if a client
+  -- of that layout wrote the bucket since this one did (see history and
+  -- store).
+  local state = redis.call('HMGET', key, 'tk', 'ts', 'hb', 'p1', 'p2', 'p3', 'p4', 'p5', 'p6', 'p7', 'p8', 's0')
   if state[1] == false and state[2] == false then
     return state, burst, true, now
   end
@@ -177,13 +181,14 @@ end
 
 -- history returns the level history of a bucket read by read_bucket. A
 -- history that is missing (a new key, or one an older version wrote),
--- unreadable, or recorded under another burst has an unknown past: it
--- starts as {{now, burst (or the old burst if higher)}}, so that nothing
--- granted before now is credited.
+-- unreadable, recorded under another burst, or possibly stale (a client of
+-- the previous layout wrote the bucket since: its calls are not in it) has
+-- an unknown past: it starts as {{now, burst (or the old burst if
+-- higher)}}, so that nothing granted before now is credited.
 local function history(state, now, burst)
   local hb = tonumber(state[3])
   local h = parse_history(state)
-  if h == nil or hb ~= burst then
+  if h == nil or hb ~= burst or state[12] then
     local top = burst
     if hb ~= nil and hb == hb and hb > top then
       top = hb
@@ -215,6 +220,13 @@ local function store(key, tokens, now, rate, burst, h, state)
   end
   if #stale > 0 then
     redis.call('HDEL', key, unpack(stale))
+  end
+  -- The previous layout's history: deleted, so that a client of that
+  -- version finds none and credits nothing granted before its next call
+  -- (it does not see this version's calls), and so that this version
+  -- notices when it writes them again.
+  if state[12] then
+    redis.call('HDEL', key, 's0', 'm0', 's1', 'm1', 'ta', 'mt')
   end
   local ttl = math.ceil((burst - tokens) / rate * 1000) + 1000
   if ttl < 1e15 then

@@ -93,9 +93,14 @@
 // whatever other instances acquired since.
 //
 // A missing key, a hash without history (written by an older version),
-// and a history recorded under another burst (hb, or a quota change by
-// quota.lua) are an unknown past: the history restarts as one entry
-// (now, at least Burst), so nothing granted before can be credited.
+// a history recorded under another burst (hb, or a quota change by
+// quota.lua), and one that a client of the previous layout (fields s0, m0,
+// s1, m1, ta, mt) may have missed calls of, because it wrote those fields
+// since, are an unknown past: the history restarts as one entry (now, at
+// least Burst), so nothing granted before can be credited. The scripts
+// delete the previous layout's fields, so such a client finds no history
+// and credits nothing granted before its next call either: during a
+// rollout, returns are credited less, never more.
 //
 // After every release, then, the bucket holds exactly what a bucket that
 // never granted the credited tokens would hold: the credits are grants
