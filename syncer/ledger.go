@@ -149,12 +149,13 @@ func (l *Ledger) Expire(now time.Time, ttl time.Duration) (tokens int64, granted
 }
 
 // Add records tokens granted at time granted by the grant with ID id (zero
-// for unknown). Batches are kept in order of grant, whatever the order they
-// are added in (a round that read the clock before an urgent refill may
-// apply its grant after it).
-func (l *Ledger) Add(granted time.Time, tokens int64, id lease.GrantID) {
+// for unknown), and reports whether they are the newest batch now. Batches
+// are kept in order of grant, whatever the order they are added in (a round
+// that read the clock before an urgent refill may apply its grant after
+// it: that grant goes before the refill's, and is not the newest).
+func (l *Ledger) Add(granted time.Time, tokens int64, id lease.GrantID) (newest bool) {
 	if tokens <= 0 {
-		return
+		return false
 	}
 	l.init(granted.UnixNano())
 	n := l.n()
@@ -178,6 +179,7 @@ func (l *Ledger) Add(granted time.Time, tokens int64, id lease.GrantID) {
 	if i == 0 {
 		l.first = id
 	}
+	return i == n
 }
 
 // ExpiringBefore returns the tokens in batches that expire before t, given

@@ -326,8 +326,12 @@ func TestLedgerFirstGrant(t *testing.T) {
 	// An older grant applied late becomes the oldest batch, and its ID
 	// the first.
 	var o Ledger
-	o.Add(at(2000), 5, 7)
-	o.Add(at(1000), 3, 8)
+	if !o.Add(at(2000), 5, 7) {
+		t.Fatal("the first batch is not the newest")
+	}
+	if o.Add(at(1000), 3, 8) {
+		t.Fatal("a batch granted before the newest one is the newest")
+	}
 	if n, oldest, id := o.Clear(); n != 8 || !oldest.Equal(at(1000)) || id != 8 {
 		t.Fatalf("Clear = %d, %v, %d; want 8, +1s, 8", n, oldest.Sub(lt0), id)
 	}
@@ -440,7 +444,10 @@ func TestLedgerProperties(t *testing.T) {
 			"add": func(t *rapid.T) {
 				n := rapid.Int64Range(-2, 200).Draw(t, "n")
 				grants++
-				l.Add(now.Add(ttl), n, grants)
+				// In order of grant time, each batch is the newest.
+				if newest := l.Add(now.Add(ttl), n, grants); newest != (n > 0) {
+					t.Fatalf("Add of %d tokens reported newest %v", n, newest)
+				}
 				m.add(now.Add(ttl), n, grants)
 			},
 			"spend": func(t *rapid.T) {

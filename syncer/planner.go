@@ -234,8 +234,8 @@ type Action struct {
 	// the ledger does not know it.
 	ExpiredGrant lease.GrantID
 	// ExpiredLast says the expired tokens were the only batch the ledger
-	// held: they all come from this instance's last grant, which the
-	// return can name when ExpiredGrant is zero.
+	// held: its newest, whose grant (reported by Granted) the return can
+	// name when ExpiredGrant is zero.
 	ExpiredLast bool
 	// Acquire is the number of tokens to ask Redis for; zero for none.
 	Acquire int64
@@ -446,7 +446,10 @@ func (p *Planner) Expired(st *State, taken, level int64) {
 
 // Granted records a successful lease call made at time now that asked for
 // asked tokens and got g; level is the counter after the grant was added.
-func (p *Planner) Granted(st *State, lim Limits, now time.Time, asked int64, g lease.Grant, level int64) {
+// It reports whether g's tokens are now the newest batch of the ledger
+// (false for a grant of none, or one that a later round's grant overtook):
+// the batch that Action.ExpiredLast and Drained's last refer to.
+func (p *Planner) Granted(st *State, lim Limits, now time.Time, asked int64, g lease.Grant, level int64) (newest bool) {
 	ns := now.UnixNano()
 	st.setClock(ns)
 	st.failures = 0
@@ -473,9 +476,9 @@ func (p *Planner) Granted(st *State, lim Limits, now time.Time, asked int64, g l
 	st.lastGrant = st.stampOf(ns)
 	// Tokens spent while the call was in flight are demand too.
 	p.observe(st, ns, st.ledger.Sync(level-g.Granted))
-	st.ledger.Add(now, g.Granted, g.ID())
+	newest = st.ledger.Add(now, g.Granted, g.ID())
 	if g.Granted >= asked {
-		return
+		return newest
 	}
 	// The global bucket ran dry. Do not call again until it has refilled
 	// enough for a worthwhile lease: this keeps a starved tenant from
@@ -504,6 +507,7 @@ func (p *Planner) Granted(st *State, lim Limits, now time.Time, asked int64, g l
 	}
 	wait = min(max(wait, p.cfg.Interval/10), 24*time.Hour)
 	st.notBefore = st.stampCeil(ns + int64(wait) + p.jitter(st, ns, int64(p.cfg.Jitter)))
+	return newest
 }
 
 // Failed records a failed lease call at time now: the next call waits a
@@ -561,8 +565,8 @@ func (p *Planner) Idle(st *State, now time.Time, d time.Duration) bool {
 // Drained records that the counter was emptied (tokens returned on close
 // or eviction) and returns the tokens the ledger held, when the oldest of
 // them was granted (the zero time for none), the ID of that oldest grant
-// (zero when unknown), and whether they were one batch: all from this
-// instance's last grant.
+// (zero when unknown), and whether they were one batch: the newest (see
+// Granted).
 func (p *Planner) Drained(st *State) (tokens int64, oldest time.Time, id lease.GrantID, last bool) {
 	last = st.ledger.n() == 1
 	tokens, oldest, id = st.ledger.Clear()

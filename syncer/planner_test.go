@@ -876,3 +876,32 @@ func TestKnownBugPartialGrantWaitOverflows(t *testing.T) {
 		t.Errorf("a starved tenant whose bucket refills in centuries made %d calls in a second", r.calls-calls)
 	}
 }
+
+// TestGrantedReportsTheNewestBatch: a round's grant that an urgent
+// refill (planned later) overtook in Redis goes before the refill's batch
+// in the ledger, so it is not the newest: a return of the only batch left
+// must not name it. Expiry and Drained report the oldest grant's ID.
+func TestGrantedReportsTheNewestBatch(t *testing.T) {
+	p := NewPlanner(Config{}, testSeed)
+	var st State
+	p.Init(&st, "t", pt0)
+	lim := testLimits()
+	round, refill := pt0, pt0.Add(10*time.Millisecond) // the times the calls were planned
+	at := func(us int64) time.Time { return time.UnixMicro(1_800_000_000_000_000 + us) }
+	gRefill := lease.Grant{Granted: 5, ServerTime: at(100)} // applied first
+	gRound := lease.Grant{Granted: 7, ServerTime: at(200)}
+	if !p.Granted(&st, lim, refill, 5, gRefill, 5) {
+		t.Fatal("the first grant is not the newest batch")
+	}
+	if p.Granted(&st, lim, round, 7, gRound, 12) {
+		t.Fatal("the round's grant, planned before the refill, is reported as the newest batch")
+	}
+	if p.Granted(&st, lim, refill.Add(time.Millisecond), 3, lease.Grant{Granted: 0, ServerTime: at(300)}, 12) {
+		t.Fatal("a grant of nothing is reported as the newest batch")
+	}
+	// The round's batch is the oldest, and added in front: its ID is known.
+	n, oldest, id, last := p.Drained(&st)
+	if n != 12 || !oldest.Equal(round) || id != gRound.ID() || last {
+		t.Fatalf("Drained = %d, %v, %d, %v; want 12, the round's time, its ID, not one batch", n, oldest.Sub(pt0), id, last)
+	}
+}

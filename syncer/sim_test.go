@@ -372,7 +372,7 @@ type edgeTenant struct {
 	missed, need int64
 	urgent       bool
 	locked       bool          // t.mu held across a lease call
-	lastGrant    lease.GrantID // of the last reply with tokens (Tenant.lastGrant)
+	newestGrant  lease.GrantID // of the ledger's newest batch (Tenant.newestGrant)
 
 	recent []grantRec // tokens delivered within the last LeaseTTL
 	// The tokens in the counter by when Redis debited them, oldest first
@@ -666,7 +666,7 @@ func (s *sim) startRound(in *simInstance, tenants []*edgeTenant) {
 		if taken > 0 {
 			r := simReturn{t: t, amount: taken, age: now.Sub(a.ExpiredGranted).Microseconds() + s.cto, grant: a.ExpiredGrant}
 			if r.grant == 0 && a.ExpiredLast {
-				r.grant = t.lastGrant
+				r.grant = t.newestGrant
 			}
 			rets = append(rets, r)
 		}
@@ -766,11 +766,10 @@ func (s *sim) reply(c *simCall, grants []lease.Grant) {
 	if len(c.jobs) > 0 {
 		for i, j := range c.jobs {
 			g := grants[i]
-			if g.Granted > 0 {
-				j.t.lastGrant = g.ID()
-			}
 			level := s.deliver(j.t, g)
-			c.inst.planner.Granted(&j.t.st, s.lim[j.t.idx], c.round.now, j.want, g, level)
+			if c.inst.planner.Granted(&j.t.st, s.lim[j.t.idx], c.round.now, j.want, g, level) {
+				j.t.newestGrant = g.ID()
+			}
 			j.t.locked = false
 			s.stats.grant += g.Granted
 		}
@@ -1123,7 +1122,7 @@ func (s *sim) close() {
 				s.stats.scripts[t.idx]++
 				age := s.local(in).Sub(oldest).Microseconds() + s.cto
 				if grant == 0 && last {
-					grant = t.lastGrant
+					grant = t.newestGrant
 				}
 				s.redis[t.idx].release(s.now, s.lim[t.idx].Bucket(), n, age, grant, s.cfg.mutate)
 				s.stats.returned += n

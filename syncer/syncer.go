@@ -470,9 +470,10 @@ func (s *Syncer) drainLocked(name string, t *Tenant, now time.Time) (lease.Relea
 
 // returnOf is the release of n of t's tokens (t.mu held), the oldest of
 // them granted at oldest (local clock, as now) by the grant with ID id
-// (zero when unknown); last says they all come from t's last grant. The
-// release names the oldest grant when it is known, so that the bucket
-// credits the tokens against its levels after that grant only. Its age is
+// (zero when unknown); last says they are all the ledger's newest batch
+// (its only one). The release names the oldest grant when it is known, so
+// that the bucket credits the tokens against its levels after that grant
+// only. Its age is
 // an upper bound of how long before the release script runs the tokens
 // were granted: oldest is the time the acquire was sent (before Redis ran
 // it), and the release may take up to its pipeline's deadline to reach
@@ -481,7 +482,7 @@ func (s *Syncer) returnOf(name string, t *Tenant, n int64, now, oldest time.Time
 	r := lease.ReleaseRequest{Tenant: name, Limits: t.Base().Bucket(), Amount: n,
 		Age: max(now.Sub(oldest), 0) + s.opts.CallTimeout + perCommand*time.Duration(s.opts.BatchSize), Grant: id}
 	if id == 0 && last {
-		r.Grant = t.lastGrant
+		r.Grant = t.newestGrant
 	}
 	return r
 }
@@ -608,18 +609,16 @@ func (s *Syncer) apply(ctx context.Context, name string, t *Tenant, now time.Tim
 	}
 	if t.flag(flagEvicted) {
 		// Evicted while the call was in flight: nobody will spend these.
-		t.lastGrant = r.Grant.ID()
-		s.release(ctx, nil, []lease.ReleaseRequest{s.returnOf(name, t, r.Grant.Granted, s.opts.Now(), now, r.Grant.ID(), true)})
+		s.release(ctx, nil, []lease.ReleaseRequest{s.returnOf(name, t, r.Grant.Granted, s.opts.Now(), now, r.Grant.ID(), false)})
 		return
 	}
 	g := r.Grant
 	s.setOverride(t, g.Override)
-	if g.Granted > 0 {
-		t.lastGrant = g.ID()
-	}
 	level := t.Tokens.Add(g.Granted)
 	s.granted.Add(g.Granted)
-	s.planner.Granted(&t.st, *t.Limits(), now, want, g, level)
+	if s.planner.Granted(&t.st, *t.Limits(), now, want, g, level) {
+		t.newestGrant = g.ID()
+	}
 	t.emptyAt.Store(now.UnixNano() - int64(durationCeil(g.Tokens/t.Limits().Rate)))
 	t.retryAt.Store(t.st.at(t.st.notBefore))
 	t.setFlag(flagLeased, true)

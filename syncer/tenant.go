@@ -48,11 +48,12 @@ type Tenant struct {
 
 	flags atomic.Uint32 // flagUrgent (requests, syncer), the rest by the syncer
 
-	// lastGrant identifies the last grant of tokens (Granted > 0) to this
-	// instance, for returns of tokens that all come from it. Guarded by mu.
-	lastGrant lease.GrantID
+	// newestGrant identifies the grant of the ledger's newest batch (by
+	// grant time: not always the last grant applied), for returns of
+	// tokens that all come from it. Guarded by mu.
+	newestGrant lease.GrantID
 
-	mu sync.Mutex // guards st and lastGrant; held across a lease call for this tenant
+	mu sync.Mutex // guards st and newestGrant; held across a lease call for this tenant
 	st State
 }
 
