@@ -635,7 +635,7 @@ type TenantInfo struct {
 	Tokens    int64   // leased tokens held now
 	Lease     int64   // lease size the syncer aims for now
 	Demand    float64 // estimated demand here, tokens per second
-	Failures  int     // lease calls failed in a row
+	Failures  int     // lease calls failed in a row (counted up to 255)
 	Instances int     // instances active on the tenant, as Redis last counted
 }
 

@@ -376,6 +376,41 @@ func TestCloseReturnsTokensAfterOthersAcquired(t *testing.T) {
 	}
 }
 
+// TestExpiredLeaseReturnedAfterOthersAcquired: as above, but A's lease
+// comes back by expiring (A goes idle), with B's lease taken after it: the
+// syncer names A's grant, so all 39 unspent tokens are credited, none
+// forfeited.
+func TestExpiredLeaseReturnedAfterOthersAcquired(t *testing.T) {
+	c, prefix := setup(t)
+	// A rate whose refill is below a level's precision: the credits are
+	// whole tokens, which Stats counts exactly.
+	q := leasequota.Quota{Rate: 1e-20, Burst: 100, MinLease: 40}
+	a := newLimiter(t, c, leasequota.WithKeyPrefix(prefix), leasequota.WithDefaultQuota(q),
+		leasequota.WithRefreshInterval(20*time.Millisecond), leasequota.WithLeaseTTL(100*time.Millisecond))
+	b := newLimiter(t, c, leasequota.WithKeyPrefix(prefix), leasequota.WithDefaultQuota(q),
+		leasequota.WithLeaseTTL(time.Hour)) // B holds its lease throughout
+	ctx := context.Background()
+	if d := a.AllowN(ctx, "t", 1); !d.Allowed || d.Remaining != 39 {
+		t.Fatalf("A's first request: %+v, want admitted from a lease of 40", d)
+	}
+	if d := b.AllowN(ctx, "t", 1); !d.Allowed || d.Remaining != 39 {
+		t.Fatalf("B's first request: %+v, want admitted from a lease of 40", d)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for a.Stats().Returned+a.Stats().Forfeited < 39 {
+		if time.Now().After(deadline) {
+			t.Fatalf("A's lease not returned 10s after it expired (TTL 100ms): %+v", a.Stats().Stats)
+		}
+		time.Sleep(10 * time.Millisecond) // polling interval; the deadline bounds the wait
+	}
+	// (A may hold a second batch, from an urgent refill or a renewal, and
+	// return it too: it names its own grant, so it is credited in full as
+	// well.)
+	if st := a.Stats(); st.Returned < 39 || st.Forfeited != 0 {
+		t.Errorf("A after its lease expired: returned %d, forfeited %d; want at least 39 and 0", st.Returned, st.Forfeited)
+	}
+}
+
 func TestHostileTenantNames(t *testing.T) {
 	c, prefix := setup(t)
 	// WithMaxWait: a request that finds the lease empty waits for a fresh

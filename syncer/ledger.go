@@ -37,12 +37,10 @@ type Ledger struct {
 	base  int64             // unix nanoseconds; the times below are ms after it
 	left  [maxBatches]int64 // tokens of each batch, oldest first; 0 ends the list
 	stamp [maxBatches]stamp // grant time of each batch
-	// first is the ID of the oldest grant in the oldest batch, for the
-	// release of its tokens to name (see lease.ReleaseRequest.Grant); zero
-	// when unknown: the ledger keeps one ID, not one per batch (it fits in
-	// what would be padding), so once the oldest batch is gone, the next
-	// one's is not known.
-	first lease.GrantID
+	// id is the GrantID of the oldest grant in each batch (zero when
+	// unknown), for the return of its tokens to name (see
+	// lease.ReleaseRequest.Grant).
+	id [maxBatches]lease.GrantID
 }
 
 // stamp is a time in whole milliseconds after a Ledger's base.
@@ -140,7 +138,7 @@ func (l *Ledger) Expire(now time.Time, ttl time.Duration) (tokens int64, granted
 	ns := now.UnixNano()
 	for l.left[0] > 0 && ns >= l.expiresAt(0, ttl) {
 		if tokens == 0 {
-			granted, id = time.Unix(0, l.at(l.stamp[0])), l.first
+			granted, id = time.Unix(0, l.at(l.stamp[0])), l.id[0]
 		}
 		tokens += l.left[0]
 		l.shift()
@@ -149,37 +147,30 @@ func (l *Ledger) Expire(now time.Time, ttl time.Duration) (tokens int64, granted
 }
 
 // Add records tokens granted at time granted by the grant with ID id (zero
-// for unknown), and reports whether they are the newest batch now. Batches
-// are kept in order of grant, whatever the order they are added in (a round
-// that read the clock before an urgent refill may apply its grant after
-// it: that grant goes before the refill's, and is not the newest).
-func (l *Ledger) Add(granted time.Time, tokens int64, id lease.GrantID) (newest bool) {
+// for unknown). Batches are kept in order of grant, whatever the order they
+// are added in (a round that read the clock before an urgent refill may
+// apply its grant after it).
+func (l *Ledger) Add(granted time.Time, tokens int64, id lease.GrantID) {
 	if tokens <= 0 {
-		return false
+		return
 	}
 	l.init(granted.UnixNano())
 	n := l.n()
 	if n == maxBatches {
 		// Merge the two oldest under the earlier grant time (the first's),
-		// which keeps the oldest grant, and its ID, in front.
+		// and the ID of the first's oldest grant.
 		l.left[1] += l.left[0]
-		l.stamp[1] = l.stamp[0]
-		first := l.first
+		l.stamp[1], l.id[1] = l.stamp[0], l.id[0]
 		l.shift()
-		l.first = first
 		n--
 	}
 	s := l.stampOf(granted.UnixNano())
 	i := n
 	for i > 0 && l.stamp[i-1] > s {
-		l.left[i], l.stamp[i] = l.left[i-1], l.stamp[i-1]
+		l.left[i], l.stamp[i], l.id[i] = l.left[i-1], l.stamp[i-1], l.id[i-1]
 		i--
 	}
-	l.left[i], l.stamp[i] = tokens, s
-	if i == 0 {
-		l.first = id
-	}
-	return i == n
+	l.left[i], l.stamp[i], l.id[i] = tokens, s, id
 }
 
 // ExpiringBefore returns the tokens in batches that expire before t, given
@@ -198,11 +189,11 @@ func (l *Ledger) ExpiringBefore(t time.Time, ttl time.Duration) (tokens int64) {
 func (l *Ledger) Clear() (tokens int64, oldest time.Time, id lease.GrantID) {
 	tokens = l.Total()
 	if tokens > 0 {
-		oldest, id = time.Unix(0, l.at(l.stamp[0])), l.first
+		oldest, id = time.Unix(0, l.at(l.stamp[0])), l.id[0]
 	}
 	l.left = [maxBatches]int64{}
 	l.stamp = [maxBatches]stamp{}
-	l.first = 0
+	l.id = [maxBatches]lease.GrantID{}
 	return tokens, oldest, id
 }
 
@@ -215,12 +206,12 @@ func (l *Ledger) NextExpiry(ttl time.Duration) (time.Time, bool) {
 	return time.Unix(0, l.expiresAt(0, ttl)), true
 }
 
-// shift drops the oldest batch; the next one's first grant is not known.
+// shift drops the oldest batch.
 func (l *Ledger) shift() {
 	copy(l.left[:], l.left[1:])
 	copy(l.stamp[:], l.stamp[1:])
-	l.left[maxBatches-1], l.stamp[maxBatches-1] = 0, 0
-	l.first = 0
+	copy(l.id[:], l.id[1:])
+	l.left[maxBatches-1], l.stamp[maxBatches-1], l.id[maxBatches-1] = 0, 0, 0
 }
 
 // rebaseTo moves the base to ns, keeping every stamp's time (clamping

@@ -299,53 +299,47 @@ func TestLedgerClear(t *testing.T) {
 	}
 }
 
-// TestLedgerFirstGrant: the ledger knows the ID of the oldest grant in its
-// oldest batch while that batch lasts (merges keep it, an older grant
-// added late replaces it) and forgets it when the batch goes.
-func TestLedgerFirstGrant(t *testing.T) {
+// TestLedgerGrantIDs: each batch keeps the ID of its oldest grant, through
+// spends, merges (the older batch's) and out-of-order adds, and Expire and
+// Clear report the oldest batch's.
+func TestLedgerGrantIDs(t *testing.T) {
 	var l Ledger
 	l.Add(at(1000), 10, 11)
 	l.Add(at(2000), 5, 12)
-	l.Sync(l.Total() - 4) // a part of the oldest batch spent: still known
+	l.Sync(l.Total() - 4) // a part of the oldest batch spent
 	if n, granted, id := l.Expire(at(1500), 0); n != 6 || !granted.Equal(at(1000)) || id != 11 {
 		t.Fatalf("Expire of the first batch = %d, %v, %d; want 6, +1s, 11", n, granted.Sub(lt0), id)
 	}
-	if n, _, id := l.Expire(at(2500), 0); n != 5 || id != 0 {
-		t.Fatalf("Expire of the second batch = %d, %d; want 5 and an unknown grant", n, id)
+	if n, _, id := l.Expire(at(2500), 0); n != 5 || id != 12 {
+		t.Fatalf("Expire of the second batch = %d, %d; want 5, 12", n, id)
 	}
 
-	// A merge keeps the oldest grant in front.
+	// A merge keeps the older batch's ID.
 	var m Ledger
 	for i := range maxBatches + 1 {
 		m.Add(at(1000*(i+1)), 1, lease.GrantID(i+1))
+	}
+	if m.id != [maxBatches]lease.GrantID{1, 3, 4} {
+		t.Fatalf("IDs after a merge %v, want [1 3 4]", m.id)
 	}
 	if n, _, id := m.Clear(); n != maxBatches+1 || id != 1 {
 		t.Fatalf("Clear after a merge = %d, %d; want %d, 1", n, id, maxBatches+1)
 	}
 
-	// An older grant applied late becomes the oldest batch, and its ID
-	// the first.
+	// An older grant applied late goes in front, with its ID.
 	var o Ledger
-	if !o.Add(at(2000), 5, 7) {
-		t.Fatal("the first batch is not the newest")
+	o.Add(at(2000), 5, 7)
+	o.Add(at(1000), 3, 8)
+	if o.id != [maxBatches]lease.GrantID{8, 7, 0} {
+		t.Fatalf("IDs %v, want [8 7 0]", o.id)
 	}
-	if o.Add(at(1000), 3, 8) {
-		t.Fatal("a batch granted before the newest one is the newest")
+	// Spending the whole oldest batch leaves the next one's.
+	o.Sync(5)
+	if n, oldest, id := o.Clear(); n != 5 || !oldest.Equal(at(2000)) || id != 7 {
+		t.Fatalf("Clear = %d, %v, %d; want 5, +2s, 7", n, oldest.Sub(lt0), id)
 	}
-	if n, oldest, id := o.Clear(); n != 8 || !oldest.Equal(at(1000)) || id != 8 {
-		t.Fatalf("Clear = %d, %v, %d; want 8, +1s, 8", n, oldest.Sub(lt0), id)
-	}
-
-	// Spending the whole oldest batch forgets it.
-	var s Ledger
-	s.Add(at(1000), 10, 1)
-	s.Add(at(2000), 5, 2)
-	s.Sync(5)
-	if n, _, id := s.Clear(); n != 5 || id != 0 {
-		t.Fatalf("Clear after the first batch was spent = %d, %d; want 5 and an unknown grant", n, id)
-	}
-	if _, _, id := s.Clear(); id != 0 || s.first != 0 {
-		t.Fatalf("Clear of an empty ledger named grant %d (first %d)", id, s.first)
+	if _, _, id := o.Clear(); id != 0 || o.id != [maxBatches]lease.GrantID{} {
+		t.Fatalf("Clear of an empty ledger named grant %d (IDs %v)", id, o.id)
 	}
 }
 
@@ -444,10 +438,7 @@ func TestLedgerProperties(t *testing.T) {
 			"add": func(t *rapid.T) {
 				n := rapid.Int64Range(-2, 200).Draw(t, "n")
 				grants++
-				// In order of grant time, each batch is the newest.
-				if newest := l.Add(now.Add(ttl), n, grants); newest != (n > 0) {
-					t.Fatalf("Add of %d tokens reported newest %v", n, newest)
-				}
+				l.Add(now.Add(ttl), n, grants)
 				m.add(now.Add(ttl), n, grants)
 			},
 			"spend": func(t *rapid.T) {
@@ -480,7 +471,7 @@ func TestLedgerProperties(t *testing.T) {
 					t.Fatalf("Expire(+%v) = %d, model %d", now.Sub(lt0), got, want)
 				}
 				// The grant it names is the oldest of the expired tokens.
-				if id != 0 && (got == 0 || id != oldestID) {
+				if got > 0 && id != oldestID || got == 0 && id != 0 {
 					t.Fatalf("Expire(+%v) of %d tokens named grant %d; the oldest is %d", now.Sub(lt0), got, id, oldestID)
 				}
 				// An expired token is one still held, never one spent.
@@ -526,9 +517,15 @@ func TestLedgerProperties(t *testing.T) {
 				if l.Total() != m.total() {
 					t.Fatalf("Total() = %d, model %d", l.Total(), m.total())
 				}
-				// The first grant, when known, is the oldest batch's.
-				if l.first != 0 && (len(m.live) == 0 || l.first != m.live[0].id) {
-					t.Fatalf("first grant %d; the model's oldest batch %v", l.first, m.live)
+				// Each batch's ID is its oldest grant's, as in the model.
+				for i := range maxBatches {
+					want := lease.GrantID(0)
+					if i < len(m.live) {
+						want = m.live[i].id
+					}
+					if l.id[i] != want {
+						t.Fatalf("batch IDs %v; the model's batches %v", l.id, m.live)
+					}
 				}
 				// Same tokens at the same expiries as the model.
 				live := m.live

@@ -90,12 +90,13 @@ func (c Config) withDefaults() Config {
 //
 // There is one per tenant, so it is packed (112 bytes): times are stamps,
 // whole milliseconds after the ledger's base time (rounded down; moved to
-// a new base when the clock runs 12 days past it), rates are float32, and
-// counts that cannot matter beyond 65535 saturate there.
+// a new base when the clock runs 12 days past it), rates and the largest
+// request are float32 (that one rounded up), and counts that cannot matter
+// beyond 65535 (instances) or 255 (failures in a row) saturate there.
 type State struct {
-	ledger  Ledger // leased tokens by grant time; its base is the stamps' base
-	target  int64  // lease size last planned
-	needMax int64  // largest request seen lately: a lease covers at least one
+	ledger  Ledger  // leased tokens by grant time; its base is the stamps' base
+	target  int64   // lease size last planned
+	needMax float32 // largest request seen lately, rounded up: a lease covers at least one
 
 	next       stamp // next scheduled refresh (rounded up)
 	notBefore  stamp // no lease call before this: bucket dry, or backoff (rounded up)
@@ -112,7 +113,7 @@ type State struct {
 	grantRate  float32 // average tokens granted per second, kept at failure
 	hash       uint32  // xxhash of the tenant name, folded to 32 bits
 	instances  uint16  // instances active on the tenant, as Redis last said
-	failures   uint16  // lease calls failed in a row
+	failures   uint8   // lease calls failed in a row, saturating
 	flags      uint8
 }
 
@@ -149,7 +150,7 @@ func (st *State) setClock(ns int64) {
 func (s *State) Target() int64 { return s.target }
 
 // Failures returns how many lease calls in a row have failed (saturating
-// at 65535).
+// at 255).
 func (s *State) Failures() int { return int(s.failures) }
 
 // Held returns the tokens the ledger accounts for.
@@ -231,12 +232,8 @@ type Action struct {
 	ExpiredGranted time.Time
 	// ExpiredGrant is the ID of the oldest grant the expired tokens come
 	// from, for the return to name (lease.ReleaseRequest.Grant); zero when
-	// the ledger does not know it.
+	// unknown.
 	ExpiredGrant lease.GrantID
-	// ExpiredLast says the expired tokens were the only batch the ledger
-	// held: its newest, whose grant (reported by Granted) the return can
-	// name when ExpiredGrant is zero.
-	ExpiredLast bool
 	// Acquire is the number of tokens to ask Redis for; zero for none.
 	Acquire int64
 	// Read asks for a lease call even when Acquire is zero: a quota changed
@@ -375,16 +372,14 @@ func (p *Planner) Plan(st *State, lim Limits, now time.Time, in Input) Action {
 	// lease always covers one such request: a low-rate tenant's demand
 	// times the interval can be below a single request's size.
 	switch {
-	case in.Need > 0 && in.Need >= st.needMax:
-		st.needMax, st.needAt = in.Need, st.stampOf(ns)
+	case in.Need > 0 && float64(in.Need) >= float64(st.needMax):
+		st.needMax, st.needAt = ceil32(in.Need), st.stampOf(ns)
 	case ns-st.at(st.needAt) > 4*int64(p.cfg.HalfLife):
-		st.needMax, st.needAt = in.Need, st.stampOf(ns) // forget an old maximum
+		st.needMax, st.needAt = ceil32(in.Need), st.stampOf(ns) // forget an old maximum
 	}
 
 	var a Action
-	single := st.ledger.n() == 1
 	a.Expire, a.ExpiredGranted, a.ExpiredGrant = st.ledger.Expire(now, lim.LeaseTTL)
-	a.ExpiredLast = single && a.Expire > 0
 	// Tokens that expire before the refresh after next cannot be counted
 	// on: replace them ahead of time, so a busy tenant never finds its
 	// counter empty when an old batch goes back. (Within half a lease
@@ -394,8 +389,8 @@ func (p *Planner) Plan(st *State, lim Limits, now time.Time, in Input) Action {
 	granted := st.flags&flagGranted != 0
 	if granted {
 		st.target = p.target(lim, st.Demand())
-		if st.target > 0 && st.needMax > st.target {
-			st.target = min(st.needMax, lim.MaxLease)
+		if need := int64Of(st.needMax); st.target > 0 && need > st.target {
+			st.target = min(need, lim.MaxLease)
 		}
 	} else {
 		st.target = p.coldTarget(lim)
@@ -446,10 +441,7 @@ func (p *Planner) Expired(st *State, taken, level int64) {
 
 // Granted records a successful lease call made at time now that asked for
 // asked tokens and got g; level is the counter after the grant was added.
-// It reports whether g's tokens are now the newest batch of the ledger
-// (false for a grant of none, or one that a later round's grant overtook):
-// the batch that Action.ExpiredLast and Drained's last refer to.
-func (p *Planner) Granted(st *State, lim Limits, now time.Time, asked int64, g lease.Grant, level int64) (newest bool) {
+func (p *Planner) Granted(st *State, lim Limits, now time.Time, asked int64, g lease.Grant, level int64) {
 	ns := now.UnixNano()
 	st.setClock(ns)
 	st.failures = 0
@@ -476,9 +468,9 @@ func (p *Planner) Granted(st *State, lim Limits, now time.Time, asked int64, g l
 	st.lastGrant = st.stampOf(ns)
 	// Tokens spent while the call was in flight are demand too.
 	p.observe(st, ns, st.ledger.Sync(level-g.Granted))
-	newest = st.ledger.Add(now, g.Granted, g.ID())
+	st.ledger.Add(now, g.Granted, g.ID())
 	if g.Granted >= asked {
-		return newest
+		return
 	}
 	// The global bucket ran dry. Do not call again until it has refilled
 	// enough for a worthwhile lease: this keeps a starved tenant from
@@ -507,7 +499,6 @@ func (p *Planner) Granted(st *State, lim Limits, now time.Time, asked int64, g l
 	}
 	wait = min(max(wait, p.cfg.Interval/10), 24*time.Hour)
 	st.notBefore = st.stampCeil(ns + int64(wait) + p.jitter(st, ns, int64(p.cfg.Jitter)))
-	return newest
 }
 
 // Failed records a failed lease call at time now: the next call waits a
@@ -518,7 +509,7 @@ func (p *Planner) Failed(st *State, now time.Time) {
 	if st.failures == 0 && st.flags&flagGranted == 0 {
 		st.lastGrant = st.stampOf(ns) // where FallbackRate starts
 	}
-	st.failures = min(st.failures+1, math.MaxUint16)
+	st.failures = min(st.failures, math.MaxUint8-1) + 1
 	b := p.cfg.MinBackoff << min(st.failures-1, 20)
 	if b > p.cfg.MaxBackoff || b <= 0 {
 		b = p.cfg.MaxBackoff
@@ -564,11 +555,25 @@ func (p *Planner) Idle(st *State, now time.Time, d time.Duration) bool {
 
 // Drained records that the counter was emptied (tokens returned on close
 // or eviction) and returns the tokens the ledger held, when the oldest of
-// them was granted (the zero time for none), the ID of that oldest grant
-// (zero when unknown), and whether they were one batch: the newest (see
-// Granted).
-func (p *Planner) Drained(st *State) (tokens int64, oldest time.Time, id lease.GrantID, last bool) {
-	last = st.ledger.n() == 1
-	tokens, oldest, id = st.ledger.Clear()
-	return tokens, oldest, id, last
+// them was granted (the zero time for none), and the ID of that oldest
+// grant (zero when unknown).
+func (p *Planner) Drained(st *State) (tokens int64, oldest time.Time, id lease.GrantID) {
+	return st.ledger.Clear()
+}
+
+// ceil32 returns n as a float32 no smaller than n.
+func ceil32(n int64) float32 {
+	f := float32(n)
+	if int64Of(f) < n {
+		f = math.Nextafter32(f, float32(math.Inf(1)))
+	}
+	return f
+}
+
+// int64Of returns f (a whole float32 >= 0) as an int64, saturating.
+func int64Of(f float32) int64 {
+	if float64(f) >= math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return int64(f)
 }

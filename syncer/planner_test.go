@@ -877,11 +877,11 @@ func TestKnownBugPartialGrantWaitOverflows(t *testing.T) {
 	}
 }
 
-// TestGrantedReportsTheNewestBatch: a round's grant that an urgent
-// refill (planned later) overtook in Redis goes before the refill's batch
-// in the ledger, so it is not the newest: a return of the only batch left
-// must not name it. Expiry and Drained report the oldest grant's ID.
-func TestGrantedReportsTheNewestBatch(t *testing.T) {
+// TestDrainedNamesTheOldestGrant: a round's grant that an urgent refill
+// (planned later) overtook in Redis goes before the refill's batch in the
+// ledger, with its ID: a return of the tokens names the grant of the batch
+// they start with.
+func TestDrainedNamesTheOldestGrant(t *testing.T) {
 	p := NewPlanner(Config{}, testSeed)
 	var st State
 	p.Init(&st, "t", pt0)
@@ -890,18 +890,24 @@ func TestGrantedReportsTheNewestBatch(t *testing.T) {
 	at := func(us int64) time.Time { return time.UnixMicro(1_800_000_000_000_000 + us) }
 	gRefill := lease.Grant{Granted: 5, ServerTime: at(100)} // applied first
 	gRound := lease.Grant{Granted: 7, ServerTime: at(200)}
-	if !p.Granted(&st, lim, refill, 5, gRefill, 5) {
-		t.Fatal("the first grant is not the newest batch")
+	p.Granted(&st, lim, refill, 5, gRefill, 5)
+	p.Granted(&st, lim, round, 7, gRound, 12)
+	p.Granted(&st, lim, refill.Add(time.Millisecond), 3, lease.Grant{Granted: 0, ServerTime: at(300)}, 12)
+	n, oldest, id := p.Drained(&st)
+	if n != 12 || !oldest.Equal(round) || id != gRound.ID() {
+		t.Fatalf("Drained = %d, %v, %d; want 12, the round's time, its ID", n, oldest.Sub(pt0), id)
 	}
-	if p.Granted(&st, lim, round, 7, gRound, 12) {
-		t.Fatal("the round's grant, planned before the refill, is reported as the newest batch")
+}
+
+// TestLargestRequestRoundsUp: the largest request is kept as a float32,
+// rounded up, so a lease still covers it.
+func TestLargestRequestRoundsUp(t *testing.T) {
+	for _, n := range []int64{1, 1 << 24, 1<<24 + 1, 123456789, 1<<53 + 1, math.MaxInt64 - 1, math.MaxInt64} {
+		if got := int64Of(ceil32(n)); got < n {
+			t.Errorf("ceil32(%d) = %d, below it", n, got)
+		}
 	}
-	if p.Granted(&st, lim, refill.Add(time.Millisecond), 3, lease.Grant{Granted: 0, ServerTime: at(300)}, 12) {
-		t.Fatal("a grant of nothing is reported as the newest batch")
-	}
-	// The round's batch is the oldest, and added in front: its ID is known.
-	n, oldest, id, last := p.Drained(&st)
-	if n != 12 || !oldest.Equal(round) || id != gRound.ID() || last {
-		t.Fatalf("Drained = %d, %v, %d, %v; want 12, the round's time, its ID, not one batch", n, oldest.Sub(pt0), id, last)
+	if got := int64Of(ceil32(123456789)); got > 123456789+8 {
+		t.Errorf("ceil32(123456789) = %d: more than a float32 step above", got)
 	}
 }

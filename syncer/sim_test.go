@@ -371,8 +371,7 @@ type edgeTenant struct {
 
 	missed, need int64
 	urgent       bool
-	locked       bool          // t.mu held across a lease call
-	newestGrant  lease.GrantID // of the ledger's newest batch (Tenant.newestGrant)
+	locked       bool // t.mu held across a lease call
 
 	recent []grantRec // tokens delivered within the last LeaseTTL
 	// The tokens in the counter by when Redis debited them, oldest first
@@ -425,7 +424,7 @@ type simReturn struct {
 	t      *edgeTenant
 	amount int64
 	age    int64         // µs, as the edge computes it (with the call timeout as margin)
-	grant  lease.GrantID // the grant the tokens all come from, or 0
+	grant  lease.GrantID // the oldest grant the tokens come from, or 0
 }
 
 // simCall is one acquire pipeline.
@@ -664,11 +663,7 @@ func (s *sim) startRound(in *simInstance, tenants []*edgeTenant) {
 		}
 		a, taken := s.planWith(in, t, now)
 		if taken > 0 {
-			r := simReturn{t: t, amount: taken, age: now.Sub(a.ExpiredGranted).Microseconds() + s.cto, grant: a.ExpiredGrant}
-			if r.grant == 0 && a.ExpiredLast {
-				r.grant = t.newestGrant
-			}
-			rets = append(rets, r)
+			rets = append(rets, simReturn{t: t, amount: taken, age: now.Sub(a.ExpiredGranted).Microseconds() + s.cto, grant: a.ExpiredGrant})
 		}
 		if a.Acquire > 0 {
 			t.locked = true
@@ -767,9 +762,7 @@ func (s *sim) reply(c *simCall, grants []lease.Grant) {
 		for i, j := range c.jobs {
 			g := grants[i]
 			level := s.deliver(j.t, g)
-			if c.inst.planner.Granted(&j.t.st, s.lim[j.t.idx], c.round.now, j.want, g, level) {
-				j.t.newestGrant = g.ID()
-			}
+			c.inst.planner.Granted(&j.t.st, s.lim[j.t.idx], c.round.now, j.want, g, level)
 			j.t.locked = false
 			s.stats.grant += g.Granted
 		}
@@ -1115,15 +1108,12 @@ func (s *sim) close() {
 	for _, in := range s.insts {
 		for _, t := range in.order {
 			n := t.tokens.Drain()
-			_, oldest, grant, last := in.planner.Drained(&t.st)
+			_, oldest, grant := in.planner.Drained(&t.st)
 			t.takeOldest(n)
 			s.held[t.idx] -= n
 			if n > 0 {
 				s.stats.scripts[t.idx]++
 				age := s.local(in).Sub(oldest).Microseconds() + s.cto
-				if grant == 0 && last {
-					grant = t.newestGrant
-				}
 				s.redis[t.idx].release(s.now, s.lim[t.idx].Bucket(), n, age, grant, s.cfg.mutate)
 				s.stats.returned += n
 			}

@@ -16,7 +16,7 @@ func TestRecordSizes(t *testing.T) {
 	}{
 		{"Tenant", unsafe.Sizeof(Tenant{}), 192},
 		{"State", unsafe.Sizeof(State{}), 112},
-		{"Ledger", unsafe.Sizeof(Ledger{}), 48},
+		{"Ledger", unsafe.Sizeof(Ledger{}), 56},
 	} {
 		if c.got > c.want {
 			t.Errorf("%s is %d bytes, want at most %d", c.name, c.got, c.want)

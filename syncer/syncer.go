@@ -461,30 +461,24 @@ func (s *Syncer) evictLocked(name string, t *Tenant, now time.Time) (lease.Relea
 // tokens back, if any. t.mu must be held.
 func (s *Syncer) drainLocked(name string, t *Tenant, now time.Time) (lease.ReleaseRequest, bool) {
 	n := t.Tokens.Drain()
-	_, oldest, id, last := s.planner.Drained(&t.st)
+	_, oldest, id := s.planner.Drained(&t.st)
 	if n <= 0 {
 		return lease.ReleaseRequest{}, false
 	}
-	return s.returnOf(name, t, n, now, oldest, id, last), true
+	return s.returnOf(name, t, n, now, oldest, id), true
 }
 
 // returnOf is the release of n of t's tokens (t.mu held), the oldest of
 // them granted at oldest (local clock, as now) by the grant with ID id
-// (zero when unknown); last says they are all the ledger's newest batch
-// (its only one). The release names the oldest grant when it is known, so
-// that the bucket credits the tokens against its levels after that grant
-// only. Its age is
+// (zero when unknown). The release names that grant, so that the bucket
+// credits the tokens against its levels after it only. Its age is
 // an upper bound of how long before the release script runs the tokens
 // were granted: oldest is the time the acquire was sent (before Redis ran
 // it), and the release may take up to its pipeline's deadline to reach
 // Redis.
-func (s *Syncer) returnOf(name string, t *Tenant, n int64, now, oldest time.Time, id lease.GrantID, last bool) lease.ReleaseRequest {
-	r := lease.ReleaseRequest{Tenant: name, Limits: t.Base().Bucket(), Amount: n,
+func (s *Syncer) returnOf(name string, t *Tenant, n int64, now, oldest time.Time, id lease.GrantID) lease.ReleaseRequest {
+	return lease.ReleaseRequest{Tenant: name, Limits: t.Base().Bucket(), Amount: n,
 		Age: max(now.Sub(oldest), 0) + s.opts.CallTimeout + perCommand*time.Duration(s.opts.BatchSize), Grant: id}
-	if id == 0 && last {
-		r.Grant = t.newestGrant
-	}
-	return r
 }
 
 // planWith runs the planner for t (whose lock is held) on what requests
@@ -503,7 +497,7 @@ func (s *Syncer) planWith(name string, t *Tenant, now time.Time, in Input) (a Ac
 		s.expired.Add(taken)
 		s.opts.Telemetry.Expired(taken)
 		if taken > 0 {
-			return a, s.returnOf(name, t, taken, now, a.ExpiredGranted, a.ExpiredGrant, a.ExpiredLast), true
+			return a, s.returnOf(name, t, taken, now, a.ExpiredGranted, a.ExpiredGrant), true
 		}
 	}
 	return a, ret, false
@@ -609,16 +603,14 @@ func (s *Syncer) apply(ctx context.Context, name string, t *Tenant, now time.Tim
 	}
 	if t.flag(flagEvicted) {
 		// Evicted while the call was in flight: nobody will spend these.
-		s.release(ctx, nil, []lease.ReleaseRequest{s.returnOf(name, t, r.Grant.Granted, s.opts.Now(), now, r.Grant.ID(), false)})
+		s.release(ctx, nil, []lease.ReleaseRequest{s.returnOf(name, t, r.Grant.Granted, s.opts.Now(), now, r.Grant.ID())})
 		return
 	}
 	g := r.Grant
 	s.setOverride(t, g.Override)
 	level := t.Tokens.Add(g.Granted)
 	s.granted.Add(g.Granted)
-	if s.planner.Granted(&t.st, *t.Limits(), now, want, g, level) {
-		t.newestGrant = g.ID()
-	}
+	s.planner.Granted(&t.st, *t.Limits(), now, want, g, level)
 	t.emptyAt.Store(now.UnixNano() - int64(durationCeil(g.Tokens/t.Limits().Rate)))
 	t.retryAt.Store(t.st.at(t.st.notBefore))
 	t.setFlag(flagLeased, true)

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/leasequota/leasequota/bucket"
-	"github.com/leasequota/leasequota/lease"
 )
 
 // Tenant is one tenant's lease on this instance: the tokens requests spend
@@ -48,12 +47,7 @@ type Tenant struct {
 
 	flags atomic.Uint32 // flagUrgent (requests, syncer), the rest by the syncer
 
-	// newestGrant identifies the grant of the ledger's newest batch (by
-	// grant time: not always the last grant applied), for returns of
-	// tokens that all come from it. Guarded by mu.
-	newestGrant lease.GrantID
-
-	mu sync.Mutex // guards st and newestGrant; held across a lease call for this tenant
+	mu sync.Mutex // guards st; held across a lease call for this tenant
 	st State
 }
 
