@@ -145,7 +145,7 @@ func TestReleaseArguments(t *testing.T) {
 // TestReturnNamingItsGrant: a return that names its grant (ReleaseRequest.
 // Grant) is credited against the levels after that grant's debit only:
 // tokens leased from a full bucket come back, even after other acquires.
-// An ID that does not fit the age is ignored, and without one the level
+// An ID is believed whatever the age (below 71 minutes), and without one the level
 // before the grant's debit counts.
 func TestReturnNamingItsGrant(t *testing.T) {
 	ctx := context.Background()
@@ -209,17 +209,24 @@ func TestReturnNamingItsGrant(t *testing.T) {
 		t.Fatalf("the later grant, named: %+v, want 10 credited, 100 tokens", r)
 	}
 
-	// Without an ID, or with one that does not fit the age (a time a
-	// second before it reaches back), the level before the debit counts.
+	// Without an ID the age reaches back to the level before the debit,
+	// and so does an ID naming an earlier time (a second before the grant).
 	start = time.Now()
 	w := acquire("unnamed", 40)
 	if r := release("unnamed", 20, start, 0); r.Credited != 0 || !near(r.Tokens, 60) {
 		t.Fatalf("no grant id: %+v, want 0 credited", r)
 	}
 	if r := release("unnamed", 20, start, w.ID()-1_000_000); r.Credited != 0 || !near(r.Tokens, 60) {
-		t.Fatalf("a grant id before the age: %+v, want 0 credited", r)
+		t.Fatalf("a grant id before the grant: %+v, want 0 credited", r)
 	}
 	checkHistory(t, rdb, c.Key("unnamed"), 100, at(w.ServerTime, 100))
+	// A release that arrives later than its age allows (here: age 0) is
+	// still judged from the grant its ID names.
+	late := acquire("late", 40)
+	res := c.ReleaseMany(ctx, []ReleaseRequest{{Tenant: "late", Limits: lim, Amount: 40, Age: 0, Grant: late.ID()}})
+	if r := res[0].Return; res[0].Err != nil || r.Credited != 40 || !near(r.Tokens, 100) {
+		t.Fatalf("a late release naming its grant: %+v, want 40 credited, 100 tokens", res[0])
+	}
 	if (Grant{}).ID() != 0 {
 		t.Error("a Grant without a ServerTime has a non-zero ID")
 	}

@@ -81,7 +81,8 @@
 // A release is told an age, an upper bound of how long ago the returned
 // tokens were granted, and, optionally, the oldest grant they come from
 // (ReleaseRequest.Grant, from Grant.ID: the low 32 bits of its time, which
-// with the age tell the time exactly). It takes g = that grant's time, or
+// tell the time exactly while the age is below about 71 minutes, even if
+// the release arrives later than the age allows). It takes g = that grant's time, or
 // now - age without it, credits c = min(amount, Burst - P) with P from the
 // history, and adds c to every entry after g: the bucket without those
 // tokens granted would have been c higher ever since, so a later return

@@ -377,9 +377,11 @@ type ReleaseRequest struct {
 	Age    time.Duration // >= 0; see Release
 	// Grant is the ID of the oldest grant the returned tokens come from
 	// (Grant.ID), or zero for unknown. With it, the credit counts only the
-	// bucket's levels after that grant's debit (Age must still bound the
-	// time since it: an ID that does not fit Age is ignored); without it,
-	// the levels since now - Age (see Release). For the tokens of one
+	// bucket's levels after that grant's debit; without it, the levels
+	// since now - Age (see Release). With it, Age need only be below about
+	// 71 minutes (2^32 µs), to tell which time the ID's low bits are: a
+	// release that reaches Redis later than Age allows is still judged
+	// from its grant. For the tokens of one
 	// grant that is exact, unless the bucket's history merged entries
 	// around it; for tokens of several grants, the later grants' own levels
 	// before their debits count too, which only credits less.

@@ -25,10 +25,12 @@
 -- credited ("%.17g" string, 0..amount)}.
 --
 -- The credit. The tokens were granted at g or later, where g is the grant's
--- own time when ARGV[5] names it (below 2^32 microseconds of age, the low
--- bits and the age tell which time it is; an id that does not fit the age
--- is ignored), else now - age; and before now, since the grant was an
--- earlier call on the bucket. Had they never been granted, the bucket
+-- own time when ARGV[5] names it: the latest time before now with those
+-- low 32 bits, which is the grant's when the age is below 2^32
+-- microseconds (about 71 minutes; the age need not be exact then, so a
+-- release that reaches Redis late is still judged from its grant); else
+-- now - age. And g is before now, since the grant was an earlier call on
+-- the bucket. Had they never been granted, the bucket
 -- would hold them on top of what it holds now, except what it would have
 -- lost to the cap at its highest level P since then; so the credit is
 -- min(amount, burst - P) (0 if negative), with P = the highest level over
@@ -109,10 +111,7 @@ local h = history(state, now, burst)
 -- When the tokens were granted (see the header).
 local g = now - age * 1000
 if grant ~= 0 and age * 1000 < 4294967296 then
-  local exact = now - (now - grant) % 4294967296
-  if exact >= g then
-    g = exact
-  end
+  g = now - (now - grant) % 4294967296
 end
 -- Every grant was made by an earlier call, at an earlier bucket time.
 if g >= now then

@@ -296,8 +296,8 @@ func (b *simBucket) release(now int64, lim lease.Limits, amount, age int64, gran
 	epoch := simT0.UnixMicro()
 	ageUS := (age + 999) / 1000 * 1000
 	g := peaks.GrantTime(epoch+now, ageUS, uint32(grant)) - epoch
-	if grant != 0 && g == min(now-ageUS, now-1) {
-		b.unfitIDs++ // the script ignores an ID that does not fit the age
+	if grant != 0 && g < now-ageUS {
+		b.unfitIDs++ // the ID names a time before the age allows
 	}
 	credit := max(min(float64(amount), float64(lim.Burst)-b.hist.Peak(g, x)), 0)
 	if m == mutateUnagedReturns {
@@ -630,7 +630,7 @@ func (s *sim) apply(c *simCall) {
 			if s.now-c.sent > s.cto {
 				// Applied after its deadline (a long network leg): its age
 				// need not bound the tokens' (docs/design.md, "Aged
-				// returns"), so neither need its grant ID fit.
+				// returns"), so its grant may be older than the age says.
 				b.unfitIDs = unfit
 			}
 		}

@@ -140,16 +140,14 @@ func (h *History) Raise(after int64, c float64) {
 // GrantTime returns the earliest time the returned tokens can have been
 // granted, for a release at now with age ageUS (µs, an upper bound of
 // now − the grant's time) and grant id (the low 32 bits of the oldest
-// grant's time in µs, or 0 for unknown): the grant's own time when id is
-// given and agrees with the age (which, below 2^32 µs, tells which time
-// with those low bits it is), else now − ageUS; in either case before now,
-// since the grant was an earlier call on the bucket.
+// grant's time in µs, or 0 for unknown): with an id and an age below 2^32
+// µs, the latest time up to now with those low bits, which is the grant's
+// (whether or not the age is exact); else now − ageUS. In either case it
+// is before now, since the grant was an earlier call on the bucket.
 func GrantTime(now, ageUS int64, id uint32) int64 {
 	g := now - ageUS
 	if id != 0 && ageUS < 1<<32 {
-		if exact := now - (now-int64(id))&(1<<32-1); exact >= g {
-			g = exact
-		}
+		g = now - (now-int64(id))&(1<<32-1)
 	}
 	return min(g, now-1)
 }
