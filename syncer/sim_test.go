@@ -176,6 +176,12 @@ type simBucket struct {
 	// The level history of the aged returns (common.lua), in its Go
 	// model. Lost with the key.
 	hist peaks.History
+	// full is the same history without the merges (entries are only
+	// dropped when a later one is as high), to measure what the merges
+	// cost: mergeLoss sums, over releases, how much more full would have
+	// credited.
+	full      []peaks.Entry
+	mergeLoss float64
 	// unfitIDs counts releases that named a grant whose ID did not fit
 	// their age: the edge got an ID or an age wrong.
 	unfitIDs int
@@ -258,10 +264,17 @@ func (b *simBucket) acquire(now int64, lim lease.Limits, want int64, inst int) l
 	if fresh {
 		tokens = float64(lim.Burst)
 		b.hist.Reset(now, float64(lim.Burst))
+		b.full = append(b.full[:0], peaks.Entry{T: now, L: float64(lim.Burst)})
 	} else {
 		tokens = b.refill(now, lim.Rate, lim.Burst)
 	}
 	b.hist.Push(now, tokens)
+	for len(b.full) > 0 && b.full[len(b.full)-1].L <= tokens {
+		b.full = b.full[:len(b.full)-1]
+	}
+	if len(b.full) == 0 || b.full[len(b.full)-1].T < now {
+		b.full = append(b.full, peaks.Entry{T: now, L: tokens})
+	}
 	if b.created < 0 {
 		b.created = now
 	}
@@ -304,6 +317,26 @@ func (b *simBucket) release(now int64, lim lease.Limits, amount, age int64, gran
 		credit = float64(amount) // BUG (planted): the old release.lua
 	}
 	b.hist.Raise(g, credit)
+	// What the history without merges would have credited.
+	fullPeak := x
+	for _, e := range b.full {
+		if e.T > g {
+			fullPeak = max(fullPeak, e.L)
+			break
+		}
+	}
+	b.mergeLoss += max(min(float64(amount), float64(lim.Burst)-fullPeak), 0) - credit
+	kept := b.full[:0]
+	for _, e := range b.full {
+		if e.T > g {
+			e.L += credit
+		}
+		for len(kept) > 0 && kept[len(kept)-1].L <= e.L {
+			kept = kept[:len(kept)-1]
+		}
+		kept = append(kept, e)
+	}
+	b.full = kept
 	tokens := min(x+credit, float64(lim.Burst))
 	b.store(now, tokens, lim.Rate, lim.Burst)
 	b.returned += credit
@@ -474,6 +507,7 @@ type simStats struct {
 	expired                  []int64 // by tenant: tokens dropped unspent at expiry
 	returned                 int64   // tokens released by close
 	expiredCredited          float64 // of the expired tokens returned, those Redis credited
+	mergeLoss                float64 // of those, how many more a history without merges would have credited
 	violations               int
 	firstViolation           string
 	firstByKind              map[string]string // first violation of each check
@@ -624,8 +658,9 @@ func (s *sim) apply(c *simCall) {
 	if c.applies == 0 {
 		for _, r := range c.rets {
 			b := &s.redis[r.t.idx]
-			unfit := b.unfitIDs
+			unfit, loss := b.unfitIDs, b.mergeLoss
 			s.stats.expiredCredited += b.release(s.now, s.lim[r.t.idx].Bucket(), r.amount, r.age, r.grant, s.cfg.mutate)
+			s.stats.mergeLoss += b.mergeLoss - loss
 			s.stats.scripts[r.t.idx]++
 			if s.now-c.sent > s.cto {
 				// Applied after its deadline (a long network leg): its age
@@ -1185,8 +1220,8 @@ func report(t *testing.T, cfg simConfig, st simStats) {
 	for _, n := range st.expired {
 		expired += n
 	}
-	t.Logf("  worst window: %.2f × B(1+restarts) + r(W+L), L = %v; tokens spent up to LeaseTTL + %v after Redis debited them; %d tokens released at Close; of %d expired tokens returned, %.0f credited",
-		st.worstWindow, time.Duration(st.L)*time.Microsecond, time.Duration(st.worstAge)*time.Microsecond, st.returned, expired, st.expiredCredited)
+	t.Logf("  worst window: %.2f × B(1+restarts) + r(W+L), L = %v; tokens spent up to LeaseTTL + %v after Redis debited them; %d tokens released at Close; of %d expired tokens returned, %.0f credited (%.0f more without the history's merges)",
+		st.worstWindow, time.Duration(st.L)*time.Microsecond, time.Duration(st.worstAge)*time.Microsecond, st.returned, expired, st.expiredCredited, st.mergeLoss)
 }
 
 // TestSimulation: one simulated hour, 50 instances, five tenants, every
