@@ -353,7 +353,9 @@ func TestCloseReturnsLeasedTokens(t *testing.T) {
 func TestCloseReturnsTokensAfterOthersAcquired(t *testing.T) {
 	c, prefix := setup(t)
 	q := leasequota.Quota{Rate: 1e-6, Burst: 100, MinLease: 40} // nothing refills during the test
-	a := newLimiter(t, c, leasequota.WithKeyPrefix(prefix), leasequota.WithDefaultQuota(q))
+	// A generous Redis timeout: a return that timed out on a loaded
+	// machine would count as forfeited.
+	a := newLimiter(t, c, leasequota.WithKeyPrefix(prefix), leasequota.WithDefaultQuota(q), leasequota.WithRedisTimeout(5*time.Second))
 	b := newLimiter(t, c, leasequota.WithKeyPrefix(prefix), leasequota.WithDefaultQuota(q))
 	ctx := context.Background()
 	if d := a.AllowN(ctx, "t", 1); !d.Allowed || d.Remaining != 39 {
@@ -385,7 +387,9 @@ func TestExpiredLeaseReturnedAfterOthersAcquired(t *testing.T) {
 	// A rate whose refill is below a level's precision: the credits are
 	// whole tokens, which Stats counts exactly.
 	q := leasequota.Quota{Rate: 1e-20, Burst: 100, MinLease: 40}
-	a := newLimiter(t, c, leasequota.WithKeyPrefix(prefix), leasequota.WithDefaultQuota(q),
+	// A generous Redis timeout: a return that timed out on a loaded
+	// machine would count as forfeited.
+	a := newLimiter(t, c, leasequota.WithKeyPrefix(prefix), leasequota.WithDefaultQuota(q), leasequota.WithRedisTimeout(5*time.Second),
 		leasequota.WithRefreshInterval(20*time.Millisecond), leasequota.WithLeaseTTL(100*time.Millisecond))
 	b := newLimiter(t, c, leasequota.WithKeyPrefix(prefix), leasequota.WithDefaultQuota(q),
 		leasequota.WithLeaseTTL(time.Hour)) // B holds its lease throughout
