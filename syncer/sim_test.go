@@ -176,14 +176,12 @@ type simBucket struct {
 	// The level history of the aged returns (common.lua), in its Go
 	// model. Lost with the key.
 	hist peaks.History
-	// full is the same history without the merges (entries are only
-	// dropped when a later one is as high), to measure what the merges
-	// cost: mergeLoss sums, over releases, how much more full would have
-	// credited.
-	full      []peaks.Entry
-	mergeLoss float64
-	// unfitIDs counts releases that named a grant whose ID did not fit
-	// their age: the edge got an ID or an age wrong.
+	// full is the same history without the merges, to measure what they
+	// cost.
+	full peaks.Unmerged
+	// unfitIDs counts releases, applied within their deadline, that named
+	// a grant older than their age allows: the edge got an ID or an age
+	// wrong.
 	unfitIDs int
 
 	// Accounting, from the model's view.
@@ -264,17 +262,12 @@ func (b *simBucket) acquire(now int64, lim lease.Limits, want int64, inst int) l
 	if fresh {
 		tokens = float64(lim.Burst)
 		b.hist.Reset(now, float64(lim.Burst))
-		b.full = append(b.full[:0], peaks.Entry{T: now, L: float64(lim.Burst)})
+		b.full.Reset(now, float64(lim.Burst))
 	} else {
 		tokens = b.refill(now, lim.Rate, lim.Burst)
 	}
 	b.hist.Push(now, tokens)
-	for len(b.full) > 0 && b.full[len(b.full)-1].L <= tokens {
-		b.full = b.full[:len(b.full)-1]
-	}
-	if len(b.full) == 0 || b.full[len(b.full)-1].T < now {
-		b.full = append(b.full, peaks.Entry{T: now, L: tokens})
-	}
+	b.full.Push(now, tokens)
 	if b.created < 0 {
 		b.created = now
 	}
@@ -294,13 +287,15 @@ func (b *simBucket) acquire(now int64, lim lease.Limits, want int64, inst int) l
 // grant's own time, when grant names it) are credited with what the bucket
 // would hold had they never been granted, min(amount, burst - the highest
 // level since), from the level history; a missing key is a full bucket and
-// stays so. It returns the credit.
+// stays so. It returns the credit, and what the history without merges
+// would have credited. onTime says the release reached Redis within its
+// deadline, so its age bounds its tokens'.
 //
 //go:norace
-func (b *simBucket) release(now int64, lim lease.Limits, amount, age int64, grant lease.GrantID, m mutation) float64 {
+func (b *simBucket) release(now int64, lim lease.Limits, amount, age int64, grant lease.GrantID, onTime bool, m mutation) (credit, unmerged float64) {
 	b.offered += amount
 	if !b.live(now) {
-		return 0
+		return 0, 0
 	}
 	now = b.bucketTime(now)
 	x := b.refill(now, lim.Rate, lim.Burst)
@@ -309,38 +304,20 @@ func (b *simBucket) release(now int64, lim lease.Limits, amount, age int64, gran
 	epoch := simT0.UnixMicro()
 	ageUS := (age + 999) / 1000 * 1000
 	g := peaks.GrantTime(epoch+now, ageUS, uint32(grant)) - epoch
-	if grant != 0 && g < now-ageUS {
+	if onTime && grant != 0 && g < now-ageUS {
 		b.unfitIDs++ // the ID names a time before the age allows
 	}
-	credit := max(min(float64(amount), float64(lim.Burst)-b.hist.Peak(g, x)), 0)
+	burst := float64(lim.Burst)
+	credit = max(min(float64(amount), burst-b.hist.Peak(g, x)), 0)
+	unmerged = max(min(float64(amount), burst-b.full.Peak(g, x)), 0)
 	if m == mutateUnagedReturns {
 		credit = float64(amount) // BUG (planted): the old release.lua
 	}
 	b.hist.Raise(g, credit)
-	// What the history without merges would have credited.
-	fullPeak := x
-	for _, e := range b.full {
-		if e.T > g {
-			fullPeak = max(fullPeak, e.L)
-			break
-		}
-	}
-	b.mergeLoss += max(min(float64(amount), float64(lim.Burst)-fullPeak), 0) - credit
-	kept := b.full[:0]
-	for _, e := range b.full {
-		if e.T > g {
-			e.L += credit
-		}
-		for len(kept) > 0 && kept[len(kept)-1].L <= e.L {
-			kept = kept[:len(kept)-1]
-		}
-		kept = append(kept, e)
-	}
-	b.full = kept
-	tokens := min(x+credit, float64(lim.Burst))
-	b.store(now, tokens, lim.Rate, lim.Burst)
+	b.full.Raise(g, credit)
+	b.store(now, min(x+credit, burst), lim.Rate, lim.Burst)
 	b.returned += credit
-	return credit
+	return credit, unmerged
 }
 
 // --- events -------------------------------------------------------------
@@ -657,17 +634,14 @@ func (s *sim) apply(c *simCall) {
 	}
 	if c.applies == 0 {
 		for _, r := range c.rets {
-			b := &s.redis[r.t.idx]
-			unfit, loss := b.unfitIDs, b.mergeLoss
-			s.stats.expiredCredited += b.release(s.now, s.lim[r.t.idx].Bucket(), r.amount, r.age, r.grant, s.cfg.mutate)
-			s.stats.mergeLoss += b.mergeLoss - loss
+			// Applied after its deadline (a long network leg), a release's
+			// age need not bound its tokens' (docs/design.md, "Aged
+			// returns").
+			onTime := s.now-c.sent <= s.cto
+			credit, unmerged := s.redis[r.t.idx].release(s.now, s.lim[r.t.idx].Bucket(), r.amount, r.age, r.grant, onTime, s.cfg.mutate)
+			s.stats.expiredCredited += credit
+			s.stats.mergeLoss += unmerged - credit
 			s.stats.scripts[r.t.idx]++
-			if s.now-c.sent > s.cto {
-				// Applied after its deadline (a long network leg): its age
-				// need not bound the tokens' (docs/design.md, "Aged
-				// returns"), so its grant may be older than the age says.
-				b.unfitIDs = unfit
-			}
 		}
 	}
 	for _, j := range c.jobs {
@@ -1149,7 +1123,7 @@ func (s *sim) close() {
 			if n > 0 {
 				s.stats.scripts[t.idx]++
 				age := s.local(in).Sub(oldest).Microseconds() + s.cto
-				s.redis[t.idx].release(s.now, s.lim[t.idx].Bucket(), n, age, grant, s.cfg.mutate)
+				s.redis[t.idx].release(s.now, s.lim[t.idx].Bucket(), n, age, grant, true, s.cfg.mutate)
 				s.stats.returned += n
 			}
 		}

@@ -76,19 +76,14 @@ func (h *History) Entries() []Entry { return h.e[:h.n] }
 func (h *History) Len() int { return h.n }
 
 // Push records a call at now (not before the last entry's time) that saw
-// level l before its debit.
-func (h *History) Push(now int64, l float64) {
-	for h.n > 0 && h.e[h.n-1].L <= l {
-		h.n-- // dominated by the new entry
-	}
-	if h.n > 0 && h.e[h.n-1].T >= now {
-		return // an entry at the same time, higher: it covers l
-	}
-	h.e[h.n] = Entry{T: now, L: l}
-	h.n++
+// level l before its debit, and reports whether that merged two entries.
+func (h *History) Push(now int64, l float64) (merged bool) {
+	h.n = len(push(h.e[:h.n], now, l)) // within the spare slot
 	if h.n > Max {
 		h.merge()
+		return true
 	}
+	return false
 }
 
 // merge joins the neighbours with the smallest drop (the oldest pair on a
@@ -107,34 +102,72 @@ func (h *History) merge() {
 
 // Peak returns the highest level over (after, now], given x, the level
 // now: the level of the first entry after after, or x if higher.
-func (h *History) Peak(after int64, x float64) float64 {
-	for i := 0; i < h.n; i++ {
-		if h.e[i].T > after {
-			return max(h.e[i].L, x)
+func (h *History) Peak(after int64, x float64) float64 { return peak(h.Entries(), after, x) }
+
+// Raise adds c to every entry after after, then drops the entries that
+// are no longer higher than a later one (those before the raised ones, and
+// raised ones that rounding made equal).
+func (h *History) Raise(after int64, c float64) { h.n = len(raise(h.Entries(), after, c)) }
+
+// Unmerged is a history that never merges: entries are dropped only when
+// a later one is as high, so it answers every Peak exactly however long
+// it grows. The scripts keep a History; the simulation keeps an Unmerged
+// beside it to measure what the merges cost. The zero value is empty.
+type Unmerged struct {
+	e []Entry
+}
+
+// Reset is History.Reset.
+func (u *Unmerged) Reset(now int64, level float64) { u.e = append(u.e[:0], Entry{T: now, L: level}) }
+
+// Push is History.Push, without the merge.
+func (u *Unmerged) Push(now int64, l float64) { u.e = push(u.e, now, l) }
+
+// Peak is History.Peak.
+func (u *Unmerged) Peak(after int64, x float64) float64 { return peak(u.e, after, x) }
+
+// Raise is History.Raise.
+func (u *Unmerged) Raise(after int64, c float64) { u.e = raise(u.e, after, c) }
+
+// push drops the entries of e that level l at now dominates and appends
+// (now, l) unless an entry at the same time remains (it is higher).
+func push(e []Entry, now int64, l float64) []Entry {
+	for len(e) > 0 && e[len(e)-1].L <= l {
+		e = e[:len(e)-1]
+	}
+	if len(e) > 0 && e[len(e)-1].T >= now {
+		return e
+	}
+	return append(e, Entry{T: now, L: l})
+}
+
+// peak is the level of the first entry of e after after, or x if higher.
+func peak(e []Entry, after int64, x float64) float64 {
+	for _, en := range e {
+		if en.T > after {
+			return max(en.L, x)
 		}
 	}
 	return x
 }
 
-// Raise adds c to every entry after after, then drops the entries that
-// are no longer higher than a later one (those before the raised ones, and
-// raised ones that rounding made equal).
-func (h *History) Raise(after int64, c float64) {
-	for i := h.n - 1; i >= 0 && h.e[i].T > after; i-- {
-		h.e[i].L += c
+// raise adds c to the entries of e after after and keeps, in place, each
+// entry above all later ones.
+func raise(e []Entry, after int64, c float64) []Entry {
+	for i := len(e) - 1; i >= 0 && e[i].T > after; i-- {
+		e[i].L += c
 	}
-	// Keep, from the newest back, each entry above all later ones.
-	k := h.n - 1
-	for i := h.n - 2; i >= 0; i-- {
-		if h.e[i].L > h.e[k].L {
+	if len(e) == 0 {
+		return e
+	}
+	k := len(e) - 1 // e[k:] is kept, built from the newest back
+	for i := len(e) - 2; i >= 0; i-- {
+		if e[i].L > e[k].L {
 			k--
-			h.e[k] = h.e[i]
+			e[k] = e[i]
 		}
 	}
-	if k > 0 {
-		copy(h.e[:], h.e[k:h.n])
-		h.n -= k
-	}
+	return e[:copy(e, e[k:])]
 }
 
 // GrantTime returns the earliest time the returned tokens can have been

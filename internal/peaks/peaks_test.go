@@ -44,7 +44,10 @@ func TestMergeJoinsTheSmallestDrop(t *testing.T) {
 	h.Reset(0, 1000)
 	levels := []float64{900, 800, 790, 700, 600, 500, 400, 300} // 1000 and 8 more: one too many
 	for i, l := range levels {
-		h.Push(int64(i+1)*10, l)
+		// Only the last push, the ninth entry, merges.
+		if merged := h.Push(int64(i+1)*10, l); merged != (i == len(levels)-1) {
+			t.Fatalf("push %d of %v reported merged %v", i, l, merged)
+		}
 	}
 	// The drop 800 -> 790 is the smallest: (20, 800) and (30, 790) become
 	// (30, 800).
@@ -136,12 +139,15 @@ func TestParse(t *testing.T) {
 // TestHistoryNeverUnderestimates checks the model against the full list of
 // every call: for every query, Peak is at least the true highest level
 // (so no release is credited more than the cap allows), equal to it as
-// long as no merge happened, and the history stays ordered and small.
+// long as no merge happened, and the history stays ordered and small; an
+// Unmerged history answers every query exactly.
 func TestHistoryNeverUnderestimates(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		var h History
+		var u Unmerged
 		start := rapid.Float64Range(0, 100).Draw(t, "start")
 		h.Reset(0, start)
+		u.Reset(0, start)
 		all := []Entry{{0, start}} // every call, raised as the model is
 		now := int64(0)
 		merged := false
@@ -151,6 +157,9 @@ func TestHistoryNeverUnderestimates(t *testing.T) {
 				if e.T > after {
 					want = max(want, e.L)
 				}
+			}
+			if got := u.Peak(after, x); got != want {
+				t.Fatalf("Unmerged.Peak(%d, %v) = %v, want exactly %v; entries %v", after, x, got, want, u.e)
 			}
 			got := h.Peak(after, x)
 			if got < want {
@@ -164,22 +173,17 @@ func TestHistoryNeverUnderestimates(t *testing.T) {
 			"Push": func(t *rapid.T) {
 				now += rapid.Int64Range(0, 20).Draw(t, "dt")
 				l := rapid.Float64Range(0, 100).Draw(t, "level")
-				// Would the new entry make one too many? Then a merge.
-				e := h.Entries()
-				kept := len(e)
-				for kept > 0 && e[kept-1].L <= l {
-					kept--
-				}
-				if (kept == 0 || e[kept-1].T < now) && kept+1 > Max {
+				if h.Push(now, l) {
 					merged = true
 				}
-				h.Push(now, l)
+				u.Push(now, l)
 				all = append(all, Entry{now, l})
 			},
 			"Raise": func(t *rapid.T) {
 				after := rapid.Int64Range(-1, now).Draw(t, "after")
 				c := rapid.Float64Range(0, 10).Draw(t, "c")
 				h.Raise(after, c)
+				u.Raise(after, c)
 				for i := range all {
 					if all[i].T > after {
 						all[i].L += c
