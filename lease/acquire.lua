@@ -39,15 +39,11 @@
 -- common.lua (in front of this file) reads the bucket, the override and the
 -- history, and stores the bucket; the only clock is Redis TIME.
 
-local rate = tonumber(ARGV[1])
-local burst = tonumber(ARGV[2])
+local rate, burst = read_limits(1, '')
+if rate == nil then
+  return burst -- the error reply
+end
 local want = tonumber(ARGV[3])
-if not rate_ok(rate) then
-  return bad('rate must be a finite number > 0, got ' .. tostring(ARGV[1]))
-end
-if not whole(burst, 1) then
-  return bad('burst must be an integer >= 1, got ' .. tostring(ARGV[2]))
-end
 if not whole(want, 0) then
   return bad('want must be an integer >= 0, got ' .. tostring(ARGV[3]))
 end

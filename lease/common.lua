@@ -22,6 +22,19 @@ local function whole(x, least)
   return x ~= nil and x == x and x >= least and x ~= math.huge and x == math.floor(x)
 end
 
+-- read_limits returns the rate and burst in ARGV[i] and ARGV[i + 1], or
+-- nil and a bad-argument reply naming them with prefix (e.g. 'base ').
+local function read_limits(i, prefix)
+  local rate, burst = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
+  if not rate_ok(rate) then
+    return nil, bad(prefix .. 'rate must be a finite number > 0, got ' .. tostring(ARGV[i]))
+  end
+  if not whole(burst, 1) then
+    return nil, bad(prefix .. 'burst must be an integer >= 1, got ' .. tostring(ARGV[i + 1]))
+  end
+  return rate, burst
+end
+
 -- redis_now returns Redis TIME in microseconds: the only clock, so every
 -- instance sees the same time line. Redis 7 replicates scripts by their
 -- effects (the writes carry the computed values), so reading TIME before

@@ -43,12 +43,9 @@ if op ~= 'set' and op ~= 'del' then
   return bad('op must be get, set or del, got ' .. tostring(op))
 end
 
-local baseRate, baseBurst = tonumber(ARGV[2]), tonumber(ARGV[3])
-if not rate_ok(baseRate) then
-  return bad('base rate must be a finite number > 0, got ' .. tostring(ARGV[2]))
-end
-if not whole(baseBurst, 1) then
-  return bad('base burst must be an integer >= 1, got ' .. tostring(ARGV[3]))
+local baseRate, baseBurst = read_limits(2, 'base ')
+if baseRate == nil then
+  return baseBurst -- the error reply
 end
 
 -- The quota in force now.
@@ -64,12 +61,9 @@ end
 -- The quota in force after the change.
 local newRate, newBurst = baseRate, baseBurst
 if op == 'set' then
-  newRate, newBurst = tonumber(ARGV[4]), tonumber(ARGV[5])
-  if not rate_ok(newRate) then
-    return bad('rate must be a finite number > 0, got ' .. tostring(ARGV[4]))
-  end
-  if not whole(newBurst, 1) then
-    return bad('burst must be an integer >= 1, got ' .. tostring(ARGV[5]))
+  newRate, newBurst = read_limits(4, '')
+  if newRate == nil then
+    return newBurst -- the error reply
   end
   for i = 6, 9 do
     if not whole(tonumber(ARGV[i]), 0) then

@@ -50,17 +50,13 @@
 -- burst), so releasing into it changes nothing: the key is not created, the
 -- reply says the bucket holds burst tokens, and nothing is credited.
 
-local rate = tonumber(ARGV[1])
-local burst = tonumber(ARGV[2])
+local rate, burst = read_limits(1, '')
+if rate == nil then
+  return burst -- the error reply
+end
 local amount = tonumber(ARGV[3])
 local age = tonumber(ARGV[4])
 local grant = tonumber(ARGV[5])
-if not rate_ok(rate) then
-  return bad('rate must be a finite number > 0, got ' .. tostring(ARGV[1]))
-end
-if not whole(burst, 1) then
-  return bad('burst must be an integer >= 1, got ' .. tostring(ARGV[2]))
-end
 if not whole(amount, 0) then
   return bad('amount must be an integer >= 0, got ' .. tostring(ARGV[3]))
 end
