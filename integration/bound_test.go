@@ -2,7 +2,6 @@ package integration
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -59,17 +58,11 @@ func TestGlobalBound(t *testing.T) {
 	admin := redistest.Client(t)
 	prefix := redistest.Prefix(t)
 
-	quota := func(i int) leasequota.Quota {
-		// Rates from 500 to 5,250 tokens/s; bursts half a second's worth,
-		// so that a syncer delayed by a loaded machine (the race detector,
-		// other test packages) does not let the bucket overflow.
-		rate := float64(500 + 250*i)
-		return leasequota.Quota{Rate: rate, Burst: int64(rate / 2)}
-	}
-	names := make([]string, tenants)
-	for i := range names {
-		names[i] = fmt.Sprintf("tenant-%02d", i)
-	}
+	// Rates from 500 to 5,250 tokens/s; bursts half a second's worth, so
+	// that a syncer delayed by a loaded machine (the race detector, other
+	// test packages) does not let the bucket overflow.
+	quota := stepQuota(500, 250, 0.5)
+	names := tenantNames(tenants)
 	index := map[string]int{}
 	for i, n := range names {
 		index[n] = i

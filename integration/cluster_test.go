@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -117,6 +118,26 @@ type demand struct {
 
 	stop atomic.Bool
 	wg   sync.WaitGroup
+}
+
+// tenantNames returns n tenant names, "tenant-00", "tenant-01", ...,
+// zero-padded to the width of n-1 (at least two digits).
+func tenantNames(n int) []string {
+	width := max(len(strconv.Itoa(n-1)), 2)
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("tenant-%0*d", width, i)
+	}
+	return names
+}
+
+// stepQuota returns the quota of tenant i: a rate of base + step*i
+// tokens/s and a burst of burstSeconds' worth of it.
+func stepQuota(base, step, burstSeconds float64) func(int) leasequota.Quota {
+	return func(i int) leasequota.Quota {
+		rate := base + step*float64(i)
+		return leasequota.Quota{Rate: rate, Burst: int64(rate * burstSeconds)}
+	}
 }
 
 // startDemand starts the goroutines; Stop ends them.
@@ -378,17 +399,11 @@ func TestClusterGlobalBound(t *testing.T) {
 	duration := 5 * time.Second
 	ctx := context.Background()
 	prefix := redistest.Prefix(t)
-	quota := func(i int) leasequota.Quota {
-		// Rates from 50 to 249 tokens/s; bursts a second's worth, so that
-		// a syncer stalled for a few hundred milliseconds (two shared
-		// cores) finds the refill still in the bucket.
-		rate := float64(50 + i)
-		return leasequota.Quota{Rate: rate, Burst: int64(rate)}
-	}
-	names := make([]string, tenants)
-	for i := range names {
-		names[i] = fmt.Sprintf("tenant-%03d", i)
-	}
+	// Rates from 50 to 249 tokens/s; bursts a second's worth, so that a
+	// syncer stalled for a few hundred milliseconds (two shared cores)
+	// finds the refill still in the bucket.
+	quota := stepQuota(50, 1, 1)
+	names := tenantNames(tenants)
 	masters, err := c.Masters(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -573,15 +588,8 @@ func runClusterFailover(t *testing.T, c *redistest.Cluster, partial bool) {
 	)
 	ctx := context.Background()
 	prefix := redistest.Prefix(t)
-	quota := func(i int) leasequota.Quota {
-		// Bursts a second's worth, as in TestClusterGlobalBound.
-		rate := float64(200 + 10*i)
-		return leasequota.Quota{Rate: rate, Burst: int64(rate)}
-	}
-	names := make([]string, tenants)
-	for i := range names {
-		names[i] = fmt.Sprintf("tenant-%02d", i)
-	}
+	quota := stepQuota(200, 10, 1) // bursts a second's worth, as in TestClusterGlobalBound
+	names := tenantNames(tenants)
 	masters, err := c.Masters(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -820,11 +828,7 @@ func TestClusterReshard(t *testing.T) {
 		}
 		names = append(names, name)
 	}
-	quota := func(i int) leasequota.Quota {
-		// Bursts a second's worth, as in TestClusterGlobalBound.
-		rate := float64(200 + 10*i)
-		return leasequota.Quota{Rate: rate, Burst: int64(rate)}
-	}
+	quota := stepQuota(200, 10, 1) // bursts a second's worth, as in TestClusterGlobalBound
 	tally := &errorTally{}
 	limiters, closeAll := newLimiterSet(t, instances, func() *redis.ClusterClient {
 		cl := clusterClient(c)

@@ -2,7 +2,6 @@ package integration
 
 import (
 	"context"
-	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -10,7 +9,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
-	"github.com/leasequota/leasequota"
 	"github.com/leasequota/leasequota/integration/redistest"
 )
 
@@ -34,14 +32,8 @@ func TestSentinelFailover(t *testing.T) {
 	)
 	ctx := context.Background()
 	prefix := redistest.Prefix(t)
-	quota := func(i int) leasequota.Quota {
-		rate := float64(200 + 10*i)
-		return leasequota.Quota{Rate: rate, Burst: int64(rate)}
-	}
-	names := make([]string, tenants)
-	for i := range names {
-		names[i] = fmt.Sprintf("tenant-%02d", i)
-	}
+	quota := stepQuota(200, 10, 1)
+	names := tenantNames(tenants)
 	// TIME of whichever node is master; both run on this host's clock.
 	clock := func() time.Time {
 		addr, err := s.MasterAddr(ctx)
