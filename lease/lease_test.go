@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -377,7 +378,7 @@ func TestScriptFlushThenAcquire(t *testing.T) {
 		t.Fatalf("acquire after SCRIPT FLUSH: %+v, %v", g, err)
 	}
 	single, _ := h.snapshot()
-	if want := []string{"evalsha", "eval"}; !equalStrings(single, want) {
+	if want := []string{"evalsha", "eval"}; !slices.Equal(single, want) {
 		t.Fatalf("sent %q, want %q", single, want)
 	}
 	if d := cmdCalls(t, rdb, "eval") - evalBefore; d < 1 || (ownServer(t) && d != 1) {
@@ -388,7 +389,7 @@ func TestScriptFlushThenAcquire(t *testing.T) {
 	if _, err := c.Acquire(ctx, "t", lim, 1); err != nil {
 		t.Fatal(err)
 	}
-	if single, _ := h.snapshot(); !equalStrings(single, []string{"evalsha"}) {
+	if single, _ := h.snapshot(); !slices.Equal(single, []string{"evalsha"}) {
 		t.Fatalf("sent %q, want just evalsha", single)
 	}
 
@@ -400,7 +401,7 @@ func TestScriptFlushThenAcquire(t *testing.T) {
 	if r, err := c.Release(ctx, "t", lim, 2, time.Second); err != nil || r.Tokens < 6 || r.Tokens > 10 {
 		t.Fatalf("release after SCRIPT FLUSH: %+v, %v", r, err)
 	}
-	if single, _ := h.snapshot(); !equalStrings(single, []string{"evalsha", "eval"}) {
+	if single, _ := h.snapshot(); !slices.Equal(single, []string{"evalsha", "eval"}) {
 		t.Fatalf("sent %q, want evalsha then eval", single)
 	}
 }
@@ -473,7 +474,7 @@ func TestLoadScripts(t *testing.T) {
 	if _, err := c.Release(ctx, "t", Limits{Rate: 1, Burst: 1}, 1, 0); err != nil {
 		t.Fatal(err)
 	}
-	if single, _ := h.snapshot(); !equalStrings(single, []string{"evalsha", "evalsha"}) {
+	if single, _ := h.snapshot(); !slices.Equal(single, []string{"evalsha", "evalsha"}) {
 		t.Fatalf("sent %q after LoadScripts, want no EVAL", single)
 	}
 }

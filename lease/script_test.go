@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"slices"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -106,18 +107,6 @@ func (p *fakePipe) Exec(ctx context.Context) ([]redis.Cmder, error) {
 	return nil, errors.New("first error, ignored by lease")
 }
 
-func equalStrings(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
 func TestRunFallsBackToEvalOnNoScript(t *testing.T) {
 	ctx := context.Background()
 	f := newFake()
@@ -125,7 +114,7 @@ func TestRunFallsBackToEvalOnNoScript(t *testing.T) {
 	if cmd.Err() != nil {
 		t.Fatal(cmd.Err())
 	}
-	if want := []string{"evalsha a1", "eval a1"}; !equalStrings(f.calls, want) {
+	if want := []string{"evalsha a1", "eval a1"}; !slices.Equal(f.calls, want) {
 		t.Fatalf("calls %q, want %q", f.calls, want)
 	}
 	// Loaded now: EVALSHA alone.
@@ -133,7 +122,7 @@ func TestRunFallsBackToEvalOnNoScript(t *testing.T) {
 	if cmd := acquireScript.run(ctx, f, []string{"a2"}); cmd.Err() != nil {
 		t.Fatal(cmd.Err())
 	}
-	if want := []string{"evalsha a2"}; !equalStrings(f.calls, want) {
+	if want := []string{"evalsha a2"}; !slices.Equal(f.calls, want) {
 		t.Fatalf("calls %q, want %q", f.calls, want)
 	}
 }
@@ -153,7 +142,7 @@ func TestRunDoesNotRetryOtherErrors(t *testing.T) {
 		if !errors.Is(cmd.Err(), err) {
 			t.Errorf("%v: got %v", err, cmd.Err())
 		}
-		if want := []string{"evalsha a1"}; !equalStrings(f.calls, want) {
+		if want := []string{"evalsha a1"}; !slices.Equal(f.calls, want) {
 			t.Errorf("%v: calls %q, want %q", err, f.calls, want)
 		}
 	}
@@ -169,10 +158,10 @@ func TestRunManyRetriesOnlyNoScript(t *testing.T) {
 	if len(f.pipelines) != 2 {
 		t.Fatalf("%d pipelines, want 2: %q", len(f.pipelines), f.pipelines)
 	}
-	if want := []string{"evalsha a1", "evalsha b1", "evalsha a2", "evalsha c1", "evalsha b2"}; !equalStrings(f.pipelines[0], want) {
+	if want := []string{"evalsha a1", "evalsha b1", "evalsha a2", "evalsha c1", "evalsha b2"}; !slices.Equal(f.pipelines[0], want) {
 		t.Errorf("first pipeline %q, want %q", f.pipelines[0], want)
 	}
-	if want := []string{"eval b1", "eval b2"}; !equalStrings(f.pipelines[1], want) {
+	if want := []string{"eval b1", "eval b2"}; !slices.Equal(f.pipelines[1], want) {
 		t.Errorf("second pipeline %q, want %q", f.pipelines[1], want)
 	}
 	for i, cmd := range cmds {

@@ -2,6 +2,7 @@ package syncer
 
 import (
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -59,18 +60,6 @@ func checkLedger(t tb, l *Ledger) {
 	if _, ok := l.NextExpiry(0); ok != (l.Total() > 0) {
 		t.Fatalf("NextExpiry(0) ok = %v with Total() = %d", ok, l.Total())
 	}
-}
-
-func equalInts(a, b []int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func TestLedgerZero(t *testing.T) {
@@ -137,7 +126,7 @@ func TestLedgerSyncFIFO(t *testing.T) {
 			t.Fatalf("step %d: Sync(%d) = %d, want %d", i, s.level, got, s.spent)
 		}
 		checkLedger(t, &l)
-		if got := l.lefts(e...); !equalInts(got, s.lefts) {
+		if got := l.lefts(e...); !slices.Equal(got, s.lefts) {
 			t.Fatalf("step %d: after Sync(%d) lefts %v, want %v", i, s.level, got, s.lefts)
 		}
 		if next, ok := l.NextExpiry(0); ok && !next.Equal(s.next) {
@@ -238,7 +227,7 @@ func TestLedgerMerge(t *testing.T) {
 		want = append(want, int64(i+1)) // 1, 2, ..., maxBatches tokens
 		l.Add(exps[i], int64(i+1), 0)
 	}
-	if got := l.lefts(exps...); !equalInts(got, want) {
+	if got := l.lefts(exps...); !slices.Equal(got, want) {
 		t.Fatalf("lefts %v, want %v", got, want)
 	}
 	exps = append(exps, at(1000*(maxBatches+1)))
@@ -247,7 +236,7 @@ func TestLedgerMerge(t *testing.T) {
 	// The first two are one batch at the first expiry; the rest unchanged.
 	want = append([]int64{1 + 2}, want[2:]...)
 	want = append(want, 100)
-	if got := l.lefts(exps...); !equalInts(got, want) {
+	if got := l.lefts(exps...); !slices.Equal(got, want) {
 		t.Fatalf("lefts after merge %v, want %v", got, want)
 	}
 	if next, _ := l.NextExpiry(0); !next.Equal(at(1000)) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -90,10 +91,10 @@ func TestEmbeddedRedisRunsLeaseScripts(t *testing.T) {
 		return o
 	}
 	got, want := run(mini), run(real)
-	if !slicesEqual(got.granted, want.granted) {
+	if !slices.Equal(got.granted, want.granted) {
 		t.Errorf("granted on miniredis %v, on redis-server %v", got.granted, want.granted)
 	}
-	if !slicesEqual(want.granted, []int64{30, 70, 0, 250, 3}) {
+	if !slices.Equal(want.granted, []int64{30, 70, 0, 250, 3}) {
 		t.Errorf("granted on redis-server %v, want [30 70 0 250 3]", want.granted)
 	}
 	for i := range got.tokens {
@@ -113,18 +114,6 @@ func TestEmbeddedRedisRunsLeaseScripts(t *testing.T) {
 			t.Errorf("%s: TTL %v, want about 11s", name, ttl)
 		}
 	}
-}
-
-func slicesEqual[T comparable](a, b []T) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // TestProxyBlackHole checks the outage proxy: it forwards, then holds
