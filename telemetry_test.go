@@ -1,11 +1,9 @@
 package leasequota_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,24 +19,6 @@ import (
 	"github.com/leasequota/leasequota/integration/redistest"
 	"github.com/leasequota/leasequota/telemetry"
 )
-
-// syncBuffer is a bytes.Buffer safe for the logger's concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // metrics collects the reader's metrics by name.
 func metrics(t *testing.T, r *sdkmetric.ManualReader) map[string]metricdata.Metrics {
@@ -94,7 +74,7 @@ func TestTelemetry(t *testing.T) {
 	spans := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
 	defer tp.Shutdown(context.Background())
-	var logs syncBuffer
+	var logs redistest.LogBuffer
 	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 
 	// MinLease = Burst: the first lease takes the whole bucket, and at a
@@ -229,7 +209,7 @@ func TestTelemetryErrors(t *testing.T) {
 	spans := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
 	defer tp.Shutdown(context.Background())
-	var logs syncBuffer
+	var logs redistest.LogBuffer
 	logger := slog.New(slog.NewTextHandler(&logs, nil))
 	l, err := leasequota.New(c, leasequota.WithKeyPrefix(redistest.Prefix(t)),
 		leasequota.WithMeterProvider(mp), leasequota.WithTracerProvider(tp), leasequota.WithLogger(logger),

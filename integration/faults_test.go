@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -627,7 +626,7 @@ func TestRedisSlowAndBlackholed(t *testing.T) {
 // the timeout enforced. docs/failure-modes.md documents both.
 func TestRedisTimeoutWithDefaultClient(t *testing.T) {
 	redistest.Shared(t)
-	var logs syncBuffer
+	var logs redistest.LogBuffer
 	logger := slog.New(slog.NewTextHandler(&logs, nil))
 	for _, tc := range []struct {
 		opts redis.Options
@@ -651,24 +650,6 @@ func TestRedisTimeoutWithDefaultClient(t *testing.T) {
 		l.Close(context.Background())
 		c.Close()
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // startWipeLoad starts what the tests that wipe Redis' state share: a
