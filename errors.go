@@ -14,7 +14,8 @@ var (
 	ErrExceedsBurst = errors.New("leasequota: n exceeds burst")
 	// ErrClosed is returned after Close.
 	ErrClosed = errors.New("leasequota: limiter closed")
-	// ErrUnavailable is returned by WaitN when Redis cannot be reached and
-	// the tenant holds no lease.
+	// ErrUnavailable is wrapped, with ctx's error, by WaitN's error when
+	// its ctx ended while Redis could not be reached and the tenant's lease
+	// was spent.
 	ErrUnavailable = errors.New("leasequota: redis unavailable")
 )

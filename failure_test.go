@@ -29,7 +29,7 @@ func TestFailureModes(t *testing.T) {
 		"local":  {Rate: 100, Burst: 20, MinLease: 10, FailureMode: leasequota.FailLocal},
 		"open":   {Rate: 100, Burst: 20, MinLease: 10, FailureMode: leasequota.FailOpen},
 	}
-	l, err := leasequota.New(c, leasequota.WithKeyPrefix(redistest.Prefix(t)),
+	l, err := leasequota.New(c, leasequota.WithKeyPrefix(redistest.Prefix(t)), leasequota.WithLogger(testLogger(t)),
 		leasequota.WithRefreshInterval(20*time.Millisecond), leasequota.WithLeaseTTL(time.Hour),
 		leasequota.WithQuotaFunc(func(tenant string) leasequota.Quota { return quotas[tenant] }))
 	if err != nil {
@@ -82,8 +82,13 @@ func TestFailureModes(t *testing.T) {
 	if d := degraded["local"]; d.Reason != leasequota.ReasonFallback || d.Mode != leasequota.FailLocal {
 		t.Errorf("local: %+v, want a FailLocal decision", d)
 	}
-	if _, err := l.WaitN(ctx, "closed", 1); !errors.Is(err, leasequota.ErrUnavailable) {
-		t.Errorf("WaitN on a FailClosed tenant without Redis: %v, want ErrUnavailable", err)
+	// WaitN on a FailClosed tenant waits through the outage (it never
+	// admits without a lease) until its ctx ends.
+	wctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	d, err := l.WaitN(wctx, "closed", 1)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, leasequota.ErrUnavailable) || d.Allowed || d.Reason != leasequota.ReasonUnavailable {
+		t.Errorf("WaitN on a FailClosed tenant without Redis: %+v, %v; want a ReasonUnavailable denial at its deadline", d, err)
 	}
 	// FailLocal admits at most its fallback rate: one instance, so the
 	// tenant's rate, 100/s. Over 300ms that is at most 30 plus the

@@ -44,6 +44,7 @@ type Limiter struct {
 	// outcome ([reason][1] admitted, [reason][0] denied). Admissions from
 	// a lease are counted per tenant (syncer.Tenant.Admits).
 	decisions [numReasons][2]atomic.Int64
+	turns     turnCount // for tests: see decide
 
 	closeOnce sync.Once
 	closeErr  error
@@ -115,6 +116,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Limiter, error) {
 		CallTimeout: cfg.redisTimeout,
 		OnDegraded:  l.onDegraded,
 		IdleTimeout: cfg.idleTimeout,
+		Instances:   cfg.expectedInstances,
 		MaxTenants:  cfg.maxTenants,
 		Evict:       l.reg.remove,
 		Cluster:     isCluster(client),
@@ -171,7 +173,7 @@ func (l *Limiter) Degraded() bool { return l.sync.Degraded() }
 // Allow is AllowN(context.Background(), tenant, 1).Allowed.
 func (l *Limiter) Allow(tenant string) bool {
 	// The hot path of AllowN, without building a Decision.
-	if e := l.reg.load(tenant); e != nil {
+	if e := l.reg.load(tenant); e != nil && !l.closed.Load() {
 		if ok, _ := e.Tokens.TrySpend(1); ok {
 			e.Admits.Add(1)
 			return true
@@ -191,14 +193,17 @@ func (l *Limiter) Allow(tenant string) bool {
 //     WithColdStartWait and ctx;
 //   - when WithMaxWait is set, waits up to that long (and ctx) for a fresh
 //     lease;
-//   - when Redis cannot be reached, decides by the tenant's FailureMode;
+//   - when Redis cannot be reached, decides by the tenant's FailureMode at
+//     once, without waiting;
 //   - else denies at once, with RetryAfter estimated from the global
 //     bucket as last seen.
 //
-// n <= 0 and n > Burst are denied with ReasonInvalidN. AllowN never
+// n <= 0 and n > Burst are denied with ReasonInvalidN. Once Close has been
+// called, every decision is a denial with ReasonClosed. AllowN never
 // returns an error: the Decision's Reason says why it denied.
 func (l *Limiter) AllowN(ctx context.Context, tenant string, n int64) Decision {
-	if e := l.reg.load(tenant); e != nil {
+	e := l.reg.load(tenant)
+	if e != nil && !l.closed.Load() {
 		// One read of the limits: the Burst checked is the Quota reported.
 		if lim := e.Limits(); n > 0 && n <= lim.Burst {
 			if ok, left := e.Tokens.TrySpend(n); ok {
@@ -206,42 +211,238 @@ func (l *Limiter) AllowN(ctx context.Context, tenant string, n int64) Decision {
 				return Decision{Allowed: true, Remaining: left, Quota: quotaOfLimits(lim), Reason: ReasonLeased}
 			}
 		}
-		return l.allowSlow(ctx, tenant, e, n)
 	}
-	return l.allowFirst(ctx, tenant, n)
+	d, _ := l.decide(ctx, tenant, e, n, false)
+	return d
 }
 
-// allowFirst handles a tenant this instance does not track.
-func (l *Limiter) allowFirst(ctx context.Context, tenant string, n int64) Decision {
-	if n <= 0 {
-		return l.count(Decision{Reason: ReasonInvalidN})
-	}
-	if l.closed.Load() {
-		return l.count(Decision{Reason: ReasonClosed})
-	}
-	e, q, err := l.entry(tenant)
-	if err != nil {
-		reason := ReasonInvalidQuota
-		if errors.Is(err, errTooManyTenants) {
-			reason = ReasonTooManyTenants
+// WaitN blocks until n tokens of tenant's quota are admitted and returns
+// the admission, or until ctx is done (returning ctx's error, wrapped), or
+// the limiter is closed (ErrClosed). It returns an error at once when n
+// can never be admitted: n <= 0 (ErrInvalidN), n > Burst (ErrExceedsBurst)
+// or an invalid quota (ErrInvalidQuota).
+//
+// While Redis cannot be reached and the lease is spent, WaitN keeps
+// waiting in every failure mode: FailOpen admits at once, FailLocal admits
+// from the local fallback bucket when it can, and FailClosed admits only
+// from a lease. It wakes when Redis answers again (within about one
+// refresh interval plus a round trip of the first call that succeeds) and
+// is admitted as soon as the global bucket allows.
+func (l *Limiter) WaitN(ctx context.Context, tenant string, n int64) (Decision, error) {
+	return l.decide(ctx, tenant, l.reg.load(tenant), n, true)
+}
+
+// decide is the slow path of AllowN (untilAdmitted false) and WaitN
+// (true): everything but a request that its tenant's lease covers. e is
+// the tenant's entry as the caller found it, or nil.
+//
+// It is one loop. Each turn either returns or waits (for a lease call, a
+// sleep, or ctx); it looks the tenant up again only when its entry was
+// evicted, and the registry never hands out an evicted entry. So it never
+// recurses and never spins: turns are bounded by waits (turns counts them
+// for tests).
+func (l *Limiter) decide(ctx context.Context, tenant string, e *entry, n int64, untilAdmitted bool) (Decision, error) {
+	var (
+		sl     sleeper
+		waits  int64
+		cold   bool     // the tenant had no lease here when the first wait began
+		budget struct { // AllowN: its wait, bounded by its limit and ctx; nil before the first
+			ctx    context.Context
+			cancel context.CancelFunc
 		}
-		return l.count(Decision{Quota: q, Reason: reason})
-	}
-	if lim := e.Limits(); n <= lim.Burst {
+	)
+	defer func() {
+		sl.stop()
+		if budget.cancel != nil {
+			budget.cancel()
+		}
+	}()
+	for turn := int64(1); ; turn++ {
+		l.turns.note(turn - waits)
+		if l.closed.Load() {
+			d := Decision{Reason: ReasonClosed}
+			if e != nil {
+				d.Quota = e.quota()
+			}
+			return l.count(d), l.errClosed(untilAdmitted)
+		}
+		if e == nil || e.Evicted() {
+			var (
+				q   Quota
+				err error
+			)
+			if e, q, err = l.entry(tenant); err != nil {
+				if errors.Is(err, errTooManyTenants) && untilAdmitted {
+					// Eviction is catching up: look again next round.
+					waits++
+					if err := sl.sleep(ctx, l.cfg.refreshInterval, nil); err != nil {
+						return l.count(Decision{Quota: q, Reason: ReasonTooManyTenants}), waitError(tenant, n, err)
+					}
+					continue
+				}
+				return l.refuse(tenant, n, q, err, untilAdmitted)
+			}
+		}
+		lim := e.Limits()
+		if n <= 0 || n > lim.Burst {
+			return l.invalidN(tenant, n, quotaOfLimits(lim), untilAdmitted)
+		}
 		if ok, left := e.Tokens.TrySpend(n); ok {
-			e.Admits.Add(1)
-			return Decision{Allowed: true, Remaining: left, Quota: quotaOfLimits(lim), Reason: ReasonLeased}
+			return l.admitted(e, lim, left, waits > 0, cold), nil
+		}
+		if waits == 0 {
+			cold = !e.Leased()
+		}
+		if e.Failing() {
+			// Redis is failing for the tenant: its failure mode decides.
+			d := l.degraded(e, n)
+			if d.Allowed || !untilAdmitted {
+				l.sync.NoteMiss(tenant, &e.Tenant, n)
+				return l.count(d), nil
+			}
+			// WaitN waits through the outage: until the fallback bucket
+			// may admit, the tenant's next lease call, or Redis answering
+			// again, whichever comes first; then it asks for a lease.
+			waits++
+			if err := sl.sleep(ctx, d.RetryAfter, l.sync.Recovered()); err != nil {
+				return l.count(d), unavailableError(tenant, n, err)
+			}
+			select {
+			case <-l.sync.Refill(ctx, tenant, &e.Tenant, n):
+			case <-ctx.Done():
+				return l.count(l.degraded(e, n)), unavailableError(tenant, n, ctx.Err())
+			}
+			continue
+		}
+		wctx := ctx
+		if !untilAdmitted {
+			if budget.ctx == nil {
+				limit := l.cfg.maxWait
+				if cold {
+					limit = l.cfg.coldStartWait
+				}
+				if limit <= 0 {
+					l.sync.NoteMiss(tenant, &e.Tenant, n)
+					return l.count(l.deny(e, n)), nil
+				}
+				budget.ctx, budget.cancel = context.WithTimeout(ctx, limit)
+			}
+			wctx = budget.ctx
+		}
+		if waits == 0 {
+			// The wait below makes the urgent call itself: record the miss
+			// without queueing the tenant for the loop too.
+			e.NoteMiss(n)
+		}
+		// Ask for an urgent refill (joining one in flight) and wait for it.
+		waits++
+		select {
+		case <-l.sync.Refill(wctx, tenant, &e.Tenant, n):
+		case <-wctx.Done():
+			return l.gaveUp(ctx, tenant, e, n, untilAdmitted)
+		}
+		if ok, left := e.Tokens.TrySpend(n); ok {
+			return l.admitted(e, lim, left, true, cold), nil
+		}
+		if e.Failing() || e.Evicted() || l.closed.Load() {
+			continue // the top of the loop says what now
+		}
+		// Still short: the global bucket is dry. Sleep until the syncer
+		// may call again.
+		if err := sl.sleep(wctx, max(e.RetryAfter(time.Now(), n), time.Millisecond), nil); err != nil {
+			return l.gaveUp(ctx, tenant, e, n, untilAdmitted)
 		}
 	}
-	return l.allowSlow(ctx, tenant, e, n)
+}
+
+// admitted is the admission of a request that spent from e's lease,
+// leaving left. A request that waited is counted with its reason; one that
+// did not is counted in the tenant's Admits, like the hot path.
+func (l *Limiter) admitted(e *entry, lim *syncer.Limits, left int64, waited, cold bool) Decision {
+	d := Decision{Allowed: true, Remaining: left, Quota: quotaOfLimits(lim), Reason: ReasonLeased}
+	switch {
+	case !waited:
+		e.Admits.Add(1)
+		return d
+	case cold:
+		d.Reason = ReasonColdStart
+	default:
+		d.Reason = ReasonRefilled
+	}
+	return l.count(d)
+}
+
+// gaveUp is the answer of a wait for e's tokens that ran out of time: for
+// AllowN (its wait budget spent, or ctx done) the decision Redis' state
+// calls for; for WaitN the denial and ctx's error.
+func (l *Limiter) gaveUp(ctx context.Context, tenant string, e *entry, n int64, untilAdmitted bool) (Decision, error) {
+	if l.closed.Load() {
+		return l.count(Decision{Quota: e.quota(), Reason: ReasonClosed}), l.errClosed(untilAdmitted)
+	}
+	if e.Failing() && !untilAdmitted {
+		return l.count(l.degraded(e, n)), nil
+	}
+	d := l.count(l.deny(e, n))
+	if !untilAdmitted {
+		return d, nil
+	}
+	return d, waitError(tenant, n, context.Cause(ctx))
+}
+
+// refuse answers a request whose tenant cannot be tracked: its quota is
+// invalid (ErrInvalidQuota) or the registry is full.
+func (l *Limiter) refuse(tenant string, n int64, q Quota, err error, untilAdmitted bool) (Decision, error) {
+	reason := ReasonInvalidQuota
+	if errors.Is(err, errTooManyTenants) {
+		reason = ReasonTooManyTenants
+	}
+	d := l.count(Decision{Quota: q, Reason: reason})
+	if !untilAdmitted {
+		return d, nil
+	}
+	return d, fmt.Errorf("%w (WaitN of %d for tenant %q)", err, n, truncate(tenant))
+}
+
+// invalidN answers a request for n tokens that can never be admitted.
+func (l *Limiter) invalidN(tenant string, n int64, q Quota, untilAdmitted bool) (Decision, error) {
+	d := l.count(Decision{Quota: q, Reason: ReasonInvalidN})
+	switch {
+	case !untilAdmitted:
+		return d, nil
+	case n <= 0:
+		return d, fmt.Errorf("%w: WaitN(%q, %d)", ErrInvalidN, truncate(tenant), n)
+	default:
+		return d, fmt.Errorf("%w: WaitN(%q, %d): Burst is %d", ErrExceedsBurst, truncate(tenant), n, q.Burst)
+	}
+}
+
+// errClosed is the error of a decision after Close: ErrClosed for WaitN,
+// none for AllowN (its Reason says it).
+func (l *Limiter) errClosed(untilAdmitted bool) error {
+	if untilAdmitted {
+		return ErrClosed
+	}
+	return nil
+}
+
+// waitError is WaitN's error when its wait ends without an admission.
+func waitError(tenant string, n int64, err error) error {
+	return fmt.Errorf("leasequota: WaitN(%q, %d): %w", truncate(tenant), n, err)
+}
+
+// unavailableError is WaitN's error when its ctx ended while Redis could
+// not be reached: it wraps both ErrUnavailable and ctx's error.
+func unavailableError(tenant string, n int64, err error) error {
+	return fmt.Errorf("%w: WaitN(%q, %d) waited for Redis until: %w", ErrUnavailable, truncate(tenant), n, err)
 }
 
 // errTooManyTenants is entry's error when the registry is full.
 var errTooManyTenants = errors.New("leasequota: too many tenants")
 
-// entry returns the tenant's entry, creating it. When the tenant's quota is
-// invalid it returns the quota and an error wrapping ErrInvalidQuota, and
-// tracks nothing.
+// entry returns the tenant's entry, creating it; never an evicted one (the
+// registry removes an entry before the syncer marks it evicted). When the
+// tenant's quota is invalid it returns the quota and an error wrapping
+// ErrInvalidQuota, and tracks nothing.
 func (l *Limiter) entry(tenant string) (*entry, Quota, error) {
 	if e := l.reg.load(tenant); e != nil {
 		return e, e.quota(), nil
@@ -289,78 +490,35 @@ func (l *Limiter) count(d Decision) Decision {
 	return d
 }
 
-// allowSlow decides a request the leased tokens could not: invalid n, a
-// closed limiter, an evicted entry, or too few tokens.
-func (l *Limiter) allowSlow(ctx context.Context, tenant string, e *entry, n int64) Decision {
-	lim := e.Limits()
-	if n <= 0 || n > lim.Burst {
-		return l.count(Decision{Quota: quotaOfLimits(lim), Reason: ReasonInvalidN})
-	}
-	if l.closed.Load() {
-		return l.count(Decision{Quota: quotaOfLimits(lim), Reason: ReasonClosed})
-	}
-	if e.Evicted() {
-		// Evicted between the lookup and now: start over with a new entry.
-		return l.allowFirst(ctx, tenant, n)
-	}
-	reason, wait := ReasonRefilled, l.cfg.maxWait
-	if !e.Leased() {
-		reason, wait = ReasonColdStart, l.cfg.coldStartWait
-	}
-	if e.Failing() {
-		// Redis is failing for this tenant: do not wait for it.
-		l.sync.NoteMiss(tenant, &e.Tenant, n)
-		return l.count(l.degraded(e, n))
-	}
-	if wait <= 0 {
-		l.sync.NoteMiss(tenant, &e.Tenant, n)
-	} else {
-		// The wait below makes the urgent call itself: record the miss
-		// without queueing the tenant for the loop too.
-		e.NoteMiss(n)
-		wctx, cancel := context.WithTimeout(ctx, wait)
-		d, err := l.wait(wctx, tenant, e, n, reason)
-		cancel()
-		if err == nil {
-			return l.count(d)
-		}
-	}
-	if e.Failing() {
-		return l.count(l.degraded(e, n))
-	}
-	return l.count(l.deny(e, n))
-}
-
 // degraded decides n tokens for e by its failure mode, Redis failing and
-// the lease spent.
+// the lease spent. A denial's RetryAfter is the earliest of the times that
+// could admit n: the fallback bucket holding n (FailLocal), and the
+// tenant's next lease call finding Redis back with n tokens in the global
+// bucket (Tenant.RetryAfter: the bucket as last seen, refilled at the
+// tenant's rate, and no earlier than the failure backoff allows).
 func (l *Limiter) degraded(e *entry, n int64) Decision {
 	q := e.quota()
+	now := time.Now()
 	d := Decision{Quota: q, Mode: q.FailureMode}
+	lease := max(e.RetryAfter(now, n), time.Millisecond)
 	switch q.FailureMode {
 	case FailOpen:
 		d.Allowed, d.Reason = true, ReasonFailOpen
-		return d
 	case FailLocal:
-		d.Reason = ReasonFallback
-		now := time.Now()
+		d.Reason, d.RetryAfter = ReasonFallback, lease
 		if fb := e.Fallback(); fb != nil {
 			if fb.TryConsume(now, n) {
-				d.Allowed = true
+				d.Allowed, d.RetryAfter = true, 0
 				return d
 			}
 			if wait, ok := fb.Delay(now, n); ok {
-				d.RetryAfter = max(wait, time.Millisecond)
+				d.RetryAfter = min(max(wait, time.Millisecond), lease)
 			}
 		}
-		if d.RetryAfter == 0 {
-			d.RetryAfter = max(e.RetryAfter(now, n), time.Millisecond)
-		}
-		return d
 	default:
-		d.Reason = ReasonUnavailable
-		d.RetryAfter = max(e.RetryAfter(time.Now(), n), time.Millisecond)
-		return d
+		d.Reason, d.RetryAfter = ReasonUnavailable, lease
 	}
+	return d
 }
 
 // deny builds the denial of n tokens for e.
@@ -375,116 +533,6 @@ func (l *Limiter) deny(e *entry, n int64) Decision {
 	}
 	d.RetryAfter = max(e.RetryAfter(time.Now(), n), time.Millisecond)
 	return d
-}
-
-// wait waits until n tokens are spent for e (returning the admission with
-// reason), or ctx is done (returning ctx's error), or Redis fails for the
-// tenant (ErrUnavailable). Each round asks the syncer for an urgent
-// refill, joining one in flight, and when Redis holds calls back (its
-// bucket is dry) sleeps until the estimated refill.
-func (l *Limiter) wait(ctx context.Context, tenant string, e *entry, n int64, reason Reason) (Decision, error) {
-	var sl sleeper
-	defer sl.stop()
-	for {
-		if ok, left := e.Tokens.TrySpend(n); ok {
-			return Decision{Allowed: true, Remaining: left, Quota: e.quota(), Reason: reason}, nil
-		}
-		if l.closed.Load() {
-			return Decision{}, ErrClosed
-		}
-		select {
-		case r := <-l.sync.Refill(ctx, tenant, &e.Tenant, n):
-			if errors.Is(r.Err, syncer.ErrClosed) {
-				return Decision{}, ErrClosed
-			}
-		case <-ctx.Done():
-			return Decision{}, ctx.Err()
-		}
-		if ok, left := e.Tokens.TrySpend(n); ok {
-			return Decision{Allowed: true, Remaining: left, Quota: e.quota(), Reason: reason}, nil
-		}
-		if e.Failing() {
-			return Decision{}, ErrUnavailable
-		}
-		// Still short: the global bucket is dry. Sleep until the syncer
-		// may call again.
-		if err := sl.sleep(ctx, max(e.RetryAfter(time.Now(), n), time.Millisecond)); err != nil {
-			return Decision{}, err
-		}
-	}
-}
-
-// WaitN blocks until n tokens of tenant's quota are admitted and returns
-// the admission, or until ctx is done (returning ctx's error), or the
-// limiter is closed (ErrClosed). It returns an error at once when n can
-// never be admitted: n <= 0 (ErrInvalidN), n > Burst (ErrExceedsBurst) or
-// an invalid quota (ErrInvalidQuota). While Redis cannot be reached and
-// the lease is spent, the tenant's failure mode decides: FailOpen admits,
-// FailLocal waits for the local fallback bucket, FailClosed returns
-// ErrUnavailable.
-func (l *Limiter) WaitN(ctx context.Context, tenant string, n int64) (Decision, error) {
-	if n <= 0 {
-		return Decision{Reason: ReasonInvalidN}, fmt.Errorf("%w: WaitN(%q, %d)", ErrInvalidN, truncate(tenant), n)
-	}
-	if l.closed.Load() {
-		return Decision{Reason: ReasonClosed}, ErrClosed
-	}
-	e, q, err := l.entry(tenant)
-	if err != nil {
-		if errors.Is(err, errTooManyTenants) {
-			return Decision{Quota: q, Reason: ReasonTooManyTenants}, fmt.Errorf("leasequota: WaitN(%q): %w", truncate(tenant), err)
-		}
-		return Decision{Quota: q, Reason: ReasonInvalidQuota}, fmt.Errorf("leasequota: WaitN(%q): %w", truncate(tenant), err)
-	}
-	if n > q.Burst {
-		return Decision{Quota: q, Reason: ReasonInvalidN},
-			fmt.Errorf("%w: WaitN(%q, %d): Burst is %d", ErrExceedsBurst, truncate(tenant), n, q.Burst)
-	}
-	var sl sleeper
-	defer sl.stop()
-	for {
-		if ok, left := e.Tokens.TrySpend(n); ok {
-			e.Admits.Add(1)
-			return Decision{Allowed: true, Remaining: left, Quota: q, Reason: ReasonLeased}, nil
-		}
-		if e.Evicted() {
-			if e, q, err = l.entry(tenant); err != nil {
-				return Decision{Quota: q, Reason: ReasonTooManyTenants}, fmt.Errorf("leasequota: WaitN(%q): %w", truncate(tenant), err)
-			}
-			continue
-		}
-		reason := ReasonRefilled
-		if !e.Leased() {
-			reason = ReasonColdStart
-		}
-		l.sync.NoteMiss(tenant, &e.Tenant, n)
-		var d Decision
-		if !e.Failing() {
-			d, err = l.wait(ctx, tenant, e, n, reason)
-			if err == nil {
-				return l.count(d), nil
-			}
-			if !errors.Is(err, ErrUnavailable) {
-				d = l.count(l.deny(e, n))
-				if errors.Is(err, ErrClosed) {
-					return d, err
-				}
-				return d, fmt.Errorf("leasequota: WaitN(%q, %d): %w", truncate(tenant), n, err)
-			}
-		}
-		// Redis is failing for the tenant: its failure mode decides.
-		d = l.count(l.degraded(e, n))
-		if d.Allowed {
-			return d, nil
-		}
-		if d.Reason == ReasonUnavailable {
-			return d, fmt.Errorf("leasequota: WaitN(%q, %d): %w", truncate(tenant), n, ErrUnavailable)
-		}
-		// FailLocal: wait for the fallback bucket, or for Redis to return.
-		if err := sl.sleep(ctx, d.RetryAfter); err != nil {
-			return d, fmt.Errorf("leasequota: WaitN(%q, %d): %w", truncate(tenant), n, err)
-		}
-	}
 }
 
 // AllowNWithin is AllowN, except that a denial that waiting could turn
@@ -510,8 +558,9 @@ func (l *Limiter) AllowNWithin(ctx context.Context, tenant string, n int64, maxW
 // and wakes early when ctx is done.
 type sleeper struct{ t *time.Timer }
 
-// sleep waits d, or until ctx is done (returning ctx's error).
-func (s *sleeper) sleep(ctx context.Context, d time.Duration) error {
+// sleep waits d, or until wake is closed (nil: never), or until ctx is
+// done (returning ctx's error).
+func (s *sleeper) sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) error {
 	if s.t == nil {
 		s.t = time.NewTimer(d)
 	} else {
@@ -520,8 +569,24 @@ func (s *sleeper) sleep(ctx context.Context, d time.Duration) error {
 	select {
 	case <-s.t.C:
 		return nil
+	case <-wake:
+		return nil
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+}
+
+// turnCount keeps the most turns one call of decide made without waiting
+// in between, for tests: a decision path that spun or went round an
+// evicted entry would raise it.
+type turnCount struct{ max atomic.Int64 }
+
+func (c *turnCount) note(turns int64) {
+	for {
+		cur := c.max.Load()
+		if turns <= cur || c.max.CompareAndSwap(cur, turns) {
+			return
+		}
 	}
 }
 
@@ -541,12 +606,19 @@ func truncate(s string) string {
 }
 
 // Close stops the syncer, waits for its goroutines, and returns every
-// unused leased token to Redis (bounded by ctx). After Close, AllowN denies
-// with ReasonClosed and WaitN returns ErrClosed. Close is idempotent: later
-// calls return the first call's result.
+// unused leased token to Redis (bounded by ctx).
+//
+// Admissions stop when Close is called, not when it returns: a decision
+// that starts after the call began is denied with ReasonClosed (WaitN
+// returns ErrClosed), and waiting WaitN calls return ErrClosed. Only a
+// decision already past that check when Close began may still spend from
+// its lease. Once Close has returned, every decision is denied with
+// ReasonClosed. Close is idempotent: later calls return the first call's
+// result.
 func (l *Limiter) Close(ctx context.Context) error {
 	l.closeOnce.Do(func() {
 		l.closed.Store(true)
+		l.cfg.logger.Info("leasequota: closing: admissions stopped, returning leased tokens")
 		l.stop()
 		l.group.Wait()
 		l.sync.Close()
@@ -561,14 +633,15 @@ func (l *Limiter) Close(ctx context.Context) error {
 // Tenants returns the number of tenants this instance tracks.
 func (l *Limiter) Tenants() int { return l.reg.len() }
 
-// Stats are running totals of a Limiter's decisions and lease traffic.
-// Every field only grows.
+// Stats are running totals of a Limiter's decisions and lease traffic:
+// every count only grows. Degraded is a state, not a count.
 type Stats struct {
 	syncer.Stats
-	// Leased is the number of requests admitted from leased tokens.
+	// Leased is the number of requests admitted from leased tokens without
+	// waiting (ReasonLeased).
 	Leased int64
-	// Decisions counts the other decisions (waits, denials, degraded
-	// modes) by reason: Allowed[r] and Denied[r] for Reason r.
+	// Allowed[r] and Denied[r] count the other decisions (waits, denials,
+	// degraded modes) by their Reason r.
 	Allowed, Denied [numReasons]int64
 	// Degraded is true while Redis calls are failing.
 	Degraded bool

@@ -39,11 +39,13 @@ type config struct {
 	seed            *uint64
 	failureMode     FailureMode
 	maxTenants      int
-	idleTimeout     time.Duration
-	logger          *slog.Logger
-	meterProvider   metric.MeterProvider
-	tracerProvider  trace.TracerProvider
-	name            string
+	// expectedInstances is WithExpectedInstances' hint; 0 for none.
+	expectedInstances int
+	idleTimeout       time.Duration
+	logger            *slog.Logger
+	meterProvider     metric.MeterProvider
+	tracerProvider    trace.TracerProvider
+	name              string
 }
 
 func defaultConfig() config {
@@ -71,6 +73,19 @@ func WithFailureMode(m FailureMode) Option {
 // ReasonTooManyTenants. Default: no bound but idle eviction.
 func WithMaxTenants(n int) Option {
 	return func(c *config) { c.maxTenants = n }
+}
+
+// WithExpectedInstances tells the limiter how many instances are expected
+// to share its tenants (default: unknown). It matters only to FailLocal,
+// for a tenant whose own instance count Redis never reported to this
+// instance (a tenant new here, or every tenant of an instance started
+// during an outage): such a tenant's fallback bucket gets Rate/n tokens
+// per second and Burst/n capacity, with n the larger of this hint and the
+// most instances Redis reported on any tenant here. With neither, n is 1:
+// each instance then falls back to the tenant's whole quota. See
+// docs/failure-modes.md.
+func WithExpectedInstances(n int) Option {
+	return func(c *config) { c.expectedInstances = n }
 }
 
 // WithIdleTimeout sets how long a tenant may go without requests before it
@@ -193,6 +208,9 @@ func (c *config) validate() error {
 	}
 	if !c.failureMode.valid() || c.failureMode == FailDefault {
 		return fmt.Errorf("%w: WithFailureMode(%d): want FailLocal, FailClosed or FailOpen", ErrInvalidOption, c.failureMode)
+	}
+	if c.expectedInstances < 0 {
+		return fmt.Errorf("%w: WithExpectedInstances(%d): want >= 0", ErrInvalidOption, c.expectedInstances)
 	}
 	if c.maxTenants < 0 {
 		return fmt.Errorf("%w: WithMaxTenants(%d): want >= 0", ErrInvalidOption, c.maxTenants)

@@ -24,6 +24,7 @@
 // second, admitted or not) times Interval times Headroom, clamped to the
 // tenant's MinLease and MaxLease, never more than Burst, and no more than
 // the demand over LeaseTTL. Tokens not spent within LeaseTTL of their grant
-// are taken back and dropped, which bounds how long tokens can be held:
-// see docs/design.md.
+// are taken back and returned to Redis as an aged return (credited only
+// with what the bucket would hold had they never been leased), which
+// bounds how long tokens can be held: see docs/design.md.
 package syncer

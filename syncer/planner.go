@@ -218,6 +218,9 @@ type Input struct {
 	// QuotaCheck says a quota changed in Redis (the quota version moved):
 	// a tenant active here re-reads its quota now.
 	QuotaCheck bool
+	// Recovered says Redis answers again after the tenant's lease calls
+	// failed: the failure backoff no longer holds the call back.
+	Recovered bool
 }
 
 // Action is what the planner wants done for a tenant.
@@ -405,7 +408,7 @@ func (p *Planner) Plan(st *State, lim Limits, now time.Time, in Input) Action {
 	read := in.QuotaCheck && granted && st.failures == 0 &&
 		ns-st.at(st.lastActive) < int64(lim.LeaseTTL) &&
 		ns-st.at(st.lastGrant) >= int64(p.cfg.Interval)/4
-	if ns < st.at(st.notBefore) {
+	if ns < st.at(st.notBefore) && !(in.Recovered && st.failures > 0) {
 		// Calls are held back. A read takes no tokens, so it may go
 		// while the bucket refills (never during a failure backoff).
 		a.Read = read
@@ -524,24 +527,31 @@ func (p *Planner) Failed(st *State, now time.Time) {
 // while its lease calls fail (the local fallback mode), and the capacity
 // of that local bucket.
 //
-// It starts at this instance's recent granted share of the tenant's rate
-// (its grant rate at its last successful lease call, at most Rate; zero
-// when it never had one) and decays from the time of that call, with
-// the configured FallbackHalfLife, toward Rate divided by the number of
-// instances Redis last counted on the tenant: if every instance does the
-// same, a fleet-wide outage admits about the tenant's quota, not the
-// quota times the instances. The capacity is Burst over that number.
-func (p *Planner) FallbackRate(st *State, lim Limits, now time.Time) (rate float64, capacity float64) {
+// Let n be the number of instances Redis last counted on the tenant; when
+// this instance never leased the tenant (a new tenant, an evicted one, an
+// instance started during an outage), n is fleet, the fleet size assumed
+// for such tenants (the largest count seen on any tenant, or a hint), and
+// 1 when fleet is zero too. The fair rate is Rate/n and the capacity
+// Burst/n (at least 1): if every instance does the same, a fleet-wide
+// outage admits about the tenant's quota, not the quota times the
+// instances.
+//
+// The rate starts at this instance's recent granted share of the
+// tenant's rate (its grant rate at its last successful lease call, at most
+// Rate) and decays from the time of that call, with the configured
+// FallbackHalfLife, toward the fair rate. An instance that never leased
+// the tenant has no share to start from: it gets the fair rate at once.
+func (p *Planner) FallbackRate(st *State, lim Limits, now time.Time, fleet int) (rate float64, capacity float64) {
 	n := float64(max(st.instances, 1))
+	if st.instances == 0 && fleet > 0 {
+		n = float64(fleet)
+	}
 	fair := lim.Rate / n
 	capacity = max(1, math.Floor(float64(lim.Burst)/n))
-	if st.failures == 0 {
+	if st.failures == 0 || st.flags&flagGranted == 0 {
 		return fair, capacity
 	}
 	share := min(float64(st.grantRate), lim.Rate)
-	if st.flags&flagGranted == 0 {
-		share = 0
-	}
 	elapsed := float64(now.UnixNano()-st.at(st.lastGrant)) / 1e9
 	w := math.Exp2(-max(elapsed, 0) / p.cfg.FallbackHalfLife.Seconds())
 	return fair + (share-fair)*w, capacity

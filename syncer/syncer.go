@@ -67,6 +67,11 @@ type Options struct {
 	// MaxTenants, when positive, is the most tenants kept: each round
 	// evicts the least recently active beyond it.
 	MaxTenants int
+	// Instances is the number of instances expected to share the tenants,
+	// for the fallback rate of tenants whose own count is unknown (see
+	// Planner.FallbackRate) until a lease call reports a count; zero means
+	// unknown (1).
+	Instances int
 	// Telemetry records spans, metrics and logs of rounds and calls; nil
 	// records nothing.
 	Telemetry *telemetry.Telemetry
@@ -76,9 +81,11 @@ type Options struct {
 	// LeaseTTL of twice the interval. It must return valid limits.
 	Resolve func(base *Limits, o *lease.Override) *Limits
 
-	// Evict is called after a round with the tenants it evicted, whose
-	// tokens were already drained; the owner of the tenant set removes
-	// them. Required when IdleTimeout or MaxTenants can evict.
+	// Evict is called with the tenants a round evicts, before they are
+	// marked evicted and drained: the owner of the tenant set removes them,
+	// so that no lookup hands out an evicted tenant. It must not block on a
+	// tenant's lock (the syncer holds theirs). Required when IdleTimeout or
+	// MaxTenants can evict.
 	Evict func([]*Tenant)
 }
 
@@ -128,6 +135,18 @@ type Syncer struct {
 
 	calls, errs, requested, granted, returned, forfeited, expired, evicted atomic.Int64
 	failingTenants                                                         atomic.Int64 // Cluster mode: tenants whose last call failed
+
+	// fleet is the largest number of instances a lease call has reported
+	// on any tenant (at least Options.Instances): the fleet size assumed
+	// for a tenant whose own count is unknown.
+	fleet atomic.Int64
+
+	// recovered is closed, and replaced by a new channel, each time lease
+	// calls succeed again after failing (the breaker closes; in Cluster
+	// mode, a failing tenant's call succeeds): requests waiting through an
+	// outage wake on it.
+	recoveredMu sync.Mutex
+	recovered   chan struct{} // guarded by recoveredMu
 }
 
 // perCommand is the time a pipeline gets for each of its commands on top
@@ -183,15 +202,17 @@ func New(client *lease.Client, tenants iter.Seq2[string, *Tenant], opts Options)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Syncer{
-		client:  client,
-		tenants: tenants,
-		planner: opts.Planner,
-		opts:    opts,
-		urgent:  make(chan named, 1024),
-		sem:     semaphore.NewWeighted(int64(opts.MaxInFlight)),
-		ctx:     ctx,
-		cancel:  cancel,
+		client:    client,
+		tenants:   tenants,
+		planner:   opts.Planner,
+		opts:      opts,
+		urgent:    make(chan named, 1024),
+		sem:       semaphore.NewWeighted(int64(opts.MaxInFlight)),
+		ctx:       ctx,
+		cancel:    cancel,
+		recovered: make(chan struct{}),
 	}
+	s.fleet.Store(int64(max(opts.Instances, 0)))
 	s.breaker = gobreaker.NewCircuitBreaker[[]lease.Result](gobreaker.Settings{
 		Name:    "leasequota-redis",
 		Timeout: opts.BreakerTimeout,
@@ -202,6 +223,9 @@ func New(client *lease.Client, tenants iter.Seq2[string, *Tenant], opts Options)
 		// about Redis.
 		IsExcluded: func(err error) bool { return errors.Is(err, context.Canceled) },
 		OnStateChange: func(_ string, from, to gobreaker.State) {
+			if to == gobreaker.StateClosed {
+				s.broadcastRecovered()
+			}
 			if opts.OnDegraded == nil {
 				return
 			}
@@ -229,10 +253,47 @@ func (s *Syncer) Degraded() bool {
 	return s.breaker.State() != gobreaker.StateClosed
 }
 
+// Recovered returns a channel that is closed the next time lease calls
+// succeed again after failing: when the circuit breaker closes, or in
+// Cluster mode when a failing tenant's call succeeds. Requests waiting
+// through an outage select on it, then look again.
+func (s *Syncer) Recovered() <-chan struct{} {
+	s.recoveredMu.Lock()
+	defer s.recoveredMu.Unlock()
+	return s.recovered
+}
+
+func (s *Syncer) broadcastRecovered() {
+	s.recoveredMu.Lock()
+	close(s.recovered)
+	s.recovered = make(chan struct{})
+	s.recoveredMu.Unlock()
+}
+
+// Fleet returns the number of instances assumed for a tenant whose own
+// count is unknown: the largest count a lease call has reported on any
+// tenant, or Options.Instances when larger; zero when neither is known.
+func (s *Syncer) Fleet() int { return int(s.fleet.Load()) }
+
+// noteFleet raises the fleet size to n.
+func (s *Syncer) noteFleet(n int) {
+	for {
+		cur := s.fleet.Load()
+		if int64(n) <= cur || s.fleet.CompareAndSwap(cur, int64(n)) {
+			return
+		}
+	}
+}
+
 // setFailing records t's health, counting failing tenants and reporting
 // the first failure and the last recovery in Cluster mode.
 func (s *Syncer) setFailing(t *Tenant, failing bool, err error) {
-	if t.setFlag(flagFailing, failing) == failing || !s.opts.Cluster {
+	was := t.setFlag(flagFailing, failing)
+	if was && !failing && s.opts.Cluster {
+		// Cluster mode has no shared breaker: this tenant's node is back.
+		s.broadcastRecovered()
+	}
+	if was == failing || !s.opts.Cluster {
 		return
 	}
 	var n int64
@@ -327,9 +388,9 @@ type job struct {
 }
 
 // Round plans every tenant that tenants yields and carries the plan out:
-// expired tokens are dropped, idle tenants evicted (their tokens returned),
-// then leases are acquired in pipelines of
-// up to BatchSize tenants, at most MaxInFlight at once. A tenant that is
+// expired tokens are taken back and returned, idle tenants evicted (their
+// tokens returned), then leases are acquired in pipelines of up to
+// BatchSize tenants, at most MaxInFlight at once. A tenant that is
 // locked (an urgent refill is running for it) is skipped.
 func (s *Syncer) Round(ctx context.Context, tenants iter.Seq2[string, *Tenant]) {
 	s.round(ctx, tenants, false)
@@ -362,7 +423,7 @@ func (s *Syncer) round(ctx context.Context, tenants iter.Seq2[string, *Tenant], 
 	var (
 		jobs     []job
 		releases []lease.ReleaseRequest
-		evict    []*Tenant
+		evict    []named
 	)
 	track := s.opts.MaxTenants > 0
 	s.lru = s.lru[:0]
@@ -381,10 +442,7 @@ func (s *Syncer) round(ctx context.Context, tenants iter.Seq2[string, *Tenant], 
 			continue // unlocked once the result is applied
 		}
 		if s.planner.Idle(&t.st, now, s.opts.IdleTimeout) {
-			if r, ok := s.evictLocked(name, t, now); ok {
-				releases = append(releases, r)
-			}
-			evict = append(evict, t)
+			evict = append(evict, named{name, t})
 		} else if track {
 			s.lru = append(s.lru, lruEntry{active: t.st.at(t.st.lastActive), named: named{name, t}})
 		}
@@ -396,28 +454,16 @@ func (s *Syncer) round(ctx context.Context, tenants iter.Seq2[string, *Tenant], 
 	if over := len(s.lru) + len(jobs) - s.opts.MaxTenants; track && over > 0 {
 		slices.SortFunc(s.lru, func(a, b lruEntry) int { return cmp.Compare(a.active, b.active) })
 		for _, e := range s.lru[:min(over, len(s.lru))] {
-			if !e.t.mu.TryLock() {
-				continue
-			}
-			if r, ok := s.evictLocked(e.name, e.t, now); ok {
-				releases = append(releases, r)
-			}
-			e.t.mu.Unlock()
-			evict = append(evict, e.t)
+			evict = append(evict, e.named)
 		}
 	}
 	clear(s.lru)
+	releases = s.evict(evict, now, releases)
 	s.pendingMu.Lock()
 	releases = append(releases, s.pending...)
 	clear(s.pending)
 	s.pending = s.pending[:0]
 	s.pendingMu.Unlock()
-	if len(evict) > 0 {
-		s.evicted.Add(int64(len(evict)))
-		if s.opts.Evict != nil {
-			s.opts.Evict(evict)
-		}
-	}
 	if len(releases) == 0 && len(jobs) == 0 {
 		return
 	}
@@ -450,11 +496,47 @@ func (s *Syncer) endRound(r *telemetry.Round) {
 	r.End()
 }
 
-// evictLocked marks t evicted and drains its tokens, returning the release
-// that gives them back, if any. t.mu must be held.
-func (s *Syncer) evictLocked(name string, t *Tenant, now time.Time) (lease.ReleaseRequest, bool) {
-	t.setFlag(flagEvicted, true)
-	return s.drainLocked(name, t, now)
+// evict removes the tenants ts from the owner's set, then marks them
+// evicted and drains their tokens; it returns releases with the returns
+// of the drained tokens appended. A tenant whose lock is taken (a lease
+// call is in flight for it) is left for a later round.
+//
+// The order is what keeps readers safe: once a tenant is marked evicted a
+// request holding it looks the tenant up again, and that lookup must not
+// find the same tenant, or the request would go round in circles. So the
+// owner removes the tenants (one step for the whole batch) before any of
+// them is marked. A request that loaded a tenant before the removal may
+// still spend the tokens it holds until the drain below: they were leased,
+// so they are good.
+func (s *Syncer) evict(ts []named, now time.Time, releases []lease.ReleaseRequest) []lease.ReleaseRequest {
+	// Each tenant stays locked from here until it is marked, so no lease
+	// call starts for it in between.
+	locked := ts[:0]
+	for _, n := range ts {
+		if n.t.mu.TryLock() {
+			locked = append(locked, n)
+		}
+	}
+	ts = locked
+	if len(ts) == 0 {
+		return releases
+	}
+	if s.opts.Evict != nil {
+		gone := make([]*Tenant, len(ts))
+		for i, n := range ts {
+			gone[i] = n.t
+		}
+		s.opts.Evict(gone)
+	}
+	for _, n := range ts {
+		n.t.setFlag(flagEvicted, true)
+		if r, ok := s.drainLocked(n.name, n.t, now); ok {
+			releases = append(releases, r)
+		}
+		n.t.mu.Unlock()
+	}
+	s.evicted.Add(int64(len(ts)))
+	return releases
 }
 
 // drainLocked empties t's counter and returns the release that gives its
@@ -589,7 +671,7 @@ func (s *Syncer) apply(ctx context.Context, name string, t *Tenant, now time.Tim
 		s.errs.Add(1)
 		s.planner.Failed(&t.st, now)
 		t.retryAt.Store(t.st.at(t.st.notBefore))
-		rate, capacity := s.planner.FallbackRate(&t.st, *t.Limits(), now)
+		rate, capacity := s.planner.FallbackRate(&t.st, *t.Limits(), now, s.Fleet())
 		if fb := t.fallback.Load(); fb != nil {
 			fb.SetRate(now, rate)
 		} else {
@@ -611,6 +693,9 @@ func (s *Syncer) apply(ctx context.Context, name string, t *Tenant, now time.Tim
 	level := t.Tokens.Add(g.Granted)
 	s.granted.Add(g.Granted)
 	s.planner.Granted(&t.st, *t.Limits(), now, want, g, level)
+	if g.Instances > 0 {
+		s.noteFleet(g.Instances)
+	}
 	t.emptyAt.Store(now.UnixNano() - int64(durationCeil(g.Tokens/t.Limits().Rate)))
 	t.retryAt.Store(t.st.at(t.st.notBefore))
 	t.setFlag(flagLeased, true)
@@ -729,6 +814,9 @@ func (s *Syncer) refill(link trace.Link, name string, t *Tenant, need int64) err
 	in := t.take(t.Tokens.Load())
 	in.Urgent = true
 	in.Need = max(in.Need, need)
+	// Redis answers again (the breaker closed after this tenant's calls
+	// failed): a waiting request need not sit out the tenant's backoff.
+	in.Recovered = t.flag(flagFailing) && !s.opts.Cluster && s.breaker.State() == gobreaker.StateClosed
 	a, ret, ok := s.planWith(name, t, now, in)
 	if ok {
 		// Returned by the next round: not worth a round trip here, where

@@ -1,0 +1,85 @@
+package leasequota
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/leasequota/leasequota/integration/redistest"
+	"github.com/leasequota/leasequota/syncer"
+)
+
+// TestEvictionIsOneStep is the deterministic form of a crash: a request
+// that found its tenant's entry evicted looked the tenant up again, got
+// the same evicted entry back (the syncer marked entries evicted during a
+// round but removed them from the registry only after it), and recursed
+// until the stack overflowed. Here the run loop is stopped and the test
+// drives a round itself, whose tenant iterator makes requests for the idle
+// tenant V between the steps of the round; then it checks that the
+// registry never holds an evicted entry, and that no decision took more
+// than a few turns without waiting.
+func TestEvictionIsOneStep(t *testing.T) {
+	redistest.Shared(t)
+	c := redistest.Client(t)
+	l, err := New(c, WithKeyPrefix(redistest.Prefix(t)), WithIdleTimeout(time.Millisecond),
+		WithLogger(slog.New(slog.NewTextHandler(testWriter{t}, nil))),
+		WithColdStartWait(0), WithDefaultQuota(Quota{Rate: 100, Burst: 100}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close(context.Background())
+	// Stop the run loop: this test runs the rounds.
+	l.stop()
+	l.group.Wait()
+	ctx := context.Background()
+	l.AllowN(ctx, "V", 1) // V is tracked (its lease comes with an urgent call or not at all)
+	first := l.reg.load("V")
+	if first == nil {
+		t.Fatal("V not tracked after its first request")
+	}
+	// A round sees the request; then V stays idle for longer than the
+	// idle timeout.
+	l.sync.Round(ctx, l.reg.tenants)
+	start := time.Now()
+	for time.Since(start) < 5*time.Millisecond {
+		time.Sleep(time.Millisecond) // letting the clock pass the idle timeout
+	}
+	var during []Decision
+	l.sync.Round(ctx, func(yield func(string, *syncer.Tenant) bool) {
+		for name, tn := range l.reg.tenants {
+			if !yield(name, tn) {
+				return
+			}
+			if name == "V" {
+				during = append(during, l.AllowN(ctx, "V", 1))
+				if e := l.reg.load("V"); e != nil && e.Evicted() {
+					t.Error("the registry handed out an evicted entry during the round")
+				}
+			}
+		}
+	})
+	if !first.Evicted() {
+		t.Fatalf("V was not evicted by the round (stats %+v)", l.sync.Stats())
+	}
+	if e := l.reg.load("V"); e == first {
+		t.Fatal("the registry still holds V's evicted entry after the round")
+	}
+	after := l.AllowN(ctx, "V", 1)
+	now := l.reg.load("V")
+	if now == nil || now == first || now.Evicted() {
+		t.Fatalf("after eviction, V's entry is %p (evicted %v), want a new live entry", now, now != nil && now.Evicted())
+	}
+	if n := l.turns.max.Load(); n > 3 {
+		t.Errorf("a decision took %d turns without waiting, want at most 3", n)
+	}
+	t.Logf("during the round: %v; after: %v", during, after)
+}
+
+// testWriter writes a test's library logs to t.Log.
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(string(p))
+	return len(p), nil
+}
