@@ -8,11 +8,11 @@ import (
 )
 
 // maxBatches bounds the ledger's memory per tenant. When more batches are
-// held, the two oldest merge under the earlier grant time: a merged batch
-// expires early, never late, so the lease lifetime bound still holds, and
-// its age is overstated, never understated, so a return of it is credited
-// no more than it should be. A busy tenant holds about two (the expiring
-// lease and its replacement).
+// held, the two oldest merge under the earlier stamp and the older of their
+// grants (see Ledger): a merged batch expires early, never late, so the
+// lease lifetime bound still holds, and its age is overstated, never
+// understated, so a return of it is credited no more than it should be. A
+// busy tenant holds about two (the expiring lease and its replacement).
 const maxBatches = 3
 
 // Ledger tracks which of a tenant's leased tokens were granted when, so
@@ -21,7 +21,40 @@ const maxBatches = 3
 // attributed to the oldest batch first (FIFO): this is the order that keeps
 // every spent token within its lifetime.
 //
-// A batch expires ttl after it was granted, with the ttl the caller passes
+// A batch has two times. Its stamp is the local time the lease call was
+// planned, before Redis ran it: the batch expires ttl after it, and a
+// return's age is measured from it, so it must never be later than the
+// grant. Its ID (lease.GrantID) is the grant's Redis time: a return names
+// it, and Redis credits the returned tokens only against the bucket's
+// levels after that grant, so the ID a return names must never be of a
+// grant later than the oldest one whose tokens it returns (naming a later
+// grant over-credits).
+//
+// Batches are kept in the order of their grants in Redis, oldest first,
+// whatever the order they are added in: a round reads its clock before it
+// walks the tenants, so an urgent refill that runs while it walks gets a
+// later stamp but an earlier grant than the round's call for the same
+// tenant, and its batch is added first. Ordering by stamp would put the
+// round's batch in front and name its (later) grant for tokens that
+// include the refill's. Ordered by grant, a return of the front batches
+// names the front one's grant, the oldest, and spends come out of the
+// oldest grant first, which leaves the youngest tokens for returns, the
+// ones Redis can credit most. (A grant whose ID is unknown, zero, is
+// ordered by its stamp, and a return that includes its tokens names no
+// grant: see oldestID. The lease client always gives IDs.)
+//
+// Expiry must still be FIFO: Expire and ExpiringBefore walk from the front
+// and stop at the first batch not yet due. So stamps are kept
+// non-decreasing along the list by lowering a batch's stamp to that of a
+// later batch (one granted after it in Redis) when that is earlier: such a
+// batch then expires early, never late, and its age is overstated, never
+// understated, both the safe direction. It is lowered by at most the
+// longest time between planning a call and Redis running it (about a
+// round's duration): the later batch was planned at most that long before
+// its grant, which came after this batch's grant, which came after this
+// batch's stamp.
+//
+// A batch expires ttl after its stamp, with the ttl the caller passes
 // at the time: when a tenant's lease TTL changes, the batches it holds take
 // the new one.
 //
@@ -29,17 +62,18 @@ const maxBatches = 3
 // lower the counter, and the syncer is the only writer that raises it, so
 // Total is always >= the counter and Sync can attribute the difference.
 //
-// The ledger is small on purpose (there is one per tenant): grant times are
+// The ledger is small on purpose (there is one per tenant): stamps are
 // whole milliseconds after a base time, rounded down (so a batch looks
-// older than it is, never younger), and a batch is in use while it holds
-// tokens.
+// older than it is, never younger), a batch is in use while it holds
+// tokens, and a grant is known by its 32-bit ID only (see grantDelta for
+// how two are ordered).
 type Ledger struct {
 	base  int64             // unix nanoseconds; the times below are ms after it
-	left  [maxBatches]int64 // tokens of each batch, oldest first; 0 ends the list
-	stamp [maxBatches]stamp // grant time of each batch
+	left  [maxBatches]int64 // tokens of each batch, oldest grant first; 0 ends the list
+	stamp [maxBatches]stamp // local time of each batch (non-decreasing; see above)
 	// id is the GrantID of the oldest grant in each batch (zero when
-	// unknown), for the return of its tokens to name (see
-	// lease.ReleaseRequest.Grant).
+	// unknown, or when the batch merged an unknown one), for the return of
+	// its tokens to name (see lease.ReleaseRequest.Grant).
 	id [maxBatches]lease.GrantID
 }
 
@@ -130,26 +164,34 @@ func (l *Ledger) expiresAt(i int, ttl time.Duration) int64 {
 	return l.at(l.stamp[i]) + int64(ttl)
 }
 
-// Expire removes the batches whose time has come (granted ttl or more
-// before now) and returns their tokens, the grant time of the oldest of
-// them (the zero time when none expired) and the ID of their oldest grant
-// (zero when unknown): the caller takes the tokens back from the counter.
+// Expire removes the batches whose time has come (stamped ttl or more
+// before now) and returns their tokens, the earliest of their stamps (the
+// zero time when none expired; no later than any of their grants, so a
+// return's age measured from it is not understated) and the ID of their
+// oldest grant (zero when unknown): the caller takes the tokens back from
+// the counter.
 func (l *Ledger) Expire(now time.Time, ttl time.Duration) (tokens int64, granted time.Time, id lease.GrantID) {
 	ns := now.UnixNano()
-	for l.left[0] > 0 && ns >= l.expiresAt(0, ttl) {
-		if tokens == 0 {
-			granted, id = time.Unix(0, l.at(l.stamp[0])), l.id[0]
-		}
-		tokens += l.left[0]
+	n := 0
+	for n < maxBatches && l.left[n] > 0 && ns >= l.expiresAt(n, ttl) {
+		tokens += l.left[n]
+		n++
+	}
+	if n == 0 {
+		return 0, time.Time{}, 0
+	}
+	granted, id = time.Unix(0, l.at(l.stamp[0])), l.oldestID(n)
+	for range n {
 		l.shift()
 	}
 	return tokens, granted, id
 }
 
-// Add records tokens granted at time granted by the grant with ID id (zero
-// for unknown). Batches are kept in order of grant, whatever the order they
-// are added in (a round that read the clock before an urgent refill may
-// apply its grant after it).
+// Add records tokens granted by the grant with ID id (zero for unknown)
+// on a call planned at time granted (local clock, before Redis ran it).
+// The batch goes after the batches of grants before it in Redis, whatever
+// the order they are added in (see Ledger), and stamps are lowered to keep
+// expiry FIFO.
 func (l *Ledger) Add(granted time.Time, tokens int64, id lease.GrantID) {
 	if tokens <= 0 {
 		return
@@ -157,20 +199,71 @@ func (l *Ledger) Add(granted time.Time, tokens int64, id lease.GrantID) {
 	l.init(granted.UnixNano())
 	n := l.n()
 	if n == maxBatches {
-		// Merge the two oldest under the earlier grant time (the first's),
-		// and the ID of the first's oldest grant.
+		// Merge the two oldest under the earlier stamp (the first's: stamps
+		// do not decrease) and the older of their grants.
+		l.id[1] = l.oldestID(2)
 		l.left[1] += l.left[0]
-		l.stamp[1], l.id[1] = l.stamp[0], l.id[0]
+		l.stamp[1] = l.stamp[0]
 		l.shift()
 		n--
 	}
 	s := l.stampOf(granted.UnixNano())
 	i := n
-	for i > 0 && l.stamp[i-1] > s {
+	for i > 0 && grantedBefore(s, id, l.stamp[i-1], l.id[i-1]) {
 		l.left[i], l.stamp[i], l.id[i] = l.left[i-1], l.stamp[i-1], l.id[i-1]
 		i--
 	}
 	l.left[i], l.stamp[i], l.id[i] = tokens, s, id
+	// A batch granted before a later-stamped one is stamped no later than
+	// it, so that it expires no later.
+	for j := n - 1; j >= 0; j-- {
+		l.stamp[j] = min(l.stamp[j], l.stamp[j+1])
+	}
+}
+
+// grantedBefore reports whether the grant with ID ia of a batch stamped sa
+// was made before the grant ib of a batch stamped sb, in Redis time. When
+// either ID is unknown it orders by stamp.
+func grantedBefore(sa stamp, ia lease.GrantID, sb stamp, ib lease.GrantID) bool {
+	if ia == 0 || ib == 0 {
+		return sa < sb
+	}
+	return grantDelta(sa, ia, sb, ib) > 0
+}
+
+// grantDelta returns the Redis time of grant ib minus that of grant ia, in
+// microseconds, for batches stamped sa and sb. An ID holds only the low 32
+// bits of its grant's time, which wrap every 2^32 µs (about 71 minutes),
+// and a lease may live longer than that. The stamps tell which wrap it is:
+// both clocks move at the same pace, and a batch's stamp is before its
+// grant by no more than the time from planning a call to Redis running it
+// (lowered stamps included, see Ledger), so the difference of two grants
+// is that of their stamps to within that time. Of the differences the IDs
+// allow (one every 2^32 µs), it is the one nearest the stamps': exact
+// while that time stays under 2^31 µs, about 35 minutes. (A stamp clamped
+// at stampMin, 24 days in the past, breaks this; no lease lives that long.)
+func grantDelta(sa stamp, ia lease.GrantID, sb stamp, ib lease.GrantID) int64 {
+	local := (int64(sb) - int64(sa)) * int64(time.Millisecond/time.Microsecond)
+	return local + int64(int32(uint32(ib-ia)-uint32(local)))
+}
+
+// oldestID returns the ID to name for a return of the first n batches:
+// the oldest of their grants, or zero when one of them is unknown (a known
+// ID might then be later than the unknown grant; with zero, Redis judges
+// the return by its age). The batches are in order of grant, but an
+// unknown grant, ordered by stamp, can come between two known ones out of
+// their order, so it compares them all rather than take the first.
+func (l *Ledger) oldestID(n int) lease.GrantID {
+	k := 0
+	for i := range n {
+		if l.id[i] == 0 {
+			return 0
+		}
+		if grantedBefore(l.stamp[i], l.id[i], l.stamp[k], l.id[k]) {
+			k = i
+		}
+	}
+	return l.id[k]
 }
 
 // ExpiringBefore returns the tokens in batches that expire before t, given
@@ -184,12 +277,12 @@ func (l *Ledger) ExpiringBefore(t time.Time, ttl time.Duration) (tokens int64) {
 }
 
 // Clear forgets every batch (the counter was drained) and returns the
-// tokens it accounted for, the grant time of the oldest batch (the zero
-// time for none) and the ID of its oldest grant (zero when unknown).
+// tokens it accounted for, the earliest stamp (the zero time for none)
+// and the ID of the oldest grant (zero when unknown), as Expire does.
 func (l *Ledger) Clear() (tokens int64, oldest time.Time, id lease.GrantID) {
 	tokens = l.Total()
 	if tokens > 0 {
-		oldest, id = time.Unix(0, l.at(l.stamp[0])), l.id[0]
+		oldest, id = time.Unix(0, l.at(l.stamp[0])), l.oldestID(l.n())
 	}
 	l.left = [maxBatches]int64{}
 	l.stamp = [maxBatches]stamp{}

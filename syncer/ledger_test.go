@@ -289,8 +289,8 @@ func TestLedgerClear(t *testing.T) {
 }
 
 // TestLedgerGrantIDs: each batch keeps the ID of its oldest grant, through
-// spends, merges (the older batch's) and out-of-order adds, and Expire and
-// Clear report the oldest batch's.
+// spends, merges (the older batch's) and adds out of the order of their
+// grants in Redis, and Expire and Clear report the oldest grant's.
 func TestLedgerGrantIDs(t *testing.T) {
 	var l Ledger
 	l.Add(at(1000), 10, 11)
@@ -315,21 +315,51 @@ func TestLedgerGrantIDs(t *testing.T) {
 		t.Fatalf("Clear after a merge = %d, %d; want %d, 1", n, id, maxBatches+1)
 	}
 
-	// An older grant applied late goes in front, with its ID.
+	// Batches go in the order of their grants in Redis, not of their
+	// stamps: a round planned its call at +1.99s (it read its clock before
+	// walking the tenants); an urgent refill for the tenant planned its own
+	// at +2s, Redis ran it first and it was applied first; Redis ran the
+	// round's call after it. The refill's batch stays in front, its ID with
+	// it, so that a return of both names the older grant (naming the
+	// round's would credit the refill's tokens against the bucket's levels
+	// after a later grant: over-credit). And it takes the round's earlier
+	// stamp, so that it expires no later than the round's batch does: expiry
+	// stays FIFO, early rather than late.
 	var o Ledger
-	o.Add(at(2000), 5, 7)
-	o.Add(at(1000), 3, 8)
-	if o.id != [maxBatches]lease.GrantID{8, 7, 0} {
-		t.Fatalf("IDs %v, want [8 7 0]", o.id)
+	refill, round := redisGrant(2001), redisGrant(2050)
+	o.Add(at(2000), 5, refill)
+	o.Add(at(1990), 3, round)
+	if o.id != [maxBatches]lease.GrantID{refill, round, 0} {
+		t.Fatalf("IDs %v, want [refill %d, round %d, 0]", o.id, refill, round)
 	}
-	// Spending the whole oldest batch leaves the next one's.
+	if next, _ := o.NextExpiry(0); !next.Equal(at(1990)) {
+		t.Fatalf("the front batch expires at +%v, want the round's earlier stamp +1.99s", next.Sub(lt0))
+	}
+	// Spends come out of the older grant's batch; while any of it is left,
+	// a return names it.
 	o.Sync(5)
-	if n, oldest, id := o.Clear(); n != 5 || !oldest.Equal(at(2000)) || id != 7 {
-		t.Fatalf("Clear = %d, %v, %d; want 5, +2s, 7", n, oldest.Sub(lt0), id)
+	if n, oldest, id := o.Clear(); n != 5 || !oldest.Equal(at(1990)) || id != refill {
+		t.Fatalf("Clear = %d, %v, %d; want 5, +1.99s, the refill's %d", n, oldest.Sub(lt0), id, refill)
 	}
 	if _, _, id := o.Clear(); id != 0 || o.id != [maxBatches]lease.GrantID{} {
 		t.Fatalf("Clear of an empty ledger named grant %d (IDs %v)", id, o.id)
 	}
+	// Once the older grant's tokens are spent, a return names the next.
+	o.Add(at(2000), 5, refill)
+	o.Add(at(1990), 3, round)
+	o.Sync(3)
+	if n, _, id := o.Expire(at(1990), 0); n != 3 || id != round {
+		t.Fatalf("Expire = %d, %d; want 3, the round's %d", n, id, round)
+	}
+}
+
+// redisT0 is the Redis clock of the ledger tests at lt0 (another clock than
+// the local one: only differences between the two matter).
+var redisT0 = lt0.Add(-37*time.Minute + 123*time.Microsecond)
+
+// redisGrant returns the ID of a grant Redis made ms after redisT0.
+func redisGrant(ms int) lease.GrantID {
+	return lease.Grant{ServerTime: redisT0.Add(time.Duration(ms) * time.Millisecond)}.ID()
 }
 
 // modelBatch is a batch in the reference model of the ledger: the half-open

@@ -877,10 +877,10 @@ func TestKnownBugPartialGrantWaitOverflows(t *testing.T) {
 	}
 }
 
-// TestDrainedNamesTheOldestGrant: a round's grant that an urgent refill
-// (planned later) overtook in Redis goes before the refill's batch in the
-// ledger, with its ID: a return of the tokens names the grant of the batch
-// they start with.
+// TestDrainedNamesTheOldestGrant: when an urgent refill (planned later)
+// overtook a round's call in Redis, a return of both batches names the
+// refill's grant, the older in Redis, and is aged from the round's time,
+// the earlier plan.
 func TestDrainedNamesTheOldestGrant(t *testing.T) {
 	p := NewPlanner(Config{}, testSeed)
 	var st State
@@ -894,8 +894,8 @@ func TestDrainedNamesTheOldestGrant(t *testing.T) {
 	p.Granted(&st, lim, round, 7, gRound, 12)
 	p.Granted(&st, lim, refill.Add(time.Millisecond), 3, lease.Grant{Granted: 0, ServerTime: at(300)}, 12)
 	n, oldest, id := p.Drained(&st)
-	if n != 12 || !oldest.Equal(round) || id != gRound.ID() {
-		t.Fatalf("Drained = %d, %v, %d; want 12, the round's time, its ID", n, oldest.Sub(pt0), id)
+	if n != 12 || !oldest.Equal(round) || id != gRefill.ID() {
+		t.Fatalf("Drained = %d, %v, %d; want 12, the round's time, the refill's ID %d", n, oldest.Sub(pt0), id, gRefill.ID())
 	}
 }
 
