@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/leasequota/leasequota"
-	"github.com/leasequota/leasequota/integration/redistest"
 	"github.com/leasequota/leasequota/middleware"
 )
 
@@ -363,23 +362,7 @@ func TestDegraded(t *testing.T) {
 	leakCheck(t)
 	q := leasequota.Quota{Rate: 10, Burst: 10}
 	deadRedis := func(t *testing.T, mode leasequota.FailureMode) *leasequota.Limiter {
-		s := redistest.StartServer(t)
-		if err := s.Stop(); err != nil {
-			t.Fatal(err)
-		}
-		c := s.Client()
-		t.Cleanup(func() { c.Close() })
-		l, err := leasequota.New(c, leasequota.WithDefaultQuota(q), leasequota.WithRedisTimeout(20*time.Millisecond),
-			leasequota.WithFailureMode(mode))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			defer cancel()
-			l.Close(ctx) // cannot return the (no) tokens to a dead Redis
-		})
-		return l
+		return deadLimiter(t, q, mode)
 	}
 	t.Run("deny", func(t *testing.T) {
 		l := deadRedis(t, leasequota.FailClosed)
