@@ -2,7 +2,9 @@ package grpcquota_test
 
 import (
 	"context"
+	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -35,10 +37,43 @@ func leakCheck(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
 }
 
+// testLog passes each line written to it to t.Log, until the test's
+// cleanups are done (a limiter's goroutines may log until it is closed).
+type testLog struct {
+	mu   sync.Mutex
+	t    testing.TB
+	done bool
+}
+
+func (w *testLog) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.done {
+		w.t.Log(strings.TrimSuffix(string(p), "\n"))
+	}
+	return len(p), nil
+}
+
+// testLogger returns a logger that writes to t.Log, for leasequota.WithLogger.
+// Create it before the limiter, so that it outlives the limiter's Close in
+// the cleanups.
+func testLogger(t testing.TB) *slog.Logger {
+	w := &testLog{t: t}
+	t.Cleanup(func() {
+		w.mu.Lock()
+		w.done = true
+		w.mu.Unlock()
+	})
+	return slog.New(slog.NewTextHandler(w, nil))
+}
+
+// newLimiter returns a Limiter on the shared Redis with a key prefix of
+// its own, logging to t.Log, closed when the test ends.
 func newLimiter(t *testing.T, opts ...leasequota.Option) *leasequota.Limiter {
 	t.Helper()
+	logger := testLogger(t)
 	c := redistest.Client(t)
-	opts = append([]leasequota.Option{leasequota.WithKeyPrefix(redistest.Prefix(t))}, opts...)
+	opts = append([]leasequota.Option{leasequota.WithKeyPrefix(redistest.Prefix(t)), leasequota.WithLogger(logger)}, opts...)
 	l, err := leasequota.New(c, opts...)
 	if err != nil {
 		t.Fatal(err)
@@ -49,6 +84,30 @@ func newLimiter(t *testing.T, opts ...leasequota.Option) *leasequota.Limiter {
 		if err := l.Close(ctx); err != nil {
 			t.Errorf("Close: %v", err)
 		}
+	})
+	return l
+}
+
+// deadLimiter returns a Limiter with quota q and failure mode mode on a
+// Redis that is down for good, closed when the test ends.
+func deadLimiter(t *testing.T, q leasequota.Quota, mode leasequota.FailureMode) *leasequota.Limiter {
+	t.Helper()
+	logger := testLogger(t)
+	s := redistest.StartServer(t)
+	if err := s.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	rc := s.Client()
+	t.Cleanup(func() { rc.Close() })
+	l, err := leasequota.New(rc, leasequota.WithDefaultQuota(q), leasequota.WithRedisTimeout(20*time.Millisecond),
+		leasequota.WithFailureMode(mode), leasequota.WithLogger(logger))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		l.Close(ctx) // nothing to return to a dead Redis
 	})
 	return l
 }
@@ -378,23 +437,7 @@ func TestOutcomes(t *testing.T) {
 		}
 	})
 	deadRedis := func(t *testing.T, mode leasequota.FailureMode) *leasequota.Limiter {
-		s := redistest.StartServer(t)
-		if err := s.Stop(); err != nil {
-			t.Fatal(err)
-		}
-		rc := s.Client()
-		t.Cleanup(func() { rc.Close() })
-		l, err := leasequota.New(rc, leasequota.WithDefaultQuota(leasequota.Quota{Rate: 10, Burst: 10}),
-			leasequota.WithRedisTimeout(20*time.Millisecond), leasequota.WithFailureMode(mode))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			defer cancel()
-			l.Close(ctx) // nothing to return to a dead Redis
-		})
-		return l
+		return deadLimiter(t, leasequota.Quota{Rate: 10, Burst: 10}, mode)
 	}
 	t.Run("degraded deny", func(t *testing.T) {
 		c := serve(t, deadRedis(t, leasequota.FailClosed))
