@@ -2,6 +2,7 @@ package grpcquota
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strings"
@@ -53,8 +54,13 @@ const (
 )
 
 // An Option configures the interceptors. The constructors panic on an
-// invalid option, as it is a programming error found at start-up.
+// invalid option, as it is a programming error found at start-up, with an
+// error that wraps ErrInvalidOption.
 type Option func(*config)
+
+// ErrInvalidOption is wrapped by the error the interceptor constructors
+// panic with when an option is invalid (or two cannot be combined).
+var ErrInvalidOption = errors.New("grpcquota: invalid option")
 
 type config struct {
 	keyFunc      KeyFunc
@@ -73,7 +79,7 @@ type config struct {
 
 func (c *config) fail(format string, args ...any) {
 	if c.err == nil {
-		c.err = fmt.Errorf("grpcquota: "+format, args...)
+		c.err = fmt.Errorf("%w: "+format, append([]any{ErrInvalidOption}, args...)...)
 	}
 }
 
@@ -265,7 +271,8 @@ func newLimiter(l *leasequota.Limiter, opts []Option) *limiter {
 	cfg := config{maxWait: DefaultMaxWait, policy: middleware.DefaultPolicyName}
 	for _, o := range opts {
 		if o == nil {
-			panic("grpcquota: nil Option")
+			cfg.fail("nil Option")
+			continue
 		}
 		o(&cfg)
 	}

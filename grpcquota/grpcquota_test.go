@@ -2,6 +2,7 @@ package grpcquota_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net"
 	"strings"
@@ -615,8 +616,11 @@ func TestPanics(t *testing.T) {
 		} {
 			func() {
 				defer func() {
-					if recover() == nil {
-						t.Errorf("%s: no panic", name)
+					switch err, _ := recover().(error); {
+					case err == nil:
+						t.Errorf("%s: no panic with an error", name)
+					case !errors.Is(err, grpcquota.ErrInvalidOption):
+						t.Errorf("%s: panicked with %v, want an error wrapping ErrInvalidOption", name, err)
 					}
 				}()
 				build()

@@ -47,7 +47,8 @@ func New(l *leasequota.Limiter, opts ...Option) func(http.Handler) http.Handler 
 	cfg := config{maxWait: DefaultMaxWait, policy: DefaultPolicyName}
 	for _, o := range opts {
 		if o == nil {
-			panic("middleware: New: nil Option")
+			cfg.fail("nil Option")
+			continue
 		}
 		o(&cfg)
 	}

@@ -2,6 +2,7 @@ package middleware_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -615,8 +616,11 @@ func TestNewPanics(t *testing.T) {
 	} {
 		func() {
 			defer func() {
-				if recover() == nil {
-					t.Errorf("%s: New did not panic", name)
+				switch err, _ := recover().(error); {
+				case err == nil:
+					t.Errorf("%s: New did not panic with an error", name)
+				case !errors.Is(err, middleware.ErrInvalidOption):
+					t.Errorf("%s: New panicked with %v, want an error wrapping ErrInvalidOption", name, err)
 				}
 			}()
 			middleware.New(l, opts...)

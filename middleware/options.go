@@ -35,8 +35,13 @@ const (
 )
 
 // An Option configures the middleware built by New. New panics on an
-// invalid option, as it is a programming error found at start-up.
+// invalid option, as it is a programming error found at start-up, with an
+// error that wraps ErrInvalidOption.
 type Option func(*config)
+
+// ErrInvalidOption is wrapped by the error New panics with when an option
+// is invalid (or two cannot be combined).
+var ErrInvalidOption = errors.New("middleware: invalid option")
 
 type config struct {
 	proxyHeader ProxyHeader
@@ -58,7 +63,7 @@ type config struct {
 
 func (c *config) fail(format string, args ...any) {
 	if c.err == nil {
-		c.err = fmt.Errorf("middleware: "+format, args...)
+		c.err = fmt.Errorf("%w: "+format, append([]any{ErrInvalidOption}, args...)...)
 	}
 }
 
