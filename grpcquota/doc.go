@@ -6,6 +6,15 @@
 // It is a module of its own, github.com/leasequota/leasequota/grpcquota,
 // so that users of leasequota who do not use gRPC do not depend on it.
 //
+// The key of a call is its tenant, passed as it is to the Limiter: the
+// string leasequota.WithQuotaFunc receives and Limiter.SetQuota and
+// Limiter.GetQuota take. With WithMetadataKey("x-tenant"), a call carrying
+// "x-tenant: acme" counts against tenant "acme". A call without a key (no
+// such metadata, or a KeyFunc that returns "") is never limited under a
+// key a client could name: it ends with codes.InvalidArgument, unless
+// [WithMissingKeyError] decides it otherwise or [WithPeerFallback] limits
+// it by peer address under a key prefix that no other key may start with.
+//
 // As with the HTTP middleware (package middleware), each call is decided
 // locally from the tokens this instance has leased; when the lease is
 // exhausted the call may wait up to [WithMaxWait] (default 100 ms) for a
@@ -18,6 +27,8 @@
 //
 //   - cost above the key's Burst, never admissible: ResourceExhausted with
 //     QuotaFailure and no RetryInfo;
+//   - no key, or a key that starts with the peer fallback's prefix:
+//     codes.InvalidArgument (see above), not counted;
 //   - cost 0: the call is exempt; a negative cost, or an invalid quota for
 //     the key: codes.Internal;
 //   - Redis unreachable: the Limiter's failure mode decides first; a call

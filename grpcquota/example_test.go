@@ -15,8 +15,10 @@ import (
 )
 
 // Limit every client of a gRPC server, by API key where the call carries
-// one and by peer address otherwise. It needs a Redis server, so it is
-// compiled but not run.
+// one, and by peer address otherwise, as tenant "peer:<address>" (a prefix
+// no API key may start with). The API key is the tenant, as it is, for
+// WithQuotaFunc and SetQuota. It needs a Redis server, so it is compiled
+// but not run.
 func ExampleUnaryServerInterceptor() {
 	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
 	defer rdb.Close()
@@ -26,7 +28,11 @@ func ExampleUnaryServerInterceptor() {
 	}
 	defer l.Close(context.Background())
 
-	opts := []grpcquota.Option{grpcquota.WithMetadataKey("x-api-key"), grpcquota.WithRateLimitMetadata()}
+	opts := []grpcquota.Option{
+		grpcquota.WithMetadataKey("x-api-key"),
+		grpcquota.WithPeerFallback("peer:"),
+		grpcquota.WithRateLimitMetadata(),
+	}
 	srv := grpc.NewServer(
 		grpc.ChainUnaryInterceptor(grpcquota.UnaryServerInterceptor(l, opts...)),
 		grpc.ChainStreamInterceptor(grpcquota.StreamServerInterceptor(l, opts...)),

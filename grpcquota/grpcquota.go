@@ -2,8 +2,10 @@ package grpcquota
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -24,7 +26,7 @@ import (
 const DefaultMaxWait = 100 * time.Millisecond
 
 // MaxMetadataKeyLen is the longest metadata value WithMetadataKey uses as
-// a key; longer values are ignored (the call is keyed by peer).
+// a key; a call with a longer value has no key (see WithKeyFunc).
 const MaxMetadataKeyLen = 256
 
 // Metadata keys of the rate limit header metadata (WithRateLimitMetadata).
@@ -33,8 +35,10 @@ const (
 	MetadataRateLimit = "ratelimit"
 )
 
-// A KeyFunc returns the key a call is limited by; "" means: by the peer's
-// address (see PeerKey).
+// A KeyFunc returns the key a call is limited by, its tenant: the string
+// the Limiter limits, leasequota.WithQuotaFunc receives and SetQuota and
+// GetQuota take. An empty key means the call has none: see WithKeyFunc
+// for what it gets.
 type KeyFunc func(ctx context.Context, fullMethod string) string
 
 // DegradedMode says what to do when the Limiter cannot decide: Redis is
@@ -50,31 +54,40 @@ const (
 )
 
 // An Option configures the interceptors. The constructors panic on an
-// invalid option, as it is a programming error found at start-up.
+// invalid option, as it is a programming error found at start-up, with an
+// error that wraps ErrInvalidOption.
 type Option func(*config)
 
+// ErrInvalidOption is wrapped by the error the interceptor constructors
+// panic with when an option is invalid (or two cannot be combined).
+var ErrInvalidOption = errors.New("grpcquota: invalid option")
+
 type config struct {
-	keyFunc  KeyFunc
-	cost     func(ctx context.Context, fullMethod string) int64
-	maxWait  time.Duration
-	shadow   bool
-	degraded DegradedMode
-	policy   string
-	metadata bool
-	hook     func(ctx context.Context, fullMethod, key string, d leasequota.Decision)
-	err      error
+	keyFunc      KeyFunc
+	keyName      string // the metadata key of WithMetadataKey, named in the error for calls without it
+	peerFallback string // the key prefix of WithPeerFallback; "" when off
+	missingKey   func(ctx context.Context, fullMethod string) error
+	cost         func(ctx context.Context, fullMethod string) int64
+	maxWait      time.Duration
+	shadow       bool
+	degraded     DegradedMode
+	policy       string
+	metadata     bool
+	hook         func(ctx context.Context, fullMethod, key string, d leasequota.Decision)
+	err          error
 }
 
 func (c *config) fail(format string, args ...any) {
 	if c.err == nil {
-		c.err = fmt.Errorf("grpcquota: "+format, args...)
+		c.err = fmt.Errorf("%w: "+format, append([]any{ErrInvalidOption}, args...)...)
 	}
 }
 
 // WithMetadataKey keys calls by the first value of request metadata key
-// name, prefixed with the name and a colon ("x-api-key:abc123") so that
-// such keys never collide with peer addresses. Calls without it are keyed
-// by peer.
+// name (an API key, say), as it is: a call with "x-tenant: acme" counts
+// against tenant "acme", the string to give leasequota.WithQuotaFunc,
+// SetQuota and GetQuota. Calls without it, or whose value is empty or
+// longer than MaxMetadataKeyLen bytes, have no key: see WithKeyFunc.
 func WithMetadataKey(name string) Option {
 	return func(c *config) {
 		if name == "" {
@@ -82,14 +95,14 @@ func WithMetadataKey(name string) Option {
 			return
 		}
 		name := metadataKey(name)
-		prefix := name + ":"
+		c.keyName = name
 		c.keyFunc = func(ctx context.Context, _ string) string {
 			md, _ := metadata.FromIncomingContext(ctx)
 			v := md.Get(name)
-			if len(v) == 0 || v[0] == "" || len(v[0]) > MaxMetadataKeyLen {
+			if len(v) == 0 || len(v[0]) > MaxMetadataKeyLen {
 				return ""
 			}
-			return prefix + v[0]
+			return v[0]
 		}
 	}
 }
@@ -105,16 +118,66 @@ func metadataKey(s string) string {
 	return string(b)
 }
 
-// WithKeyFunc keys calls by f; where f returns "", by peer. Keys share one
-// namespace in the Limiter: make sure f's keys cannot collide with peer
-// addresses.
+// WithKeyFunc keys calls by f: f's key is the tenant, passed as it is to
+// the Limiter (so to leasequota.WithQuotaFunc, and the name to give
+// SetQuota and GetQuota) and to the decision hook. Where f returns "", the
+// call has no key: it ends with codes.InvalidArgument, unless
+// WithMissingKeyError says otherwise or, with WithPeerFallback, it is
+// limited by its peer address under the fallback's prefix. It is never
+// limited under a key f could return.
 func WithKeyFunc(f KeyFunc) Option {
 	return func(c *config) {
 		if f == nil {
 			c.fail("WithKeyFunc(nil)")
 			return
 		}
-		c.keyFunc = f
+		c.keyFunc, c.keyName = f, ""
+	}
+}
+
+// WithMissingKeyError decides the calls that have no key (see WithKeyFunc)
+// with f instead of ending them with codes.InvalidArgument: f's error
+// (a status error, such as one with codes.Unauthenticated) ends the call,
+// and a nil error lets it proceed, unlimited. It cannot be combined with
+// WithPeerFallback.
+func WithMissingKeyError(f func(ctx context.Context, fullMethod string) error) Option {
+	return func(c *config) {
+		if f == nil {
+			c.fail("WithMissingKeyError(nil)")
+			return
+		}
+		c.missingKey = f
+	}
+}
+
+// WithPeerFallback limits the calls that have no key (the KeyFunc of
+// WithKeyFunc or WithMetadataKey returned "") by their peer address (see
+// PeerKey), under the key prefix + address: with prefix "peer:", a call
+// from 192.0.2.1 without an API key counts against tenant
+// "peer:192.0.2.1" (give such tenants their quota in
+// leasequota.WithQuotaFunc by that prefix). The prefix keeps the two kinds
+// of keys apart: a call whose own key starts with prefix ends with
+// codes.InvalidArgument, so that no client can name, and spend, another
+// client's peer quota. prefix must not be empty. It needs WithKeyFunc or
+// WithMetadataKey (without them every call is keyed by peer, unprefixed),
+// and cannot be combined with WithMissingKeyError.
+func WithPeerFallback(prefix string) Option {
+	return func(c *config) {
+		if prefix == "" {
+			c.fail("WithPeerFallback(\"\"): a prefix is needed to keep peer addresses apart from other keys")
+			return
+		}
+		c.peerFallback = prefix
+	}
+}
+
+// check reports what the options allow only together.
+func (c *config) check() {
+	switch {
+	case c.peerFallback != "" && c.keyFunc == nil:
+		c.fail("WithPeerFallback(%q) needs WithKeyFunc or WithMetadataKey: every call is keyed by peer already", c.peerFallback)
+	case c.peerFallback != "" && c.missingKey != nil:
+		c.fail("WithPeerFallback(%q) and WithMissingKeyError: calls without a key get one or the other", c.peerFallback)
 	}
 }
 
@@ -179,8 +242,10 @@ func WithPolicyName(name string) Option {
 func WithRateLimitMetadata() Option { return func(c *config) { c.metadata = true } }
 
 // WithDecisionHook calls f with every decision, after any wait: for
-// metrics and logs, or to watch shadow mode. It must be fast and safe for
-// concurrent use.
+// metrics and logs, or to watch shadow mode. key is the key the call was
+// limited by. It must be fast and safe for concurrent use. Calls exempted
+// by a cost of 0, and calls without a key (see WithKeyFunc), are not
+// decided and not reported.
 func WithDecisionHook(f func(ctx context.Context, fullMethod, key string, d leasequota.Decision)) Option {
 	return func(c *config) {
 		if f == nil {
@@ -195,6 +260,8 @@ func WithDecisionHook(f func(ctx context.Context, fullMethod, key string, d leas
 type limiter struct {
 	l   *leasequota.Limiter
 	cfg config
+
+	missingErr, reservedErr error // end calls without a key, see keyErrors
 }
 
 func newLimiter(l *leasequota.Limiter, opts []Option) *limiter {
@@ -204,14 +271,37 @@ func newLimiter(l *leasequota.Limiter, opts []Option) *limiter {
 	cfg := config{maxWait: DefaultMaxWait, policy: middleware.DefaultPolicyName}
 	for _, o := range opts {
 		if o == nil {
-			panic("grpcquota: nil Option")
+			cfg.fail("nil Option")
+			continue
 		}
 		o(&cfg)
 	}
+	cfg.check()
 	if cfg.err != nil {
 		panic(cfg.err)
 	}
-	return &limiter{l: l, cfg: cfg}
+	missing, reserved := keyErrors(&cfg)
+	return &limiter{l: l, cfg: cfg, missingErr: missing, reservedErr: reserved}
+}
+
+// keyErrors returns the InvalidArgument errors that end a call without a
+// key and one whose key starts with the peer fallback's prefix.
+func keyErrors(cfg *config) (missing, reserved error) {
+	switch {
+	case cfg.keyName != "":
+		missing = status.Errorf(codes.InvalidArgument,
+			"grpcquota: the call needs the %s metadata (1 to %d bytes) that names the quota it counts against",
+			cfg.keyName, MaxMetadataKeyLen)
+		reserved = status.Errorf(codes.InvalidArgument,
+			"grpcquota: the %s metadata must not start with %q, reserved for calls without it", cfg.keyName, cfg.peerFallback)
+	case cfg.keyFunc != nil:
+		missing = status.Error(codes.InvalidArgument, "grpcquota: the call does not name the quota it counts against")
+		reserved = status.Errorf(codes.InvalidArgument,
+			"grpcquota: the call's key must not start with %q, reserved for calls without one", cfg.peerFallback)
+	default:
+		missing = status.Error(codes.InvalidArgument, "grpcquota: the call's peer address is unknown: it cannot be limited")
+	}
+	return missing, reserved
 }
 
 // UnaryServerInterceptor returns an interceptor that limits each unary
@@ -253,14 +343,17 @@ func (lim *limiter) admit(ctx context.Context, method string, setHeader func(con
 			return status.Error(codes.Internal, "grpcquota: the rate limit could not be applied")
 		}
 	}
-	key := ""
-	if lim.cfg.keyFunc != nil {
-		key = lim.cfg.keyFunc(ctx, method)
-	}
-	if key == "" {
-		if key = PeerKey(ctx); key == "" {
-			key = "unknown"
+	key, problem := lim.key(ctx, method)
+	if problem != keyOK {
+		switch {
+		case lim.cfg.shadow:
+			return nil
+		case problem == keyMissing && lim.cfg.missingKey != nil:
+			return lim.cfg.missingKey(ctx, method)
+		case problem == keyMissing:
+			return lim.missingErr
 		}
+		return lim.reservedErr
 	}
 	var d leasequota.Decision
 	if lim.cfg.shadow {
@@ -311,6 +404,39 @@ func (lim *limiter) admit(ctx context.Context, method string, setHeader func(con
 		return nil
 	}
 	return err
+}
+
+// keyProblem says why a call has no key to be limited by.
+type keyProblem uint8
+
+const (
+	keyOK       keyProblem = iota
+	keyMissing             // no key: the KeyFunc's is "", and no fallback applies
+	keyReserved            // the KeyFunc's key starts with the peer fallback's prefix
+)
+
+// key returns the call's key: the KeyFunc's, else (WithPeerFallback) the
+// fallback's prefix and the peer's address; the peer's address when there
+// is no KeyFunc.
+func (lim *limiter) key(ctx context.Context, method string) (string, keyProblem) {
+	if lim.cfg.keyFunc == nil {
+		if k := PeerKey(ctx); k != "" {
+			return k, keyOK
+		}
+		return "", keyMissing
+	}
+	k := lim.cfg.keyFunc(ctx, method)
+	switch prefix := lim.cfg.peerFallback; {
+	case k != "" && prefix != "" && strings.HasPrefix(k, prefix):
+		return "", keyReserved
+	case k != "":
+		return k, keyOK
+	case prefix != "":
+		if p := PeerKey(ctx); p != "" {
+			return prefix + p, keyOK
+		}
+	}
+	return "", keyMissing
 }
 
 // unavailable returns the Unavailable status of a limiter that cannot

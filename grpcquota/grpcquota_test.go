@@ -2,7 +2,10 @@ package grpcquota_test
 
 import (
 	"context"
+	"errors"
+	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -35,10 +38,43 @@ func leakCheck(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
 }
 
+// testLog passes each line written to it to t.Log, until the test's
+// cleanups are done (a limiter's goroutines may log until it is closed).
+type testLog struct {
+	mu   sync.Mutex
+	t    testing.TB
+	done bool
+}
+
+func (w *testLog) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.done {
+		w.t.Log(strings.TrimSuffix(string(p), "\n"))
+	}
+	return len(p), nil
+}
+
+// testLogger returns a logger that writes to t.Log, for leasequota.WithLogger.
+// Create it before the limiter, so that it outlives the limiter's Close in
+// the cleanups.
+func testLogger(t testing.TB) *slog.Logger {
+	w := &testLog{t: t}
+	t.Cleanup(func() {
+		w.mu.Lock()
+		w.done = true
+		w.mu.Unlock()
+	})
+	return slog.New(slog.NewTextHandler(w, nil))
+}
+
+// newLimiter returns a Limiter on the shared Redis with a key prefix of
+// its own, logging to t.Log, closed when the test ends.
 func newLimiter(t *testing.T, opts ...leasequota.Option) *leasequota.Limiter {
 	t.Helper()
+	logger := testLogger(t)
 	c := redistest.Client(t)
-	opts = append([]leasequota.Option{leasequota.WithKeyPrefix(redistest.Prefix(t))}, opts...)
+	opts = append([]leasequota.Option{leasequota.WithKeyPrefix(redistest.Prefix(t)), leasequota.WithLogger(logger)}, opts...)
 	l, err := leasequota.New(c, opts...)
 	if err != nil {
 		t.Fatal(err)
@@ -49,6 +85,30 @@ func newLimiter(t *testing.T, opts ...leasequota.Option) *leasequota.Limiter {
 		if err := l.Close(ctx); err != nil {
 			t.Errorf("Close: %v", err)
 		}
+	})
+	return l
+}
+
+// deadLimiter returns a Limiter with quota q and failure mode mode on a
+// Redis that is down for good, closed when the test ends.
+func deadLimiter(t *testing.T, q leasequota.Quota, mode leasequota.FailureMode) *leasequota.Limiter {
+	t.Helper()
+	logger := testLogger(t)
+	s := redistest.StartServer(t)
+	if err := s.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	rc := s.Client()
+	t.Cleanup(func() { rc.Close() })
+	l, err := leasequota.New(rc, leasequota.WithDefaultQuota(q), leasequota.WithRedisTimeout(20*time.Millisecond),
+		leasequota.WithFailureMode(mode), leasequota.WithLogger(logger))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		l.Close(ctx) // nothing to return to a dead Redis
 	})
 	return l
 }
@@ -67,6 +127,12 @@ func (h *hookLog) option() grpcquota.Option {
 		h.all = append(h.all, d)
 		h.mu.Unlock()
 	})
+}
+
+func (h *hookLog) len() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.all)
 }
 
 func (h *hookLog) last(t *testing.T) (string, leasequota.Decision) {
@@ -239,25 +305,115 @@ func TestStream(t *testing.T) {
 	}
 }
 
-// TestMetadataKey keys calls by an API key in the metadata.
+// TestMetadataKey keys calls by an API key in the metadata, as it is. A
+// call without one, or with an empty one or one too long, has no key: it
+// ends with InvalidArgument, naming the metadata key, and is not decided.
 func TestMetadataKey(t *testing.T) {
 	leakCheck(t)
 	l := newLimiter(t, leasequota.WithDefaultQuota(leasequota.Quota{Rate: 0.5, Burst: 2}))
 	var hook hookLog
 	c := serve(t, l, hook.option(), grpcquota.WithMetadataKey("X-Api-Key"))
 	refusal(t, exhaust(t, c, "x-api-key", "alpha"), "default")
-	if key, _ := hook.last(t); key != "x-api-key:alpha" {
-		t.Fatalf("key %q, want x-api-key:alpha", key)
+	if key, _ := hook.last(t); key != "alpha" {
+		t.Fatalf("key %q, want the metadata value alpha", key)
 	}
 	if _, err := check(t, c, "x-api-key", "beta"); err != nil {
 		t.Fatalf("another key: %v", err)
 	}
-	if _, err := check(t, c); err != nil {
-		t.Fatalf("no key: %v", err)
+	decided := hook.len()
+	for _, md := range [][]string{nil, {"x-api-key", ""}, {"x-api-key", strings.Repeat("k", grpcquota.MaxMetadataKeyLen+1)}} {
+		_, err := check(t, c, md...)
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "x-api-key") {
+			t.Fatalf("metadata %q: %v, want InvalidArgument naming x-api-key", md, err)
+		}
 	}
-	if key, _ := hook.last(t); key != "127.0.0.1" {
-		t.Fatalf("key %q without metadata, want the peer 127.0.0.1", key)
+	if hook.len() != decided {
+		t.Fatal("a call without a key was decided")
 	}
+	if _, err := check(t, c, "x-api-key", strings.Repeat("k", grpcquota.MaxMetadataKeyLen)); err != nil {
+		t.Fatalf("key of %d bytes: %v", grpcquota.MaxMetadataKeyLen, err)
+	}
+}
+
+// TestPeerFallback limits calls without a key by peer address, under the
+// fallback's prefix, which no call may claim as its own key.
+func TestPeerFallback(t *testing.T) {
+	leakCheck(t)
+	l := newLimiter(t, leasequota.WithQuotaFunc(func(tenant string) leasequota.Quota {
+		if strings.HasPrefix(tenant, "peer:") {
+			return leasequota.Quota{Rate: 0.5, Burst: 2}
+		}
+		return leasequota.Quota{Rate: 0.5, Burst: 3}
+	}))
+	var hook hookLog
+	c := serve(t, l, hook.option(), grpcquota.WithMetadataKey("x-tenant"), grpcquota.WithPeerFallback("peer:"))
+	refusal(t, exhaust(t, c), "default")
+	if key, d := hook.last(t); key != "peer:127.0.0.1" || d.Quota.Burst != 2 {
+		t.Fatalf("key %q with Burst %d without a tenant, want peer:127.0.0.1 with Burst 2", key, d.Quota.Burst)
+	}
+	// A tenant named like the peer has its own quota.
+	if _, err := check(t, c, "x-tenant", "127.0.0.1"); err != nil {
+		t.Fatalf("tenant 127.0.0.1: %v", err)
+	}
+	// No call can name a fallback key.
+	decided := hook.len()
+	_, err := check(t, c, "x-tenant", "peer:127.0.0.1")
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), `"peer:"`) {
+		t.Fatalf("reserved key: %v, want InvalidArgument naming the prefix", err)
+	}
+	if hook.len() != decided {
+		t.Fatal("a call with a reserved key was decided")
+	}
+}
+
+// TestMissingKeyError decides calls without a key with the given function;
+// shadow mode lets them proceed.
+func TestMissingKeyError(t *testing.T) {
+	leakCheck(t)
+	l := newLimiter(t, leasequota.WithDefaultQuota(leasequota.Quota{Rate: 0.5, Burst: 2}))
+	t.Run("error", func(t *testing.T) {
+		var hook hookLog
+		c := serve(t, l, hook.option(), grpcquota.WithMetadataKey("x-api-key"),
+			grpcquota.WithMissingKeyError(func(ctx context.Context, method string) error {
+				return status.Errorf(codes.Unauthenticated, "%s needs an API key", method)
+			}))
+		if _, err := check(t, c); status.Code(err) != codes.Unauthenticated {
+			t.Fatalf("no key: %v, want the function's Unauthenticated", err)
+		}
+		if hook.len() != 0 {
+			t.Fatal("a call without a key was decided")
+		}
+		if _, err := check(t, c, "x-api-key", "k1"); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("unlimited", func(t *testing.T) {
+		c := serve(t, l, grpcquota.WithMetadataKey("x-api-key"),
+			grpcquota.WithMissingKeyError(func(context.Context, string) error { return nil }))
+		for i := 0; i < 5; i++ { // more than Burst
+			if _, err := check(t, c); err != nil {
+				t.Fatalf("call %d without a key: %v, want it unlimited", i, err)
+			}
+		}
+	})
+	t.Run("no peer", func(t *testing.T) {
+		// Keyed by peer, a call without one (in-process) has no key either.
+		var hook hookLog
+		intercept := grpcquota.UnaryServerInterceptor(l, hook.option())
+		called := false
+		_, err := intercept(context.Background(), nil, &grpc.UnaryServerInfo{FullMethod: "/s/M"},
+			func(context.Context, any) (any, error) { called = true; return nil, nil })
+		if status.Code(err) != codes.InvalidArgument || called || hook.len() != 0 {
+			t.Fatalf("no peer: %v, handler called %v, %d decisions; want InvalidArgument, neither", err, called, hook.len())
+		}
+	})
+	t.Run("shadow", func(t *testing.T) {
+		var hook hookLog
+		c := serve(t, l, hook.option(), grpcquota.WithMetadataKey("x-api-key"), grpcquota.WithShadow())
+		if _, err := check(t, c); err != nil || hook.len() != 0 {
+			t.Fatalf("no key in shadow mode: %v, %d decisions; want to proceed undecided", err, hook.len())
+		}
+	})
 }
 
 // sfItem parses a metadata value as an RFC 9651 List of one String Item
@@ -378,23 +534,7 @@ func TestOutcomes(t *testing.T) {
 		}
 	})
 	deadRedis := func(t *testing.T, mode leasequota.FailureMode) *leasequota.Limiter {
-		s := redistest.StartServer(t)
-		if err := s.Stop(); err != nil {
-			t.Fatal(err)
-		}
-		rc := s.Client()
-		t.Cleanup(func() { rc.Close() })
-		l, err := leasequota.New(rc, leasequota.WithDefaultQuota(leasequota.Quota{Rate: 10, Burst: 10}),
-			leasequota.WithRedisTimeout(20*time.Millisecond), leasequota.WithFailureMode(mode))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			defer cancel()
-			l.Close(ctx) // nothing to return to a dead Redis
-		})
-		return l
+		return deadLimiter(t, leasequota.Quota{Rate: 10, Burst: 10}, mode)
 	}
 	t.Run("degraded deny", func(t *testing.T) {
 		c := serve(t, deadRedis(t, leasequota.FailClosed))
@@ -464,6 +604,11 @@ func TestPanics(t *testing.T) {
 		"bad degraded":    {grpcquota.WithDegradedMode(9)},
 		"long policy":     {grpcquota.WithPolicyName(string(make([]byte, 65)))},
 		"unknown options": {grpcquota.WithShadow(), nil},
+		"nil missing-key": {grpcquota.WithMissingKeyError(nil)},
+		"empty fallback":  {grpcquota.WithMetadataKey("x-api-key"), grpcquota.WithPeerFallback("")},
+		"fallback alone":  {grpcquota.WithPeerFallback("peer:")},
+		"fallback and missing-key error": {grpcquota.WithMetadataKey("x-api-key"), grpcquota.WithPeerFallback("peer:"),
+			grpcquota.WithMissingKeyError(func(context.Context, string) error { return nil })},
 	} {
 		for _, build := range []func(){
 			func() { grpcquota.UnaryServerInterceptor(l, opts...) },
@@ -471,8 +616,11 @@ func TestPanics(t *testing.T) {
 		} {
 			func() {
 				defer func() {
-					if recover() == nil {
-						t.Errorf("%s: no panic", name)
+					switch err, _ := recover().(error); {
+					case err == nil:
+						t.Errorf("%s: no panic with an error", name)
+					case !errors.Is(err, grpcquota.ErrInvalidOption):
+						t.Errorf("%s: panicked with %v, want an error wrapping ErrInvalidOption", name, err)
 					}
 				}()
 				build()

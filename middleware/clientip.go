@@ -287,24 +287,28 @@ func validPort(s string) bool {
 // MaxHeaderKeyLen is the longest header value HeaderKey uses as a key.
 const MaxHeaderKeyLen = 256
 
-// A KeyFunc returns the key a request is limited by. An empty key means:
-// limit the request by its client IP (see [ClientIP]).
+// A KeyFunc returns the key a request is limited by, its tenant: the
+// string the Limiter limits, leasequota.WithQuotaFunc receives and
+// SetQuota and GetQuota take. An empty key means the request has none:
+// see WithKeyFunc for what it gets.
 type KeyFunc func(r *http.Request) string
 
 // HeaderKey returns a KeyFunc that keys requests by the value of header
-// name (an API key, say), prefixed with the header's canonical name and a
-// colon ("X-Api-Key:abc123"), so that header keys never collide with
-// client IPs or with another header's keys. Requests without the header,
-// or whose value is longer than MaxHeaderKeyLen bytes, get an empty key:
-// they are limited by client IP.
+// name (an API key, say), as it is: the request "X-Tenant: acme" counts
+// against tenant "acme", the string to give leasequota.WithQuotaFunc,
+// SetQuota and GetQuota. Only the first value of the header counts.
+// Requests without the header, or whose value is empty or longer than
+// MaxHeaderKeyLen bytes, get an empty key: they have none (see
+// WithKeyFunc). To keep the keys of several headers or services apart in
+// one Limiter, prefix them in a KeyFunc of your own, or give each its own
+// leasequota.WithKeyPrefix.
 func HeaderKey(name string) KeyFunc {
 	name = textproto.CanonicalMIMEHeaderKey(name)
-	prefix := name + ":"
 	return func(r *http.Request) string {
 		v := r.Header[name]
-		if len(v) == 0 || v[0] == "" || len(v[0]) > MaxHeaderKeyLen {
+		if len(v) == 0 || len(v[0]) > MaxHeaderKeyLen {
 			return ""
 		}
-		return prefix + v[0]
+		return v[0]
 	}
 }

@@ -95,8 +95,16 @@ func TestHeaderKey(t *testing.T) {
 		t.Fatalf("no header: %q", got)
 	}
 	r.Header.Set("X-Api-Key", "abc")
-	if got := k(r); got != "X-Api-Key:abc" {
+	if got := k(r); got != "abc" {
 		t.Fatalf("got %q", got)
+	}
+	r.Header.Add("X-Api-Key", "second")
+	if got := k(r); got != "abc" {
+		t.Fatalf("two values: %q, want the first", got)
+	}
+	r.Header.Set("X-Api-Key", "")
+	if got := k(r); got != "" {
+		t.Fatalf("empty: %q", got)
 	}
 	r.Header.Set("X-Api-Key", string(make([]byte, middleware.MaxHeaderKeyLen+1)))
 	if got := k(r); got != "" {

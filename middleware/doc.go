@@ -8,6 +8,28 @@
 // 100 ms), for a fresh lease from Redis; when none can come in time it is
 // answered 429 Too Many Requests.
 //
+// # Keys
+//
+// Each request is limited by a key, its tenant in the Limiter: by default
+// its client IP (see Client IP below); with [WithHeaderKey] the value of a
+// header, as it is; with [WithKeyFunc] any string a function derives from
+// the request. The key is passed as it is to the Limiter: it is the tenant
+// that leasequota.WithQuotaFunc receives, that Limiter.SetQuota and
+// Limiter.GetQuota take, and that the decision hook sees. Behind
+// WithHeaderKey("X-Tenant"), SetQuota(ctx, "acme", q) sets the quota of
+// the requests that carry "X-Tenant: acme".
+//
+// A request for which the function returns "" (no header, say) has no key,
+// and is never limited under a key that a client could name. By default it
+// is answered 400 Bad Request with an application/problem+json body of
+// type "about:blank" that says what is missing. [WithMissingKeyHandler]
+// answers it otherwise (or serves it unlimited). [WithClientIPFallback]
+// limits it by client IP instead, under a key prefix of your choice, which
+// the other keys may not use: a request whose own key starts with it is
+// answered 400. Requests exempted by a cost of 0 need no key; in shadow
+// mode a request without a key is passed on, neither counted nor refused,
+// and not reported to the decision hook.
+//
 // # Response header fields
 //
 // Every limited response carries the fields of

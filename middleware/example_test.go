@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -31,6 +32,39 @@ func ExampleNew() {
 		middleware.WithTrustedProxies(middleware.XForwardedFor, netip.MustParsePrefix("10.0.0.0/8")),
 		middleware.WithMaxWait(50*time.Millisecond),
 	)
+	mux := http.NewServeMux()
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "hello") })
+	log.Fatal(http.ListenAndServe(":8080", limit(mux)))
+}
+
+// Key requests by tenant: the value of X-Tenant is the tenant that
+// WithQuotaFunc receives and SetQuota takes. Requests without the header
+// are limited by client IP, as tenants "ip:<address>", a prefix no
+// X-Tenant value may take (without WithClientIPFallback they would get
+// 400). It needs a Redis server, so it is compiled but not run.
+func ExampleWithHeaderKey() {
+	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+	defer rdb.Close()
+	l, err := leasequota.New(rdb, leasequota.WithQuotaFunc(func(tenant string) leasequota.Quota {
+		switch {
+		case tenant == "big-customer":
+			return leasequota.Quota{Rate: 5000, Burst: 10000}
+		case strings.HasPrefix(tenant, "ip:"): // no X-Tenant
+			return leasequota.Quota{Rate: 5, Burst: 10}
+		}
+		return leasequota.Quota{Rate: 100, Burst: 200}
+	}))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close(context.Background())
+
+	// Requests with "X-Tenant: acme" get this quota on every instance,
+	// within about a refresh interval.
+	if err := l.SetQuota(context.Background(), "acme", leasequota.Quota{Rate: 1000, Burst: 2000}); err != nil {
+		log.Fatal(err)
+	}
+	limit := middleware.New(l, middleware.WithHeaderKey("X-Tenant"), middleware.WithClientIPFallback("ip:"))
 	mux := http.NewServeMux()
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "hello") })
 	log.Fatal(http.ListenAndServe(":8080", limit(mux)))
@@ -91,17 +125,18 @@ func ExampleClientIP() {
 	// 2001:db8::1
 }
 
-// HeaderKey keys requests by an API key, namespaced by the header's name;
-// requests without one fall back to the client IP.
+// HeaderKey keys requests by the header's value, as it is: the tenant to
+// name in SetQuota and WithQuotaFunc. A request without the header has no
+// key ("").
 func ExampleHeaderKey() {
-	key := middleware.HeaderKey("x-api-key")
+	key := middleware.HeaderKey("x-tenant")
 	r := httptest.NewRequest("GET", "/", nil)
 	fmt.Printf("%q\n", key(r))
-	r.Header.Set("X-Api-Key", "k-123")
+	r.Header.Set("X-Tenant", "acme")
 	fmt.Printf("%q\n", key(r))
 	// Output:
 	// ""
-	// "X-Api-Key:k-123"
+	// "acme"
 }
 
 // Window is the w parameter of RateLimit-Policy: the seconds a quota's

@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -32,12 +34,43 @@ func leakCheck(t testing.TB) {
 	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
 }
 
+// testLog passes each line written to it to t.Log, until the test's
+// cleanups are done (a limiter's goroutines may log until it is closed).
+type testLog struct {
+	mu   sync.Mutex
+	t    testing.TB
+	done bool
+}
+
+func (w *testLog) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.done {
+		w.t.Log(strings.TrimSuffix(string(p), "\n"))
+	}
+	return len(p), nil
+}
+
+// testLogger returns a logger that writes to t.Log, for leasequota.WithLogger:
+// tests stay quiet unless they fail or run with -v. Create it before the
+// limiter, so that it outlives the limiter's Close in the cleanups.
+func testLogger(t testing.TB) *slog.Logger {
+	w := &testLog{t: t}
+	t.Cleanup(func() {
+		w.mu.Lock()
+		w.done = true
+		w.mu.Unlock()
+	})
+	return slog.New(slog.NewTextHandler(w, nil))
+}
+
 // newLimiter returns a Limiter on the shared Redis with a key prefix of
-// its own, closed when the test ends.
+// its own, logging to t.Log, closed when the test ends.
 func newLimiter(t testing.TB, opts ...leasequota.Option) *leasequota.Limiter {
 	t.Helper()
+	logger := testLogger(t)
 	c := redistest.Client(t)
-	opts = append([]leasequota.Option{leasequota.WithKeyPrefix(redistest.Prefix(t))}, opts...)
+	opts = append([]leasequota.Option{leasequota.WithKeyPrefix(redistest.Prefix(t)), leasequota.WithLogger(logger)}, opts...)
 	l, err := leasequota.New(c, opts...)
 	if err != nil {
 		t.Fatal(err)
@@ -48,6 +81,30 @@ func newLimiter(t testing.TB, opts ...leasequota.Option) *leasequota.Limiter {
 		if err := l.Close(ctx); err != nil {
 			t.Errorf("Close: %v", err)
 		}
+	})
+	return l
+}
+
+// deadLimiter returns a Limiter with quota q and failure mode mode on a
+// Redis that is down for good, closed when the test ends.
+func deadLimiter(t testing.TB, q leasequota.Quota, mode leasequota.FailureMode) *leasequota.Limiter {
+	t.Helper()
+	logger := testLogger(t)
+	s := redistest.StartServer(t)
+	if err := s.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	c := s.Client()
+	t.Cleanup(func() { c.Close() })
+	l, err := leasequota.New(c, leasequota.WithDefaultQuota(q), leasequota.WithRedisTimeout(20*time.Millisecond),
+		leasequota.WithFailureMode(mode), leasequota.WithLogger(logger))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		l.Close(ctx) // cannot return the (no) tokens to a dead Redis
 	})
 	return l
 }

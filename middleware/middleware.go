@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/netip"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -46,21 +47,43 @@ func New(l *leasequota.Limiter, opts ...Option) func(http.Handler) http.Handler 
 	cfg := config{maxWait: DefaultMaxWait, policy: DefaultPolicyName}
 	for _, o := range opts {
 		if o == nil {
-			panic("middleware: New: nil Option")
+			cfg.fail("nil Option")
+			continue
 		}
 		o(&cfg)
 	}
+	cfg.check()
 	if cfg.err != nil {
 		panic(cfg.err)
 	}
 	quoted := quoteString(cfg.policy)
 	violated := []string{cfg.policy}
+	missing, reserved := keyProblems(&cfg)
 	return func(next http.Handler) http.Handler {
 		if next == nil {
 			panic("middleware: nil http.Handler")
 		}
-		return &handler{l: l, cfg: cfg, next: next, quoted: quoted, violated: violated}
+		return &handler{l: l, cfg: cfg, next: next, quoted: quoted, violated: violated,
+			missingDetail: missing, reservedDetail: reserved}
 	}
+}
+
+// keyProblems returns the details of the 400 answers to a request without
+// a key and to one whose key starts with the client IP fallback's prefix.
+func keyProblems(cfg *config) (missing, reserved string) {
+	switch {
+	case cfg.keyHeader != "":
+		missing = fmt.Sprintf("The request needs the %s header (1 to %d bytes) that names the quota it counts against.",
+			cfg.keyHeader, MaxHeaderKeyLen)
+		reserved = fmt.Sprintf("The %s header must not start with %q, reserved for requests without one.",
+			cfg.keyHeader, cfg.ipFallback)
+	case cfg.keyFunc != nil:
+		missing = "The request does not name the quota it counts against."
+		reserved = fmt.Sprintf("The request's key must not start with %q, reserved for requests without one.", cfg.ipFallback)
+	default:
+		missing = "The request's client address is unknown: it cannot be limited."
+	}
+	return missing, reserved
 }
 
 // handler is the middleware around one http.Handler.
@@ -70,6 +93,8 @@ type handler struct {
 	next     http.Handler
 	quoted   string   // the policy name as an sf-string
 	violated []string // the problem's "violated-policies"
+
+	missingDetail, reservedDetail string // of the 400 answers, see keyProblems
 
 	// policy caches the RateLimit-Policy value of the last quota seen:
 	// most services have one or a few quotas.
@@ -95,7 +120,20 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	key := h.key(r)
+	key, problem := h.key(r)
+	if problem != keyOK {
+		switch {
+		case h.cfg.shadow:
+			h.next.ServeHTTP(w, r)
+		case problem == keyMissing && h.cfg.missingKey != nil:
+			h.cfg.missingKey.ServeHTTP(w, r)
+		case problem == keyMissing:
+			writeBadRequest(w, h.missingDetail)
+		default:
+			writeBadRequest(w, h.reservedDetail)
+		}
+		return
+	}
 	var d leasequota.Decision
 	if h.cfg.shadow {
 		d = h.l.AllowN(r.Context(), key, cost)
@@ -166,14 +204,37 @@ func writeUnavailable(w http.ResponseWriter, d leasequota.Decision, what string)
 		fmt.Sprintf("%s; retry after %d s.", what, t), nil)
 }
 
-// key returns the request's key: the KeyFunc's, else the client IP.
-func (h *handler) key(r *http.Request) string {
-	if h.cfg.keyFunc != nil {
-		if k := h.cfg.keyFunc(r); k != "" {
-			return k
+// keyProblem says why a request has no key to be limited by.
+type keyProblem uint8
+
+const (
+	keyOK       keyProblem = iota
+	keyMissing             // no key: the KeyFunc's is "", and no fallback applies
+	keyReserved            // the KeyFunc's key starts with the client IP fallback's prefix
+)
+
+// key returns the request's key: the KeyFunc's, else (WithClientIPFallback)
+// the fallback's prefix and the client IP; the client IP when there is no
+// KeyFunc.
+func (h *handler) key(r *http.Request) (string, keyProblem) {
+	if h.cfg.keyFunc == nil {
+		if k := h.ipKey(r); k != "" {
+			return k, keyOK
+		}
+		return "", keyMissing
+	}
+	k := h.cfg.keyFunc(r)
+	switch prefix := h.cfg.ipFallback; {
+	case k != "" && prefix != "" && strings.HasPrefix(k, prefix):
+		return "", keyReserved
+	case k != "":
+		return k, keyOK
+	case prefix != "":
+		if ip := h.ipKey(r); ip != "" {
+			return prefix + ip, keyOK
 		}
 	}
-	return h.ipKey(r)
+	return "", keyMissing
 }
 
 // ipKey returns the client IP as a key. On the common path (an IPv4
@@ -340,6 +401,11 @@ const titleQuotaExceeded = "Request cannot be satisfied as assigned quota has be
 func writeInternalError(w http.ResponseWriter) {
 	writeProblem(w, http.StatusInternalServerError, "about:blank", "Internal Server Error",
 		"The rate limit could not be applied.", nil)
+}
+
+// writeBadRequest answers 400 to a request without a key to be limited by.
+func writeBadRequest(w http.ResponseWriter, detail string) {
+	writeProblem(w, http.StatusBadRequest, "about:blank", "Bad Request", detail, nil)
 }
 
 // problem is an RFC 9457 problem detail.

@@ -2,15 +2,16 @@ package middleware_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/leasequota/leasequota"
-	"github.com/leasequota/leasequota/integration/redistest"
 	"github.com/leasequota/leasequota/middleware"
 )
 
@@ -243,7 +244,9 @@ func TestUntrustedProxies(t *testing.T) {
 	}
 }
 
-// TestAPIKey keys by an API key header, falling back to the client IP.
+// TestAPIKey keys by an API key header. A request without one, or with an
+// empty one or one too long, has no key: it is refused with 400, naming
+// the header, and not decided.
 func TestAPIKey(t *testing.T) {
 	leakCheck(t)
 	want := policy{"default", 2, 4}
@@ -252,18 +255,118 @@ func TestAPIKey(t *testing.T) {
 	srv := serve(t, l, hook.option(), middleware.WithHeaderKey("x-api-key"))
 
 	exhaust(t, srv, want, "X-API-Key", "alpha")
-	if got := hook.last(t).key; got != "X-Api-Key:alpha" {
-		t.Fatalf("key %q, want X-Api-Key:alpha", got)
+	if got := hook.last(t).key; got != "alpha" {
+		t.Fatalf("key %q, want the header's value alpha", got)
 	}
 	check200(t, get(t, srv, "X-API-Key", "beta"), want)
-	// No key: the client IP's own quota.
-	check200(t, get(t, srv), want)
-	if got := hook.last(t).key; got != "127.0.0.1" {
-		t.Fatalf("key %q without an API key, want 127.0.0.1", got)
+	before := hook.len()
+	for _, h := range [][]string{
+		nil,
+		{"X-Api-Key", ""},
+		{"X-Api-Key", strings.Repeat("k", middleware.MaxHeaderKeyLen+1)},
+	} {
+		res := get(t, srv, h...)
+		p := checkProblem(t, res, http.StatusBadRequest, "about:blank")
+		if !strings.Contains(p.Detail, "X-Api-Key") {
+			t.Fatalf("header %q: detail %q does not name the header", h, p.Detail)
+		}
+		if v := res.header.Values("RateLimit-Policy"); len(v) != 0 {
+			t.Fatalf("header %q: RateLimit-Policy %q without a key", h, v)
+		}
 	}
-	// An API key that looks like an IP does not share that IP's quota.
-	exhaust(t, srv, want)
-	check200(t, get(t, srv, "X-API-Key", "127.0.0.1"), want)
+	if hook.len() != before {
+		t.Fatal("a request without a key was decided")
+	}
+	check200(t, get(t, srv, "X-API-Key", strings.Repeat("k", middleware.MaxHeaderKeyLen)), want)
+}
+
+// TestClientIPFallback limits requests without a key by client IP, under
+// the fallback's prefix, which no request may claim as its own key.
+func TestClientIPFallback(t *testing.T) {
+	leakCheck(t)
+	anon := leasequota.Quota{Rate: 0.5, Burst: 2}
+	l := newLimiter(t, leasequota.WithQuotaFunc(func(tenant string) leasequota.Quota {
+		if strings.HasPrefix(tenant, "ip:") {
+			return anon
+		}
+		return leasequota.Quota{Rate: 0.5, Burst: 3}
+	}))
+	var hook hookLog
+	srv := serve(t, l, hook.option(), middleware.WithHeaderKey("X-Tenant"), middleware.WithClientIPFallback("ip:"),
+		middleware.WithTrustedProxies(middleware.XForwardedFor, netip.MustParsePrefix("127.0.0.0/8")))
+	anonPolicy, tenantPolicy := policy{"default", 2, 4}, policy{"default", 3, 6}
+
+	// Without the header: the client IP (behind trusted proxies too).
+	exhaust(t, srv, anonPolicy)
+	if got := hook.last(t).key; got != "ip:127.0.0.1" {
+		t.Fatalf("key %q without a tenant, want ip:127.0.0.1", got)
+	}
+	check200(t, get(t, srv, "X-Forwarded-For", "203.0.113.7"), anonPolicy)
+	if got := hook.last(t).key; got != "ip:203.0.113.7" {
+		t.Fatalf("key %q without a tenant behind a proxy, want ip:203.0.113.7", got)
+	}
+	// A tenant named like the IP has its own quota.
+	check200(t, get(t, srv, "X-Tenant", "127.0.0.1"), tenantPolicy)
+	// No request can name a fallback key.
+	before := hook.len()
+	res := get(t, srv, "X-Tenant", "ip:127.0.0.1")
+	if p := checkProblem(t, res, http.StatusBadRequest, "about:blank"); !strings.Contains(p.Detail, `"ip:"`) {
+		t.Fatalf("detail %q does not name the reserved prefix", p.Detail)
+	}
+	if hook.len() != before {
+		t.Fatal("a request with a reserved key was decided")
+	}
+}
+
+// TestMissingKeyHandler answers requests without a key with the given
+// handler; shadow mode and a cost of 0 pass them on.
+func TestMissingKeyHandler(t *testing.T) {
+	leakCheck(t)
+	want := policy{"default", 2, 4}
+	l := newLimiter(t, leasequota.WithDefaultQuota(leasequota.Quota{Rate: 0.5, Burst: 2}))
+	challenge := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("WWW-Authenticate", `ApiKey realm="api"`)
+		w.WriteHeader(http.StatusUnauthorized)
+	})
+	t.Run("handler", func(t *testing.T) {
+		var hook hookLog
+		srv := serve(t, l, hook.option(), middleware.WithHeaderKey("X-Api-Key"), middleware.WithMissingKeyHandler(challenge))
+		if res := get(t, srv); res.status != http.StatusUnauthorized || res.header.Get("WWW-Authenticate") == "" {
+			t.Fatalf("status %d, header %v, want the handler's 401", res.status, res.header)
+		}
+		if hook.len() != 0 {
+			t.Fatal("a request without a key was decided")
+		}
+		check200(t, get(t, srv, "X-Api-Key", "k1"), want)
+	})
+	t.Run("shadow", func(t *testing.T) {
+		var hook hookLog
+		srv := serve(t, l, hook.option(), middleware.WithHeaderKey("X-Api-Key"), middleware.WithShadow())
+		res := get(t, srv)
+		if res.status != http.StatusOK || res.header.Get("RateLimit-Policy") != "" || hook.len() != 0 {
+			t.Fatalf("status %d, header %v, %d decisions; want 200 without fields nor decision", res.status, res.header, hook.len())
+		}
+	})
+	t.Run("cost 0", func(t *testing.T) {
+		srv := serve(t, l, middleware.WithHeaderKey("X-Api-Key"),
+			middleware.WithCost(func(r *http.Request) int64 { return 0 }))
+		if res := get(t, srv); res.status != http.StatusOK {
+			t.Fatalf("status %d for an exempt request without a key", res.status)
+		}
+	})
+	t.Run("no client address", func(t *testing.T) {
+		// Keyed by client IP, a request whose RemoteAddr is empty (built
+		// in-process) has no key either.
+		var hook hookLog
+		h := middleware.New(l, hook.option())(okHandler)
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.RemoteAddr = ""
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, r)
+		if rec.Code != http.StatusBadRequest || hook.len() != 0 {
+			t.Fatalf("status %d, %d decisions; want 400 and none", rec.Code, hook.len())
+		}
+	})
 }
 
 // TestWeights charges each request its cost.
@@ -363,23 +466,7 @@ func TestDegraded(t *testing.T) {
 	leakCheck(t)
 	q := leasequota.Quota{Rate: 10, Burst: 10}
 	deadRedis := func(t *testing.T, mode leasequota.FailureMode) *leasequota.Limiter {
-		s := redistest.StartServer(t)
-		if err := s.Stop(); err != nil {
-			t.Fatal(err)
-		}
-		c := s.Client()
-		t.Cleanup(func() { c.Close() })
-		l, err := leasequota.New(c, leasequota.WithDefaultQuota(q), leasequota.WithRedisTimeout(20*time.Millisecond),
-			leasequota.WithFailureMode(mode))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			defer cancel()
-			l.Close(ctx) // cannot return the (no) tokens to a dead Redis
-		})
-		return l
+		return deadLimiter(t, q, mode)
 	}
 	t.Run("deny", func(t *testing.T) {
 		l := deadRedis(t, leasequota.FailClosed)
@@ -461,7 +548,7 @@ func TestDegraded(t *testing.T) {
 func TestInvalidQuota(t *testing.T) {
 	leakCheck(t)
 	l := newLimiter(t, leasequota.WithQuotaFunc(func(key string) leasequota.Quota {
-		if key == "X-Api-Key:bad" {
+		if key == "bad" {
 			return leasequota.Quota{Rate: -1, Burst: 1}
 		}
 		return leasequota.Quota{Rate: 1, Burst: 3}
@@ -509,23 +596,31 @@ func TestNewPanics(t *testing.T) {
 	leakCheck(t)
 	l := newLimiter(t, leasequota.WithDefaultQuota(leasequota.Quota{Rate: 1, Burst: 1}))
 	for name, opts := range map[string][]middleware.Option{
-		"nil option":        {nil},
-		"negative max wait": {middleware.WithMaxWait(-time.Second)},
-		"empty policy name": {middleware.WithPolicyName("")},
-		"non-ASCII policy":  {middleware.WithPolicyName("é")},
-		"bad header":        {middleware.WithTrustedProxies(0, netip.MustParsePrefix("10.0.0.0/8"))},
-		"bad prefix":        {middleware.WithTrustedProxies(middleware.XForwardedFor, netip.Prefix{})},
-		"bad ipv6 bits":     {middleware.WithIPv6Prefix(129)},
-		"nil key func":      {middleware.WithKeyFunc(nil)},
-		"empty header":      {middleware.WithHeaderKey("")},
-		"nil cost":          {middleware.WithCost(nil)},
-		"nil hook":          {middleware.WithDecisionHook(nil)},
-		"bad degraded mode": {middleware.WithDegradedMode(7)},
+		"nil option":              {nil},
+		"negative max wait":       {middleware.WithMaxWait(-time.Second)},
+		"empty policy name":       {middleware.WithPolicyName("")},
+		"non-ASCII policy":        {middleware.WithPolicyName("é")},
+		"bad header":              {middleware.WithTrustedProxies(0, netip.MustParsePrefix("10.0.0.0/8"))},
+		"bad prefix":              {middleware.WithTrustedProxies(middleware.XForwardedFor, netip.Prefix{})},
+		"bad ipv6 bits":           {middleware.WithIPv6Prefix(129)},
+		"nil key func":            {middleware.WithKeyFunc(nil)},
+		"empty header":            {middleware.WithHeaderKey("")},
+		"nil cost":                {middleware.WithCost(nil)},
+		"nil hook":                {middleware.WithDecisionHook(nil)},
+		"bad degraded mode":       {middleware.WithDegradedMode(7)},
+		"nil missing-key handler": {middleware.WithMissingKeyHandler(nil)},
+		"empty fallback prefix":   {middleware.WithHeaderKey("X-Api-Key"), middleware.WithClientIPFallback("")},
+		"fallback without keys":   {middleware.WithClientIPFallback("ip:")},
+		"fallback and handler": {middleware.WithHeaderKey("X-Api-Key"), middleware.WithClientIPFallback("ip:"),
+			middleware.WithMissingKeyHandler(http.NotFoundHandler())},
 	} {
 		func() {
 			defer func() {
-				if recover() == nil {
-					t.Errorf("%s: New did not panic", name)
+				switch err, _ := recover().(error); {
+				case err == nil:
+					t.Errorf("%s: New did not panic with an error", name)
+				case !errors.Is(err, middleware.ErrInvalidOption):
+					t.Errorf("%s: New panicked with %v, want an error wrapping ErrInvalidOption", name, err)
 				}
 			}()
 			middleware.New(l, opts...)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"net/textproto"
 	"time"
 
 	"github.com/leasequota/leasequota"
@@ -34,14 +35,22 @@ const (
 )
 
 // An Option configures the middleware built by New. New panics on an
-// invalid option, as it is a programming error found at start-up.
+// invalid option, as it is a programming error found at start-up, with an
+// error that wraps ErrInvalidOption.
 type Option func(*config)
+
+// ErrInvalidOption is wrapped by the error New panics with when an option
+// is invalid (or two cannot be combined).
+var ErrInvalidOption = errors.New("middleware: invalid option")
 
 type config struct {
 	proxyHeader ProxyHeader
 	trusted     []netip.Prefix
 	ipv6Bits    int // 0: whole address
 	keyFunc     KeyFunc
+	keyHeader   string       // the header of WithHeaderKey, named in the answer to requests without it
+	ipFallback  string       // the key prefix of WithClientIPFallback; "" when off
+	missingKey  http.Handler // WithMissingKeyHandler
 	cost        func(*http.Request) int64
 	maxWait     time.Duration
 	shadow      bool
@@ -54,7 +63,7 @@ type config struct {
 
 func (c *config) fail(format string, args ...any) {
 	if c.err == nil {
-		c.err = fmt.Errorf("middleware: "+format, args...)
+		c.err = fmt.Errorf("%w: "+format, append([]any{ErrInvalidOption}, args...)...)
 	}
 }
 
@@ -98,27 +107,81 @@ func WithIPv6Prefix(bits int) Option {
 	}
 }
 
-// WithKeyFunc keys requests by f. Where f returns "", the request is keyed
-// by its client IP. Keys share one namespace in the Limiter: make sure f's
-// keys cannot collide with client IPs (HeaderKey prefixes its keys).
+// WithKeyFunc keys requests by f: f's key is the tenant, passed as it is
+// to the Limiter (so to leasequota.WithQuotaFunc, and the name to give
+// SetQuota and GetQuota) and to the decision hook. Where f returns "", the
+// request has no key: it gets the answer of WithMissingKeyHandler (by
+// default 400 Bad Request), or, with WithClientIPFallback, is limited by
+// its client IP under the fallback's prefix. It is never limited under a
+// key f could return.
 func WithKeyFunc(f KeyFunc) Option {
 	return func(c *config) {
 		if f == nil {
 			c.fail("WithKeyFunc(nil)")
 			return
 		}
-		c.keyFunc = f
+		c.keyFunc, c.keyHeader = f, ""
 	}
 }
 
 // WithHeaderKey keys requests by the value of header name, an API key for
-// instance; requests without it are keyed by client IP. It is
-// WithKeyFunc(HeaderKey(name)).
+// instance; see HeaderKey. Requests without it have no key: see
+// WithKeyFunc. It is WithKeyFunc(HeaderKey(name)), except that the answer
+// to requests without a key names the header.
 func WithHeaderKey(name string) Option {
-	if name == "" {
-		return func(c *config) { c.fail("WithHeaderKey(\"\")") }
+	return func(c *config) {
+		if name == "" {
+			c.fail("WithHeaderKey(\"\")")
+			return
+		}
+		c.keyFunc, c.keyHeader = HeaderKey(name), textproto.CanonicalMIMEHeaderKey(name)
 	}
-	return WithKeyFunc(HeaderKey(name))
+}
+
+// WithMissingKeyHandler answers the requests that have no key (the
+// KeyFunc of WithKeyFunc or WithHeaderKey returned "") with h, instead of
+// the default 400 Bad Request with an application/problem+json body. h
+// may refuse them otherwise (401 with a challenge, say) or serve them
+// unlimited. It cannot be combined with WithClientIPFallback.
+func WithMissingKeyHandler(h http.Handler) Option {
+	return func(c *config) {
+		if h == nil {
+			c.fail("WithMissingKeyHandler(nil)")
+			return
+		}
+		c.missingKey = h
+	}
+}
+
+// WithClientIPFallback limits the requests that have no key (the KeyFunc
+// of WithKeyFunc or WithHeaderKey returned "") by their client IP, under
+// the key prefix + IP: with prefix "ip:", a request from 192.0.2.1 without
+// an API key counts against tenant "ip:192.0.2.1" (give such tenants their
+// quota in leasequota.WithQuotaFunc by that prefix). The prefix keeps the
+// two kinds of keys apart: a request whose own key starts with prefix is
+// refused with 400 Bad Request, so that no client can name, and spend,
+// another client's IP quota. prefix must not be empty. It needs
+// WithKeyFunc or WithHeaderKey (without them every request is keyed by
+// client IP, unprefixed), and cannot be combined with
+// WithMissingKeyHandler.
+func WithClientIPFallback(prefix string) Option {
+	return func(c *config) {
+		if prefix == "" {
+			c.fail("WithClientIPFallback(\"\"): a prefix is needed to keep client IPs apart from other keys")
+			return
+		}
+		c.ipFallback = prefix
+	}
+}
+
+// check reports what the options allow only together.
+func (c *config) check() {
+	switch {
+	case c.ipFallback != "" && c.keyFunc == nil:
+		c.fail("WithClientIPFallback(%q) needs WithKeyFunc or WithHeaderKey: every request is keyed by client IP already", c.ipFallback)
+	case c.ipFallback != "" && c.missingKey != nil:
+		c.fail("WithClientIPFallback(%q) and WithMissingKeyHandler: requests without a key get one or the other", c.ipFallback)
+	}
 }
 
 // WithCost sets the cost (weight) of each request in quota units (default
@@ -209,7 +272,8 @@ func WithLegacyHeaders() Option {
 // any wait), before it answers: for metrics, logs, or to watch shadow
 // mode. key is the key the request was limited by. f runs on the request's
 // goroutine and must be fast and safe for concurrent use. Requests
-// exempted by a cost of 0 are not decided and not reported.
+// exempted by a cost of 0, and requests without a key (see WithKeyFunc),
+// are not decided and not reported.
 func WithDecisionHook(f func(r *http.Request, key string, d leasequota.Decision)) Option {
 	return func(c *config) {
 		if f == nil {

@@ -1,0 +1,89 @@
+package middleware_test
+
+import (
+	"net/http"
+	"strconv"
+	"testing"
+
+	"github.com/leasequota/leasequota"
+	"github.com/leasequota/leasequota/middleware"
+)
+
+// TestRetryAfterFollowsDecision checks that Retry-After and RateLimit's t
+// are the decision's RetryAfter rounded up to whole seconds, in each case
+// that carries them: a 429 for an exhausted quota, a 429 from the local
+// fallback bucket of a Redis outage (FailLocal), and the 503 of an outage
+// in FailClosed mode.
+func TestRetryAfterFollowsDecision(t *testing.T) {
+	leakCheck(t)
+	// A slow refill, so that waits are seconds long and rounding shows.
+	q := leasequota.Quota{Rate: 0.25, Burst: 1}
+	want := policy{"default", 1, 4}
+	// firstDenial sends requests until one is refused and returns it with
+	// the decision the hook saw for it.
+	firstDenial := func(t *testing.T, srv func() result, hook *hookLog) (result, leasequota.Decision) {
+		t.Helper()
+		for i := 0; i < 20; i++ {
+			res := srv()
+			if d := hook.last(t).d; !d.Allowed {
+				return res, d
+			}
+		}
+		t.Fatal("no refusal in 20 requests")
+		return result{}, leasequota.Decision{}
+	}
+	retryAfter := func(t *testing.T, res result) int64 {
+		t.Helper()
+		ra, err := strconv.ParseInt(res.header.Get("Retry-After"), 10, 64)
+		if err != nil {
+			t.Fatalf("Retry-After %q: %v", res.header.Get("Retry-After"), err)
+		}
+		return ra
+	}
+	t.Run("exhausted", func(t *testing.T) {
+		l := newLimiter(t, leasequota.WithDefaultQuota(q))
+		var hook hookLog
+		srv := serve(t, l, hook.option(), middleware.WithMaxWait(0))
+		res, d := firstDenial(t, func() result { return get(t, srv) }, &hook)
+		if d.Reason != leasequota.ReasonExhausted {
+			t.Fatalf("reason %v, want exhausted", d.Reason)
+		}
+		ra := check429(t, res, want) // also: RateLimit t == Retry-After
+		if wantRA := middleware.RetrySeconds(d.RetryAfter); ra != wantRA {
+			t.Fatalf("Retry-After %d for a RetryAfter of %v, want %d", ra, d.RetryAfter, wantRA)
+		}
+		t.Logf("RetryAfter %v: Retry-After %d", d.RetryAfter, ra)
+	})
+	t.Run("fallback", func(t *testing.T) {
+		l := deadLimiter(t, q, leasequota.FailLocal)
+		var hook hookLog
+		srv := serve(t, l, hook.option(), middleware.WithMaxWait(0))
+		res, d := firstDenial(t, func() result { return get(t, srv) }, &hook)
+		if d.Reason != leasequota.ReasonFallback || d.RetryAfter <= 0 {
+			t.Fatalf("decision %+v, want a fallback denial with a RetryAfter", d)
+		}
+		ra := check429(t, res, want)
+		if wantRA := middleware.RetrySeconds(d.RetryAfter); ra != wantRA {
+			t.Fatalf("Retry-After %d for a RetryAfter of %v, want %d", ra, d.RetryAfter, wantRA)
+		}
+		t.Logf("RetryAfter %v: Retry-After %d", d.RetryAfter, ra)
+	})
+	t.Run("unavailable", func(t *testing.T) {
+		l := deadLimiter(t, q, leasequota.FailClosed)
+		var hook hookLog
+		srv := serve(t, l, hook.option(), middleware.WithMaxWait(0))
+		res, d := firstDenial(t, func() result { return get(t, srv) }, &hook)
+		if d.Reason != leasequota.ReasonUnavailable || d.RetryAfter <= 0 {
+			t.Fatalf("decision %+v, want unavailable with a RetryAfter", d)
+		}
+		checkProblem(t, res, http.StatusServiceUnavailable, middleware.ProblemTemporaryReducedCapacity)
+		ra := retryAfter(t, res)
+		if wantRA := middleware.RetrySeconds(d.RetryAfter); ra != wantRA {
+			t.Fatalf("Retry-After %d for a RetryAfter of %v, want %d", ra, d.RetryAfter, wantRA)
+		}
+		t.Logf("RetryAfter %v: Retry-After %d", d.RetryAfter, ra)
+		if v := res.header.Values("RateLimit"); len(v) != 0 {
+			t.Fatalf("RateLimit %q on a 503: nothing is known of the remaining quota", v)
+		}
+	})
+}
