@@ -8,9 +8,11 @@
 // Instances do not ask Redis per request. Each one leases batches of tokens
 // from the bucket (an atomic Lua script debits them) and spends them
 // locally; a background syncer refreshes leases on a schedule spread by
-// xxhash(tenant) plus jitter, prefetches when a lease runs low, and drops
-// tokens not spent within the lease TTL (returning them could let a burst
-// exceed the window bound; docs/design.md explains).
+// xxhash(tenant) plus jitter, prefetches when a lease runs low, and takes
+// back tokens not spent within the lease TTL. It returns them to Redis as
+// aged returns: the bucket credits only what it would hold had they never
+// been leased, so returned tokens cannot lift any window above the bound
+// (docs/design.md explains; Stats.Expired counts them).
 //
 // Because every token admitted was debited from Redis first, for each
 // tenant and any number of instances:
