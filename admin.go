@@ -13,9 +13,11 @@ import (
 // instance sharing the Redis and key prefix: the scripts refill and cap the
 // bucket with q's Rate and Burst from this call on, and every instance
 // serving the tenant applies q (Decision.Quota, Tenant) after its next
-// lease call, which an active tenant makes at least once per refresh
-// interval. Zero lease fields of q mean each instance's defaults, as in
-// WithDefaultQuota.
+// lease call. SetQuota raises the prefix's quota version, which each
+// instance polls every half refresh interval; when it moved, every tenant
+// active on the instance makes a lease call in that round, so the change
+// applies within about half an interval plus a round. Zero lease fields
+// of q mean each instance's defaults, as in WithDefaultQuota.
 //
 // The change keeps the bucket consistent: it is refilled at the old rate
 // up to the change, capped at the new Burst, and refilled at the new Rate
