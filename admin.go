@@ -2,7 +2,9 @@ package leasequota
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/leasequota/leasequota/lease"
 	"github.com/leasequota/leasequota/syncer"
@@ -13,9 +15,11 @@ import (
 // instance sharing the Redis and key prefix: the scripts refill and cap the
 // bucket with q's Rate and Burst from this call on, and every instance
 // serving the tenant applies q (Decision.Quota, Tenant) after its next
-// lease call, which an active tenant makes at least once per refresh
-// interval. Zero lease fields of q mean each instance's defaults, as in
-// WithDefaultQuota.
+// lease call. SetQuota raises the prefix's quota version, which each
+// instance polls every half refresh interval; when it moved, every tenant
+// active on the instance makes a lease call in that round, so the change
+// applies within about half an interval plus a round. Zero lease fields
+// of q mean each instance's defaults, as in WithDefaultQuota.
 //
 // The change keeps the bucket consistent: it is refilled at the old rate
 // up to the change, capped at the new Burst, and refilled at the new Rate
@@ -28,7 +32,7 @@ import (
 // DeleteQuota removes it.
 func (l *Limiter) SetQuota(ctx context.Context, tenant string, q Quota) error {
 	if err := l.validateQuota(q); err != nil {
-		return fmt.Errorf("leasequota: SetQuota(%q): %w", truncate(tenant), err)
+		return opError("SetQuota", tenant, err)
 	}
 	base, err := l.baseQuota(tenant)
 	if err != nil {
@@ -45,7 +49,7 @@ func (l *Limiter) SetQuota(ctx context.Context, tenant string, q Quota) error {
 		Mode:     uint8(q.FailureMode),
 	}
 	if _, err := l.leases.SetOverride(ctx, tenant, base.limits().Bucket(), o); err != nil {
-		return fmt.Errorf("leasequota: SetQuota(%q): %w", truncate(tenant), err)
+		return opError("SetQuota", tenant, err)
 	}
 	return nil
 }
@@ -56,7 +60,7 @@ func (l *Limiter) SetQuota(ctx context.Context, tenant string, q Quota) error {
 func (l *Limiter) GetQuota(ctx context.Context, tenant string) (Quota, bool, error) {
 	o, err := l.leases.GetOverride(ctx, tenant)
 	if err != nil {
-		return Quota{}, false, fmt.Errorf("leasequota: GetQuota(%q): %w", truncate(tenant), err)
+		return Quota{}, false, opError("GetQuota", tenant, err)
 	}
 	if o == nil {
 		return Quota{}, false, nil
@@ -73,10 +77,10 @@ func (l *Limiter) GetQuota(ctx context.Context, tenant string) (Quota, bool, err
 func (l *Limiter) DeleteQuota(ctx context.Context, tenant string) error {
 	base, err := l.baseQuota(tenant)
 	if err != nil {
-		return fmt.Errorf("leasequota: DeleteQuota(%q): %w", truncate(tenant), err)
+		return opError("DeleteQuota", tenant, err)
 	}
 	if _, err := l.leases.DeleteOverride(ctx, tenant, base.limits().Bucket()); err != nil {
-		return fmt.Errorf("leasequota: DeleteQuota(%q): %w", truncate(tenant), err)
+		return opError("DeleteQuota", tenant, err)
 	}
 	return nil
 }
@@ -126,4 +130,59 @@ func (l *Limiter) resolveOverride(base *syncer.Limits, o *lease.Override) *synce
 		return syncer.ResolveOverride(base, o, 2*l.cfg.refreshInterval)
 	}
 	return q.resolve(l.cfg.leaseTTL, l.cfg.failureMode).limits()
+}
+
+// pkgPrefix starts every error message of this package, once.
+const pkgPrefix = "leasequota: "
+
+// opErr is an error of a Limiter method about one tenant. The method
+// names the operation, so its message drops the package prefixes of the
+// errors it wraps ("leasequota: " of this package's sentinels and of the
+// scripts' error replies, "lease: " of package lease), and reads
+//
+//	leasequota: invalid quota: SetQuota("acme"): Rate is NaN, …
+//
+// for an error that wraps one of this package's sentinel errors, and
+//
+//	leasequota: GetQuota("acme"): get quota: dial tcp …
+//
+// for any other. errors.Is and errors.As see the wrapped error.
+type opErr struct {
+	op     string // the method, e.g. SetQuota
+	tenant string // cut to 64 bytes
+	err    error
+}
+
+// opError wraps err, returned by op for tenant.
+func opError(op, tenant string, err error) error {
+	return &opErr{op: op, tenant: truncate(tenant), err: err}
+}
+
+func (e *opErr) Unwrap() error { return e.err }
+
+func (e *opErr) Error() string {
+	call := fmt.Sprintf("%s(%q)", e.op, e.tenant)
+	msg := stripPrefixes(e.err.Error())
+	for _, s := range []error{ErrInvalidQuota, ErrInvalidOption, ErrInvalidN, ErrExceedsBurst, ErrClosed, ErrUnavailable} {
+		what := strings.TrimPrefix(s.Error(), pkgPrefix)
+		if !errors.Is(e.err, s) || !strings.HasPrefix(msg, what) {
+			continue
+		}
+		if rest := strings.TrimPrefix(msg[len(what):], ": "); rest != "" {
+			return pkgPrefix + what + ": " + call + ": " + rest
+		}
+		return pkgPrefix + what + ": " + call
+	}
+	return pkgPrefix + call + ": " + msg
+}
+
+// stripPrefixes removes the package prefixes "leasequota: " and "lease: "
+// from the start of msg and from the start of every part of it (after
+// ": ").
+func stripPrefixes(msg string) string {
+	for _, p := range []string{pkgPrefix, "lease: "} {
+		msg = strings.TrimPrefix(msg, p)
+		msg = strings.ReplaceAll(msg, ": "+p, ": ")
+	}
+	return msg
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/leasequota/leasequota"
+	"github.com/leasequota/leasequota/lease"
 )
 
 func TestSetGetDeleteQuota(t *testing.T) {
@@ -91,5 +92,63 @@ func TestSetQuotaRejectsInvalid(t *testing.T) {
 	}
 	if _, ok, err := l.GetQuota(ctx, "t"); ok || err != nil {
 		t.Errorf("an invalid quota was stored: %v, %v", ok, err)
+	}
+}
+
+// TestAdminErrorsHaveOnePrefix checks that the errors of SetQuota,
+// GetQuota and DeleteQuota name the package once, whatever they wrap (a
+// sentinel, an error of package lease, an error of go-redis), and that
+// errors.Is still finds what they wrap.
+func TestAdminErrorsHaveOnePrefix(t *testing.T) {
+	c, prefix := setup(t)
+	ctx := context.Background()
+	l := newLimiter(t, c, leasequota.WithKeyPrefix(prefix), leasequota.WithQuotaFunc(func(tenant string) leasequota.Quota {
+		if tenant == "bad" {
+			return leasequota.Quota{Rate: 1} // no Burst
+		}
+		return leasequota.Quota{Rate: 1, Burst: 1}
+	}))
+	canceled, cancel := context.WithCancel(ctx)
+	cancel()
+	// A quota override that GetQuota cannot parse.
+	corrupt := lease.QuotaKey(lease.Key(prefix, "corrupt"))
+	if err := c.HSet(ctx, corrupt, "r", "x", "b", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Del(context.Background(), corrupt) })
+	_, _, getErr := l.GetQuota(ctx, "corrupt")
+
+	for _, tc := range []struct {
+		err  error
+		is   error
+		want string // the message, or its start when it ends with "…"
+	}{
+		{l.SetQuota(ctx, "acme", leasequota.Quota{Rate: math.NaN(), Burst: 1}), leasequota.ErrInvalidQuota,
+			`leasequota: invalid quota: SetQuota("acme"): Rate is NaN, want a finite number in (0, 1e+12]`},
+		{l.SetQuota(ctx, "acme", leasequota.Quota{Rate: 1, Burst: 1, LeaseTTL: time.Millisecond}), leasequota.ErrInvalidQuota,
+			`leasequota: invalid quota: SetQuota("acme"): LeaseTTL 1ms is below twice the refresh interval 100ms`},
+		{l.DeleteQuota(ctx, "bad"), leasequota.ErrInvalidQuota,
+			`leasequota: invalid quota: DeleteQuota("bad"): Burst is 0, want 1..1099511627776`},
+		{l.SetQuota(canceled, "acme", leasequota.Quota{Rate: 1, Burst: 1}), context.Canceled,
+			`leasequota: SetQuota("acme"): set quota: context canceled`},
+		{getErr, lease.ErrBadReply, `leasequota: GetQuota("corrupt"): unexpected script reply: get quota: rate: …`},
+	} {
+		if tc.err == nil {
+			t.Errorf("no error, want %q", tc.want)
+			continue
+		}
+		msg := tc.err.Error()
+		if n := strings.Count(msg, "leasequota:"); n != 1 || !strings.HasPrefix(msg, "leasequota: ") {
+			t.Errorf("%q: want one %q prefix, got %d", msg, "leasequota: ", n)
+		}
+		if strings.Contains(msg, "lease:") {
+			t.Errorf("%q: names package lease", msg)
+		}
+		if want, ok := strings.CutSuffix(tc.want, "…"); ok && !strings.HasPrefix(msg, want) || !ok && msg != tc.want {
+			t.Errorf("error %q, want %q", msg, tc.want)
+		}
+		if tc.is != nil && !errors.Is(tc.err, tc.is) {
+			t.Errorf("%q: errors.Is(%v) is false", msg, tc.is)
+		}
 	}
 }

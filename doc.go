@@ -8,9 +8,11 @@
 // Instances do not ask Redis per request. Each one leases batches of tokens
 // from the bucket (an atomic Lua script debits them) and spends them
 // locally; a background syncer refreshes leases on a schedule spread by
-// xxhash(tenant) plus jitter, prefetches when a lease runs low, and drops
-// tokens not spent within the lease TTL (returning them could let a burst
-// exceed the window bound; docs/design.md explains).
+// xxhash(tenant) plus jitter, prefetches when a lease runs low, and takes
+// back tokens not spent within the lease TTL. It returns them to Redis as
+// aged returns: the bucket credits only what it would hold had they never
+// been leased, so returned tokens cannot lift any window above the bound
+// (docs/design.md explains; Stats.Expired counts them).
 //
 // Because every token admitted was debited from Redis first, for each
 // tenant and any number of instances:
@@ -41,14 +43,22 @@
 // # Redis
 //
 // New takes any go-redis v9 UniversalClient: a plain client, a cluster
-// client or a failover (Sentinel) client. Each tenant lives in one key,
-// <prefix>{<encoded tenant>}, so every script touches one key in one
-// cluster slot; any tenant byte string is encoded safely (see package
-// lease). Every Redis call has a deadline (WithRedisTimeout) and goes
-// through a circuit breaker. When Redis fails, leases already held keep
-// being spent; once they are gone the tenant's FailureMode decides:
-// FailLocal (the default) admits from a local token bucket at this
-// instance's share of the rate, FailClosed denies, FailOpen admits.
+// client or a failover (Sentinel) client. A tenant has up to four keys:
+// its bucket, <prefix>{<encoded tenant>}, and beside it the instances
+// active on it (":i" appended), the ids of applied releases (":r") and a
+// quota stored by SetQuota (":q"). They share the hash tag, so every
+// script touches one cluster slot; any tenant byte string is encoded
+// safely (see package lease). One more key per prefix, quota-version,
+// counts quota changes; docs/design.md lists the keys.
+//
+// Every Redis call has a deadline (WithRedisTimeout). A tenant whose lease
+// call failed backs off (10 ms doubling up to the refresh interval), and a
+// circuit breaker stops calling a Redis that failed three times in a row
+// (on a Redis Cluster, where a failed node says nothing of the others,
+// each tenant only backs off on its own). When Redis fails, leases already
+// held keep being spent; once they are gone the tenant's FailureMode
+// decides: FailLocal (the default) admits from a local token bucket at
+// this instance's share of the rate, FailClosed denies, FailOpen admits.
 // Admissions without a lease are outside the bound and counted apart
 // (Decision.Mode, Stats, the decisions metric). Leasing resumes on its own.
 //

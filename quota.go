@@ -34,9 +34,12 @@ type Quota struct {
 	// MaxLease is the largest lease one instance holds at once. Zero means
 	// half of Burst (at least 1). It must be >= MinLease and <= Burst.
 	MaxLease int64
-	// LeaseTTL is how long leased tokens may be held before they expire
-	// (unspent ones are dropped); with one syncer tick it is L in the
-	// window bound B + r(W + L). Zero means the limiter's default
+	// LeaseTTL is how long leased tokens may be held before they expire:
+	// unspent ones are then taken back and returned to Redis as an aged
+	// return, credited only with what the bucket would hold had they never
+	// been leased (Stats.Expired counts them; Stats.Returned what Redis
+	// credited, Stats.Forfeited the rest). With one syncer tick it is L in
+	// the window bound B + r(W + L). Zero means the limiter's default
 	// (WithLeaseTTL); else at least twice the refresh interval.
 	LeaseTTL time.Duration
 	// FailureMode is what the tenant's requests get when Redis cannot be

@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -99,6 +101,83 @@ func (b *backend) setDown(down bool) {
 	if b.proxy != nil {
 		b.proxy.SetDown(down)
 	}
+}
+
+// cpuSample is Redis server CPU time (user + system, all threads) read
+// from INFO cpu, summed over the masters of a cluster; ok is false when
+// it could not be read (the embedded Redis has none).
+type cpuSample struct {
+	used time.Duration
+	ok   bool
+}
+
+// cpuSince is the CPU Redis used between two samples, and whether both
+// were read.
+func cpuSince(from, to cpuSample) (time.Duration, bool) {
+	if !from.ok || !to.ok || to.used < from.used {
+		return 0, false
+	}
+	return to.used - from.used, true
+}
+
+// redisCPU reads the CPU time Redis has used so far, straight from the
+// server (never through the outage proxy). miniredis runs inside this
+// process and reports no CPU: not ok.
+func (b *backend) redisCPU(ctx context.Context) cpuSample {
+	if b.mini != nil {
+		return cpuSample{}
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if b.cluster != nil {
+		c := redis.NewClusterClient(b.cluster)
+		defer c.Close()
+		var mu sync.Mutex
+		var sum time.Duration
+		err := c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+			info, err := m.Info(ctx, "cpu").Result()
+			if err != nil {
+				return err
+			}
+			d, err := parseCPU(info)
+			mu.Lock()
+			sum += d
+			mu.Unlock()
+			return err
+		})
+		return cpuSample{used: sum, ok: err == nil}
+	}
+	c := redis.NewClient(b.opts)
+	defer c.Close()
+	info, err := c.Info(ctx, "cpu").Result()
+	if err != nil {
+		return cpuSample{}
+	}
+	d, err := parseCPU(info)
+	return cpuSample{used: d, ok: err == nil}
+}
+
+// parseCPU returns used_cpu_user + used_cpu_sys (seconds) of an INFO cpu
+// reply.
+func parseCPU(info string) (time.Duration, error) {
+	var sum float64
+	found := 0
+	for _, line := range strings.Split(info, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || (k != "used_cpu_user" && k != "used_cpu_sys") {
+			continue
+		}
+		x, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return 0, fmt.Errorf("INFO cpu: %s: %w", k, err)
+		}
+		sum += x
+		found++
+	}
+	if found != 2 {
+		return 0, fmt.Errorf("INFO cpu: no used_cpu_user and used_cpu_sys in %q", info)
+	}
+	return time.Duration(sum * float64(time.Second)), nil
 }
 
 // Close stops what the backend started.

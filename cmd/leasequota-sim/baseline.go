@@ -31,6 +31,16 @@ type BaselineResult struct {
 	DecisionsPerSec float64
 	RoundTripsPer1k float64
 	P50, P99        time.Duration
+	// RedisCPU is the Redis server's CPU time during the run (INFO cpu);
+	// HasCPU is false when it could not be read (the embedded Redis).
+	RedisCPU time.Duration
+	HasCPU   bool
+}
+
+// CPUPerDecision is the Redis CPU time per decision in nanoseconds, and
+// whether it is known.
+func (b *BaselineResult) CPUPerDecision() (float64, bool) {
+	return cpuPerDecision(b.RedisCPU, b.HasCPU, b.Decisions)
 }
 
 // runBaseline drives the steady form of the workload (no scenario events)
@@ -70,6 +80,7 @@ func runBaseline(ctx context.Context, cfg Config, w *workload, be *backend, pref
 	if prog != nil {
 		prog.start("baseline")
 	}
+	cpu0 := be.redisCPU(ctx)
 	start := time.Now()
 	elapsed := func() time.Duration { return time.Since(start) }
 	snap := func() snapshot {
@@ -183,6 +194,7 @@ func runBaseline(ctx context.Context, cfg Config, w *workload, be *backend, pref
 	pacers.Wait()
 	cons.Wait()
 	dur := elapsed()
+	cpu, cpuOK := cpuSince(cpu0, be.redisCPU(ctx))
 	close(stopProg)
 	if prog != nil {
 		<-progDone
@@ -199,6 +211,8 @@ func runBaseline(ctx context.Context, cfg Config, w *workload, be *backend, pref
 		Errors:    errs.Load(),
 		P50:       percentile(lat, 0.50),
 		P99:       percentile(lat, 0.99),
+		RedisCPU:  cpu,
+		HasCPU:    cpuOK,
 	}
 	for _, in := range insts {
 		res.Offered += in.offered

@@ -97,16 +97,29 @@ func paramLine(res *Result) string {
 
 type kpi struct{ Value, Label string }
 
+// kpis are the report's headline: what leasing changes (Redis round trips
+// and CPU per decision, decision latency), then the share admitted. The
+// decision rate is the offered load, not a result, so it is not one.
 func kpis(res *Result) []kpi {
 	t := res.Total
-	k := []kpi{
-		{perSec(t.DecisionsPerSec), "decisions/s"},
-		{pct(float64(t.Admitted) / math.Max(float64(t.Offered), 1)), "of requests admitted"},
-		{fmt.Sprintf("%.1f", t.RoundTripsPer1k), "Redis round trips per 1,000 decisions"},
-		{fmtDur(t.P99), "decision latency p99"},
+	cpu, cpuOK := t.CPUPerDecision()
+	cpuLabel := "Redis CPU per decision"
+	if !cpuOK && res.Config.embedded() {
+		cpuLabel += " (the embedded Redis has no INFO cpu: use -redis)"
 	}
-	if b := res.Baseline; b != nil && t.RoundTripsPer1k > 0 {
-		k = append(k, kpi{fmtRatio(b.RoundTripsPer1k/t.RoundTripsPer1k) + " fewer", "round trips per decision than a per-request limiter"})
+	k := []kpi{
+		{fmt.Sprintf("%.1f", t.RoundTripsPer1k), "Redis round trips per 1,000 decisions"},
+		{cpuCell(cpu, cpuOK), cpuLabel},
+		{fmtDur(t.P50) + " / " + fmtDur(t.P99), "decision latency p50 / p99"},
+		{pct(float64(t.Admitted) / math.Max(float64(t.Offered), 1)), "of requests admitted"},
+	}
+	if b := res.Baseline; b != nil {
+		if t.RoundTripsPer1k > 0 {
+			k = append(k, kpi{fmtRatio(b.RoundTripsPer1k/t.RoundTripsPer1k) + " fewer", "Redis round trips per decision than a per-request limiter"})
+		}
+		if bCPU, ok := b.CPUPerDecision(); ok && cpuOK && cpu > 0 {
+			k = append(k, kpi{ratio(bCPU, cpu, "less", "more"), "Redis CPU per decision than a per-request limiter"})
+		}
 	}
 	return k
 }
@@ -363,14 +376,17 @@ func baselineCharts(res *Result) string {
 	t := res.Total
 	lqRT := float64(t.RoundTrips) / res.Run.Seconds()
 	bRT := float64(b.RoundTrips) / b.Duration.Seconds()
-	count := perSec
 	var sb strings.Builder
-	sb.WriteString(barPanel("bar-decisions", "Decisions per second", t.DecisionsPerSec, b.DecisionsPerSec, false, count, fmtNum))
-	sb.WriteString(barPanel("bar-roundtrips", "Redis round trips per second", lqRT, bRT, false, count, fmtNum))
-	sb.WriteString(barPanel("bar-per1k", "Round trips per 1,000 decisions (log scale)", t.RoundTripsPer1k, b.RoundTripsPer1k, true,
+	sb.WriteString(barPanel("bar-per1k", "Redis round trips per 1,000 decisions (log scale)", t.RoundTripsPer1k, b.RoundTripsPer1k, true,
 		func(v float64) string { return fmt.Sprintf("%.1f", v) }, fmtNum))
+	if lq, ok := t.CPUPerDecision(); ok {
+		if base, ok := b.CPUPerDecision(); ok && lq > 0 && base > 0 {
+			sb.WriteString(barPanel("bar-cpu", "Redis CPU per decision (log scale)", lq, base, true, fmtNanos, fmtNanos))
+		}
+	}
 	sb.WriteString(barPanel("bar-p99", "Decision latency p99 (log scale)", float64(t.P99), float64(b.P99), true,
 		func(v float64) string { return fmtDur(time.Duration(v)) }, func(v float64) string { return fmtDur(time.Duration(v)) }))
+	sb.WriteString(barPanel("bar-roundtrips", "Redis round trips per second", lqRT, bRT, false, perSec, fmtNum))
 	return sb.String()
 }
 
@@ -526,7 +542,8 @@ dl { font-size: 13px; } dt { font-weight: 600; margin-top: 6px; } dd { margin-le
 <thead><tr><th></th><th>leasequota</th><th>per-request</th><th>leasequota is</th></tr></thead>
 <tbody>{{range .BaseRows}}<tr><td>{{.Name}}</td><td>{{.Lease}}</td><td>{{.Base}}</td><td>{{.Ratio}}</td></tr>
 {{end}}</tbody></table>
-<figcaption>The per-request limiter is {{.Res.Baseline.Name}}: every decision is one script call to the same Redis. It ran the steady form of the workload for {{printf "%.1f" .Res.Baseline.Duration.Seconds}} s with the same instances, each with {{.Consumers}} goroutines calling it; requests that found an instance's queue full were shed.{{if .Embedded}} The embedded Redis starts a Lua interpreter for every script call, so it caps the per-request limiter far below what redis-server would do; the round trips per decision hold on any Redis (run with <code>-redis</code> for absolute numbers).{{end}}</figcaption>
+<figcaption>The per-request limiter is {{.Res.Baseline.Name}}: every decision is one script call to the same Redis. It ran the steady form of the workload for {{printf "%.1f" .Res.Baseline.Duration.Seconds}} s with the same instances, each with {{.Consumers}} goroutines calling it; requests that found an instance's queue full were shed.
+What leasing changes is the Redis work per decision (round trips and, on a real redis-server, CPU time from INFO cpu, which counts every client of the server) and the decision latency. Both limiters were offered the same workload, so decided/s is the offered load whenever a limiter keeps up: it is not a capacity.{{if .Embedded}} The embedded Redis starts a Lua interpreter for every script call, far slower than redis-server: there the per-request limiter sheds requests, its latency includes queueing, and Redis CPU cannot be read. The round trips per decision hold on any Redis; run with <code>-redis</code> for latency and CPU on a real server.{{end}}</figcaption>
 {{else}}<p class="note">The baseline was skipped (-baseline 0).</p>{{end}}
 </figure>
 
@@ -544,6 +561,7 @@ dl { font-size: 13px; } dt { font-weight: 600; margin-top: 6px; } dd { margin-le
 <dt>The bound</dt><dd>For every tenant, admissions over the run are at most Burst + Rate·T, and in any window of length W at most Burst + Rate·(W + L), with L the lease TTL ({{.LeaseTTL}}). Both are checked on every tenant; the run exits with status 1 if one fails. Admissions without a lease (degraded modes) would be counted apart and are not covered by the bound.</dd>
 <dt>Degraded</dt><dd>When Redis cannot be reached, an instance spends the leases it holds; then the tenant's failure mode decides (fail_local: a local token bucket; fail_closed: deny; fail_open: admit). Those decisions are counted as degraded; their admissions are outside the bound.</dd>
 <dt>Round trip</dt><dd>One request to Redis and its reply; a pipeline of many tenants' lease calls counts once, as in the limiter's Stats.Calls.</dd>
+<dt>Redis CPU</dt><dd>The CPU time (user + system) the Redis server used during a run, from INFO cpu before and after it (summed over the masters of a cluster), divided by the decisions made. It counts every client of the server. The embedded Redis runs inside the simulator and reports none (n/a).</dd>
 </dl>
 </body>
 </html>

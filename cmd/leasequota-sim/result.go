@@ -117,6 +117,25 @@ type Totals struct {
 	RoundTripsPer1k float64
 	P50, P99        time.Duration
 	Samples         int
+	// RedisCPU is the CPU time (user + system) the Redis server used
+	// during the workload, from INFO cpu before and after it; HasCPU is
+	// false when it could not be read (the embedded Redis). It counts
+	// every client of the server, not only the simulation's.
+	RedisCPU time.Duration
+	HasCPU   bool
+}
+
+// CPUPerDecision is the Redis CPU time per decision in nanoseconds, and
+// whether it is known.
+func (t Totals) CPUPerDecision() (float64, bool) {
+	return cpuPerDecision(t.RedisCPU, t.HasCPU, t.Decisions)
+}
+
+func cpuPerDecision(cpu time.Duration, ok bool, decisions int64) (float64, bool) {
+	if !ok || decisions <= 0 {
+		return 0, false
+	}
+	return float64(cpu) / float64(decisions), true
 }
 
 // Series are the time series the report charts, one value per bucket of
@@ -320,6 +339,7 @@ func (r *runner) result(end time.Time, calls *callSeries) *Result {
 	}
 	tot.P50, tot.P99 = percentile(all, 0.50), percentile(all, 0.99)
 	tot.Samples = len(all)
+	tot.RedisCPU, tot.HasCPU = r.cpu, r.cpuOK
 	res.Series.RoundTrips = make([]int64, nb)
 	res.Series.Scripts = make([]int64, nb)
 	res.Series.Errors = make([]int64, nb)

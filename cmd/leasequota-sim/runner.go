@@ -41,6 +41,9 @@ type runner struct {
 	outage   struct{ from, to time.Duration }
 	hasOut   bool
 	logs     logBook
+	// Redis CPU used during the workload (INFO cpu), when it could be read.
+	cpu   time.Duration
+	cpuOK bool
 }
 
 // instance is one simulated service instance (one slot of the workload).
@@ -194,6 +197,7 @@ func (r *runner) run(ctx context.Context, prog *progress) (*Result, error) {
 	if prog != nil {
 		prog.start("leasequota")
 	}
+	cpu0 := r.be.redisCPU(ctx)
 	r.start = time.Now()
 	r.logs.start = r.start
 	// Instances running at the end of the workload close together, once
@@ -228,6 +232,7 @@ func (r *runner) run(ctx context.Context, prog *progress) (*Result, error) {
 		r.sampleCalls(calls, prog, stopSampler)
 	}()
 	working.Wait()
+	r.cpu, r.cpuOK = cpuSince(cpu0, r.be.redisCPU(ctx))
 	r.be.setDown(false)
 	close(stopSampler)
 	<-samplerDone

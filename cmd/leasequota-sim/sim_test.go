@@ -142,7 +142,8 @@ func TestSteadyRunAndReport(t *testing.T) {
 	var text bytes.Buffer
 	writeSummary(&text, res)
 	out := text.String()
-	for _, want := range []string{"bound: OK", "per-request baseline", "round trips / 1,000 decisions"} {
+	for _, want := range []string{"bound: OK", "per-request baseline", "Redis round trips / 1,000 decisions", "Redis CPU: n/a (the embedded Redis",
+		"not a capacity"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("summary lacks %q:\n%s", want, out)
 		}
@@ -175,11 +176,29 @@ func checkReport(t *testing.T, page string, res *Result) {
 		}
 	}
 	if res.Baseline != nil {
-		for _, id := range []string{"baseline-table", "bar-decisions", "bar-roundtrips", "bar-per1k", "bar-p99"} {
+		for _, id := range []string{"baseline-table", "bar-roundtrips", "bar-per1k", "bar-p99"} {
 			if !strings.Contains(page, `id="`+id+`"`) {
 				t.Errorf("report lacks #%s", id)
 			}
 		}
+		_, lqOK := res.Total.CPUPerDecision()
+		_, bOK := res.Baseline.CPUPerDecision()
+		if has := strings.Contains(page, `id="bar-cpu"`); has != (lqOK && bOK) {
+			t.Errorf("report has a Redis CPU bar: %v, CPU measured: %v and %v", has, lqOK, bOK)
+		}
+	}
+	// The headline is what leasing changes, not the offered load.
+	kpis := regexp.MustCompile(`(?s)<div class="kpis">(.*?)</section>`).FindStringSubmatch(page)
+	if kpis == nil {
+		t.Fatal("report has no headline numbers")
+	}
+	for _, want := range []string{"Redis round trips per 1,000 decisions", "Redis CPU per decision", "decision latency p50 / p99"} {
+		if !strings.Contains(kpis[1], want) {
+			t.Errorf("headline lacks %q", want)
+		}
+	}
+	if strings.Contains(kpis[1], "decisions/s") {
+		t.Errorf("headline shows decisions/s, the offered load")
 	}
 	// Self-contained: nothing is fetched, nothing runs.
 	for _, bad := range []string{"<script", "http://", "https://", "<link", "@import", "src="} {
@@ -340,8 +359,13 @@ func TestRealRedis(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
-	if strings.Contains(out, "embedded Redis runs Lua") {
+	if strings.Contains(out, "embedded Redis") {
 		t.Errorf("the embedded Redis note shows with -redis")
+	}
+	// redis-server reports its CPU: the comparison gives it per decision.
+	cpu := regexp.MustCompile(`(?m)^\s*Redis CPU / decision\s+(\S+)\s+(\S+)`).FindStringSubmatch(out)
+	if cpu == nil || cpu[1] == "n/a" || cpu[2] == "n/a" || !strings.Contains(out, "Redis CPU: ") || strings.Contains(out, "Redis CPU: n/a") {
+		t.Errorf("no Redis CPU per decision from redis-server:\n%s", out)
 	}
 	if _, err := os.Stat(report); err != nil {
 		t.Errorf("report: %v", err)

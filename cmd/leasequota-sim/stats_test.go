@@ -83,6 +83,27 @@ func TestFormatting(t *testing.T) {
 	if got := ratio(2, 8, "more", "fewer"); got != "4.0x fewer" {
 		t.Errorf("ratio: %q", got)
 	}
+	for in, want := range map[float64]string{0.43: "0.4ns", 12.6: "13ns", 1234: "1.2µs", 25000: "25µs"} {
+		if got := fmtNanos(in); got != want {
+			t.Errorf("fmtNanos(%v) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestParseCPU(t *testing.T) {
+	info := "# CPU\r\nused_cpu_sys:1.500000\r\nused_cpu_user:0.250000\r\nused_cpu_sys_children:9.000000\r\nused_cpu_user_children:9.000000\r\n"
+	if d, err := parseCPU(info); err != nil || d != 1750*time.Millisecond {
+		t.Errorf("parseCPU = %v, %v; want 1.75s", d, err)
+	}
+	if _, err := parseCPU("# CPU\r\n"); err == nil {
+		t.Error("parseCPU of an empty section: no error")
+	}
+	if _, ok := cpuSince(cpuSample{used: time.Second, ok: true}, cpuSample{}); ok {
+		t.Error("cpuSince with an unread sample is known")
+	}
+	if d, ok := cpuSince(cpuSample{used: time.Second, ok: true}, cpuSample{used: 3 * time.Second, ok: true}); !ok || d != 2*time.Second {
+		t.Errorf("cpuSince = %v, %v; want 2s", d, ok)
+	}
 }
 
 // TestViolationDetected feeds the result computation a tenant that

@@ -189,6 +189,7 @@ func verdictLines(res *Result) []string {
 		group(t.RoundTrips), t.RoundTripsPer1k, group(t.Scripts)))
 	l = append(l, fmt.Sprintf("       %s tokens granted of %s asked, %s returned; %s failed lease calls; Close: %s round trips.",
 		group(res.Lib.Granted), group(res.Lib.Requested), group(res.Lib.Returned), group(res.Lib.Errors), group(t.CloseRoundTrips)))
+	l = append(l, cpuLine(res))
 	for _, e := range res.Events {
 		if e.Kind == "outage" {
 			l = append(l, fmt.Sprintf("outage %.1fs-%.1fs, failure mode %s: once leases ran out, %s requests were admitted",
@@ -200,6 +201,19 @@ func verdictLines(res *Result) []string {
 		l = append(l, "close: "+e)
 	}
 	return l
+}
+
+// cpuLine states the Redis CPU the workload cost, or why it is unknown.
+func cpuLine(res *Result) string {
+	t := res.Total
+	if per, ok := t.CPUPerDecision(); ok {
+		return fmt.Sprintf("Redis CPU: %.3fs during the workload, %s per decision (INFO cpu, user + system; other clients of the server count too).",
+			t.RedisCPU.Seconds(), fmtNanos(per))
+	}
+	if res.Config.embedded() {
+		return "Redis CPU: n/a (the embedded Redis runs in this process and has no INFO cpu; use -redis to measure it)."
+	}
+	return "Redis CPU: n/a (INFO cpu could not be read)."
 }
 
 // modeLabel names the failure mode(s) that decided while Redis was
@@ -243,22 +257,42 @@ func countTenants(vs []Violation) int {
 // baselineRow is one line of the comparison.
 type baselineRow struct{ Name, Lease, Base, Ratio string }
 
-// baselineRows renders the comparison with the per-request limiter.
+// baselineRows renders the comparison with the per-request limiter. The
+// first rows are what leasing changes: Redis round trips and CPU per
+// decision, and decision latency. The last ones describe the workload:
+// both limiters are offered the same requests, and one that keeps up
+// decides them all, so decided/s is the offered load, not a capacity;
+// the per-request limiter sheds what its Redis cannot serve in time.
 func baselineRows(res *Result) []baselineRow {
 	b := res.Baseline
 	t := res.Total
 	secs := res.Run.Seconds()
 	lqRT := float64(t.RoundTrips) / secs
 	bRT := float64(b.RoundTrips) / b.Duration.Seconds()
+	lqCPU, lqOK := t.CPUPerDecision()
+	bCPU, bOK := b.CPUPerDecision()
+	cpuRatio := ""
+	if lqOK && bOK {
+		cpuRatio = ratio(bCPU, lqCPU, "less", "more")
+	}
 	return []baselineRow{
-		{"decisions/s", perSec(t.DecisionsPerSec), perSec(b.DecisionsPerSec), ratio(t.DecisionsPerSec, b.DecisionsPerSec, "more", "fewer")},
-		{"offered/s", perSec(float64(t.Offered) / secs), perSec(float64(b.Offered) / b.Duration.Seconds()), ""},
-		{"shed (offered, not decided)", "0", group(b.Shed), ""},
-		{"Redis round trips/s", perSec(lqRT), perSec(bRT), ratio(bRT, lqRT, "fewer", "more")},
-		{"round trips / 1,000 decisions", fmt.Sprintf("%.1f", t.RoundTripsPer1k), fmt.Sprintf("%.1f", b.RoundTripsPer1k), ratio(b.RoundTripsPer1k, t.RoundTripsPer1k, "fewer", "more")},
+		{"Redis round trips / 1,000 decisions", fmt.Sprintf("%.1f", t.RoundTripsPer1k), fmt.Sprintf("%.1f", b.RoundTripsPer1k), ratio(b.RoundTripsPer1k, t.RoundTripsPer1k, "fewer", "more")},
+		{"Redis CPU / decision", cpuCell(lqCPU, lqOK), cpuCell(bCPU, bOK), cpuRatio},
 		{"decision latency p50", fmtDur(t.P50), fmtDur(b.P50), ratio(float64(b.P50), float64(t.P50), "faster", "slower")},
 		{"decision latency p99", fmtDur(t.P99), fmtDur(b.P99), ratio(float64(b.P99), float64(t.P99), "faster", "slower")},
+		{"Redis round trips/s", perSec(lqRT), perSec(bRT), ratio(bRT, lqRT, "fewer", "more")},
+		{"offered/s (the workload)", perSec(float64(t.Offered) / secs), perSec(float64(b.Offered) / b.Duration.Seconds()), ""},
+		{"decided/s", perSec(t.DecisionsPerSec), perSec(b.DecisionsPerSec), ""},
+		{"shed (offered, not decided)", "0", group(b.Shed), ""},
 	}
+}
+
+// cpuCell formats a CPU time per decision, or n/a.
+func cpuCell(ns float64, ok bool) string {
+	if !ok {
+		return "n/a"
+	}
+	return fmtNanos(ns)
 }
 
 func writeBaselineTable(out io.Writer, res *Result) {
@@ -266,17 +300,19 @@ func writeBaselineTable(out io.Writer, res *Result) {
 	fmt.Fprintf(out, "per-request baseline: %s,\nsteady workload for %.1fs on the same Redis, %d instances x %d goroutines:\n\n",
 		b.Name, b.Duration.Seconds(), res.Config.Instances, baselineConsumers)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "%-30s\tleasequota\tper-request\tleasequota is\t\n", "")
+	fmt.Fprintf(tw, "%-36s\tleasequota\tper-request\tleasequota is\t\n", "")
 	for _, r := range baselineRows(res) {
-		fmt.Fprintf(tw, "%-30s\t%s\t%s\t%s\t\n", r.Name, r.Lease, r.Base, r.Ratio)
+		fmt.Fprintf(tw, "%-36s\t%s\t%s\t%s\t\n", r.Name, r.Lease, r.Base, r.Ratio)
 	}
 	tw.Flush()
 	if b.Errors > 0 {
 		fmt.Fprintf(out, "%s baseline calls failed.\n", group(b.Errors))
 	}
+	fmt.Fprintln(out, "\nBoth were offered the same workload: decided/s is the offered load when a limiter keeps up, not a capacity.")
 	if res.Config.embedded() {
-		fmt.Fprintln(out, "\nThe embedded Redis runs Lua far slower than redis-server (a new interpreter per call), which caps the")
-		fmt.Fprintln(out, "per-request limiter; round trips per decision hold on any Redis: use -redis for absolute throughput.")
+		fmt.Fprintln(out, "The embedded Redis runs each script in a new Lua interpreter, far slower than redis-server: there the")
+		fmt.Fprintln(out, "per-request limiter sheds requests and its latency includes queueing. Round trips per decision hold on")
+		fmt.Fprintln(out, "any Redis; run with -redis for latency and Redis CPU on a real server.")
 	}
 }
 
@@ -302,6 +338,19 @@ func fmtRatio(x float64) string {
 		return fmt.Sprintf("%.0fx", x)
 	default:
 		return fmt.Sprintf("%.1fx", x)
+	}
+}
+
+// fmtNanos formats a duration given in (possibly fractional) nanoseconds
+// like fmtDur: 0.4ns, 95ns, 1.2µs.
+func fmtNanos(ns float64) string {
+	switch {
+	case ns >= 1000:
+		return fmtDur(time.Duration(math.Round(ns)))
+	case ns >= 10:
+		return fmt.Sprintf("%.0fns", ns)
+	default:
+		return trimZero(fmt.Sprintf("%.1f", ns)) + "ns"
 	}
 }
 
