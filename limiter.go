@@ -79,7 +79,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Limiter, error) {
 	window := 2*cfg.leaseTTL + cfg.refreshInterval
 	leases, err := lease.NewClient(client, cfg.keyPrefix, lease.WithInstance(l.instance, window))
 	if err != nil {
-		return nil, fmt.Errorf("%w: WithKeyPrefix(%q): %w", ErrInvalidOption, cfg.keyPrefix, err)
+		return nil, fmt.Errorf("%w: WithKeyPrefix(%q): %s", ErrInvalidOption, cfg.keyPrefix, stripPrefixes(err.Error()))
 	}
 	l.leases = leases
 	if cfg.defaultQuota != nil {

@@ -96,6 +96,10 @@ func TestNewRejectsBadOptions(t *testing.T) {
 			if !strings.Contains(err.Error(), tc.says) {
 				t.Errorf("error %q does not name %q", err, tc.says)
 			}
+			if msg := err.Error(); !strings.HasPrefix(msg, "leasequota: ") || strings.Count(msg, ": ") > 0 &&
+				(strings.Count(msg, "leasequota:") != 1 || strings.Contains(msg, "lease:")) {
+				t.Errorf("error %q: want exactly one package prefix, leasequota:, at its start", msg)
+			}
 		})
 	}
 	if _, err := leasequota.New(nil, leasequota.WithDefaultQuota(good)); !errors.Is(err, leasequota.ErrInvalidOption) {

@@ -185,10 +185,10 @@ func (c *config) validate() error {
 	}
 	if c.defaultQuota != nil {
 		if err := c.defaultQuota.Validate(); err != nil {
-			return fmt.Errorf("WithDefaultQuota: %w", err)
+			return fmt.Errorf("%w (WithDefaultQuota)", err)
 		}
 		if ttl := c.defaultQuota.LeaseTTL; ttl != 0 && ttl < 2*c.refreshInterval {
-			return fmt.Errorf("WithDefaultQuota: %w: LeaseTTL %v is below twice the refresh interval %v", ErrInvalidQuota, ttl, c.refreshInterval)
+			return fmt.Errorf("%w: WithDefaultQuota: LeaseTTL %v is below twice the refresh interval %v", ErrInvalidQuota, ttl, c.refreshInterval)
 		}
 	}
 	if c.refreshInterval < time.Millisecond {
