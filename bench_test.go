@@ -2,6 +2,7 @@ package leasequota_test
 
 import (
 	"context"
+	"log/slog"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -36,7 +37,8 @@ var bigQuota = leasequota.Quota{Rate: 1e12, Burst: 1 << 40, MinLease: 1 << 30}
 func benchLimiter(b *testing.B, opts ...leasequota.Option) *leasequota.Limiter {
 	b.Helper()
 	c := redistest.Client(b)
-	opts = append([]leasequota.Option{leasequota.WithKeyPrefix(redistest.Prefix(b)), leasequota.WithDefaultQuota(bigQuota)}, opts...)
+	opts = append([]leasequota.Option{leasequota.WithKeyPrefix(redistest.Prefix(b)), leasequota.WithDefaultQuota(bigQuota),
+		leasequota.WithLogger(slog.New(slog.DiscardHandler))}, opts...)
 	l, err := leasequota.New(c, opts...)
 	if err != nil {
 		b.Fatal(err)

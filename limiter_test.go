@@ -33,6 +33,8 @@ func setup(t *testing.T) (*redis.Client, string) {
 // newLimiter returns a limiter closed when the test ends.
 func newLimiter(t *testing.T, c redis.UniversalClient, opts ...leasequota.Option) *leasequota.Limiter {
 	t.Helper()
+	// Logs go to t.Log; a test's own WithLogger, later, wins.
+	opts = append([]leasequota.Option{leasequota.WithLogger(testLogger(t))}, opts...)
 	l, err := leasequota.New(c, opts...)
 	if err != nil {
 		t.Fatal(err)
@@ -310,7 +312,7 @@ func TestWaitN(t *testing.T) {
 
 func TestCloseReturnsLeasedTokens(t *testing.T) {
 	c, prefix := setup(t)
-	l, err := leasequota.New(c, leasequota.WithKeyPrefix(prefix),
+	l, err := leasequota.New(c, leasequota.WithKeyPrefix(prefix), leasequota.WithLogger(testLogger(t)),
 		// A rate so low that nothing refills during the test.
 		leasequota.WithDefaultQuota(leasequota.Quota{Rate: 1e-6, Burst: 100, MinLease: 40}))
 	if err != nil {
@@ -472,7 +474,7 @@ func TestRaceSpendRefreshAndClose(t *testing.T) {
 	// FailClosed: every admission is from a lease, so the accounting below
 	// is exact even when a lease call times out on a loaded machine (a
 	// FailLocal admission would be outside the bound, by design).
-	l, err := leasequota.New(c, leasequota.WithKeyPrefix(prefix), leasequota.WithDefaultQuota(q),
+	l, err := leasequota.New(c, leasequota.WithKeyPrefix(prefix), leasequota.WithDefaultQuota(q), leasequota.WithLogger(testLogger(t)),
 		leasequota.WithRefreshInterval(10*time.Millisecond), leasequota.WithLeaseTTL(30*time.Millisecond),
 		leasequota.WithFailureMode(leasequota.FailClosed))
 	if err != nil {

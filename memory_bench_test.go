@@ -2,6 +2,7 @@ package leasequota_test
 
 import (
 	"context"
+	"log/slog"
 	"runtime"
 	"strconv"
 	"testing"
@@ -41,7 +42,7 @@ func BenchmarkTenantMemory(b *testing.B) {
 		// 100,000 tenants at once time out on a healthy Redis (see
 		// integration.TestManyTenantsColdStartOnHealthyRedis).
 		l, err := leasequota.New(c, leasequota.WithKeyPrefix(redistest.Prefix(b)), leasequota.WithDefaultQuota(q),
-			leasequota.WithColdStartWait(0), leasequota.WithRedisTimeout(time.Second))
+			leasequota.WithColdStartWait(0), leasequota.WithRedisTimeout(time.Second), leasequota.WithLogger(slog.New(slog.DiscardHandler)))
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -192,7 +192,7 @@ func TestHugeLeaseTTLKeepsLeases(t *testing.T) {
 			t.Logf("LeaseTTL %v: Validate() = %v: refused, fine", ttl, err)
 			continue
 		}
-		l, err := leasequota.New(c, leasequota.WithKeyPrefix(redistest.Prefix(t)),
+		l, err := leasequota.New(c, leasequota.WithKeyPrefix(redistest.Prefix(t)), leasequota.WithLogger(testLogger(t)),
 			leasequota.WithQuotaFunc(func(string) leasequota.Quota { return q }))
 		if err != nil {
 			t.Logf("LeaseTTL %v: New = %v: refused, fine", ttl, err)
