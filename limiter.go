@@ -117,6 +117,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Limiter, error) {
 		OnDegraded:  l.onDegraded,
 		IdleTimeout: cfg.idleTimeout,
 		Instances:   cfg.expectedInstances,
+		Now:         cfg.now,
 		MaxTenants:  cfg.maxTenants,
 		Evict:       l.reg.remove,
 		Cluster:     isCluster(client),
@@ -349,7 +350,7 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *entry, n int64, 
 		}
 		// Still short: the global bucket is dry. Sleep until the syncer
 		// may call again.
-		if err := sl.sleep(wctx, max(e.RetryAfter(time.Now(), n), time.Millisecond), nil); err != nil {
+		if err := sl.sleep(wctx, max(e.RetryAfter(l.cfg.now(), n), time.Millisecond), nil); err != nil {
 			return l.gaveUp(ctx, tenant, e, n, untilAdmitted)
 		}
 	}
@@ -461,7 +462,7 @@ func (l *Limiter) entry(tenant string) (*entry, Quota, error) {
 		return nil, quotaOfLimits(lim), errTooManyTenants
 	}
 	e := &entry{}
-	e.Init(tenant, lim, l.sync.Planner(), time.Now())
+	e.Init(tenant, lim, l.sync.Planner(), l.cfg.now())
 	e, _ = l.reg.loadOrStore(tenant, e)
 	return e, e.quota(), nil
 }
@@ -498,7 +499,7 @@ func (l *Limiter) count(d Decision) Decision {
 // tenant's rate, and no earlier than the failure backoff allows).
 func (l *Limiter) degraded(e *entry, n int64) Decision {
 	q := e.quota()
-	now := time.Now()
+	now := l.cfg.now()
 	d := Decision{Quota: q, Mode: q.FailureMode}
 	lease := max(e.RetryAfter(now, n), time.Millisecond)
 	switch q.FailureMode {
@@ -531,7 +532,7 @@ func (l *Limiter) deny(e *entry, n int64) Decision {
 	case !e.Leased():
 		d.Reason = ReasonColdStart
 	}
-	d.RetryAfter = max(e.RetryAfter(time.Now(), n), time.Millisecond)
+	d.RetryAfter = max(e.RetryAfter(l.cfg.now(), n), time.Millisecond)
 	return d
 }
 

@@ -39,6 +39,9 @@ type config struct {
 	seed            *uint64
 	failureMode     FailureMode
 	maxTenants      int
+	// now is the clock every decision, schedule and lease lifetime is
+	// read from (time.Now; tests inject their own).
+	now func() time.Time
 	// expectedInstances is WithExpectedInstances' hint; 0 for none.
 	expectedInstances int
 	idleTimeout       time.Duration
@@ -56,6 +59,7 @@ func defaultConfig() config {
 		leaseTTL:        DefaultLeaseTTL,
 		failureMode:     FailLocal,
 		idleTimeout:     DefaultIdleTimeout,
+		now:             time.Now,
 	}
 }
 
