@@ -101,7 +101,7 @@ func (l *Limiter) baseQuota(tenant string) (Quota, error) {
 	if l.cfg.quotaFunc == nil {
 		return l.defQuota, nil
 	}
-	return l.quotaOf(tenant)
+	return l.resolveQuota(tenant)
 }
 
 // quotaOfOverride is the Quota stored in o.

@@ -23,6 +23,7 @@ func TestEvictionIsOneStep(t *testing.T) {
 	redistest.Shared(t)
 	c := redistest.Client(t)
 	l, err := New(c, WithKeyPrefix(redistest.Prefix(t)), WithIdleTimeout(time.Millisecond),
+		WithRedisTimeout(10*time.Second), // no call may time out on a loaded machine
 		WithLogger(slog.New(slog.NewTextHandler(testWriter{t}, nil))),
 		WithColdStartWait(0), WithDefaultQuota(Quota{Rate: 100, Burst: 100}))
 	if err != nil {
@@ -34,26 +35,29 @@ func TestEvictionIsOneStep(t *testing.T) {
 	l.group.Wait()
 	ctx := context.Background()
 	l.AllowN(ctx, "V", 1) // V is tracked (its lease comes with an urgent call or not at all)
-	first := l.reg.load("V")
+	first := l.sync.Tenant("V")
 	if first == nil {
 		t.Fatal("V not tracked after its first request")
 	}
-	// A round sees the request; then V stays idle for longer than the
-	// idle timeout.
-	l.sync.Round(ctx, l.reg.tenants)
+	// A round sees the request and leases V; then V stays idle for longer
+	// than the idle timeout.
+	l.sync.Round(ctx, l.sync.Tenants())
+	if first.Held() == 0 {
+		t.Fatalf("V holds no lease after a round: %+v", l.sync.Stats())
+	}
 	start := time.Now()
 	for time.Since(start) < 5*time.Millisecond {
 		time.Sleep(time.Millisecond) // letting the clock pass the idle timeout
 	}
 	var during []Decision
-	l.sync.Round(ctx, func(yield func(string, *syncer.Tenant) bool) {
-		for name, tn := range l.reg.tenants {
-			if !yield(name, tn) {
+	l.sync.Round(ctx, func(yield func(*syncer.Tenant) bool) {
+		for tn := range l.sync.Tenants() {
+			if !yield(tn) {
 				return
 			}
-			if name == "V" {
+			if tn.Name() == "V" {
 				during = append(during, l.AllowN(ctx, "V", 1))
-				if e := l.reg.load("V"); e != nil && e.Evicted() {
+				if e := l.sync.Tenant("V"); e != nil && e.Evicted() {
 					t.Error("the registry handed out an evicted entry during the round")
 				}
 			}
@@ -62,11 +66,11 @@ func TestEvictionIsOneStep(t *testing.T) {
 	if !first.Evicted() {
 		t.Fatalf("V was not evicted by the round (stats %+v)", l.sync.Stats())
 	}
-	if e := l.reg.load("V"); e == first {
+	if e := l.sync.Tenant("V"); e == first {
 		t.Fatal("the registry still holds V's evicted entry after the round")
 	}
 	after := l.AllowN(ctx, "V", 1)
-	now := l.reg.load("V")
+	now := l.sync.Tenant("V")
 	if now == nil || now == first || now.Evicted() {
 		t.Fatalf("after eviction, V's entry is %p (evicted %v), want a new live entry", now, now != nil && now.Evicted())
 	}

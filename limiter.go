@@ -27,7 +27,6 @@ import (
 // by any number of goroutines; make one per process and Close it when done.
 type Limiter struct {
 	cfg      config
-	reg      *registry
 	leases   *lease.Client
 	sync     *syncer.Syncer
 	instance string         // this limiter's id in Redis' instance registries
@@ -72,7 +71,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Limiter, error) {
 	warnContextTimeout(cfg.logger, client)
 	var id [8]byte
 	rand.Read(id[:])
-	l := &Limiter{cfg: cfg, reg: newRegistry(), instance: hex.EncodeToString(id[:])}
+	l := &Limiter{cfg: cfg, instance: hex.EncodeToString(id[:])}
 	// An instance counts as active on a tenant for two lease lifetimes
 	// after its last acquire: a busy instance re-acquires at least once
 	// per lifetime.
@@ -111,7 +110,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Limiter, error) {
 		return nil, fmt.Errorf("leasequota: creating instruments: %w", err)
 	}
 	planner := syncer.NewPlanner(syncer.Config{Interval: cfg.refreshInterval}, seed)
-	l.sync = syncer.New(leases, l.reg.tenants, syncer.Options{
+	l.sync = syncer.New(leases, syncer.Options{
 		Planner:     planner,
 		CallTimeout: cfg.redisTimeout,
 		OnDegraded:  l.onDegraded,
@@ -119,7 +118,6 @@ func New(client redis.UniversalClient, opts ...Option) (*Limiter, error) {
 		Instances:   cfg.expectedInstances,
 		Now:         cfg.now,
 		MaxTenants:  cfg.maxTenants,
-		Evict:       l.reg.remove,
 		Cluster:     isCluster(client),
 		Telemetry:   l.tel,
 		Resolve:     l.resolveOverride,
@@ -174,9 +172,8 @@ func (l *Limiter) Degraded() bool { return l.sync.Degraded() }
 // Allow is AllowN(context.Background(), tenant, 1).Allowed.
 func (l *Limiter) Allow(tenant string) bool {
 	// The hot path of AllowN, without building a Decision.
-	if e := l.reg.load(tenant); e != nil && !l.closed.Load() {
-		if ok, _ := e.Tokens.TrySpend(1); ok {
-			e.Admits.Add(1)
+	if t := l.sync.Tenant(tenant); t != nil && !l.closed.Load() {
+		if ok, _ := t.Spend(1); ok {
 			return true
 		}
 	}
@@ -203,17 +200,16 @@ func (l *Limiter) Allow(tenant string) bool {
 // called, every decision is a denial with ReasonClosed. AllowN never
 // returns an error: the Decision's Reason says why it denied.
 func (l *Limiter) AllowN(ctx context.Context, tenant string, n int64) Decision {
-	e := l.reg.load(tenant)
-	if e != nil && !l.closed.Load() {
+	t := l.sync.Tenant(tenant)
+	if t != nil && !l.closed.Load() {
 		// One read of the limits: the Burst checked is the Quota reported.
-		if lim := e.Limits(); n > 0 && n <= lim.Burst {
-			if ok, left := e.Tokens.TrySpend(n); ok {
-				e.Admits.Add(1)
+		if lim := t.Limits(); n > 0 && n <= lim.Burst {
+			if ok, left := t.Spend(n); ok {
 				return Decision{Allowed: true, Remaining: left, Quota: quotaOfLimits(lim), Reason: ReasonLeased}
 			}
 		}
 	}
-	d, _ := l.decide(ctx, tenant, e, n, false)
+	d, _ := l.decide(ctx, tenant, t, n, false)
 	return d
 }
 
@@ -230,19 +226,19 @@ func (l *Limiter) AllowN(ctx context.Context, tenant string, n int64) Decision {
 // refresh interval plus a round trip of the first call that succeeds) and
 // is admitted as soon as the global bucket allows.
 func (l *Limiter) WaitN(ctx context.Context, tenant string, n int64) (Decision, error) {
-	return l.decide(ctx, tenant, l.reg.load(tenant), n, true)
+	return l.decide(ctx, tenant, l.sync.Tenant(tenant), n, true)
 }
 
 // decide is the slow path of AllowN (untilAdmitted false) and WaitN
 // (true): everything but a request that its tenant's lease covers. e is
-// the tenant's entry as the caller found it, or nil.
+// the tenant as the caller found it, or nil.
 //
 // It is one loop. Each turn either returns or waits (for a lease call, a
-// sleep, or ctx); it looks the tenant up again only when its entry was
-// evicted, and the registry never hands out an evicted entry. So it never
+// sleep, or ctx); it looks the tenant up again only when it was evicted,
+// and the syncer never hands out an evicted tenant. So it never
 // recurses and never spins: turns are bounded by waits (turns counts them
 // for tests).
-func (l *Limiter) decide(ctx context.Context, tenant string, e *entry, n int64, untilAdmitted bool) (Decision, error) {
+func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n int64, untilAdmitted bool) (Decision, error) {
 	var (
 		sl     sleeper
 		waits  int64
@@ -263,7 +259,7 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *entry, n int64, 
 		if l.closed.Load() {
 			d := Decision{Reason: ReasonClosed}
 			if e != nil {
-				d.Quota = e.quota()
+				d.Quota = quotaOf(e)
 			}
 			return l.count(d), l.errClosed(untilAdmitted)
 		}
@@ -272,8 +268,8 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *entry, n int64, 
 				q   Quota
 				err error
 			)
-			if e, q, err = l.entry(tenant); err != nil {
-				if errors.Is(err, errTooManyTenants) && untilAdmitted {
+			if e, q, err = l.track(tenant); err != nil {
+				if errors.Is(err, syncer.ErrTooManyTenants) && untilAdmitted {
 					// Eviction is catching up: look again next round.
 					waits++
 					if err := sl.sleep(ctx, l.cfg.refreshInterval, nil); err != nil {
@@ -288,8 +284,12 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *entry, n int64, 
 		if n <= 0 || n > lim.Burst {
 			return l.invalidN(tenant, n, quotaOfLimits(lim), untilAdmitted)
 		}
-		if ok, left := e.Tokens.TrySpend(n); ok {
-			return l.admitted(e, lim, left, waits > 0, cold), nil
+		if waits == 0 {
+			if ok, left := e.Spend(n); ok {
+				return Decision{Allowed: true, Remaining: left, Quota: quotaOfLimits(lim), Reason: ReasonLeased}, nil
+			}
+		} else if ok, left := e.SpendWaited(n); ok {
+			return l.admitted(lim, left, cold), nil
 		}
 		if waits == 0 {
 			cold = !e.Leased()
@@ -298,7 +298,7 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *entry, n int64, 
 			// Redis is failing for the tenant: its failure mode decides.
 			d := l.degraded(e, n)
 			if d.Allowed || !untilAdmitted {
-				l.sync.NoteMiss(tenant, &e.Tenant, n)
+				l.sync.NoteMiss(e, n)
 				return l.count(d), nil
 			}
 			// WaitN waits through the outage: until the fallback bucket
@@ -309,7 +309,7 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *entry, n int64, 
 				return l.count(d), unavailableError(tenant, n, err)
 			}
 			select {
-			case <-l.sync.Refill(ctx, tenant, &e.Tenant, n):
+			case <-l.sync.Refill(ctx, e, n):
 			case <-ctx.Done():
 				return l.count(l.degraded(e, n)), unavailableError(tenant, n, ctx.Err())
 			}
@@ -323,7 +323,7 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *entry, n int64, 
 					limit = l.cfg.coldStartWait
 				}
 				if limit <= 0 {
-					l.sync.NoteMiss(tenant, &e.Tenant, n)
+					l.sync.NoteMiss(e, n)
 					return l.count(l.deny(e, n)), nil
 				}
 				budget.ctx, budget.cancel = context.WithTimeout(ctx, limit)
@@ -338,12 +338,12 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *entry, n int64, 
 		// Ask for an urgent refill (joining one in flight) and wait for it.
 		waits++
 		select {
-		case <-l.sync.Refill(wctx, tenant, &e.Tenant, n):
+		case <-l.sync.Refill(wctx, e, n):
 		case <-wctx.Done():
 			return l.gaveUp(ctx, tenant, e, n, untilAdmitted)
 		}
-		if ok, left := e.Tokens.TrySpend(n); ok {
-			return l.admitted(e, lim, left, true, cold), nil
+		if ok, left := e.SpendWaited(n); ok {
+			return l.admitted(lim, left, cold), nil
 		}
 		if e.Failing() || e.Evicted() || l.closed.Load() {
 			continue // the top of the loop says what now
@@ -356,19 +356,13 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *entry, n int64, 
 	}
 }
 
-// admitted is the admission of a request that spent from e's lease,
-// leaving left. A request that waited is counted with its reason; one that
-// did not is counted in the tenant's Admits, like the hot path.
-func (l *Limiter) admitted(e *entry, lim *syncer.Limits, left int64, waited, cold bool) Decision {
-	d := Decision{Allowed: true, Remaining: left, Quota: quotaOfLimits(lim), Reason: ReasonLeased}
-	switch {
-	case !waited:
-		e.Admits.Add(1)
-		return d
-	case cold:
+// admitted is the admission of a request that waited for its tokens and
+// spent them, leaving left: cold says it waited for the tenant's first
+// lease here.
+func (l *Limiter) admitted(lim *syncer.Limits, left int64, cold bool) Decision {
+	d := Decision{Allowed: true, Remaining: left, Quota: quotaOfLimits(lim), Reason: ReasonRefilled}
+	if cold {
 		d.Reason = ReasonColdStart
-	default:
-		d.Reason = ReasonRefilled
 	}
 	return l.count(d)
 }
@@ -376,9 +370,9 @@ func (l *Limiter) admitted(e *entry, lim *syncer.Limits, left int64, waited, col
 // gaveUp is the answer of a wait for e's tokens that ran out of time: for
 // AllowN (its wait budget spent, or ctx done) the decision Redis' state
 // calls for; for WaitN the denial and ctx's error.
-func (l *Limiter) gaveUp(ctx context.Context, tenant string, e *entry, n int64, untilAdmitted bool) (Decision, error) {
+func (l *Limiter) gaveUp(ctx context.Context, tenant string, e *syncer.Tenant, n int64, untilAdmitted bool) (Decision, error) {
 	if l.closed.Load() {
-		return l.count(Decision{Quota: e.quota(), Reason: ReasonClosed}), l.errClosed(untilAdmitted)
+		return l.count(Decision{Quota: quotaOf(e), Reason: ReasonClosed}), l.errClosed(untilAdmitted)
 	}
 	if e.Failing() && !untilAdmitted {
 		return l.count(l.degraded(e, n)), nil
@@ -394,7 +388,7 @@ func (l *Limiter) gaveUp(ctx context.Context, tenant string, e *entry, n int64, 
 // invalid (ErrInvalidQuota) or the registry is full.
 func (l *Limiter) refuse(tenant string, n int64, q Quota, err error, untilAdmitted bool) (Decision, error) {
 	reason := ReasonInvalidQuota
-	if errors.Is(err, errTooManyTenants) {
+	if errors.Is(err, syncer.ErrTooManyTenants) {
 		reason = ReasonTooManyTenants
 	}
 	d := l.count(Decision{Quota: q, Reason: reason})
@@ -437,38 +431,35 @@ func unavailableError(tenant string, n int64, err error) error {
 	return fmt.Errorf("%w: WaitN(%q, %d) waited for Redis until: %w", ErrUnavailable, truncate(tenant), n, err)
 }
 
-// errTooManyTenants is entry's error when the registry is full.
-var errTooManyTenants = errors.New("leasequota: too many tenants")
-
-// entry returns the tenant's entry, creating it; never an evicted one (the
-// registry removes an entry before the syncer marks it evicted). When the
-// tenant's quota is invalid it returns the quota and an error wrapping
-// ErrInvalidQuota, and tracks nothing.
-func (l *Limiter) entry(tenant string) (*entry, Quota, error) {
-	if e := l.reg.load(tenant); e != nil {
-		return e, e.quota(), nil
+// track returns the tenant, which the syncer tracks from now on; never an
+// evicted one. When the tenant's quota is invalid it returns the quota and
+// an error wrapping ErrInvalidQuota, and tracks nothing; when the syncer
+// tracks too many tenants, syncer.ErrTooManyTenants.
+func (l *Limiter) track(tenant string) (*syncer.Tenant, Quota, error) {
+	if t := l.sync.Tenant(tenant); t != nil {
+		return t, quotaOf(t), nil
 	}
-	var lim *syncer.Limits
-	if l.cfg.quotaFunc == nil {
-		lim = l.defaults
-	} else {
-		q, err := l.quotaOf(tenant)
+	lim := l.defaults
+	if l.cfg.quotaFunc != nil {
+		q, err := l.resolveQuota(tenant)
 		if err != nil {
 			return nil, q, err
 		}
 		lim = q.limits()
 	}
-	if max := l.cfg.maxTenants; max > 0 && l.reg.len() >= 2*max {
-		return nil, quotaOfLimits(lim), errTooManyTenants
+	t, err := l.sync.Track(tenant, lim)
+	if err != nil {
+		return nil, quotaOfLimits(lim), err
 	}
-	e := &entry{}
-	e.Init(tenant, lim, l.sync.Planner(), l.cfg.now())
-	e, _ = l.reg.loadOrStore(tenant, e)
-	return e, e.quota(), nil
+	return t, quotaOf(t), nil
 }
 
-// quotaOf resolves and validates the tenant's quota from WithQuotaFunc.
-func (l *Limiter) quotaOf(tenant string) (Quota, error) {
+// quotaOf returns the quota applied to t now, defaults resolved.
+func quotaOf(t *syncer.Tenant) Quota { return quotaOfLimits(t.Limits()) }
+
+// resolveQuota resolves and validates the tenant's quota from
+// WithQuotaFunc.
+func (l *Limiter) resolveQuota(tenant string) (Quota, error) {
 	q := l.cfg.quotaFunc(tenant)
 	if err := q.Validate(); err != nil {
 		return q, err
@@ -497,8 +488,8 @@ func (l *Limiter) count(d Decision) Decision {
 // tenant's next lease call finding Redis back with n tokens in the global
 // bucket (Tenant.RetryAfter: the bucket as last seen, refilled at the
 // tenant's rate, and no earlier than the failure backoff allows).
-func (l *Limiter) degraded(e *entry, n int64) Decision {
-	q := e.quota()
+func (l *Limiter) degraded(e *syncer.Tenant, n int64) Decision {
+	q := quotaOf(e)
 	now := l.cfg.now()
 	d := Decision{Quota: q, Mode: q.FailureMode}
 	lease := max(e.RetryAfter(now, n), time.Millisecond)
@@ -523,8 +514,8 @@ func (l *Limiter) degraded(e *entry, n int64) Decision {
 }
 
 // deny builds the denial of n tokens for e.
-func (l *Limiter) deny(e *entry, n int64) Decision {
-	d := Decision{Quota: e.quota(), Remaining: e.Tokens.Load(), Reason: ReasonExhausted}
+func (l *Limiter) deny(e *syncer.Tenant, n int64) Decision {
+	d := Decision{Quota: quotaOf(e), Remaining: e.Held(), Reason: ReasonExhausted}
 	switch {
 	case l.closed.Load():
 		d.Reason = ReasonClosed
@@ -579,7 +570,7 @@ func (s *sleeper) sleep(ctx context.Context, d time.Duration, wake <-chan struct
 
 // turnCount keeps the most turns one call of decide made without waiting
 // in between, for tests: a decision path that spun or went round an
-// evicted entry would raise it.
+// evicted tenant would raise it.
 type turnCount struct{ max atomic.Int64 }
 
 func (c *turnCount) note(turns int64) {
@@ -632,7 +623,7 @@ func (l *Limiter) Close(ctx context.Context) error {
 }
 
 // Tenants returns the number of tenants this instance tracks.
-func (l *Limiter) Tenants() int { return l.reg.len() }
+func (l *Limiter) Tenants() int { return l.sync.Len() }
 
 // Stats are running totals of a Limiter's decisions and lease traffic:
 // every count only grows. Degraded is a state, not a count.
@@ -660,11 +651,7 @@ func (l *Limiter) Stats() Stats {
 // tenants.
 func (l *Limiter) stats() (s Stats, held int64) {
 	s = Stats{Stats: l.sync.Stats(), Degraded: l.sync.Degraded()}
-	for _, t := range l.reg.tenants {
-		s.Leased += t.Admits.Load()
-		held += t.Tokens.Load()
-	}
-	s.Leased += l.reg.evictedAdmits.Load()
+	s.Leased, held = l.sync.Admitted()
 	for r := range s.Allowed {
 		s.Denied[r] = l.decisions[r][0].Load()
 		s.Allowed[r] = l.decisions[r][1].Load()
@@ -695,7 +682,7 @@ func (l *Limiter) collect(s *telemetry.Snapshot) {
 	s.Denied = append(s.Denied, st.Denied[:]...)
 	s.Reasons = reasonLabels
 	s.ModeOf = reasonModes
-	s.Tenants = int64(l.reg.len())
+	s.Tenants = int64(l.sync.Len())
 	s.Degraded = st.Degraded
 	s.TokensGranted = st.Granted
 	// Every token taken back (expired, evicted, closed) is given back, and
@@ -717,13 +704,13 @@ type TenantInfo struct {
 // it does not track the tenant. It is for introspection (dashboards,
 // simulations, tests), not for the request path: it takes the tenant's lock.
 func (l *Limiter) Tenant(tenant string) (TenantInfo, bool) {
-	e := l.reg.load(tenant)
+	e := l.sync.Tenant(tenant)
 	if e == nil {
 		return TenantInfo{}, false
 	}
 	s := e.Snapshot()
 	return TenantInfo{
-		Quota:     e.quota(),
+		Quota:     quotaOf(e),
 		Tokens:    s.Tokens,
 		Lease:     s.Target,
 		Demand:    s.Demand,

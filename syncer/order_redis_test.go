@@ -44,18 +44,19 @@ func TestReturnAfterRefillOvertookRound(t *testing.T) {
 	// stamps differ even when both run within a millisecond.
 	var ahead atomic.Int64
 	now := func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) }
-	var tn syncer.Tenant
-	tn.Init(name, lim, planner, now())
-	s := syncer.New(mine, func(yield func(string, *syncer.Tenant) bool) { yield(name, &tn) },
-		syncer.Options{Planner: planner, Now: now})
+	s := syncer.New(mine, syncer.Options{Planner: planner, Now: now})
+	tn, err := s.Track(name, lim)
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	var refilled, othersTook int64
-	overtaken := func(yield func(string, *syncer.Tenant) bool) {
+	overtaken := func(yield func(*syncer.Tenant) bool) {
 		// The round has read its clock: the refill runs before it reaches
 		// the tenant.
 		ahead.Store(int64(10 * time.Millisecond))
 		select {
-		case r := <-s.Refill(ctx, name, &tn, 40):
+		case r := <-s.Refill(ctx, tn, 40):
 			if r.Err != nil {
 				t.Errorf("refill: %v", r.Err)
 				return
@@ -86,7 +87,7 @@ func TestReturnAfterRefillOvertookRound(t *testing.T) {
 		othersTook = g.Granted
 		// A request finds the tenant short: the round asks for more.
 		tn.NoteMiss(60)
-		yield(name, &tn)
+		yield(tn)
 	}
 	s.Round(ctx, overtaken)
 	if t.Failed() {

@@ -80,13 +80,6 @@ type Options struct {
 	// the limits applied to it; default ResolveOverride with a minimum
 	// LeaseTTL of twice the interval. It must return valid limits.
 	Resolve func(base *Limits, o *lease.Override) *Limits
-
-	// Evict is called with the tenants a round evicts, before they are
-	// marked evicted and drained: the owner of the tenant set removes them,
-	// so that no lookup hands out an evicted tenant. It must not block on a
-	// tenant's lock (the syncer holds theirs). Required when IdleTimeout or
-	// MaxTenants can evict.
-	Evict func([]*Tenant)
 }
 
 // Stats are running totals of what a Syncer did. All fields only grow.
@@ -107,11 +100,11 @@ type Stats struct {
 // for concurrent use.
 type Syncer struct {
 	client  *lease.Client
-	tenants iter.Seq2[string, *Tenant] // every tenant, by name
+	reg     registry // every tenant this instance tracks
 	planner *Planner
 	opts    Options
 
-	urgent  chan named // tenants that ran short; never blocks a sender
+	urgent  chan *Tenant // tenants that ran short; never blocks a sender
 	sf      singleflight.Group
 	sem     *semaphore.Weighted // bounds concurrent Redis calls
 	breaker *gobreaker.CircuitBreaker[[]lease.Result]
@@ -156,19 +149,12 @@ const perCommand = 300 * time.Microsecond
 // lruEntry is a tenant and when it was last active, for eviction.
 type lruEntry struct {
 	active int64
-	named
+	t      *Tenant
 }
 
-// named is a tenant and its name.
-type named struct {
-	name string
-	t    *Tenant
-}
-
-// New returns a Syncer for the tenants that tenants yields (each with its
-// name), making lease calls through client. It starts no goroutine: call
-// Run.
-func New(client *lease.Client, tenants iter.Seq2[string, *Tenant], opts Options) *Syncer {
+// New returns a Syncer, with no tenants yet, making lease calls through
+// client. It starts no goroutine: call Run.
+func New(client *lease.Client, opts Options) *Syncer {
 	if opts.Planner == nil {
 		opts.Planner = NewPlanner(Config{}, 0)
 	}
@@ -203,16 +189,16 @@ func New(client *lease.Client, tenants iter.Seq2[string, *Tenant], opts Options)
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Syncer{
 		client:    client,
-		tenants:   tenants,
 		planner:   opts.Planner,
 		opts:      opts,
-		urgent:    make(chan named, 1024),
+		urgent:    make(chan *Tenant, 1024),
 		sem:       semaphore.NewWeighted(int64(opts.MaxInFlight)),
 		ctx:       ctx,
 		cancel:    cancel,
 		recovered: make(chan struct{}),
 	}
 	s.fleet.Store(int64(max(opts.Instances, 0)))
+	s.reg.init()
 	s.breaker = gobreaker.NewCircuitBreaker[[]lease.Result](gobreaker.Settings{
 		Name:    "leasequota-redis",
 		Timeout: opts.BreakerTimeout,
@@ -327,15 +313,15 @@ func (s *Syncer) Stats() Stats {
 	}
 }
 
-// NoteMiss records that a request for n tokens found t (named name) short
-// and, the first time since t was last planned, queues t for the loop. It
-// never blocks: when the queue is full the next tick picks t up.
-func (s *Syncer) NoteMiss(name string, t *Tenant, n int64) {
+// NoteMiss records that a request for n tokens found t short and, the
+// first time since t was last planned, queues t for the loop. It never
+// blocks: when the queue is full the next tick picks t up.
+func (s *Syncer) NoteMiss(t *Tenant, n int64) {
 	first := !t.flag(flagUrgent)
 	t.NoteMiss(n)
 	if first {
 		select {
-		case s.urgent <- named{name, t}:
+		case s.urgent <- t:
 		default:
 		}
 	}
@@ -346,7 +332,7 @@ func (s *Syncer) NoteMiss(name string, t *Tenant, n int64) {
 func (s *Syncer) Run(ctx context.Context) error {
 	tick := time.NewTicker(s.opts.Tick)
 	defer tick.Stop()
-	var short []named
+	var short []*Tenant
 	// A round in flight when ctx ends finishes its calls (each bounded by
 	// CallTimeout): canceling them would lose tokens Redis already granted.
 	calls := context.WithoutCancel(ctx)
@@ -355,7 +341,7 @@ func (s *Syncer) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
-			s.round(calls, s.tenants, s.pollQuota(calls, s.opts.Now()))
+			s.round(calls, s.reg.all, s.pollQuota(calls, s.opts.Now()))
 		case t := <-s.urgent:
 			short = append(short[:0], t)
 		drain:
@@ -367,13 +353,7 @@ func (s *Syncer) Run(ctx context.Context) error {
 					break drain
 				}
 			}
-			s.Round(calls, func(yield func(string, *Tenant) bool) {
-				for _, n := range short {
-					if !yield(n.name, n.t) {
-						return
-					}
-				}
-			})
+			s.Round(calls, slices.Values(short))
 			clear(short)
 		}
 	}
@@ -382,7 +362,7 @@ func (s *Syncer) Run(ctx context.Context) error {
 // job is one tenant's lease call in a round; the tenant's lock is held
 // from planning until the result is applied.
 type job struct {
-	named
+	t      *Tenant
 	want   int64
 	demand float64 // tokens per second, reported to Redis for fair shares
 }
@@ -392,7 +372,7 @@ type job struct {
 // tokens returned), then leases are acquired in pipelines of up to
 // BatchSize tenants, at most MaxInFlight at once. A tenant that is
 // locked (an urgent refill is running for it) is skipped.
-func (s *Syncer) Round(ctx context.Context, tenants iter.Seq2[string, *Tenant]) {
+func (s *Syncer) Round(ctx context.Context, tenants iter.Seq[*Tenant]) {
 	s.round(ctx, tenants, false)
 }
 
@@ -418,33 +398,33 @@ func (s *Syncer) pollQuota(ctx context.Context, now time.Time) bool {
 
 // round is Round, with quotaCheck telling the planner that quotas may
 // have changed in Redis.
-func (s *Syncer) round(ctx context.Context, tenants iter.Seq2[string, *Tenant], quotaCheck bool) {
+func (s *Syncer) round(ctx context.Context, tenants iter.Seq[*Tenant], quotaCheck bool) {
 	now := s.opts.Now()
 	var (
 		jobs     []job
 		releases []lease.ReleaseRequest
-		evict    []named
+		evict    []*Tenant
 	)
 	track := s.opts.MaxTenants > 0
 	s.lru = s.lru[:0]
-	for name, t := range tenants {
+	for t := range tenants {
 		if t.flag(flagEvicted) || !t.mu.TryLock() {
 			continue
 		}
-		in := t.take(t.Tokens.Load())
+		in := t.take(t.tokens.Load())
 		in.QuotaCheck = quotaCheck
-		a, ret, ok := s.planWith(name, t, now, in)
+		a, ret, ok := s.planWith(t, now, in)
 		if ok {
 			releases = append(releases, ret)
 		}
 		if a.Acquire > 0 || a.Read {
-			jobs = append(jobs, job{named: named{name, t}, want: a.Acquire, demand: s.planner.ReportedDemand(&t.st, now, a.Acquire)})
+			jobs = append(jobs, job{t: t, want: a.Acquire, demand: s.planner.ReportedDemand(&t.st, now, a.Acquire)})
 			continue // unlocked once the result is applied
 		}
 		if s.planner.Idle(&t.st, now, s.opts.IdleTimeout) {
-			evict = append(evict, named{name, t})
+			evict = append(evict, t)
 		} else if track {
-			s.lru = append(s.lru, lruEntry{active: t.st.at(t.st.lastActive), named: named{name, t}})
+			s.lru = append(s.lru, lruEntry{active: t.st.at(t.st.lastActive), t: t})
 		}
 		t.mu.Unlock()
 	}
@@ -454,7 +434,7 @@ func (s *Syncer) round(ctx context.Context, tenants iter.Seq2[string, *Tenant], 
 	if over := len(s.lru) + len(jobs) - s.opts.MaxTenants; track && over > 0 {
 		slices.SortFunc(s.lru, func(a, b lruEntry) int { return cmp.Compare(a.active, b.active) })
 		for _, e := range s.lru[:min(over, len(s.lru))] {
-			evict = append(evict, e.named)
+			evict = append(evict, e.t)
 		}
 	}
 	clear(s.lru)
@@ -496,7 +476,7 @@ func (s *Syncer) endRound(r *telemetry.Round) {
 	r.End()
 }
 
-// evict removes the tenants ts from the owner's set, then marks them
+// evict removes the tenants ts from the registry, then marks them
 // evicted and drains their tokens; it returns releases with the returns
 // of the drained tokens appended. A tenant whose lock is taken (a lease
 // call is in flight for it) is left for a later round.
@@ -504,36 +484,30 @@ func (s *Syncer) endRound(r *telemetry.Round) {
 // The order is what keeps readers safe: once a tenant is marked evicted a
 // request holding it looks the tenant up again, and that lookup must not
 // find the same tenant, or the request would go round in circles. So the
-// owner removes the tenants (one step for the whole batch) before any of
+// registry drops the tenants (one step for the whole batch) before any of
 // them is marked. A request that loaded a tenant before the removal may
 // still spend the tokens it holds until the drain below: they were leased,
 // so they are good.
-func (s *Syncer) evict(ts []named, now time.Time, releases []lease.ReleaseRequest) []lease.ReleaseRequest {
+func (s *Syncer) evict(ts []*Tenant, now time.Time, releases []lease.ReleaseRequest) []lease.ReleaseRequest {
 	// Each tenant stays locked from here until it is marked, so no lease
 	// call starts for it in between.
 	locked := ts[:0]
-	for _, n := range ts {
-		if n.t.mu.TryLock() {
-			locked = append(locked, n)
+	for _, t := range ts {
+		if t.mu.TryLock() {
+			locked = append(locked, t)
 		}
 	}
 	ts = locked
 	if len(ts) == 0 {
 		return releases
 	}
-	if s.opts.Evict != nil {
-		gone := make([]*Tenant, len(ts))
-		for i, n := range ts {
-			gone[i] = n.t
-		}
-		s.opts.Evict(gone)
-	}
-	for _, n := range ts {
-		n.t.setFlag(flagEvicted, true)
-		if r, ok := s.drainLocked(n.name, n.t, now); ok {
+	s.reg.remove(ts)
+	for _, t := range ts {
+		t.setFlag(flagEvicted, true)
+		if r, ok := s.drainLocked(t, now); ok {
 			releases = append(releases, r)
 		}
-		n.t.mu.Unlock()
+		t.mu.Unlock()
 	}
 	s.evicted.Add(int64(len(ts)))
 	return releases
@@ -541,13 +515,13 @@ func (s *Syncer) evict(ts []named, now time.Time, releases []lease.ReleaseReques
 
 // drainLocked empties t's counter and returns the release that gives its
 // tokens back, if any. t.mu must be held.
-func (s *Syncer) drainLocked(name string, t *Tenant, now time.Time) (lease.ReleaseRequest, bool) {
-	n := t.Tokens.Drain()
+func (s *Syncer) drainLocked(t *Tenant, now time.Time) (lease.ReleaseRequest, bool) {
+	n := t.tokens.Drain()
 	_, oldest, id := s.planner.Drained(&t.st)
 	if n <= 0 {
 		return lease.ReleaseRequest{}, false
 	}
-	return s.returnOf(name, t, n, now, oldest, id), true
+	return s.returnOf(t, n, now, oldest, id), true
 }
 
 // returnOf is the release of n of t's tokens (t.mu held), the oldest of
@@ -558,15 +532,15 @@ func (s *Syncer) drainLocked(name string, t *Tenant, now time.Time) (lease.Relea
 // were granted: oldest is the time the acquire was sent (before Redis ran
 // it), and the release may take up to its pipeline's deadline to reach
 // Redis.
-func (s *Syncer) returnOf(name string, t *Tenant, n int64, now, oldest time.Time, id lease.GrantID) lease.ReleaseRequest {
-	return lease.ReleaseRequest{Tenant: name, Limits: t.Base().Bucket(), Amount: n,
+func (s *Syncer) returnOf(t *Tenant, n int64, now, oldest time.Time, id lease.GrantID) lease.ReleaseRequest {
+	return lease.ReleaseRequest{Tenant: t.name, Limits: t.Base().Bucket(), Amount: n,
 		Age: max(now.Sub(oldest), 0) + s.opts.CallTimeout + perCommand*time.Duration(s.opts.BatchSize), Grant: id}
 }
 
 // planWith runs the planner for t (whose lock is held) on what requests
 // recorded (in), takes expired tokens back from the counter, and returns
 // the action and the release that returns the expired tokens, if any.
-func (s *Syncer) planWith(name string, t *Tenant, now time.Time, in Input) (a Action, ret lease.ReleaseRequest, ok bool) {
+func (s *Syncer) planWith(t *Tenant, now time.Time, in Input) (a Action, ret lease.ReleaseRequest, ok bool) {
 	a = s.planner.Plan(&t.st, *t.Limits(), now, in)
 	if in.Urgent && a.Acquire == 0 && now.Before(t.st.NotBefore()) {
 		// Calls are held back (bucket dry or backoff): stay urgent, so the
@@ -574,12 +548,12 @@ func (s *Syncer) planWith(name string, t *Tenant, now time.Time, in Input) (a Ac
 		t.setFlag(flagUrgent, true)
 	}
 	if a.Expire > 0 {
-		taken, left := t.Tokens.Take(a.Expire)
+		taken, left := t.tokens.Take(a.Expire)
 		s.planner.Expired(&t.st, taken, left)
 		s.expired.Add(taken)
 		s.opts.Telemetry.Expired(taken)
 		if taken > 0 {
-			return a, s.returnOf(name, t, taken, now, a.ExpiredGranted, a.ExpiredGrant), true
+			return a, s.returnOf(t, taken, now, a.ExpiredGranted, a.ExpiredGrant), true
 		}
 	}
 	return a, ret, false
@@ -595,7 +569,7 @@ func (s *Syncer) acquire(ctx context.Context, now time.Time, jobs []job) (tot te
 	}()
 	reqs := make([]lease.Request, len(jobs))
 	for i, j := range jobs {
-		reqs[i] = lease.Request{Tenant: j.name, Limits: j.t.Base().Bucket(), Want: j.want, Demand: j.demand}
+		reqs[i] = lease.Request{Tenant: j.t.name, Limits: j.t.Base().Bucket(), Want: j.want, Demand: j.demand}
 	}
 	results, err := s.call(ctx, telemetry.OpAcquire, len(reqs), func(ctx context.Context) ([]lease.Result, error) {
 		return s.client.AcquireMany(ctx, reqs, nil)
@@ -608,7 +582,7 @@ func (s *Syncer) acquire(ctx context.Context, now time.Time, jobs []job) (tot te
 		} else {
 			r = results[i]
 		}
-		s.apply(ctx, j.name, j.t, now, j.want, r)
+		s.apply(ctx, j.t, now, j.want, r)
 		tot.Tenants++
 		tot.Requested += j.want
 		if r.Err != nil {
@@ -665,7 +639,7 @@ func wholeFailure(err error) error {
 }
 
 // apply records the result of a lease call for t, whose lock is held.
-func (s *Syncer) apply(ctx context.Context, name string, t *Tenant, now time.Time, want int64, r lease.Result) {
+func (s *Syncer) apply(ctx context.Context, t *Tenant, now time.Time, want int64, r lease.Result) {
 	s.requested.Add(want)
 	if r.Err != nil {
 		s.errs.Add(1)
@@ -685,12 +659,12 @@ func (s *Syncer) apply(ctx context.Context, name string, t *Tenant, now time.Tim
 	}
 	if t.flag(flagEvicted) {
 		// Evicted while the call was in flight: nobody will spend these.
-		s.release(ctx, nil, []lease.ReleaseRequest{s.returnOf(name, t, r.Grant.Granted, s.opts.Now(), now, r.Grant.ID())})
+		s.release(ctx, nil, []lease.ReleaseRequest{s.returnOf(t, r.Grant.Granted, s.opts.Now(), now, r.Grant.ID())})
 		return
 	}
 	g := r.Grant
 	s.setOverride(t, g.Override)
-	level := t.Tokens.Add(g.Granted)
+	level := t.tokens.Add(g.Granted)
 	s.granted.Add(g.Granted)
 	s.planner.Granted(&t.st, *t.Limits(), now, want, g, level)
 	if g.Instances > 0 {
@@ -701,7 +675,7 @@ func (s *Syncer) apply(ctx context.Context, name string, t *Tenant, now time.Tim
 	t.setFlag(flagLeased, true)
 	s.setFailing(t, false, nil)
 	t.fallback.Store(nil)
-	s.opts.Telemetry.LeaseGranted(ctx, name, want, g.Granted, level, g.Tokens)
+	s.opts.Telemetry.LeaseGranted(ctx, t.name, want, g.Granted, level, g.Tokens)
 }
 
 // setOverride applies the quota override a lease call reported for t
@@ -775,7 +749,7 @@ func (s *Syncer) release(ctx context.Context, round *telemetry.Round, reqs []lea
 	return returned, errors.Join(errs...)
 }
 
-// Refill makes an urgent lease call for t (named name) now, joining one already in
+// Refill makes an urgent lease call for t now, joining one already in
 // flight for the same tenant. The channel yields the call's error (nil
 // when it succeeded, or when the planner held the call back because the
 // tenant already holds enough or Redis asked it to wait). It is meant for
@@ -789,13 +763,13 @@ func (s *Syncer) release(ctx context.Context, round *telemetry.Round, reqs []lea
 // The call's span links to the span in ctx, if any: the request that
 // asked for it. ctx does not bound the call (other callers may share it);
 // callers stop waiting on their own.
-func (s *Syncer) Refill(ctx context.Context, name string, t *Tenant, need int64) <-chan singleflight.Result {
-	return s.sf.DoChan(name, func() (any, error) {
-		return nil, s.refill(trace.LinkFromContext(ctx), name, t, need)
+func (s *Syncer) Refill(ctx context.Context, t *Tenant, need int64) <-chan singleflight.Result {
+	return s.sf.DoChan(t.name, func() (any, error) {
+		return nil, s.refill(trace.LinkFromContext(ctx), t, need)
 	})
 }
 
-func (s *Syncer) refill(link trace.Link, name string, t *Tenant, need int64) error {
+func (s *Syncer) refill(link trace.Link, t *Tenant, need int64) error {
 	s.closeMu.RLock()
 	if s.closed {
 		s.closeMu.RUnlock()
@@ -811,13 +785,13 @@ func (s *Syncer) refill(link trace.Link, name string, t *Tenant, need int64) err
 		return nil
 	}
 	now := s.opts.Now()
-	in := t.take(t.Tokens.Load())
+	in := t.take(t.tokens.Load())
 	in.Urgent = true
 	in.Need = max(in.Need, need)
 	// Redis answers again (the breaker closed after this tenant's calls
 	// failed): a waiting request need not sit out the tenant's backoff.
 	in.Recovered = t.flag(flagFailing) && !s.opts.Cluster && s.breaker.State() == gobreaker.StateClosed
-	a, ret, ok := s.planWith(name, t, now, in)
+	a, ret, ok := s.planWith(t, now, in)
 	if ok {
 		// Returned by the next round: not worth a round trip here, where
 		// requests wait for the acquire.
@@ -836,13 +810,13 @@ func (s *Syncer) refill(link trace.Link, name string, t *Tenant, need int64) err
 	defer s.endRound(round)
 	var r lease.Result
 	_, err := s.call(ctx, telemetry.OpAcquire, 1, func(ctx context.Context) ([]lease.Result, error) {
-		r.Grant, r.Err = s.client.AcquireRequest(ctx, lease.Request{Tenant: name, Limits: t.Base().Bucket(), Want: a.Acquire, Demand: s.planner.ReportedDemand(&t.st, now, a.Acquire)})
+		r.Grant, r.Err = s.client.AcquireRequest(ctx, lease.Request{Tenant: t.name, Limits: t.Base().Bucket(), Want: a.Acquire, Demand: s.planner.ReportedDemand(&t.st, now, a.Acquire)})
 		return nil, wholeFailure(r.Err)
 	})
 	if err != nil {
 		r.Err = err
 	}
-	s.apply(ctx, name, t, now, a.Acquire, r)
+	s.apply(ctx, t, now, a.Acquire, r)
 	round.Add(telemetry.Round{Tenants: 1, Calls: 1, Requested: a.Acquire, Granted: r.Grant.Granted})
 	if r.Err != nil {
 		round.Failed++
@@ -865,9 +839,9 @@ func (s *Syncer) Close() {
 func (s *Syncer) ReleaseAll(ctx context.Context) error {
 	var reqs []lease.ReleaseRequest
 	now := s.opts.Now()
-	for name, t := range s.tenants {
+	for t := range s.reg.all {
 		t.mu.Lock()
-		if r, ok := s.drainLocked(name, t, now); ok {
+		if r, ok := s.drainLocked(t, now); ok {
 			reqs = append(reqs, r)
 		}
 		t.mu.Unlock()

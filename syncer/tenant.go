@@ -9,19 +9,21 @@ import (
 	"github.com/leasequota/leasequota/bucket"
 )
 
-// Tenant is one tenant's lease on this instance: the tokens requests spend
-// and the syncer's bookkeeping. Requests touch only Tokens and Admits (on
-// success) and the miss fields (on a miss); the syncer holds mu while it
-// plans and calls Redis for the tenant.
+// Tenant is one tenant's lease on this instance: its name, the tokens
+// requests spend, the quota in force and the syncer's bookkeeping. The
+// syncer creates it (Syncer.Track) and is the only writer of its fields;
+// requests go through its methods: Spend on success, NoteMiss on a miss.
+// The syncer holds mu while it plans and calls Redis for the tenant.
 //
-// There is one per tenant, so it is packed: 192 bytes with its State. The
-// tenant's name is not kept here: the owner of the tenant set has it (the
-// key it looks the tenant up by) and passes it to the syncer.
+// There is one per tenant, so it is packed: 208 bytes with its State (a Go
+// size class). Its name shares its bytes with the registry's map key.
 type Tenant struct {
-	// Tokens are the leased tokens requests spend from.
-	Tokens bucket.Counter
-	// Admits counts requests admitted from Tokens (by the request path).
-	Admits atomic.Int64
+	// tokens are the leased tokens requests spend from.
+	tokens bucket.Counter
+	// admits counts requests admitted from tokens without a wait (Spend).
+	admits atomic.Int64
+	// name is the tenant's name: its key in Redis and in the registry.
+	name string
 
 	// limits is the quota in force: the tenant's base limits, or those of
 	// the override Redis reported on the last lease call (which point back
@@ -68,15 +70,38 @@ func (t *Tenant) setFlag(f uint32, on bool) (was bool) {
 
 func (t *Tenant) flag(f uint32) bool { return t.flags.Load()&f != 0 }
 
-// Init prepares a zero Tenant in place (callers embed a Tenant in a struct
-// of their own: one allocation per tenant). It must be called before the
+// Init prepares a zero Tenant in place. It must be called before the
 // tenant is shared. lim must not change afterwards: it is the tenant's base
-// quota, replaced while Redis holds an override for the tenant. The name
-// only sets the tenant's phase: it is not kept.
+// quota, replaced while Redis holds an override for the tenant. Syncer.Track
+// does this for the tenants it tracks; Init is for tests that drive a
+// Tenant through Round and Refill themselves.
 func (t *Tenant) Init(name string, lim *Limits, p *Planner, now time.Time) {
+	t.name = name
 	t.limits.Store(lim)
 	p.Init(&t.st, name, now)
 }
+
+// Name returns the tenant's name.
+func (t *Tenant) Name() string { return t.name }
+
+// Spend spends n leased tokens if the tenant holds at least n, and counts
+// the admission. It returns whether it spent them and the tokens left (or,
+// when it did not, the tokens held). It is the hot path: one
+// compare-and-swap and one atomic add, no lock.
+func (t *Tenant) Spend(n int64) (ok bool, left int64) {
+	ok, left = t.tokens.TrySpend(n)
+	if ok {
+		t.admits.Add(1)
+	}
+	return ok, left
+}
+
+// SpendWaited is Spend for a request that waited for its tokens: the
+// caller counts the admission by its reason.
+func (t *Tenant) SpendWaited(n int64) (ok bool, left int64) { return t.tokens.TrySpend(n) }
+
+// Held returns the leased tokens the tenant holds now.
+func (t *Tenant) Held() int64 { return t.tokens.Load() }
 
 // Limits returns the limits applied to the tenant now: its base limits, or
 // those of the quota override Redis reported on the last lease call. The
@@ -122,7 +147,7 @@ func (t *Tenant) RetryAfter(now time.Time, n int64) time.Duration {
 	var wait time.Duration
 	rate := t.Limits().Rate
 	// Tokens held here count toward n: only the rest must come from Redis.
-	n -= t.Tokens.Load()
+	n -= t.tokens.Load()
 	if at := t.emptyAt.Load(); at != 0 {
 		tokens := float64(now.UnixNano()-at) / 1e9 * rate
 		if short := float64(n) - tokens; short > 0 {
@@ -179,7 +204,7 @@ func (t *Tenant) Snapshot() Snapshot {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return Snapshot{
-		Tokens:    t.Tokens.Load(),
+		Tokens:    t.tokens.Load(),
 		Target:    t.st.target,
 		Demand:    t.st.Demand(),
 		Failures:  int(t.st.failures),

@@ -1,0 +1,200 @@
+package syncer
+
+import (
+	"errors"
+	"iter"
+	"sync"
+	"sync/atomic"
+)
+
+// ErrTooManyTenants is Track's error when the syncer tracks twice
+// Options.MaxTenants tenants already: eviction is catching up.
+var ErrTooManyTenants = errors.New("syncer: too many tenants")
+
+// registry maps tenant names to their Tenants; the Syncer owns it and is
+// the only one to add or remove tenants. Lookups of known tenants take no
+// lock: they read an immutable map through an atomic pointer. New tenants
+// go to a dirty map under a mutex and are copied into a new read map once
+// the lookups that missed the read map have paid for the copy, so the copy
+// cost per tenant stays constant however many tenants there are.
+//
+// A tenant is removed before it is marked evicted (Syncer.evict), so no
+// lookup ever returns an evicted tenant.
+type registry struct {
+	read atomic.Pointer[map[string]*Tenant] // never modified once stored
+
+	mu     sync.Mutex         // guards dirty and misses
+	dirty  map[string]*Tenant // tenants not yet in read
+	misses int                // lookups that had to take mu since the last copy
+
+	// evictedAdmits sums the admissions of removed tenants, so that
+	// totals survive eviction.
+	evictedAdmits atomic.Int64
+}
+
+func (r *registry) init() {
+	r.dirty = map[string]*Tenant{}
+	m := map[string]*Tenant{}
+	r.read.Store(&m)
+}
+
+// load returns the tenant named name, or nil. It is the hot path: one map
+// read, no lock, no allocation, unless the tenant is new.
+func (r *registry) load(name string) *Tenant {
+	if t := (*r.read.Load())[name]; t != nil {
+		return t
+	}
+	return r.loadSlow(name)
+}
+
+func (r *registry) loadSlow(name string) *Tenant {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t := r.dirty[name]
+	if t == nil {
+		// Copied into read between our two looks.
+		t = (*r.read.Load())[name]
+	}
+	r.missLocked()
+	return t
+}
+
+// loadOrStore returns the tenant named t.name, storing t if there is none.
+func (r *registry) loadOrStore(t *Tenant) (actual *Tenant, loaded bool) {
+	if got := (*r.read.Load())[t.name]; got != nil {
+		return got, true
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if got := (*r.read.Load())[t.name]; got != nil {
+		return got, true
+	}
+	if got := r.dirty[t.name]; got != nil {
+		return got, true
+	}
+	r.dirty[t.name] = t
+	r.missLocked()
+	return t, false
+}
+
+// missLocked counts a lookup that took the lock and copies dirty into read
+// once enough have: as many as the tenants the copy moves, and at least an
+// eighth of read's size. r.mu must be held.
+func (r *registry) missLocked() {
+	r.misses++
+	if len(r.dirty) == 0 {
+		return
+	}
+	old := *r.read.Load()
+	if r.misses < len(r.dirty) || r.misses < len(old)/8 {
+		return
+	}
+	m := make(map[string]*Tenant, len(old)+len(r.dirty))
+	for k, v := range old {
+		m[k] = v
+	}
+	for k, v := range r.dirty {
+		m[k] = v
+	}
+	r.read.Store(&m)
+	r.dirty = map[string]*Tenant{}
+	r.misses = 0
+}
+
+// len returns the number of tenants.
+func (r *registry) len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(*r.read.Load()) + len(r.dirty)
+}
+
+// all yields every tenant: those in read, then a snapshot of dirty.
+func (r *registry) all(yield func(*Tenant) bool) {
+	for _, t := range *r.read.Load() {
+		if !yield(t) {
+			return
+		}
+	}
+	r.mu.Lock()
+	extra := make([]*Tenant, 0, len(r.dirty))
+	for _, t := range r.dirty {
+		extra = append(extra, t)
+	}
+	r.mu.Unlock()
+	for _, t := range extra {
+		if !yield(t) {
+			return
+		}
+	}
+}
+
+// remove deletes the tenants ts. It copies the read map once for the whole
+// batch, merging dirty into it.
+func (r *registry) remove(ts []*Tenant) {
+	if len(ts) == 0 {
+		return
+	}
+	gone := make(map[*Tenant]bool, len(ts))
+	for _, t := range ts {
+		gone[t] = true
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	old := *r.read.Load()
+	m := make(map[string]*Tenant, len(old)+len(r.dirty))
+	for _, src := range []map[string]*Tenant{old, r.dirty} {
+		for k, t := range src {
+			if gone[t] {
+				r.evictedAdmits.Add(t.admits.Load())
+				continue
+			}
+			m[k] = t
+		}
+	}
+	r.read.Store(&m)
+	r.dirty = map[string]*Tenant{}
+	r.misses = 0
+}
+
+// Tenant returns the tenant named name, or nil when the syncer does not
+// track it. It is the request path's lookup: one map read, no lock and no
+// allocation for a known tenant. It never returns an evicted tenant that
+// was already removed, and a tenant is removed before it is marked
+// evicted.
+func (s *Syncer) Tenant(name string) *Tenant { return s.reg.load(name) }
+
+// Track returns the tenant named name, creating it with the base limits
+// lim (which must not change afterwards) when the syncer does not track
+// it. A new tenant's first lease call is up to the caller (Refill) or the
+// next round. With Options.MaxTenants set, Track refuses a new tenant with
+// ErrTooManyTenants while the syncer tracks twice that many.
+func (s *Syncer) Track(name string, lim *Limits) (*Tenant, error) {
+	if t := s.reg.load(name); t != nil {
+		return t, nil
+	}
+	if max := s.opts.MaxTenants; max > 0 && s.reg.len() >= 2*max {
+		return nil, ErrTooManyTenants
+	}
+	t := &Tenant{}
+	t.Init(name, lim, s.planner, s.opts.Now())
+	t, _ = s.reg.loadOrStore(t)
+	return t, nil
+}
+
+// Len returns the number of tenants tracked.
+func (s *Syncer) Len() int { return s.reg.len() }
+
+// Tenants yields every tenant tracked, for introspection and totals.
+func (s *Syncer) Tenants() iter.Seq[*Tenant] { return s.reg.all }
+
+// Admitted returns the requests admitted from leases without a wait, over
+// every tenant ever tracked (Tenant.Spend counts them): it visits every
+// tenant.
+func (s *Syncer) Admitted() (admitted, held int64) {
+	admitted = s.reg.evictedAdmits.Load()
+	for t := range s.reg.all {
+		admitted += t.admits.Load()
+		held += t.tokens.Load()
+	}
+	return admitted, held
+}
