@@ -413,7 +413,7 @@ func TestExpiredLeaseReturnedAfterOthersAcquired(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for a.Stats().Returned+a.Stats().Forfeited < 39 {
 		if time.Now().After(deadline) {
-			t.Fatalf("A's lease not returned 10s after it expired (TTL 100ms): %+v", a.Stats().Stats)
+			t.Fatalf("A's lease not returned 10s after it expired (TTL 100ms): %+v", a.Stats())
 		}
 		time.Sleep(10 * time.Millisecond) // polling interval; the deadline bounds the wait
 	}
@@ -574,17 +574,13 @@ func TestIdleTenantEvicted(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	for l.Tenants() != 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("tenant still tracked 5s after its only request (idle timeout 300ms): %+v", l.Stats().Stats)
+			t.Fatalf("tenant still tracked 5s after its only request (idle timeout 300ms): %+v", l.Stats())
 		}
 		time.Sleep(10 * time.Millisecond) // polling interval; the deadline bounds the wait
 	}
 	// The admission is still counted after the eviction.
 	st := l.Stats()
-	admitted := st.Leased
-	for _, n := range st.Allowed {
-		admitted += n
-	}
-	if st.Evicted != 1 || admitted != 1 {
+	if admitted := st.Admitted(); st.Evicted != 1 || admitted != 1 {
 		t.Errorf("after eviction: evicted %d, admitted %d; want 1 and 1", st.Evicted, admitted)
 	}
 	if d := l.AllowN(ctx, "idle", 1); !d.Allowed || l.Tenants() != 1 {

@@ -113,7 +113,7 @@ func settle(b *testing.B, l *leasequota.Limiter, tenants, coldLease int64) {
 			return
 		}
 		if time.Now().After(deadline) {
-			b.Fatalf("syncer not settled after 1 minute: %+v", st.Stats)
+			b.Fatalf("syncer not settled after 1 minute: %+v", st)
 		}
 		last = st.Calls
 		time.Sleep(100 * time.Millisecond) // polling interval; the deadline bounds the wait

@@ -207,7 +207,7 @@ func TestHugeLeaseTTLKeepsLeases(t *testing.T) {
 		for start := time.Now(); time.Since(start) < 500*time.Millisecond; {
 			if st := l.Stats(); st.Expired != 0 {
 				t.Errorf("LeaseTTL %v (%.0f years): %d leased tokens expired %v after the first lease; stats %+v",
-					ttl, ttl.Hours()/24/365, st.Expired, time.Since(start).Round(time.Millisecond), st.Stats)
+					ttl, ttl.Hours()/24/365, st.Expired, time.Since(start).Round(time.Millisecond), st)
 				break
 			}
 			time.Sleep(10 * time.Millisecond) // sampling for a bounded half second

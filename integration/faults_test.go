@@ -206,20 +206,20 @@ func (ld *faultLoad) checkStats(t *testing.T, st leasequota.Stats) {
 	t.Helper()
 	for _, r := range []leasequota.Reason{leasequota.ReasonFallback, leasequota.ReasonFailOpen, leasequota.ReasonUnavailable,
 		leasequota.ReasonExhausted, leasequota.ReasonColdStart, leasequota.ReasonRefilled} {
-		if got, want := st.Allowed[r], ld.count(r, true); got != want {
-			t.Errorf("Stats().Allowed[%s] = %d, the load saw %d", r, got, want)
+		if got, want := st.Decisions[r].Allowed, ld.count(r, true); got != want {
+			t.Errorf("Stats().Decisions[%s].Allowed = %d, the load saw %d", r, got, want)
 		}
-		if got, want := st.Denied[r], ld.count(r, false); got != want {
-			t.Errorf("Stats().Denied[%s] = %d, the load saw %d", r, got, want)
+		if got, want := st.Decisions[r].Denied, ld.count(r, false); got != want {
+			t.Errorf("Stats().Decisions[%s].Denied = %d, the load saw %d", r, got, want)
 		}
 	}
 	// Leased counts the admissions decided on the hot path (ReasonLeased);
 	// those after a wait are in Allowed[ReasonColdStart] and
 	// Allowed[ReasonRefilled], checked above.
-	if got, want := st.Leased, ld.count(leasequota.ReasonLeased, true); got != want {
-		t.Errorf("Stats().Leased = %d, the load saw %d admissions with reason leased", got, want)
+	if got, want := st.Decisions[leasequota.ReasonLeased].Allowed, ld.count(leasequota.ReasonLeased, true); got != want {
+		t.Errorf("Stats().Decisions[leased].Allowed = %d, the load saw %d admissions with reason leased", got, want)
 	}
-	if got, want := st.Leased+st.Allowed[leasequota.ReasonColdStart]+st.Allowed[leasequota.ReasonRefilled], ld.leasedAll(); got != want {
+	if got, want := st.Decisions[leasequota.ReasonLeased].Allowed+st.Decisions[leasequota.ReasonColdStart].Allowed+st.Decisions[leasequota.ReasonRefilled].Allowed, ld.leasedAll(); got != want {
 		t.Errorf("Stats(): Leased + Allowed[cold_start] + Allowed[refilled] = %d, the load saw %d admissions from leases", got, want)
 	}
 }
@@ -299,17 +299,17 @@ func failureQuotas() (names []string, quota func(string) leasequota.Quota) {
 // decided by its failure mode while Redis was away.
 func checkFailureModes(t *testing.T, ld *faultLoad, st leasequota.Stats) {
 	t.Helper()
-	if st.Allowed[leasequota.ReasonFailOpen] == 0 {
+	if st.Decisions[leasequota.ReasonFailOpen].Allowed == 0 {
 		t.Error("no FailOpen admission while Redis was away")
 	}
-	if st.Denied[leasequota.ReasonUnavailable] == 0 {
+	if st.Decisions[leasequota.ReasonUnavailable].Denied == 0 {
 		t.Error("no FailClosed denial (unavailable) while Redis was away")
 	}
-	if st.Allowed[leasequota.ReasonFallback] == 0 {
+	if st.Decisions[leasequota.ReasonFallback].Allowed == 0 {
 		t.Error("no FailLocal admission (fallback) while Redis was away")
 	}
-	if st.Allowed[leasequota.ReasonUnavailable] != 0 {
-		t.Errorf("%d admissions with reason unavailable", st.Allowed[leasequota.ReasonUnavailable])
+	if st.Decisions[leasequota.ReasonUnavailable].Allowed != 0 {
+		t.Errorf("%d admissions with reason unavailable", st.Decisions[leasequota.ReasonUnavailable].Allowed)
 	}
 }
 
@@ -383,7 +383,7 @@ func TestRedisKilledUnderLoad(t *testing.T) {
 
 	st := l.Stats()
 	t.Log(ld.summary())
-	t.Logf("stats: %+v", st.Stats)
+	t.Logf("stats: %+v", st)
 	ld.checkLatency(t)
 	ld.checkBound(t, quota, 1) // the restart emptied Redis: one extra burst
 	ld.checkStats(t, st)
@@ -601,7 +601,7 @@ func TestRedisSlowAndBlackholed(t *testing.T) {
 
 	st := l.Stats()
 	t.Log(ld.summary())
-	t.Logf("stats: %+v; proxy: %d connections accepted, %d bytes swallowed", st.Stats, p.accepted.Load(), p.dropped.Load())
+	t.Logf("stats: %+v; proxy: %d connections accepted, %d bytes swallowed", st, p.accepted.Load(), p.dropped.Load())
 	ld.checkLatency(t)
 	ld.checkBound(t, quota, 0) // Redis kept its data
 	ld.checkStats(t, st)
@@ -705,7 +705,7 @@ func TestScriptFlushUnderLoad(t *testing.T) {
 	st := l.Stats()
 	noscript := redisErrorStat(t, admin, "NOSCRIPT")
 	t.Log(ld.summary())
-	t.Logf("%d SCRIPT FLUSH, %d NOSCRIPT replies; stats %+v", flushes, noscript, st.Stats)
+	t.Logf("%d SCRIPT FLUSH, %d NOSCRIPT replies; stats %+v", flushes, noscript, st)
 	if noscript == 0 {
 		t.Error("Redis answered NOSCRIPT 0 times: the test did not exercise the fallback")
 	}
@@ -733,7 +733,7 @@ func TestFlushAllUnderLoad(t *testing.T) {
 
 	st := l.Stats()
 	t.Log(ld.summary())
-	t.Logf("stats %+v", st.Stats)
+	t.Logf("stats %+v", st)
 	if st.Errors != 0 {
 		t.Errorf("Stats().Errors = %d, want 0", st.Errors)
 	}

@@ -79,7 +79,7 @@ func TestManyTenantsBoundedMemory(t *testing.T) {
 		total, time.Since(start).Round(time.Millisecond),
 		reasons[leasequota.ReasonColdStart][1], reasons[leasequota.ReasonColdStart][0],
 		reasons[leasequota.ReasonTooManyTenants][1], reasons[leasequota.ReasonTooManyTenants][0],
-		reasons[leasequota.ReasonLeased][1], reasons[leasequota.ReasonLeased][0], l.Stats().Stats)
+		reasons[leasequota.ReasonLeased][1], reasons[leasequota.ReasonLeased][0], l.Stats())
 	after := heapInuse()
 	if n := l.Tenants(); n > 2*maxTenants {
 		t.Errorf("Tenants() = %d after %d tenants, want <= 2 x %d", n, total, maxTenants)
@@ -157,7 +157,7 @@ func TestManyTenantsColdStartOnHealthyRedis(t *testing.T) {
 	}
 	if st := l.Stats(); st.Errors != 0 || degraded {
 		t.Fatalf("healthy Redis, WithRedisTimeout(2s), 1s after %d tenants' first requests (which took %v): %d lease calls failed, Degraded() seen: %v; "+
-			"want 0 and false; stats %+v", tenants, requests.Round(time.Millisecond), st.Errors, degraded, st.Stats)
+			"want 0 and false; stats %+v", tenants, requests.Round(time.Millisecond), st.Errors, degraded, st)
 	}
 	// A tenant's request is denied with ReasonColdStart until its first
 	// lease came (after that: admitted, or exhausted once the lease went
@@ -186,7 +186,7 @@ func TestManyTenantsColdStartOnHealthyRedis(t *testing.T) {
 	}
 	st := l.Stats()
 	t.Logf("%d tenants leased %v after the first request (the requests took %v); stats %+v; Degraded() seen: %v",
-		tenants, time.Since(start).Round(time.Millisecond), requests.Round(time.Millisecond), st.Stats, degraded)
+		tenants, time.Since(start).Round(time.Millisecond), requests.Round(time.Millisecond), st, degraded)
 	if st.Errors != 0 || degraded {
 		t.Errorf("healthy Redis, WithRedisTimeout(2s): %d lease calls failed and Degraded() was %v while %d tenants got their first lease; want 0 and false",
 			st.Errors, degraded, tenants)
