@@ -15,7 +15,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/leasequota/leasequota"
-	"github.com/leasequota/leasequota/integration/redistest"
+	"github.com/leasequota/leasequota/internal/redisserver"
 	"github.com/leasequota/leasequota/lease"
 )
 
@@ -36,8 +36,8 @@ var bigQuota = leasequota.Quota{Rate: 1e12, Burst: 1 << 40, MinLease: 1 << 30}
 
 func benchLimiter(b *testing.B, opts ...leasequota.Option) *leasequota.Limiter {
 	b.Helper()
-	c := redistest.Client(b)
-	opts = append([]leasequota.Option{leasequota.WithKeyPrefix(redistest.Prefix(b)), leasequota.WithDefaultQuota(bigQuota),
+	c := redisserver.Client(b)
+	opts = append([]leasequota.Option{leasequota.WithKeyPrefix(redisserver.Prefix(b)), leasequota.WithDefaultQuota(bigQuota),
 		leasequota.WithLogger(slog.New(slog.DiscardHandler))}, opts...)
 	l, err := leasequota.New(c, opts...)
 	if err != nil {
@@ -233,7 +233,7 @@ func BenchmarkRateSyncMapParallel(b *testing.B) {
 // the harness's Redis (loopback), the cost leasequota keeps off the
 // request path.
 func BenchmarkRedisPerRequest(b *testing.B) {
-	c, err := lease.NewClient(redistest.Client(b), redistest.Prefix(b))
+	c, err := lease.NewClient(redisserver.Client(b), redisserver.Prefix(b))
 	if err != nil {
 		b.Fatal(err)
 	}

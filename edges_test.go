@@ -15,7 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/leasequota/leasequota"
-	"github.com/leasequota/leasequota/integration/redistest"
+	"github.com/leasequota/leasequota/internal/redisserver"
 )
 
 // The tests in this file are the regressions of the paths around the
@@ -23,9 +23,9 @@ import (
 
 // ownServer starts a redis-server for one test that stops it, and checks
 // for leaked goroutines after the test's cleanups.
-func ownServer(t *testing.T) *redistest.Server {
+func ownServer(t *testing.T) *redisserver.Server {
 	t.Helper()
-	redistest.Shared(t)
+	redisserver.Shared(t)
 	// go-redis retries a failed dial from a goroutine that sleeps a second
 	// before it sees that its pool was closed: after an outage it may
 	// outlive the client by that second. It is not ours to wait for.
@@ -33,12 +33,12 @@ func ownServer(t *testing.T) *redistest.Server {
 		goleak.IgnoreTopFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial")}
 	// Registered before the server's cleanup, so it runs after it.
 	t.Cleanup(func() { goleak.VerifyNone(t, ignore...) })
-	return redistest.StartServer(t)
+	return redisserver.StartServer(t)
 }
 
 // ownClient returns a client of srv, closed after the limiters made with
 // it (cleanups run last first).
-func ownClient(t *testing.T, srv *redistest.Server) *redis.Client {
+func ownClient(t *testing.T, srv *redisserver.Server) *redis.Client {
 	c := srv.Client()
 	t.Cleanup(func() { c.Close() })
 	return c
@@ -161,7 +161,7 @@ func TestWaitNThroughOutage(t *testing.T) {
 		"local-big":   {Rate: 100, Burst: 10, FailureMode: leasequota.FailLocal},
 		"local-small": {Rate: 100, Burst: 10, FailureMode: leasequota.FailLocal},
 	}
-	l := newLimiter(t, c, leasequota.WithKeyPrefix(redistest.Prefix(t)),
+	l := newLimiter(t, c, leasequota.WithKeyPrefix(redisserver.Prefix(t)),
 		leasequota.WithRefreshInterval(interval), leasequota.WithExpectedInstances(10),
 		leasequota.WithLogger(testLogger(t)),
 		leasequota.WithQuotaFunc(func(tenant string) leasequota.Quota { return quotas[tenant] }))
@@ -244,7 +244,7 @@ func TestWaitNThroughOutage(t *testing.T) {
 func TestRetryAfterDuringOutage(t *testing.T) {
 	srv := ownServer(t)
 	c := ownClient(t, srv)
-	l := newLimiter(t, c, leasequota.WithKeyPrefix(redistest.Prefix(t)), leasequota.WithLogger(testLogger(t)),
+	l := newLimiter(t, c, leasequota.WithKeyPrefix(redisserver.Prefix(t)), leasequota.WithLogger(testLogger(t)),
 		leasequota.WithQuotaFunc(func(tenant string) leasequota.Quota {
 			q := leasequota.Quota{Rate: 50, Burst: 50}
 			if strings.HasPrefix(tenant, "closed") {
@@ -283,7 +283,7 @@ func TestRetryAfterDuringOutage(t *testing.T) {
 func TestFallbackFleetShare(t *testing.T) {
 	srv := ownServer(t)
 	c := ownClient(t, srv)
-	prefix := redistest.Prefix(t)
+	prefix := redisserver.Prefix(t)
 	const rate, burst = 200, 20
 	quota := func(string) leasequota.Quota { return leasequota.Quota{Rate: rate, Burst: burst} }
 	var fleet []*leasequota.Limiter
@@ -364,7 +364,7 @@ func TestFallbackFleetShare(t *testing.T) {
 func TestCloseStopsAdmissions(t *testing.T) {
 	srv := ownServer(t)
 	c := ownClient(t, srv)
-	prefix := redistest.Prefix(t)
+	prefix := redisserver.Prefix(t)
 	var closing atomic.Bool
 	logs := newTestLog(t, func(r slog.Record) {
 		if strings.Contains(r.Message, "closing") {

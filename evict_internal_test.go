@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasequota/leasequota/integration/redistest"
+	"github.com/leasequota/leasequota/internal/redisserver"
 	"github.com/leasequota/leasequota/syncer"
 )
 
@@ -20,9 +20,9 @@ import (
 // registry never holds an evicted entry, and that no decision took more
 // than a few turns without waiting.
 func TestEvictionIsOneStep(t *testing.T) {
-	redistest.Shared(t)
-	c := redistest.Client(t)
-	l, err := New(c, WithKeyPrefix(redistest.Prefix(t)), WithIdleTimeout(time.Millisecond),
+	redisserver.Shared(t)
+	c := redisserver.Client(t)
+	l, err := New(c, WithKeyPrefix(redisserver.Prefix(t)), WithIdleTimeout(time.Millisecond),
 		WithRedisTimeout(10*time.Second), // no call may time out on a loaded machine
 		WithLogger(slog.New(slog.NewTextHandler(testWriter{t}, nil))),
 		WithColdStartWait(0), WithDefaultQuota(Quota{Rate: 100, Burst: 100}))

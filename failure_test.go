@@ -9,18 +9,18 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/leasequota/leasequota"
-	"github.com/leasequota/leasequota/integration/redistest"
+	"github.com/leasequota/leasequota/internal/redisserver"
 )
 
 // TestFailureModes stops Redis under three tenants with different failure
 // modes, checks that each is decided by its mode once its lease is spent,
 // and that leasing resumes on its own once Redis is back.
 func TestFailureModes(t *testing.T) {
-	redistest.Shared(t)
+	redisserver.Shared(t)
 	ignore := goleak.IgnoreCurrent()
 	// Registered before the server's cleanup, so it runs after it.
 	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
-	srv := redistest.StartServer(t)
+	srv := redisserver.StartServer(t)
 
 	c := srv.Client()
 	defer c.Close()
@@ -29,7 +29,7 @@ func TestFailureModes(t *testing.T) {
 		"local":  {Rate: 100, Burst: 20, MinLease: 10, FailureMode: leasequota.FailLocal},
 		"open":   {Rate: 100, Burst: 20, MinLease: 10, FailureMode: leasequota.FailOpen},
 	}
-	l, err := leasequota.New(c, leasequota.WithKeyPrefix(redistest.Prefix(t)), leasequota.WithLogger(testLogger(t)),
+	l, err := leasequota.New(c, leasequota.WithKeyPrefix(redisserver.Prefix(t)), leasequota.WithLogger(testLogger(t)),
 		leasequota.WithRefreshInterval(20*time.Millisecond), leasequota.WithLeaseTTL(time.Hour),
 		// A stopped Redis refuses connections at once; these only keep a
 		// loaded machine's slow calls from counting as failures.

@@ -14,21 +14,21 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/leasequota/leasequota"
-	"github.com/leasequota/leasequota/integration/redistest"
+	"github.com/leasequota/leasequota/internal/redisserver"
 	"github.com/leasequota/leasequota/lease"
 )
 
-func TestMain(m *testing.M) { redistest.Main(m) }
+func TestMain(m *testing.M) { redisserver.Main(m) }
 
 // setup returns a client of the shared Redis, a fresh key prefix, and
 // registers a goroutine leak check that runs after the test's cleanups
 // (so after the limiters it creates are closed).
 func setup(t *testing.T) (*redis.Client, string) {
 	t.Helper()
-	redistest.Shared(t) // the harness's goroutines live for the whole package
+	redisserver.Shared(t) // the harness's goroutines live for the whole package
 	ignore := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
-	return redistest.Client(t), redistest.Prefix(t)
+	return redisserver.Client(t), redisserver.Prefix(t)
 }
 
 // newLimiter returns a limiter closed when the test ends.

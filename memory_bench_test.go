@@ -11,7 +11,7 @@ import (
 
 	"github.com/leasequota/leasequota"
 	"github.com/leasequota/leasequota/bucket"
-	"github.com/leasequota/leasequota/integration/redistest"
+	"github.com/leasequota/leasequota/internal/redisserver"
 	"github.com/leasequota/leasequota/syncer"
 )
 
@@ -29,7 +29,7 @@ import (
 // the bytes go.
 func BenchmarkTenantMemory(b *testing.B) {
 	const tenants = 100_000
-	c := redistest.Client(b)
+	c := redisserver.Client(b)
 	ctx := context.Background()
 	q := leasequota.Quota{Rate: 1000, Burst: 1000}
 	coldLease := int64(q.Rate * leasequota.DefaultRefreshInterval.Seconds()) // each tenant's first lease
@@ -41,7 +41,7 @@ func BenchmarkTenantMemory(b *testing.B) {
 		// A 1s Redis timeout: with the default 50ms, the first leases of
 		// 100,000 tenants at once time out on a healthy Redis (see
 		// integration.TestManyTenantsColdStartOnHealthyRedis).
-		l, err := leasequota.New(c, leasequota.WithKeyPrefix(redistest.Prefix(b)), leasequota.WithDefaultQuota(q),
+		l, err := leasequota.New(c, leasequota.WithKeyPrefix(redisserver.Prefix(b)), leasequota.WithDefaultQuota(q),
 			leasequota.WithColdStartWait(0), leasequota.WithRedisTimeout(time.Second), leasequota.WithLogger(slog.New(slog.DiscardHandler)))
 		if err != nil {
 			b.Fatal(err)

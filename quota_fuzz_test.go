@@ -12,7 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasequota/leasequota"
-	"github.com/leasequota/leasequota/integration/redistest"
+	"github.com/leasequota/leasequota/internal/redisserver"
 )
 
 // unreachableClient returns a go-redis client whose every dial fails at
@@ -185,14 +185,14 @@ func TestLeaseTTLRuleSameEverywhere(t *testing.T) {
 // 1 hour does (Stats().Expired stays 0). Validate now refuses a LeaseTTL
 // above MaxLeaseTTL (24h), which this test accepts as an answer.
 func TestHugeLeaseTTLKeepsLeases(t *testing.T) {
-	c := redistest.Client(t)
+	c := redisserver.Client(t)
 	for _, ttl := range []time.Duration{time.Hour, 250 * 365 * 24 * time.Hour} {
 		q := leasequota.Quota{Rate: 100, Burst: 100, LeaseTTL: ttl}
 		if err := q.Validate(); err != nil {
 			t.Logf("LeaseTTL %v: Validate() = %v: refused, fine", ttl, err)
 			continue
 		}
-		l, err := leasequota.New(c, leasequota.WithKeyPrefix(redistest.Prefix(t)), leasequota.WithLogger(testLogger(t)),
+		l, err := leasequota.New(c, leasequota.WithKeyPrefix(redisserver.Prefix(t)), leasequota.WithLogger(testLogger(t)),
 			leasequota.WithColdStartWait(10*time.Second), // a loaded machine's first lease may take long
 			leasequota.WithQuotaFunc(func(string) leasequota.Quota { return q }))
 		if err != nil {

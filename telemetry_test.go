@@ -16,7 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/leasequota/leasequota"
-	"github.com/leasequota/leasequota/integration/redistest"
+	"github.com/leasequota/leasequota/internal/redisserver"
 	"github.com/leasequota/leasequota/telemetry"
 )
 
@@ -74,7 +74,7 @@ func TestTelemetry(t *testing.T) {
 	spans := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
 	defer tp.Shutdown(context.Background())
-	var logs redistest.LogBuffer
+	var logs redisserver.LogBuffer
 	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 
 	// MinLease = Burst: the first lease takes the whole bucket, and at a
@@ -199,8 +199,8 @@ func TestTelemetry(t *testing.T) {
 // TestTelemetryErrors stops Redis and checks the error metric, the span
 // status and the degraded gauge and log.
 func TestTelemetryErrors(t *testing.T) {
-	redistest.Shared(t)
-	srv := redistest.StartServer(t)
+	redisserver.Shared(t)
+	srv := redisserver.StartServer(t)
 	c := srv.Client()
 	defer c.Close()
 	reader := sdkmetric.NewManualReader()
@@ -209,9 +209,9 @@ func TestTelemetryErrors(t *testing.T) {
 	spans := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
 	defer tp.Shutdown(context.Background())
-	var logs redistest.LogBuffer
+	var logs redisserver.LogBuffer
 	logger := slog.New(slog.NewTextHandler(&logs, nil))
-	l, err := leasequota.New(c, leasequota.WithKeyPrefix(redistest.Prefix(t)),
+	l, err := leasequota.New(c, leasequota.WithKeyPrefix(redisserver.Prefix(t)),
 		leasequota.WithMeterProvider(mp), leasequota.WithTracerProvider(tp), leasequota.WithLogger(logger),
 		leasequota.WithRefreshInterval(20*time.Millisecond), leasequota.WithColdStartWait(0),
 		leasequota.WithDefaultQuota(leasequota.Quota{Rate: 100, Burst: 10}))

@@ -23,17 +23,17 @@ import (
 
 	"github.com/leasequota/leasequota"
 	"github.com/leasequota/leasequota/grpcquota"
-	"github.com/leasequota/leasequota/integration/redistest"
+	"github.com/leasequota/leasequota/internal/redisserver"
 )
 
-func TestMain(m *testing.M) { redistest.Main(m) }
+func TestMain(m *testing.M) { redisserver.Main(m) }
 
 // leakCheck starts the shared Redis (its goroutines live for the whole
 // package), then fails the test if goroutines started during it outlive
 // it. Call it first: its check runs after every other cleanup.
 func leakCheck(t *testing.T) {
 	t.Helper()
-	redistest.Shared(t)
+	redisserver.Shared(t)
 	ignore := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
 }
@@ -73,8 +73,8 @@ func testLogger(t testing.TB) *slog.Logger {
 func newLimiter(t *testing.T, opts ...leasequota.Option) *leasequota.Limiter {
 	t.Helper()
 	logger := testLogger(t)
-	c := redistest.Client(t)
-	opts = append([]leasequota.Option{leasequota.WithKeyPrefix(redistest.Prefix(t)), leasequota.WithLogger(logger)}, opts...)
+	c := redisserver.Client(t)
+	opts = append([]leasequota.Option{leasequota.WithKeyPrefix(redisserver.Prefix(t)), leasequota.WithLogger(logger)}, opts...)
 	l, err := leasequota.New(c, opts...)
 	if err != nil {
 		t.Fatal(err)
@@ -94,7 +94,7 @@ func newLimiter(t *testing.T, opts ...leasequota.Option) *leasequota.Limiter {
 func deadLimiter(t *testing.T, q leasequota.Quota, mode leasequota.FailureMode) *leasequota.Limiter {
 	t.Helper()
 	logger := testLogger(t)
-	s := redistest.StartServer(t)
+	s := redisserver.StartServer(t)
 	if err := s.Stop(); err != nil {
 		t.Fatal(err)
 	}

@@ -11,8 +11,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/leasequota/leasequota/integration/redistest"
 	"github.com/leasequota/leasequota/internal/peaks"
+	"github.com/leasequota/leasequota/internal/redisserver"
 )
 
 // ageMargin is added to the local time since an acquire was sent to make
@@ -117,8 +117,8 @@ func near(a, b float64) bool { return math.Abs(a-b) <= 1e-6 }
 
 func agedClient(t *testing.T, opts ...ClientOption) (*Client, *redis.Client) {
 	t.Helper()
-	rdb := redistest.Client(t)
-	c, err := NewClient(rdb, redistest.Prefix(t), opts...)
+	rdb := redisserver.Client(t)
+	c, err := NewClient(rdb, redisserver.Prefix(t), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,13 +7,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasequota/leasequota/integration/redistest"
+	"github.com/leasequota/leasequota/internal/redisserver"
 )
 
 func TestInstanceRegistry(t *testing.T) {
 	ctx := context.Background()
-	rdb := redistest.Client(t)
-	prefix := redistest.Prefix(t)
+	rdb := redisserver.Client(t)
+	prefix := redisserver.Prefix(t)
 	const window = 200 * time.Millisecond
 	a, err := NewClient(rdb, prefix, WithInstance("a", window))
 	if err != nil {
@@ -78,8 +78,8 @@ func TestInstanceRegistry(t *testing.T) {
 // once, and the replay reports a credit of 0.
 func TestReleaseDeduplicated(t *testing.T) {
 	ctx := context.Background()
-	rdb := redistest.Client(t)
-	prefix := redistest.Prefix(t)
+	rdb := redisserver.Client(t)
+	prefix := redisserver.Prefix(t)
 	c, err := NewClient(rdb, prefix, WithInstance("i1", time.Second))
 	if err != nil {
 		t.Fatal(err)
@@ -133,8 +133,8 @@ func TestReleaseDeduplicated(t *testing.T) {
 // owed; otherwise it gets what it asks.
 func TestFairShareCredit(t *testing.T) {
 	ctx := context.Background()
-	rdb := redistest.Client(t)
-	prefix := redistest.Prefix(t)
+	rdb := redisserver.Client(t)
+	prefix := redisserver.Prefix(t)
 	// A rate so low that nothing refills during the test.
 	lim := Limits{Rate: 1e-6, Burst: 1000}
 	client := func(id string) *Client {
@@ -200,12 +200,12 @@ func TestFairShareCredit(t *testing.T) {
 // re-read quotas; other prefixes are not affected.
 func TestQuotaVersion(t *testing.T) {
 	ctx := context.Background()
-	rdb := redistest.Client(t)
-	c, err := NewClient(rdb, redistest.Prefix(t))
+	rdb := redisserver.Client(t)
+	c, err := NewClient(rdb, redisserver.Prefix(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	other, err := NewClient(rdb, redistest.Prefix(t))
+	other, err := NewClient(rdb, redisserver.Prefix(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,10 +15,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/leasequota/leasequota/integration/redistest"
+	"github.com/leasequota/leasequota/internal/redisserver"
 )
 
-func TestMain(m *testing.M) { redistest.Main(m) }
+func TestMain(m *testing.M) { redisserver.Main(m) }
 
 // These tests share one server and are not parallel: some flush the script
 // cache or read server-wide command statistics.
@@ -93,11 +93,11 @@ func (h *counter) snapshot() (single []string, pipelines [][]string) {
 // lease Client sends.
 func setup(t *testing.T) (*Client, *redis.Client, *counter) {
 	t.Helper()
-	rdb := redistest.Client(t)
+	rdb := redisserver.Client(t)
 	h := &counter{}
-	scripted := redistest.Client(t)
+	scripted := redisserver.Client(t)
 	scripted.AddHook(h)
-	c, err := NewClient(scripted, redistest.Prefix(t))
+	c, err := NewClient(scripted, redisserver.Prefix(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +125,7 @@ func pttl(t *testing.T, rdb *redis.Client, key string) int64 {
 // ownServer reports whether the shared server is private to this test
 // binary, so that server-wide statistics count only our commands.
 func ownServer(t *testing.T) bool {
-	return redistest.Shared(t).Kind != "env"
+	return redisserver.Shared(t).Kind != "env"
 }
 
 // cmdCalls returns the calls count of a command in INFO commandstats.
@@ -596,8 +596,8 @@ func TestAcquireManyMixed(t *testing.T) {
 
 func TestReleaseMany(t *testing.T) {
 	ctx := context.Background()
-	rdb := redistest.Client(t)
-	c, err := NewClient(rdb, redistest.Prefix(t))
+	rdb := redisserver.Client(t)
+	c, err := NewClient(rdb, redisserver.Prefix(t))
 	if err != nil {
 		t.Fatal(err)
 	}

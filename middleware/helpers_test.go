@@ -17,11 +17,11 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/leasequota/leasequota"
-	"github.com/leasequota/leasequota/integration/redistest"
+	"github.com/leasequota/leasequota/internal/redisserver"
 	"github.com/leasequota/leasequota/middleware"
 )
 
-func TestMain(m *testing.M) { redistest.Main(m) }
+func TestMain(m *testing.M) { redisserver.Main(m) }
 
 // leakCheck starts the package's shared Redis (whose goroutines live as
 // long as the package), then makes the test fail if goroutines started
@@ -29,7 +29,7 @@ func TestMain(m *testing.M) { redistest.Main(m) }
 // check runs after every other cleanup.
 func leakCheck(t testing.TB) {
 	t.Helper()
-	redistest.Shared(t)
+	redisserver.Shared(t)
 	ignore := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
 }
@@ -69,8 +69,8 @@ func testLogger(t testing.TB) *slog.Logger {
 func newLimiter(t testing.TB, opts ...leasequota.Option) *leasequota.Limiter {
 	t.Helper()
 	logger := testLogger(t)
-	c := redistest.Client(t)
-	opts = append([]leasequota.Option{leasequota.WithKeyPrefix(redistest.Prefix(t)), leasequota.WithLogger(logger)}, opts...)
+	c := redisserver.Client(t)
+	opts = append([]leasequota.Option{leasequota.WithKeyPrefix(redisserver.Prefix(t)), leasequota.WithLogger(logger)}, opts...)
 	l, err := leasequota.New(c, opts...)
 	if err != nil {
 		t.Fatal(err)
@@ -90,7 +90,7 @@ func newLimiter(t testing.TB, opts ...leasequota.Option) *leasequota.Limiter {
 func deadLimiter(t testing.TB, q leasequota.Quota, mode leasequota.FailureMode) *leasequota.Limiter {
 	t.Helper()
 	logger := testLogger(t)
-	s := redistest.StartServer(t)
+	s := redisserver.StartServer(t)
 	if err := s.Stop(); err != nil {
 		t.Fatal(err)
 	}

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Makes sure the integration harness will find a Redis (see
-# integration/redistest): REDIS_ADDR, a redis-server on PATH, or a Docker
-# daemon. When there is none, installs redis-server with the system's
-# package manager and says so.
+# Makes sure the tests will find a Redis (see internal/redisserver):
+# REDIS_ADDR, or a redis-server on PATH. When there is neither, installs
+# redis-server with the system's package manager and says so. A Docker
+# daemon is not enough: only integration/redistest falls back to a
+# container, and the library's tests, which start and stop their own
+# servers, need redis-server.
 #
 # The cluster and Sentinel tests also need redis-cli (redis-cli --cluster
 # create/reshard) next to redis-server; sentinels run as
@@ -66,13 +68,7 @@ if command -v redis-server >/dev/null 2>&1; then
   ensure_cli
   exit 0
 fi
-if command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then
-  echo "redis: no redis-server on PATH; tests will start a container through testcontainers-go"
-  echo "redis: the cluster and Sentinel tests need redis-server and redis-cli on PATH and will fail without them" >&2
-  exit 0
-fi
-
-need_root "no redis-server, no Docker daemon"
+need_root "no redis-server"
 install_redis redis-server
 # Debian's package starts a system service on 6379; the tests start their
 # own servers on free ports and do not use it.

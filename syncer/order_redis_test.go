@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasequota/leasequota/integration/redistest"
+	"github.com/leasequota/leasequota/internal/redisserver"
 	"github.com/leasequota/leasequota/lease"
 	"github.com/leasequota/leasequota/syncer"
 )
@@ -23,9 +23,9 @@ import (
 // names the round's grant (it was planned first, but granted last) is
 // credited all of them.
 func TestReturnAfterRefillOvertookRound(t *testing.T) {
-	rdb := redistest.StartServer(t).Client()
+	rdb := redisserver.StartServer(t).Client()
 	t.Cleanup(func() { rdb.Close() })
-	prefix := redistest.Prefix(t)
+	prefix := redisserver.Prefix(t)
 	mine, err := lease.NewClient(rdb, prefix)
 	if err != nil {
 		t.Fatal(err)

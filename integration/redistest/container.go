@@ -7,6 +7,8 @@ import (
 
 	"github.com/testcontainers/testcontainers-go"
 	"github.com/testcontainers/testcontainers-go/wait"
+
+	"github.com/leasequota/leasequota/internal/redisserver"
 )
 
 // startContainer starts redis:7 in Docker through testcontainers-go.
@@ -42,11 +44,7 @@ func startContainer(ctx context.Context) (s *Server, err error) {
 		_ = c.Terminate(ctx)
 		return nil, fmt.Errorf("redistest: docker: %w", err)
 	}
-	return &Server{
-		Addr: net.JoinHostPort(host, port.Port()),
-		Kind: "container",
-		terminate: func(ctx context.Context) error {
-			return c.Terminate(ctx)
-		},
-	}, nil
+	return redisserver.External(net.JoinHostPort(host, port.Port()), "container", func(ctx context.Context) error {
+		return c.Terminate(ctx)
+	}), nil
 }

@@ -1,6 +1,5 @@
 // Package keyslot computes Redis Cluster hash slots, for the lease
-// protocol and for the test harness (which cannot import lease: lease's
-// own tests import the harness).
+// protocol and for the cluster test harness (integration/redistest).
 package keyslot
 
 import "strings"

@@ -1,4 +1,4 @@
-package redistest
+package redisserver
 
 import (
 	"bytes"

@@ -1,4 +1,9 @@
-// Package redistest gives tests a real Redis server.
+// Package redisserver gives tests a real Redis server: the one named by
+// REDIS_ADDR, or a fresh redis-server process on a free 127.0.0.1 port.
+// It imports only go-redis and the standard library, so that the
+// library's tests need no more than the library does; the modules under
+// the library's path (integration, grpcquota, cmd/leasequota-sim) import
+// it too.
 //
 // Start finds one in this order:
 //
@@ -6,16 +11,16 @@
 //     and never stopped or flushed by the harness;
 //  2. a redis-server binary on PATH: a fresh process on a free 127.0.0.1
 //     port, with its data directory in a temporary folder, no persistence;
-//  3. a Docker daemon that answers: a redis:7 container started through
-//     testcontainers-go.
+//  3. Fallback, when a harness built on this one sets it
+//     (integration/redistest starts a Docker container).
 //
-// When none of the three is available Start fails with an error naming
-// all three, so a test run can never silently skip the Redis tests.
+// When none is available Start fails with an error that says how to get
+// one, so a test run can never silently skip the Redis tests.
 //
 // Test packages normally call Main from TestMain and Shared from tests:
 // one server per test package, stopped when the package's tests end.
 // Tests that kill or restart Redis start their own server with StartServer.
-package redistest
+package redisserver
 
 import (
 	"context"
@@ -33,19 +38,25 @@ import (
 )
 
 // ErrNoRedis is returned by Start when no way to get a Redis worked.
-var ErrNoRedis = errors.New("redistest: no Redis available: set REDIS_ADDR to a running server, " +
-	"put redis-server on PATH (e.g. apt-get install -y redis-server), " +
-	"or run a Docker daemon for testcontainers-go")
+var ErrNoRedis = errors.New("redisserver: no Redis available: set REDIS_ADDR to a running server " +
+	"or put redis-server on PATH (scripts/ensure-redis.sh installs it)")
 
-// startTimeout bounds how long a server may take to answer PING.
-const startTimeout = 15 * time.Second
+// StartTimeout bounds how long a server may take to answer PING.
+const StartTimeout = 15 * time.Second
+
+// Fallback, when not nil, is how Start gets a Redis when REDIS_ADDR is
+// unset and no redis-server process could be started. It is nil in the
+// library's tests, which need redis-server; integration/redistest sets it
+// to start a container.
+var Fallback func(context.Context) (*Server, error)
 
 // Server is a Redis server used by tests. Its methods are safe for
 // concurrent use.
 type Server struct {
 	// Addr is host:port of the server.
 	Addr string
-	// Kind says where the server came from: "env", "process" or "container".
+	// Kind says where the server came from: "env", "process", or the kind
+	// given to External (integration/redistest's "container").
 	Kind string
 
 	mu        sync.Mutex // guards cmd and stopped
@@ -53,39 +64,48 @@ type Server struct {
 	dir       string     // data directory of the process
 	port      int
 	stopped   bool
-	terminate func(context.Context) error // container cleanup
+	terminate func(context.Context) error // cleanup of an External server
+}
+
+// External returns a Server for a Redis at addr that was started by other
+// means, such as a container; Close calls terminate.
+func External(addr, kind string, terminate func(context.Context) error) *Server {
+	return &Server{Addr: addr, Kind: kind, terminate: terminate}
 }
 
 // Start returns a running Redis, trying REDIS_ADDR, then a redis-server
-// process, then a container. The caller must Close it.
+// process, then Fallback. The caller must Close it.
 func Start(ctx context.Context) (*Server, error) {
 	if addr := os.Getenv("REDIS_ADDR"); addr != "" {
 		s := &Server{Addr: addr, Kind: "env"}
-		if err := waitReady(ctx, addr, startTimeout); err != nil {
-			return nil, fmt.Errorf("redistest: REDIS_ADDR=%s does not answer: %w", addr, err)
+		if err := WaitReady(ctx, addr, StartTimeout); err != nil {
+			return nil, fmt.Errorf("redisserver: REDIS_ADDR=%s does not answer: %w", addr, err)
 		}
 		return s, nil
 	}
 	var errs []error
-	if path, err := exec.LookPath("redis-server"); err == nil {
-		s, err := startProcess(ctx, path)
+	path, err := exec.LookPath("redis-server")
+	if err == nil {
+		var s *Server
+		if s, err = startProcess(ctx, path); err == nil {
+			return s, nil
+		}
+	}
+	errs = append(errs, err)
+	if Fallback != nil {
+		s, err := Fallback(ctx)
 		if err == nil {
 			return s, nil
 		}
 		errs = append(errs, err)
 	}
-	s, err := startContainer(ctx)
-	if err == nil {
-		return s, nil
-	}
-	errs = append(errs, err)
 	return nil, fmt.Errorf("%w (%w)", ErrNoRedis, errors.Join(errs...))
 }
 
 func startProcess(ctx context.Context, path string) (*Server, error) {
-	dir, err := os.MkdirTemp("", "redistest-")
+	dir, err := os.MkdirTemp("", "redisserver-")
 	if err != nil {
-		return nil, fmt.Errorf("redistest: temp dir: %w", err)
+		return nil, fmt.Errorf("redisserver: temp dir: %w", err)
 	}
 	var lastErr error
 	// A free port can be taken by someone else between our probe and the
@@ -104,7 +124,7 @@ func startProcess(ctx context.Context, path string) (*Server, error) {
 		return s, nil
 	}
 	os.RemoveAll(dir)
-	return nil, fmt.Errorf("redistest: redis-server: %w", lastErr)
+	return nil, fmt.Errorf("redisserver: redis-server: %w", lastErr)
 }
 
 // launch starts the process on s.port and waits until it answers.
@@ -125,10 +145,10 @@ func (s *Server) launch(ctx context.Context, path string) error {
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-	readyCtx, cancel := context.WithTimeout(ctx, startTimeout)
+	readyCtx, cancel := context.WithTimeout(ctx, StartTimeout)
 	defer cancel()
 	ready := make(chan error, 1)
-	go func() { ready <- waitReady(readyCtx, s.Addr, startTimeout) }()
+	go func() { ready <- WaitReady(readyCtx, s.Addr, StartTimeout) }()
 	select {
 	case err := <-exited:
 		cancel()
@@ -167,7 +187,9 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-func waitReady(ctx context.Context, addr string, timeout time.Duration) error {
+// WaitReady polls addr until it answers PING, for up to timeout or until
+// ctx is done.
+func WaitReady(ctx context.Context, addr string, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second})
@@ -197,16 +219,16 @@ func (s *Server) Stop() error {
 	cmd := s.cmd
 	s.mu.Unlock()
 	if cmd == nil {
-		return fmt.Errorf("redistest: Stop needs a server started as a process, this one is %q", s.Kind)
+		return fmt.Errorf("redisserver: Stop needs a server started as a process, this one is %q", s.Kind)
 	}
 	_ = cmd.Process.Kill()
-	return waitClosed(s.Addr)
+	return WaitClosed(s.Addr)
 }
 
-// waitClosed polls until addr refuses connections (a killed server's port
-// is closed), for up to startTimeout.
-func waitClosed(addr string) error {
-	deadline := time.Now().Add(startTimeout)
+// WaitClosed polls until addr refuses connections (a killed server's port
+// is closed), for up to StartTimeout.
+func WaitClosed(addr string) error {
+	deadline := time.Now().Add(StartTimeout)
 	for time.Now().Before(deadline) {
 		conn, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
 		if err != nil {
@@ -215,17 +237,17 @@ func waitClosed(addr string) error {
 		conn.Close()
 		time.Sleep(10 * time.Millisecond) // polling interval; the deadline bounds the wait
 	}
-	return fmt.Errorf("redistest: %s still accepts connections after kill", addr)
+	return fmt.Errorf("redisserver: %s still accepts connections after kill", addr)
 }
 
 // Restart starts the server again on the same port, empty.
 func (s *Server) Restart(ctx context.Context) error {
 	path, err := exec.LookPath("redis-server")
 	if err != nil {
-		return fmt.Errorf("redistest: Restart: %w", err)
+		return fmt.Errorf("redisserver: Restart: %w", err)
 	}
 	if s.Kind != "process" {
-		return fmt.Errorf("redistest: Restart needs a server started as a process, this one is %q", s.Kind)
+		return fmt.Errorf("redisserver: Restart needs a server started as a process, this one is %q", s.Kind)
 	}
 	return s.launch(ctx, path)
 }
@@ -238,7 +260,7 @@ func (s *Server) Close() error {
 		err := s.Stop()
 		os.RemoveAll(s.dir)
 		return err
-	case "container":
+	default:
 		if s.terminate != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
@@ -255,7 +277,7 @@ var (
 )
 
 // Main runs the package's tests and then stops the shared server, if one
-// was started. Call it from TestMain: func TestMain(m *testing.M) { redistest.Main(m) }.
+// was started. Call it from TestMain: func TestMain(m *testing.M) { redisserver.Main(m) }.
 func Main(m *testing.M) {
 	code := m.Run()
 	sharedMu.Lock()
