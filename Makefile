@@ -1,18 +1,23 @@
 # make demo   - run the simulator (embedded Redis) and write
 #               leasequota-report.html
 # make test   - make sure a Redis can be had, then vet and run every test
-#               (race detector on, integration tests included), the nested
-#               grpcquota module's too, and each fuzz target briefly
-# make bench  - run the benchmarks
+#               of every module (race detector on, integration tests
+#               included), and each fuzz target briefly
+# make bench  - run the benchmarks of every module
+#
+# Modules: the library (this directory) and three nested modules with
+# their own go.mod, so that the library requires only what its code
+# imports: grpcquota (gRPC interceptors), integration (end-to-end tests
+# and the Redis harness) and cmd/leasequota-sim (the simulator).
 GO ?= go
 FUZZTIME ?= 10s
 
-.PHONY: demo test redis vet unit grpc fuzz bench
+.PHONY: demo test redis vet unit integration sim grpc fuzz bench
 
 demo:
-	$(GO) run ./cmd/leasequota-sim -report leasequota-report.html
+	cd cmd/leasequota-sim && $(GO) run . -report ../../leasequota-report.html
 
-test: redis vet unit grpc fuzz
+test: redis vet unit integration sim grpc fuzz
 
 redis:
 	@bash scripts/ensure-redis.sh
@@ -20,9 +25,17 @@ redis:
 vet:
 	$(GO) vet ./...
 	cd grpcquota && $(GO) vet ./...
+	cd integration && $(GO) vet ./...
+	cd cmd/leasequota-sim && $(GO) vet ./...
 
 unit:
 	$(GO) test -race -count=1 -p 1 ./...
+
+integration:
+	cd integration && $(GO) test -race -count=1 -p 1 ./...
+
+sim:
+	cd cmd/leasequota-sim && $(GO) test -race -count=1 ./...
 
 grpc:
 	cd grpcquota && $(GO) test -race -count=1 ./...
@@ -33,3 +46,6 @@ fuzz:
 
 bench: redis
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+	cd grpcquota && $(GO) test -run '^$$' -bench . -benchmem ./...
+	cd integration && $(GO) test -run '^$$' -bench . -benchmem ./...
+	cd cmd/leasequota-sim && $(GO) test -run '^$$' -bench . -benchmem ./...

@@ -14,7 +14,8 @@
 //     code block, one of
 //     - go test ... -bench <pattern> <packages>
 //     - make bench, make demo
-//     - go run ./cmd/leasequota-sim ...
+//     - cd cmd/leasequota-sim && go run . ... (the simulator is a module
+//       of its own)
 //  3. The command must be real: every package a go test names exists and
 //     has a benchmark that its -bench pattern selects; a make target is in
 //     the Makefile; go run's directory exists.
@@ -97,7 +98,7 @@ func TestRule(t *testing.T) {
 		{"# A\n\n`go test -bench . ./middleware` on 2 cores.\n\n# B\n\nIt adds 170 ns.\n", "170 ns: no command"},
 		{"# A\n\n```sh\n# make demo\n```\nIt adds 170 ns.\n", "170 ns: no command"},
 		{"## See it: `make demo`\n\n```\np50 150ns\n```\n", ""},
-		{"# A\n\n`go run ./cmd/leasequota-sim -redis redis://x` shows 7.5 round trips, 1.2µs each\n", ""},
+		{"# A\n\n`cd cmd/leasequota-sim && go run . -redis redis://x` shows 7.5 round trips, 1.2µs each\n", ""},
 		{"# A\n\n`go test -bench NoSuch .`: 3 ns\n", "selects no benchmark"},
 		{"# A\n\n`go test -bench . ./nosuch`: 3 ns\n", "no such directory"},
 		{"# A\n\n`go test -bench Allow .`\n\n```\nBenchmarkMiddleware-2  100  170 ns/op\n```\n", "BenchmarkMiddleware: no go test command"},
@@ -185,7 +186,7 @@ func checkSection(root, file string, sec section, used []bool) []string {
 		}
 		figs = exempt(file, l.text, figs, used)
 		if len(figs) > 0 && len(cmds) == 0 {
-			problems = append(problems, fmt.Sprintf("%s:%d: %s: no command in its section prints it (go test -bench, make bench, make demo, go run ./cmd/leasequota-sim)",
+			problems = append(problems, fmt.Sprintf("%s:%d: %s: no command in its section prints it (go test -bench, make bench, make demo, cd cmd/leasequota-sim && go run .)",
 				file, l.n, strings.Join(figs, ", ")))
 		}
 		if !l.fenced {
@@ -243,9 +244,12 @@ func parseCommand(root, s string) (command, bool, error) {
 	}
 	args := shellWords(s)
 	switch {
-	case len(args) >= 3 && args[0] == "go" && args[1] == "run" && strings.HasPrefix(args[2], "./cmd/leasequota-sim"):
-		if _, err := os.Stat(filepath.Join(root, "cmd", "leasequota-sim", "main.go")); err != nil {
-			return command{}, false, fmt.Errorf("%q: %v", s, err)
+	case len(args) >= 6 && args[0] == "cd" && args[1] == "cmd/leasequota-sim" && args[2] == "&&" &&
+		args[3] == "go" && args[4] == "run" && args[5] == ".":
+		for _, f := range []string{"main.go", "go.mod"} {
+			if _, err := os.Stat(filepath.Join(root, "cmd", "leasequota-sim", f)); err != nil {
+				return command{}, false, fmt.Errorf("%q: %v", s, err)
+			}
 		}
 		return command{text: s}, true, nil
 	case len(args) >= 2 && args[0] == "go" && args[1] == "test":
