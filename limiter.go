@@ -289,7 +289,7 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n
 				return Decision{Allowed: true, Remaining: left, Quota: quotaOfLimits(lim), Reason: ReasonLeased}, nil
 			}
 		} else if ok, left := e.SpendWaited(n); ok {
-			return l.admitted(lim, left, cold), nil
+			return l.admitted(e.Limits(), left, cold), nil
 		}
 		if waits == 0 {
 			cold = !e.Leased()
@@ -343,7 +343,7 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n
 			return l.gaveUp(ctx, tenant, e, n, untilAdmitted)
 		}
 		if ok, left := e.SpendWaited(n); ok {
-			return l.admitted(lim, left, cold), nil
+			return l.admitted(e.Limits(), left, cold), nil
 		}
 		if e.Failing() || e.Evicted() || l.closed.Load() {
 			continue // the top of the loop says what now
@@ -358,7 +358,8 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n
 
 // admitted is the admission of a request that waited for its tokens and
 // spent them, leaving left: cold says it waited for the tenant's first
-// lease here.
+// lease here. lim is read after the wait: the lease call may have brought
+// a quota override.
 func (l *Limiter) admitted(lim *syncer.Limits, left int64, cold bool) Decision {
 	d := Decision{Allowed: true, Remaining: left, Quota: quotaOfLimits(lim), Reason: ReasonRefilled}
 	if cold {
