@@ -429,7 +429,7 @@ func testClientPause(t *testing.T, opts redis.Options) {
 	ignore := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
 	srv := redistest.StartServer(t)
-	opts.Addr = srv.Addr
+	opts.Addr, opts.Password = srv.Addr, srv.Password
 	c := redis.NewClient(&opts)
 	defer c.Close()
 	admin := srv.Client()
@@ -517,7 +517,7 @@ func testClientPause(t *testing.T, opts redis.Options) {
 func proxiedLimiter(t *testing.T, srv *redistest.Server, opts redis.Options, quota func(string) leasequota.Quota) (*leasequota.Limiter, *faultProxy, *redis.Client) {
 	t.Helper()
 	p := startFaultProxy(t, srv.Addr)
-	opts.Addr = p.Addr()
+	opts.Addr, opts.Password = p.Addr(), srv.Password
 	c := redis.NewClient(&opts)
 	l, err := leasequota.New(c, leasequota.WithKeyPrefix(redistest.Prefix(t)), leasequota.WithQuotaFunc(quota),
 		leasequota.WithRedisTimeout(50*time.Millisecond), leasequota.WithRefreshInterval(100*time.Millisecond),

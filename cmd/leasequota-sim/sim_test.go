@@ -348,7 +348,7 @@ func TestRealRedis(t *testing.T) {
 	srv := redistest.Shared(t)
 	var stdout, stderr bytes.Buffer
 	report := filepath.Join(t.TempDir(), "r.html")
-	code := run(context.Background(), []string{"-redis", "redis://" + srv.Addr + "/0", "-duration", "1s", "-tenants", "8",
+	code := run(context.Background(), []string{"-redis", srv.URL(), "-duration", "1s", "-tenants", "8",
 		"-instances", "2", "-load", "0.3", "-baseline", "300ms", "-report", report}, &stdout, &stderr, false)
 	if code != exitOK {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())

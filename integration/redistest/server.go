@@ -74,7 +74,7 @@ func Prefix(t testing.TB) string { return redisserver.Prefix(t) }
 // waitReady and waitClosed serve the cluster and Sentinel harness's
 // processes as they serve the single server's.
 func waitReady(ctx context.Context, addr string, timeout time.Duration) error {
-	return redisserver.WaitReady(ctx, addr, timeout)
+	return redisserver.WaitReady(ctx, addr, "", timeout)
 }
 
 func waitClosed(addr string) error { return redisserver.WaitClosed(addr) }

@@ -15,7 +15,7 @@
 //     - go test ... -bench <pattern> <packages>
 //     - make bench, make demo
 //     - cd cmd/leasequota-sim && go run . ... (the simulator is a module
-//       of its own)
+//     of its own)
 //  3. The command must be real: every package a go test names exists and
 //     has a benchmark that its -bench pattern selects; a make target is in
 //     the Makefile; go run's directory exists.

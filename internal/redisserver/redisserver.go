@@ -24,6 +24,8 @@ package redisserver
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -55,6 +57,11 @@ var Fallback func(context.Context) (*Server, error)
 type Server struct {
 	// Addr is host:port of the server.
 	Addr string
+	// Password is the server's requirepass: a random one for a server
+	// started as a process, so that tests of other processes on this
+	// machine that reuse its port after a Stop (or whose port it reuses)
+	// can never talk to it, nor it to theirs. Empty for REDIS_ADDR.
+	Password string
 	// Kind says where the server came from: "env", "process", or the kind
 	// given to External (integration/redistest's "container").
 	Kind string
@@ -78,7 +85,7 @@ func External(addr, kind string, terminate func(context.Context) error) *Server 
 func Start(ctx context.Context) (*Server, error) {
 	if addr := os.Getenv("REDIS_ADDR"); addr != "" {
 		s := &Server{Addr: addr, Kind: "env"}
-		if err := WaitReady(ctx, addr, StartTimeout); err != nil {
+		if err := WaitReady(ctx, addr, "", StartTimeout); err != nil {
 			return nil, fmt.Errorf("redisserver: REDIS_ADDR=%s does not answer: %w", addr, err)
 		}
 		return s, nil
@@ -116,7 +123,10 @@ func startProcess(ctx context.Context, path string) (*Server, error) {
 			lastErr = err
 			continue
 		}
-		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Kind: "process", dir: dir, port: port}
+		var pw [16]byte
+		rand.Read(pw[:])
+		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Kind: "process", dir: dir, port: port,
+			Password: hex.EncodeToString(pw[:])}
 		if err := s.launch(ctx, path); err != nil {
 			lastErr = err
 			continue
@@ -138,6 +148,7 @@ func (s *Server) launch(ctx context.Context, path string) error {
 		"--daemonize", "no",
 		"--loglevel", "warning",
 		"--logfile", "redis.log",
+		"--requirepass", s.Password,
 	)
 	cmd.Dir = s.dir
 	if err := cmd.Start(); err != nil {
@@ -148,7 +159,7 @@ func (s *Server) launch(ctx context.Context, path string) error {
 	readyCtx, cancel := context.WithTimeout(ctx, StartTimeout)
 	defer cancel()
 	ready := make(chan error, 1)
-	go func() { ready <- WaitReady(readyCtx, s.Addr, StartTimeout) }()
+	go func() { ready <- WaitReady(readyCtx, s.Addr, s.Password, StartTimeout) }()
 	select {
 	case err := <-exited:
 		cancel()
@@ -187,12 +198,13 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// WaitReady polls addr until it answers PING, for up to timeout or until
-// ctx is done.
-func WaitReady(ctx context.Context, addr string, timeout time.Duration) error {
+// WaitReady polls addr until it answers PING with password (empty for
+// none), for up to timeout or until ctx is done. A server on addr that
+// wants another password never counts as ready.
+func WaitReady(ctx context.Context, addr, password string, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second})
+	c := redis.NewClient(&redis.Options{Addr: addr, Password: password, MaxRetries: -1, DialTimeout: time.Second})
 	defer c.Close()
 	var err error
 	for {
@@ -209,7 +221,15 @@ func WaitReady(ctx context.Context, addr string, timeout time.Duration) error {
 
 // Client returns a new go-redis client for the server. The caller closes it.
 func (s *Server) Client() *redis.Client {
-	return redis.NewClient(&redis.Options{Addr: s.Addr, ContextTimeoutEnabled: true})
+	return redis.NewClient(&redis.Options{Addr: s.Addr, Password: s.Password, ContextTimeoutEnabled: true})
+}
+
+// URL returns the server's address as a redis:// URL, password included.
+func (s *Server) URL() string {
+	if s.Password == "" {
+		return "redis://" + s.Addr + "/0"
+	}
+	return "redis://:" + s.Password + "@" + s.Addr + "/0"
 }
 
 // Stop kills the redis-server process (SIGKILL, no shutdown save) and
