@@ -313,6 +313,7 @@ func newLimiterSet[C redis.UniversalClient](t *testing.T, n int, newClient func(
 		c := newClient()
 		clients = append(clients, c)
 		opts := []leasequota.Option{
+			leasequota.WithLogger(redistest.Logger(t).With("limiter", i)),
 			leasequota.WithKeyPrefix(prefix),
 			leasequota.WithQuotaFunc(func(tenant string) leasequota.Quota { return quota(index[tenant]) }),
 			// Only leased admissions are inside the bound.
