@@ -621,7 +621,7 @@ func runClusterFailover(t *testing.T, c *redistest.Cluster, partial bool) {
 	}
 	// While the master is dead: what does lease.AcquireMany do on a plain
 	// ClusterClient (no workaround)? want 0 only reads the buckets.
-	plainDeadNode(t, c, prefix, names, onVictim)
+	plainDeadNode(t, c, prefix, names, quota, onVictim)
 
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	err = c.WaitHealthy(wctx)
@@ -739,11 +739,12 @@ func (w unavWindow) String() string {
 }
 
 // plainDeadNode runs lease.AcquireMany (want 0: reads, debits nothing)
-// for every tenant through a plain ClusterClient while a master is dead,
+// for every tenant, with its quota, through a plain ClusterClient while a
+// master is dead,
 // with the limiter's default call deadline (50 ms), and reports how many
 // tenants of the live masters failed: lease must keep them apart (one
 // pipeline per master).
-func plainDeadNode(t *testing.T, c *redistest.Cluster, prefix string, names []string, onVictim map[int]bool) {
+func plainDeadNode(t *testing.T, c *redistest.Cluster, prefix string, names []string, quota func(int) leasequota.Quota, onVictim map[int]bool) {
 	t.Helper()
 	cl := redis.NewClusterClient(c.ClientOptions())
 	defer cl.Close()
@@ -751,9 +752,13 @@ func plainDeadNode(t *testing.T, c *redistest.Cluster, prefix string, names []st
 	if err != nil {
 		t.Fatal(err)
 	}
+	// With the tenants' own limits: the script stores the bucket with the
+	// limits it is given, and a burst of 1 would cap the live tenants'
+	// buckets at one token.
 	reqs := make([]lease.Request, len(names))
 	for i, n := range names {
-		reqs[i] = lease.Request{Tenant: n, Limits: lease.Limits{Rate: 1, Burst: 1}, Want: 0}
+		q := quota(i)
+		reqs[i] = lease.Request{Tenant: n, Limits: lease.Limits{Rate: q.Rate, Burst: q.Burst}, Want: 0}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	res, err := lc.AcquireMany(ctx, reqs, nil)
