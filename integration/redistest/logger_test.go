@@ -2,6 +2,7 @@ package redistest
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -110,4 +111,62 @@ func TestLoggerAfterSubtest(t *testing.T) {
 	if got := stderr.String(); !strings.HasPrefix(got, want) || !strings.Contains(got, `msg="after the subtest" n=1`) {
 		t.Errorf("stderr got %q, want a line starting %q", got, want)
 	}
+}
+
+// TestLoggerGoRedisLines logs go-redis lines while a test holds a Logger:
+// each distinct line reaches its output once, and its repeats are counted
+// when it ends; with no test holding one they go to stderr.
+func TestLoggerGoRedisLines(t *testing.T) {
+	var stderr bytes.Buffer
+	defer func(w io.Writer) { noTest = w }(noTest)
+	noTest = &stderr
+	ctx := context.Background()
+	var gr goRedisLogger
+
+	tb := &recordingTB{}
+	lg := Logger(tb)
+	if Logger(tb); len(tb.cleanups) != 1 {
+		t.Fatalf("two Loggers of one test registered %d cleanups, want 1 (one writer per test)", len(tb.cleanups))
+	}
+	dial := "redis: connection pool: failed to dial after %d attempts: %v"
+	for i := 0; i < 5; i++ {
+		gr.Printf(ctx, dial, 5, "dial tcp 127.0.0.1:1: connect: connection refused")
+	}
+	lg.Info("between")
+	gr.Printf(ctx, "cluster: %s", "reloading state")
+	tb.end()
+	want := "redis: connection pool: failed to dial after 5 attempts: dial tcp 127.0.0.1:1: connect: connection refused\n" +
+		"time=*\n" +
+		"redis: cluster: reloading state\n" +
+		"redis: connection pool: failed to dial after 5 attempts: dial tcp 127.0.0.1:1: connect: connection refused (repeated 4 more times)\n"
+	if got := tb.out.String(); !matchLines(got, want) {
+		t.Errorf("test output:\n%s\nwant:\n%s", got, want)
+	}
+	if stderr.Len() != 0 {
+		t.Errorf("go-redis lines went to stderr while a test held a Logger: %q", stderr.String())
+	}
+
+	gr.Printf(ctx, "after %s", "the test")
+	if got := stderr.String(); !strings.HasSuffix(got, " redis: after the test\n") {
+		t.Errorf("with no test holding a Logger, stderr got %q", got)
+	}
+}
+
+// matchLines reports whether got has want's lines, where a line of want
+// ending in * matches any line with what comes before the *.
+func matchLines(got, want string) bool {
+	g, w := strings.Split(got, "\n"), strings.Split(want, "\n")
+	if len(g) != len(w) {
+		return false
+	}
+	for i := range w {
+		if p, ok := strings.CutSuffix(w[i], "*"); ok {
+			if !strings.HasPrefix(g[i], p) {
+				return false
+			}
+		} else if g[i] != w[i] {
+			return false
+		}
+	}
+	return true
 }

@@ -256,7 +256,10 @@ var (
 
 // Main runs the package's tests and then stops the shared server, if one
 // was started. Call it from TestMain: func TestMain(m *testing.M) { redistest.Main(m) }.
+// It routes go-redis' own log lines to the tests that hold a Logger (see
+// there).
 func Main(m *testing.M) {
+	redis.SetLogger(goRedisLogger{})
 	code := m.Run()
 	sharedMu.Lock()
 	if shared != nil {
