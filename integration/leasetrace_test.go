@@ -336,6 +336,21 @@ func (c *tracedCall) ranOut() bool {
 	return c.took >= c.budget-time.Millisecond
 }
 
+// resent reports whether go-redis sent c's commands again after a round
+// trip failed without a reply from Redis (a reset or timed-out
+// connection): a ClusterClient re-sends a node's pipeline then, while
+// time is left, although Redis may have run it.
+func (c *tracedCall) resent() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, t := range c.trips[:max(len(c.trips)-1, 0)] {
+		if t.kind != "" && strings.ToUpper(t.kind) != t.kind { // not an error reply (MOVED, TRYAGAIN, ...)
+			return true
+		}
+	}
+	return false
+}
+
 // nodes returns the addresses of the nodes c made round trips to.
 func (c *tracedCall) nodes() []string {
 	c.mu.Lock()
@@ -383,6 +398,10 @@ type bucketLedger struct {
 	// timedOut is what the tenant's acquires that ran out of their
 	// deadline asked for: all that such calls can have taken.
 	timedOut float64
+	// resent is what the tenant's acquires asked for that succeeded
+	// after go-redis had re-sent them (resent): the first sending may
+	// have run too.
+	resent   float64
 	overflow float64   // refill lost while the bucket was full
 	first    time.Time // bucket time of the first reply
 	last     time.Time // and of the last
@@ -401,6 +420,9 @@ func (tr *leaseTrace) ledgers(n int, end time.Time, limits func(tenant int) (rat
 			switch {
 			case cmd.kind == "" && !cmd.server.IsZero() && !cmd.server.After(end):
 				events[cmd.tenant] = append(events[cmd.tenant], cmd)
+				if !cmd.release && c.resent() {
+					ls[cmd.tenant].resent += float64(cmd.want)
+				}
 			case cmd.kind != "" && !cmd.release && c.ranOut():
 				ls[cmd.tenant].timedOut += float64(cmd.want)
 			}
