@@ -439,12 +439,14 @@ func (a admissions) left(i int) float64 {
 // bound: the tokens Redis debited for lease calls whose replies came after
 // their deadline (the limiters never had them; checkFailures has
 // established that those calls ran out of their deadline on live nodes),
-// no more than those calls asked for, and the refill of the time at the
-// end of the run in which the load's goroutines, not scheduled, could not
-// ask for tokens.
+// no more than those calls asked for; the refill its bucket lost while
+// full between two replies between which such a call was made (the
+// tenant's calls were failing); and the refill of the time at the end of
+// the run in which the load's goroutines, not scheduled, could not ask
+// for tokens.
 func (a admissions) shortfall(i int) float64 {
 	l := a.ledgers[i]
-	return min(l.unreplied, l.timedOut) + a.quota(i).Rate*a.unoffered.Seconds()
+	return min(l.unreplied, l.timedOut) + l.overflowFailing + a.quota(i).Rate*a.unoffered.Seconds()
 }
 
 // checkUtilization fails the test for every tenant i for which check(i)
@@ -455,7 +457,7 @@ func (a admissions) shortfall(i int) float64 {
 func (a admissions) checkUtilization(t *testing.T, check func(i int) bool, label func(i int) string) float64 {
 	t.Helper()
 	least := math.Inf(1)
-	var short, unreplied, resentLoss float64
+	var short, unreplied, failingOverflow, resentLoss float64
 	for i, name := range a.names {
 		if !check(i) {
 			continue
@@ -463,6 +465,7 @@ func (a admissions) checkUtilization(t *testing.T, check func(i int) bool, label
 		got, due, l := float64(a.final[i].admitted), a.due(i), a.ledgers[i]
 		short += a.shortfall(i)
 		unreplied += min(l.unreplied, l.timedOut)
+		failingOverflow += l.overflowFailing
 		if due == 0 {
 			t.Errorf("%s%s: never leased", name, label(i))
 			continue
@@ -481,10 +484,10 @@ func (a admissions) checkUtilization(t *testing.T, check func(i int) bool, label
 		}
 		if got < 0.9*due {
 			t.Errorf("%s%s: admitted %.0f < 90%% of %.1f: its bound from its bucket's creation at +%v, less %.1f left in the bucket at the end "+
-				"and %.1f the machine kept from the limiters (%.1f tokens taken by calls whose replies came too late, %v at the end when the load could not ask); "+
-				"the bucket lost %.1f tokens of refill while full",
+				"and %.1f the machine kept from the limiters (%.1f tokens taken by calls whose replies came too late, %.1f lost while full as its calls failed, "+
+				"%v at the end when the load could not ask); the bucket lost %.1f tokens of refill while full",
 				name, label(i), got, due, l.first.Sub(a.start).Round(time.Millisecond), a.left(i), a.shortfall(i), min(l.unreplied, l.timedOut),
-				a.unoffered.Round(time.Millisecond), l.overflow)
+				l.overflowFailing, a.unoffered.Round(time.Millisecond), l.overflow)
 		}
 		least = min(least, got/due)
 	}
@@ -496,7 +499,9 @@ func (a admissions) checkUtilization(t *testing.T, check func(i int) bool, label
 	}
 	if short > 0 {
 		t.Logf("the machine kept %.0f tokens from the limiters: %.0f taken by lease calls whose replies came after their deadline, "+
-			"the rest the refill of the last %v, in which the load's goroutines had fallen behind their schedule", short, unreplied, a.unoffered.Round(time.Millisecond))
+			"%.0f of refill lost while buckets were full as their calls ran out of their deadline, "+
+			"the rest the refill of the last %v, in which the load's goroutines had fallen behind their schedule",
+			short, unreplied, failingOverflow, a.unoffered.Round(time.Millisecond))
 	}
 	return least
 }

@@ -402,10 +402,14 @@ type bucketLedger struct {
 	// after go-redis had re-sent them (resent): the first sending may
 	// have run too.
 	resent   float64
-	overflow float64   // refill lost while the bucket was full
-	first    time.Time // bucket time of the first reply
-	last     time.Time // and of the last
-	level    float64   // tokens in the bucket after the last reply
+	overflow float64 // refill lost while the bucket was full
+	// overflowFailing is the part of overflow lost after a call of the
+	// tenant that ran out of its deadline, up to the next reply: while the
+	// machine kept the limiters from leasing.
+	overflowFailing float64
+	first           time.Time // bucket time of the first reply
+	last            time.Time // and of the last
+	level           float64   // tokens in the bucket after the last reply
 }
 
 // ledgers replays each tenant's replies (n tenants, rate and burst of
@@ -413,6 +417,7 @@ type bucketLedger struct {
 // tokens back after it). A bucket is created full, at its first call.
 func (tr *leaseTrace) ledgers(n int, end time.Time, limits func(tenant int) (rate, burst float64)) []bucketLedger {
 	events := make([][]tracedCmd, n)
+	timeouts := make([][]time.Time, n) // when each tenant's timed-out calls were sent
 	ls := make([]bucketLedger, n)
 	tr.mu.Lock()
 	for _, c := range tr.calls {
@@ -423,8 +428,11 @@ func (tr *leaseTrace) ledgers(n int, end time.Time, limits func(tenant int) (rat
 				if !cmd.release && c.resent() {
 					ls[cmd.tenant].resent += float64(cmd.want)
 				}
-			case cmd.kind != "" && !cmd.release && c.ranOut():
-				ls[cmd.tenant].timedOut += float64(cmd.want)
+			case cmd.kind != "" && c.ranOut():
+				if !cmd.release {
+					ls[cmd.tenant].timedOut += float64(cmd.want)
+				}
+				timeouts[cmd.tenant] = append(timeouts[cmd.tenant], c.at)
 			}
 		}
 	}
@@ -434,14 +442,29 @@ func (tr *leaseTrace) ledgers(n int, end time.Time, limits func(tenant int) (rat
 			continue
 		}
 		sort.Slice(ev, func(a, b int) bool { return ev[a].server.Before(ev[b].server) })
+		slices.SortFunc(timeouts[i], time.Time.Compare)
 		rate, burst := limits(i)
 		l := &ls[i]
 		l.first = ev[0].server
 		level, last := burst, ev[0].server
 		for _, e := range ev {
+			full := last.Add(time.Duration((burst - level) / rate * float64(time.Second))) // when the bucket filled up
 			level += rate * e.server.Sub(last).Seconds()
 			if level > burst {
 				l.overflow += level - burst
+				// From the first call between the two replies that ran out
+				// of its deadline (Redis' clock is this host's), the machine
+				// kept the limiters from leasing.
+				for _, at := range timeouts[i] {
+					if at.After(last) && at.Before(e.server) {
+						from := full
+						if at.After(from) {
+							from = at
+						}
+						l.overflowFailing += rate * e.server.Sub(from).Seconds()
+						break
+					}
+				}
 				level = burst
 			}
 			before := e.tokens + e.moved // what the bucket held when the call ran
