@@ -50,7 +50,7 @@ func TestSetQuotaUnderLoad(t *testing.T) {
 		c := srv.Client()
 		t.Cleanup(func() { c.Close() })
 		// FailClosed: every admission comes from a lease (the bound is exact).
-		l, err := leasequota.New(c, leasequota.WithKeyPrefix(prefix), leasequota.WithDefaultQuota(oldQ),
+		l, err := leasequota.New(c, leasequota.WithLogger(redistest.Logger(t)), leasequota.WithKeyPrefix(prefix), leasequota.WithDefaultQuota(oldQ),
 			leasequota.WithFailureMode(leasequota.FailClosed))
 		if err != nil {
 			t.Fatal(err)
@@ -205,7 +205,8 @@ func TestQuotaAdminAcrossInstances(t *testing.T) {
 	for i := range ls {
 		c := srv.Client()
 		defer c.Close()
-		l, err := leasequota.New(c, leasequota.WithKeyPrefix(prefix), leasequota.WithMaxWait(200*time.Millisecond),
+		l, err := leasequota.New(c, leasequota.WithLogger(redistest.Logger(t).With("limiter", i)), leasequota.WithKeyPrefix(prefix),
+			leasequota.WithMaxWait(200*time.Millisecond),
 			leasequota.WithDefaultQuota(leasequota.Quota{Rate: 1e-6, Burst: 1}))
 		if err != nil {
 			t.Fatal(err)

@@ -74,7 +74,8 @@ func TestGlobalBound(t *testing.T) {
 		defer c.Close()
 		// FailClosed: every admission comes from a lease, so the bound
 		// is exact even if a lease call times out on a loaded machine.
-		l, err := leasequota.New(c, leasequota.WithKeyPrefix(prefix), leasequota.WithFailureMode(leasequota.FailClosed),
+		l, err := leasequota.New(c, leasequota.WithLogger(redistest.Logger(t).With("limiter", i)), leasequota.WithKeyPrefix(prefix),
+			leasequota.WithFailureMode(leasequota.FailClosed),
 			leasequota.WithQuotaFunc(func(tenant string) leasequota.Quota { return quota(index[tenant]) }))
 		if err != nil {
 			t.Fatal(err)

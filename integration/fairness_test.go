@@ -31,7 +31,8 @@ func newLimiters(t *testing.T, n int, opts ...leasequota.Option) []*leasequota.L
 	ls := make([]*leasequota.Limiter, n)
 	for i := range ls {
 		c := srv.Client()
-		l, err := leasequota.New(c, append([]leasequota.Option{leasequota.WithKeyPrefix(prefix)}, opts...)...)
+		l, err := leasequota.New(c, append([]leasequota.Option{leasequota.WithKeyPrefix(prefix),
+			leasequota.WithLogger(redistest.Logger(t).With("limiter", i))}, opts...)...)
 		if err != nil {
 			t.Fatal(err)
 		}

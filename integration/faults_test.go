@@ -331,8 +331,8 @@ func TestRedisKilledUnderLoad(t *testing.T) {
 	before := runtime.NumGoroutine()
 
 	names, quota := failureQuotas()
-	l, err := leasequota.New(c, leasequota.WithKeyPrefix(redistest.Prefix(t)), leasequota.WithQuotaFunc(quota),
-		leasequota.WithMaxWait(time.Second))
+	l, err := leasequota.New(c, leasequota.WithLogger(redistest.Logger(t)), leasequota.WithKeyPrefix(redistest.Prefix(t)),
+		leasequota.WithQuotaFunc(quota), leasequota.WithMaxWait(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -448,8 +448,8 @@ func testClientPause(t *testing.T, opts redis.Options) {
 		return big
 	}
 	names := []string{"a", "b", "c", "d", "small"}
-	l, err := leasequota.New(c, leasequota.WithKeyPrefix(redistest.Prefix(t)), leasequota.WithQuotaFunc(quota),
-		leasequota.WithRedisTimeout(50*time.Millisecond))
+	l, err := leasequota.New(c, leasequota.WithLogger(redistest.Logger(t)), leasequota.WithKeyPrefix(redistest.Prefix(t)),
+		leasequota.WithQuotaFunc(quota), leasequota.WithRedisTimeout(50*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -519,8 +519,8 @@ func proxiedLimiter(t *testing.T, srv *redistest.Server, opts redis.Options, quo
 	p := startFaultProxy(t, srv.Addr)
 	opts.Addr, opts.Password = p.Addr(), srv.Password
 	c := redis.NewClient(&opts)
-	l, err := leasequota.New(c, leasequota.WithKeyPrefix(redistest.Prefix(t)), leasequota.WithQuotaFunc(quota),
-		leasequota.WithRedisTimeout(50*time.Millisecond), leasequota.WithRefreshInterval(100*time.Millisecond),
+	l, err := leasequota.New(c, leasequota.WithLogger(redistest.Logger(t)), leasequota.WithKeyPrefix(redistest.Prefix(t)),
+		leasequota.WithQuotaFunc(quota), leasequota.WithRedisTimeout(50*time.Millisecond), leasequota.WithRefreshInterval(100*time.Millisecond),
 		leasequota.WithMaxWait(time.Second))
 	if err != nil {
 		t.Fatal(err)
@@ -667,8 +667,8 @@ func startWipeLoad(t *testing.T) (l *leasequota.Limiter, admin *redis.Client, ld
 	admin = srv.Client()
 	t.Cleanup(func() { admin.Close() })
 	names, quota := failureQuotas()
-	l, err := leasequota.New(c, leasequota.WithKeyPrefix(redistest.Prefix(t)), leasequota.WithQuotaFunc(quota),
-		leasequota.WithMaxWait(time.Second))
+	l, err := leasequota.New(c, leasequota.WithLogger(redistest.Logger(t)), leasequota.WithKeyPrefix(redistest.Prefix(t)),
+		leasequota.WithQuotaFunc(quota), leasequota.WithMaxWait(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -44,7 +44,7 @@ func TestManyTenantsBoundedMemory(t *testing.T) {
 	// healthy Redis and the breaker flaps (TestManyTenantsColdStartOnHealthyRedis);
 	// this test is about memory, so it gives the calls the time they need.
 	// It takes 15-50s under -race on a shared two-core machine, 6s without.
-	l, err := leasequota.New(c, leasequota.WithKeyPrefix(redistest.Prefix(t)),
+	l, err := leasequota.New(c, leasequota.WithLogger(redistest.Logger(t)), leasequota.WithKeyPrefix(redistest.Prefix(t)),
 		leasequota.WithDefaultQuota(leasequota.Quota{Rate: 1000, Burst: 1000}),
 		leasequota.WithMaxTenants(maxTenants), leasequota.WithColdStartWait(0), leasequota.WithRedisTimeout(time.Second))
 	if err != nil {
@@ -135,7 +135,7 @@ func TestManyTenantsColdStartOnHealthyRedis(t *testing.T) {
 	defer c.Close()
 	ctx := context.Background()
 	const tenants = 100_000
-	l, err := leasequota.New(c, leasequota.WithKeyPrefix(redistest.Prefix(t)),
+	l, err := leasequota.New(c, leasequota.WithLogger(redistest.Logger(t)), leasequota.WithKeyPrefix(redistest.Prefix(t)),
 		leasequota.WithDefaultQuota(leasequota.Quota{Rate: 1000, Burst: 1000}), leasequota.WithColdStartWait(0),
 		leasequota.WithRedisTimeout(2*time.Second))
 	if err != nil {

@@ -42,7 +42,12 @@ const startTimeout = redisserver.StartTimeout
 
 // Main runs the package's tests and then stops the shared server, if one
 // was started. Call it from TestMain: func TestMain(m *testing.M) { redistest.Main(m) }.
-func Main(m *testing.M) { redisserver.Main(m) }
+// It routes go-redis' own log lines to the tests that hold a Logger (see
+// there).
+func Main(m *testing.M) {
+	redis.SetLogger(goRedisLogger{})
+	redisserver.Main(m)
+}
 
 // Shared returns the test package's shared server, starting it on first
 // use: REDIS_ADDR, a redis-server process, or a container. It fails the

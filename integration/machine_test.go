@@ -1,0 +1,140 @@
+package integration
+
+import (
+	"fmt"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// stallProbe measures what the machine delivers to this test process: a
+// goroutine asks to wake up every probeTick and records how late it woke.
+// A late wake-up is time in which a runnable goroutine of this process
+// (the limiters' syncers, the load's goroutines, go-redis' readers) could
+// not run: the two cores were busy with other processes, or with other
+// goroutines of this one. It also reads the process's CPU time.
+type stallProbe struct {
+	began time.Time
+	cpu0  time.Duration
+	stop  chan struct{}
+	done  chan struct{}
+
+	mu     sync.Mutex
+	wakes  int
+	stalls []stall // wake-ups at least stallMin late, in time order
+	ended  time.Time
+	cpu    time.Duration // CPU time used between start and Stop
+}
+
+// stall is one late wake-up: the probe slept from at and woke late after
+// its tick.
+type stall struct {
+	at   time.Time
+	late time.Duration
+}
+
+const (
+	probeTick = 2 * time.Millisecond
+	// stallMin is the lateness that counts as a stall: well above what a
+	// quiet machine shows with -race (under a millisecond), well below the
+	// lease call deadlines (tens of milliseconds).
+	stallMin = 10 * time.Millisecond
+)
+
+// startStallProbe starts the probe; Stop ends it.
+func startStallProbe() *stallProbe {
+	p := &stallProbe{began: time.Now(), cpu0: processCPU(), stop: make(chan struct{}), done: make(chan struct{})}
+	go p.run()
+	return p
+}
+
+func (p *stallProbe) run() {
+	defer close(p.done)
+	t := time.NewTimer(probeTick)
+	defer t.Stop()
+	for {
+		at := time.Now()
+		t.Reset(probeTick)
+		select {
+		case <-p.stop:
+			return
+		case <-t.C:
+		}
+		late := time.Since(at) - probeTick
+		p.mu.Lock()
+		p.wakes++
+		if late >= stallMin {
+			p.stalls = append(p.stalls, stall{at, late})
+		}
+		p.mu.Unlock()
+	}
+}
+
+// Stop ends the probe and waits for it; it may be called again.
+func (p *stallProbe) Stop() {
+	p.mu.Lock()
+	if !p.ended.IsZero() {
+		p.mu.Unlock()
+		return
+	}
+	p.ended = time.Now()
+	p.cpu = processCPU() - p.cpu0
+	p.mu.Unlock()
+	close(p.stop)
+	<-p.done
+}
+
+// worst returns the latest wake-up of a sleep that overlapped [from, to].
+func (p *stallProbe) worst(from, to time.Time) time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var w time.Duration
+	for _, s := range p.stalls {
+		if s.at.Before(to) && s.at.Add(probeTick+s.late).After(from) {
+			w = max(w, s.late)
+		}
+	}
+	return w
+}
+
+// stalled returns the stalls' total lateness in [from, to], each stall
+// counted from its start.
+func (p *stallProbe) stalled(from, to time.Time) time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var sum time.Duration
+	for _, s := range p.stalls {
+		if !s.at.Before(from) && s.at.Before(to) {
+			sum += s.late
+		}
+	}
+	return sum
+}
+
+// String summarizes what the machine delivered, for the test log.
+func (p *stallProbe) String() string {
+	p.mu.Lock()
+	end, cpu := p.ended, p.cpu
+	if end.IsZero() {
+		end, cpu = time.Now(), processCPU()-p.cpu0
+	}
+	wall := end.Sub(p.began)
+	var sum, worst time.Duration
+	for _, s := range p.stalls {
+		sum += s.late
+		worst = max(worst, s.late)
+	}
+	n, wakes := len(p.stalls), p.wakes
+	p.mu.Unlock()
+	return fmt.Sprintf("machine: this process used %.2f cores over %v; %d of %d probe wake-ups were >= %v late (%v in all, worst %v)",
+		cpu.Seconds()/wall.Seconds(), wall.Round(time.Millisecond), n, wakes, stallMin, sum.Round(time.Millisecond), worst.Round(time.Millisecond))
+}
+
+// processCPU returns the user and system CPU time this process used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
