@@ -472,25 +472,46 @@ func formatRate(rate float64) string {
 	return strconv.FormatFloat(rate, 'f', -1, 64)
 }
 
-func acquireArgs(lim Limits, want int64) ([]interface{}, error) {
-	if err := lim.Validate(); err != nil {
-		return nil, err
+// Validate reports whether r can be sent: valid Limits and Want >= 0.
+// Errors wrap ErrBadRequest and name the field. Every Store checks it
+// before touching a bucket, so an invalid request changes nothing.
+func (r Request) Validate() error {
+	if err := r.Limits.Validate(); err != nil {
+		return err
 	}
-	if want < 0 {
-		return nil, fmt.Errorf("%w: want %d: must be >= 0", ErrBadRequest, want)
+	if r.Want < 0 {
+		return fmt.Errorf("%w: want %d: must be >= 0", ErrBadRequest, r.Want)
+	}
+	return nil
+}
+
+// Validate reports whether r can be sent: valid Limits, Amount >= 0 and
+// Age >= 0. Errors wrap ErrBadRequest and name the field. Every Store
+// checks it before touching a bucket, so an invalid release changes
+// nothing.
+func (r ReleaseRequest) Validate() error {
+	if err := r.Limits.Validate(); err != nil {
+		return err
+	}
+	if r.Amount < 0 {
+		return fmt.Errorf("%w: amount %d: must be >= 0", ErrBadRequest, r.Amount)
+	}
+	if r.Age < 0 {
+		return fmt.Errorf("%w: age %v: must be >= 0", ErrBadRequest, r.Age)
+	}
+	return nil
+}
+
+func acquireArgs(lim Limits, want int64) ([]interface{}, error) {
+	if err := (Request{Limits: lim, Want: want}).Validate(); err != nil {
+		return nil, err
 	}
 	return []interface{}{formatRate(lim.Rate), strconv.FormatInt(lim.Burst, 10), strconv.FormatInt(want, 10)}, nil
 }
 
 func releaseArgs(lim Limits, amount int64, age time.Duration) ([]interface{}, error) {
-	if err := lim.Validate(); err != nil {
+	if err := (ReleaseRequest{Limits: lim, Amount: amount, Age: age}).Validate(); err != nil {
 		return nil, err
-	}
-	if amount < 0 {
-		return nil, fmt.Errorf("%w: amount %d: must be >= 0", ErrBadRequest, amount)
-	}
-	if age < 0 {
-		return nil, fmt.Errorf("%w: age %v: must be >= 0", ErrBadRequest, age)
 	}
 	return []interface{}{formatRate(lim.Rate), strconv.FormatInt(lim.Burst, 10), strconv.FormatInt(amount, 10),
 		strconv.FormatInt(ceilMillis(age), 10)}, nil

@@ -99,7 +99,7 @@ type Stats struct {
 // calls; Refill makes an urgent call for one tenant. All methods are safe
 // for concurrent use.
 type Syncer struct {
-	client  *lease.Client
+	client  lease.Store
 	reg     registry // every tenant this instance tracks
 	planner *Planner
 	opts    Options
@@ -154,7 +154,7 @@ type lruEntry struct {
 
 // New returns a Syncer, with no tenants yet, making lease calls through
 // client. It starts no goroutine: call Run.
-func New(client *lease.Client, opts Options) *Syncer {
+func New(client lease.Store, opts Options) *Syncer {
 	if opts.Planner == nil {
 		opts.Planner = NewPlanner(Config{}, 0)
 	}
@@ -810,7 +810,7 @@ func (s *Syncer) refill(link trace.Link, t *Tenant, need int64) error {
 	defer s.endRound(round)
 	var r lease.Result
 	_, err := s.call(ctx, telemetry.OpAcquire, 1, func(ctx context.Context) ([]lease.Result, error) {
-		r.Grant, r.Err = s.client.AcquireRequest(ctx, lease.Request{Tenant: t.name, Limits: t.Base().Bucket(), Want: a.Acquire, Demand: s.planner.ReportedDemand(&t.st, now, a.Acquire)})
+		r.Grant, r.Err = acquireOne(ctx, s.client, lease.Request{Tenant: t.name, Limits: t.Base().Bucket(), Want: a.Acquire, Demand: s.planner.ReportedDemand(&t.st, now, a.Acquire)})
 		return nil, wholeFailure(r.Err)
 	})
 	if err != nil {
