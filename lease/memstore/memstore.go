@@ -1,0 +1,686 @@
+package memstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/leasequota/leasequota/internal/peaks"
+	"github.com/leasequota/leasequota/lease"
+)
+
+// ErrClock is returned (wrapped) by calls that read a clock outside the
+// range of Redis TIME that the scripts' arithmetic holds exactly: before
+// 1970, or 2^53 microseconds (in 2255) and later.
+var ErrClock = errors.New("memstore: clock out of range")
+
+// ErrNoStore is returned (wrapped) by the methods of an Instance that
+// Store.Instance did not make (a zero Instance), which has no store.
+var ErrNoStore = errors.New("memstore: no store")
+
+// maxClock is the first microsecond the store refuses: from 2^53 on, a
+// float64 (a Lua number in the scripts) no longer holds every microsecond.
+const maxClock = 1 << 53
+
+// never is the expiry of a key that is kept for ever (PERSIST).
+const never = math.MaxInt64
+
+// An Option configures a Store made by New.
+type Option func(*Store)
+
+// WithClock makes the store read now instead of time.Now: the analogue of
+// Redis TIME, read once per call, in whole microseconds. A fake clock makes
+// a simulation deterministic; a clock that stands still or goes back is
+// handled as the scripts handle Redis's (each call on a bucket takes a
+// microsecond after the previous one). now is called with the store's
+// mutex held and must not call the store. A nil now means time.Now.
+func WithClock(now func() time.Time) Option {
+	return func(s *Store) { s.now = now }
+}
+
+// Store is an in-process keyspace of global buckets (see the package doc).
+// The zero value is empty and uses the real clock. A Store must not be
+// copied after first use.
+type Store struct {
+	now func() time.Time // set by New, never changed; nil means time.Now
+
+	mu      sync.Mutex
+	tenants map[string]*tenant // guarded by mu; nil until the first write
+	version int64              // guarded by mu: the quota version
+	writes  int                // guarded by mu: writes since the last sweep
+}
+
+// New returns an empty Store configured by opts.
+func New(opts ...Option) *Store {
+	s := &Store{}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+// tenant is what the store keeps for one tenant: the four Redis keys of
+// lease's layout. Guarded by Store.mu, like everything it points to.
+type tenant struct {
+	b        bucket
+	reg      registry
+	rel      releases
+	override *lease.Override // never expires; never aliased outside the store
+}
+
+// bucket is the bucket hash {tk, ts, hb, p1..p8}.
+type bucket struct {
+	live   bool    // the key exists; a missing bucket is a full one
+	tk     float64 // tokens as of ts
+	ts     int64   // the bucket's time of its last write, µs
+	hb     int64   // the burst h was recorded under
+	h      peaks.History
+	expire int64 // the clock's ms after which the key is gone, or never
+}
+
+// registry is the instance registry hash: id → last acquire, demand,
+// credit.
+type registry struct {
+	entries map[string]registration // nil or empty: the key is missing
+	expire  int64                   // ms, as bucket.expire
+}
+
+type registration struct {
+	seen   int64 // the bucket's time of the instance's last acquire, µs
+	demand float64
+	credit float64
+}
+
+// releases is the sorted set of applied release ids, by the bucket's time
+// they were applied at.
+type releases struct {
+	ids    map[string]int64 // id → score (µs); nil or empty: missing
+	order  []scored         // the same, ascending by score, for pruning
+	expire int64            // ms, as bucket.expire
+}
+
+type scored struct {
+	id    string
+	score int64
+}
+
+// expire drops the keys of t that expired by nowMS: Redis considers a key
+// gone once its clock in milliseconds is past the expiry.
+func (t *tenant) expire(nowMS int64) {
+	if t.b.live && nowMS > t.b.expire {
+		t.b = bucket{}
+	}
+	if len(t.reg.entries) > 0 && nowMS > t.reg.expire {
+		t.reg = registry{}
+	}
+	if len(t.rel.ids) > 0 && nowMS > t.rel.expire {
+		t.rel = releases{}
+	}
+}
+
+// empty reports whether t holds no key.
+func (t *tenant) empty() bool {
+	return !t.b.live && len(t.reg.entries) == 0 && len(t.rel.ids) == 0 && t.override == nil
+}
+
+// clock reads the store's clock: microseconds and milliseconds since 1970.
+func (s *Store) clock() (us, ms int64, err error) {
+	now := time.Now
+	if s.now != nil {
+		now = s.now
+	}
+	t := now()
+	us = t.UnixMicro()
+	if us < 0 || us >= maxClock {
+		return 0, 0, fmt.Errorf("%w: %v: want a time from 1970 to 2255", ErrClock, t)
+	}
+	return us, us / 1000, nil
+}
+
+// lookup returns tenant name with its expired keys dropped, or nil when it
+// holds nothing. s.mu must be held.
+func (s *Store) lookup(name string, nowMS int64) *tenant {
+	t := s.tenants[name]
+	if t == nil {
+		return nil
+	}
+	t.expire(nowMS)
+	return t
+}
+
+// writable returns tenant name for a write, creating it if need be, and
+// counts the write toward the next sweep. s.mu must be held.
+func (s *Store) writable(name string, nowMS int64) *tenant {
+	s.writes++
+	if s.writes > len(s.tenants)+64 {
+		s.sweep(nowMS)
+	}
+	if t := s.lookup(name, nowMS); t != nil {
+		return t
+	}
+	if s.tenants == nil {
+		s.tenants = map[string]*tenant{}
+	}
+	t := &tenant{}
+	s.tenants[name] = t
+	return t
+}
+
+// sweep drops every expired key, and tenants left with none: what Redis's
+// background expiry does, paid for by the writes since the last sweep
+// (there are more of them than tenants). s.mu must be held.
+func (s *Store) sweep(nowMS int64) {
+	s.writes = 0
+	for name, t := range s.tenants {
+		t.expire(nowMS)
+		if t.empty() {
+			delete(s.tenants, name)
+		}
+	}
+}
+
+// limits returns the rate and burst in force for t: its override's, else
+// the caller's lim (acquire.lua and release.lua through read_override).
+func (t *tenant) limits(lim lease.Limits) (float64, int64) {
+	if t != nil && t.override != nil {
+		return t.override.Rate, t.override.Burst
+	}
+	return lim.Rate, lim.Burst
+}
+
+// refill is common.lua's read_bucket: the tokens of b at rate, capped at
+// burst, as of a call at now; whether the bucket is missing; and the
+// bucket's time of the call (now, or a microsecond after its last call if
+// the clock has not moved past it).
+func (b *bucket) refill(now int64, rate float64, burst int64) (tokens float64, missing bool, at int64) {
+	if !b.live {
+		return float64(burst), true, now
+	}
+	if now <= b.ts {
+		now = b.ts + 1
+	}
+	// The operations and their order are the script's, so the results are
+	// the same float64s: tk + ((now - ts) * rate) / 1e6.
+	tokens = b.tk + float64(now-b.ts)*rate/1e6
+	if tokens > float64(burst) {
+		tokens = float64(burst)
+	}
+	if tokens < 0 {
+		tokens = 0
+	}
+	return tokens, false, now
+}
+
+// history is common.lua's history: b's level history if it was recorded
+// under burst, else an unknown past, one entry (at, the higher of burst
+// and the burst it was recorded under).
+func (b *bucket) history(at int64, burst int64) peaks.History {
+	if b.live && b.hb == burst {
+		return b.h
+	}
+	top := burst
+	if b.live && b.hb > top {
+		top = b.hb
+	}
+	var h peaks.History
+	h.Reset(at, float64(top))
+	return h
+}
+
+// store is common.lua's store: the bucket holds tokens as of at, with
+// history h recorded under burst, and is kept until it would have refilled
+// to full at rate, plus a second (for ever beyond ~31,700 years), counted
+// from nowMS, the clock of the call.
+func (b *bucket) store(nowMS int64, tokens float64, at int64, rate float64, burst int64, h peaks.History) {
+	b.live, b.tk, b.ts, b.hb, b.h = true, tokens, at, burst, h
+	ttl := math.Ceil((float64(burst)-tokens)/rate*1000) + 1000
+	if ttl < 1e15 {
+		b.expire = nowMS + int64(ttl)
+	} else {
+		b.expire = never
+	}
+}
+
+// acquire is acquire.lua for one valid request of view in.
+func (s *Store) acquire(in *Instance, r lease.Request) (lease.Grant, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now, nowMS, err := s.clock()
+	if err != nil {
+		return lease.Grant{}, err
+	}
+	t := s.writable(r.Tenant, nowMS)
+	rate, burst := t.limits(r.Limits)
+	tokens, _, at := t.b.refill(now, rate, burst)
+	// Record the level before the debit.
+	h := t.b.history(at, burst)
+	h.Push(at, tokens)
+
+	g := lease.Grant{ServerTime: time.UnixMicro(at), Override: copyOverride(t.override)}
+	var credit, capacity, totalDemand float64
+	demand := 0.0
+	if in.id != "" {
+		demand = r.Demand
+		if !(demand >= 0) || math.IsInf(demand, 0) {
+			demand = 0 // what lease.Client reports for a demand it cannot use
+		}
+		var prev *registration
+		demands := []float64{demand}
+		cutoff := at - in.windowMS*1000
+		for id, e := range t.reg.entries {
+			switch {
+			case e.seen < cutoff:
+				delete(t.reg.entries, id)
+			case id == in.id:
+				prev = &registration{seen: e.seen, demand: e.demand, credit: e.credit}
+			default:
+				g.Instances++
+				demands = append(demands, e.demand)
+			}
+		}
+		g.Instances++ // this one
+		// Max-min fair share of the rate among the demands (water-filling),
+		// in the script's order of operations: ascending demands, each
+		// capped at an even split of what the smaller ones left.
+		slices.Sort(demands)
+		left, found := rate, false
+		for k, d := range demands {
+			totalDemand += d
+			fair := left / float64(len(demands)-k)
+			sk := d
+			if sk > fair {
+				sk = fair
+			}
+			if !found && d >= demand {
+				g.Share, found = sk, true
+			}
+			left -= sk
+		}
+		capacity = float64(burst) * g.Share / rate
+		if capacity < 1 {
+			capacity = 1
+		}
+		if prev == nil {
+			credit = capacity
+		} else {
+			since := max(at-prev.seen, 0)
+			credit = prev.credit + g.Share*float64(since)/1e6
+			if credit > capacity {
+				credit = capacity
+			}
+		}
+	}
+
+	granted := math.Floor(tokens)
+	if float64(r.Want) < granted {
+		granted = float64(r.Want)
+	}
+	if in.id != "" {
+		// While the demands exceed the rate and the bucket is less than
+		// half full, a grant is capped at the instance's credit.
+		if totalDemand > rate && tokens < float64(burst)/2 {
+			if c := math.Floor(credit); granted > c {
+				granted = c
+			}
+			credit -= granted
+		} else {
+			credit = capacity
+		}
+		if t.reg.entries == nil {
+			t.reg.entries = map[string]registration{}
+		}
+		t.reg.entries[in.id] = registration{seen: at, demand: demand, credit: credit}
+		t.reg.expire = nowMS + 2*in.windowMS
+	}
+	tokens -= granted
+	t.b.store(nowMS, tokens, at, rate, burst, h)
+	g.Granted = int64(granted)
+	g.Tokens = tokens
+	return g, nil
+}
+
+// release is release.lua for one valid request with Amount > 0 of a view;
+// rid is its release id, "" for none.
+func (s *Store) release(r lease.ReleaseRequest, rid string) (lease.Return, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now, nowMS, err := s.clock()
+	if err != nil {
+		return lease.Return{}, err
+	}
+	t := s.lookup(r.Tenant, nowMS)
+	rate, burst := t.limits(r.Limits)
+	if t == nil || !t.b.live {
+		// A missing bucket is full: nothing to credit, nothing written.
+		return lease.Return{Tokens: float64(burst), ServerTime: time.UnixMicro(now)}, nil
+	}
+	t = s.writable(r.Tenant, nowMS)
+	x, _, at := t.b.refill(now, rate, burst)
+	if rid != "" {
+		if t.rel.applied(rid) {
+			// Applied before: report the bucket, change nothing.
+			return lease.Return{Tokens: x, ServerTime: time.UnixMicro(at)}, nil
+		}
+		keep := lease.ReleaseDedupWindow.Milliseconds()
+		t.rel.add(rid, at, at-keep*1000)
+		t.rel.expire = nowMS + keep
+	}
+	h := t.b.history(at, burst)
+	g := peaks.GrantTime(at, ceilMillis(r.Age)*1000, uint32(r.Grant))
+	credit := float64(burst) - h.Peak(g, x)
+	if credit > float64(r.Amount) {
+		credit = float64(r.Amount)
+	}
+	if credit < 0 {
+		credit = 0
+	}
+	h.Raise(g, credit)
+	tokens := x + credit
+	if tokens > float64(burst) {
+		tokens = float64(burst)
+	}
+	t.b.store(nowMS, tokens, at, rate, burst, h)
+	return lease.Return{Credited: credit, Tokens: tokens, ServerTime: time.UnixMicro(at)}, nil
+}
+
+// applied reports whether id is in the set.
+func (rs *releases) applied(id string) bool {
+	_, ok := rs.ids[id]
+	return ok
+}
+
+// add puts id (not in the set) in at score, then drops the ids scored at
+// or below cutoff: ZADD, then ZREMRANGEBYSCORE -inf cutoff.
+func (rs *releases) add(id string, score, cutoff int64) {
+	if rs.ids == nil {
+		rs.ids = map[string]int64{}
+	}
+	rs.ids[id] = score
+	// Scores are the bucket's times, which rise, so this is an append but
+	// after the clock went back across an expired bucket.
+	i := sort.Search(len(rs.order), func(i int) bool { return rs.order[i].score > score })
+	rs.order = append(rs.order, scored{})
+	copy(rs.order[i+1:], rs.order[i:])
+	rs.order[i] = scored{id: id, score: score}
+	n := 0
+	for n < len(rs.order) && rs.order[n].score <= cutoff {
+		delete(rs.ids, rs.order[n].id)
+		n++
+	}
+	rs.order = append(rs.order[:0], rs.order[n:]...)
+}
+
+// setQuota is quota.lua's set (o non-nil) and del (o nil), and the INCR of
+// the quota version that follows them.
+func (s *Store) setQuota(name string, base lease.Limits, o *lease.Override) (float64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now, nowMS, err := s.clock()
+	if err != nil {
+		return 0, err
+	}
+	t := s.writable(name, nowMS)
+	oldRate, oldBurst := t.limits(base)
+	newRate, newBurst := base.Rate, base.Burst
+	if o != nil {
+		newRate, newBurst = o.Rate, o.Burst
+	}
+	// Refill at the quota in force until now, cap at the new burst, and
+	// start the history anew: no free refill, no loss below the new cap,
+	// and no credit for grants before the change.
+	tokens, _, at := t.b.refill(now, oldRate, oldBurst)
+	if tokens > float64(newBurst) {
+		tokens = float64(newBurst)
+	}
+	var h peaks.History
+	h.Reset(at, float64(max(oldBurst, newBurst)))
+	t.b.store(nowMS, tokens, at, newRate, newBurst, h)
+	t.override = copyOverride(o)
+	s.version++
+	return tokens, nil
+}
+
+func copyOverride(o *lease.Override) *lease.Override {
+	if o == nil {
+		return nil
+	}
+	c := *o
+	return &c
+}
+
+// ceilMillis is d (>= 0) in milliseconds, rounded up: the age lease.Client
+// sends.
+func ceilMillis(d time.Duration) int64 {
+	ms := d / time.Millisecond
+	if d%time.Millisecond != 0 {
+		ms++
+	}
+	return int64(ms)
+}
+
+// Instance returns the view of s of instance id, which implements
+// lease.Store as a lease.Client made WithInstance(id, window) does: each
+// acquire registers the instance in the tenant's registry and reports the
+// active instances and the instance's fair share, and each release carries
+// a unique id (id, a colon and a sequence number of the view) that the
+// store applies at most once within lease.ReleaseDedupWindow. Two views
+// with the same id share the registry entry and, like two lease.Clients
+// with the same id, release ids: give each instance its own id.
+//
+// With an empty id the view registers nothing, reports 0 instances and no
+// share, and its releases carry no id, like a lease.Client made without
+// WithInstance; window is then ignored. Otherwise window, of which whole
+// milliseconds count, must be at least a millisecond: a shorter one fails
+// with an error wrapping lease.ErrBadRequest.
+func (s *Store) Instance(id string, window time.Duration) (*Instance, error) {
+	if s == nil {
+		return nil, fmt.Errorf("%w: Instance called on a nil *Store", ErrNoStore)
+	}
+	if id != "" && window < time.Millisecond {
+		return nil, fmt.Errorf("%w: Instance window %v: want >= 1ms", lease.ErrBadRequest, window)
+	}
+	in := &Instance{s: s, id: id}
+	if id != "" {
+		in.windowMS = window.Milliseconds()
+	}
+	return in, nil
+}
+
+// Instance is one instance's view of a Store; it implements lease.Store.
+// Made by Store.Instance; safe for concurrent use. A zero Instance has no
+// store: its calls fail with ErrNoStore.
+type Instance struct {
+	s        *Store
+	id       string // "" for none
+	windowMS int64  // the registry window, whole milliseconds
+	releases atomic.Uint64
+}
+
+var _ lease.Store = (*Instance)(nil)
+
+// store returns in's Store, or an error for an Instance without one.
+func (in *Instance) store(op string) (*Store, error) {
+	if in == nil || in.s == nil {
+		return nil, fmt.Errorf("%w: %s on a zero Instance", ErrNoStore, op)
+	}
+	return in.s, nil
+}
+
+// AcquireMany acquires for each request in turn, as lease.Client's
+// AcquireMany does in one pipeline: results[i] is the outcome of reqs[i];
+// results is reused when its capacity is at least len(reqs). An invalid
+// request gets an error wrapping lease.ErrBadRequest in its Result and
+// touches nothing. The returned error is non-nil only when every valid
+// request failed: ctx was done (nothing was changed) or the clock is out
+// of range; it is then in each of their Results too.
+func (in *Instance) AcquireMany(ctx context.Context, reqs []lease.Request, results []lease.Result) ([]lease.Result, error) {
+	if cap(results) >= len(reqs) {
+		results = results[:len(reqs)]
+	} else {
+		results = make([]lease.Result, len(reqs))
+	}
+	valid := 0
+	for i := range reqs {
+		results[i] = lease.Result{Err: reqs[i].Validate()}
+		if results[i].Err == nil {
+			valid++
+		}
+	}
+	if valid == 0 {
+		return results, nil
+	}
+	s, err := in.store("acquire")
+	if err == nil && ctx.Err() != nil {
+		err = fmt.Errorf("memstore: acquire: %w", ctx.Err())
+	}
+	if err != nil {
+		for i := range results {
+			if results[i].Err == nil {
+				results[i].Err = err
+			}
+		}
+		return results, err
+	}
+	var first error
+	failed := 0
+	for i := range reqs {
+		if results[i].Err != nil {
+			continue
+		}
+		results[i].Grant, results[i].Err = s.acquire(in, reqs[i])
+		if results[i].Err != nil {
+			failed++
+			if first == nil {
+				first = results[i].Err
+			}
+		}
+	}
+	if failed < valid {
+		first = nil
+	}
+	return results, first
+}
+
+// ReleaseMany releases for each request in turn, as lease.Client's
+// ReleaseMany does: one result per request; a request with Amount 0 gets
+// a zero Return and touches nothing; an invalid one gets an error wrapping
+// lease.ErrBadRequest and touches nothing. When ctx is done every release
+// to be made fails with an error wrapping ctx.Err() and nothing changes.
+func (in *Instance) ReleaseMany(ctx context.Context, reqs []lease.ReleaseRequest) []lease.ReleaseResult {
+	res := make([]lease.ReleaseResult, len(reqs))
+	rids := make([]string, len(reqs))
+	send := false
+	for i := range reqs {
+		if res[i].Err = reqs[i].Validate(); res[i].Err != nil || reqs[i].Amount == 0 {
+			continue
+		}
+		send = true
+		// Numbered before the context is checked, as lease.Client numbers
+		// a release when it builds the command.
+		if in != nil && in.id != "" {
+			rids[i] = in.id + ":" + strconv.FormatUint(in.releases.Add(1), 10)
+		}
+	}
+	if !send {
+		return res
+	}
+	s, err := in.store("release")
+	if err == nil && ctx.Err() != nil {
+		err = fmt.Errorf("memstore: release: %w", ctx.Err())
+	}
+	if err != nil {
+		for i := range reqs {
+			if res[i].Err == nil && reqs[i].Amount != 0 {
+				res[i].Err = err
+			}
+		}
+		return res
+	}
+	for i := range reqs {
+		if res[i].Err != nil || reqs[i].Amount == 0 {
+			continue
+		}
+		res[i].Return, res[i].Err = s.release(reqs[i], rids[i])
+	}
+	return res
+}
+
+// GetOverride returns the quota override stored for tenant (a copy), or
+// nil when there is none.
+func (in *Instance) GetOverride(ctx context.Context, tenant string) (*lease.Override, error) {
+	s, err := in.store("get quota")
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("memstore: get quota: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if t := s.tenants[tenant]; t != nil {
+		return copyOverride(t.override), nil
+	}
+	return nil, nil
+}
+
+// SetOverride stores o as tenant's quota, as lease.Client.SetOverride
+// does: in one step it refills the bucket at the quota in force (the
+// stored override, else base), caps it at o.Burst, restarts its refill
+// clock and its level history, stores o and raises the quota version. It
+// returns the bucket's tokens after the change. Invalid base or o fail
+// with an error wrapping lease.ErrBadRequest and change nothing.
+func (in *Instance) SetOverride(ctx context.Context, tenant string, base lease.Limits, o lease.Override) (float64, error) {
+	if err := base.Validate(); err != nil {
+		return 0, err
+	}
+	if err := o.Validate(); err != nil {
+		return 0, err
+	}
+	s, err := in.store("set quota")
+	if err != nil {
+		return 0, err
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("memstore: set quota: %w", err)
+	}
+	return s.setQuota(tenant, base, &o)
+}
+
+// DeleteOverride removes tenant's quota override, with the same care for
+// the bucket as SetOverride, base being the quota in force afterwards; it
+// raises the quota version even when no override was stored.
+func (in *Instance) DeleteOverride(ctx context.Context, tenant string, base lease.Limits) (float64, error) {
+	if err := base.Validate(); err != nil {
+		return 0, err
+	}
+	s, err := in.store("delete quota")
+	if err != nil {
+		return 0, err
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("memstore: delete quota: %w", err)
+	}
+	return s.setQuota(tenant, base, nil)
+}
+
+// QuotaVersion returns the number of SetOverride and DeleteOverride calls
+// the store has applied: 0 before any.
+func (in *Instance) QuotaVersion(ctx context.Context) (int64, error) {
+	s, err := in.store("quota version")
+	if err != nil {
+		return 0, err
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("memstore: quota version: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.version, nil
+}
