@@ -1,0 +1,199 @@
+package integration
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/leasequota/leasequota/internal/peaks"
+	"github.com/leasequota/leasequota/lease"
+)
+
+// The conformance suite's own model of a bucket and of the instance
+// registry: the scripts' rules restated, for expectations independent of
+// lease/memstore.
+
+// us is t in microseconds.
+func us(t time.Time) int64 { return t.UnixMicro() }
+
+// confModel is the test's model of one bucket: the scripts' rules
+// restated, with internal/peaks for the level history, fed with the times
+// the store reported. It knows nothing of expiry (a case that lets a
+// bucket expire calls forget) nor of the registry (confRegistry).
+type confModel struct {
+	live bool
+	tk   float64
+	ts   int64
+	hb   int64
+	rate float64 // of the last write, for its expiry
+	h    peaks.History
+	u    peaks.Unmerged // the same history, never merged
+}
+
+// level is the bucket refilled at rate up to burst at the call at time at.
+func (m *confModel) level(at int64, rate float64, burst int64) float64 {
+	if !m.live {
+		return float64(burst)
+	}
+	x := m.tk + float64(at-m.ts)*rate/1e6
+	if x > float64(burst) {
+		x = float64(burst)
+	}
+	return max(x, 0)
+}
+
+// known makes the history that of an unknown past unless it was recorded
+// under burst.
+func (m *confModel) known(at int64, burst int64) {
+	if m.live && m.hb == burst {
+		return
+	}
+	top := burst
+	if m.live {
+		top = max(top, m.hb)
+	}
+	m.h.Reset(at, float64(top))
+	m.u.Reset(at, float64(top))
+}
+
+func (m *confModel) store(at int64, tokens float64, lim lease.Limits) {
+	m.live, m.tk, m.ts, m.hb, m.rate = true, tokens, at, lim.Burst, lim.Rate
+}
+
+// expiry is when the bucket expires if left alone (µs): a second after
+// it would be full again.
+func (m *confModel) expiry() int64 {
+	ms := math.Ceil((float64(m.hb)-m.tk)/m.rate*1000) + 1000
+	return m.ts + int64(ms)*1000
+}
+
+// see records a call at time at that refilled the bucket, and returns the
+// level it saw.
+func (m *confModel) see(at int64, rate float64, burst int64) float64 {
+	x := m.level(at, rate, burst)
+	m.known(at, burst)
+	m.h.Push(at, x)
+	m.u.Push(at, x)
+	return x
+}
+
+// acquire is an acquire of want at time at, without fair-share caps:
+// the tokens granted and left.
+func (m *confModel) acquire(at int64, lim lease.Limits, want int64) (int64, float64) {
+	x := m.see(at, lim.Rate, lim.Burst)
+	g := min(int64(math.Floor(x)), want)
+	m.store(at, x-float64(g), lim)
+	return g, m.tk
+}
+
+// release is a release of amount tokens at time at with age and grant:
+// the credit, the tokens after it, and the credit a history without
+// merges would have given.
+func (m *confModel) release(at int64, lim lease.Limits, amount int64, age time.Duration, grant lease.GrantID) (credit, tokens, unmerged float64) {
+	if !m.live {
+		return 0, float64(lim.Burst), 0
+	}
+	x := m.level(at, lim.Rate, lim.Burst)
+	m.known(at, lim.Burst)
+	ageMS := int64(age / time.Millisecond)
+	if age%time.Millisecond != 0 {
+		ageMS++
+	}
+	g := peaks.GrantTime(at, ageMS*1000, uint32(grant))
+	clamp := func(c float64) float64 { return max(min(c, float64(amount)), 0) }
+	credit = clamp(float64(lim.Burst) - m.h.Peak(g, x))
+	unmerged = clamp(float64(lim.Burst) - m.u.Peak(g, x))
+	m.h.Raise(g, credit)
+	m.u.Raise(g, credit)
+	tokens = min(x+credit, float64(lim.Burst))
+	m.store(at, tokens, lim)
+	return credit, tokens, unmerged
+}
+
+// change is a quota change at time at from the quota old to next: the
+// tokens after it.
+func (m *confModel) change(at int64, old, next lease.Limits) float64 {
+	x := min(m.level(at, old.Rate, old.Burst), float64(next.Burst))
+	top := float64(max(old.Burst, next.Burst))
+	m.h.Reset(at, top)
+	m.u.Reset(at, top)
+	m.store(at, x, next)
+	return x
+}
+
+// forget is the bucket expiring.
+func (m *confModel) forget() { *m = confModel{} }
+
+// confRegistry models a tenant's instance registry: id → entry.
+type confRegistry map[string]confEntry
+
+type confEntry struct {
+	seen           int64
+	demand, credit float64
+}
+
+// waterfill returns the max-min fair share of rate of the demand at index
+// i of demands, in the scripts' order of operations.
+func waterfill(rate float64, demands []float64, i int) (share, total float64) {
+	mine := demands[i]
+	d := slices.Clone(demands)
+	slices.Sort(d)
+	left, found := rate, false
+	for k, x := range d {
+		total += x
+		sk := min(x, left/float64(len(d)-k))
+		if !found && x >= mine {
+			share, found = sk, true
+		}
+		left -= sk
+	}
+	return share, total
+}
+
+// acquire is the registry's part of an acquire by instance id (window
+// ms) at time at that saw level x and would grant granted: the instances
+// counted, the share, and the grant after the credit cap.
+func (r confRegistry) acquire(id string, windowMS, at int64, lim lease.Limits, demand, x float64, granted int64) (int, float64, int64) {
+	if !(demand >= 0) || math.IsInf(demand, 0) {
+		demand = 0
+	}
+	demands := []float64{demand}
+	var prev *confEntry
+	for k, e := range r {
+		switch {
+		case e.seen < at-windowMS*1000:
+			delete(r, k)
+		case k == id:
+			prev = &e
+		default:
+			demands = append(demands, e.demand)
+		}
+	}
+	share, total := waterfill(lim.Rate, demands, 0)
+	capacity := max(float64(lim.Burst)*share/lim.Rate, 1)
+	credit := capacity
+	if prev != nil {
+		credit = min(prev.credit+share*float64(max(at-prev.seen, 0))/1e6, capacity)
+	}
+	if total > lim.Rate && x < float64(lim.Burst)/2 {
+		granted = min(granted, int64(math.Floor(credit)))
+		credit -= float64(granted)
+	} else {
+		credit = capacity
+	}
+	r[id] = confEntry{seen: at, demand: demand, credit: credit}
+	return len(demands), share, granted
+}
+
+// fields returns the registry as Redis holds it.
+func (r confRegistry) fields() map[string]string {
+	if len(r) == 0 {
+		return nil
+	}
+	f := map[string]string{}
+	for id, e := range r {
+		f[id] = fmt.Sprintf("%d:%.17g:%.17g", e.seen, e.demand, e.credit)
+	}
+	return f
+}
