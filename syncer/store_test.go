@@ -1,0 +1,92 @@
+package syncer_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/leasequota/leasequota/lease"
+	"github.com/leasequota/leasequota/lease/memstore"
+	"github.com/leasequota/leasequota/syncer"
+)
+
+// TestSyncerOnMemstore runs the Syncer on the in-process store with one
+// fake clock for the store and the syncer: the scenario of
+// TestReturnAfterRefillOvertookRound (an urgent refill overtakes a round,
+// another instance drains the refilled bucket, everything goes back),
+// deterministic, without Redis and without waiting for the bucket.
+func TestSyncerOnMemstore(t *testing.T) {
+	var clock atomic.Int64 // ns since 1970
+	clock.Store(time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	now := func() time.Time { return time.Unix(0, clock.Load()) }
+	advance := func(d time.Duration) { clock.Add(int64(d)) }
+	store := memstore.New(memstore.WithClock(now))
+	mine, err := store.Instance("mine", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := store.Instance("other", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	const name = "overtaken"
+	lim := &syncer.Limits{Rate: 1000, Burst: 100, MinLease: 1, MaxLease: 40, LeaseTTL: time.Minute}
+	planner := syncer.NewPlanner(syncer.Config{}, 1)
+	s := syncer.New(mine, syncer.Options{Planner: planner, Now: now})
+	tn, err := s.Track(name, lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var refilled, othersTook int64
+	overtaken := func(yield func(*syncer.Tenant) bool) {
+		// The round has read its clock; the refill runs 10 ms later,
+		// before the round reaches the tenant.
+		advance(10 * time.Millisecond)
+		r := <-s.Refill(ctx, tn, 40)
+		if r.Err != nil {
+			t.Errorf("refill: %v", r.Err)
+			return
+		}
+		refilled = s.Stats().Granted
+		// The bucket refills to full in 40 ms; the other instance takes 95.
+		advance(40 * time.Millisecond)
+		res, err := other.AcquireMany(ctx, []lease.Request{{Tenant: name, Limits: lim.Bucket(), Want: 95}}, nil)
+		if err != nil || res[0].Err != nil {
+			t.Errorf("the other instance's acquire: %v, %v", err, res[0].Err)
+			return
+		}
+		othersTook = res[0].Grant.Granted
+		tn.NoteMiss(60)
+		yield(tn)
+	}
+	s.Round(ctx, overtaken)
+	if t.Failed() {
+		return
+	}
+	fromRound := s.Stats().Granted - refilled
+	if refilled != 40 || othersTook != 95 || fromRound <= 0 {
+		t.Fatalf("premise: the refill took %d (want 40), the other instance %d (want 95), the round %d (want > 0)",
+			refilled, othersTook, fromRound)
+	}
+	s.Close()
+	if err := s.ReleaseAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st := s.Stats()
+	t.Logf("the refill took %d tokens, the round %d; %d credited back", refilled, fromRound, st.Returned)
+	if st.Returned+st.Forfeited != refilled+fromRound {
+		t.Errorf("returned %d (credited %d, forfeited %d), want all %d", st.Returned+st.Forfeited, st.Returned, st.Forfeited, refilled+fromRound)
+	}
+	if st.Returned > fromRound {
+		t.Errorf("credited %d of %d: more than the round's %d, though the refill's %d would have been lost to the cap",
+			st.Returned, refilled+fromRound, fromRound, refilled)
+	}
+	if b := store.Tenant(name).Bucket; b == nil || b.Tokens > float64(lim.Burst) {
+		t.Errorf("bucket after the returns: %+v", b)
+	}
+}
