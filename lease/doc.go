@@ -126,4 +126,13 @@
 // Each tenant thus has up to three keys, all in its hash slot: the bucket,
 // the instance registry (InstancesKey) and the applied releases
 // (ReleasesKey); the last two only with WithInstance.
+//
+// # The Store seam
+//
+// Store is the part of a Client that the syncer uses: batches of acquires
+// and releases, the overrides and the quota version. Package
+// lease/memstore implements it in process, with these scripts' semantics
+// on a clock of the caller's choice; the integration module's conformance
+// suite runs the same cases against both and holds every Redis reply to
+// memstore's at the same time.
 package lease
