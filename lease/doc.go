@@ -123,9 +123,10 @@
 // once. Callers must still release each leased token at most once. An
 // acquire that is retried only takes more tokens, which keeps the bound.
 //
-// Each tenant thus has up to three keys, all in its hash slot: the bucket,
+// Each tenant thus has up to four keys, all in its hash slot: the bucket,
 // the instance registry (InstancesKey) and the applied releases
-// (ReleasesKey); the last two only with WithInstance.
+// (ReleasesKey), these two only with WithInstance, and the quota override
+// (QuotaKey), only while one is stored.
 //
 // # The Store seam
 //
