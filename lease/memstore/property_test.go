@@ -97,7 +97,7 @@ func TestNetGrantsBoundedProperty(t *testing.T) {
 					}
 				}
 				if len(open) == 0 {
-					t.Skip("nothing to return")
+					return // nothing to return yet: this step is a no-op
 				}
 				g := rapid.SampledFrom(open).Draw(t, "grant")
 				amount := rapid.Int64Range(1, g.left).Draw(t, "amount")
