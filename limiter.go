@@ -288,11 +288,9 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n
 			if ok, left := e.Spend(n); ok {
 				return Decision{Allowed: true, Remaining: left, Quota: quotaOfLimits(lim), Reason: ReasonLeased}, nil
 			}
+			cold = !e.Leased()
 		} else if ok, left := e.SpendWaited(n); ok {
 			return l.admitted(e.Limits(), left, cold), nil
-		}
-		if waits == 0 {
-			cold = !e.Leased()
 		}
 		if e.Failing() {
 			// Redis is failing for the tenant: its failure mode decides.
@@ -689,7 +687,7 @@ type decisionCounts struct {
 
 func (l *Limiter) counts() (c decisionCounts) {
 	var leased int64
-	leased, c.held = l.sync.Admitted()
+	leased, c.held = l.sync.LeaseTotals()
 	for r := range c.allowed {
 		c.denied[r] = l.decisions[r][0].Load()
 		c.allowed[r] = l.decisions[r][1].Load()

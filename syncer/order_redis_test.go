@@ -93,12 +93,23 @@ func TestReturnAfterRefillOvertookRound(t *testing.T) {
 	if t.Failed() {
 		return
 	}
+	checkOvertakenReturns(t, ctx, s, refilled, othersTook)
+}
+
+// checkOvertakenReturns is the second half of the overtaken-round
+// scenario (TestReturnAfterRefillOvertookRound on Redis,
+// TestSyncerOnMemstore on the in-process store): after the round, it
+// checks the premise (the refill took 40, the other instance 95, the
+// round some), returns everything, and checks that no more than the
+// round's own tokens were credited: the refill's would have been lost to
+// the cap.
+func checkOvertakenReturns(t *testing.T, ctx context.Context, s *syncer.Syncer, refilled, othersTook int64) {
+	t.Helper()
 	fromRound := s.Stats().Granted - refilled
 	if refilled != 40 || othersTook != 95 || fromRound <= 0 {
 		t.Fatalf("test premise: the refill took %d (want 40), the other instance %d (want 95), the round %d (want > 0)",
 			refilled, othersTook, fromRound)
 	}
-
 	s.Close()
 	if err := s.ReleaseAll(ctx); err != nil {
 		t.Fatal(err)
@@ -109,7 +120,7 @@ func TestReturnAfterRefillOvertookRound(t *testing.T) {
 		t.Errorf("returned %d tokens (credited %d, forfeited %d), want all %d", st.Returned+st.Forfeited, st.Returned, st.Forfeited, refilled+fromRound)
 	}
 	if st.Returned > fromRound {
-		t.Errorf("Redis credited %d of the %d tokens returned: more than the round's %d, though the refill's %d would have been lost to the cap",
+		t.Errorf("credited %d of the %d tokens returned: more than the round's %d, though the refill's %d would have been lost to the cap",
 			st.Returned, refilled+fromRound, fromRound, refilled)
 	}
 }

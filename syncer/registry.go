@@ -187,10 +187,10 @@ func (s *Syncer) Len() int { return s.reg.len() }
 // Tenants yields every tenant tracked, for introspection and totals.
 func (s *Syncer) Tenants() iter.Seq[*Tenant] { return s.reg.all }
 
-// Admitted returns the requests admitted from leases without a wait, over
-// every tenant ever tracked (Tenant.Spend counts them): it visits every
-// tenant.
-func (s *Syncer) Admitted() (admitted, held int64) {
+// LeaseTotals returns the requests admitted from leases without a wait,
+// over every tenant ever tracked (Tenant.Spend counts them), and the
+// leased tokens held now. It visits every tenant.
+func (s *Syncer) LeaseTotals() (admitted, held int64) {
 	admitted = s.reg.evictedAdmits.Load()
 	for t := range s.reg.all {
 		admitted += t.admits.Load()

@@ -68,24 +68,7 @@ func TestSyncerOnMemstore(t *testing.T) {
 	if t.Failed() {
 		return
 	}
-	fromRound := s.Stats().Granted - refilled
-	if refilled != 40 || othersTook != 95 || fromRound <= 0 {
-		t.Fatalf("premise: the refill took %d (want 40), the other instance %d (want 95), the round %d (want > 0)",
-			refilled, othersTook, fromRound)
-	}
-	s.Close()
-	if err := s.ReleaseAll(ctx); err != nil {
-		t.Fatal(err)
-	}
-	st := s.Stats()
-	t.Logf("the refill took %d tokens, the round %d; %d credited back", refilled, fromRound, st.Returned)
-	if st.Returned+st.Forfeited != refilled+fromRound {
-		t.Errorf("returned %d (credited %d, forfeited %d), want all %d", st.Returned+st.Forfeited, st.Returned, st.Forfeited, refilled+fromRound)
-	}
-	if st.Returned > fromRound {
-		t.Errorf("credited %d of %d: more than the round's %d, though the refill's %d would have been lost to the cap",
-			st.Returned, refilled+fromRound, fromRound, refilled)
-	}
+	checkOvertakenReturns(t, ctx, s, refilled, othersTook)
 	if b := store.Tenant(name).Bucket; b == nil || b.Tokens > float64(lim.Burst) {
 		t.Errorf("bucket after the returns: %+v", b)
 	}
