@@ -1,6 +1,19 @@
 package leasequota
 
+import "context"
+
 // MaxTurnsWithoutWait is the most turns any one decision of l took in its
 // slow path without waiting in between (see decide): 1 for a decision
 // made at once, and never more than a few, or the path spun.
 func MaxTurnsWithoutWait(l *Limiter) int64 { return l.turns.max.Load() }
+
+// WithManualSync makes New start no syncer loop: the test drives it with
+// SyncTick and SyncUrgent, as the deterministic simulation does.
+func WithManualSync() Option { return func(c *config) { c.manualSync = true } }
+
+// SyncTick runs one scheduled syncer round of l (syncer.Syncer.Tick).
+func SyncTick(l *Limiter, ctx context.Context) { l.sync.Tick(ctx) }
+
+// SyncUrgent runs one round over the tenants queued short, if any
+// (syncer.Syncer.Urgent), and reports whether there were any.
+func SyncUrgent(l *Limiter, ctx context.Context) bool { return l.sync.Urgent(ctx) }

@@ -27,7 +27,7 @@ import (
 // by any number of goroutines; make one per process and Close it when done.
 type Limiter struct {
 	cfg      config
-	leases   *lease.Client
+	leases   lease.Store
 	sync     *syncer.Syncer
 	instance string         // this limiter's id in Redis' instance registries
 	defaults *syncer.Limits // the default quota's limits, shared by tenants using it
@@ -58,17 +58,71 @@ func New(client redis.UniversalClient, opts ...Option) (*Limiter, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: nil redis client", ErrInvalidOption)
 	}
-	cfg := defaultConfig()
-	for _, o := range opts {
-		if o == nil {
-			return nil, fmt.Errorf("%w: nil Option", ErrInvalidOption)
-		}
-		o(&cfg)
-	}
-	if err := cfg.validate(); err != nil {
+	cfg, err := newConfig(opts)
+	if err != nil {
 		return nil, err
 	}
 	warnContextTimeout(cfg.logger, client)
+	return newLimiter(cfg, redisBackend{client, cfg.keyPrefix}, isCluster(client))
+}
+
+// A Backend keeps the global buckets of the Limiters made by NewWithStore.
+// It gives each Limiter its own view of them: Instance returns the view of
+// the instance id, which counts as active on a tenant for window after
+// each acquire. *memstore.Store (package lease/memstore) is the in-process
+// Backend: the same semantics as Redis, in one process.
+type Backend interface {
+	Instance(id string, window time.Duration) (lease.Store, error)
+}
+
+// NewWithStore returns a Limiter that keeps its global buckets in b
+// instead of Redis, and starts its syncer. With a *memstore.Store, every
+// Limiter made on the same store shares its buckets as Limiters on one
+// Redis do: for unit tests and single-process programs that need no
+// Redis. WithKeyPrefix does not apply (the store has no key space); every
+// other option does. Invalid options give the errors of New.
+func NewWithStore(b Backend, opts ...Option) (*Limiter, error) {
+	if b == nil {
+		return nil, fmt.Errorf("%w: nil Backend", ErrInvalidOption)
+	}
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	return newLimiter(cfg, b, false)
+}
+
+// redisBackend is the Backend of a Limiter made by New: a lease.Client
+// per instance on the user's Redis client.
+type redisBackend struct {
+	client redis.UniversalClient
+	prefix string
+}
+
+func (r redisBackend) Instance(id string, window time.Duration) (lease.Store, error) {
+	c, err := lease.NewClient(r.client, r.prefix, lease.WithInstance(id, window))
+	if err != nil {
+		return nil, fmt.Errorf("%w: WithKeyPrefix(%q): %s", ErrInvalidOption, r.prefix, stripPrefixes(err.Error()))
+	}
+	return c, nil
+}
+
+// newConfig applies opts to the defaults and validates the result.
+func newConfig(opts []Option) (config, error) {
+	cfg := defaultConfig()
+	for _, o := range opts {
+		if o == nil {
+			return cfg, fmt.Errorf("%w: nil Option", ErrInvalidOption)
+		}
+		o(&cfg)
+	}
+	return cfg, cfg.validate()
+}
+
+// newLimiter builds a Limiter on the view of b that its instance id gets,
+// and starts its syncer (unless cfg says a caller drives it). cluster says
+// the tenants live on several nodes (see syncer.Options.Cluster).
+func newLimiter(cfg config, b Backend, cluster bool) (*Limiter, error) {
 	var id [8]byte
 	rand.Read(id[:])
 	l := &Limiter{cfg: cfg, instance: hex.EncodeToString(id[:])}
@@ -76,11 +130,14 @@ func New(client redis.UniversalClient, opts ...Option) (*Limiter, error) {
 	// after its last acquire: a busy instance re-acquires at least once
 	// per lifetime.
 	window := 2*cfg.leaseTTL + cfg.refreshInterval
-	leases, err := lease.NewClient(client, cfg.keyPrefix, lease.WithInstance(l.instance, window))
+	store, err := b.Instance(l.instance, window)
 	if err != nil {
-		return nil, fmt.Errorf("%w: WithKeyPrefix(%q): %s", ErrInvalidOption, cfg.keyPrefix, stripPrefixes(err.Error()))
+		if !errors.Is(err, ErrInvalidOption) {
+			err = fmt.Errorf("leasequota: Backend.Instance: %w", err)
+		}
+		return nil, err
 	}
-	l.leases = leases
+	l.leases = store
 	if cfg.defaultQuota != nil {
 		l.defQuota = cfg.defaultQuota.resolve(cfg.leaseTTL, cfg.failureMode)
 		l.defaults = l.defQuota.limits()
@@ -110,7 +167,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Limiter, error) {
 		return nil, fmt.Errorf("leasequota: creating instruments: %w", err)
 	}
 	planner := syncer.NewPlanner(syncer.Config{Interval: cfg.refreshInterval}, seed)
-	l.sync = syncer.New(leases, syncer.Options{
+	l.sync = syncer.New(store, syncer.Options{
 		Planner:     planner,
 		CallTimeout: cfg.redisTimeout,
 		OnDegraded:  l.onDegraded,
@@ -118,14 +175,16 @@ func New(client redis.UniversalClient, opts ...Option) (*Limiter, error) {
 		Instances:   cfg.expectedInstances,
 		Now:         cfg.now,
 		MaxTenants:  cfg.maxTenants,
-		Cluster:     isCluster(client),
+		Cluster:     cluster,
 		Telemetry:   l.tel,
 		Resolve:     l.resolveOverride,
 	})
 	l.ready.Store(true)
 	ctx, stop := context.WithCancel(context.Background())
 	l.stop = stop
-	l.group.Go(func() error { return l.sync.Run(ctx) })
+	if !cfg.manualSync {
+		l.group.Go(func() error { return l.sync.Run(ctx) })
+	}
 	return l, nil
 }
 

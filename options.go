@@ -42,6 +42,9 @@ type config struct {
 	// now is the clock every decision, schedule and lease lifetime is
 	// read from (time.Now; tests inject their own).
 	now func() time.Time
+	// manualSync leaves the syncer's loop to the caller (tests drive it
+	// through export_test.go): New starts no goroutine.
+	manualSync bool
 	// expectedInstances is WithExpectedInstances' hint; 0 for none.
 	expectedInstances int
 	idleTimeout       time.Duration

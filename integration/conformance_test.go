@@ -550,7 +550,7 @@ func (sp *redisSpace) final() {
 type shadowed struct {
 	sp   *redisSpace
 	real *lease.Client
-	mem  *memstore.Instance
+	mem  lease.Store
 }
 
 // sameErr reports whether a and b are both nil, or both errors of the

@@ -112,6 +112,7 @@ type Syncer struct {
 
 	// Owned by the loop (Run and Round are not called concurrently).
 	lru         []lruEntry // reused by Round when MaxTenants is set
+	short       []*Tenant  // reused by Urgent
 	quotaVer    int64      // the quota version last seen
 	quotaPolled int64      // unix nanoseconds of the last poll of it
 	quotaKnown  bool       // quotaVer has been read once
@@ -328,11 +329,13 @@ func (s *Syncer) NoteMiss(t *Tenant, n int64) {
 }
 
 // Run plans and refreshes leases until ctx is done, then returns nil once
-// the round in flight, if any, has finished.
+// the round in flight, if any, has finished. It is a loop of Tick every
+// Options.Tick and Urgent whenever NoteMiss queues a tenant; a caller that
+// drives the syncer itself (a deterministic simulation) calls those two
+// instead of Run.
 func (s *Syncer) Run(ctx context.Context) error {
 	tick := time.NewTicker(s.opts.Tick)
 	defer tick.Stop()
-	var short []*Tenant
 	// A round in flight when ctx ends finishes its calls (each bounded by
 	// CallTimeout): canceling them would lose tokens Redis already granted.
 	calls := context.WithoutCancel(ctx)
@@ -341,22 +344,51 @@ func (s *Syncer) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
-			s.round(calls, s.reg.all, s.pollQuota(calls, s.opts.Now()))
+			s.Tick(calls)
 		case t := <-s.urgent:
-			short = append(short[:0], t)
-		drain:
-			for len(short) < s.opts.BatchSize {
-				select {
-				case t := <-s.urgent:
-					short = append(short, t)
-				default:
-					break drain
-				}
-			}
-			s.Round(calls, slices.Values(short))
-			clear(short)
+			s.urgentRound(calls, t)
 		}
 	}
+}
+
+// Tick runs one scheduled round: it polls the quota version when due, then
+// plans every tenant and carries the plan out (see Round). Run calls it
+// every Options.Tick. It must not run concurrently with Urgent, Round or
+// another Tick.
+func (s *Syncer) Tick(ctx context.Context) {
+	s.round(ctx, s.reg.all, s.pollQuota(ctx, s.opts.Now()))
+}
+
+// Urgent runs one round over the tenants that NoteMiss queued, up to
+// BatchSize of them, and reports whether any was queued. It never blocks
+// waiting for one. It must not run concurrently with Tick, Round or
+// another Urgent.
+func (s *Syncer) Urgent(ctx context.Context) bool {
+	select {
+	case t := <-s.urgent:
+		s.urgentRound(ctx, t)
+		return true
+	default:
+		return false
+	}
+}
+
+// urgentRound runs a round over first and whatever else is queued, up to
+// BatchSize tenants.
+func (s *Syncer) urgentRound(ctx context.Context, first *Tenant) {
+	short := append(s.short[:0], first)
+drain:
+	for len(short) < s.opts.BatchSize {
+		select {
+		case t := <-s.urgent:
+			short = append(short, t)
+		default:
+			break drain
+		}
+	}
+	s.Round(ctx, slices.Values(short))
+	clear(short)
+	s.short = short[:0]
 }
 
 // job is one tenant's lease call in a round; the tenant's lock is held

@@ -479,7 +479,7 @@ func ceilMillis(d time.Duration) int64 {
 // WithInstance; window is then ignored. Otherwise window, of which whole
 // milliseconds count, must be at least a millisecond: a shorter one fails
 // with an error wrapping lease.ErrBadRequest.
-func (s *Store) Instance(id string, window time.Duration) (*Instance, error) {
+func (s *Store) Instance(id string, window time.Duration) (lease.Store, error) {
 	if s == nil {
 		return nil, fmt.Errorf("%w: Instance called on a nil *Store", ErrNoStore)
 	}

@@ -42,7 +42,7 @@ func newStore(t testing.TB) (*memstore.Store, *clock) {
 	return memstore.New(memstore.WithClock(c.Now)), c
 }
 
-func view(t testing.TB, s *memstore.Store, id string, window time.Duration) *memstore.Instance {
+func view(t testing.TB, s *memstore.Store, id string, window time.Duration) lease.Store {
 	t.Helper()
 	v, err := s.Instance(id, window)
 	if err != nil {

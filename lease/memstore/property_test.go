@@ -39,7 +39,7 @@ func TestNetGrantsBoundedProperty(t *testing.T) {
 			Rate:  rapid.Float64Range(0.01, 1000).Draw(t, "rate"),
 			Burst: rapid.Int64Range(1, 500).Draw(t, "burst"),
 		}
-		views := make([]*memstore.Instance, rapid.IntRange(1, 3).Draw(t, "instances"))
+		views := make([]lease.Store, rapid.IntRange(1, 3).Draw(t, "instances"))
 		for i := range views {
 			window := time.Duration(rapid.Int64Range(1, 2000).Draw(t, "window ms")) * time.Millisecond
 			v, err := s.Instance(strconv.Itoa(i), window)
