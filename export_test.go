@@ -17,3 +17,7 @@ func SyncTick(l *Limiter, ctx context.Context) { l.sync.Tick(ctx) }
 // SyncUrgent runs one round over the tenants queued short, if any
 // (syncer.Syncer.Urgent), and reports whether there were any.
 func SyncUrgent(l *Limiter, ctx context.Context) bool { return l.sync.Urgent(ctx) }
+
+// WithInstanceID sets l's id in the instance registries (random by
+// default), so that a simulation reproduces exactly.
+func WithInstanceID(id string) Option { return func(c *config) { c.instanceID = id } }

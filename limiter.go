@@ -123,9 +123,12 @@ func newConfig(opts []Option) (config, error) {
 // and starts its syncer (unless cfg says a caller drives it). cluster says
 // the tenants live on several nodes (see syncer.Options.Cluster).
 func newLimiter(cfg config, b Backend, cluster bool) (*Limiter, error) {
-	var id [8]byte
-	rand.Read(id[:])
-	l := &Limiter{cfg: cfg, instance: hex.EncodeToString(id[:])}
+	l := &Limiter{cfg: cfg, instance: cfg.instanceID}
+	if l.instance == "" {
+		var id [8]byte
+		rand.Read(id[:])
+		l.instance = hex.EncodeToString(id[:])
+	}
 	// An instance counts as active on a tenant for two lease lifetimes
 	// after its last acquire: a busy instance re-acquires at least once
 	// per lifetime.

@@ -45,6 +45,9 @@ type config struct {
 	// manualSync leaves the syncer's loop to the caller (tests drive it
 	// through export_test.go): New starts no goroutine.
 	manualSync bool
+	// instanceID, when set, is the limiter's id in the instance registries
+	// instead of a random one (tests that must reproduce exactly).
+	instanceID string
 	// expectedInstances is WithExpectedInstances' hint; 0 for none.
 	expectedInstances int
 	idleTimeout       time.Duration

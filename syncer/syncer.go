@@ -139,8 +139,13 @@ type Syncer struct {
 	// calls succeed again after failing (the breaker closes; in Cluster
 	// mode, a failing tenant's call succeeds): requests waiting through an
 	// outage wake on it.
-	recoveredMu sync.Mutex
-	recovered   chan struct{} // guarded by recoveredMu
+	recovered signal
+
+	// unlocked is broadcast after tenants' locks are released (a lease
+	// call's result applied, a round planned, an eviction done): a refill
+	// that finds its tenant locked waits on it instead of on the lock,
+	// which may be held across a network call.
+	unlocked signal
 }
 
 // perCommand is the time a pipeline gets for each of its commands on top
@@ -194,9 +199,8 @@ func New(client lease.Store, opts Options) *Syncer {
 		opts:      opts,
 		urgent:    make(chan *Tenant, 1024),
 		sem:       semaphore.NewWeighted(int64(opts.MaxInFlight)),
-		ctx:       ctx,
-		cancel:    cancel,
-		recovered: make(chan struct{}),
+		ctx:    ctx,
+		cancel: cancel,
 	}
 	s.fleet.Store(int64(max(opts.Instances, 0)))
 	s.reg.init()
@@ -244,17 +248,29 @@ func (s *Syncer) Degraded() bool {
 // succeed again after failing: when the circuit breaker closes, or in
 // Cluster mode when a failing tenant's call succeeds. Requests waiting
 // through an outage select on it, then look again.
-func (s *Syncer) Recovered() <-chan struct{} {
-	s.recoveredMu.Lock()
-	defer s.recoveredMu.Unlock()
-	return s.recovered
-}
+func (s *Syncer) Recovered() <-chan struct{} { return s.recovered.C() }
 
-func (s *Syncer) broadcastRecovered() {
-	s.recoveredMu.Lock()
-	close(s.recovered)
-	s.recovered = make(chan struct{})
-	s.recoveredMu.Unlock()
+func (s *Syncer) broadcastRecovered() { s.recovered.Broadcast() }
+
+// lock takes t's lock for a refill. The loop holds tenants' locks across
+// lease calls, so rather than block on the lock it waits for the next
+// release of locks (s.unlocked) and tries again; it gives up, returning
+// false, when the syncer closes.
+func (s *Syncer) lock(t *Tenant) bool {
+	for !t.mu.TryLock() {
+		wake := s.unlocked.C()
+		// The holder may have unlocked, and broadcast, before C: try
+		// again now that a later broadcast will wake us.
+		if t.mu.TryLock() {
+			return true
+		}
+		select {
+		case <-wake:
+		case <-s.ctx.Done():
+			return false
+		}
+	}
+	return true
 }
 
 // Fleet returns the number of instances assumed for a tenant whose own
@@ -460,6 +476,9 @@ func (s *Syncer) round(ctx context.Context, tenants iter.Seq[*Tenant], quotaChec
 		}
 		t.mu.Unlock()
 	}
+	// A refill may be waiting for a lock the planning held (free when
+	// nobody waits).
+	s.unlocked.Broadcast()
 	// Over the cap: evict the least recently active of the tenants with
 	// no call in flight. Tenants waiting for a lease count toward the cap
 	// too, or a burst of new tenants would stall eviction.
@@ -541,6 +560,7 @@ func (s *Syncer) evict(ts []*Tenant, now time.Time, releases []lease.ReleaseRequ
 		}
 		t.mu.Unlock()
 	}
+	s.unlocked.Broadcast()
 	s.evicted.Add(int64(len(ts)))
 	return releases
 }
@@ -598,6 +618,7 @@ func (s *Syncer) acquire(ctx context.Context, now time.Time, jobs []job) (tot te
 		for _, j := range jobs {
 			j.t.mu.Unlock()
 		}
+		s.unlocked.Broadcast()
 	}()
 	reqs := make([]lease.Request, len(jobs))
 	for i, j := range jobs {
@@ -642,7 +663,9 @@ func (s *Syncer) call(ctx context.Context, op string, size int, f func(context.C
 	ctx, cancel := context.WithTimeout(ctx, s.opts.CallTimeout+time.Duration(size)*perCommand)
 	defer cancel()
 	ctx, span := s.opts.Telemetry.StartCall(ctx, op, size)
-	if s.opts.Cluster {
+	if s.opts.Cluster || s.closing() {
+		// Closing: the last returns are worth a try whatever the breaker
+		// says, or the tokens are lost for a refill.
 		s.calls.Add(1)
 		res, err := f(ctx)
 		span.End(err)
@@ -811,7 +834,10 @@ func (s *Syncer) refill(link trace.Link, t *Tenant, need int64) error {
 	s.closeMu.RUnlock()
 	defer s.inflight.Done()
 
-	t.mu.Lock()
+	if !s.lock(t) {
+		return ErrClosed
+	}
+	defer s.unlocked.Broadcast() // after the unlock below
 	defer t.mu.Unlock()
 	if t.flag(flagEvicted) {
 		return nil
@@ -856,6 +882,9 @@ func (s *Syncer) refill(link trace.Link, t *Tenant, need int64) error {
 	return r.Err
 }
 
+// closing reports whether Close has been called.
+func (s *Syncer) closing() bool { return s.ctx.Err() != nil }
+
 // Close stops urgent refills and waits for those running. It does not stop
 // Run: cancel Run's context for that.
 func (s *Syncer) Close() {
@@ -867,7 +896,9 @@ func (s *Syncer) Close() {
 }
 
 // ReleaseAll drains every tenant's tokens and returns them to Redis. Call
-// it after Run has returned and Close, so nothing refills behind it.
+// it after Run has returned and Close, so nothing refills behind it. Its
+// calls bypass the circuit breaker: they are the last chance to return
+// the tokens.
 func (s *Syncer) ReleaseAll(ctx context.Context) error {
 	var reqs []lease.ReleaseRequest
 	now := s.opts.Now()
