@@ -718,7 +718,7 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 
 func (v *simView) AcquireMany(ctx context.Context, reqs []lease.Request, results []lease.Result) ([]lease.Result, error) {
 	var (
-		out []lease.Result
+		out  []lease.Result
 		ierr error
 	)
 	var names []string

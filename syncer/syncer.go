@@ -194,13 +194,13 @@ func New(client lease.Store, opts Options) *Syncer {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Syncer{
-		client:    client,
-		planner:   opts.Planner,
-		opts:      opts,
-		urgent:    make(chan *Tenant, 1024),
-		sem:       semaphore.NewWeighted(int64(opts.MaxInFlight)),
-		ctx:    ctx,
-		cancel: cancel,
+		client:  client,
+		planner: opts.Planner,
+		opts:    opts,
+		urgent:  make(chan *Tenant, 1024),
+		sem:     semaphore.NewWeighted(int64(opts.MaxInFlight)),
+		ctx:     ctx,
+		cancel:  cancel,
 	}
 	s.fleet.Store(int64(max(opts.Instances, 0)))
 	s.reg.init()
