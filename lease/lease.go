@@ -36,15 +36,26 @@ type Limits struct {
 	Burst int64   // capacity in tokens; 1..MaxBurst
 }
 
-// Validate reports whether l can be sent to Redis. Rate must be finite,
-// > 0 and <= 1e12; Burst must be in 1..1<<40. Errors wrap ErrBadRequest and
-// name the field.
+// Validate reports whether l can be sent to Redis (see Check). Errors wrap
+// ErrBadRequest and name the field.
 func (l Limits) Validate() error {
+	if err := l.Check(); err != nil {
+		return fmt.Errorf("%w: %w", ErrBadRequest, err)
+	}
+	return nil
+}
+
+// Check returns why l is not a bucket the scripts can keep, naming the
+// field, or nil: Rate must be finite, > 0 and <= MaxRate; Burst must be in
+// 1..MaxBurst. It is the one statement of that rule: its error wraps no
+// sentinel and has no package prefix, so that each caller wraps it in its
+// own (Validate in ErrBadRequest, package quota in its ErrInvalid).
+func (l Limits) Check() error {
 	if math.IsNaN(l.Rate) || math.IsInf(l.Rate, 0) || l.Rate <= 0 || l.Rate > MaxRate {
-		return fmt.Errorf("%w: Limits.Rate %v: want a finite number in (0, %g]", ErrBadRequest, l.Rate, float64(MaxRate))
+		return fmt.Errorf("Rate is %v, want a finite number in (0, %g]", l.Rate, float64(MaxRate))
 	}
 	if l.Burst < 1 || l.Burst > MaxBurst {
-		return fmt.Errorf("%w: Limits.Burst %d: want 1..%d", ErrBadRequest, l.Burst, int64(MaxBurst))
+		return fmt.Errorf("Burst is %d, want 1..%d", l.Burst, int64(MaxBurst))
 	}
 	return nil
 }
