@@ -20,6 +20,7 @@ import (
 
 	"github.com/leasequota/leasequota/bucket"
 	"github.com/leasequota/leasequota/lease"
+	"github.com/leasequota/leasequota/quota"
 	"github.com/leasequota/leasequota/telemetry"
 )
 
@@ -76,10 +77,11 @@ type Options struct {
 	// records nothing.
 	Telemetry *telemetry.Telemetry
 
-	// Resolve turns a quota override that Redis reported for a tenant into
-	// the limits applied to it; default ResolveOverride with a minimum
-	// LeaseTTL of twice the interval. It must return valid limits.
-	Resolve func(base *Limits, o *lease.Override) *Limits
+	// Defaults resolve the quota overrides that Redis reports
+	// (quota.Defaults.Resolve): the limiter's default LeaseTTL and
+	// FailureMode. A zero Interval means the Planner's; a zero LeaseTTL,
+	// the shortest allowed (quota.MinLeaseTTL).
+	Defaults quota.Defaults
 }
 
 // Stats are running totals of what a Syncer did. All fields only grow.
@@ -116,6 +118,10 @@ type Syncer struct {
 	quotaVer    int64      // the quota version last seen
 	quotaPolled int64      // unix nanoseconds of the last poll of it
 	quotaKnown  bool       // quotaVer has been read once
+
+	// lastBase is the base limits Track made last: tenants of the same
+	// quota share them (see baseLimits).
+	lastBase atomic.Pointer[limits]
 
 	pendingMu sync.Mutex             // guards pending
 	pending   []lease.ReleaseRequest // returns of expired tokens taken back by urgent refills
@@ -184,8 +190,8 @@ func New(client lease.Store, opts Options) *Syncer {
 	if opts.IdleTimeout <= 0 {
 		opts.IdleTimeout = time.Minute
 	}
-	if opts.Resolve == nil {
-		opts.Resolve = func(base *Limits, o *lease.Override) *Limits { return ResolveOverride(base, o, 2*iv) }
+	if opts.Defaults.Interval <= 0 {
+		opts.Defaults.Interval = iv
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Syncer{
@@ -565,7 +571,7 @@ func (s *Syncer) drainLocked(t *Tenant, now time.Time) (lease.ReleaseRequest, bo
 // it), and the release may take up to its pipeline's deadline to reach
 // Redis.
 func (s *Syncer) returnOf(t *Tenant, n int64, now, oldest time.Time, id lease.GrantID) lease.ReleaseRequest {
-	return lease.ReleaseRequest{Tenant: t.name, Limits: t.Base().Bucket(), Amount: n,
+	return lease.ReleaseRequest{Tenant: t.name, Limits: t.bucket(), Amount: n,
 		Age: max(now.Sub(oldest), 0) + s.opts.CallTimeout + perCommand*time.Duration(s.opts.BatchSize), Grant: id}
 }
 
@@ -601,7 +607,7 @@ func (s *Syncer) acquire(ctx context.Context, now time.Time, jobs []job) (tot te
 	}()
 	reqs := make([]lease.Request, len(jobs))
 	for i, j := range jobs {
-		reqs[i] = lease.Request{Tenant: j.t.name, Limits: j.t.Base().Bucket(), Want: j.want, Demand: j.demand}
+		reqs[i] = lease.Request{Tenant: j.t.name, Limits: j.t.bucket(), Want: j.want, Demand: j.demand}
 	}
 	results, err := s.call(ctx, telemetry.OpAcquire, len(reqs), func(ctx context.Context) ([]lease.Result, error) {
 		return s.client.AcquireMany(ctx, reqs, nil)
@@ -711,21 +717,21 @@ func (s *Syncer) apply(ctx context.Context, t *Tenant, now time.Time, want int64
 }
 
 // setOverride applies the quota override a lease call reported for t
-// (whose lock is held): nil means none, and the tenant's base limits apply.
+// (whose lock is held): nil means none, and the tenant's base limits
+// apply. An override is resolved with Options.Defaults, as a configured
+// quota is with the limiter's; its limits are replaced only when the
+// resolved quota changed.
 func (s *Syncer) setOverride(t *Tenant, o *lease.Override) {
-	cur := t.Limits()
-	switch {
-	case o == nil && cur.override == nil:
+	cur := t.limits.Load()
+	base := cur.baseOf()
+	if o == nil {
+		if cur != base {
+			t.limits.Store(base)
+		}
 		return
-	case o != nil && cur.override != nil && *o == *cur.override:
-		return
-	case o == nil:
-		t.limits.Store(cur.baseOf())
-	default:
-		base := cur.baseOf()
-		l := *s.opts.Resolve(base, o)
-		l.base, l.override = base, o
-		t.limits.Store(&l)
+	}
+	if q := s.opts.Defaults.Resolve(quota.FromOverride(*o)); q != cur.Quota {
+		t.limits.Store(&limits{Quota: q, base: base})
 	}
 }
 
@@ -842,7 +848,7 @@ func (s *Syncer) refill(link trace.Link, t *Tenant, need int64) error {
 	defer s.endRound(round)
 	var r lease.Result
 	_, err := s.call(ctx, telemetry.OpAcquire, 1, func(ctx context.Context) ([]lease.Result, error) {
-		r.Grant, r.Err = acquireOne(ctx, s.client, lease.Request{Tenant: t.name, Limits: t.Base().Bucket(), Want: a.Acquire, Demand: s.planner.ReportedDemand(&t.st, now, a.Acquire)})
+		r.Grant, r.Err = acquireOne(ctx, s.client, lease.Request{Tenant: t.name, Limits: t.bucket(), Want: a.Acquire, Demand: s.planner.ReportedDemand(&t.st, now, a.Acquire)})
 		return nil, wholeFailure(r.Err)
 	})
 	if err != nil {
