@@ -45,7 +45,7 @@ func DefaultConfig() Config {
 		LowWatermark:     0.5,
 		MinBackoff:       10 * time.Millisecond,
 		MaxBackoff:       100 * time.Millisecond,
-		HalfLife:         bucket.DefaultHalfLife,
+		HalfLife:         500 * time.Millisecond,
 		FallbackHalfLife: 5 * time.Second,
 	}
 }
