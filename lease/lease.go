@@ -228,22 +228,6 @@ func (c *Client) Key(tenant string) string {
 	return Key(c.prefix, tenant)
 }
 
-// LoadScripts loads both scripts into the script cache (of every master,
-// on a cluster client), so that the first calls need no EVAL fallback.
-// Calling it is optional: calls reload the scripts on NOSCRIPT by themselves.
-func (c *Client) LoadScripts(ctx context.Context) error {
-	for _, s := range []*script{acquireScript, releaseScript, quotaScript} {
-		sha, err := c.s.ScriptLoad(ctx, s.src).Result()
-		if err != nil {
-			return fmt.Errorf("lease: SCRIPT LOAD: %w", err)
-		}
-		if sha != s.sha {
-			return fmt.Errorf("%w: SCRIPT LOAD returned digest %s, want %s", ErrBadReply, sha, s.sha)
-		}
-	}
-	return nil
-}
-
 // Acquire takes up to want tokens from tenant's global bucket, after
 // refilling it from the Redis clock. It grants min(want, whole tokens in the
 // bucket): a partial or zero grant is not an error. want 0 only refills and
