@@ -36,20 +36,9 @@ type Options struct {
 	Tick time.Duration
 	// CallTimeout is the deadline of every Redis call; default Interval/2.
 	CallTimeout time.Duration
-	// MaxInFlight bounds the Redis calls (pipelines count as one) made at
-	// once; default 8.
-	MaxInFlight int
-	// BatchSize is the most tenants in one pipeline; default 1000.
-	BatchSize int
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 
-	// BreakerFailures is how many failed Redis calls in a row open the
-	// circuit breaker; default 3. While open, calls fail at once without
-	// reaching Redis; after BreakerTimeout (default Interval) one probe
-	// call is let through, and its success closes the breaker.
-	BreakerFailures uint32
-	BreakerTimeout  time.Duration
 	// OnDegraded is called when the breaker opens (degraded true, with the
 	// error that tripped it) and when it closes again (false, nil); with
 	// Cluster, when the first tenant's lease calls start failing and when
@@ -153,6 +142,16 @@ type Syncer struct {
 // of the call timeout.
 const perCommand = 300 * time.Microsecond
 
+// Bounds of the syncer's Redis traffic (docs/failure-modes.md states them).
+const (
+	maxInFlight = 8    // Redis calls made at once; a pipeline counts as one
+	batchSize   = 1000 // the most tenants in one pipeline
+	// breakerFailures failed Redis calls in a row open the circuit
+	// breaker: calls then fail at once without reaching Redis, until after
+	// an interval one probe call is let through, whose success closes it.
+	breakerFailures = 3
+)
+
 // lruEntry is a tenant and when it was last active, for eviction.
 type lruEntry struct {
 	active int64
@@ -172,20 +171,8 @@ func New(client lease.Store, opts Options) *Syncer {
 	if opts.CallTimeout <= 0 {
 		opts.CallTimeout = max(iv/2, 10*time.Millisecond)
 	}
-	if opts.MaxInFlight <= 0 {
-		opts.MaxInFlight = 8
-	}
-	if opts.BatchSize <= 0 {
-		opts.BatchSize = 1000
-	}
 	if opts.Now == nil {
 		opts.Now = time.Now
-	}
-	if opts.BreakerFailures == 0 {
-		opts.BreakerFailures = 3
-	}
-	if opts.BreakerTimeout <= 0 {
-		opts.BreakerTimeout = iv
 	}
 	if opts.IdleTimeout <= 0 {
 		opts.IdleTimeout = time.Minute
@@ -199,7 +186,7 @@ func New(client lease.Store, opts Options) *Syncer {
 		planner:   opts.Planner,
 		opts:      opts,
 		urgent:    make(chan *Tenant, 1024),
-		sem:       semaphore.NewWeighted(int64(opts.MaxInFlight)),
+		sem:       semaphore.NewWeighted(maxInFlight),
 		ctx:       ctx,
 		cancel:    cancel,
 		recovered: make(chan struct{}),
@@ -208,9 +195,9 @@ func New(client lease.Store, opts Options) *Syncer {
 	s.reg.init()
 	s.breaker = gobreaker.NewCircuitBreaker[[]lease.Result](gobreaker.Settings{
 		Name:    "leasequota-redis",
-		Timeout: opts.BreakerTimeout,
+		Timeout: iv, // then one probe call is let through
 		ReadyToTrip: func(c gobreaker.Counts) bool {
-			return c.ConsecutiveFailures >= opts.BreakerFailures
+			return c.ConsecutiveFailures >= breakerFailures
 		},
 		// Calls canceled because the limiter is closing say nothing
 		// about Redis.
@@ -366,7 +353,7 @@ func (s *Syncer) Tick(ctx context.Context) {
 }
 
 // Urgent runs one round over the tenants that NoteMiss queued, up to
-// BatchSize of them, and reports whether any was queued. It never blocks
+// batchSize of them, and reports whether any was queued. It never blocks
 // waiting for one. It must not run concurrently with Tick, Round or
 // another Urgent.
 func (s *Syncer) Urgent(ctx context.Context) bool {
@@ -380,11 +367,11 @@ func (s *Syncer) Urgent(ctx context.Context) bool {
 }
 
 // urgentRound runs a round over first and whatever else is queued, up to
-// BatchSize tenants.
+// batchSize tenants.
 func (s *Syncer) urgentRound(ctx context.Context, first *Tenant) {
 	short := append(s.short[:0], first)
 drain:
-	for len(short) < s.opts.BatchSize {
+	for len(short) < batchSize {
 		select {
 		case t := <-s.urgent:
 			short = append(short, t)
@@ -408,7 +395,7 @@ type job struct {
 // Round plans every tenant that tenants yields and carries the plan out:
 // expired tokens are taken back and returned, idle tenants evicted (their
 // tokens returned), then leases are acquired in pipelines of up to
-// BatchSize tenants, at most MaxInFlight at once. A tenant that is
+// batchSize tenants, at most maxInFlight at once. A tenant that is
 // locked (an urgent refill is running for it) is skipped.
 func (s *Syncer) Round(ctx context.Context, tenants iter.Seq[*Tenant]) {
 	s.round(ctx, tenants, false)
@@ -495,8 +482,8 @@ func (s *Syncer) round(ctx context.Context, tenants iter.Seq[*Tenant], quotaChec
 	}
 	var g errgroup.Group
 	var mu sync.Mutex // guards round's totals
-	for start := 0; start < len(jobs); start += s.opts.BatchSize {
-		chunk := jobs[start:min(start+s.opts.BatchSize, len(jobs))]
+	for start := 0; start < len(jobs); start += batchSize {
+		chunk := jobs[start:min(start+batchSize, len(jobs))]
 		g.Go(func() error {
 			tot := s.acquire(ctx, now, chunk)
 			mu.Lock()
@@ -572,7 +559,7 @@ func (s *Syncer) drainLocked(t *Tenant, now time.Time) (lease.ReleaseRequest, bo
 // Redis.
 func (s *Syncer) returnOf(t *Tenant, n int64, now, oldest time.Time, id lease.GrantID) lease.ReleaseRequest {
 	return lease.ReleaseRequest{Tenant: t.name, Limits: t.bucket(), Amount: n,
-		Age: max(now.Sub(oldest), 0) + s.opts.CallTimeout + perCommand*time.Duration(s.opts.BatchSize), Grant: id}
+		Age: max(now.Sub(oldest), 0) + s.opts.CallTimeout + perCommand*time.Duration(batchSize), Grant: id}
 }
 
 // planWith runs the planner for t (whose lock is held) on what requests
@@ -746,8 +733,8 @@ func (s *Syncer) release(ctx context.Context, round *telemetry.Round, reqs []lea
 		errs     []error
 		returned int64
 	)
-	for start := 0; start < len(reqs); start += s.opts.BatchSize {
-		chunk := reqs[start:min(start+s.opts.BatchSize, len(reqs))]
+	for start := 0; start < len(reqs); start += batchSize {
+		chunk := reqs[start:min(start+batchSize, len(reqs))]
 		_, err := s.call(ctx, telemetry.OpRelease, len(chunk), func(ctx context.Context) ([]lease.Result, error) {
 			var whole error
 			answered := false
