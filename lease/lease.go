@@ -234,18 +234,12 @@ func (c *Client) Key(tenant string) string {
 // reports the bucket. Invalid arguments fail with an error wrapping
 // ErrBadRequest, without calling Redis.
 func (c *Client) Acquire(ctx context.Context, tenant string, lim Limits, want int64) (Grant, error) {
-	return c.AcquireRequest(ctx, Request{Tenant: tenant, Limits: lim, Want: want})
-}
-
-// AcquireRequest is Acquire with the caller's demand reported (see
-// Request.Demand).
-func (c *Client) AcquireRequest(ctx context.Context, r Request) (Grant, error) {
-	cl, err := c.acquireCall(r.Tenant, r.Limits, r.Want, r.Demand)
+	cl, err := c.acquireCall(tenant, lim, want, 0)
 	if err != nil {
 		return Grant{}, err
 	}
 	cmd := acquireScript.run(ctx, c.s, cl.keys, cl.args...)
-	return parseGrant(cmd, r.Want)
+	return parseGrant(cmd, want)
 }
 
 // Return is the outcome of one release.

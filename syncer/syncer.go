@@ -32,8 +32,6 @@ var ErrClosed = errors.New("syncer: closed")
 type Options struct {
 	// Planner decides what to do; default NewPlanner(Config{}, 0).
 	Planner *Planner
-	// Tick is how often the loop plans every tenant; default Interval/4.
-	Tick time.Duration
 	// CallTimeout is the deadline of every Redis call; default Interval/2.
 	CallTimeout time.Duration
 	// Now is the clock; default time.Now.
@@ -86,9 +84,9 @@ type Stats struct {
 }
 
 // Syncer refreshes the leases of a set of tenants: one goroutine (Run)
-// plans every tenant each Tick and carries the plan out in pipelined lease
-// calls; Refill makes an urgent call for one tenant. All methods are safe
-// for concurrent use.
+// plans every tenant each Interval/4 and carries the plan out in pipelined
+// lease calls; Refill makes an urgent call for one tenant. All methods are
+// safe for concurrent use.
 type Syncer struct {
 	client  lease.Store
 	reg     registry // every tenant this instance tracks
@@ -165,9 +163,6 @@ func New(client lease.Store, opts Options) *Syncer {
 		opts.Planner = NewPlanner(Config{}, 0)
 	}
 	iv := opts.Planner.Config().Interval
-	if opts.Tick <= 0 {
-		opts.Tick = max(iv/4, time.Millisecond)
-	}
 	if opts.CallTimeout <= 0 {
 		opts.CallTimeout = max(iv/2, 10*time.Millisecond)
 	}
@@ -250,10 +245,10 @@ func (s *Syncer) broadcastRecovered() {
 	s.recoveredMu.Unlock()
 }
 
-// Fleet returns the number of instances assumed for a tenant whose own
+// fleetSize returns the number of instances assumed for a tenant whose own
 // count is unknown: the largest count a lease call has reported on any
 // tenant, or Options.Instances when larger; zero when neither is known.
-func (s *Syncer) Fleet() int { return int(s.fleet.Load()) }
+func (s *Syncer) fleetSize() int { return int(s.fleet.Load()) }
 
 // noteFleet raises the fleet size to n.
 func (s *Syncer) noteFleet(n int) {
@@ -287,12 +282,6 @@ func (s *Syncer) setFailing(t *Tenant, failing bool, err error) {
 	}
 }
 
-// Planner returns the planner the syncer uses.
-func (s *Syncer) Planner() *Planner { return s.planner }
-
-// Options returns the options with defaults resolved.
-func (s *Syncer) Options() Options { return s.opts }
-
 // Stats returns the running totals.
 func (s *Syncer) Stats() Stats {
 	return Stats{
@@ -323,11 +312,11 @@ func (s *Syncer) NoteMiss(t *Tenant, n int64) {
 
 // Run plans and refreshes leases until ctx is done, then returns nil once
 // the round in flight, if any, has finished. It is a loop of Tick every
-// Options.Tick and Urgent whenever NoteMiss queues a tenant; a caller that
+// Interval/4 and Urgent whenever NoteMiss queues a tenant; a caller that
 // drives the syncer itself (a deterministic simulation) calls those two
 // instead of Run.
 func (s *Syncer) Run(ctx context.Context) error {
-	tick := time.NewTicker(s.opts.Tick)
+	tick := time.NewTicker(max(s.planner.Config().Interval/4, time.Millisecond))
 	defer tick.Stop()
 	// A round in flight when ctx ends finishes its calls (each bounded by
 	// CallTimeout): canceling them would lose tokens Redis already granted.
@@ -346,7 +335,7 @@ func (s *Syncer) Run(ctx context.Context) error {
 
 // Tick runs one scheduled round: it polls the quota version when due, then
 // plans every tenant and carries the plan out (see Round). Run calls it
-// every Options.Tick. It must not run concurrently with Urgent, Round or
+// every Interval/4. It must not run concurrently with Urgent, Round or
 // another Tick.
 func (s *Syncer) Tick(ctx context.Context) {
 	s.round(ctx, s.reg.all, s.pollQuota(ctx, s.opts.Now()))
@@ -670,7 +659,7 @@ func (s *Syncer) apply(ctx context.Context, t *Tenant, now time.Time, want int64
 		s.errs.Add(1)
 		s.planner.Failed(&t.st, now)
 		t.retryAt.Store(t.st.at(t.st.notBefore))
-		rate, capacity := s.planner.FallbackRate(&t.st, *t.Limits(), now, s.Fleet())
+		rate, capacity := s.planner.FallbackRate(&t.st, *t.Limits(), now, s.fleetSize())
 		if fb := t.fallback.Load(); fb != nil {
 			fb.SetRate(now, rate)
 		} else {

@@ -159,13 +159,6 @@ func (t *Tenant) RetryAfter(now time.Time, n int64) time.Duration {
 	return wait
 }
 
-// NextCall returns how long after now the syncer may make the tenant's
-// next lease call: zero when it may now, else the rest of its backoff
-// (after a failure) or of the wait for the global bucket to refill.
-func (t *Tenant) NextCall(now time.Time) time.Duration {
-	return max(time.Duration(t.retryAt.Load()-now.UnixNano()), 0)
-}
-
 // durationCeil converts seconds to a Duration, rounding up and saturating.
 func durationCeil(sec float64) time.Duration {
 	ns := math.Ceil(sec * 1e9)
