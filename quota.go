@@ -10,14 +10,15 @@ import (
 const MaxLeaseTTL = quota.MaxLeaseTTL
 
 // Quota is one tenant's limit: a global token bucket in Redis that holds at
-// most Burst tokens and gains Rate tokens per second, and how this
-// instance cuts leases from it (MinLease, MaxLease, LeaseTTL), and what
-// its requests get when Redis cannot be reached (FailureMode).
+// most Burst tokens and gains Rate tokens per second; how this instance
+// cuts leases from it (MinLease, MaxLease, LeaseTTL); and what its
+// requests get when Redis cannot be reached (FailureMode).
 //
-// Rate and Burst are required. The lease fields may be left zero: each
-// zero field takes the default documented on it, resolved per tenant.
-// Validate checks a Quota; New and SetQuota also check that a LeaseTTL
-// that is set is at least twice the refresh interval.
+// Rate and Burst are required. Each lease field left zero takes its
+// default, resolved per tenant: MinLease 1, MaxLease Burst/2 (at least
+// MinLease), LeaseTTL that of WithLeaseTTL, FailureMode that of
+// WithFailureMode. Validate checks a Quota; New and SetQuota also check
+// that a LeaseTTL that is set is at least twice the refresh interval.
 //
 // Quota is defined in package quota, so that the limiter and its syncer
 // share one type; its fields are documented there.

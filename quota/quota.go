@@ -47,15 +47,15 @@ type Quota struct {
 	// LeaseTTL is how long leased tokens may be held before they expire:
 	// unspent ones are then taken back and returned to Redis as an aged
 	// return, credited only with what the bucket would hold had they never
-	// been leased (Stats.Expired counts them; Stats.Returned what Redis
-	// credited, Stats.Forfeited the rest). With one syncer tick it is L in
-	// the window bound B + r(W + L). Zero means the limiter's default
-	// (WithLeaseTTL); else at least twice the refresh interval
-	// (MinLeaseTTL).
+	// been leased (leasequota.Stats.Expired counts them; Stats.Returned
+	// what Redis credited, Stats.Forfeited the rest). With one syncer tick
+	// it is L in the window bound B + r(W + L). Zero means the limiter's
+	// default (leasequota.WithLeaseTTL); else at least twice the refresh
+	// interval (MinLeaseTTL).
 	LeaseTTL time.Duration
 	// FailureMode is what the tenant's requests get when Redis cannot be
 	// reached and its lease is spent. FailDefault (zero) means the
-	// limiter's mode (WithFailureMode).
+	// limiter's mode (leasequota.WithFailureMode).
 	FailureMode FailureMode
 }
 
