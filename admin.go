@@ -6,8 +6,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/leasequota/leasequota/lease"
-	"github.com/leasequota/leasequota/syncer"
+	"github.com/leasequota/leasequota/quota"
 )
 
 // SetQuota stores q as tenant's quota in Redis, next to the tenant's
@@ -31,7 +30,7 @@ import (
 // ErrInvalidQuota and nothing is written. The override has no expiry:
 // DeleteQuota removes it.
 func (l *Limiter) SetQuota(ctx context.Context, tenant string, q Quota) error {
-	if err := l.validateQuota(q); err != nil {
+	if err := l.defaults.Check(q); err != nil {
 		return opError("SetQuota", tenant, err)
 	}
 	base, err := l.baseQuota(tenant)
@@ -40,15 +39,7 @@ func (l *Limiter) SetQuota(ctx context.Context, tenant string, q Quota) error {
 		// so take q as the quota in force before the override.
 		base = q
 	}
-	o := lease.Override{
-		Rate:     q.Rate,
-		Burst:    q.Burst,
-		MinLease: q.MinLease,
-		MaxLease: q.MaxLease,
-		LeaseTTL: q.LeaseTTL,
-		Mode:     uint8(q.FailureMode),
-	}
-	if _, err := l.leases.SetOverride(ctx, tenant, base.limits().Bucket(), o); err != nil {
+	if _, err := l.leases.SetOverride(ctx, tenant, quota.Bucket(base), quota.ToOverride(q)); err != nil {
 		return opError("SetQuota", tenant, err)
 	}
 	return nil
@@ -65,7 +56,7 @@ func (l *Limiter) GetQuota(ctx context.Context, tenant string) (Quota, bool, err
 	if o == nil {
 		return Quota{}, false, nil
 	}
-	return quotaOfOverride(o), true, nil
+	return quota.FromOverride(*o), true, nil
 }
 
 // DeleteQuota removes the quota SetQuota stored for tenant, so that the
@@ -79,57 +70,10 @@ func (l *Limiter) DeleteQuota(ctx context.Context, tenant string) error {
 	if err != nil {
 		return opError("DeleteQuota", tenant, err)
 	}
-	if _, err := l.leases.DeleteOverride(ctx, tenant, base.limits().Bucket()); err != nil {
+	if _, err := l.leases.DeleteOverride(ctx, tenant, quota.Bucket(base)); err != nil {
 		return opError("DeleteQuota", tenant, err)
 	}
 	return nil
-}
-
-// validateQuota checks q as New checks a configured quota.
-func (l *Limiter) validateQuota(q Quota) error {
-	if err := q.Validate(); err != nil {
-		return err
-	}
-	if q.LeaseTTL != 0 && q.LeaseTTL < 2*l.cfg.refreshInterval {
-		return fmt.Errorf("%w: LeaseTTL %v is below twice the refresh interval %v", ErrInvalidQuota, q.LeaseTTL, l.cfg.refreshInterval)
-	}
-	return nil
-}
-
-// baseQuota is tenant's configured quota, resolved.
-func (l *Limiter) baseQuota(tenant string) (Quota, error) {
-	if l.cfg.quotaFunc == nil {
-		return l.defQuota, nil
-	}
-	return l.resolveQuota(tenant)
-}
-
-// quotaOfOverride is the Quota stored in o.
-func quotaOfOverride(o *lease.Override) Quota {
-	return Quota{
-		Rate:        o.Rate,
-		Burst:       o.Burst,
-		MinLease:    o.MinLease,
-		MaxLease:    o.MaxLease,
-		LeaseTTL:    o.LeaseTTL,
-		FailureMode: FailureMode(o.Mode),
-	}
-}
-
-// resolveOverride gives the syncer the limits of an override read from
-// Redis: resolved with this limiter's defaults, like a configured quota.
-// An override this limiter would not accept (written by another version,
-// or with a LeaseTTL below twice this limiter's interval) is still
-// applied, its lease fields made valid.
-func (l *Limiter) resolveOverride(base *syncer.Limits, o *lease.Override) *syncer.Limits {
-	q := quotaOfOverride(o)
-	if q.LeaseTTL != 0 && q.LeaseTTL < 2*l.cfg.refreshInterval {
-		q.LeaseTTL = 2 * l.cfg.refreshInterval
-	}
-	if q.Validate() != nil {
-		return syncer.ResolveOverride(base, o, 2*l.cfg.refreshInterval)
-	}
-	return q.resolve(l.cfg.leaseTTL, l.cfg.failureMode).limits()
 }
 
 // pkgPrefix starts every error message of this package, once.

@@ -1,10 +1,15 @@
 package leasequota
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/leasequota/leasequota/quota"
+)
 
 var (
 	// ErrInvalidQuota is wrapped by errors about a Quota, naming the field.
-	ErrInvalidQuota = errors.New("leasequota: invalid quota")
+	// It is quota.ErrInvalid, which Quota.Validate wraps.
+	ErrInvalidQuota = quota.ErrInvalid
 	// ErrInvalidOption is wrapped by errors about an Option passed to New.
 	ErrInvalidOption = errors.New("leasequota: invalid option")
 	// ErrInvalidN is returned by WaitN for n <= 0.

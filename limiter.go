@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/leasequota/leasequota/lease"
+	"github.com/leasequota/leasequota/quota"
 	"github.com/leasequota/leasequota/syncer"
 	"github.com/leasequota/leasequota/telemetry"
 )
@@ -30,7 +31,7 @@ type Limiter struct {
 	leases   lease.Store
 	sync     *syncer.Syncer
 	instance string         // this limiter's id in Redis' instance registries
-	defaults *syncer.Limits // the default quota's limits, shared by tenants using it
+	defaults quota.Defaults // what a quota's zero fields mean here
 	defQuota Quota          // the default quota, resolved
 
 	tel    *telemetry.Telemetry
@@ -141,9 +142,9 @@ func newLimiter(cfg config, b Backend, cluster bool) (*Limiter, error) {
 		return nil, err
 	}
 	l.leases = store
+	l.defaults = cfg.quotaDefaults()
 	if cfg.defaultQuota != nil {
-		l.defQuota = cfg.defaultQuota.resolve(cfg.leaseTTL, cfg.failureMode)
-		l.defaults = l.defQuota.limits()
+		l.defQuota = l.defaults.Resolve(*cfg.defaultQuota)
 	}
 	seed := mrand.Uint64()
 	if cfg.seed != nil {
@@ -180,7 +181,7 @@ func newLimiter(cfg config, b Backend, cluster bool) (*Limiter, error) {
 		MaxTenants:  cfg.maxTenants,
 		Cluster:     cluster,
 		Telemetry:   l.tel,
-		Resolve:     l.resolveOverride,
+		Defaults:    l.defaults,
 	})
 	l.ready.Store(true)
 	ctx, stop := context.WithCancel(context.Background())
@@ -267,7 +268,7 @@ func (l *Limiter) AllowN(ctx context.Context, tenant string, n int64) Decision {
 		// One read of the limits: the Burst checked is the Quota reported.
 		if lim := t.Limits(); n > 0 && n <= lim.Burst {
 			if ok, left := t.Spend(n); ok {
-				return Decision{Allowed: true, Remaining: left, Quota: quotaOfLimits(lim), Reason: ReasonLeased}
+				return Decision{Allowed: true, Remaining: left, Quota: *lim, Reason: ReasonLeased}
 			}
 		}
 	}
@@ -344,11 +345,11 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n
 		}
 		lim := e.Limits()
 		if n <= 0 || n > lim.Burst {
-			return l.invalidN(tenant, n, quotaOfLimits(lim), untilAdmitted)
+			return l.invalidN(tenant, n, *lim, untilAdmitted)
 		}
 		if waits == 0 {
 			if ok, left := e.Spend(n); ok {
-				return Decision{Allowed: true, Remaining: left, Quota: quotaOfLimits(lim), Reason: ReasonLeased}, nil
+				return Decision{Allowed: true, Remaining: left, Quota: *lim, Reason: ReasonLeased}, nil
 			}
 			cold = !e.Leased()
 		} else if ok, left := e.SpendWaited(n); ok {
@@ -420,8 +421,8 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n
 // spent them, leaving left: cold says it waited for the tenant's first
 // lease here. lim is read after the wait: the lease call may have brought
 // a quota override.
-func (l *Limiter) admitted(lim *syncer.Limits, left int64, cold bool) Decision {
-	d := Decision{Allowed: true, Remaining: left, Quota: quotaOfLimits(lim), Reason: ReasonRefilled}
+func (l *Limiter) admitted(lim *Quota, left int64, cold bool) Decision {
+	d := Decision{Allowed: true, Remaining: left, Quota: *lim, Reason: ReasonRefilled}
 	if cold {
 		d.Reason = ReasonColdStart
 	}
@@ -500,35 +501,33 @@ func (l *Limiter) track(tenant string) (*syncer.Tenant, Quota, error) {
 	if t := l.sync.Tenant(tenant); t != nil {
 		return t, quotaOf(t), nil
 	}
-	lim := l.defaults
-	if l.cfg.quotaFunc != nil {
-		q, err := l.resolveQuota(tenant)
-		if err != nil {
-			return nil, q, err
-		}
-		lim = q.limits()
-	}
-	t, err := l.sync.Track(tenant, lim)
+	q, err := l.baseQuota(tenant)
 	if err != nil {
-		return nil, quotaOfLimits(lim), err
+		return nil, q, err
+	}
+	t, err := l.sync.Track(tenant, q)
+	if err != nil {
+		return nil, q, err
 	}
 	return t, quotaOf(t), nil
 }
 
 // quotaOf returns the quota applied to t now, defaults resolved.
-func quotaOf(t *syncer.Tenant) Quota { return quotaOfLimits(t.Limits()) }
+func quotaOf(t *syncer.Tenant) Quota { return *t.Limits() }
 
-// resolveQuota resolves and validates the tenant's quota from
-// WithQuotaFunc.
-func (l *Limiter) resolveQuota(tenant string) (Quota, error) {
+// baseQuota is tenant's configured quota, resolved: the default quota, or
+// the one WithQuotaFunc gives, checked as New checks the default (an
+// invalid one is returned as given, with an error wrapping
+// ErrInvalidQuota).
+func (l *Limiter) baseQuota(tenant string) (Quota, error) {
+	if l.cfg.quotaFunc == nil {
+		return l.defQuota, nil
+	}
 	q := l.cfg.quotaFunc(tenant)
-	if err := q.Validate(); err != nil {
+	if err := l.defaults.Check(q); err != nil {
 		return q, err
 	}
-	if q.LeaseTTL != 0 && q.LeaseTTL < 2*l.cfg.refreshInterval {
-		return q, fmt.Errorf("%w: LeaseTTL %v is below twice the refresh interval %v", ErrInvalidQuota, q.LeaseTTL, l.cfg.refreshInterval)
-	}
-	return q.resolve(l.cfg.leaseTTL, l.cfg.failureMode), nil
+	return l.defaults.Resolve(q), nil
 }
 
 // count records a decision made off the hot path and returns it.

@@ -85,7 +85,7 @@ func BenchmarkTenantMemory(b *testing.B) {
 		st  syncer.State
 		led syncer.Ledger
 		tb  bucket.TokenBucket
-		lim syncer.Limits
+		lim leasequota.Quota
 	)
 	b.Logf("%d tenants: %.0f B/tenant, %.1f allocs/tenant (growth of HeapAlloc after a full GC: live data only)",
 		tenants, perTenant, allocsPerTenant)
@@ -93,7 +93,7 @@ func BenchmarkTenantMemory(b *testing.B) {
 		"(syncer.Ledger %d B); tenant name %.1f B on average (plus its size class rounding); "+
 		"registry map[string]*entry: 16 B key + 8 B value + 1 control byte per slot at up to 7/8 load, so 29-57 B per tenant "+
 		"(the read map is copied on growth: old and new live together until the next GC); "+
-		"not per tenant: syncer.Limits %d B shared by every tenant of the default quota; "+
+		"not per tenant: the syncer's record of a base quota (a Quota, %d B, and a pointer) shared by the tenants of one quota; "+
 		"only once Redis has failed for a tenant: bucket.TokenBucket %d B (its FailLocal fallback)",
 		unsafe.Sizeof(t), unsafe.Sizeof(st), unsafe.Sizeof(led), float64(nameBytes)/tenants,
 		unsafe.Sizeof(lim), unsafe.Sizeof(tb))

@@ -8,6 +8,8 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/leasequota/leasequota/quota"
 )
 
 // DefaultKeyPrefix is the prefix of every Redis key unless WithKeyPrefix
@@ -189,16 +191,19 @@ func WithName(name string) Option {
 	return func(c *config) { c.name = name }
 }
 
+// quotaDefaults are what a Quota's zero fields mean on the limiter, and
+// the refresh interval its LeaseTTL must allow for.
+func (c *config) quotaDefaults() quota.Defaults {
+	return quota.Defaults{LeaseTTL: c.leaseTTL, FailureMode: c.failureMode, Interval: c.refreshInterval}
+}
+
 func (c *config) validate() error {
 	if c.defaultQuota == nil && c.quotaFunc == nil {
 		return fmt.Errorf("%w: no quota: give WithDefaultQuota or WithQuotaFunc", ErrInvalidOption)
 	}
 	if c.defaultQuota != nil {
-		if err := c.defaultQuota.Validate(); err != nil {
+		if err := c.quotaDefaults().Check(*c.defaultQuota); err != nil {
 			return fmt.Errorf("%w (WithDefaultQuota)", err)
-		}
-		if ttl := c.defaultQuota.LeaseTTL; ttl != 0 && ttl < 2*c.refreshInterval {
-			return fmt.Errorf("%w: WithDefaultQuota: LeaseTTL %v is below twice the refresh interval %v", ErrInvalidQuota, ttl, c.refreshInterval)
 		}
 	}
 	if c.refreshInterval < time.Millisecond {
@@ -213,10 +218,10 @@ func (c *config) validate() error {
 	if c.leaseTTL > MaxLeaseTTL {
 		return fmt.Errorf("%w: WithLeaseTTL(%v): want at most %v", ErrInvalidOption, c.leaseTTL, MaxLeaseTTL)
 	}
-	if c.leaseTTL < 2*c.refreshInterval {
-		return fmt.Errorf("%w: WithLeaseTTL(%v): want >= twice the refresh interval (%v)", ErrInvalidOption, c.leaseTTL, 2*c.refreshInterval)
+	if shortest := quota.MinLeaseTTL(c.refreshInterval); c.leaseTTL < shortest {
+		return fmt.Errorf("%w: WithLeaseTTL(%v): want >= twice the refresh interval (%v)", ErrInvalidOption, c.leaseTTL, shortest)
 	}
-	if !c.failureMode.valid() || c.failureMode == FailDefault {
+	if c.failureMode == FailDefault || c.failureMode > FailOpen {
 		return fmt.Errorf("%w: WithFailureMode(%d): want FailLocal, FailClosed or FailOpen", ErrInvalidOption, c.failureMode)
 	}
 	if c.expectedInstances < 0 {

@@ -12,9 +12,7 @@ func TestNoAllocations(t *testing.T) {
 	var c bucket.Counter
 	c.Add(1 << 40)
 	b := bucket.NewTokenBucket(t0, 1e12, 1e9)
-	d := bucket.Demand{HalfLife: time.Second}
 	now := t0
-	d.Observe(now, 0)
 
 	var sink float64
 	cases := []struct {
@@ -28,18 +26,16 @@ func TestNoAllocations(t *testing.T) {
 			now = now.Add(time.Microsecond)
 			b.TryConsume(now, 1)
 		}},
-		{"TokenBucket.Available", func() {
+		{"TokenBucket.Delay", func() {
 			now = now.Add(time.Microsecond)
-			sink += b.Available(now)
+			d, _ := b.Delay(now, 1)
+			sink += float64(d) + 1
 		}},
-		{"Demand.Observe", func() {
-			now = now.Add(time.Millisecond)
-			d.Observe(now, 3)
+		{"TokenBucket.SetRate", func() {
+			now = now.Add(time.Microsecond)
+			b.SetRate(now, 1e9)
 		}},
-		{"Demand.Rate", func() {
-			now = now.Add(time.Millisecond)
-			sink += d.Rate(now)
-		}},
+		{"UpdateRate", func() { sink += bucket.UpdateRate(sink, 3, time.Millisecond, time.Second) }},
 	}
 	for _, tc := range cases {
 		if got := testing.AllocsPerRun(1000, tc.f); got != 0 {
@@ -47,7 +43,7 @@ func TestNoAllocations(t *testing.T) {
 		}
 	}
 	if sink <= 0 {
-		t.Errorf("Available/Rate returned nothing positive (sink %v)", sink)
+		t.Errorf("Delay/UpdateRate returned nothing positive (sink %v)", sink)
 	}
 }
 
@@ -85,19 +81,5 @@ func BenchmarkTokenBucketTryConsume(b *testing.B) {
 		if !tb.TryConsume(now, 1) {
 			b.Fatal("TryConsume failed")
 		}
-	}
-}
-
-func BenchmarkDemandObserve(b *testing.B) {
-	b.ReportAllocs()
-	d := bucket.Demand{HalfLife: time.Second}
-	now := t0
-	d.Observe(now, 0)
-	for b.Loop() {
-		now = now.Add(time.Millisecond)
-		d.Observe(now, 5)
-	}
-	if r := d.Rate(now); r <= 0 {
-		b.Fatalf("Rate = %v after observing 5000/s", r)
 	}
 }

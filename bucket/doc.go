@@ -6,8 +6,10 @@
 //     token it was not given.
 //   - TokenBucket: a classic time-refilled token bucket, used by the local
 //     fallback mode when Redis cannot be reached.
-//   - Demand: an exponentially weighted estimate of a tenant's demand in
-//     tokens per second, which sizes the next lease.
+//   - UpdateRate: the demand estimator, an exponentially weighted average
+//     of a rate in tokens per second, independent of how often it is
+//     updated. The syncer keeps a tenant's demand with it, which sizes
+//     the next lease.
 //
 // Nothing here reads a clock, sleeps or starts a goroutine: time is a
 // parameter, so every behaviour can be tested exactly. No method allocates.

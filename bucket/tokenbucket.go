@@ -23,15 +23,6 @@ type TokenBucket struct {
 	last     time.Time // when tokens was computed; zero before first use
 }
 
-// NewTokenBucket returns a full bucket with the given capacity and rate
-// (tokens per second), as of time now. A NaN, infinite or negative rate or
-// capacity is treated as zero.
-func NewTokenBucket(now time.Time, capacity, rate float64) *TokenBucket {
-	b := &TokenBucket{}
-	b.Reset(now, capacity, rate, sane(capacity))
-	return b
-}
-
 // sane maps NaN, infinities and negative numbers to zero.
 func sane(x float64) float64 {
 	if math.IsNaN(x) || math.IsInf(x, 0) || x < 0 {
@@ -40,7 +31,9 @@ func sane(x float64) float64 {
 	return x
 }
 
-// Reset sets capacity, rate and the tokens held, as of time now.
+// Reset sets capacity, rate (tokens per second) and the tokens held, as of
+// time now. A NaN, infinite or negative value is taken as zero, and tokens
+// are capped at capacity.
 func (b *TokenBucket) Reset(now time.Time, capacity, rate, tokens float64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -85,14 +78,6 @@ func (b *TokenBucket) TryConsume(now time.Time, n int64) bool {
 	}
 	b.tokens -= float64(n)
 	return true
-}
-
-// Available returns the tokens the bucket holds at time now.
-func (b *TokenBucket) Available(now time.Time) float64 {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.advance(now)
-	return b.tokens
 }
 
 // Delay returns how long after now the bucket will hold n tokens: zero if

@@ -24,7 +24,7 @@ const benchTenants = 10_000
 //   - pipeline: one lease.Client.AcquireMany of all 10,000 tenants (one
 //     pipeline; go-redis splits it per master on the cluster);
 //   - batches: as the syncer does it, AcquireMany of 1,000 tenants at a
-//     time, at most 8 in flight (syncer.Options BatchSize, MaxInFlight).
+//     time, at most 8 in flight (the syncer's batchSize and maxInFlight).
 //
 // Besides ns/op (per round) it reports the Redis CPU a round costs,
 // from INFO cpu (used_cpu_user + used_cpu_sys) before and after: on the

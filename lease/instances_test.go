@@ -152,7 +152,7 @@ func TestFairShareCredit(t *testing.T) {
 
 	// Not scarce: with no demand reported (0), the demands never exceed
 	// the rate, so there is no cap: a takes what it asks.
-	g, err := a.AcquireRequest(ctx, Request{Tenant: "free", Limits: lim, Want: 600})
+	g, err := acquireRequest(ctx, a, Request{Tenant: "free", Limits: lim, Want: 600})
 	if err != nil || g.Granted != 600 {
 		t.Fatalf("no demand reported: %+v, %v; want 600 granted", g, err)
 	}
@@ -164,18 +164,18 @@ func TestFairShareCredit(t *testing.T) {
 		t.Fatalf("drain: %+v, %v", g, err)
 	}
 	for _, x := range []*Client{b, c, d} {
-		if _, err := x.AcquireRequest(ctx, Request{Tenant: "scarce", Limits: lim, Want: 0, Demand: 1000}); err != nil {
+		if _, err := acquireRequest(ctx, x, Request{Tenant: "scarce", Limits: lim, Want: 0, Demand: 1000}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	g, err = a.AcquireRequest(ctx, Request{Tenant: "scarce", Limits: lim, Want: 400, Demand: 1000})
+	g, err = acquireRequest(ctx, a, Request{Tenant: "scarce", Limits: lim, Want: 400, Demand: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if g.Granted != 250 || g.Instances != 4 || g.Share <= 0 {
 		t.Fatalf("a asks 400 of 400 while three others are owed theirs: %+v; want 250 granted (its credit), 4 instances, a share", g)
 	}
-	g, err = b.AcquireRequest(ctx, Request{Tenant: "scarce", Limits: lim, Want: 400, Demand: 1000})
+	g, err = acquireRequest(ctx, b, Request{Tenant: "scarce", Limits: lim, Want: 400, Demand: 1000})
 	if err != nil || g.Granted != 150 {
 		t.Fatalf("b asks 400: %+v, %v; want the 150 left", g, err)
 	}
@@ -185,11 +185,11 @@ func TestFairShareCredit(t *testing.T) {
 	if err := rdb.HSet(ctx, plain.Key("scarce"), "tk", "100").Err(); err != nil {
 		t.Fatal(err)
 	}
-	g, err = a.AcquireRequest(ctx, Request{Tenant: "scarce", Limits: lim, Want: 10, Demand: 1000})
+	g, err = acquireRequest(ctx, a, Request{Tenant: "scarce", Limits: lim, Want: 10, Demand: 1000})
 	if err != nil || g.Granted != 0 {
 		t.Fatalf("a again, with 100 back in the bucket: %+v, %v; want 0 (no credit left)", g, err)
 	}
-	g, err = c.AcquireRequest(ctx, Request{Tenant: "scarce", Limits: lim, Want: 10, Demand: 1000})
+	g, err = acquireRequest(ctx, c, Request{Tenant: "scarce", Limits: lim, Want: 10, Demand: 1000})
 	if err != nil || g.Granted != 10 {
 		t.Fatalf("c asks 10: %+v, %v; want 10 (its credit is untouched)", g, err)
 	}
@@ -231,4 +231,14 @@ func TestQuotaVersion(t *testing.T) {
 	if k := QuotaVersionKey("p:"); Slot(k) == Slot(Key("p:", "quota-version")) && k == Key("p:", "quota-version") {
 		t.Errorf("the version key %q collides with a tenant's key", k)
 	}
+}
+
+// acquireRequest is one acquire that reports the caller's demand: a
+// pipeline of one request.
+func acquireRequest(ctx context.Context, c *Client, r Request) (Grant, error) {
+	res, err := c.AcquireMany(ctx, []Request{r}, nil)
+	if err != nil {
+		return Grant{}, err
+	}
+	return res[0].Grant, res[0].Err
 }

@@ -36,15 +36,26 @@ type Limits struct {
 	Burst int64   // capacity in tokens; 1..MaxBurst
 }
 
-// Validate reports whether l can be sent to Redis. Rate must be finite,
-// > 0 and <= 1e12; Burst must be in 1..1<<40. Errors wrap ErrBadRequest and
-// name the field.
+// Validate reports whether l can be sent to Redis (see Check). Errors wrap
+// ErrBadRequest and name the field.
 func (l Limits) Validate() error {
+	if err := l.Check(); err != nil {
+		return fmt.Errorf("%w: %w", ErrBadRequest, err)
+	}
+	return nil
+}
+
+// Check returns why l is not a bucket the scripts can keep, naming the
+// field, or nil: Rate must be finite, > 0 and <= MaxRate; Burst must be in
+// 1..MaxBurst. It is the one statement of that rule: its error wraps no
+// sentinel and has no package prefix, so that each caller wraps it in its
+// own (Validate in ErrBadRequest, package quota in its ErrInvalid).
+func (l Limits) Check() error {
 	if math.IsNaN(l.Rate) || math.IsInf(l.Rate, 0) || l.Rate <= 0 || l.Rate > MaxRate {
-		return fmt.Errorf("%w: Limits.Rate %v: want a finite number in (0, %g]", ErrBadRequest, l.Rate, float64(MaxRate))
+		return fmt.Errorf("Rate is %v, want a finite number in (0, %g]", l.Rate, float64(MaxRate))
 	}
 	if l.Burst < 1 || l.Burst > MaxBurst {
-		return fmt.Errorf("%w: Limits.Burst %d: want 1..%d", ErrBadRequest, l.Burst, int64(MaxBurst))
+		return fmt.Errorf("Burst is %d, want 1..%d", l.Burst, int64(MaxBurst))
 	}
 	return nil
 }
@@ -217,40 +228,18 @@ func (c *Client) Key(tenant string) string {
 	return Key(c.prefix, tenant)
 }
 
-// LoadScripts loads both scripts into the script cache (of every master,
-// on a cluster client), so that the first calls need no EVAL fallback.
-// Calling it is optional: calls reload the scripts on NOSCRIPT by themselves.
-func (c *Client) LoadScripts(ctx context.Context) error {
-	for _, s := range []*script{acquireScript, releaseScript, quotaScript} {
-		sha, err := c.s.ScriptLoad(ctx, s.src).Result()
-		if err != nil {
-			return fmt.Errorf("lease: SCRIPT LOAD: %w", err)
-		}
-		if sha != s.sha {
-			return fmt.Errorf("%w: SCRIPT LOAD returned digest %s, want %s", ErrBadReply, sha, s.sha)
-		}
-	}
-	return nil
-}
-
 // Acquire takes up to want tokens from tenant's global bucket, after
 // refilling it from the Redis clock. It grants min(want, whole tokens in the
 // bucket): a partial or zero grant is not an error. want 0 only refills and
 // reports the bucket. Invalid arguments fail with an error wrapping
 // ErrBadRequest, without calling Redis.
 func (c *Client) Acquire(ctx context.Context, tenant string, lim Limits, want int64) (Grant, error) {
-	return c.AcquireRequest(ctx, Request{Tenant: tenant, Limits: lim, Want: want})
-}
-
-// AcquireRequest is Acquire with the caller's demand reported (see
-// Request.Demand).
-func (c *Client) AcquireRequest(ctx context.Context, r Request) (Grant, error) {
-	cl, err := c.acquireCall(r.Tenant, r.Limits, r.Want, r.Demand)
+	cl, err := c.acquireCall(tenant, lim, want, 0)
 	if err != nil {
 		return Grant{}, err
 	}
 	cmd := acquireScript.run(ctx, c.s, cl.keys, cl.args...)
-	return parseGrant(cmd, r.Want)
+	return parseGrant(cmd, want)
 }
 
 // Return is the outcome of one release.

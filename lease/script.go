@@ -20,7 +20,6 @@ import (
 type Scripter interface {
 	EvalSha(ctx context.Context, sha1 string, keys []string, args ...interface{}) *redis.Cmd
 	Eval(ctx context.Context, script string, keys []string, args ...interface{}) *redis.Cmd
-	ScriptLoad(ctx context.Context, script string) *redis.StringCmd
 	Pipeline() redis.Pipeliner
 	// Incr and Get keep the quota version counter (QuotaVersionKey).
 	Incr(ctx context.Context, key string) *redis.IntCmd

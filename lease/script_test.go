@@ -254,7 +254,7 @@ func TestCommonFailure(t *testing.T) {
 
 func TestScriptDigests(t *testing.T) {
 	// Digests are what SCRIPT LOAD returns; checked against Redis in
-	// TestLoadScripts. Here: distinct and well-formed.
+	// TestScriptDigestsAreRedis. Here: distinct and well-formed.
 	for _, s := range []*script{acquireScript, releaseScript} {
 		if len(s.sha) != 40 || s.src == "" {
 			t.Errorf("bad script: sha %q, %d bytes", s.sha, len(s.src))

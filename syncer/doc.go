@@ -5,7 +5,7 @@
 // at its edge:
 //
 //   - Planner (planner.go, ledger.go) is pure: given a tenant's State, its
-//     Limits, the time, the tokens it holds and what requests asked for, it
+//     quota, the time, the tokens it holds and what requests asked for, it
 //     returns an Action (tokens to give back, tokens to ask for). It reads
 //     no clock, does no I/O and starts no goroutine, so it is tested with
 //     time passed in and simulated over thousands of instances.

@@ -1,66 +1,40 @@
 package syncer
 
 import (
-	"time"
-
 	"github.com/leasequota/leasequota/lease"
+	"github.com/leasequota/leasequota/quota"
 )
 
-// Limits is the quota the syncer applies to one tenant, with every default
-// resolved: the global bucket's rate and burst, and how leases of it are cut.
-type Limits struct {
-	Rate     float64       // tokens per second added to the global bucket
-	Burst    int64         // capacity of the global bucket
-	MinLease int64         // smallest lease asked for when the tenant is active, >= 1
-	MaxLease int64         // largest lease asked for, MinLease <= MaxLease <= Burst
-	LeaseTTL time.Duration // how long leased tokens may be held before they go back
-	// Mode is the caller's failure mode for the tenant, carried for it and
-	// not interpreted here.
-	Mode uint8
-
-	// Set by the syncer on the limits of an override: the tenant's base
-	// limits and the override they were resolved from.
-	base     *Limits
-	override *lease.Override
+// limits is the quota in force on a tenant, resolved (Tenant.Limits
+// returns it), and for the quota of an override that Redis reported, the
+// tenant's base limits that the override replaces. Requests keep sending
+// the base's rate and burst: Redis applies the override itself.
+type limits struct {
+	quota.Quota
+	base *limits // nil for base limits
 }
 
 // baseOf returns the base limits behind l: l itself unless l is an
 // override's.
-func (l *Limits) baseOf() *Limits {
+func (l *limits) baseOf() *limits {
 	if l.base != nil {
 		return l.base
 	}
 	return l
 }
 
-// Bucket returns the global bucket's parameters, as the lease protocol
-// takes them.
-func (l Limits) Bucket() lease.Limits {
-	return lease.Limits{Rate: l.Rate, Burst: l.Burst}
-}
-
-// ResolveOverride returns the limits of a quota override for a tenant whose
-// base limits are base: Rate and Burst from o; zero lease fields take their
-// defaults (MinLease 1, MaxLease Burst/2, LeaseTTL and Mode from base); the
-// lease sizes are clamped into 1 <= MinLease <= MaxLease <= Burst and the
-// LeaseTTL raised to minTTL (twice the refresh interval: a lease is renewed
-// up to two intervals before it expires).
-func ResolveOverride(base *Limits, o *lease.Override, minTTL time.Duration) *Limits {
-	l := &Limits{Rate: o.Rate, Burst: o.Burst, MinLease: o.MinLease, MaxLease: o.MaxLease, LeaseTTL: o.LeaseTTL, Mode: o.Mode}
-	if l.MinLease <= 0 {
-		l.MinLease = 1
+// baseLimits returns the limits of base quota q: the ones last made when
+// they hold the same quota, so that the tenants of one quota (a limiter's
+// default quota) share one record instead of one each.
+func (s *Syncer) baseLimits(q quota.Quota) *limits {
+	if l := s.lastBase.Load(); l != nil && l.Quota == q {
+		return l
 	}
-	l.MinLease = min(l.MinLease, l.Burst)
-	if l.MaxLease <= 0 {
-		l.MaxLease = max(l.Burst/2, l.MinLease, 1)
-	}
-	l.MaxLease = clamp(l.MaxLease, l.MinLease, l.Burst)
-	if l.LeaseTTL <= 0 {
-		l.LeaseTTL = base.LeaseTTL
-	}
-	l.LeaseTTL = max(l.LeaseTTL, minTTL)
-	if l.Mode == 0 {
-		l.Mode = base.Mode
-	}
+	l := &limits{Quota: q}
+	s.lastBase.Store(l)
 	return l
 }
+
+// bucket returns the global bucket that t's lease calls pass: its base
+// quota's.
+func (t *Tenant) bucket() lease.Limits { return quota.Bucket(t.limits.Load().baseOf().Quota) }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/leasequota/leasequota/internal/redisserver"
 	"github.com/leasequota/leasequota/lease"
+	"github.com/leasequota/leasequota/quota"
 	"github.com/leasequota/leasequota/syncer"
 )
 
@@ -38,7 +39,7 @@ func TestReturnAfterRefillOvertookRound(t *testing.T) {
 	defer cancel()
 
 	const name = "overtaken"
-	lim := &syncer.Limits{Rate: 1000, Burst: 100, MinLease: 1, MaxLease: 40, LeaseTTL: time.Minute}
+	lim := quota.Quota{Rate: 1000, Burst: 100, MinLease: 1, MaxLease: 40, LeaseTTL: time.Minute}
 	planner := syncer.NewPlanner(syncer.Config{}, 1)
 	// The refill reads a clock 10 ms ahead of the round's, so that their
 	// stamps differ even when both run within a millisecond.
@@ -69,7 +70,7 @@ func TestReturnAfterRefillOvertookRound(t *testing.T) {
 		// The bucket refills to full (40 ms at this rate), and the other
 		// instance takes 95.
 		for {
-			g, err := other.Acquire(ctx, name, lim.Bucket(), 0)
+			g, err := other.Acquire(ctx, name, quota.Bucket(lim), 0)
 			if err != nil {
 				t.Errorf("reading the bucket: %v", err)
 				return
@@ -79,7 +80,7 @@ func TestReturnAfterRefillOvertookRound(t *testing.T) {
 			}
 			time.Sleep(time.Millisecond) // poll; ctx bounds it
 		}
-		g, err := other.Acquire(ctx, name, lim.Bucket(), 95)
+		g, err := other.Acquire(ctx, name, quota.Bucket(lim), 95)
 		if err != nil {
 			t.Errorf("the other instance's acquire: %v", err)
 			return

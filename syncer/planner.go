@@ -9,6 +9,7 @@ import (
 
 	"github.com/leasequota/leasequota/bucket"
 	"github.com/leasequota/leasequota/lease"
+	"github.com/leasequota/leasequota/quota"
 )
 
 // Config tunes the Planner. The zero value of a field means its default,
@@ -44,7 +45,7 @@ func DefaultConfig() Config {
 		LowWatermark:     0.5,
 		MinBackoff:       10 * time.Millisecond,
 		MaxBackoff:       100 * time.Millisecond,
-		HalfLife:         bucket.DefaultHalfLife,
+		HalfLife:         500 * time.Millisecond,
 		FallbackHalfLife: 5 * time.Second,
 	}
 }
@@ -329,7 +330,7 @@ func mod(a, b int64) int64 {
 // replacement is fetched renewHorizon before the old lease expires, and
 // the old one is spent first), so that little expires unspent. An idle
 // tenant's target is zero, so it stops holding tokens.
-func (p *Planner) target(lim Limits, demand float64) int64 {
+func (p *Planner) target(lim quota.Quota, demand float64) int64 {
 	usable := lim.LeaseTTL - p.renewHorizon(lim)
 	horizon := min(p.cfg.Interval.Seconds()*p.cfg.Headroom, usable.Seconds())
 	raw := demand * horizon
@@ -342,13 +343,13 @@ func (p *Planner) target(lim Limits, demand float64) int64 {
 
 // renewHorizon is how long before a lease expires its replacement is
 // fetched: two intervals, at most half the lease lifetime.
-func (p *Planner) renewHorizon(lim Limits) time.Duration {
+func (p *Planner) renewHorizon(lim quota.Quota) time.Duration {
 	return min(2*p.cfg.Interval, lim.LeaseTTL/2)
 }
 
 // coldTarget is the lease size before any demand has been measured: what
 // the global bucket refills in one interval, within the lease limits.
-func (p *Planner) coldTarget(lim Limits) int64 {
+func (p *Planner) coldTarget(lim quota.Quota) int64 {
 	raw := lim.Rate * p.cfg.Interval.Seconds()
 	if raw > float64(lim.MaxLease) {
 		return lim.MaxLease
@@ -363,7 +364,7 @@ func clamp(x, lo, hi int64) int64 {
 // Plan updates st with what the edge observed at time now and returns what
 // to do. Every Action it returns must be followed by Expired (when
 // Expire > 0) and by Granted or Failed (when Acquire > 0).
-func (p *Planner) Plan(st *State, lim Limits, now time.Time, in Input) Action {
+func (p *Planner) Plan(st *State, lim quota.Quota, now time.Time, in Input) Action {
 	ns := now.UnixNano()
 	st.setClock(ns)
 	spent := st.ledger.Sync(in.Level)
@@ -444,7 +445,7 @@ func (p *Planner) Expired(st *State, taken, level int64) {
 
 // Granted records a successful lease call made at time now that asked for
 // asked tokens and got g; level is the counter after the grant was added.
-func (p *Planner) Granted(st *State, lim Limits, now time.Time, asked int64, g lease.Grant, level int64) {
+func (p *Planner) Granted(st *State, lim quota.Quota, now time.Time, asked int64, g lease.Grant, level int64) {
 	ns := now.UnixNano()
 	st.setClock(ns)
 	st.failures = 0
@@ -541,7 +542,7 @@ func (p *Planner) Failed(st *State, now time.Time) {
 // Rate) and decays from the time of that call, with the configured
 // FallbackHalfLife, toward the fair rate. An instance that never leased
 // the tenant has no share to start from: it gets the fair rate at once.
-func (p *Planner) FallbackRate(st *State, lim Limits, now time.Time, fleet int) (rate float64, capacity float64) {
+func (p *Planner) FallbackRate(st *State, lim quota.Quota, now time.Time, fleet int) (rate float64, capacity float64) {
 	n := float64(max(st.instances, 1))
 	if st.instances == 0 && fleet > 0 {
 		n = float64(fleet)

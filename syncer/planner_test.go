@@ -12,6 +12,7 @@ import (
 
 	"github.com/leasequota/leasequota/bucket"
 	"github.com/leasequota/leasequota/lease"
+	"github.com/leasequota/leasequota/quota"
 )
 
 // pt0 is the planner tests' origin: an arbitrary time, not aligned to any
@@ -21,8 +22,8 @@ var pt0 = time.Date(2025, 6, 7, 8, 9, 10, 123456789, time.UTC)
 const testSeed = 0x5eed
 
 // testLimits is a tenant whose global bucket is never the constraint.
-func testLimits() Limits {
-	return Limits{Rate: 1000, Burst: 1e6, MinLease: 1, MaxLease: 5000, LeaseTTL: time.Second}
+func testLimits() quota.Quota {
+	return quota.Quota{Rate: 1000, Burst: 1e6, MinLease: 1, MaxLease: 5000, LeaseTTL: time.Second}
 }
 
 // rig drives one tenant's planner the way the Syncer does, with time passed
@@ -33,7 +34,7 @@ func testLimits() Limits {
 type rig struct {
 	p      *Planner
 	st     State
-	lim    Limits
+	lim    quota.Quota
 	now    time.Time
 	tokens bucket.Counter
 
@@ -53,7 +54,7 @@ type rig struct {
 	denied   int64   // tokens denied
 }
 
-func newRig(cfg Config, lim Limits, name string) *rig {
+func newRig(cfg Config, lim quota.Quota, name string) *rig {
 	r := &rig{p: NewPlanner(cfg, testSeed), lim: lim, now: pt0}
 	r.p.Init(&r.st, name, r.now)
 	return r
@@ -289,7 +290,7 @@ func TestPhasesSpread(t *testing.T) {
 
 // warm returns a rig whose tenant has had steady demand of rate tokens per
 // second for five seconds (ten half-lives), served in full.
-func warm(t *testing.T, cfg Config, lim Limits, rate float64) *rig {
+func warm(t *testing.T, cfg Config, lim quota.Quota, rate float64) *rig {
 	t.Helper()
 	r := newRig(cfg, lim, "warm")
 	r.run(rate, 5*time.Second, tick, nil)
@@ -425,7 +426,7 @@ func TestUrgentHeldBackByNotBefore(t *testing.T) {
 // reported, would hold the lease asked for (here the target, as the tenant
 // held nothing); then one is.
 func TestPartialGrantWaitsForRefill(t *testing.T) {
-	lim := Limits{Rate: 200, Burst: 1000, MinLease: 1, MaxLease: 500, LeaseTTL: time.Second}
+	lim := quota.Quota{Rate: 200, Burst: 1000, MinLease: 1, MaxLease: 500, LeaseTTL: time.Second}
 	r := newRig(Config{}, lim, "dry")
 	cfg := r.p.Config()
 	a := r.plan() // cold start: asks for one interval of Rate
@@ -532,17 +533,17 @@ func TestTargetTracksDemand(t *testing.T) {
 	cases := []struct {
 		name   string
 		cfg    Config
-		lim    Limits
+		lim    quota.Quota
 		demand float64
 		want   int64
 	}{
 		{"plain", Config{}, testLimits(), 1000, 200},
 		{"small", Config{}, testLimits(), 50, 10},
 		{"headroom 3", Config{Headroom: 3}, testLimits(), 1000, 300},
-		{"interval 1s", Config{Interval: time.Second}, Limits{Rate: 1e4, Burst: 1e6, MinLease: 1, MaxLease: 5000, LeaseTTL: 10 * time.Second}, 100, 200},
+		{"interval 1s", Config{Interval: time.Second}, quota.Quota{Rate: 1e4, Burst: 1e6, MinLease: 1, MaxLease: 5000, LeaseTTL: 10 * time.Second}, 100, 200},
 		{"clamped to MaxLease", Config{}, testLimits(), 1e5, 5000},
-		{"clamped to MinLease", Config{}, Limits{Rate: 1000, Burst: 1e6, MinLease: 40, MaxLease: 5000, LeaseTTL: time.Second}, 20, 40},
-		{"at most Burst", Config{}, Limits{Rate: 1e5, Burst: 300, MinLease: 1, MaxLease: 300, LeaseTTL: time.Second}, 1e4, 300},
+		{"clamped to MinLease", Config{}, quota.Quota{Rate: 1000, Burst: 1e6, MinLease: 40, MaxLease: 5000, LeaseTTL: time.Second}, 20, 40},
+		{"at most Burst", Config{}, quota.Quota{Rate: 1e5, Burst: 300, MinLease: 1, MaxLease: 300, LeaseTTL: time.Second}, 1e4, 300},
 		{"one token", Config{}, testLimits(), 2, 1},
 	}
 	for _, c := range cases {
@@ -616,13 +617,13 @@ func TestIdleTenant(t *testing.T) {
 func TestBusyTenantReplacedBeforeExpiry(t *testing.T) {
 	cases := []struct {
 		name   string
-		lim    Limits
+		lim    quota.Quota
 		demand float64
 	}{
 		{"ordinary", testLimits(), 1000},
-		{"leases outlive TTL", Limits{Rate: 1000, Burst: 1e6, MinLease: 500, MaxLease: 5000, LeaseTTL: time.Second}, 100},
-		{"slow trickle", Limits{Rate: 1000, Burst: 1e6, MinLease: 10, MaxLease: 5000, LeaseTTL: time.Second}, 3},
-		{"short TTL", Limits{Rate: 1000, Burst: 1e6, MinLease: 1, MaxLease: 5000, LeaseTTL: 300 * time.Millisecond}, 500},
+		{"leases outlive TTL", quota.Quota{Rate: 1000, Burst: 1e6, MinLease: 500, MaxLease: 5000, LeaseTTL: time.Second}, 100},
+		{"slow trickle", quota.Quota{Rate: 1000, Burst: 1e6, MinLease: 10, MaxLease: 5000, LeaseTTL: time.Second}, 3},
+		{"short TTL", quota.Quota{Rate: 1000, Burst: 1e6, MinLease: 1, MaxLease: 5000, LeaseTTL: 300 * time.Millisecond}, 500},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -661,7 +662,7 @@ func TestPlannerProperties(t *testing.T) {
 		cfg := Config{Interval: iv}
 		burst := rapid.Int64Range(1, 5000).Draw(t, "burst")
 		minLease := rapid.Int64Range(1, burst).Draw(t, "minLease")
-		lim := Limits{
+		lim := quota.Quota{
 			Rate:     rapid.Float64Range(0.01, 1e5).Draw(t, "rate"),
 			Burst:    burst,
 			MinLease: minLease,
@@ -860,7 +861,7 @@ func TestKnownBugPartialGrantWaitOverflows(t *testing.T) {
 	showKnownBugs(t)
 	// One token per ~11.6 days, leases of at least 10,000: a full lease
 	// takes 3,000+ centuries to refill. Quota.Validate accepts this.
-	lim := Limits{Rate: 1e-6, Burst: 1e5, MinLease: 1e4, MaxLease: 1e5, LeaseTTL: time.Second}
+	lim := quota.Quota{Rate: 1e-6, Burst: 1e5, MinLease: 1e4, MaxLease: 1e5, LeaseTTL: time.Second}
 	r := newRig(Config{}, lim, "glacial")
 	r.grant = func(int64) (lease.Grant, bool) { return lease.Grant{Granted: 0, Tokens: 0.5}, true }
 	r.request(1)

@@ -5,6 +5,8 @@ import (
 	"iter"
 	"sync"
 	"sync/atomic"
+
+	"github.com/leasequota/leasequota/quota"
 )
 
 // ErrTooManyTenants is Track's error when the syncer tracks twice
@@ -163,12 +165,12 @@ func (r *registry) remove(ts []*Tenant) {
 // evicted.
 func (s *Syncer) Tenant(name string) *Tenant { return s.reg.load(name) }
 
-// Track returns the tenant named name, creating it with the base limits
-// lim (which must not change afterwards) when the syncer does not track
-// it. A new tenant's first lease call is up to the caller (Refill) or the
-// next round. With Options.MaxTenants set, Track refuses a new tenant with
+// Track returns the tenant named name, creating it with the base quota q,
+// resolved, when the syncer does not track it. A new tenant's first lease
+// call is up to the caller (Refill) or the next round. With
+// Options.MaxTenants set, Track refuses a new tenant with
 // ErrTooManyTenants while the syncer tracks twice that many.
-func (s *Syncer) Track(name string, lim *Limits) (*Tenant, error) {
+func (s *Syncer) Track(name string, q quota.Quota) (*Tenant, error) {
 	if t := s.reg.load(name); t != nil {
 		return t, nil
 	}
@@ -176,7 +178,7 @@ func (s *Syncer) Track(name string, lim *Limits) (*Tenant, error) {
 		return nil, ErrTooManyTenants
 	}
 	t := &Tenant{}
-	t.Init(name, lim, s.planner, s.opts.Now())
+	t.init(name, s.baseLimits(q), s.planner, s.opts.Now())
 	t, _ = s.reg.loadOrStore(t)
 	return t, nil
 }

@@ -77,6 +77,7 @@ import (
 	"github.com/leasequota/leasequota/bucket"
 	"github.com/leasequota/leasequota/internal/peaks"
 	"github.com/leasequota/leasequota/lease"
+	"github.com/leasequota/leasequota/quota"
 	"github.com/leasequota/leasequota/syncer"
 )
 
@@ -115,7 +116,7 @@ var simT0 = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 // simTenant describes one tenant: its limits and its demand.
 type simTenant struct {
 	name string
-	lim  syncer.Limits
+	lim  quota.Quota
 	// demand returns the fleet-wide demand at sim time sec, in tokens per
 	// second, as a multiple of Rate.
 	demand func(sec float64) float64
@@ -504,7 +505,7 @@ type sim struct {
 	q     *wheel
 	redis []simBucket
 	insts []*simInstance
-	lim   []syncer.Limits
+	lim   []quota.Quota
 
 	L    int64 // µs: lease lifetime bound for the window check
 	tick int64
@@ -638,14 +639,14 @@ func (s *sim) apply(c *simCall) {
 			// age need not bound its tokens' (docs/design.md, "Aged
 			// returns").
 			onTime := s.now-c.sent <= s.cto
-			credit, unmerged := s.redis[r.t.idx].release(s.now, s.lim[r.t.idx].Bucket(), r.amount, r.age, r.grant, onTime, s.cfg.mutate)
+			credit, unmerged := s.redis[r.t.idx].release(s.now, quota.Bucket(s.lim[r.t.idx]), r.amount, r.age, r.grant, onTime, s.cfg.mutate)
 			s.stats.expiredCredited += credit
 			s.stats.mergeLoss += unmerged - credit
 			s.stats.scripts[r.t.idx]++
 		}
 	}
 	for _, j := range c.jobs {
-		grants = append(grants, s.redis[j.t.idx].acquire(s.now, s.lim[j.t.idx].Bucket(), j.want, c.inst.id))
+		grants = append(grants, s.redis[j.t.idx].acquire(s.now, quota.Bucket(s.lim[j.t.idx]), j.want, c.inst.id))
 		s.stats.scripts[j.t.idx]++
 	}
 	c.applies++
@@ -1123,7 +1124,7 @@ func (s *sim) close() {
 			if n > 0 {
 				s.stats.scripts[t.idx]++
 				age := s.local(in).Sub(oldest).Microseconds() + s.cto
-				s.redis[t.idx].release(s.now, s.lim[t.idx].Bucket(), n, age, grant, true, s.cfg.mutate)
+				s.redis[t.idx].release(s.now, quota.Bucket(s.lim[t.idx]), n, age, grant, true, s.cfg.mutate)
 				s.stats.returned += n
 			}
 		}
@@ -1154,8 +1155,8 @@ func fleetTenants(iv time.Duration) []simTenant {
 	k := float64(time.Second) / float64(iv) / 10 // 1 at the default 100 ms
 	s := iv.Seconds() * 10                       // time scale of the demand patterns
 	ttl := 10 * iv
-	lim := func(rate float64, burst, minLease, maxLease int64) syncer.Limits {
-		return syncer.Limits{Rate: rate * k, Burst: burst, MinLease: minLease, MaxLease: maxLease, LeaseTTL: ttl}
+	lim := func(rate float64, burst, minLease, maxLease int64) quota.Quota {
+		return quota.Quota{Rate: rate * k, Burst: burst, MinLease: minLease, MaxLease: maxLease, LeaseTTL: ttl}
 	}
 	return []simTenant{
 		{name: "steady-over", lim: lim(1000, 2000, 1, 1000), demand: constant(3), maxN: 1, overQuota: true},
@@ -1300,7 +1301,7 @@ func knownBug(t *testing.T) {
 func spikyTenant(period float64) simTenant {
 	return simTenant{
 		name:   "spiky",
-		lim:    syncer.Limits{Rate: 100, Burst: 100, MinLease: 10, MaxLease: 50, LeaseTTL: time.Second},
+		lim:    quota.Quota{Rate: 100, Burst: 100, MinLease: 10, MaxLease: 50, LeaseTTL: time.Second},
 		demand: square(period, 0.5, 20, 0.2),
 		maxN:   1,
 	}
@@ -1432,7 +1433,7 @@ func TestKnownBugLowRateTenantsDenied(t *testing.T) {
 		instances: 5,
 		tenants: []simTenant{{
 			name:   "light",
-			lim:    syncer.Limits{Rate: 20, Burst: 10, MinLease: 1, MaxLease: 5, LeaseTTL: time.Second},
+			lim:    quota.Quota{Rate: 20, Burst: 10, MinLease: 1, MaxLease: 5, LeaseTTL: time.Second},
 			demand: constant(0.25),
 			maxN:   2,
 		}},

@@ -9,7 +9,7 @@ import (
 
 // acquireOne is one acquire through st, as AcquireMany of one request: a
 // lease.Store has no single acquire. Its error is the request's own, what
-// lease.Client.AcquireRequest would return; for a batch of one,
+// lease.Client.Acquire would return; for a batch of one,
 // AcquireMany's batch error adds nothing to it. A Store that answers with
 // other than one result gets an error wrapping lease.ErrBadReply rather
 // than a panic.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/leasequota/leasequota/lease"
 	"github.com/leasequota/leasequota/lease/memstore"
+	"github.com/leasequota/leasequota/quota"
 	"github.com/leasequota/leasequota/syncer"
 )
 
@@ -34,7 +35,7 @@ func TestSyncerOnMemstore(t *testing.T) {
 	defer cancel()
 
 	const name = "overtaken"
-	lim := &syncer.Limits{Rate: 1000, Burst: 100, MinLease: 1, MaxLease: 40, LeaseTTL: time.Minute}
+	lim := quota.Quota{Rate: 1000, Burst: 100, MinLease: 1, MaxLease: 40, LeaseTTL: time.Minute}
 	planner := syncer.NewPlanner(syncer.Config{}, 1)
 	s := syncer.New(mine, syncer.Options{Planner: planner, Now: now})
 	tn, err := s.Track(name, lim)
@@ -55,7 +56,7 @@ func TestSyncerOnMemstore(t *testing.T) {
 		refilled = s.Stats().Granted
 		// The bucket refills to full in 40 ms; the other instance takes 95.
 		advance(40 * time.Millisecond)
-		res, err := other.AcquireMany(ctx, []lease.Request{{Tenant: name, Limits: lim.Bucket(), Want: 95}}, nil)
+		res, err := other.AcquireMany(ctx, []lease.Request{{Tenant: name, Limits: quota.Bucket(lim), Want: 95}}, nil)
 		if err != nil || res[0].Err != nil {
 			t.Errorf("the other instance's acquire: %v, %v", err, res[0].Err)
 			return

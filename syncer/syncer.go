@@ -20,6 +20,7 @@ import (
 
 	"github.com/leasequota/leasequota/bucket"
 	"github.com/leasequota/leasequota/lease"
+	"github.com/leasequota/leasequota/quota"
 	"github.com/leasequota/leasequota/telemetry"
 )
 
@@ -31,24 +32,11 @@ var ErrClosed = errors.New("syncer: closed")
 type Options struct {
 	// Planner decides what to do; default NewPlanner(Config{}, 0).
 	Planner *Planner
-	// Tick is how often the loop plans every tenant; default Interval/4.
-	Tick time.Duration
 	// CallTimeout is the deadline of every Redis call; default Interval/2.
 	CallTimeout time.Duration
-	// MaxInFlight bounds the Redis calls (pipelines count as one) made at
-	// once; default 8.
-	MaxInFlight int
-	// BatchSize is the most tenants in one pipeline; default 1000.
-	BatchSize int
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 
-	// BreakerFailures is how many failed Redis calls in a row open the
-	// circuit breaker; default 3. While open, calls fail at once without
-	// reaching Redis; after BreakerTimeout (default Interval) one probe
-	// call is let through, and its success closes the breaker.
-	BreakerFailures uint32
-	BreakerTimeout  time.Duration
 	// OnDegraded is called when the breaker opens (degraded true, with the
 	// error that tripped it) and when it closes again (false, nil); with
 	// Cluster, when the first tenant's lease calls start failing and when
@@ -76,10 +64,11 @@ type Options struct {
 	// records nothing.
 	Telemetry *telemetry.Telemetry
 
-	// Resolve turns a quota override that Redis reported for a tenant into
-	// the limits applied to it; default ResolveOverride with a minimum
-	// LeaseTTL of twice the interval. It must return valid limits.
-	Resolve func(base *Limits, o *lease.Override) *Limits
+	// Defaults resolve the quota overrides that Redis reports
+	// (quota.Defaults.Resolve): the limiter's default LeaseTTL and
+	// FailureMode. A zero Interval means the Planner's; a zero LeaseTTL,
+	// the shortest allowed (quota.MinLeaseTTL).
+	Defaults quota.Defaults
 }
 
 // Stats are running totals of what a Syncer did. All fields only grow.
@@ -95,9 +84,9 @@ type Stats struct {
 }
 
 // Syncer refreshes the leases of a set of tenants: one goroutine (Run)
-// plans every tenant each Tick and carries the plan out in pipelined lease
-// calls; Refill makes an urgent call for one tenant. All methods are safe
-// for concurrent use.
+// plans every tenant each Interval/4 and carries the plan out in pipelined
+// lease calls; Refill makes an urgent call for one tenant. All methods are
+// safe for concurrent use.
 type Syncer struct {
 	client  lease.Store
 	reg     registry // every tenant this instance tracks
@@ -116,6 +105,10 @@ type Syncer struct {
 	quotaVer    int64      // the quota version last seen
 	quotaPolled int64      // unix nanoseconds of the last poll of it
 	quotaKnown  bool       // quotaVer has been read once
+
+	// lastBase is the base limits Track made last: tenants of the same
+	// quota share them (see baseLimits).
+	lastBase atomic.Pointer[limits]
 
 	pendingMu sync.Mutex             // guards pending
 	pending   []lease.ReleaseRequest // returns of expired tokens taken back by urgent refills
@@ -152,6 +145,16 @@ type Syncer struct {
 // of the call timeout.
 const perCommand = 300 * time.Microsecond
 
+// Bounds of the syncer's Redis traffic (docs/failure-modes.md states them).
+const (
+	maxInFlight = 8    // Redis calls made at once; a pipeline counts as one
+	batchSize   = 1000 // the most tenants in one pipeline
+	// breakerFailures failed Redis calls in a row open the circuit
+	// breaker: calls then fail at once without reaching Redis, until after
+	// an interval one probe call is let through, whose success closes it.
+	breakerFailures = 3
+)
+
 // lruEntry is a tenant and when it was last active, for eviction.
 type lruEntry struct {
 	active int64
@@ -165,32 +168,17 @@ func New(client lease.Store, opts Options) *Syncer {
 		opts.Planner = NewPlanner(Config{}, 0)
 	}
 	iv := opts.Planner.Config().Interval
-	if opts.Tick <= 0 {
-		opts.Tick = max(iv/4, time.Millisecond)
-	}
 	if opts.CallTimeout <= 0 {
 		opts.CallTimeout = max(iv/2, 10*time.Millisecond)
-	}
-	if opts.MaxInFlight <= 0 {
-		opts.MaxInFlight = 8
-	}
-	if opts.BatchSize <= 0 {
-		opts.BatchSize = 1000
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	if opts.BreakerFailures == 0 {
-		opts.BreakerFailures = 3
-	}
-	if opts.BreakerTimeout <= 0 {
-		opts.BreakerTimeout = iv
-	}
 	if opts.IdleTimeout <= 0 {
 		opts.IdleTimeout = time.Minute
 	}
-	if opts.Resolve == nil {
-		opts.Resolve = func(base *Limits, o *lease.Override) *Limits { return ResolveOverride(base, o, 2*iv) }
+	if opts.Defaults.Interval <= 0 {
+		opts.Defaults.Interval = iv
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Syncer{
@@ -198,7 +186,7 @@ func New(client lease.Store, opts Options) *Syncer {
 		planner: opts.Planner,
 		opts:    opts,
 		urgent:  make(chan *Tenant, 1024),
-		sem:     semaphore.NewWeighted(int64(opts.MaxInFlight)),
+		sem:     semaphore.NewWeighted(maxInFlight),
 		ctx:     ctx,
 		cancel:  cancel,
 	}
@@ -206,9 +194,9 @@ func New(client lease.Store, opts Options) *Syncer {
 	s.reg.init()
 	s.breaker = gobreaker.NewCircuitBreaker[[]lease.Result](gobreaker.Settings{
 		Name:    "leasequota-redis",
-		Timeout: opts.BreakerTimeout,
+		Timeout: iv, // then one probe call is let through
 		ReadyToTrip: func(c gobreaker.Counts) bool {
-			return c.ConsecutiveFailures >= opts.BreakerFailures
+			return c.ConsecutiveFailures >= breakerFailures
 		},
 		// Calls canceled because the limiter is closing say nothing
 		// about Redis.
@@ -273,10 +261,10 @@ func (s *Syncer) lock(t *Tenant) bool {
 	return true
 }
 
-// Fleet returns the number of instances assumed for a tenant whose own
+// fleetSize returns the number of instances assumed for a tenant whose own
 // count is unknown: the largest count a lease call has reported on any
 // tenant, or Options.Instances when larger; zero when neither is known.
-func (s *Syncer) Fleet() int { return int(s.fleet.Load()) }
+func (s *Syncer) fleetSize() int { return int(s.fleet.Load()) }
 
 // noteFleet raises the fleet size to n.
 func (s *Syncer) noteFleet(n int) {
@@ -310,12 +298,6 @@ func (s *Syncer) setFailing(t *Tenant, failing bool, err error) {
 	}
 }
 
-// Planner returns the planner the syncer uses.
-func (s *Syncer) Planner() *Planner { return s.planner }
-
-// Options returns the options with defaults resolved.
-func (s *Syncer) Options() Options { return s.opts }
-
 // Stats returns the running totals.
 func (s *Syncer) Stats() Stats {
 	return Stats{
@@ -346,11 +328,11 @@ func (s *Syncer) NoteMiss(t *Tenant, n int64) {
 
 // Run plans and refreshes leases until ctx is done, then returns nil once
 // the round in flight, if any, has finished. It is a loop of Tick every
-// Options.Tick and Urgent whenever NoteMiss queues a tenant; a caller that
+// Interval/4 and Urgent whenever NoteMiss queues a tenant; a caller that
 // drives the syncer itself (a deterministic simulation) calls those two
 // instead of Run.
 func (s *Syncer) Run(ctx context.Context) error {
-	tick := time.NewTicker(s.opts.Tick)
+	tick := time.NewTicker(max(s.planner.Config().Interval/4, time.Millisecond))
 	defer tick.Stop()
 	// A round in flight when ctx ends finishes its calls (each bounded by
 	// CallTimeout): canceling them would lose tokens Redis already granted.
@@ -369,14 +351,14 @@ func (s *Syncer) Run(ctx context.Context) error {
 
 // Tick runs one scheduled round: it polls the quota version when due, then
 // plans every tenant and carries the plan out (see Round). Run calls it
-// every Options.Tick. It must not run concurrently with Urgent, Round or
+// every Interval/4. It must not run concurrently with Urgent, Round or
 // another Tick.
 func (s *Syncer) Tick(ctx context.Context) {
 	s.round(ctx, s.reg.all, s.pollQuota(ctx, s.opts.Now()))
 }
 
 // Urgent runs one round over the tenants that NoteMiss queued, up to
-// BatchSize of them, and reports whether any was queued. It never blocks
+// batchSize of them, and reports whether any was queued. It never blocks
 // waiting for one. It must not run concurrently with Tick, Round or
 // another Urgent.
 func (s *Syncer) Urgent(ctx context.Context) bool {
@@ -390,11 +372,11 @@ func (s *Syncer) Urgent(ctx context.Context) bool {
 }
 
 // urgentRound runs a round over first and whatever else is queued, up to
-// BatchSize tenants.
+// batchSize tenants.
 func (s *Syncer) urgentRound(ctx context.Context, first *Tenant) {
 	short := append(s.short[:0], first)
 drain:
-	for len(short) < s.opts.BatchSize {
+	for len(short) < batchSize {
 		select {
 		case t := <-s.urgent:
 			short = append(short, t)
@@ -418,7 +400,7 @@ type job struct {
 // Round plans every tenant that tenants yields and carries the plan out:
 // expired tokens are taken back and returned, idle tenants evicted (their
 // tokens returned), then leases are acquired in pipelines of up to
-// BatchSize tenants, at most MaxInFlight at once. A tenant that is
+// batchSize tenants, at most maxInFlight at once. A tenant that is
 // locked (an urgent refill is running for it) is skipped.
 func (s *Syncer) Round(ctx context.Context, tenants iter.Seq[*Tenant]) {
 	s.round(ctx, tenants, false)
@@ -508,8 +490,8 @@ func (s *Syncer) round(ctx context.Context, tenants iter.Seq[*Tenant], quotaChec
 	}
 	var g errgroup.Group
 	var mu sync.Mutex // guards round's totals
-	for start := 0; start < len(jobs); start += s.opts.BatchSize {
-		chunk := jobs[start:min(start+s.opts.BatchSize, len(jobs))]
+	for start := 0; start < len(jobs); start += batchSize {
+		chunk := jobs[start:min(start+batchSize, len(jobs))]
 		g.Go(func() error {
 			tot := s.acquire(ctx, now, chunk)
 			mu.Lock()
@@ -585,8 +567,8 @@ func (s *Syncer) drainLocked(t *Tenant, now time.Time) (lease.ReleaseRequest, bo
 // it), and the release may take up to its pipeline's deadline to reach
 // Redis.
 func (s *Syncer) returnOf(t *Tenant, n int64, now, oldest time.Time, id lease.GrantID) lease.ReleaseRequest {
-	return lease.ReleaseRequest{Tenant: t.name, Limits: t.Base().Bucket(), Amount: n,
-		Age: max(now.Sub(oldest), 0) + s.opts.CallTimeout + perCommand*time.Duration(s.opts.BatchSize), Grant: id}
+	return lease.ReleaseRequest{Tenant: t.name, Limits: t.bucket(), Amount: n,
+		Age: max(now.Sub(oldest), 0) + s.opts.CallTimeout + perCommand*time.Duration(batchSize), Grant: id}
 }
 
 // planWith runs the planner for t (whose lock is held) on what requests
@@ -622,7 +604,7 @@ func (s *Syncer) acquire(ctx context.Context, now time.Time, jobs []job) (tot te
 	}()
 	reqs := make([]lease.Request, len(jobs))
 	for i, j := range jobs {
-		reqs[i] = lease.Request{Tenant: j.t.name, Limits: j.t.Base().Bucket(), Want: j.want, Demand: j.demand}
+		reqs[i] = lease.Request{Tenant: j.t.name, Limits: j.t.bucket(), Want: j.want, Demand: j.demand}
 	}
 	results, err := s.call(ctx, telemetry.OpAcquire, len(reqs), func(ctx context.Context) ([]lease.Result, error) {
 		return s.client.AcquireMany(ctx, reqs, nil)
@@ -700,7 +682,7 @@ func (s *Syncer) apply(ctx context.Context, t *Tenant, now time.Time, want int64
 		s.errs.Add(1)
 		s.planner.Failed(&t.st, now)
 		t.retryAt.Store(t.st.at(t.st.notBefore))
-		rate, capacity := s.planner.FallbackRate(&t.st, *t.Limits(), now, s.Fleet())
+		rate, capacity := s.planner.FallbackRate(&t.st, *t.Limits(), now, s.fleetSize())
 		if fb := t.fallback.Load(); fb != nil {
 			fb.SetRate(now, rate)
 		} else {
@@ -734,21 +716,21 @@ func (s *Syncer) apply(ctx context.Context, t *Tenant, now time.Time, want int64
 }
 
 // setOverride applies the quota override a lease call reported for t
-// (whose lock is held): nil means none, and the tenant's base limits apply.
+// (whose lock is held): nil means none, and the tenant's base limits
+// apply. An override is resolved with Options.Defaults, as a configured
+// quota is with the limiter's; its limits are replaced only when the
+// resolved quota changed.
 func (s *Syncer) setOverride(t *Tenant, o *lease.Override) {
-	cur := t.Limits()
-	switch {
-	case o == nil && cur.override == nil:
+	cur := t.limits.Load()
+	base := cur.baseOf()
+	if o == nil {
+		if cur != base {
+			t.limits.Store(base)
+		}
 		return
-	case o != nil && cur.override != nil && *o == *cur.override:
-		return
-	case o == nil:
-		t.limits.Store(cur.baseOf())
-	default:
-		base := cur.baseOf()
-		l := *s.opts.Resolve(base, o)
-		l.base, l.override = base, o
-		t.limits.Store(&l)
+	}
+	if q := s.opts.Defaults.Resolve(quota.FromOverride(*o)); q != cur.Quota {
+		t.limits.Store(&limits{Quota: q, base: base})
 	}
 }
 
@@ -763,8 +745,8 @@ func (s *Syncer) release(ctx context.Context, round *telemetry.Round, reqs []lea
 		errs     []error
 		returned int64
 	)
-	for start := 0; start < len(reqs); start += s.opts.BatchSize {
-		chunk := reqs[start:min(start+s.opts.BatchSize, len(reqs))]
+	for start := 0; start < len(reqs); start += batchSize {
+		chunk := reqs[start:min(start+batchSize, len(reqs))]
 		_, err := s.call(ctx, telemetry.OpRelease, len(chunk), func(ctx context.Context) ([]lease.Result, error) {
 			var whole error
 			answered := false
@@ -868,7 +850,7 @@ func (s *Syncer) refill(link trace.Link, t *Tenant, need int64) error {
 	defer s.endRound(round)
 	var r lease.Result
 	_, err := s.call(ctx, telemetry.OpAcquire, 1, func(ctx context.Context) ([]lease.Result, error) {
-		r.Grant, r.Err = acquireOne(ctx, s.client, lease.Request{Tenant: t.name, Limits: t.Base().Bucket(), Want: a.Acquire, Demand: s.planner.ReportedDemand(&t.st, now, a.Acquire)})
+		r.Grant, r.Err = acquireOne(ctx, s.client, lease.Request{Tenant: t.name, Limits: t.bucket(), Want: a.Acquire, Demand: s.planner.ReportedDemand(&t.st, now, a.Acquire)})
 		return nil, wholeFailure(r.Err)
 	})
 	if err != nil {

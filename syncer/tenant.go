@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/leasequota/leasequota/bucket"
+	"github.com/leasequota/leasequota/quota"
 )
 
 // Tenant is one tenant's lease on this instance: its name, the tokens
@@ -28,7 +29,7 @@ type Tenant struct {
 	// limits is the quota in force: the tenant's base limits, or those of
 	// the override Redis reported on the last lease call (which point back
 	// to the base). Swapped by the syncer, read by requests.
-	limits atomic.Pointer[Limits]
+	limits atomic.Pointer[limits]
 
 	// Written by requests on a miss, read and reset by the syncer (with
 	// flagUrgent).
@@ -70,12 +71,10 @@ func (t *Tenant) setFlag(f uint32, on bool) (was bool) {
 
 func (t *Tenant) flag(f uint32) bool { return t.flags.Load()&f != 0 }
 
-// Init prepares a zero Tenant in place. It must be called before the
-// tenant is shared. lim must not change afterwards: it is the tenant's base
-// quota, replaced while Redis holds an override for the tenant. Syncer.Track
-// does this for the tenants it tracks; Init is for tests that drive a
-// Tenant through Round and Refill themselves.
-func (t *Tenant) Init(name string, lim *Limits, p *Planner, now time.Time) {
+// init prepares a zero Tenant in place, before it is shared. lim must not
+// change afterwards: it is the tenant's base quota, replaced while Redis
+// holds an override for the tenant.
+func (t *Tenant) init(name string, lim *limits, p *Planner, now time.Time) {
 	t.name = name
 	t.limits.Store(lim)
 	p.Init(&t.st, name, now)
@@ -103,13 +102,11 @@ func (t *Tenant) SpendWaited(n int64) (ok bool, left int64) { return t.tokens.Tr
 // Held returns the leased tokens the tenant holds now.
 func (t *Tenant) Held() int64 { return t.tokens.Load() }
 
-// Limits returns the limits applied to the tenant now: its base limits, or
-// those of the quota override Redis reported on the last lease call. The
-// value must not be modified.
-func (t *Tenant) Limits() *Limits { return t.limits.Load() }
-
-// Base returns the limits the tenant was created with.
-func (t *Tenant) Base() *Limits { return t.limits.Load().baseOf() }
+// Limits returns the quota applied to the tenant now, resolved: its base
+// quota, or that of the quota override Redis reported on the last lease
+// call. It is one atomic load, for the request path. The value must not be
+// modified.
+func (t *Tenant) Limits() *quota.Quota { return &t.limits.Load().Quota }
 
 // NoteMiss records that a request for n tokens found too few. It never
 // blocks: the syncer picks the miss up on its next round, or at once when
@@ -160,13 +157,6 @@ func (t *Tenant) RetryAfter(now time.Time, n int64) time.Duration {
 		wait = r
 	}
 	return wait
-}
-
-// NextCall returns how long after now the syncer may make the tenant's
-// next lease call: zero when it may now, else the rest of its backoff
-// (after a failure) or of the wait for the global bucket to refill.
-func (t *Tenant) NextCall(now time.Time) time.Duration {
-	return max(time.Duration(t.retryAt.Load()-now.UnixNano()), 0)
 }
 
 // durationCeil converts seconds to a Duration, rounding up and saturating.

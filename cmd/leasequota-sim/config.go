@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasequota/leasequota"
+	"github.com/leasequota/leasequota/quota"
 )
 
 // Scenarios the simulator knows, in the order -h lists them.
@@ -167,8 +168,8 @@ func (c Config) Validate() error {
 		return usagef("-load %v: want a factor > 0 and <= %d", c.Load, maxLoad)
 	case c.Refresh < time.Millisecond || c.Refresh > 10*time.Second:
 		return usagef("-refresh %v: want 1ms..10s", c.Refresh)
-	case c.LeaseTTL < 2*c.Refresh || c.LeaseTTL > time.Hour:
-		return usagef("-lease-ttl %v: want >= twice -refresh (%v) and <= 1h", c.LeaseTTL, 2*c.Refresh)
+	case c.LeaseTTL < quota.MinLeaseTTL(c.Refresh) || c.LeaseTTL > time.Hour:
+		return usagef("-lease-ttl %v: want >= twice -refresh (%v) and <= 1h", c.LeaseTTL, quota.MinLeaseTTL(c.Refresh))
 	case c.Timeout < 0 || c.Timeout > time.Minute:
 		return usagef("-redis-timeout %v: want > 0 and <= 1m (or 0 for the default)", c.Timeout)
 	case c.Workers < 1 || c.Workers > maxWorkers:
