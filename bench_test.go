@@ -15,20 +15,23 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/leasequota/leasequota"
-	"github.com/leasequota/leasequota/internal/redisserver"
-	"github.com/leasequota/leasequota/lease"
+	"github.com/leasequota/leasequota/lease/memstore"
 )
 
 // The benchmarks in this file compare leasequota's request path with the
 // baselines a team would otherwise use, in one run:
 //
 //   - BenchmarkAllow / BenchmarkAllowParallel: leasequota with a tenant
-//     holding a large lease (no Redis on the request path);
+//     holding a large lease (no store call on the request path; the
+//     limiter leases from the in-process store, which the request path
+//     never touches, so the figures are those of a limiter on Redis);
 //   - BenchmarkRateMutexMap / BenchmarkRateSyncMap: golang.org/x/time/rate
 //     limiters keyed by tenant in a map behind a mutex, and in a sync.Map:
-//     local only, no global bound;
-//   - BenchmarkRedisPerRequest: one Lua script call per decision, the
-//     per-request Redis limiter leasequota replaces.
+//     local only, no global bound.
+//
+// The per-request Redis limiter leasequota replaces (one Lua script call
+// per decision) is integration's BenchmarkRedisPerRequest, beside
+// BenchmarkAllowOnRedis, a limiter on the same Redis.
 
 // bigQuota lets a tenant lease enough tokens for any b.N: every lease is
 // at least 2^30 tokens, so the request path never runs short.
@@ -36,10 +39,9 @@ var bigQuota = leasequota.Quota{Rate: 1e12, Burst: 1 << 40, MinLease: 1 << 30}
 
 func benchLimiter(b *testing.B, opts ...leasequota.Option) *leasequota.Limiter {
 	b.Helper()
-	c := redisserver.Client(b)
-	opts = append([]leasequota.Option{leasequota.WithKeyPrefix(redisserver.Prefix(b)), leasequota.WithDefaultQuota(bigQuota),
+	opts = append([]leasequota.Option{leasequota.WithDefaultQuota(bigQuota),
 		leasequota.WithLogger(slog.New(slog.DiscardHandler))}, opts...)
-	l, err := leasequota.New(c, opts...)
+	l, err := leasequota.NewWithStore(memstore.New(), opts...)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -227,23 +229,4 @@ func BenchmarkRateSyncMapParallel(b *testing.B) {
 			i++
 		}
 	})
-}
-
-// BenchmarkRedisPerRequest makes one acquire script call per decision on
-// the harness's Redis (loopback), the cost leasequota keeps off the
-// request path.
-func BenchmarkRedisPerRequest(b *testing.B) {
-	c, err := lease.NewClient(redisserver.Client(b), redisserver.Prefix(b))
-	if err != nil {
-		b.Fatal(err)
-	}
-	lim := lease.Limits{Rate: bigQuota.Rate, Burst: bigQuota.Burst}
-	ctx := context.Background()
-	b.ReportAllocs()
-	for i := 0; i < b.N; i++ {
-		g, err := c.Acquire(ctx, "t", lim, 1)
-		if err != nil || g.Granted != 1 {
-			b.Fatal(g, err)
-		}
-	}
 }

@@ -11,37 +11,20 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
-
 	"github.com/leasequota/leasequota"
-	"github.com/leasequota/leasequota/internal/redisserver"
+	"github.com/leasequota/leasequota/internal/faultstore"
 )
 
 // The tests in this file are the regressions of the paths around the
-// core: eviction, outages, waiting and Close.
+// core: eviction, outages, waiting and Close. Outages are those of
+// internal/faultstore, wrapped around the in-process store: the store
+// down (every call fails at once) or holding its calls.
 
-// ownServer starts a redis-server for one test that stops it, and checks
-// for leaked goroutines after the test's cleanups.
-func ownServer(t *testing.T) *redisserver.Server {
+// faultySetup returns a faultstore around a fresh in-process store, up,
+// with setup's goroutine leak check.
+func faultySetup(t *testing.T) *faultstore.Store {
 	t.Helper()
-	redisserver.Shared(t)
-	// go-redis retries a failed dial from a goroutine that sleeps a second
-	// before it sees that its pool was closed: after an outage it may
-	// outlive the client by that second. It is not ours to wait for.
-	ignore := []goleak.Option{goleak.IgnoreCurrent(),
-		goleak.IgnoreTopFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial")}
-	// Registered before the server's cleanup, so it runs after it.
-	t.Cleanup(func() { goleak.VerifyNone(t, ignore...) })
-	return redisserver.StartServer(t)
-}
-
-// ownClient returns a client of srv, closed after the limiters made with
-// it (cleanups run last first).
-func ownClient(t *testing.T, srv *redisserver.Server) *redis.Client {
-	c := srv.Client()
-	t.Cleanup(func() { c.Close() })
-	return c
+	return faultstore.New(setup(t))
 }
 
 // TestWaitNFollowsEvictedTenant: a WaitN whose tenant is evicted while it
@@ -49,12 +32,12 @@ func ownClient(t *testing.T, srv *redisserver.Server) *redis.Client {
 // entry and is admitted once the bucket refills, instead of waiting on the
 // evicted entry until its ctx ends.
 func TestWaitNFollowsEvictedTenant(t *testing.T) {
-	c, prefix := setup(t)
+	store := setup(t)
 	quotas := map[string]leasequota.Quota{
 		"slow": {Rate: 2, Burst: 1},
 		"busy": {Rate: 1e6, Burst: 1e6},
 	}
-	l := newLimiter(t, c, leasequota.WithKeyPrefix(prefix), leasequota.WithMaxTenants(1),
+	l := newLimiter(t, store, leasequota.WithMaxTenants(1),
 		leasequota.WithRefreshInterval(10*time.Millisecond), leasequota.WithLogger(testLogger(t)),
 		leasequota.WithQuotaFunc(func(tenant string) leasequota.Quota { return quotas[tenant] }))
 	ctx := context.Background()
@@ -94,8 +77,8 @@ func TestWaitNFollowsEvictedTenant(t *testing.T) {
 // the turns each decision takes without waiting, which a recursion or a
 // spin would raise, whatever the machine's speed.
 func TestEvictionStress(t *testing.T) {
-	c, prefix := setup(t)
-	l := newLimiter(t, c, leasequota.WithKeyPrefix(prefix), leasequota.WithMaxTenants(16),
+	store := setup(t)
+	l := newLimiter(t, store, leasequota.WithMaxTenants(16),
 		leasequota.WithIdleTimeout(20*time.Millisecond), leasequota.WithRefreshInterval(5*time.Millisecond),
 		leasequota.WithColdStartWait(0), leasequota.WithLogger(testLogger(t)),
 		leasequota.WithDefaultQuota(leasequota.Quota{Rate: 1000, Burst: 50}))
@@ -146,13 +129,13 @@ func TestEvictionStress(t *testing.T) {
 	}
 }
 
-// TestWaitNThroughOutage: WaitN calls that start while Redis is down keep
-// waiting in every failure mode (FailClosed too), are admitted by the
-// local fallback when it can, and wake when Redis is back: within about a
-// refresh interval of the limiter seeing Redis answer again.
+// TestWaitNThroughOutage: WaitN calls that start while the store (Redis)
+// is down keep waiting in every failure mode (FailClosed too), are
+// admitted by the local fallback when it can, and wake when the store is
+// back: within about a refresh interval of the limiter seeing it answer
+// again.
 func TestWaitNThroughOutage(t *testing.T) {
-	srv := ownServer(t)
-	c := ownClient(t, srv)
+	store := faultySetup(t)
 	const interval = 20 * time.Millisecond
 	quotas := map[string]leasequota.Quota{
 		"closed": {Rate: 100, Burst: 10, FailureMode: leasequota.FailClosed},
@@ -161,14 +144,12 @@ func TestWaitNThroughOutage(t *testing.T) {
 		"local-big":   {Rate: 100, Burst: 10, FailureMode: leasequota.FailLocal},
 		"local-small": {Rate: 100, Burst: 10, FailureMode: leasequota.FailLocal},
 	}
-	l := newLimiter(t, c, leasequota.WithKeyPrefix(redisserver.Prefix(t)),
+	l := newLimiter(t, store,
 		leasequota.WithRefreshInterval(interval), leasequota.WithExpectedInstances(10),
 		leasequota.WithLogger(testLogger(t)),
 		leasequota.WithQuotaFunc(func(tenant string) leasequota.Quota { return quotas[tenant] }))
 	ctx := context.Background()
-	if err := srv.Stop(); err != nil {
-		t.Fatal(err)
-	}
+	store.SetDown(nil)
 	// The fallback admits a small request during the outage.
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -210,12 +191,9 @@ func TestWaitNThroughOutage(t *testing.T) {
 		default:
 		}
 	}
-	restarting := time.Now()
-	if err := srv.Restart(ctx); err != nil {
-		t.Fatal(err)
-	}
-	// Redis answers by the time Restart returns (it waits for a PING).
+	// The store answers from here on.
 	up := time.Now()
+	store.SetUp()
 	for tenant, ch := range done {
 		r := <-ch
 		if r.err != nil || !r.d.Allowed || r.d.Mode != leasequota.FailDefault {
@@ -228,9 +206,9 @@ func TestWaitNThroughOutage(t *testing.T) {
 		// loaded machine; the bug this guards against parked waiters for
 		// minutes.
 		late := r.at.Sub(up)
-		t.Logf("%s admitted %v after the restart began (%v after Redis answered)", tenant, r.at.Sub(restarting), late)
+		t.Logf("%s admitted %v after the store answered again", tenant, late)
 		if late > 2*interval+time.Second {
-			t.Errorf("%s: admitted %v after Redis answered, want within two intervals (%v) and a round trip", tenant, late, 2*interval)
+			t.Errorf("%s: admitted %v after the store answered, want within two intervals (%v) and a round trip", tenant, late, 2*interval)
 		}
 	}
 	if l.Degraded() {
@@ -239,12 +217,12 @@ func TestWaitNThroughOutage(t *testing.T) {
 }
 
 // TestRetryAfterDuringOutage: denials of tenants new to an instance while
-// Redis is down carry a RetryAfter estimated from the numbers the decision
-// used (the fallback bucket's rate, the next lease call), never minutes.
+// the store (Redis) is down carry a RetryAfter estimated from the numbers
+// the decision used (the fallback bucket's rate, the next lease call),
+// never minutes.
 func TestRetryAfterDuringOutage(t *testing.T) {
-	srv := ownServer(t)
-	c := ownClient(t, srv)
-	l := newLimiter(t, c, leasequota.WithKeyPrefix(redisserver.Prefix(t)), leasequota.WithLogger(testLogger(t)),
+	store := faultySetup(t)
+	l := newLimiter(t, store, leasequota.WithLogger(testLogger(t)),
 		leasequota.WithQuotaFunc(func(tenant string) leasequota.Quota {
 			q := leasequota.Quota{Rate: 50, Burst: 50}
 			if strings.HasPrefix(tenant, "closed") {
@@ -252,9 +230,7 @@ func TestRetryAfterDuringOutage(t *testing.T) {
 			}
 			return q
 		}))
-	if err := srv.Stop(); err != nil {
-		t.Fatal(err)
-	}
+	store.SetDown(nil)
 	ctx := context.Background()
 	var worst time.Duration
 	for i := range 40 {
@@ -281,14 +257,12 @@ func TestRetryAfterDuringOutage(t *testing.T) {
 // WithExpectedInstances hint: the fleet admits about Rate*t, not
 // Rate*t per instance.
 func TestFallbackFleetShare(t *testing.T) {
-	srv := ownServer(t)
-	c := ownClient(t, srv)
-	prefix := redisserver.Prefix(t)
+	store := faultySetup(t)
 	const rate, burst = 200, 20
 	quota := func(string) leasequota.Quota { return leasequota.Quota{Rate: rate, Burst: burst} }
 	var fleet []*leasequota.Limiter
 	for range 4 {
-		fleet = append(fleet, newLimiter(t, c, leasequota.WithKeyPrefix(prefix), leasequota.WithLogger(testLogger(t)),
+		fleet = append(fleet, newLimiter(t, store, leasequota.WithLogger(testLogger(t)),
 			leasequota.WithRefreshInterval(20*time.Millisecond), leasequota.WithQuotaFunc(quota)))
 	}
 	ctx := context.Background()
@@ -310,10 +284,8 @@ func TestFallbackFleetShare(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond) // pacing; the deadline bounds it
 	}
-	if err := srv.Stop(); err != nil {
-		t.Fatal(err)
-	}
-	late := newLimiter(t, c, leasequota.WithKeyPrefix(prefix), leasequota.WithLogger(testLogger(t)),
+	store.SetDown(nil)
+	late := newLimiter(t, store, leasequota.WithLogger(testLogger(t)),
 		leasequota.WithExpectedInstances(4), leasequota.WithQuotaFunc(quota))
 
 	// Offer far more than the quota from each instance for a while.
@@ -351,27 +323,23 @@ func TestFallbackFleetShare(t *testing.T) {
 		t.Error("the late instance admitted nothing")
 	}
 	// Back up, so that Close can return the leases.
-	if err := srv.Restart(ctx); err != nil {
-		t.Fatal(err)
-	}
+	store.SetUp()
 }
 
 // TestCloseStopsAdmissions: admissions stop when Close is called, not
-// when it returns. Close is kept waiting on a round whose Redis call hangs
-// (CLIENT PAUSE); requests that start after Close logged that
-// it began are all denied with ReasonClosed, though the tenant still
-// holds leased tokens then.
+// when it returns. Close is kept waiting on a round whose store call hangs
+// (faultstore.Pause, as Redis's CLIENT PAUSE); requests that start after
+// Close logged that it began are all denied with ReasonClosed, though the
+// tenant still holds leased tokens then.
 func TestCloseStopsAdmissions(t *testing.T) {
-	srv := ownServer(t)
-	c := ownClient(t, srv)
-	prefix := redisserver.Prefix(t)
+	store := faultySetup(t)
 	var closing atomic.Bool
 	logs := newTestLog(t, func(r slog.Record) {
 		if strings.Contains(r.Message, "closing") {
 			closing.Store(true)
 		}
 	})
-	l, err := leasequota.New(c, leasequota.WithKeyPrefix(prefix), leasequota.WithLogger(slog.New(logs)),
+	l, err := leasequota.NewWithStore(store, leasequota.WithLogger(slog.New(logs)),
 		leasequota.WithRedisTimeout(2*time.Second), leasequota.WithColdStartWait(0),
 		leasequota.WithDefaultQuota(leasequota.Quota{Rate: 1e-6, Burst: 1_000_000, MinLease: 500_000}))
 	if err != nil {
@@ -385,13 +353,9 @@ func TestCloseStopsAdmissions(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond) // polling; the deadline bounds it
 	}
-	// Redis holds every command for 1s: a miss on another tenant sends
+	// The store holds every call for 1s: a miss on another tenant sends
 	// the loop into a call that hangs, and Close waits for it.
-	admin := srv.Client()
-	defer admin.Close()
-	if err := admin.ClientPause(ctx, time.Second).Err(); err != nil {
-		t.Fatal(err)
-	}
+	store.SetHook(faultstore.Pause(time.Now().Add(time.Second)))
 	l.AllowN(ctx, "trigger", 1)
 	closed := make(chan error, 1)
 	go func() { closed <- l.Close(ctx) }()
@@ -409,7 +373,7 @@ func TestCloseStopsAdmissions(t *testing.T) {
 		}
 		select {
 		case err := <-closed:
-			_ = err // the blackholed return may fail; what matters is admissions
+			_ = err // the held return may fail; what matters is admissions
 			if !closing.Load() {
 				t.Fatal("Close returned without logging that it began")
 			}

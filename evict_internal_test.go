@@ -3,10 +3,11 @@ package leasequota
 import (
 	"context"
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
-	"github.com/leasequota/leasequota/internal/redisserver"
+	"github.com/leasequota/leasequota/lease/memstore"
 	"github.com/leasequota/leasequota/syncer"
 )
 
@@ -18,14 +19,14 @@ import (
 // drives a round itself, whose tenant iterator makes requests for the idle
 // tenant V between the steps of the round; then it checks that the
 // registry never holds an evicted entry, and that no decision took more
-// than a few turns without waiting.
+// than a few turns without waiting. The limiter's clock is the test's:
+// the idle timeout passes when the test moves it, not while it sleeps.
 func TestEvictionIsOneStep(t *testing.T) {
-	redisserver.Shared(t)
-	c := redisserver.Client(t)
-	l, err := New(c, WithKeyPrefix(redisserver.Prefix(t)), WithIdleTimeout(time.Millisecond),
+	clock := &manualClock{now: time.Now()}
+	l, err := NewWithStore(memstore.New(), WithIdleTimeout(time.Millisecond),
 		WithRedisTimeout(10*time.Second), // no call may time out on a loaded machine
 		WithLogger(slog.New(slog.NewTextHandler(testWriter{t}, nil))),
-		WithColdStartWait(0), WithDefaultQuota(Quota{Rate: 100, Burst: 100}))
+		withManualClock(clock.Now), WithColdStartWait(0), WithDefaultQuota(Quota{Rate: 100, Burst: 100}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,10 +46,7 @@ func TestEvictionIsOneStep(t *testing.T) {
 	if first.Held() == 0 {
 		t.Fatalf("V holds no lease after a round: %+v", l.sync.Stats())
 	}
-	start := time.Now()
-	for time.Since(start) < 5*time.Millisecond {
-		time.Sleep(time.Millisecond) // letting the clock pass the idle timeout
-	}
+	clock.Advance(5 * time.Millisecond) // past the idle timeout
 	var during []Decision
 	l.sync.Round(ctx, func(yield func(*syncer.Tenant) bool) {
 		for tn := range l.sync.Tenants() {
@@ -78,6 +76,27 @@ func TestEvictionIsOneStep(t *testing.T) {
 		t.Errorf("a decision took %d turns without waiting, want at most 3", n)
 	}
 	t.Logf("during the round: %v; after: %v", during, after)
+}
+
+// withManualClock makes the limiter read now instead of time.Now.
+func withManualClock(now func() time.Time) Option { return func(c *config) { c.now = now } }
+
+// manualClock is a clock that moves only when told to.
+type manualClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *manualClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *manualClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
 }
 
 // testWriter writes a test's library logs to t.Log.

@@ -5,17 +5,22 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"log/slog"
 	"net/http"
+	"os"
 	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasequota/leasequota"
+	"github.com/leasequota/leasequota/lease/memstore"
 )
 
-// The examples need a Redis at localhost:6379, so they compile but do not
-// run as tests (no Output comment).
+// Example, the setup of a service on its Redis, needs a Redis at
+// localhost:6379: it compiles but does not run as a test (no Output
+// comment). The other examples run on the in-process store
+// (lease/memstore), which needs no Redis, and check their output.
 
 func Example() {
 	// ContextTimeoutEnabled lets WithRedisTimeout bound every Redis call.
@@ -46,13 +51,42 @@ func Example() {
 	})
 }
 
+// A Limiter on the in-process store: the global buckets in this process's
+// memory, with the semantics they have in Redis. Limiters made on the same
+// store share them, as limiters on one Redis do.
+func ExampleNewWithStore() {
+	store := memstore.New()
+	lim, err := leasequota.NewWithStore(store,
+		// A burst of 3 leased at once; at one token per 1000 s nothing
+		// refills here.
+		leasequota.WithDefaultQuota(leasequota.Quota{Rate: 0.001, Burst: 3, MinLease: 3}),
+		// A tenant's first request waits for its first lease.
+		leasequota.WithColdStartWait(time.Second),
+		// Warnings and errors only.
+		leasequota.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lim.Close(context.Background())
+
+	for range 4 {
+		d := lim.AllowN(context.Background(), "acme", 1)
+		fmt.Println(d.Allowed, d.Reason, d.Remaining)
+	}
+	// Output:
+	// true cold_start 2
+	// true leased 1
+	// true leased 0
+	// false exhausted 0
+}
+
 func ExampleLimiter_WaitN() {
-	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379", ContextTimeoutEnabled: true})
-	defer rdb.Close()
-	// A global cap on a downstream dependency, shared by every worker.
-	lim, err := leasequota.New(rdb,
+	// A global cap on a downstream dependency, shared by every worker. (On
+	// the in-process store here; in production, New on the workers' Redis.)
+	lim, err := leasequota.NewWithStore(memstore.New(),
 		leasequota.WithDefaultQuota(leasequota.Quota{Rate: 100, Burst: 10, MaxLease: 2}),
-		leasequota.WithFailureMode(leasequota.FailClosed))
+		leasequota.WithFailureMode(leasequota.FailClosed),
+		leasequota.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -69,23 +103,27 @@ func ExampleLimiter_WaitN() {
 		}
 		return
 	}
-	// call the payment provider
+	fmt.Println("calling the payment provider")
+	// Output: calling the payment provider
 }
 
 func ExampleLimiter_SetQuota() {
-	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379", ContextTimeoutEnabled: true})
-	defer rdb.Close()
-	lim, err := leasequota.New(rdb, leasequota.WithDefaultQuota(leasequota.Quota{Rate: 100, Burst: 200}))
+	// On the in-process store here; in production, New on the instances'
+	// shared Redis.
+	lim, err := leasequota.NewWithStore(memstore.New(), leasequota.WithDefaultQuota(leasequota.Quota{Rate: 100, Burst: 200}),
+		leasequota.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))))
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer lim.Close(context.Background())
 
-	// Every instance applies the new quota within about a refresh interval.
+	// Every instance sharing the store (Redis) applies the new quota within
+	// about a refresh interval.
 	ctx := context.Background()
 	if err := lim.SetQuota(ctx, "tenant-42", leasequota.Quota{Rate: 1000, Burst: 2000}); err != nil {
 		log.Fatal(err)
 	}
 	q, ok, err := lim.GetQuota(ctx, "tenant-42")
 	fmt.Println(q.Rate, ok, err)
+	// Output: 1000 true <nil>
 }

@@ -6,30 +6,21 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/leasequota/leasequota"
-	"github.com/leasequota/leasequota/internal/redisserver"
 )
 
-// TestFailureModes stops Redis under three tenants with different failure
-// modes, checks that each is decided by its mode once its lease is spent,
-// and that leasing resumes on its own once Redis is back.
+// TestFailureModes takes the store (Redis) down under three tenants with
+// different failure modes, checks that each is decided by its mode once
+// its lease is spent, and that leasing resumes on its own once the store
+// is back.
 func TestFailureModes(t *testing.T) {
-	redisserver.Shared(t)
-	ignore := goleak.IgnoreCurrent()
-	// Registered before the server's cleanup, so it runs after it.
-	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
-	srv := redisserver.StartServer(t)
-
-	c := srv.Client()
-	defer c.Close()
+	store := faultySetup(t)
 	quotas := map[string]leasequota.Quota{
 		"closed": {Rate: 100, Burst: 20, MinLease: 10, FailureMode: leasequota.FailClosed},
 		"local":  {Rate: 100, Burst: 20, MinLease: 10, FailureMode: leasequota.FailLocal},
 		"open":   {Rate: 100, Burst: 20, MinLease: 10, FailureMode: leasequota.FailOpen},
 	}
-	l, err := leasequota.New(c, leasequota.WithKeyPrefix(redisserver.Prefix(t)), leasequota.WithLogger(testLogger(t)),
+	l, err := leasequota.NewWithStore(store, leasequota.WithLogger(testLogger(t)),
 		leasequota.WithRefreshInterval(20*time.Millisecond), leasequota.WithLeaseTTL(time.Hour),
 		leasequota.WithColdStartWait(10*time.Second),
 		leasequota.WithQuotaFunc(func(tenant string) leasequota.Quota { return quotas[tenant] }))
@@ -39,7 +30,7 @@ func TestFailureModes(t *testing.T) {
 	defer l.Close(context.Background())
 	ctx := context.Background()
 	// Each tenant's first lease. On a loaded machine a call may time out
-	// (the Redis timeout is 10 ms here) and the tenant's mode decide for a
+	// (the store timeout is 10 ms here) and the tenant's mode decide for a
 	// moment: ask until a lease admits, as long as the machine needs.
 	deadline := time.Now().Add(10 * time.Second)
 	for tenant := range quotas {
@@ -55,16 +46,14 @@ func TestFailureModes(t *testing.T) {
 		}
 	}
 
-	if err := srv.Stop(); err != nil {
-		t.Fatal(err)
-	}
+	store.SetDown(nil)
 	// Spend what is leased: those tokens are still good.
 	leased := map[string]int{}
 	degraded := map[string]leasequota.Decision{}
 	deadline = time.Now().Add(10 * time.Second)
 	for len(degraded) < len(quotas) {
 		if time.Now().After(deadline) {
-			t.Fatalf("after 10s without Redis, only %d tenants decided by their failure mode: %v", len(degraded), degraded)
+			t.Fatalf("after 10s without the store, only %d tenants decided by their failure mode: %v", len(degraded), degraded)
 		}
 		for tenant := range quotas {
 			if _, done := degraded[tenant]; done {
@@ -82,7 +71,7 @@ func TestFailureModes(t *testing.T) {
 	}
 	for tenant, n := range leased {
 		if n > 20 {
-			t.Errorf("%s: %d admitted from leases after Redis died, more than the burst", tenant, n)
+			t.Errorf("%s: %d admitted from leases after the store went down, more than the burst", tenant, n)
 		}
 	}
 	if d := degraded["closed"]; d.Allowed || d.Reason != leasequota.ReasonUnavailable || d.Mode != leasequota.FailClosed {
@@ -100,7 +89,7 @@ func TestFailureModes(t *testing.T) {
 	d, err := l.WaitN(wctx, "closed", 1)
 	cancel()
 	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, leasequota.ErrUnavailable) || d.Allowed || d.Reason != leasequota.ReasonUnavailable {
-		t.Errorf("WaitN on a FailClosed tenant without Redis: %+v, %v; want a ReasonUnavailable denial at its deadline", d, err)
+		t.Errorf("WaitN on a FailClosed tenant without the store: %+v, %v; want a ReasonUnavailable denial at its deadline", d, err)
 	}
 	// FailLocal admits at most its fallback rate: one instance, so the
 	// tenant's rate, 100/s. Over 300ms that is at most 30 plus the
@@ -121,7 +110,7 @@ func TestFailureModes(t *testing.T) {
 	// The breaker opens after three failed calls in a row.
 	for !l.Degraded() {
 		if time.Now().After(deadline) {
-			t.Fatal("Degraded() = false 10s after Redis went down")
+			t.Fatal("Degraded() = false 10s after the store went down")
 		}
 		time.Sleep(time.Millisecond) // polling; the deadline bounds it
 	}
@@ -130,11 +119,10 @@ func TestFailureModes(t *testing.T) {
 		t.Errorf("degraded decisions not counted: %+v", st)
 	}
 
-	if err := srv.Restart(ctx); err != nil {
-		t.Fatal(err)
-	}
+	store.SetUp()
 	// Leasing resumes on its own: within two refresh intervals of the
-	// first call that reaches Redis; allow generous slack for a loaded CI.
+	// first call that reaches the store; allow generous slack for a
+	// loaded CI.
 	back := time.Now()
 	for tenant := range quotas {
 		for {
@@ -143,12 +131,12 @@ func TestFailureModes(t *testing.T) {
 				break
 			}
 			if time.Since(back) > 5*time.Second {
-				t.Fatalf("%s: no lease 5s after Redis came back: %+v", tenant, d)
+				t.Fatalf("%s: no lease 5s after the store came back: %+v", tenant, d)
 			}
 			time.Sleep(time.Millisecond)
 		}
 	}
-	t.Logf("leasing resumed %v after the restart", time.Since(back))
+	t.Logf("leasing resumed %v after the store came back", time.Since(back))
 	if l.Degraded() {
 		t.Error("Degraded() = true after recovery")
 	}

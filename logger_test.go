@@ -2,7 +2,9 @@ package leasequota_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -66,3 +68,69 @@ func (h *testLog) WithAttrs(attrs []slog.Attr) slog.Handler {
 }
 
 func (h *testLog) WithGroup(string) slog.Handler { return h }
+
+// captureLogger returns a logger that writes to t.Log as testLogger does
+// and also keeps, in slog's text format, the records at level or above:
+// for tests that read what the limiter logged.
+func captureLogger(t testing.TB, level slog.Level) (*slog.Logger, *logText) {
+	text := &logText{}
+	h := tee{newTestLog(t, nil), slog.NewTextHandler(text, &slog.HandlerOptions{Level: level})}
+	return slog.New(h), text
+}
+
+// logText is the text a captureLogger kept. Safe for concurrent use.
+type logText struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *logText) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logText) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// tee is a slog.Handler that hands each record to every handler that
+// takes its level.
+type tee []slog.Handler
+
+func (t tee) Enabled(ctx context.Context, level slog.Level) bool {
+	for _, h := range t {
+		if h.Enabled(ctx, level) {
+			return true
+		}
+	}
+	return false
+}
+
+func (t tee) Handle(ctx context.Context, r slog.Record) error {
+	var errs []error
+	for _, h := range t {
+		if h.Enabled(ctx, r.Level) {
+			errs = append(errs, h.Handle(ctx, r.Clone()))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (t tee) WithAttrs(attrs []slog.Attr) slog.Handler {
+	out := make(tee, len(t))
+	for i, h := range t {
+		out[i] = h.WithAttrs(attrs)
+	}
+	return out
+}
+
+func (t tee) WithGroup(name string) slog.Handler {
+	out := make(tee, len(t))
+	for i, h := range t {
+		out[i] = h.WithGroup(name)
+	}
+	return out
+}

@@ -5,31 +5,34 @@ import (
 	"log/slog"
 	"runtime"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 	"unsafe"
 
 	"github.com/leasequota/leasequota"
 	"github.com/leasequota/leasequota/bucket"
-	"github.com/leasequota/leasequota/internal/redisserver"
+	"github.com/leasequota/leasequota/lease"
+	"github.com/leasequota/leasequota/lease/memstore"
 	"github.com/leasequota/leasequota/syncer"
 )
 
 // BenchmarkTenantMemory measures the heap one tracked tenant costs: it
 // makes two waves of 100,000 tenants (one request each,
-// WithColdStartWait(0)) on the shared Redis, lets the syncer lease them
-// and give the leases back when they expire, and divides the growth of
-// HeapAlloc (after a full GC) over the second wave by its tenants: what
-// the first wave made once (the client's connections and their buffers,
-// the syncer's reusable slices) is not a per-tenant cost. The name bytes
-// are part of it: the limiter keeps the string it was given.
+// WithColdStartWait(0)) on the in-process store, lets the syncer lease
+// them and give the leases back when they expire, and divides the growth
+// of HeapAlloc (after a full GC) over the second wave by its tenants:
+// what the first wave made once (the syncer's reusable slices) is not a
+// per-tenant cost. The name bytes are part of it: the limiter keeps the
+// string it was given. The store's own state (the global buckets, which
+// live in Redis in production) is dropped before each measure
+// (droppable), so that only the limiter's heap counts.
 //
 // It reports B/tenant and allocs/tenant; the goal is <= 256 B/tenant. The
 // sizes of the structs that make up a tenant are logged, to show where
 // the bytes go.
 func BenchmarkTenantMemory(b *testing.B) {
 	const tenants = 100_000
-	c := redisserver.Client(b)
 	ctx := context.Background()
 	q := leasequota.Quota{Rate: 1000, Burst: 1000}
 	coldLease := int64(q.Rate * leasequota.DefaultRefreshInterval.Seconds()) // each tenant's first lease
@@ -38,17 +41,19 @@ func BenchmarkTenantMemory(b *testing.B) {
 	var nameBytes int
 	b.ReportAllocs()
 	for b.Loop() {
-		// A 1s Redis timeout: with the default 50ms, the first leases of
-		// 100,000 tenants at once time out on a healthy Redis (see
-		// integration.TestManyTenantsColdStartOnHealthyRedis).
-		l, err := leasequota.New(c, leasequota.WithKeyPrefix(redisserver.Prefix(b)), leasequota.WithDefaultQuota(q),
+		store := &droppable{}
+		store.Drop()
+		// A 1s store timeout: with the default 50ms, the first leases of
+		// 100,000 tenants at once may time out on a loaded machine (on
+		// Redis they do: integration.TestManyTenantsColdStartOnHealthyRedis).
+		l, err := leasequota.NewWithStore(store, leasequota.WithDefaultQuota(q),
 			leasequota.WithColdStartWait(0), leasequota.WithRedisTimeout(time.Second), leasequota.WithLogger(slog.New(slog.DiscardHandler)))
 		if err != nil {
 			b.Fatal(err)
 		}
 		// Two waves of tenants; the second's growth is the measure, so that
-		// what the first wave made once (the client's connections and their
-		// buffers, the syncer's reusable slices) does not count.
+		// what the first wave made once (the syncer's reusable slices) does
+		// not count.
 		buf := make([]byte, 0, 32)
 		nameBytes = 0
 		wave := func(from int) (heap, mallocs uint64) {
@@ -60,6 +65,7 @@ func BenchmarkTenantMemory(b *testing.B) {
 				l.AllowN(ctx, string(buf), 1)
 			}
 			settle(b, l, int64(from+tenants), coldLease)
+			store.Drop() // the buckets would be in Redis: not the limiter's heap
 			var ms runtime.MemStats
 			runtime.GC()
 			runtime.ReadMemStats(&ms)
@@ -97,6 +103,122 @@ func BenchmarkTenantMemory(b *testing.B) {
 		"only once Redis has failed for a tenant: bucket.TokenBucket %d B (its FailLocal fallback)",
 		unsafe.Sizeof(t), unsafe.Sizeof(st), unsafe.Sizeof(led), float64(nameBytes)/tenants,
 		unsafe.Sizeof(lim), unsafe.Sizeof(tb))
+}
+
+// droppable is a Backend on an in-process store that Drop replaces with
+// an empty one, freeing the global buckets: what Redis would hold, outside
+// the limiter's heap. Each view moves to the new store on its next call,
+// with a fresh memstore view (its own release ids).
+type droppable struct {
+	mu    sync.Mutex
+	store *memstore.Store
+	gen   int              // raised by Drop
+	views []*droppableView // for Drop to let go of the old store's views
+}
+
+// Drop replaces the store with an empty one; nothing refers to the old
+// one after it (unless a call is in flight).
+func (d *droppable) Drop() {
+	d.mu.Lock()
+	d.store = memstore.New()
+	d.gen++
+	views := d.views
+	d.mu.Unlock()
+	for _, v := range views {
+		v.mu.Lock()
+		v.view = nil
+		v.mu.Unlock()
+	}
+}
+
+func (d *droppable) Instance(id string, window time.Duration) (lease.Store, error) {
+	v := &droppableView{d: d, id: id, window: window}
+	if _, err := v.cur(); err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	d.views = append(d.views, v)
+	d.mu.Unlock()
+	return v, nil
+}
+
+type droppableView struct {
+	d      *droppable
+	id     string
+	window time.Duration
+
+	mu   sync.Mutex
+	gen  int
+	view lease.Store
+}
+
+// cur returns the view of the current store.
+func (v *droppableView) cur() (lease.Store, error) {
+	v.d.mu.Lock()
+	store, gen := v.d.store, v.d.gen
+	v.d.mu.Unlock()
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.view == nil || v.gen != gen {
+		view, err := store.Instance(v.id, v.window)
+		if err != nil {
+			return nil, err
+		}
+		v.view, v.gen = view, gen
+	}
+	return v.view, nil
+}
+
+func (v *droppableView) AcquireMany(ctx context.Context, reqs []lease.Request, results []lease.Result) ([]lease.Result, error) {
+	s, err := v.cur()
+	if err != nil {
+		return nil, err
+	}
+	return s.AcquireMany(ctx, reqs, results)
+}
+
+func (v *droppableView) ReleaseMany(ctx context.Context, reqs []lease.ReleaseRequest) []lease.ReleaseResult {
+	s, err := v.cur()
+	if err != nil {
+		out := make([]lease.ReleaseResult, len(reqs))
+		for i := range out {
+			out[i].Err = err
+		}
+		return out
+	}
+	return s.ReleaseMany(ctx, reqs)
+}
+
+func (v *droppableView) GetOverride(ctx context.Context, tenant string) (*lease.Override, error) {
+	s, err := v.cur()
+	if err != nil {
+		return nil, err
+	}
+	return s.GetOverride(ctx, tenant)
+}
+
+func (v *droppableView) SetOverride(ctx context.Context, tenant string, base lease.Limits, o lease.Override) (float64, error) {
+	s, err := v.cur()
+	if err != nil {
+		return 0, err
+	}
+	return s.SetOverride(ctx, tenant, base, o)
+}
+
+func (v *droppableView) DeleteOverride(ctx context.Context, tenant string, base lease.Limits) (float64, error) {
+	s, err := v.cur()
+	if err != nil {
+		return 0, err
+	}
+	return s.DeleteOverride(ctx, tenant, base)
+}
+
+func (v *droppableView) QuotaVersion(ctx context.Context) (int64, error) {
+	s, err := v.cur()
+	if err != nil {
+		return 0, err
+	}
+	return s.QuotaVersion(ctx)
 }
 
 // settle waits until the syncer has leased each of the tenants tracked

@@ -5,28 +5,12 @@ import (
 	"errors"
 	"log/slog"
 	"math"
-	"net"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/leasequota/leasequota"
-	"github.com/leasequota/leasequota/internal/redisserver"
+	"github.com/leasequota/leasequota/lease/memstore"
 )
-
-// unreachableClient returns a go-redis client whose every dial fails at
-// once, without touching the network: New never contacts Redis, and the
-// syncer's calls fail fast, so a limiter is cheap to make and close.
-func unreachableClient() *redis.Client {
-	return redis.NewClient(&redis.Options{
-		Addr:       "127.0.0.1:1",
-		MaxRetries: -1,
-		Dialer: func(context.Context, string, string) (net.Conn, error) {
-			return nil, errors.New("fuzz: no Redis here")
-		},
-	})
-}
 
 // documentedValid is Quota.Validate's contract, written out from the
 // field docs: Rate finite in (0, 1e12]; Burst 1..2^40; MinLease, MaxLease
@@ -51,16 +35,15 @@ func documentedValid(q leasequota.Quota) bool {
 	return true
 }
 
-// quietLogger drops the limiter's logs (the unreachable client makes
-// every limiter warn).
+// quietLogger drops the limiter's logs (thousands of fuzzed limiters).
 var quietLogger = slog.New(slog.DiscardHandler)
 
 // FuzzQuotaValidate checks Quota.Validate against its documented rules,
 // and that every quota it accepts is usable: New takes it as the default
 // quota, a first request is decided by it (not refused as invalid), with
 // every lease field resolved to a sane value, and the limiter's syncer
-// plans it without panicking. A rejected quota must be rejected by New
-// too, with ErrInvalidQuota.
+// plans it and leases from the in-process store without panicking. A
+// rejected quota must be rejected by New too, with ErrInvalidQuota.
 //
 // The seed corpus is testdata/fuzz/FuzzQuotaValidate plus the f.Add calls.
 func FuzzQuotaValidate(f *testing.F) {
@@ -74,9 +57,8 @@ func FuzzQuotaValidate(f *testing.F) {
 	f.Add(1.0, int64(10), int64(5), int64(4), int64(0), uint8(2))
 	f.Add(1e12+1, int64(1<<40+1), int64(0), int64(0), int64(0), uint8(255))
 
-	client := unreachableClient()
-	f.Cleanup(func() { client.Close() })
 	f.Fuzz(func(t *testing.T, rate float64, burst, minLease, maxLease, ttl int64, mode uint8) {
+		store := memstore.New() // each input on empty buckets
 		q := leasequota.Quota{
 			Rate: rate, Burst: burst, MinLease: minLease, MaxLease: maxLease,
 			LeaseTTL: time.Duration(ttl), FailureMode: leasequota.FailureMode(mode),
@@ -89,7 +71,7 @@ func FuzzQuotaValidate(f *testing.F) {
 			if !errors.Is(err, leasequota.ErrInvalidQuota) {
 				t.Fatalf("%+v: Validate() = %v, want an error wrapping ErrInvalidQuota", q, err)
 			}
-			if _, err := leasequota.New(client, leasequota.WithDefaultQuota(q)); !errors.Is(err, leasequota.ErrInvalidQuota) {
+			if _, err := leasequota.NewWithStore(store, leasequota.WithDefaultQuota(q)); !errors.Is(err, leasequota.ErrInvalidQuota) {
 				t.Fatalf("%+v: New(WithDefaultQuota) = %v, want ErrInvalidQuota", q, err)
 			}
 			return
@@ -99,20 +81,20 @@ func FuzzQuotaValidate(f *testing.F) {
 		// that a LeaseTTL that is set is at least twice the interval, the
 		// same for the default quota and for WithQuotaFunc's.
 		if q.LeaseTTL != 0 && q.LeaseTTL < 2*leasequota.DefaultRefreshInterval {
-			if _, err := leasequota.New(client, leasequota.WithDefaultQuota(q)); !errors.Is(err, leasequota.ErrInvalidQuota) {
+			if _, err := leasequota.NewWithStore(store, leasequota.WithDefaultQuota(q)); !errors.Is(err, leasequota.ErrInvalidQuota) {
 				t.Fatalf("%+v: New(WithDefaultQuota) = %v, want ErrInvalidQuota (LeaseTTL below twice the refresh interval)", q, err)
 			}
 			return
 		}
-		l, err := leasequota.New(client, leasequota.WithDefaultQuota(q), leasequota.WithColdStartWait(0),
-			leasequota.WithKeyPrefix("fuzz:"), leasequota.WithLogger(quietLogger))
+		l, err := leasequota.NewWithStore(store, leasequota.WithDefaultQuota(q), leasequota.WithColdStartWait(0),
+			leasequota.WithLogger(quietLogger))
 		if err != nil {
 			t.Fatalf("%+v: Validate() = nil but New(WithDefaultQuota) = %v", q, err)
 		}
 		defer func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 			defer cancel()
-			l.Close(ctx) // nothing was leased: no Redis call
+			l.Close(ctx) // returns what was leased, in process
 		}()
 		d := l.AllowN(context.Background(), "tenant", 1)
 		if d.Reason == leasequota.ReasonInvalidQuota || d.Reason == leasequota.ReasonInvalidN {
@@ -142,8 +124,7 @@ func FuzzQuotaValidate(f *testing.F) {
 // and must be refused by both (New's error, ReasonInvalidQuota) or
 // accepted by both.
 func TestLeaseTTLRuleSameEverywhere(t *testing.T) {
-	client := unreachableClient()
-	defer client.Close()
+	store := memstore.New()
 	q := leasequota.Quota{Rate: 100, Burst: 10, LeaseTTL: 50 * time.Millisecond}
 	if err := q.Validate(); err != nil {
 		t.Skipf("Validate now rejects %+v (%v)", q, err)
@@ -151,14 +132,14 @@ func TestLeaseTTLRuleSameEverywhere(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 
-	lDefault, err := leasequota.New(client, leasequota.WithDefaultQuota(q), leasequota.WithColdStartWait(0),
+	lDefault, err := leasequota.NewWithStore(store, leasequota.WithDefaultQuota(q), leasequota.WithColdStartWait(0),
 		leasequota.WithLogger(quietLogger))
 	var dDefault leasequota.Decision
 	if err == nil {
 		dDefault = lDefault.AllowN(ctx, "tenant", 1)
 		lDefault.Close(ctx)
 	}
-	lFunc, err2 := leasequota.New(client, leasequota.WithQuotaFunc(func(string) leasequota.Quota { return q }),
+	lFunc, err2 := leasequota.NewWithStore(store, leasequota.WithQuotaFunc(func(string) leasequota.Quota { return q }),
 		leasequota.WithColdStartWait(0), leasequota.WithLogger(quietLogger))
 	if err2 != nil {
 		t.Fatal(err2)
@@ -185,14 +166,14 @@ func TestLeaseTTLRuleSameEverywhere(t *testing.T) {
 // 1 hour does (Stats().Expired stays 0). Validate now refuses a LeaseTTL
 // above MaxLeaseTTL (24h), which this test accepts as an answer.
 func TestHugeLeaseTTLKeepsLeases(t *testing.T) {
-	c := redisserver.Client(t)
+	store := setup(t)
 	for _, ttl := range []time.Duration{time.Hour, 250 * 365 * 24 * time.Hour} {
 		q := leasequota.Quota{Rate: 100, Burst: 100, LeaseTTL: ttl}
 		if err := q.Validate(); err != nil {
 			t.Logf("LeaseTTL %v: Validate() = %v: refused, fine", ttl, err)
 			continue
 		}
-		l, err := leasequota.New(c, leasequota.WithKeyPrefix(redisserver.Prefix(t)), leasequota.WithLogger(testLogger(t)),
+		l, err := leasequota.NewWithStore(store, leasequota.WithLogger(testLogger(t)),
 			leasequota.WithColdStartWait(10*time.Second), // a loaded machine's first lease may take long
 			leasequota.WithQuotaFunc(func(string) leasequota.Quota { return q }))
 		if err != nil {

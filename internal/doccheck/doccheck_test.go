@@ -13,12 +13,16 @@
 //     name a command that prints it: in a code span or a line of a fenced
 //     code block, one of
 //     - go test ... -bench <pattern> <packages>
+//     - cd <module> && go test ... -bench <pattern> <packages>, for the
+//     nested modules (integration, grpcquota, cmd/leasequota-sim), the
+//     packages relative to the module's directory
 //     - make bench, make demo
 //     - cd cmd/leasequota-sim && go run . ... (the simulator is a module
 //     of its own)
 //  3. The command must be real: every package a go test names exists and
-//     has a benchmark that its -bench pattern selects; a make target is in
-//     the Makefile; go run's directory exists.
+//     has a benchmark that its -bench pattern selects; a cd names a
+//     directory with a go.mod; a make target is in the Makefile; go run's
+//     directory exists.
 //  4. Benchmark output quoted in a fenced block (a line "BenchmarkX-N ...")
 //     must come from a go test command of its section that runs BenchmarkX.
 //
@@ -101,6 +105,10 @@ func TestRule(t *testing.T) {
 		{"# A\n\n`cd cmd/leasequota-sim && go run . -redis redis://x` shows 7.5 round trips, 1.2µs each\n", ""},
 		{"# A\n\n`go test -bench NoSuch .`: 3 ns\n", "selects no benchmark"},
 		{"# A\n\n`go test -bench . ./nosuch`: 3 ns\n", "no such directory"},
+		{"# A\n\n`cd integration && go test -run '^$' -bench RedisPerRequest -benchmem .`\n\n```\nBenchmarkRedisPerRequest-2  100  50000 ns/op\n```\n", ""},
+		{"# A\n\n`cd integration && go test -bench NoSuch .`: 3 ns\n", "selects no benchmark"},
+		{"# A\n\n`cd nosuch && go test -bench . .`: 3 ns\n", "no go.mod"},
+		{"# A\n\n`cd integration && go test -bench RedisPerRequest .`\n\n```\nBenchmarkAllow-2  100  12 ns/op\n```\n", "BenchmarkAllow: no go test command"},
 		{"# A\n\n`go test -bench Allow .`\n\n```\nBenchmarkMiddleware-2  100  170 ns/op\n```\n", "BenchmarkMiddleware: no go test command"},
 		{"# A\n\nThe default is 100 ms, 1 s and 3x its quota.\n", ""},
 	} {
@@ -254,13 +262,21 @@ func parseCommand(root, s string) (command, bool, error) {
 		return command{text: s}, true, nil
 	case len(args) >= 2 && args[0] == "go" && args[1] == "test":
 		return goTest(root, s, args[2:])
+	case len(args) >= 5 && args[0] == "cd" && args[2] == "&&" && args[3] == "go" && args[4] == "test":
+		// A nested module: its packages are relative to its directory.
+		dir := filepath.Join(root, filepath.FromSlash(args[1]))
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err != nil {
+			return command{}, false, fmt.Errorf("%q: cd %s: no go.mod there (%v)", s, args[1], err)
+		}
+		return goTest(dir, s, args[5:])
 	}
 	return command{}, false, nil
 }
 
-// goTest checks a go test command with -bench: its packages exist and its
-// pattern selects benchmarks in them. Without -bench it prints no
-// benchmark figures and is not a command for this check.
+// goTest checks a go test command with -bench, run in the module
+// directory root: its packages exist and its pattern selects benchmarks
+// in them. Without -bench it prints no benchmark figures and is not a
+// command for this check.
 func goTest(root, s string, args []string) (command, bool, error) {
 	valued := map[string]bool{"-run": true, "-bench": true, "-count": true, "-benchtime": true, "-cpu": true,
 		"-timeout": true, "-tags": true, "-p": true, "-fuzz": true, "-fuzztime": true}

@@ -1,7 +1,7 @@
 // Package faultstore wraps the global buckets of Limiters (a Backend, such
 // as *memstore.Store) with the faults of a network: an outage, a delay per
-// call, and a hook that may fail or hold any call. It counts the calls by
-// kind. Tests of the root package and the deterministic simulation use it
+// call, and a hook that may fail or hold any call (Delay and Pause make
+// the common ones). It counts the calls by kind. Tests of the root package and the deterministic simulation use it
 // where Redis itself is not the subject.
 package faultstore
 
@@ -75,6 +75,40 @@ func (s *Store) SetHook(h Hook) {
 	s.mu.Lock()
 	s.hook = h
 	s.mu.Unlock()
+}
+
+// Delay returns a Hook that holds every call for d, as a slow network
+// does, then lets it through. A call whose ctx is done first fails with
+// ctx.Err() without reaching the store, as a client call that timed out.
+func Delay(d time.Duration) Hook {
+	return func(ctx context.Context, _ string, _ Op, _ int) error {
+		return hold(ctx, d)
+	}
+}
+
+// Pause returns a Hook that holds every call until the time until, then
+// lets it through: Redis's CLIENT PAUSE, which holds the commands of every
+// client until the pause ends. A call made after until is not held. A call
+// whose ctx is done first fails with ctx.Err() without reaching the store.
+func Pause(until time.Time) Hook {
+	return func(ctx context.Context, _ string, _ Op, _ int) error {
+		return hold(ctx, time.Until(until))
+	}
+}
+
+// hold waits for d, or until ctx is done: then it returns ctx.Err().
+func hold(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // Calls returns how many calls of op were made, and how many of them
