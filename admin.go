@@ -124,7 +124,7 @@ func (e *opErr) Error() string {
 // from the start of msg and from the start of every part of it (after
 // ": ").
 func stripPrefixes(msg string) string {
-	for _, p := range []string{pkgPrefix, "lease: "} {
+	for _, p := range []string{pkgPrefix, "lease: ", "memstore: "} {
 		msg = strings.TrimPrefix(msg, p)
 		msg = strings.ReplaceAll(msg, ": "+p, ": ")
 	}

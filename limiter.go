@@ -384,8 +384,11 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n
 					limit = l.cfg.coldStartWait
 				}
 				if limit <= 0 {
+					// The denial first: once the syncer is told, a lease
+					// may land before the denial reads the tenant.
+					d := l.deny(e, n)
 					l.sync.NoteMiss(e, n)
-					return l.count(l.deny(e, n)), nil
+					return l.count(d), nil
 				}
 				budget.ctx, budget.cancel = context.WithTimeout(ctx, limit)
 			}
