@@ -4,6 +4,7 @@
 #               of every module (race detector on, integration tests
 #               included), and each fuzz target briefly
 # make bench  - run the benchmarks of every module
+# make simulation-long - 20,000 scenarios of the deterministic simulation
 #
 # Modules: the library (this directory) and three nested modules with
 # their own go.mod, so that the library requires only what its code
@@ -12,12 +13,12 @@
 GO ?= go
 FUZZTIME ?= 10s
 
-.PHONY: demo test redis vet unit integration sim grpc fuzz bench
+.PHONY: demo test redis vet unit simulation simulation-long integration sim grpc fuzz bench
 
 demo:
 	cd cmd/leasequota-sim && $(GO) run . -report ../../leasequota-report.html
 
-test: redis vet unit integration sim grpc fuzz
+test: redis vet unit simulation integration sim grpc fuzz
 
 redis:
 	@bash scripts/ensure-redis.sh
@@ -30,6 +31,15 @@ vet:
 
 unit:
 	$(GO) test -race -count=1 -p 1 ./...
+
+# The deterministic simulation of whole Limiters (sim_test.go), without
+# the race detector so that thousands of scenarios fit; unit runs 40 of
+# them with it.
+simulation:
+	$(GO) test -count=1 -run '^TestSimulation$$' -sim.seeds=2000 .
+
+simulation-long:
+	$(GO) test -count=1 -timeout 30m -run '^TestSimulation$$' -sim.seeds=20000 .
 
 integration:
 	cd integration && $(GO) test -race -count=1 -p 1 ./...
