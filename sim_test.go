@@ -95,7 +95,14 @@ func TestSimulation(t *testing.T) {
 	for seed := first; seed < first+seeds; seed++ {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			var r simResult
+			// A decision path that spins never blocks, so the fake clock
+			// stops and the scenario never ends: a real-time watchdog
+			// names the seed.
+			dog := time.AfterFunc(simWatchdog, func() {
+				panic(fmt.Sprintf("sim: seed %d made no progress in %v of real time: a goroutine spins without blocking", seed, simWatchdog))
+			})
 			synctest.Test(t, func(t *testing.T) { r = runScenario(t, seed) })
+			dog.Stop()
 			for i := range calls {
 				calls[i] += r.calls[i]
 			}
@@ -104,6 +111,10 @@ func TestSimulation(t *testing.T) {
 	}
 	t.Logf("%d scenarios: %d admitted from leases; store calls: %s", seeds, admitted, opCounts(calls))
 }
+
+// simWatchdog bounds the real time of one scenario (they take
+// milliseconds; -race and a loaded machine stretch that a hundredfold).
+const simWatchdog = 2 * time.Minute
 
 // simResult is what a scenario reports.
 type simResult struct {
