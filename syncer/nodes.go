@@ -77,7 +77,9 @@ func (s *Syncer) byNode(ctx context.Context, releases []lease.ReleaseRequest, jo
 // A node's work waits for the node's work of earlier rounds to finish
 // before it makes its calls: a dead node then has at most one round's
 // calls in flight, and never holds more than that of the MaxInFlight
-// slots that the live nodes' calls need too.
+// slots that the live nodes' calls need too. Work that has not started
+// its calls when Run's ctx ends is dropped (see drop), so that Run waits
+// for no more than the calls in flight.
 //
 // After Close the groups run one after the other before dispatch returns.
 func (s *Syncer) dispatch(ctx context.Context, round *telemetry.Round, now time.Time, releases []lease.ReleaseRequest, jobs []job) {
@@ -111,6 +113,7 @@ func (s *Syncer) dispatch(ctx context.Context, round *telemetry.Round, now time.
 	if s.nodeDone == nil {
 		s.nodeDone = map[string]chan struct{}{}
 	}
+	stop := s.stopping
 	for node, w := range groups {
 		prev := s.nodeDone[node]
 		done := make(chan struct{})
@@ -118,11 +121,46 @@ func (s *Syncer) dispatch(ctx context.Context, round *telemetry.Round, now time.
 		go func() {
 			defer s.async.Done()
 			defer close(done)
-			if prev != nil {
-				<-prev
+			if !turn(prev, stop) {
+				s.drop(w)
+				r.done(telemetry.Round{})
+				return
 			}
 			r.done(s.carryOut(ctx, now, w))
 		}()
+	}
+}
+
+// turn waits for prev, the end of a node's earlier work (nil for none),
+// or for stop (the end of Run's ctx; nil outside Run), and reports whether
+// the work may make its calls: not once stop is closed.
+func turn(prev, stop <-chan struct{}) bool {
+	if prev != nil {
+		select {
+		case <-prev:
+		case <-stop:
+		}
+	}
+	select {
+	case <-stop:
+		return false
+	default:
+		return true
+	}
+}
+
+// drop gives up w without a call: its tenants are unlocked as though no
+// call had been planned (the planner keeps nothing for a call in flight),
+// and its returns are left to the next round or ReleaseAll. Nothing was
+// sent, so no granted token is lost.
+func (s *Syncer) drop(w *nodeWork) {
+	for _, j := range w.jobs {
+		j.t.mu.Unlock()
+	}
+	if len(w.releases) > 0 {
+		s.pendingMu.Lock()
+		s.pending = append(s.pending, w.releases...)
+		s.pendingMu.Unlock()
 	}
 }
 

@@ -26,10 +26,11 @@ type nodeStore struct {
 	lease.Store
 	unblock chan struct{}
 
-	mu       sync.Mutex // guards the fields below
-	deadRuns int        // calls to the dead node so far
-	mixed    []string   // calls that mixed the nodes' tenants
-	hanging  int        // calls to the dead node hanging now
+	mu       sync.Mutex     // guards the fields below
+	deadRuns int            // calls to the dead node so far
+	mixed    []string       // calls that mixed the nodes' tenants
+	hanging  int            // calls to the dead node hanging now
+	located  map[string]int // NodeOf calls by tenant
 }
 
 func nodeOf(tenant string) string {
@@ -40,7 +41,21 @@ func nodeOf(tenant string) string {
 }
 
 func (s *nodeStore) NodeOf(_ context.Context, tenant string) (string, bool) {
+	s.mu.Lock()
+	if s.located == nil {
+		s.located = map[string]int{}
+	}
+	s.located[tenant]++
+	s.mu.Unlock()
 	return nodeOf(tenant), true
+}
+
+// locatedTimes returns how many times NodeOf was asked about tenant: a
+// round in Cluster mode asks once for each tenant it calls for.
+func (s *nodeStore) locatedTimes(tenant string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.located[tenant]
 }
 
 // toNode is the node a call for tenants goes to; a call that mixes the
@@ -167,7 +182,6 @@ func TestClusterDeadNodeDelaysOnlyItsTenants(t *testing.T) {
 			close(st.unblock)
 		}
 	}
-	defer unblock() // when the test fails early: let the hanging calls go
 
 	const interval = 100 * time.Millisecond
 	s := syncer.New(st, syncer.Options{
@@ -179,6 +193,7 @@ func TestClusterDeadNodeDelaysOnlyItsTenants(t *testing.T) {
 		CallTimeout: time.Hour,
 	})
 	defer s.Close()
+	defer unblock() // first: Close waits for the hanging calls
 	lim := &syncer.Limits{Rate: 1000, Burst: 1000, MinLease: 1, MaxLease: 100, LeaseTTL: time.Second}
 	var live, dead []*syncer.Tenant
 	for i := range 4 {
@@ -255,7 +270,9 @@ func TestClusterDeadNodeDelaysOnlyItsTenants(t *testing.T) {
 	dead = append(dead, late)
 
 	// Later rounds go on for the live tenants: spend their leases, move
-	// the clock past their refresh and tick again, a few times.
+	// the clock past their refresh and tick again, a few times. A tenant
+	// whose previous call is still being applied is skipped (locked) and
+	// picked up by the next tick: tick until all are refilled.
 	calls := s.Stats().Calls
 	for r := range 5 {
 		for _, tn := range live {
@@ -264,11 +281,17 @@ func TestClusterDeadNodeDelaysOnlyItsTenants(t *testing.T) {
 			tn.NoteMiss(10)
 		}
 		clock.Add(int64(interval))
-		if !tick("a later round") {
-			return
-		}
-		if !within(10*time.Second, allLeased(live)) {
-			t.Fatalf("round %d: the live node's tenants were not refilled while the dead node's call hangs", r+2)
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			if !tick("a later round") {
+				return
+			}
+			if within(20*time.Millisecond, allLeased(live)) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: the live node's tenants were not refilled within 10s while the dead node's call hangs", r+2)
+			}
 		}
 	}
 	if got := s.Stats().Calls - calls; got < 5 {
@@ -340,5 +363,92 @@ func TestStandaloneRoundFinishesItsCalls(t *testing.T) {
 		if tn.Held() == 0 {
 			t.Errorf("%s holds no lease when Tick returned", tn.Name())
 		}
+	}
+}
+
+// TestClusterRunEndDropsWaitingCalls runs a Cluster-mode syncer (Run) on a
+// store whose dead node's calls hang, and ends Run while a tenant's call
+// waits behind the node's call in flight: Run must return once the call in
+// flight is done, without making the waiting one (nothing was sent, so
+// nothing granted is lost), and leave that tenant unlocked and its tokens
+// to ReleaseAll.
+func TestClusterRunEndDropsWaitingCalls(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	mem := memstore.New()
+	view, err := mem.Instance("me", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := &nodeStore{Store: view, unblock: make(chan struct{})}
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(st.unblock) }) }
+	s := syncer.New(st, syncer.Options{
+		Planner:     syncer.NewPlanner(syncer.Config{Interval: 40 * time.Millisecond}, 1),
+		Tick:        time.Millisecond,
+		Cluster:     true,
+		CallTimeout: time.Hour, // the dead node's calls end when the test unblocks them
+	})
+	defer s.Close()
+	defer unblock() // first: Close waits for the hanging calls
+	lim := &syncer.Limits{Rate: 1000, Burst: 1000, MinLease: 1, MaxLease: 100, LeaseTTL: time.Second}
+	first, err := s.Track("dead-first", lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first.NoteMiss(10)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ran := make(chan error, 1)
+	go func() { ran <- s.Run(ctx) }()
+
+	// The first tenant's acquire and the quota version poll hang.
+	if !within(10*time.Second, func() bool { _, hanging, _ := st.counts(); return hanging >= 2 }) {
+		runs, hanging, _ := st.counts()
+		cancel()
+		unblock()
+		<-ran
+		t.Fatalf("%d calls to the dead node, %d hanging; want the acquire and the quota version poll hanging", runs, hanging)
+	}
+	// A second tenant of the node: a round plans its call (and asks its
+	// node), which waits for the first call.
+	second, err := s.Track("dead-second", lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second.NoteMiss(10)
+	if !within(10*time.Second, func() bool { return st.locatedTimes("dead-second") > 0 }) {
+		t.Errorf("no round called for the second tenant")
+	}
+	cancel()
+	unblock()
+	select {
+	case err := <-ran:
+		if err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return within 10s of its end and the node answering")
+	}
+	if runs, _, _ := st.counts(); runs != 2 {
+		t.Errorf("%d calls to the dead node; want 2 (the first acquire, the quota version poll): the waiting call was made after Run ended", runs)
+	}
+	if first.Held() == 0 {
+		t.Errorf("the first tenant holds no lease: the call in flight when Run ended was not applied")
+	}
+	if n := second.Held(); n != 0 {
+		t.Errorf("the second tenant holds %d tokens: its call was made after Run ended", n)
+	}
+	// Its lock is free: an urgent refill goes through.
+	select {
+	case r := <-s.Refill(context.Background(), second, 1):
+		if r.Err != nil {
+			t.Errorf("refill of the second tenant: %v", r.Err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the second tenant's lock is still held after Run returned")
+	}
+	s.Close()
+	if err := s.ReleaseAll(context.Background()); err != nil {
+		t.Fatal(err)
 	}
 }

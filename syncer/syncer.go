@@ -124,6 +124,10 @@ type Syncer struct {
 	// nodeDone is closed when the last round's work on the node is done
 	// (Cluster mode; see dispatch).
 	nodeDone map[string]chan struct{}
+	// stopping is Run's ctx.Done(), nil outside Run: once it is closed,
+	// node work still waiting for its turn is dropped (Cluster mode; see
+	// dispatch).
+	stopping <-chan struct{}
 
 	poll quotaPoll // Cluster mode: the quota version poll beside the rounds
 
@@ -343,19 +347,23 @@ func (s *Syncer) NoteMiss(t *Tenant, n int64) {
 }
 
 // Run plans and refreshes leases until ctx is done, then returns nil once
-// every call its rounds started has finished (see Wait). It is a loop of
-// Tick every Options.Tick and Urgent whenever NoteMiss queues a tenant; a
-// caller that drives the syncer itself (a deterministic simulation) calls
-// those two instead of Run, and Wait.
+// every call its rounds started has finished (see Wait). In Cluster mode,
+// calls not started when ctx ends, such as those waiting for their node's
+// earlier calls, are not made (their returns are left to ReleaseAll). It is a
+// loop of Tick every Options.Tick and Urgent whenever NoteMiss queues a
+// tenant; a caller that drives the syncer itself (a deterministic
+// simulation) calls those two instead of Run, and Wait.
 func (s *Syncer) Run(ctx context.Context) error {
 	tick := time.NewTicker(s.opts.Tick)
 	defer tick.Stop()
+	s.stopping = ctx.Done()
 	// A round in flight when ctx ends finishes its calls (each bounded by
 	// CallTimeout): canceling them would lose tokens Redis already granted.
 	calls := context.WithoutCancel(ctx)
 	for {
 		select {
 		case <-ctx.Done():
+			s.stopping = nil
 			s.Wait()
 			return nil
 		case <-tick.C:
