@@ -41,6 +41,11 @@ type nodeWork struct {
 // NodeLocator, form the group "".
 func (s *Syncer) byNode(ctx context.Context, releases []lease.ReleaseRequest, jobs []job) map[string]*nodeWork {
 	loc, _ := s.client.(NodeLocator)
+	// The look-ups are local, except that a cluster client that has not
+	// loaded its slot map yet loads it on the first: bound that, since it
+	// runs in the loop.
+	ctx, cancel := context.WithTimeout(ctx, s.opts.CallTimeout)
+	defer cancel()
 	nodeOf := func(tenant string) string {
 		if loc == nil {
 			return ""
