@@ -12,7 +12,10 @@
 //   - Syncer (syncer.go) is the edge: one goroutine that ticks, asks the
 //     Planner what to do for every tenant, and carries the plan out in
 //     pipelined lease calls; plus urgent refills for a tenant whose
-//     requests ran short, coalesced with singleflight.
+//     requests ran short, coalesced with singleflight. On a Redis Cluster
+//     (Options.Cluster) a round sends each node's calls on their own
+//     (nodes.go) and does not wait for them, so that a dead or slow node
+//     delays only its own tenants.
 //
 // Scheduling. A tenant's regular refresh happens once per Interval at a
 // phase given by xxhash(tenant) modulo Interval, plus a random jitter, so

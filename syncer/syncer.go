@@ -46,7 +46,10 @@ type Options struct {
 	// a failed call then says nothing of other tenants' nodes, so no
 	// breaker is shared between tenants, and each failing tenant backs off
 	// on its own (up to one interval). Degraded reports whether any tenant
-	// is failing.
+	// is failing. And a slow call says nothing of other nodes either: a
+	// round sends each node's calls on their own (grouped by the Store's
+	// NodeLocator, when it has one) and does not wait for them, nor for
+	// the quota version's poll (see Round and Wait).
 	Cluster bool
 
 	// IdleTimeout is how long a tenant may see no request before it is
@@ -84,9 +87,11 @@ type Stats struct {
 }
 
 // Syncer refreshes the leases of a set of tenants: one goroutine (Run)
-// plans every tenant each Interval/4 and carries the plan out in pipelined
-// lease calls; Refill makes an urgent call for one tenant. All methods are
-// safe for concurrent use.
+// plans every tenant each Interval/4 and carries the plan out in pipelined lease
+// calls (in Cluster mode from a goroutine per node, which Run and Close
+// wait for; see Round); Refill makes an urgent call for one tenant. All
+// methods are safe for concurrent use, except where a method says which
+// others it must not run beside.
 type Syncer struct {
 	client  lease.Store
 	reg     registry // every tenant this instance tracks
@@ -105,6 +110,15 @@ type Syncer struct {
 	quotaVer    int64      // the quota version last seen
 	quotaPolled int64      // unix nanoseconds of the last poll of it
 	quotaKnown  bool       // quotaVer has been read once
+	// nodeDone is closed when the last round's work on the node is done
+	// (Cluster mode; see dispatch).
+	nodeDone map[string]chan struct{}
+	// stopping is Run's ctx.Done(), nil outside Run: once it is closed,
+	// node work still waiting for its turn is dropped (Cluster mode; see
+	// dispatch).
+	stopping <-chan struct{}
+
+	poll quotaPoll // Cluster mode: the quota version poll beside the rounds
 
 	// lastBase is the base limits Track made last: tenants of the same
 	// quota share them (see baseLimits).
@@ -116,9 +130,13 @@ type Syncer struct {
 	ctx    context.Context // lifetime of urgent refills, ended by Close
 	cancel context.CancelFunc
 
-	closeMu  sync.RWMutex   // guards closed against inflight.Add
+	closeMu  sync.RWMutex   // guards closed against inflight.Add and async.Add
 	closed   bool           //
 	inflight sync.WaitGroup // urgent refills running
+	// async counts what rounds left running in Cluster mode: node groups
+	// of calls (dispatch) and quota version polls (pollQuotaAsync). Only
+	// the loop adds to it.
+	async sync.WaitGroup
 
 	calls, errs, requested, granted, returned, forfeited, expired, evicted atomic.Int64
 	failingTenants                                                         atomic.Int64 // Cluster mode: tenants whose last call failed
@@ -327,19 +345,24 @@ func (s *Syncer) NoteMiss(t *Tenant, n int64) {
 }
 
 // Run plans and refreshes leases until ctx is done, then returns nil once
-// the round in flight, if any, has finished. It is a loop of Tick every
-// Interval/4 and Urgent whenever NoteMiss queues a tenant; a caller that
-// drives the syncer itself (a deterministic simulation) calls those two
-// instead of Run.
+// every call its rounds started has finished (see Wait). In Cluster mode,
+// calls not started when ctx ends, such as those waiting for their node's
+// earlier calls, are not made (their returns are left to ReleaseAll). It is a
+// loop of Tick every Interval/4 and Urgent whenever NoteMiss queues a
+// tenant; a caller that drives the syncer itself (a deterministic
+// simulation) calls those two instead of Run, and Wait.
 func (s *Syncer) Run(ctx context.Context) error {
 	tick := time.NewTicker(max(s.planner.Config().Interval/4, time.Millisecond))
 	defer tick.Stop()
+	s.stopping = ctx.Done()
 	// A round in flight when ctx ends finishes its calls (each bounded by
 	// CallTimeout): canceling them would lose tokens Redis already granted.
 	calls := context.WithoutCancel(ctx)
 	for {
 		select {
 		case <-ctx.Done():
+			s.stopping = nil
+			s.Wait()
 			return nil
 		case <-tick.C:
 			s.Tick(calls)
@@ -351,16 +374,22 @@ func (s *Syncer) Run(ctx context.Context) error {
 
 // Tick runs one scheduled round: it polls the quota version when due, then
 // plans every tenant and carries the plan out (see Round). Run calls it
-// every Interval/4. It must not run concurrently with Urgent, Round or
-// another Tick.
+// every Interval/4. It must not run concurrently with Urgent, Round,
+// Wait or another Tick.
+//
+// Without Cluster, Tick returns once its calls have finished. In Cluster
+// mode it does not wait for the calls (see Round), nor for the quota
+// version: it uses the version the last poll read and leaves the next
+// poll running, so a quota change is seen a tick later.
 func (s *Syncer) Tick(ctx context.Context) {
 	s.round(ctx, s.reg.all, s.pollQuota(ctx, s.opts.Now()))
 }
 
 // Urgent runs one round over the tenants that NoteMiss queued, up to
 // batchSize of them, and reports whether any was queued. It never blocks
-// waiting for one. It must not run concurrently with Tick, Round or
-// another Urgent.
+// waiting for one; in Cluster mode it does not wait for the round's calls
+// either (see Round). It must not run concurrently with Tick, Round, Wait
+// or another Urgent.
 func (s *Syncer) Urgent(ctx context.Context) bool {
 	select {
 	case t := <-s.urgent:
@@ -401,29 +430,18 @@ type job struct {
 // expired tokens are taken back and returned, idle tenants evicted (their
 // tokens returned), then leases are acquired in pipelines of up to
 // batchSize tenants, at most maxInFlight at once. A tenant that is
-// locked (an urgent refill is running for it) is skipped.
+// locked (an urgent refill, or an earlier round's call, is running for
+// it) is skipped. It must not run concurrently with Tick, Urgent, Wait or
+// another Round.
+//
+// Without Cluster, Round returns once its calls have finished. In Cluster
+// mode it groups the returns and acquires by the node of their tenant
+// (see NodeLocator) and returns once it has sent each group on its way,
+// in a goroutine of its own: a dead or slow node delays its own tenants,
+// which stay locked (so later rounds skip them) until their results are
+// applied, and no one else. Wait waits for those calls.
 func (s *Syncer) Round(ctx context.Context, tenants iter.Seq[*Tenant]) {
 	s.round(ctx, tenants, false)
-}
-
-// pollQuota reads the quota version (at most every half interval) and
-// reports whether it moved since the last read, or could not be read:
-// then every tenant active here re-reads its quota in this round.
-func (s *Syncer) pollQuota(ctx context.Context, now time.Time) bool {
-	ns := now.UnixNano()
-	if s.quotaKnown && ns-s.quotaPolled < int64(s.planner.Config().Interval)/2 {
-		return false
-	}
-	s.quotaPolled = ns
-	ctx, cancel := context.WithTimeout(ctx, s.opts.CallTimeout)
-	defer cancel()
-	v, err := s.client.QuotaVersion(ctx)
-	if err != nil {
-		return true
-	}
-	changed := !s.quotaKnown || v != s.quotaVer
-	s.quotaVer, s.quotaKnown = v, true
-	return changed
 }
 
 // round is Round, with quotaCheck telling the planner that quotas may
@@ -481,26 +499,38 @@ func (s *Syncer) round(ctx context.Context, tenants iter.Seq[*Tenant], quotaChec
 		return
 	}
 	ctx, round := s.opts.Telemetry.StartRound(ctx, false)
-	defer s.endRound(round)
-	if len(releases) > 0 {
-		round.Returned, _ = s.release(ctx, round, releases)
-	}
-	if len(jobs) == 0 {
+	if s.opts.Cluster {
+		s.dispatch(ctx, round, now, releases, jobs)
 		return
 	}
+	defer s.endRound(round)
+	round.Add(s.carryOut(ctx, now, &nodeWork{releases: releases, jobs: jobs}))
+}
+
+// carryOut makes a round's calls of w: the returns, then the acquires in
+// pipelines of up to BatchSize tenants, which it waits for. It returns the
+// totals for the round's span.
+func (s *Syncer) carryOut(ctx context.Context, now time.Time, w *nodeWork) (tot telemetry.Round) {
+	if len(w.releases) > 0 {
+		tot.Returned, _ = s.release(ctx, &tot, w.releases)
+	}
+	if len(w.jobs) == 0 {
+		return tot
+	}
 	var g errgroup.Group
-	var mu sync.Mutex // guards round's totals
-	for start := 0; start < len(jobs); start += batchSize {
-		chunk := jobs[start:min(start+batchSize, len(jobs))]
+	var mu sync.Mutex // guards tot
+	for start := 0; start < len(w.jobs); start += batchSize {
+		chunk := w.jobs[start:min(start+batchSize, len(w.jobs))]
 		g.Go(func() error {
-			tot := s.acquire(ctx, now, chunk)
+			t := s.acquire(ctx, now, chunk)
 			mu.Lock()
-			round.Add(tot)
+			tot.Add(t)
 			mu.Unlock()
 			return nil
 		})
 	}
 	g.Wait()
+	return tot
 }
 
 // endRound ends a round's span and records its lease totals.
@@ -867,14 +897,16 @@ func (s *Syncer) refill(link trace.Link, t *Tenant, need int64) error {
 // closing reports whether Close has been called.
 func (s *Syncer) closing() bool { return s.ctx.Err() != nil }
 
-// Close stops urgent refills and waits for those running. It does not stop
-// Run: cancel Run's context for that.
+// Close stops urgent refills and waits for those running, and for the
+// calls rounds left running (see Wait); later rounds finish their calls
+// before returning. It does not stop Run: cancel Run's context for that.
 func (s *Syncer) Close() {
 	s.closeMu.Lock()
 	s.closed = true
 	s.closeMu.Unlock()
 	s.cancel()
 	s.inflight.Wait()
+	s.async.Wait()
 }
 
 // ReleaseAll drains every tenant's tokens and returns them to Redis. Call

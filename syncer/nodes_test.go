@@ -1,0 +1,454 @@
+package syncer_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/leasequota/leasequota/lease"
+	"github.com/leasequota/leasequota/lease/memstore"
+	"github.com/leasequota/leasequota/quota"
+	"github.com/leasequota/leasequota/syncer"
+)
+
+// nodeStore is a lease.Store on two nodes, "live" and "dead", and a
+// syncer.NodeLocator: a tenant named "dead-..." lives on the dead node,
+// every other on the live one, and the quota version lives on the dead
+// node too (on a Redis Cluster it is a key of one node). Calls to the dead
+// node hang until unblock is closed (or their context ends), like calls
+// to a Redis master that was killed or paused; calls to the live node go
+// to the in-process store at once.
+type nodeStore struct {
+	lease.Store
+	unblock chan struct{}
+
+	mu       sync.Mutex     // guards the fields below
+	deadRuns int            // calls to the dead node so far
+	mixed    []string       // calls that mixed the nodes' tenants
+	hanging  int            // calls to the dead node hanging now
+	located  map[string]int // NodeOf calls by tenant
+}
+
+func nodeOf(tenant string) string {
+	if strings.HasPrefix(tenant, "dead-") {
+		return "dead"
+	}
+	return "live"
+}
+
+func (s *nodeStore) NodeOf(_ context.Context, tenant string) (string, bool) {
+	s.mu.Lock()
+	if s.located == nil {
+		s.located = map[string]int{}
+	}
+	s.located[tenant]++
+	s.mu.Unlock()
+	return nodeOf(tenant), true
+}
+
+// locatedTimes returns how many times NodeOf was asked about tenant: a
+// round in Cluster mode asks once for each tenant it calls for.
+func (s *nodeStore) locatedTimes(tenant string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.located[tenant]
+}
+
+// toNode is the node a call for tenants goes to; a call that mixes the
+// nodes' tenants is recorded and goes to the dead node (as go-redis would
+// keep it waiting).
+func (s *nodeStore) toNode(tenants []string) string {
+	node := nodeOf(tenants[0])
+	for _, t := range tenants[1:] {
+		if nodeOf(t) != node {
+			s.mu.Lock()
+			s.mixed = append(s.mixed, strings.Join(tenants, ","))
+			s.mu.Unlock()
+			return "dead"
+		}
+	}
+	return node
+}
+
+// hang blocks a call to the dead node until unblock or ctx.
+func (s *nodeStore) hang(ctx context.Context) error {
+	s.mu.Lock()
+	s.deadRuns++
+	s.hanging++
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.hanging--
+		s.mu.Unlock()
+	}()
+	select {
+	case <-s.unblock:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (s *nodeStore) AcquireMany(ctx context.Context, reqs []lease.Request, results []lease.Result) ([]lease.Result, error) {
+	tenants := make([]string, len(reqs))
+	for i, r := range reqs {
+		tenants[i] = r.Tenant
+	}
+	if s.toNode(tenants) == "dead" {
+		if err := s.hang(ctx); err != nil {
+			res := make([]lease.Result, len(reqs))
+			for i := range res {
+				res[i].Err = err
+			}
+			return res, err
+		}
+	}
+	return s.Store.AcquireMany(ctx, reqs, results)
+}
+
+func (s *nodeStore) ReleaseMany(ctx context.Context, reqs []lease.ReleaseRequest) []lease.ReleaseResult {
+	tenants := make([]string, len(reqs))
+	for i, r := range reqs {
+		tenants[i] = r.Tenant
+	}
+	if s.toNode(tenants) == "dead" {
+		if err := s.hang(ctx); err != nil {
+			res := make([]lease.ReleaseResult, len(reqs))
+			for i := range res {
+				res[i].Err = err
+			}
+			return res
+		}
+	}
+	return s.Store.ReleaseMany(ctx, reqs)
+}
+
+func (s *nodeStore) QuotaVersion(ctx context.Context) (int64, error) {
+	if err := s.hang(ctx); err != nil {
+		return 0, err
+	}
+	return s.Store.QuotaVersion(ctx)
+}
+
+func (s *nodeStore) counts() (deadRuns, hanging int, mixed []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.deadRuns, s.hanging, append([]string(nil), s.mixed...)
+}
+
+// within polls cond until it holds or the deadline passes, and reports
+// whether it held.
+func within(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(time.Millisecond) // polling interval; the deadline bounds the wait
+	}
+	return true
+}
+
+// TestClusterDeadNodeDelaysOnlyItsTenants drives a Cluster-mode syncer by
+// hand (Tick, Wait) on a store whose dead node's calls hang, the quota
+// version's among them: each Tick must return while those calls hang, the
+// live node's tenants must get their leases and be refreshed round after
+// round, the dead node's tenants must stay out of later rounds (locked,
+// one call in flight; a tenant of the node that comes later waits its
+// turn) and get their leases once the node answers; Wait
+// and Close wait for the hanging calls, so no goroutine outlives them.
+//
+// Before the syncer kept nodes apart, the first Tick hung with the dead
+// node's call (and with its quota version poll before that).
+func TestClusterDeadNodeDelaysOnlyItsTenants(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	var clock atomic.Int64 // ns since 1970
+	clock.Store(time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	now := func() time.Time { return time.Unix(0, clock.Load()) }
+	mem := memstore.New(memstore.WithClock(now))
+	view, err := mem.Instance("me", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := &nodeStore{Store: view, unblock: make(chan struct{})}
+	unblocked := false
+	unblock := func() {
+		if !unblocked {
+			unblocked = true
+			close(st.unblock)
+		}
+	}
+
+	const interval = 100 * time.Millisecond
+	s := syncer.New(st, syncer.Options{
+		Planner: syncer.NewPlanner(syncer.Config{Interval: interval}, 1),
+		Now:     now,
+		Cluster: true,
+		// Long enough never to end on its own: the dead node's calls end
+		// when the test unblocks them.
+		CallTimeout: time.Hour,
+	})
+	defer s.Close()
+	defer unblock() // first: Close waits for the hanging calls
+	lim := quota.Quota{Rate: 1000, Burst: 1000, MinLease: 1, MaxLease: 100, LeaseTTL: time.Second}
+	var live, dead []*syncer.Tenant
+	for i := range 4 {
+		for _, name := range []string{"live-" + string(rune('a'+i)), "dead-" + string(rune('a'+i))} {
+			tn, err := s.Track(name, lim)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tn.NoteMiss(10)
+			if nodeOf(name) == "dead" {
+				dead = append(dead, tn)
+			} else {
+				live = append(live, tn)
+			}
+		}
+	}
+	ctx := context.Background()
+
+	// tick runs s.Tick and fails the test when it does not return in
+	// time: it would be waiting for the dead node.
+	tick := func(what string) bool {
+		t.Helper()
+		returned := make(chan struct{})
+		go func() {
+			defer close(returned)
+			s.Tick(ctx)
+		}()
+		select {
+		case <-returned:
+			return true
+		case <-time.After(10 * time.Second):
+			t.Errorf("%s: Tick did not return within 10s while the dead node's calls hang", what)
+			unblock()
+			<-returned
+			return false
+		}
+	}
+	allLeased := func(ts []*syncer.Tenant) func() bool {
+		return func() bool {
+			for _, tn := range ts {
+				if tn.Held() == 0 {
+					return false
+				}
+			}
+			return true
+		}
+	}
+
+	if !tick("first round") {
+		return
+	}
+	if !within(10*time.Second, allLeased(live)) {
+		t.Fatalf("the live node's tenants got no lease while the dead node's call hangs")
+	}
+	// The dead node's acquire (and the quota version poll) hang.
+	if !within(10*time.Second, func() bool { _, hanging, _ := st.counts(); return hanging >= 2 }) {
+		runs, hanging, _ := st.counts()
+		t.Fatalf("%d calls to the dead node made, %d hanging; want the acquire and the quota version poll", runs, hanging)
+	}
+	for _, tn := range dead {
+		if tn.Held() != 0 {
+			t.Errorf("%s holds %d tokens while its node hangs", tn.Name(), tn.Held())
+		}
+	}
+
+	// A tenant of the dead node that comes later waits behind the call in
+	// flight there (one round's calls per node at a time), without a call
+	// of its own.
+	late, err := s.Track("dead-late", lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	late.NoteMiss(10)
+	dead = append(dead, late)
+
+	// Later rounds go on for the live tenants: spend their leases, move
+	// the clock past their refresh and tick again, a few times. A tenant
+	// whose previous call is still being applied is skipped (locked) and
+	// picked up by the next tick: tick until all are refilled.
+	calls := s.Stats().Calls
+	for r := range 5 {
+		for _, tn := range live {
+			for ok := true; ok; ok, _ = tn.Spend(1) {
+			}
+			tn.NoteMiss(10)
+		}
+		clock.Add(int64(interval))
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			if !tick("a later round") {
+				return
+			}
+			if within(20*time.Millisecond, allLeased(live)) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: the live node's tenants were not refilled within 10s while the dead node's call hangs", r+2)
+			}
+		}
+	}
+	if got := s.Stats().Calls - calls; got < 5 {
+		t.Errorf("%d lease calls in 5 later rounds, want one per round at least", got)
+	}
+	// The dead node's tenants stayed locked: no second acquire, no second
+	// poll of the quota version; the late tenant's acquire waits its turn.
+	if runs, hanging, _ := st.counts(); runs != 2 || hanging != 2 {
+		t.Errorf("calls to the dead node: %d made, %d hanging; want 2 and 2 (one acquire, one quota version poll)", runs, hanging)
+	}
+	if _, _, mixed := st.counts(); len(mixed) > 0 {
+		t.Errorf("calls mixed the nodes' tenants: %q", mixed)
+	}
+
+	// The node answers: its tenants get their leases, and Wait returns
+	// once the calls are done.
+	unblock()
+	s.Wait()
+	if !allLeased(dead)() {
+		for _, tn := range dead {
+			t.Errorf("%s holds %d tokens after its node answered", tn.Name(), tn.Held())
+		}
+	}
+	s.Close()
+	if err := s.ReleaseAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, tn := range append(live, dead...) {
+		if tn.Held() != 0 {
+			t.Errorf("%s holds %d tokens after ReleaseAll", tn.Name(), tn.Held())
+		}
+	}
+}
+
+// TestStandaloneRoundFinishesItsCalls checks that without Cluster a Tick
+// still returns only once its calls (and the quota version poll) are
+// done, even on a Store that tells nodes apart: a slow node's calls take
+// 30ms here, and when Tick returns none may be in flight and every tenant
+// must hold its lease.
+func TestStandaloneRoundFinishesItsCalls(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	var clock atomic.Int64
+	clock.Store(time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	now := func() time.Time { return time.Unix(0, clock.Load()) }
+	view, err := memstore.New(memstore.WithClock(now)).Instance("me", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := &nodeStore{Store: view, unblock: make(chan struct{})}
+	s := syncer.New(st, syncer.Options{Planner: syncer.NewPlanner(syncer.Config{}, 1), Now: now, CallTimeout: time.Hour})
+	defer s.Close()
+	lim := quota.Quota{Rate: 1000, Burst: 1000, MinLease: 1, MaxLease: 100, LeaseTTL: time.Second}
+	var ts []*syncer.Tenant
+	for _, name := range []string{"live-a", "live-b", "dead-a", "dead-b"} {
+		tn, err := s.Track(name, lim)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tn.NoteMiss(10)
+		ts = append(ts, tn)
+	}
+	slow := time.AfterFunc(30*time.Millisecond, func() { close(st.unblock) }) // the slow node's latency
+	defer slow.Stop()
+	s.Tick(context.Background())
+	if runs, hanging, _ := st.counts(); runs == 0 || hanging != 0 {
+		t.Errorf("after Tick: %d calls to the slow node, %d still in flight; want some, none in flight", runs, hanging)
+	}
+	for _, tn := range ts {
+		if tn.Held() == 0 {
+			t.Errorf("%s holds no lease when Tick returned", tn.Name())
+		}
+	}
+}
+
+// TestClusterRunEndDropsWaitingCalls runs a Cluster-mode syncer (Run) on a
+// store whose dead node's calls hang, and ends Run while a tenant's call
+// waits behind the node's call in flight: Run must return once the call in
+// flight is done, without making the waiting one (nothing was sent, so
+// nothing granted is lost), and leave that tenant unlocked and its tokens
+// to ReleaseAll.
+func TestClusterRunEndDropsWaitingCalls(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	mem := memstore.New()
+	view, err := mem.Instance("me", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := &nodeStore{Store: view, unblock: make(chan struct{})}
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(st.unblock) }) }
+	s := syncer.New(st, syncer.Options{
+		Planner:     syncer.NewPlanner(syncer.Config{Interval: 40 * time.Millisecond}, 1),
+		Cluster:     true,
+		CallTimeout: time.Hour, // the dead node's calls end when the test unblocks them
+	})
+	defer s.Close()
+	defer unblock() // first: Close waits for the hanging calls
+	lim := quota.Quota{Rate: 1000, Burst: 1000, MinLease: 1, MaxLease: 100, LeaseTTL: time.Second}
+	first, err := s.Track("dead-first", lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first.NoteMiss(10)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ran := make(chan error, 1)
+	go func() { ran <- s.Run(ctx) }()
+
+	// The first tenant's acquire and the quota version poll hang.
+	if !within(10*time.Second, func() bool { _, hanging, _ := st.counts(); return hanging >= 2 }) {
+		runs, hanging, _ := st.counts()
+		cancel()
+		unblock()
+		<-ran
+		t.Fatalf("%d calls to the dead node, %d hanging; want the acquire and the quota version poll hanging", runs, hanging)
+	}
+	// A second tenant of the node: a round plans its call (and asks its
+	// node), which waits for the first call.
+	second, err := s.Track("dead-second", lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second.NoteMiss(10)
+	if !within(10*time.Second, func() bool { return st.locatedTimes("dead-second") > 0 }) {
+		t.Errorf("no round called for the second tenant")
+	}
+	cancel()
+	unblock()
+	select {
+	case err := <-ran:
+		if err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return within 10s of its end and the node answering")
+	}
+	if runs, _, _ := st.counts(); runs != 2 {
+		t.Errorf("%d calls to the dead node; want 2 (the first acquire, the quota version poll): the waiting call was made after Run ended", runs)
+	}
+	if first.Held() == 0 {
+		t.Errorf("the first tenant holds no lease: the call in flight when Run ended was not applied")
+	}
+	if n := second.Held(); n != 0 {
+		t.Errorf("the second tenant holds %d tokens: its call was made after Run ended", n)
+	}
+	// Its lock is free: an urgent refill goes through.
+	select {
+	case r := <-s.Refill(context.Background(), second, 1):
+		if r.Err != nil {
+			t.Errorf("refill of the second tenant: %v", r.Err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the second tenant's lock is still held after Run returned")
+	}
+	s.Close()
+	if err := s.ReleaseAll(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
