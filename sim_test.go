@@ -348,7 +348,7 @@ func (s *sim) probe(wg *sync.WaitGroup, insts []*simInstance, length time.Durati
 				return
 			}
 			s.record("quiet", d)
-			if d.Reason == leasequota.ReasonLeased || d.Reason == leasequota.ReasonRefilled || d.Reason == leasequota.ReasonColdStart {
+			if fromLease(d) {
 				s.admit("quiet", 1)
 			}
 		})
@@ -360,6 +360,16 @@ func (s *sim) record(tenant string, d leasequota.Decision) {
 	s.mu.Lock()
 	s.outcomes[fmt.Sprintf("%s/%v/%v", tenant, d.Reason, d.Allowed)]++
 	s.mu.Unlock()
+}
+
+// fromLease reports whether d admitted from a lease: the admissions the
+// bound covers (fail-open and the local fallback are outside it).
+func fromLease(d leasequota.Decision) bool {
+	switch d.Reason {
+	case leasequota.ReasonLeased, leasequota.ReasonRefilled, leasequota.ReasonColdStart:
+		return d.Allowed
+	}
+	return false
 }
 
 // admit records n tokens of tenant admitted from a lease and checks the
@@ -559,11 +569,8 @@ func (in *simInstance) requests(rng *rand.Rand, gap time.Duration) {
 		}
 		s.check(tn, n, d, closed)
 		s.record(tn.name, d)
-		if d.Allowed {
-			switch d.Reason {
-			case leasequota.ReasonLeased, leasequota.ReasonRefilled, leasequota.ReasonColdStart:
-				s.admit(tn.name, n)
-			}
+		if fromLease(d) {
+			s.admit(tn.name, n)
 		}
 	}
 }

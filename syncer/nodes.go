@@ -81,7 +81,7 @@ func (s *Syncer) byNode(ctx context.Context, releases []lease.ReleaseRequest, jo
 //
 // A node's work waits for the node's work of earlier rounds to finish
 // before it makes its calls: a dead node then has at most one round's
-// calls in flight, and never holds more than that of the MaxInFlight
+// calls in flight, and never holds more than that of the maxInFlight
 // slots that the live nodes' calls need too. Work that has not started
 // its calls when Run's ctx ends is dropped (see drop), so that Run waits
 // for no more than the calls in flight.

@@ -285,14 +285,7 @@ func (s *Syncer) lock(t *Tenant) bool {
 func (s *Syncer) fleetSize() int { return int(s.fleet.Load()) }
 
 // noteFleet raises the fleet size to n.
-func (s *Syncer) noteFleet(n int) {
-	for {
-		cur := s.fleet.Load()
-		if int64(n) <= cur || s.fleet.CompareAndSwap(cur, int64(n)) {
-			return
-		}
-	}
-}
+func (s *Syncer) noteFleet(n int) { raise(&s.fleet, int64(n)) }
 
 // setFailing records t's health, counting failing tenants and reporting
 // the first failure and the last recovery in Cluster mode.
@@ -508,7 +501,7 @@ func (s *Syncer) round(ctx context.Context, tenants iter.Seq[*Tenant], quotaChec
 }
 
 // carryOut makes a round's calls of w: the returns, then the acquires in
-// pipelines of up to BatchSize tenants, which it waits for. It returns the
+// pipelines of up to batchSize tenants, which it waits for. It returns the
 // totals for the round's span.
 func (s *Syncer) carryOut(ctx context.Context, now time.Time, w *nodeWork) (tot telemetry.Round) {
 	if len(w.releases) > 0 {

@@ -113,12 +113,7 @@ func (t *Tenant) Limits() *quota.Quota { return &t.limits.Load().Quota }
 // woken.
 func (t *Tenant) NoteMiss(n int64) {
 	t.missed.Add(n)
-	for {
-		cur := t.need.Load()
-		if n <= cur || t.need.CompareAndSwap(cur, n) {
-			break
-		}
-	}
+	raise(&t.need, n)
 	t.setFlag(flagUrgent, true)
 }
 
@@ -200,5 +195,15 @@ func (t *Tenant) Snapshot() Snapshot {
 		Failures:  int(t.st.failures),
 		Instances: int(t.st.instances),
 		Next:      t.st.Next(),
+	}
+}
+
+// raise sets a to n if n is larger, atomically: a running maximum.
+func raise(a *atomic.Int64, n int64) {
+	for {
+		cur := a.Load()
+		if n <= cur || a.CompareAndSwap(cur, n) {
+			return
+		}
 	}
 }
