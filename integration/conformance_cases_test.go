@@ -194,7 +194,7 @@ func confBatches(c *cx) {
 		c.t.Fatalf("%d results, reused %v; want %d in the given slice", len(res), &res[0] == &buf[:1][0], len(reqs))
 	}
 	models := map[string]*confModel{"t": {}, "u": {}}
-	reg := map[string]confRegistry{"t": {}, "u": {}}
+	reg := map[string]*confRegistry{"t": {}, "u": {}}
 	for i, r := range reqs {
 		if i == 3 {
 			if !errors.Is(res[i].Err, lease.ErrBadRequest) {
@@ -504,7 +504,7 @@ func confFairShares(c *cx) {
 	}
 	plain := c.view("", 0)
 	var m confModel
-	reg := confRegistry{}
+	reg := &confRegistry{}
 	acq := func(id string, want int64, demand float64) lease.Grant {
 		c.t.Helper()
 		v := plain
@@ -566,6 +566,55 @@ func confFairShares(c *cx) {
 	}
 }
 
+// confRegistrySummary: acquires take the shares from the registry
+// summary in the bucket, recomputed from every entry when an eighth of
+// the window old (or for a new instance); an entry is rewritten only when
+// it changes what a later call computes, or a quarter of a window on.
+func confRegistrySummary(c *cx) {
+	const window = 400 * time.Millisecond
+	lim := lease.Limits{Rate: 40, Burst: 1000}
+	a, b := c.view("a", window), c.view("b", window)
+	var m confModel
+	reg := &confRegistry{}
+	acq := func(v lease.Store, id string, demand float64) lease.Grant {
+		c.t.Helper()
+		g := c.acquire(v, "t", lim, 1, demand)
+		x := m.see(us(g.ServerTime), lim.Rate, lim.Burst)
+		n, share, granted := reg.acquire(id, window.Milliseconds(), us(g.ServerTime), lim, demand, x, min(int64(math.Floor(x)), 1))
+		m.store(us(g.ServerTime), x-float64(granted), lim)
+		c.checkGrant(fmt.Sprintf("%q (demand %v)", id, demand), g, granted, m.tk)
+		if g.Instances != n || g.Share != share {
+			c.t.Fatalf("%q: %d instances, share %v; the model: %d, %v", id, g.Instances, g.Share, n, share)
+		}
+		return g
+	}
+	acq(a, "a", 5)
+	if g := acq(b, "b", 30); g.Share != 30 || g.Instances != 2 {
+		c.t.Fatalf("b registers next to a (5 and 30 of 40): share %v of %d, want 30 of 2", g.Share, g.Instances)
+	}
+	seenB := c.sp.state("t").Registry["b"]
+	// a's demand rises: its entry is rewritten, but b's share follows the
+	// summary until it is an eighth of a window old.
+	acq(a, "a", 30)
+	g := acq(b, "b", 30)
+	if c.sp.still() && g.Share != 30 {
+		c.t.Fatalf("b's share from a fresh summary: %v, want 30", g.Share)
+	}
+	if got := c.sp.state("t").Registry; !reflect.DeepEqual(got, reg.fields()) {
+		c.t.Fatalf("registry %v;\nthe model's %v", got, reg.fields())
+	}
+	if c.sp.still() && c.sp.state("t").Registry["b"] != seenB {
+		c.t.Fatalf("b's entry rewritten though nothing changed: %q, was %q", c.sp.state("t").Registry["b"], seenB)
+	}
+	c.sp.advance(window/8 + time.Millisecond)
+	if g := acq(b, "b", 30); g.Share != 20 {
+		c.t.Fatalf("b's share from a summary recomputed (30 and 30 of 40): %v, want 20", g.Share)
+	}
+	if got := c.sp.state("t").Registry; !reflect.DeepEqual(got, reg.fields()) {
+		c.t.Fatalf("registry %v;\nthe model's %v", got, reg.fields())
+	}
+}
+
 // confHalfFull: a bucket exactly half full is not scarce: the credit cap
 // applies below half only.
 func confHalfFull(c *cx) {
@@ -575,7 +624,7 @@ func confHalfFull(c *cx) {
 	plain := c.view("", 0)
 	views := map[string]lease.Store{}
 	var m confModel
-	reg := confRegistry{}
+	reg := &confRegistry{}
 	acq := func(id string, want int64) lease.Grant {
 		c.t.Helper()
 		v := plain
@@ -615,7 +664,7 @@ func confInstanceWindow(c *cx) {
 	a, b := c.view("a", window), c.view("b", window)
 	lim := lease.Limits{Rate: 1000, Burst: 100}
 	var m confModel
-	reg := confRegistry{}
+	reg := &confRegistry{}
 	acq := func(v lease.Store, id string) lease.Grant {
 		c.t.Helper()
 		g := c.acquire(v, "t", lim, 1, 5)

@@ -125,74 +125,112 @@ func (m *confModel) change(at int64, old, next lease.Limits) float64 {
 // forget is the bucket expiring.
 func (m *confModel) forget() { *m = confModel{} }
 
-// confRegistry models a tenant's instance registry: id → entry.
-type confRegistry map[string]confEntry
+// confRegistry models a tenant's instance registry (id → entry) and the
+// summary of it that acquires keep in the bucket. Its summary must be
+// forgotten (forget) when the bucket expires.
+type confRegistry struct {
+	entries map[string]confEntry
+	sum     *confSummary
+}
 
 type confEntry struct {
 	seen           int64
 	demand, credit float64
 }
 
-// waterfill returns the max-min fair share of rate of the demand at index
-// i of demands, in the scripts' order of operations.
-func waterfill(rate float64, demands []float64, i int) (share, total float64) {
-	mine := demands[i]
+// confSummary is the bucket's rg: the instances, their total demand and
+// the water level of the shares (-1: every demand met), as of at.
+type confSummary struct {
+	at           int64
+	n            int
+	total, level float64
+}
+
+// waterfill returns the water level of the max-min fair shares of rate
+// among demands (-1 when every demand is met) and their total, in the
+// scripts' order of operations: each share is min(demand, level).
+func waterfill(rate float64, demands []float64) (level, total float64) {
 	d := slices.Clone(demands)
 	slices.Sort(d)
-	left, found := rate, false
+	left := rate
+	level = -1
 	for k, x := range d {
 		total += x
-		sk := min(x, left/float64(len(d)-k))
-		if !found && x >= mine {
-			share, found = sk, true
+		if level < 0 {
+			if fair := left / float64(len(d)-k); x > fair {
+				level = fair
+			} else {
+				left -= x
+			}
 		}
-		left -= sk
 	}
-	return share, total
+	return level, total
 }
+
+// forget is the bucket, and the summary in it, expiring.
+func (r *confRegistry) forget() { r.sum = nil }
 
 // acquire is the registry's part of an acquire by instance id (window
 // ms) at time at that saw level x and would grant granted: the instances
-// counted, the share, and the grant after the credit cap.
-func (r confRegistry) acquire(id string, windowMS, at int64, lim lease.Limits, demand, x float64, granted int64) (int, float64, int64) {
+// counted, the share, and the grant after the credit cap. The shares come
+// from the summary, recomputed from every entry when it is missing, an
+// eighth of a window old, or the instance has no entry; the entry is
+// rewritten when its credit or (by more than a quarter) its demand
+// changes, or a quarter of a window after it was written.
+func (r *confRegistry) acquire(id string, windowMS, at int64, lim lease.Limits, demand, x float64, granted int64) (int, float64, int64) {
 	if !(demand >= 0) || math.IsInf(demand, 0) {
 		demand = 0
 	}
-	demands := []float64{demand}
+	window := float64(windowMS) * 1000
 	var prev *confEntry
-	for k, e := range r {
-		switch {
-		case e.seen < at-windowMS*1000:
-			delete(r, k)
-		case k == id:
-			prev = &e
-		default:
-			demands = append(demands, e.demand)
-		}
+	if e, ok := r.entries[id]; ok && e.seen >= at-windowMS*1000 {
+		prev = &e
 	}
-	share, total := waterfill(lim.Rate, demands, 0)
+	if prev == nil || r.sum == nil || r.sum.at > at || float64(at-r.sum.at) >= window/8 {
+		demands := []float64{demand}
+		for k, e := range r.entries {
+			switch {
+			case k == id:
+			case e.seen < at-windowMS*1000:
+				delete(r.entries, k)
+			default:
+				demands = append(demands, e.demand)
+			}
+		}
+		level, total := waterfill(lim.Rate, demands)
+		r.sum = &confSummary{at: at, n: len(demands), total: total, level: level}
+	}
+	share := demand
+	if r.sum.level >= 0 {
+		share = min(share, r.sum.level)
+	}
 	capacity := max(float64(lim.Burst)*share/lim.Rate, 1)
 	credit := capacity
 	if prev != nil {
 		credit = min(prev.credit+share*float64(max(at-prev.seen, 0))/1e6, capacity)
 	}
-	if total > lim.Rate && x < float64(lim.Burst)/2 {
+	if r.sum.total > lim.Rate && x < float64(lim.Burst)/2 {
 		granted = min(granted, int64(math.Floor(credit)))
 		credit -= float64(granted)
 	} else {
 		credit = capacity
 	}
-	r[id] = confEntry{seen: at, demand: demand, credit: credit}
-	return len(demands), share, granted
+	if prev == nil || credit != prev.credit || float64(at-prev.seen) >= window/4 || math.Abs(demand-prev.demand) > prev.demand/4 {
+		if r.entries == nil {
+			r.entries = map[string]confEntry{}
+		}
+		r.entries[id] = confEntry{seen: at, demand: demand, credit: credit}
+	}
+	return r.sum.n, share, granted
 }
 
 // fields returns the registry as Redis holds it.
-func (r confRegistry) fields() map[string]string {
-	if len(r) == 0 {
+func (r *confRegistry) fields() map[string]string {
+	if len(r.entries) == 0 {
 		return nil
 	}
 	f := map[string]string{}
-	for id, e := range r {
+	for id, e := range r.entries {
 		f[id] = fmt.Sprintf("%d:%.17g:%.17g", e.seen, e.demand, e.credit)
 	}
 	return f

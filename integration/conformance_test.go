@@ -326,6 +326,9 @@ func memState(st memstore.TenantState) confState {
 		for i, l := range b.History {
 			s.Bucket["p"+strconv.Itoa(i+1)] = fmt.Sprintf("%d:%.17g", us(l.Time), l.Tokens)
 		}
+		if r := b.Summary; r != nil {
+			s.Bucket["rg"] = fmt.Sprintf("%d:%d:%.17g:%.17g", us(r.At), r.Instances, r.Demand, r.Level)
+		}
 	}
 	if len(st.Instances) > 0 {
 		s.Registry = map[string]string{}
@@ -695,6 +698,7 @@ func conformanceCases() []confCase {
 		{"overrides", confOverrides},
 		{"quota version", confQuotaVersion},
 		{"fair shares", confFairShares},
+		{"registry summary", confRegistrySummary},
 		{"half full", confHalfFull},
 		{"instance window", confInstanceWindow},
 		{"expiry", confExpiry},

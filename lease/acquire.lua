@@ -6,15 +6,22 @@
 --            hb, p1..p8  the burst the level history was recorded under,
 --                and its entries, that release.lua credits against (see
 --                common.lua)
+--            rg  the registry summary: "computed at (us):instances:total
+--                demand:water level", rewritten at most every 1/8 window
 -- ARGV[1]  rate: tokens added per second, a decimal number > 0
 -- ARGV[2]  burst: bucket capacity, an integer >= 1
 -- ARGV[3]  want: tokens requested, an integer >= 0 (0 only refills and reads)
 -- KEYS[2], ARGV[4], ARGV[5], ARGV[6]  optional instance registry: a hash
---          {instance id = "last acquire (microseconds):demand (tokens/s)"}
---          next to the bucket, the caller's id, the window in milliseconds
---          within which an instance counts as active, and the caller's
---          demand. Stale entries are removed; the hash expires after 2
---          windows.
+--          {instance id = "last acquire (microseconds):demand (tokens/s):
+--          credit (tokens)"} next to the bucket, the caller's id, the window
+--          in milliseconds within which an instance counts as active, and
+--          the caller's demand. An entry is rewritten when its credit or
+--          (by more than a quarter) its demand changes, and at least every
+--          1/4 window; the shares come from the summary rg, recomputed
+--          from every entry (dropping stale ones) at least every 1/8
+--          window, which also keeps the hash for 2 windows more. So a call
+--          reads one entry, not all, and writes little: its cost does not
+--          grow with the instances.
 --          KEYS[2] is always passed (so that KEYS[3] has a fixed place) but
 --          only touched when ARGV[4] is a non-empty id.
 -- KEYS[3]  quota override (QuotaKey), a hash {r = rate, b = burst, min, max,
@@ -48,6 +55,23 @@ if not whole(want, 0) then
   return bad('want must be an integer >= 0, got ' .. tostring(ARGV[3]))
 end
 
+-- The registry summary is recomputed from every entry at least every
+-- SUMMARY_AGE of the window; an instance rewrites its own entry at least
+-- every ENTRY_AGE of it (see below). Both are fractions, so that the costs
+-- do not grow with the number of instances between.
+local SUMMARY_AGE = 1 / 8
+local ENTRY_AGE = 1 / 4
+
+-- sane_demand returns a reported demand as a number >= 0: what is not one
+-- (missing, NaN, negative, infinite) counts as 0.
+local function sane_demand(v)
+  local d = tonumber(v)
+  if d == nil or d ~= d or d < 0 or d == math.huge then
+    return 0
+  end
+  return d
+end
+
 -- The override, when one is stored, replaces the caller's rate and burst.
 local override = 0
 local q, orate, oburst = read_override(KEYS[3])
@@ -76,52 +100,79 @@ local totalDemand = 0
 local id = ARGV[4]
 local ikey = KEYS[2]
 local demand = 0
+local window = 0        -- the registry window, microseconds
+local prevSeen, prevDemand, prevCredit = nil, nil, nil
+local summary = nil     -- the registry summary to store, when recomputed
 if id ~= nil and id ~= '' then
-  local window = tonumber(ARGV[5])
-  if window == nil or window ~= window or window < 1 or window == math.huge then
+  local wms = tonumber(ARGV[5])
+  if wms == nil or wms ~= wms or wms < 1 or wms == math.huge then
     return bad('window must be a number >= 1, got ' .. tostring(ARGV[5]))
   end
-  demand = tonumber(ARGV[6] or '0')
-  if demand == nil or demand ~= demand or demand < 0 or demand == math.huge then
-    demand = 0
-  end
-  -- Entries are "last acquire (us):demand (tokens/s):credit (tokens)".
-  local cutoff = now - window * 1000
-  local all = redis.call('HGETALL', ikey)
-  local demands = {demand}
-  local prevSeen, prevCredit = nil, nil
-  for i = 1, #all, 2 do
-    local f = {}
-    for part in string.gmatch(all[i + 1], '[^:]+') do
-      f[#f + 1] = part
-    end
-    local seen = tonumber(f[1])
-    if seen == nil or seen < cutoff then
-      redis.call('HDEL', ikey, all[i])
-    elseif all[i] == id then
-      prevSeen, prevCredit = seen, tonumber(f[3])
-    else
-      instances = instances + 1
-      demands[#demands + 1] = tonumber(f[2]) or 0
+  window = wms * 1000
+  demand = sane_demand(ARGV[6])
+  local cutoff = now - window
+  -- This instance's entry, "last acquire (us):demand (tokens/s):credit
+  -- (tokens)"; one older than the window is not this instance's any more.
+  local mine = redis.call('HGET', ikey, id)
+  if mine then
+    local s, d, c = string.match(mine, '^([^:]*):([^:]*):([^:]*)$')
+    prevSeen, prevDemand, prevCredit = tonumber(s), tonumber(d), tonumber(c)
+    if prevSeen == nil or prevSeen < cutoff or prevDemand == nil then
+      prevSeen, prevDemand, prevCredit = nil, nil, nil
     end
   end
-  instances = instances + 1 -- this one
-  -- Max-min fair share of the rate among the reported demands
-  -- (water-filling: the smallest demands are met in full, the rest split
-  -- what remains evenly).
-  table.sort(demands)
-  local left = rate
-  for k = 1, #demands do
-    totalDemand = totalDemand + demands[k]
-    local fair = left / (#demands - k + 1)
-    local sk = demands[k]
-    if sk > fair then
-      sk = fair
+  -- The registry summary, so that most calls need not read every entry:
+  -- "computed at (us):instances:total demand:water level", the level -1
+  -- when every demand is met. It is recomputed from the entries when it
+  -- is missing, older than SUMMARY_AGE of the window, from the future, or
+  -- when this instance has no entry (so that a new instance counts at
+  -- once). Between, shares follow the demands as of the summary.
+  local level = nil
+  local st, sn, sd, sl = nil, nil, nil, nil
+  if state[13] then
+    local a, b, c, d = string.match(state[13], '^([^:]*):([^:]*):([^:]*):([^:]*)$')
+    st, sn, sd, sl = tonumber(a), tonumber(b), tonumber(c), tonumber(d)
+  end
+  if prevSeen == nil or st == nil or sn == nil or sd == nil or sl == nil or
+      sl ~= sl or sd ~= sd or st > now or now - st >= window * SUMMARY_AGE then
+    local all = redis.call('HGETALL', ikey)
+    local demands = {demand}
+    for i = 1, #all, 2 do
+      if all[i] ~= id then
+        local s, d = string.match(all[i + 1], '^([^:]*):([^:]*)')
+        local seen = tonumber(s)
+        if seen == nil or seen < cutoff then
+          redis.call('HDEL', ikey, all[i])
+        else
+          demands[#demands + 1] = sane_demand(d)
+        end
+      end
     end
-    if share == nil and demands[k] >= demand then
-      share = sk
+    -- Max-min fair share of the rate among the reported demands
+    -- (water-filling): the smallest demands are met in full, the rest get
+    -- the water level, an even split of what those left.
+    table.sort(demands)
+    local left = rate
+    level = -1
+    for k = 1, #demands do
+      totalDemand = totalDemand + demands[k]
+      if level < 0 then
+        local fair = left / (#demands - k + 1)
+        if demands[k] > fair then
+          level = fair
+        else
+          left = left - demands[k]
+        end
+      end
     end
-    left = left - sk
+    instances = #demands
+    summary = string.format('%d:%d:%.17g:%.17g', now, instances, totalDemand, level)
+  else
+    instances, totalDemand, level = sn, sd, sl
+  end
+  share = demand
+  if level >= 0 and share > level then
+    share = level
   end
   -- The credit accrues at the share, up to the instance's share of the
   -- burst; a new instance starts full.
@@ -129,7 +180,7 @@ if id ~= nil and id ~= '' then
   if capacity < 1 then
     capacity = 1
   end
-  if prevCredit == nil or prevSeen == nil then
+  if prevCredit == nil then
     credit = capacity
   else
     local since = now - prevSeen
@@ -163,12 +214,26 @@ if credit ~= nil then
   else
     credit = capacity
   end
-  redis.call('HSET', ikey, id, string.format('%d:%.17g:%.17g', now, demand, credit))
-  redis.call('PEXPIRE', ikey, string.format('%d', tonumber(ARGV[5]) * 2))
+  -- The entry is written when it changes what a later call computes (the
+  -- credit, a demand moved by more than a quarter), when it is new, and
+  -- at least every ENTRY_AGE of the window, so that it stays active. The
+  -- hash is kept for two windows from each summary, which any active
+  -- instance recomputes within SUMMARY_AGE of a window.
+  if prevSeen == nil or credit ~= prevCredit or now - prevSeen >= window * ENTRY_AGE or
+      math.abs(demand - prevDemand) > prevDemand / 4 then
+    redis.call('HSET', ikey, id, string.format('%d:%.17g:%.17g', now, demand, credit))
+  end
+  if summary then
+    redis.call('PEXPIRE', ikey, string.format('%d', window / 500))
+  end
 end
 tokens = tokens - granted
 
-store(key, tokens, now, rate, burst, h, state)
+local extra = nil
+if summary then
+  extra = {'rg', summary}
+end
+store(key, tokens, now, rate, burst, h, state, extra)
 
 local shareOut = ''
 if share ~= nil then

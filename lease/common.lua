@@ -5,7 +5,8 @@
 --
 -- A bucket is a hash {tk = tokens ("%.17g"), ts = when tk was computed
 -- (Redis TIME, microseconds), hb = the burst its level history was
--- recorded under, p1, p2, ... = the history's entries}. The history (see below, and the Go model in
+-- recorded under, p1, p2, ... = the history's entries, rg = the summary of
+-- the instance registry that acquire.lua keeps}. The history (see below, and the Go model in
 -- internal/peaks, which the tests hold these functions to) is what
 -- release.lua credits returned tokens against.
 
@@ -71,8 +72,8 @@ local function read_bucket(key, now, rate, burst)
   -- s0 (state[12]) is a field of the previous layout of the level history
   -- (two segments, s0, m0, s1, m1, with ta and mt): present only if a client
   -- of that layout wrote the bucket since this one did (see history and
-  -- store).
-  local state = redis.call('HMGET', key, 'tk', 'ts', 'hb', 'p1', 'p2', 'p3', 'p4', 'p5', 'p6', 'p7', 'p8', 's0')
+  -- store). rg (state[13]) is the registry summary (acquire.lua).
+  local state = redis.call('HMGET', key, 'tk', 'ts', 'hb', 'p1', 'p2', 'p3', 'p4', 'p5', 'p6', 'p7', 'p8', 's0', 'rg')
   if state[1] == false and state[2] == false then
     return state, burst, true, now
   end
@@ -212,17 +213,23 @@ local function history(state, now, burst)
 end
 
 -- store writes the bucket's tokens as of now, its history h (deleting the
--- entry fields of the bucket read as state that h no longer fills) and the
--- burst it was recorded under, and keeps the key until the bucket would be
+-- entry fields of the bucket read as state that h no longer fills), the
+-- burst it was recorded under and the field-value pairs in extra (nil for
+-- none), and keeps the key until the bucket would be
 -- full again at rate, plus a second: a missing key means a full bucket, so
 -- expiring it then changes nothing. Beyond ~31,700 years (and for an
 -- infinite quotient) the key is kept for ever: the number would not fit
 -- PEXPIRE, and any finite cap would refill early.
-local function store(key, tokens, now, rate, burst, h, state)
+local function store(key, tokens, now, rate, burst, h, state, extra)
   local args = {'tk', string.format('%.17g', tokens), 'ts', string.format('%d', now), 'hb', string.format('%d', burst)}
   for i = 1, #h do
     args[#args + 1] = 'p' .. i
     args[#args + 1] = string.format('%d:%.17g', h[i][1], h[i][2])
+  end
+  if extra then
+    for i = 1, #extra do
+      args[#args + 1] = extra[i]
+    end
   end
   redis.call('HSET', key, unpack(args))
   local stale = {}

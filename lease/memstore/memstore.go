@@ -75,15 +75,34 @@ type tenant struct {
 	override *lease.Override // never expires; never aliased outside the store
 }
 
-// bucket is the bucket hash {tk, ts, hb, p1..p8}.
+// bucket is the bucket hash {tk, ts, hb, p1..p8, rg}.
 type bucket struct {
 	live   bool    // the key exists; a missing bucket is a full one
 	tk     float64 // tokens as of ts
 	ts     int64   // the bucket's time of its last write, µs
 	hb     int64   // the burst h was recorded under
 	h      peaks.History
-	expire int64 // the clock's ms after which the key is gone, or never
+	expire int64    // the clock's ms after which the key is gone, or never
+	rg     *summary // the registry summary (field rg); nil when missing
 }
+
+// summary is the registry summary acquire.lua keeps in the bucket: the
+// instances, their total demand and the water level of their max-min
+// fair shares (-1 when every demand is met), as of at (µs).
+type summary struct {
+	at     int64
+	n      int
+	demand float64
+	level  float64
+}
+
+// The script's cadences, as fractions of the registry window: the
+// summary is recomputed at least every summaryAge, an entry rewritten at
+// least every entryAge.
+const (
+	summaryAge = 1.0 / 8
+	entryAge   = 1.0 / 4
+)
 
 // registry is the instance registry hash: id → last acquire, demand,
 // credit.
@@ -239,6 +258,9 @@ func (b *bucket) history(at int64, burst int64) peaks.History {
 // to full at rate, plus a second (for ever beyond ~31,700 years), counted
 // from nowMS, the clock of the call.
 func (b *bucket) store(nowMS int64, tokens float64, at int64, rate float64, burst int64, h peaks.History) {
+	if !b.live {
+		b.rg = nil
+	}
 	b.live, b.tk, b.ts, b.hb, b.h = true, tokens, at, burst, h
 	ttl := math.Ceil((float64(burst)-tokens)/rate*1000) + 1000
 	if ttl < 1e15 {
@@ -265,43 +287,52 @@ func (s *Store) acquire(in *Instance, r lease.Request) (lease.Grant, error) {
 
 	g := lease.Grant{ServerTime: time.UnixMicro(at), Override: copyOverride(t.override)}
 	var credit, capacity, totalDemand float64
+	var prev *registration
+	var fresh *summary // the summary recomputed by this call
 	demand := 0.0
+	window := float64(in.windowMS) * 1000
 	if in.id != "" {
-		demand = r.Demand
-		if !(demand >= 0) || math.IsInf(demand, 0) {
-			demand = 0 // what lease.Client reports for a demand it cannot use
-		}
-		var prev *registration
-		demands := []float64{demand}
+		demand = saneDemand(r.Demand)
 		cutoff := at - in.windowMS*1000
-		for id, e := range t.reg.entries {
-			switch {
-			case e.seen < cutoff:
-				delete(t.reg.entries, id)
-			case id == in.id:
-				prev = &registration{seen: e.seen, demand: e.demand, credit: e.credit}
-			default:
-				g.Instances++
-				demands = append(demands, e.demand)
-			}
+		if e, ok := t.reg.entries[in.id]; ok && e.seen >= cutoff {
+			prev = &e
 		}
-		g.Instances++ // this one
-		// Max-min fair share of the rate among the demands (water-filling),
-		// in the script's order of operations: ascending demands, each
-		// capped at an even split of what the smaller ones left.
-		slices.Sort(demands)
-		left, found := rate, false
-		for k, d := range demands {
-			totalDemand += d
-			fair := left / float64(len(demands)-k)
-			sk := d
-			if sk > fair {
-				sk = fair
+		rg := t.b.rg
+		if !t.b.live {
+			rg = nil
+		}
+		if prev == nil || rg == nil || rg.at > at || float64(at-rg.at) >= window*summaryAge {
+			demands := []float64{demand}
+			for id, e := range t.reg.entries {
+				switch {
+				case id == in.id:
+				case e.seen < cutoff:
+					delete(t.reg.entries, id)
+				default:
+					demands = append(demands, saneDemand(e.demand))
+				}
 			}
-			if !found && d >= demand {
-				g.Share, found = sk, true
+			// Max-min fair share of the rate among the demands
+			// (water-filling), in the script's order of operations.
+			slices.Sort(demands)
+			left, level := rate, -1.0
+			for k, d := range demands {
+				totalDemand += d
+				if level < 0 {
+					if fair := left / float64(len(demands)-k); d > fair {
+						level = fair
+					} else {
+						left -= d
+					}
+				}
 			}
-			left -= sk
+			fresh = &summary{at: at, n: len(demands), demand: totalDemand, level: level}
+			rg = fresh
+		}
+		g.Instances, totalDemand = rg.n, rg.demand
+		g.Share = demand
+		if rg.level >= 0 && g.Share > rg.level {
+			g.Share = rg.level
 		}
 		capacity = float64(burst) * g.Share / rate
 		if capacity < 1 {
@@ -333,14 +364,25 @@ func (s *Store) acquire(in *Instance, r lease.Request) (lease.Grant, error) {
 		} else {
 			credit = capacity
 		}
-		if t.reg.entries == nil {
-			t.reg.entries = map[string]registration{}
+		// The entry is rewritten when it changes what a later call
+		// computes, and at least every entryAge of the window; the hash is
+		// kept two windows from each recomputed summary.
+		if prev == nil || credit != prev.credit || float64(at-prev.seen) >= window*entryAge ||
+			math.Abs(demand-prev.demand) > prev.demand/4 {
+			if t.reg.entries == nil {
+				t.reg.entries = map[string]registration{}
+			}
+			t.reg.entries[in.id] = registration{seen: at, demand: demand, credit: credit}
 		}
-		t.reg.entries[in.id] = registration{seen: at, demand: demand, credit: credit}
-		t.reg.expire = nowMS + 2*in.windowMS
+		if fresh != nil && len(t.reg.entries) > 0 {
+			t.reg.expire = nowMS + 2*in.windowMS
+		}
 	}
 	tokens -= granted
 	t.b.store(nowMS, tokens, at, rate, burst, h)
+	if fresh != nil {
+		t.b.rg = fresh
+	}
 	g.Granted = int64(granted)
 	g.Tokens = tokens
 	return g, nil
@@ -453,6 +495,15 @@ func copyOverride(o *lease.Override) *lease.Override {
 	}
 	c := *o
 	return &c
+}
+
+// saneDemand is a reported demand as the script reads it: what is not a
+// number >= 0 (NaN, negative, infinite) counts as 0.
+func saneDemand(d float64) float64 {
+	if !(d >= 0) || math.IsInf(d, 0) {
+		return 0
+	}
+	return d
 }
 
 // ceilMillis is d (>= 0) in milliseconds, rounded up: the age lease.Client

@@ -26,8 +26,8 @@ type TenantState struct {
 	Override       *lease.Override // nil when none
 }
 
-// BucketState is a tenant's bucket as stored: the hash fields tk, ts, hb
-// and p1..p8.
+// BucketState is a tenant's bucket as stored: the hash fields tk, ts, hb,
+// p1..p8 and rg.
 type BucketState struct {
 	Tokens float64   // as of Time, not refilled since
 	Time   time.Time // the bucket's time of its last write (its last call)
@@ -40,6 +40,21 @@ type BucketState struct {
 	// Time for never (the time to refill is beyond ~31,700 years). Redis
 	// keeps a key until its clock in milliseconds is past the expiry.
 	Expires time.Time
+	// Summary is the instance registry's summary that acquires keep in
+	// the bucket (field rg), nil when none.
+	Summary *RegistrySummary
+}
+
+// RegistrySummary is what an acquire last computed from every entry of
+// the instance registry; later acquires take the shares from it until it
+// is an eighth of the registry window old.
+type RegistrySummary struct {
+	At        time.Time // the bucket's time of the acquire that computed it
+	Instances int       // the active instances, the acquiring one included
+	Demand    float64   // their total reported demand, tokens/s
+	// Level is the water level of the max-min fair shares: each instance's
+	// share is its demand, capped at Level; -1 when every demand is met.
+	Level float64
 }
 
 // Level is one entry of a level history.
@@ -78,6 +93,9 @@ func (s *Store) Tenant(tenant string) TenantState {
 	st := TenantState{Override: copyOverride(t.override)}
 	if t.b.live {
 		b := &BucketState{Tokens: t.b.tk, Time: time.UnixMicro(t.b.ts), Burst: t.b.hb, Expires: expiry(t.b.expire)}
+		if rg := t.b.rg; rg != nil {
+			b.Summary = &RegistrySummary{At: time.UnixMicro(rg.at), Instances: rg.n, Demand: rg.demand, Level: rg.level}
+		}
 		for _, e := range t.b.h.Entries() {
 			b.History = append(b.History, Level{Time: time.UnixMicro(e.T), Tokens: e.L})
 		}

@@ -1,0 +1,156 @@
+package lease
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasequota/leasequota/internal/redisserver"
+)
+
+// The scripts of the previous release (main at e93ce47), before the
+// registry summary: every acquire read and rewrote the whole instance
+// registry.
+var (
+	//go:embed testdata/v1/common.lua
+	v1Common string
+	//go:embed testdata/v1/acquire.lua
+	v1Acquire string
+)
+
+// TestMixedFleetRollout runs clients of the previous release and of this
+// one on the same tenant at once, as during a rolling upgrade (or a
+// rollback): the bound holds over everything both granted, less what this
+// release's returns credited, and each side counts the other's instances.
+func TestMixedFleetRollout(t *testing.T) {
+	ctx := context.Background()
+	rdb := redisserver.Client(t)
+	prefix := redisserver.Prefix(t)
+	const (
+		tenant = "rollout"
+		window = 300 * time.Millisecond
+		olds   = 3
+		news   = 3
+		run    = 1200 * time.Millisecond
+	)
+	lim := Limits{Rate: 200, Burst: 50}
+	old := redis.NewScript(v1Common + v1Acquire)
+
+	var (
+		mu           sync.Mutex
+		granted      int64
+		credited     float64
+		first, last  int64 // Redis times of the first and last call, µs
+		seenByOld    int64 // most instances an old client was told of
+		seenByNew    int64
+		calls        [2]int
+		failures     []error
+		recordServer = func(at int64) {
+			if first == 0 || at < first {
+				first = at
+			}
+			last = max(last, at)
+		}
+	)
+	fail := func(err error) {
+		mu.Lock()
+		failures = append(failures, err)
+		mu.Unlock()
+	}
+	key := Key(prefix, tenant)
+	deadline := time.Now().Add(run)
+	var wg sync.WaitGroup
+	for i := range olds {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(i), 1))
+			for time.Now().Before(deadline) {
+				want := 1 + rng.IntN(8)
+				demand := 50 + rng.Float64()*250
+				v, err := old.Run(ctx, rdb, []string{key, InstancesKey(key), QuotaKey(key)},
+					formatRate(lim.Rate), lim.Burst, want, fmt.Sprintf("old-%d", i), window.Milliseconds(), demand).Slice()
+				if err != nil || len(v) != 6 {
+					fail(fmt.Errorf("old client: %v, %v", v, err))
+					return
+				}
+				g, _ := v[0].(int64)
+				at, _ := v[2].(int64)
+				n, _ := v[3].(int64)
+				mu.Lock()
+				granted += g
+				recordServer(at)
+				seenByOld = max(seenByOld, n)
+				calls[0]++
+				mu.Unlock()
+			}
+		}()
+	}
+	for i := range news {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := NewClient(rdb, prefix, WithInstance(fmt.Sprintf("new-%d", i), window))
+			if err != nil {
+				fail(err)
+				return
+			}
+			rng := rand.New(rand.NewPCG(uint64(i), 2))
+			for time.Now().Before(deadline) {
+				want := int64(1 + rng.IntN(8))
+				reqs := []Request{{Tenant: tenant, Limits: lim, Want: want, Demand: 50 + rng.Float64()*250}}
+				res, err := c.AcquireMany(ctx, reqs, nil)
+				if err != nil || res[0].Err != nil {
+					fail(fmt.Errorf("new client: %v, %+v", err, res))
+					return
+				}
+				g := res[0].Grant
+				mu.Lock()
+				granted += g.Granted
+				recordServer(g.ServerTime.UnixMicro())
+				seenByNew = max(seenByNew, int64(g.Instances))
+				calls[1]++
+				mu.Unlock()
+				// Give some back, named by its grant, as a syncer does
+				// with tokens it did not spend.
+				if back := g.Granted / 2; back > 0 && rng.IntN(3) == 0 {
+					rr := c.ReleaseMany(ctx, []ReleaseRequest{{Tenant: tenant, Limits: lim, Amount: back, Age: 0, Grant: g.ID()}})
+					if rr[0].Err != nil {
+						fail(rr[0].Err)
+						return
+					}
+					mu.Lock()
+					credited += rr[0].Return.Credited
+					recordServer(rr[0].Return.ServerTime.UnixMicro())
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range failures {
+		t.Fatal(err)
+	}
+	elapsed := float64(last-first) / 1e6
+	bound := float64(lim.Burst) + lim.Rate*elapsed
+	net := float64(granted) - credited
+	t.Logf("%d old and %d new calls over %.3fs of Redis time: granted %d, credited %.2f, bound %.2f; instances seen by old %d, by new %d",
+		calls[0], calls[1], elapsed, granted, credited, bound, seenByOld, seenByNew)
+	if net > bound+1e-6 {
+		t.Fatalf("granted %d less credited %.2f = %.2f, over the bound %.2f", granted, credited, net, bound)
+	}
+	if calls[0] == 0 || calls[1] == 0 {
+		t.Fatalf("calls: %d old, %d new; want both sides to have run", calls[0], calls[1])
+	}
+	// Both sides count every instance: the old script reads this
+	// release's entries, and this release's summary reads the old ones.
+	if seenByOld != olds+news || seenByNew != olds+news {
+		t.Fatalf("instances seen: %d by the old clients, %d by the new; want %d each", seenByOld, seenByNew, olds+news)
+	}
+}
