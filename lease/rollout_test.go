@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -22,6 +23,8 @@ var (
 	v1Common string
 	//go:embed testdata/v1/acquire.lua
 	v1Acquire string
+	//go:embed testdata/v1/release.lua
+	v1Release string
 )
 
 // TestMixedFleetRollout runs clients of the previous release and of this
@@ -41,6 +44,7 @@ func TestMixedFleetRollout(t *testing.T) {
 	)
 	lim := Limits{Rate: 200, Burst: 50}
 	old := redis.NewScript(v1Common + v1Acquire)
+	oldRelease := redis.NewScript(v1Common + v1Release)
 
 	var (
 		mu           sync.Mutex
@@ -89,6 +93,24 @@ func TestMixedFleetRollout(t *testing.T) {
 				seenByOld = max(seenByOld, n)
 				calls[0]++
 				mu.Unlock()
+				if back := g / 2; back > 0 && rng.IntN(3) == 0 {
+					r, err := oldRelease.Run(ctx, rdb, []string{key, ReleasesKey(key), QuotaKey(key)},
+						formatRate(lim.Rate), lim.Burst, back, 0, uint32(at)).Slice()
+					if err != nil || len(r) != 3 {
+						fail(fmt.Errorf("old release: %v, %v", r, err))
+						return
+					}
+					c, err := strconv.ParseFloat(fmt.Sprint(r[2]), 64)
+					if err != nil {
+						fail(err)
+						return
+					}
+					rat, _ := r[1].(int64)
+					mu.Lock()
+					credited += c
+					recordServer(rat)
+					mu.Unlock()
+				}
 			}
 		}()
 	}
