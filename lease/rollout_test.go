@@ -29,8 +29,9 @@ var (
 
 // TestMixedFleetRollout runs clients of the previous release and of this
 // one on the same tenant at once, as during a rolling upgrade (or a
-// rollback): the bound holds over everything both granted, less what this
-// release's returns credited, and each side counts the other's instances.
+// rollback): the bound holds over everything both granted, less what
+// both sides' returns credited, and each side counts the other's
+// instances.
 func TestMixedFleetRollout(t *testing.T) {
 	ctx := context.Background()
 	rdb := redisserver.Client(t)
