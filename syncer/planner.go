@@ -490,9 +490,15 @@ func (p *Planner) Granted(st *State, lim quota.Quota, now time.Time, asked int64
 	// A wait beyond a day is cut to a day: the call then finds out again.
 	if g.Share > 0 {
 		// Redis grants at most the credit this instance's share accrued,
-		// up to its share of the burst: come back when half of that has
-		// accrued, so that a late tick wastes no credit.
-		need = max(1, min(need, int64(float64(lim.Burst)*g.Share/lim.Rate/2)))
+		// up to its share of the burst (its capacity): come back when all
+		// of it but half an interval's accrual has built up, so that a
+		// late tick (ticks come every quarter interval, plus jitter)
+		// wastes no credit, and at least half of it, so that each call
+		// takes a worthwhile grant: the calls of a starved tenant then
+		// follow its share, not its demand.
+		capacity := float64(lim.Burst) * g.Share / lim.Rate
+		slack := g.Share * p.cfg.Interval.Seconds() / 2
+		need = max(1, min(need, int64(max(capacity/2, capacity-slack))))
 		wait = durationCeil(float64(need) / g.Share)
 	} else {
 		turn := need * int64(max(st.instances, 1))
