@@ -207,8 +207,15 @@ local function history(state, now, burst)
     if hb ~= nil and hb == hb and hb > top then
       top = hb
     end
-    h = {{now, top}}
+    return {{now, top}}
   end
+  -- What the fields hold, so that store rewrites only the entries that
+  -- change (a call usually changes the last one or two).
+  local was = {}
+  for i = 1, #h do
+    was[i] = {h[i][1], h[i][2]}
+  end
+  state.was = was
   return h
 end
 
@@ -221,10 +228,20 @@ end
 -- infinite quotient) the key is kept for ever: the number would not fit
 -- PEXPIRE, and any finite cap would refill early.
 local function store(key, tokens, now, rate, burst, h, state, extra)
-  local args = {'tk', string.format('%.17g', tokens), 'ts', string.format('%d', now), 'hb', string.format('%d', burst)}
+  local args = {'tk', string.format('%.17g', tokens), 'ts', string.format('%d', now)}
+  if tonumber(state[3]) ~= burst then
+    args[#args + 1] = 'hb'
+    args[#args + 1] = string.format('%d', burst)
+  end
+  -- An entry that holds what the field holds is not written again (the
+  -- field's text is the %.17g of that number, which reads back exactly).
+  local was = state.was or {}
   for i = 1, #h do
-    args[#args + 1] = 'p' .. i
-    args[#args + 1] = string.format('%d:%.17g', h[i][1], h[i][2])
+    local w = was[i]
+    if not (w and w[1] == h[i][1] and w[2] == h[i][2]) then
+      args[#args + 1] = 'p' .. i
+      args[#args + 1] = string.format('%d:%.17g', h[i][1], h[i][2])
+    end
   end
   if extra then
     for i = 1, #extra do
