@@ -41,9 +41,11 @@ type runner struct {
 	outage   struct{ from, to time.Duration }
 	hasOut   bool
 	logs     logBook
-	// Redis CPU used during the workload (INFO cpu), when it could be read.
+	// Redis CPU used during the workload (INFO cpu), when it could be read;
+	// cpu0 is the reading at the start.
 	cpu   time.Duration
 	cpuOK bool
+	cpu0  cpuSample
 }
 
 // instance is one simulated service instance (one slot of the workload).
@@ -197,7 +199,7 @@ func (r *runner) run(ctx context.Context, prog *progress) (*Result, error) {
 	if prog != nil {
 		prog.start("leasequota")
 	}
-	cpu0 := r.be.redisCPU(ctx)
+	r.cpu0 = r.be.redisCPU(ctx)
 	r.start = time.Now()
 	r.logs.start = r.start
 	// Instances running at the end of the workload close together, once
@@ -229,14 +231,14 @@ func (r *runner) run(ctx context.Context, prog *progress) (*Result, error) {
 	stopSampler := make(chan struct{})
 	go func() {
 		defer close(samplerDone)
-		r.sampleCalls(calls, prog, stopSampler)
+		r.sampleCalls(ctx, calls, prog, stopSampler)
 	}()
 	working.Wait()
-	r.cpu, r.cpuOK = cpuSince(cpu0, r.be.redisCPU(ctx))
+	r.cpu, r.cpuOK = cpuSince(r.cpu0, r.be.redisCPU(ctx))
 	r.be.setDown(false)
 	close(stopSampler)
 	<-samplerDone
-	calls.finish(r.nb, r.totalRoundTrips(), r.totalScripts(), r.totalErrors())
+	calls.finish(r.nb, r.totalRoundTrips(), r.totalScripts(), r.totalErrors(), r.totalEvals(), r.cpu, r.cpuOK)
 	close(closeNow)
 	wg.Wait()
 	end := time.Now()
@@ -434,33 +436,57 @@ func (r *runner) sampleLeases(inst *instance, lim *leasequota.Limiter, stop <-ch
 	}
 }
 
-// callSeries is the cumulative Redis traffic sampled at each step.
+// callSeries is the cumulative Redis traffic, and Redis CPU, sampled at
+// each step.
 type callSeries struct {
 	// [k] = total at time k*step; -1 when not sampled.
-	roundTrips, scripts, errors []int64
+	roundTrips, scripts, errors, evals []int64
+	// cpu[k] is the Redis CPU used from the start to k*step, in
+	// nanoseconds (INFO cpu); -1 when not sampled. cpuOK is false when a
+	// reading failed (or Redis is the embedded one): then cpu is unknown.
+	cpu   []int64
+	cpuOK bool
 }
 
 func newCallSeries(nb int) *callSeries {
-	c := &callSeries{roundTrips: make([]int64, nb+1), scripts: make([]int64, nb+1), errors: make([]int64, nb+1)}
+	c := &callSeries{roundTrips: make([]int64, nb+1), scripts: make([]int64, nb+1), errors: make([]int64, nb+1),
+		evals: make([]int64, nb+1), cpu: make([]int64, nb+1), cpuOK: true}
 	for i := 1; i <= nb; i++ {
-		c.roundTrips[i], c.scripts[i], c.errors[i] = -1, -1, -1
+		c.roundTrips[i], c.scripts[i], c.errors[i], c.evals[i], c.cpu[i] = -1, -1, -1, -1, -1
 	}
 	return c
 }
 
 // finish records the totals at the end and fills unsampled points.
-func (c *callSeries) finish(nb int, rt, sc, errs int64) {
-	c.roundTrips[nb], c.scripts[nb], c.errors[nb] = rt, sc, errs
+func (c *callSeries) finish(nb int, rt, sc, errs, ev int64, cpu time.Duration, cpuOK bool) {
+	c.roundTrips[nb], c.scripts[nb], c.errors[nb], c.evals[nb], c.cpu[nb] = rt, sc, errs, ev, int64(cpu)
+	c.cpuOK = c.cpuOK && cpuOK
 	for i := 1; i < nb; i++ {
 		if c.roundTrips[i] < 0 {
-			c.roundTrips[i], c.scripts[i], c.errors[i] = c.roundTrips[i-1], c.scripts[i-1], c.errors[i-1]
+			c.roundTrips[i], c.scripts[i], c.errors[i], c.evals[i] = c.roundTrips[i-1], c.scripts[i-1], c.errors[i-1], c.evals[i-1]
 		}
+	}
+	// Redis CPU: a reading is clamped between the one before it and the
+	// total (INFO can answer late, behind queued scripts), and the points
+	// the sampler missed (a starved goroutine skips ticks) are
+	// interpolated between their neighbours rather than carried, so that
+	// a late sample does not show as a spike.
+	last := 0
+	for i := 1; i <= nb; i++ {
+		if c.cpu[i] < 0 {
+			continue
+		}
+		v := min(max(c.cpu[i], c.cpu[last]), c.cpu[nb])
+		for j := last + 1; j < i; j++ {
+			c.cpu[j] = c.cpu[last] + (v-c.cpu[last])*int64(j-last)/int64(i-last)
+		}
+		c.cpu[i], last = v, i
 	}
 }
 
-// sampleCalls samples the Redis traffic every step and drives the
-// progress line.
-func (r *runner) sampleCalls(c *callSeries, prog *progress, stop <-chan struct{}) {
+// sampleCalls samples the Redis traffic (and CPU, on a real server) every
+// step and drives the progress line.
+func (r *runner) sampleCalls(ctx context.Context, c *callSeries, prog *progress, stop <-chan struct{}) {
 	tick := time.NewTicker(r.step)
 	defer tick.Stop()
 	var progTick <-chan time.Time
@@ -476,7 +502,11 @@ func (r *runner) sampleCalls(c *callSeries, prog *progress, stop <-chan struct{}
 		case <-tick.C:
 			k := int((r.elapsed() + r.step/2) / r.step)
 			if k > 0 && k < r.nb {
-				c.roundTrips[k], c.scripts[k], c.errors[k] = r.totalRoundTrips(), r.totalScripts(), r.totalErrors()
+				c.roundTrips[k], c.scripts[k], c.errors[k], c.evals[k] = r.totalRoundTrips(), r.totalScripts(), r.totalErrors(), r.totalEvals()
+				if c.cpuOK {
+					cpu, ok := cpuSince(r.cpu0, r.be.redisCPU(ctx))
+					c.cpu[k], c.cpuOK = int64(cpu), ok
+				}
 			}
 		case <-progTick:
 			prog.update(r.snapshot())
@@ -499,6 +529,15 @@ func (r *runner) totalErrors() int64 {
 		if lim := inst.lim.Load(); lim != nil {
 			n += lim.Stats().Errors
 		}
+	}
+	return n
+}
+
+// totalEvals is the script runs (EVAL, EVALSHA) of all instances so far.
+func (r *runner) totalEvals() int64 {
+	var n int64
+	for _, inst := range r.insts {
+		n += inst.cc.evals.Load()
 	}
 	return n
 }

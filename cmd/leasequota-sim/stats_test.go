@@ -2,6 +2,7 @@ package main
 
 import (
 	"math"
+	"slices"
 	"testing"
 	"time"
 )
@@ -141,6 +142,34 @@ func TestViolationDetected(t *testing.T) {
 
 func newCallSeriesFinished(nb int) *callSeries {
 	c := newCallSeries(nb)
-	c.finish(nb, 0, 0, 0)
+	c.finish(nb, 0, 0, 0, 0, 0, false)
 	return c
+}
+
+// TestCallSeriesFinish checks how the sampled series are completed:
+// unsampled points carry the previous total, and the Redis CPU series
+// (whose readings may come late) never decreases nor passes the total,
+// and is interpolated where a reading is missing.
+func TestCallSeriesFinish(t *testing.T) {
+	c := newCallSeries(5)
+	for i, n := range map[int]int64{1: 10, 3: 30} { // sampled together
+		c.roundTrips[i], c.scripts[i], c.errors[i], c.evals[i] = n, n, 0, n
+	}
+	c.cpu[1], c.cpu[2], c.cpu[3] = 100, 90, 700 // 2: read before 1's; 3: above the final 500; 4: missed
+	c.cpu[4] = -1
+	c.finish(5, 50, 50, 0, 50, 500, true)
+	if want := []int64{0, 10, 10, 30, 30, 50}; !slices.Equal(c.evals, want) {
+		t.Errorf("evals %v, want %v", c.evals, want)
+	}
+	if want := []int64{0, 100, 100, 500, 500, 500}; !slices.Equal(c.cpu, want) {
+		t.Errorf("cpu %v, want %v", c.cpu, want)
+	}
+	if !c.cpuOK {
+		t.Error("cpu not ok")
+	}
+	c = newCallSeries(2)
+	c.finish(2, 0, 0, 0, 0, 0, false)
+	if c.cpuOK {
+		t.Error("cpu ok without a reading")
+	}
 }
