@@ -172,6 +172,9 @@ type fleetResult struct {
 	// Burst + Rate*elapsed.
 	overBound []string
 	closeErrs int // limiters whose Close failed to return every lease
+	// held is the leased tokens the limiters held unspent when the load
+	// ended: debited from the buckets, never admitted.
+	held int64
 }
 
 // bound is a tenant's most admissions in the run.
@@ -194,12 +197,13 @@ func (r *fleetResult) deliveredUtilization() float64 {
 	return float64(admitted) / could
 }
 
-// runFleet runs the shape's load for d through srv.instances Limiters
-// on srv, each with its own client, and returns what Redis did and what
-// the tenants got. The limiters are FailClosed: every admission is paid
-// for with leased tokens, so the bound covers all of them, and a decision
-// of the failure mode is a denial (ReasonUnavailable), counted apart.
-func runFleet(tb testing.TB, srv *redistest.Server, s fleetShape, d time.Duration, logger *slog.Logger) fleetResult {
+// runFleet runs the shape's load for d through s.instances Limiters on
+// srv, each with its own client, and returns what Redis did and what the
+// tenants got. The limiters are FailClosed: every admission is paid for
+// with leased tokens, so the bound covers all of them, and a decision of
+// the failure mode is a denial (ReasonUnavailable), counted apart. opts
+// are added to every limiter's options.
+func runFleet(tb testing.TB, srv *redistest.Server, s fleetShape, d time.Duration, logger *slog.Logger, opts ...leasequota.Option) fleetResult {
 	tb.Helper()
 	ctx := context.Background()
 	admin := srv.Client()
@@ -210,8 +214,8 @@ func runFleet(tb testing.TB, srv *redistest.Server, s fleetShape, d time.Duratio
 	for i := range lims {
 		c := srv.Client()
 		defer c.Close()
-		l, err := leasequota.New(c, leasequota.WithKeyPrefix(prefix), leasequota.WithDefaultQuota(fleetQuota),
-			leasequota.WithFailureMode(leasequota.FailClosed), leasequota.WithLogger(logger.With("limiter", i)))
+		l, err := leasequota.New(c, append([]leasequota.Option{leasequota.WithKeyPrefix(prefix), leasequota.WithDefaultQuota(fleetQuota),
+			leasequota.WithFailureMode(leasequota.FailClosed), leasequota.WithLogger(logger.With("limiter", i))}, opts...)...)
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -255,6 +259,11 @@ func runFleet(tb testing.TB, srv *redistest.Server, s fleetShape, d time.Duratio
 		evalsha:  commandCalls(tb, admin, "evalsha") - calls0,
 	}
 	for _, l := range lims {
+		for _, n := range names {
+			if info, ok := l.Tenant(n); ok {
+				res.held += info.Tokens
+			}
+		}
 		st := l.Stats()
 		res.stats.Calls += st.Calls
 		res.stats.Errors += st.Errors
@@ -316,20 +325,30 @@ func commandCalls(tb testing.TB, c *redis.Client, command string) int64 {
 }
 
 // TestFleet runs the smallest fleet shape of issue #15, 4 instances x 100
-// tenants offered 3x their quota, for 3 s on real Redis: no tenant may
+// tenants offered 3x their quota, for 4 s on real Redis: no tenant may
 // admit more than Burst + Rate*elapsed, and the tenants together must get
 // 90% of what they could have: per tenant, the lesser of that bound and
 // what the machine managed to offer.
+//
+// The lease calls get 1s instead of the default 50ms: a sync round
+// pipelines up to 100 acquire scripts per instance, and on a busy 2-core
+// machine under the race detector four such pipelines queued in Redis
+// take longer than 50ms (even 250ms was seen: the client's write timed
+// out); the calls then fail and their tenants go to the failure mode,
+// which is issue #15's subject (BenchmarkFleet measures it with the
+// defaults), not this test's. The run is 4 s, not 3: the leases held
+// unspent when the load stops (10 to 30 tokens per tenant here) are a
+// fixed loss, 2 to 8% of a 3 s bound.
 func TestFleet(t *testing.T) {
 	srv := redistest.Shared(t) // before the leak check: the harness lives for the package
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	s := fleetShape{instances: 4, tenants: 100}
-	r := runFleet(t, srv, s, 3*time.Second, redistest.Logger(t))
+	r := runFleet(t, srv, s, 4*time.Second, redistest.Logger(t), leasequota.WithRedisTimeout(time.Second))
 	offered, admitted := r.load.totals()
 	t.Logf("%v: offered %d (%.0f/s, %.2fx the quota; the schedule asks %.0f/s), admitted %d in %v (Redis clock)",
 		s, offered, r.load.deliveredRate(), r.load.deliveredRate()/(fleetRate*float64(s.tenants)), s.offeredRate(), admitted, r.elapsed)
-	t.Logf("utilization %.3f of Σ(Burst + Rate·elapsed), %.3f of what the load could have had; lease calls %d (%d failed), EVALSHA %d; decisions by the failure mode %d",
-		r.utilization(), r.deliveredUtilization(), r.stats.Calls, r.stats.Errors, r.evalsha, r.load.failed)
+	t.Logf("utilization %.3f of Σ(Burst + Rate·elapsed), %.3f of what the load could have had; lease calls %d (%d failed), EVALSHA %d; decisions by the failure mode %d; leased tokens held unspent at the end %d (%.1f per tenant)",
+		r.utilization(), r.deliveredUtilization(), r.stats.Calls, r.stats.Errors, r.evalsha, r.load.failed, r.held, float64(r.held)/float64(s.tenants))
 	for _, o := range r.overBound {
 		t.Errorf("bound violated: %s (Burst %d + Rate %d * %v)", o, fleetBurst, fleetRate, r.elapsed)
 	}
