@@ -3,7 +3,6 @@ package integration
 import (
 	"context"
 	"flag"
-	"fmt"
 	"log/slog"
 	"testing"
 	"time"
@@ -155,6 +154,6 @@ func (m *fleetMetrics) report(b *testing.B) {
 	if m.rrErr > 0 {
 		b.Logf("redis_rate: %d calls failed", m.rrErr)
 	}
-	b.Logf("%s", fmt.Sprintf("leasequota: %d admitted, Redis CPU %v, %d EVALSHA; redis_rate: %d decisions, Redis CPU %v",
-		m.lqAdmitted, m.lqCPU, m.evalsha, m.rrDecisions, m.rrCPU))
+	b.Logf("leasequota: %d admitted, Redis CPU %v, %d EVALSHA; redis_rate: %d decisions, Redis CPU %v",
+		m.lqAdmitted, m.lqCPU, m.evalsha, m.rrDecisions, m.rrCPU)
 }
