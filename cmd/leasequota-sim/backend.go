@@ -22,6 +22,12 @@ type backend struct {
 	cluster *redis.ClusterOptions // base options with -redis-cluster, else nil
 	mini    *miniredis.Miniredis
 	proxy   *proxy
+
+	// cpuClient reads INFO cpu (straight from the server, never through
+	// the proxy); made on first use, guarded by cpuMu.
+	cpuMu      sync.Mutex
+	cpuClient  *redis.Client
+	cpuCluster *redis.ClusterClient
 }
 
 // openBackend starts (or reaches) Redis and checks that it answers.
@@ -129,9 +135,13 @@ func (b *backend) redisCPU(ctx context.Context) cpuSample {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
+	b.cpuMu.Lock()
+	defer b.cpuMu.Unlock()
 	if b.cluster != nil {
-		c := redis.NewClusterClient(b.cluster)
-		defer c.Close()
+		if b.cpuCluster == nil {
+			b.cpuCluster = redis.NewClusterClient(b.cluster)
+		}
+		c := b.cpuCluster
 		var mu sync.Mutex
 		var sum time.Duration
 		err := c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
@@ -147,9 +157,10 @@ func (b *backend) redisCPU(ctx context.Context) cpuSample {
 		})
 		return cpuSample{used: sum, ok: err == nil}
 	}
-	c := redis.NewClient(b.opts)
-	defer c.Close()
-	info, err := c.Info(ctx, "cpu").Result()
+	if b.cpuClient == nil {
+		b.cpuClient = redis.NewClient(b.opts)
+	}
+	info, err := b.cpuClient.Info(ctx, "cpu").Result()
 	if err != nil {
 		return cpuSample{}
 	}
@@ -182,6 +193,14 @@ func parseCPU(info string) (time.Duration, error) {
 
 // Close stops what the backend started.
 func (b *backend) Close() {
+	b.cpuMu.Lock()
+	if b.cpuClient != nil {
+		b.cpuClient.Close()
+	}
+	if b.cpuCluster != nil {
+		b.cpuCluster.Close()
+	}
+	b.cpuMu.Unlock()
 	if b.proxy != nil {
 		b.proxy.Close()
 	}
@@ -197,6 +216,7 @@ func (b *backend) Close() {
 type callCounter struct {
 	roundTrips atomic.Int64
 	commands   atomic.Int64
+	evals      atomic.Int64   // script runs (EVAL and EVALSHA), whatever their keys
 	scripts    []atomic.Int64 // per tenant index
 	keyIndex   map[string]int // Redis key -> tenant index; immutable
 }
@@ -237,6 +257,7 @@ func (c *callCounter) count(cmd redis.Cmder) {
 	if !strings.EqualFold(name, "evalsha") && !strings.EqualFold(name, "eval") {
 		return
 	}
+	c.evals.Add(1)
 	key, _ := args[3].(string)
 	if i, ok := c.keyIndex[key]; ok {
 		c.scripts[i].Add(1)

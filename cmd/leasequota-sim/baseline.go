@@ -27,7 +27,10 @@ type BaselineResult struct {
 	Shed      int64 // offered but never decided: the limiter could not keep up
 	Errors    int64 // calls that failed
 	// RoundTrips are Redis round trips, counted like the simulation's.
-	RoundTrips      int64
+	RoundTrips int64
+	// Scripts are the script runs (EVAL, EVALSHA) sent: one per decision,
+	// and one more per NOSCRIPT reload.
+	Scripts         int64
 	DecisionsPerSec float64
 	RoundTripsPer1k float64
 	P50, P99        time.Duration
@@ -217,6 +220,7 @@ func runBaseline(ctx context.Context, cfg Config, w *workload, be *backend, pref
 	for _, in := range insts {
 		res.Offered += in.offered
 		res.RoundTrips += in.cc.roundTrips.Load()
+		res.Scripts += in.cc.evals.Load()
 	}
 	res.Shed = res.Offered - res.Decisions - res.Errors
 	res.DecisionsPerSec = float64(res.Decisions) / dur.Seconds()

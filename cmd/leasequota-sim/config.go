@@ -19,7 +19,7 @@ import (
 )
 
 // Scenarios the simulator knows, in the order -h lists them.
-var scenarios = []string{"steady", "burst", "skew", "churn", "outage"}
+var scenarios = []string{"steady", "burst", "skew", "churn", "outage", "fleet"}
 
 var scenarioHelp = map[string]string{
 	"steady": "constant skewed demand, traffic spread evenly over the instances",
@@ -27,6 +27,7 @@ var scenarioHelp = map[string]string{
 	"skew":   "one instance takes 70% of the traffic; the hot instance changes half-way",
 	"churn":  "the last instance stops (Close) at 35% of the run, a new one starts at 55%",
 	"outage": "Redis unreachable (connections black-holed) from 40% to 60% of the run",
+	"fleet":  "issue #15's fleet shape: every tenant Rate 100, Burst 100, offered 3x its quota evenly over the instances; headline: Redis CPU per admitted request and script runs/s (Redis CPU needs -redis)",
 }
 
 // Config is what the flags set.

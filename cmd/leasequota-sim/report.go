@@ -14,7 +14,7 @@ import (
 // Colours: a tenant class is coloured by its tier and dashed by its
 // demand pattern, the same in every chart.
 var (
-	tierColor = map[string]string{"large": "#1f77b4", "medium": "#e6780b", "small": "#2ca02c"}
+	tierColor = map[string]string{"large": "#1f77b4", "medium": "#e6780b", "small": "#2ca02c", "fleet": "#1f77b4"}
 	patDash   = map[string]string{"over": "", "under": "7 4", "bursty": "2 3"}
 	slotColor = []string{"#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"}
 )
@@ -57,6 +57,9 @@ func writeReport(w io.Writer, res *Result) error {
 		"Share":     template.HTML(shareChart(res)),
 		"Lease":     template.HTML(leaseChart(res)),
 		"Redis":     template.HTML(redisChart(res)),
+		"Cost":      template.HTML(costCharts(res)),
+		"Fleet":     fleetRowsOrNil(res),
+		"CPUNote":   cpuNote(res),
 		"Baseline":  template.HTML(baselineCharts(res)),
 		"BaseRows":  baselineRowsOrNil(res),
 		"Elapsed":   fmt.Sprintf("%.2f", res.Elapsed.Seconds()),
@@ -121,7 +124,49 @@ func kpis(res *Result) []kpi {
 			k = append(k, kpi{ratio(bCPU, cpu, "less", "more"), "Redis CPU per decision than a per-request limiter"})
 		}
 	}
+	if res.Config.Scenario == "fleet" {
+		k = append(fleetKPIs(res), k...)
+	}
 	return k
+}
+
+// fleetKPIs are the fleet scenario's headline numbers: Redis CPU per
+// admitted request and script runs per second, against the per-request
+// limiter.
+func fleetKPIs(res *Result) []kpi {
+	f := fleetMeasures(res)
+	cpuLabel := "Redis CPU per admitted request"
+	if !f.cpuOK && res.Config.embedded() {
+		cpuLabel += " (not measured: the embedded Redis has no INFO cpu; use -redis)"
+	}
+	k := []kpi{{cpuCell(f.cpuAdm, f.cpuOK), cpuLabel}}
+	if f.cpuOK && f.baseCPUOK && f.baseCPU > 0 {
+		k = append(k, kpi{fmt.Sprintf("%.2fx", f.cpuAdm/f.baseCPU), "Redis CPU per admitted request / the per-request limiter's per decision (" + fmtNanos(f.baseCPU) + ")"})
+	}
+	k = append(k, kpi{perSec(f.scripts), "Redis script runs per second"})
+	if res.Baseline != nil {
+		k = append(k, kpi{perSec(f.baseScript), "script runs per second of the per-request limiter"})
+	}
+	k = append(k, kpi{pct(f.util), "utilization of Σ(Burst + Rate·T)"}, kpi{group(f.failed), "decisions by a failure mode"})
+	return k
+}
+
+func fleetRowsOrNil(res *Result) []fleetRow {
+	if res.Config.Scenario != "fleet" {
+		return nil
+	}
+	return fleetRows(res)
+}
+
+// cpuNote says why the Redis CPU chart is missing, or "".
+func cpuNote(res *Result) string {
+	switch {
+	case res.Series.RedisCPU != nil:
+		return ""
+	case res.Config.embedded():
+		return "Redis CPU: not measured. The embedded Redis (miniredis) runs inside the simulator and has no INFO cpu; run with -redis to chart it."
+	}
+	return "Redis CPU: not measured (INFO cpu could not be read during the run)."
 }
 
 func baselineRowsOrNil(res *Result) []baselineRow {
@@ -366,6 +411,65 @@ func redisChart(res *Result) string {
 	return p.svg("chart-redis-svg")
 }
 
+// costCharts plots Redis's work over time: its CPU (INFO cpu, as a share
+// of one core; only on a real server) and the script runs per second,
+// each beside the per-request limiter's mean over its own run.
+func costCharts(res *Result) string {
+	nb := len(res.Series.Evals)
+	mid, width := bucketTimes(res, nb)
+	b := res.Baseline
+	var sb strings.Builder
+	if cpu := res.Series.RedisCPU; cpu != nil {
+		ys := make([]float64, nb)
+		for i := range ys {
+			ys[i] = 100 * cpu[i] / width[i]
+		}
+		var base float64
+		hasBase := b != nil && b.HasCPU && b.Duration > 0
+		if hasBase {
+			base = 100 * b.RedisCPU.Seconds() / b.Duration.Seconds()
+		}
+		p := newPlot(530, 260)
+		p.addLegend("leasequota", colorLease, "", 2)
+		if hasBase {
+			p.addLegend("per-request limiter (mean of its run)", colorBase, "6 4", 1.4)
+		}
+		p.layout("Redis CPU (INFO cpu, % of one core)")
+		xt := timeAxis(p, res)
+		yt, ytop := niceTicks(0, math.Max(math.Max(maxOf(ys), base), 1), 5)
+		p.Y0, p.Y1 = 0, ytop
+		drawEvents(p, res)
+		p.axes("time (s)", "% of a core", xt, yt, fmtSec, fmtNum)
+		if hasBase {
+			p.line([]float64{p.X0, p.X1}, []float64{base, base}, colorBase, 1.4, "6 4", `class="base-cpu"`)
+		}
+		p.line(mid, ys, colorLease, 2, "", fmt.Sprintf(`class="cpu" data-total-ms="%.0f"`, res.Total.RedisCPU.Seconds()*1e3))
+		sb.WriteString(p.svg("chart-cpu-svg"))
+	}
+	ev, total := rates(res.Series.Evals, width)
+	var base float64
+	if b != nil && b.Duration > 0 {
+		base = float64(b.Scripts) / b.Duration.Seconds()
+	}
+	p := newPlot(530, 260)
+	p.addLegend("leasequota", colorLease, "", 2)
+	if b != nil {
+		p.addLegend("per-request limiter (mean of its run)", colorBase, "6 4", 1.4)
+	}
+	p.layout("Redis script runs per second (EVAL, EVALSHA)")
+	xt := timeAxis(p, res)
+	yt, ytop := niceTicks(0, math.Max(math.Max(maxOf(ev), base), 1), 5)
+	p.Y0, p.Y1 = 0, ytop
+	drawEvents(p, res)
+	p.axes("time (s)", "per second", xt, yt, fmtSec, fmtNum)
+	if b != nil {
+		p.line([]float64{p.X0, p.X1}, []float64{base, base}, colorBase, 1.4, "6 4", `class="base-scripts"`)
+	}
+	p.line(mid, ev, colorLease, 2, "", fmt.Sprintf(`class="evals" data-total="%d"`, total))
+	sb.WriteString(p.svg("chart-scripts-svg"))
+	return sb.String()
+}
+
 // baselineCharts draws the comparison with the per-request limiter as
 // pairs of bars.
 func baselineCharts(res *Result) string {
@@ -486,6 +590,11 @@ dl { font-size: 13px; } dt { font-weight: 600; margin-top: 6px; } dd { margin-le
 <section id="summary">
 <div class="verdict {{if .OK}}ok{{else}}bad{{end}}">{{range .Verdict}}<div>{{.}}</div>{{end}}</div>
 <div class="kpis">{{range .KPIs}}<div class="kpi"><b>{{.Value}}</b><span>{{.Label}}</span></div>{{end}}</div>
+{{if .Fleet}}<table id="fleet-table">
+<thead><tr><th></th><th>leasequota</th><th>per-request</th><th>leasequota / per-request</th></tr></thead>
+<tbody>{{range .Fleet}}<tr><td>{{.Name}}</td><td>{{.Lease}}</td><td>{{.Base}}</td><td>{{.Ratio}}</td></tr>
+{{end}}</tbody></table>
+<p class="note">The fleet shape of issue #15: every tenant has Rate 100 and Burst 100 and is offered more than its quota, evenly over the instances. Redis CPU is INFO cpu (user + system) of the server during each run, every client included; the per-request limiter ran the same load after the simulation, on the same Redis. Script runs are the EVAL and EVALSHA calls sent. Utilization is admitted (with a lease) over the sum of the tenants' Burst + Rate·T.</p>{{end}}
 </section>
 
 <h2>Per tenant class</h2>
@@ -533,6 +642,13 @@ dl { font-size: 13px; } dt { font-weight: 600; margin-top: 6px; } dd { margin-le
 <figure id="chart-redis">
 {{.Redis}}
 <figcaption>Per second, all instances. The syncer refreshes every tenant's lease on a schedule and pipelines the tenants due at the same time into one round trip, so Redis traffic follows the number of tenants and instances, not the request rate.</figcaption>
+</figure>
+
+<h2>Redis cost over time</h2>
+<figure id="chart-cost">
+<div class="bars">{{.Cost}}</div>
+{{if .CPUNote}}<p class="note">{{.CPUNote}}</p>{{end}}
+<figcaption>In buckets of {{.Step}}: the Redis server's CPU time (INFO cpu, user + system, sampled every bucket; every client of the server counts) as a share of one core, and the script runs (EVAL, EVALSHA) the instances sent, per second. The dashed lines are the per-request limiter's means over its own run of the same load, when it ran.</figcaption>
 </figure>
 
 <h2>Against a per-request Redis limiter</h2>

@@ -113,6 +113,7 @@ type Totals struct {
 	DecisionsPerSec float64
 	RoundTrips      int64 // Redis round trips during the workload (a pipeline counts once)
 	Scripts         int64 // lease script runs during the workload (one per tenant in a pipeline)
+	Evals           int64 // every script run (EVAL, EVALSHA) the instances sent during the workload
 	CloseRoundTrips int64 // round trips of the final Close calls (returning leases)
 	RoundTripsPer1k float64
 	P50, P99        time.Duration
@@ -138,6 +139,12 @@ func cpuPerDecision(cpu time.Duration, ok bool, decisions int64) (float64, bool)
 	return float64(cpu) / float64(decisions), true
 }
 
+// CPUPerAdmitted is the Redis CPU time per admitted request (with a lease)
+// in nanoseconds, and whether it is known: the fleet scenario's headline.
+func (t Totals) CPUPerAdmitted() (float64, bool) {
+	return cpuPerDecision(t.RedisCPU, t.HasCPU, t.Admitted)
+}
+
 // Series are the time series the report charts, one value per bucket of
 // Step.
 type Series struct {
@@ -149,6 +156,10 @@ type Series struct {
 	RoundTrips    []int64     // [bucket]
 	Scripts       []int64     // [bucket]
 	Errors        []int64     // [bucket] failed lease calls
+	Evals         []int64     // [bucket] script runs (EVAL, EVALSHA), all scripts
+	// RedisCPU is the Redis server's CPU time per bucket (INFO cpu, user
+	// + system), in seconds; nil when not measured (the embedded Redis).
+	RedisCPU []float64
 }
 
 // Violation is a tenant that admitted more than the bound allows.
@@ -333,6 +344,7 @@ func (r *runner) result(end time.Time, calls *callSeries) *Result {
 	tot.DecisionsPerSec = float64(tot.Decisions) / r.cfg.Duration.Seconds()
 	tot.RoundTrips = calls.roundTrips[nb]
 	tot.Scripts = calls.scripts[nb]
+	tot.Evals = calls.evals[nb]
 	tot.CloseRoundTrips = r.totalRoundTrips() - tot.RoundTrips
 	if tot.Decisions > 0 {
 		tot.RoundTripsPer1k = 1000 * float64(tot.RoundTrips) / float64(tot.Decisions)
@@ -343,10 +355,18 @@ func (r *runner) result(end time.Time, calls *callSeries) *Result {
 	res.Series.RoundTrips = make([]int64, nb)
 	res.Series.Scripts = make([]int64, nb)
 	res.Series.Errors = make([]int64, nb)
+	res.Series.Evals = make([]int64, nb)
+	if calls.cpuOK && tot.HasCPU {
+		res.Series.RedisCPU = make([]float64, nb)
+	}
 	for b := 0; b < nb; b++ {
 		res.Series.RoundTrips[b] = calls.roundTrips[b+1] - calls.roundTrips[b]
 		res.Series.Scripts[b] = calls.scripts[b+1] - calls.scripts[b]
 		res.Series.Errors[b] = calls.errors[b+1] - calls.errors[b]
+		res.Series.Evals[b] = calls.evals[b+1] - calls.evals[b]
+		if res.Series.RedisCPU != nil {
+			res.Series.RedisCPU[b] = time.Duration(calls.cpu[b+1] - calls.cpu[b]).Seconds()
+		}
 	}
 	return res
 }

@@ -41,9 +41,11 @@ type runner struct {
 	outage   struct{ from, to time.Duration }
 	hasOut   bool
 	logs     logBook
-	// Redis CPU used during the workload (INFO cpu), when it could be read.
+	// Redis CPU used during the workload (INFO cpu), when it could be read;
+	// cpu0 is the reading at the start.
 	cpu   time.Duration
 	cpuOK bool
+	cpu0  cpuSample
 }
 
 // instance is one simulated service instance (one slot of the workload).
@@ -197,7 +199,7 @@ func (r *runner) run(ctx context.Context, prog *progress) (*Result, error) {
 	if prog != nil {
 		prog.start("leasequota")
 	}
-	cpu0 := r.be.redisCPU(ctx)
+	r.cpu0 = r.be.redisCPU(ctx)
 	r.start = time.Now()
 	r.logs.start = r.start
 	// Instances running at the end of the workload close together, once
@@ -229,14 +231,15 @@ func (r *runner) run(ctx context.Context, prog *progress) (*Result, error) {
 	stopSampler := make(chan struct{})
 	go func() {
 		defer close(samplerDone)
-		r.sampleCalls(calls, prog, stopSampler)
+		r.sampleCalls(ctx, calls, prog, stopSampler)
 	}()
 	working.Wait()
-	r.cpu, r.cpuOK = cpuSince(cpu0, r.be.redisCPU(ctx))
+	r.cpu, r.cpuOK = cpuSince(r.cpu0, r.be.redisCPU(ctx))
+	cpuEnd := cpuPoint{at: r.elapsed(), used: r.cpu}
 	r.be.setDown(false)
 	close(stopSampler)
 	<-samplerDone
-	calls.finish(r.nb, r.totalRoundTrips(), r.totalScripts(), r.totalErrors())
+	calls.finish(r.nb, r.step, r.totalRoundTrips(), r.totalScripts(), r.totalErrors(), r.totalEvals(), cpuEnd, r.cpuOK)
 	close(closeNow)
 	wg.Wait()
 	end := time.Now()
@@ -434,33 +437,78 @@ func (r *runner) sampleLeases(inst *instance, lim *leasequota.Limiter, stop <-ch
 	}
 }
 
-// callSeries is the cumulative Redis traffic sampled at each step.
+// callSeries is the cumulative Redis traffic, and Redis CPU, sampled at
+// each step.
 type callSeries struct {
 	// [k] = total at time k*step; -1 when not sampled.
-	roundTrips, scripts, errors []int64
+	roundTrips, scripts, errors, evals []int64
+	// cpu[k] is the Redis CPU used from the start to k*step, in
+	// nanoseconds (INFO cpu), computed by finish from the readings in
+	// cpuAt (a reading that failed is skipped). cpuOK is false when the
+	// readings at the start or the end failed (or Redis is the embedded
+	// one): then cpu is unknown.
+	cpu   []int64
+	cpuAt []cpuPoint
+	cpuOK bool
 }
 
+// cpuPoint is a reading of the Redis CPU used since the start, and when
+// it was read (the middle of the INFO call).
+type cpuPoint struct{ at, used time.Duration }
+
 func newCallSeries(nb int) *callSeries {
-	c := &callSeries{roundTrips: make([]int64, nb+1), scripts: make([]int64, nb+1), errors: make([]int64, nb+1)}
+	c := &callSeries{roundTrips: make([]int64, nb+1), scripts: make([]int64, nb+1), errors: make([]int64, nb+1),
+		evals: make([]int64, nb+1), cpu: make([]int64, nb+1)}
 	for i := 1; i <= nb; i++ {
-		c.roundTrips[i], c.scripts[i], c.errors[i] = -1, -1, -1
+		c.roundTrips[i], c.scripts[i], c.errors[i], c.evals[i] = -1, -1, -1, -1
 	}
 	return c
 }
 
-// finish records the totals at the end and fills unsampled points.
-func (c *callSeries) finish(nb int, rt, sc, errs int64) {
-	c.roundTrips[nb], c.scripts[nb], c.errors[nb] = rt, sc, errs
+// finish records the totals at the end and fills unsampled points. The
+// Redis CPU series is the readings, the final one (end) included,
+// interpolated at each bucket's edge: a reading is attributed to when it
+// was made, which can be well after its tick (INFO waits behind queued
+// scripts; a starved sampler skips ticks). The last bucket ends with the
+// final reading, so the series adds up to the total.
+func (c *callSeries) finish(nb int, step time.Duration, rt, sc, errs, ev int64, end cpuPoint, cpuOK bool) {
+	c.roundTrips[nb], c.scripts[nb], c.errors[nb], c.evals[nb] = rt, sc, errs, ev
+	c.cpuOK = cpuOK
 	for i := 1; i < nb; i++ {
 		if c.roundTrips[i] < 0 {
-			c.roundTrips[i], c.scripts[i], c.errors[i] = c.roundTrips[i-1], c.scripts[i-1], c.errors[i-1]
+			c.roundTrips[i], c.scripts[i], c.errors[i], c.evals[i] = c.roundTrips[i-1], c.scripts[i-1], c.errors[i-1], c.evals[i-1]
 		}
 	}
+	if !c.cpuOK {
+		return
+	}
+	// The readings from (0, 0) to end, made non-decreasing in both time
+	// and CPU, and never above the total.
+	pts := []cpuPoint{{}}
+	for _, p := range append(c.cpuAt, end) {
+		last := pts[len(pts)-1]
+		p.at, p.used = max(p.at, last.at), min(max(p.used, last.used), end.used)
+		pts = append(pts, p)
+	}
+	j := 0
+	for k := 1; k < nb; k++ {
+		t := time.Duration(k) * step
+		for j+1 < len(pts)-1 && pts[j+1].at <= t {
+			j++
+		}
+		a, b := pts[j], pts[j+1]
+		v := b.used
+		if b.at > a.at && t < b.at {
+			v = a.used + time.Duration(float64(b.used-a.used)*float64(t-a.at)/float64(b.at-a.at))
+		}
+		c.cpu[k] = int64(v)
+	}
+	c.cpu[nb] = int64(end.used)
 }
 
-// sampleCalls samples the Redis traffic every step and drives the
-// progress line.
-func (r *runner) sampleCalls(c *callSeries, prog *progress, stop <-chan struct{}) {
+// sampleCalls samples the Redis traffic (and CPU, on a real server) every
+// step and drives the progress line.
+func (r *runner) sampleCalls(ctx context.Context, c *callSeries, prog *progress, stop <-chan struct{}) {
 	tick := time.NewTicker(r.step)
 	defer tick.Stop()
 	var progTick <-chan time.Time
@@ -476,7 +524,13 @@ func (r *runner) sampleCalls(c *callSeries, prog *progress, stop <-chan struct{}
 		case <-tick.C:
 			k := int((r.elapsed() + r.step/2) / r.step)
 			if k > 0 && k < r.nb {
-				c.roundTrips[k], c.scripts[k], c.errors[k] = r.totalRoundTrips(), r.totalScripts(), r.totalErrors()
+				c.roundTrips[k], c.scripts[k], c.errors[k], c.evals[k] = r.totalRoundTrips(), r.totalScripts(), r.totalErrors(), r.totalEvals()
+				if r.cpu0.ok {
+					t0 := r.elapsed()
+					if cpu, ok := cpuSince(r.cpu0, r.be.redisCPU(ctx)); ok {
+						c.cpuAt = append(c.cpuAt, cpuPoint{at: (t0 + r.elapsed()) / 2, used: cpu})
+					}
+				}
 			}
 		case <-progTick:
 			prog.update(r.snapshot())
@@ -499,6 +553,15 @@ func (r *runner) totalErrors() int64 {
 		if lim := inst.lim.Load(); lim != nil {
 			n += lim.Stats().Errors
 		}
+	}
+	return n
+}
+
+// totalEvals is the script runs (EVAL, EVALSHA) of all instances so far.
+func (r *runner) totalEvals() int64 {
+	var n int64
+	for _, inst := range r.insts {
+		n += inst.cc.evals.Load()
 	}
 	return n
 }

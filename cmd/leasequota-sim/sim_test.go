@@ -170,7 +170,7 @@ func TestSteadyRunAndReport(t *testing.T) {
 func checkReport(t *testing.T, page string, res *Result) {
 	t.Helper()
 	for _, id := range []string{"summary", "class-table", "instance-table", "limiter-log", "chart-admitted", "chart-share", "chart-share-svg",
-		"chart-lease", "chart-lease-svg", "chart-redis", "chart-redis-svg", "chart-baseline"} {
+		"chart-lease", "chart-lease-svg", "chart-redis", "chart-redis-svg", "chart-baseline", "chart-cost", "chart-scripts-svg"} {
 		if !strings.Contains(page, `id="`+id+`"`) {
 			t.Errorf("report lacks #%s", id)
 		}
@@ -260,6 +260,12 @@ func checkReport(t *testing.T, page string, res *Result) {
 	if shares != res.Total.Admitted+res.Total.Degraded {
 		t.Errorf("share chart counts %d admissions, want %d", shares, res.Total.Admitted+res.Total.Degraded)
 	}
+	if !strings.Contains(page, fmt.Sprintf(`class="evals" data-total="%d"`, res.Total.Evals)) {
+		t.Errorf("script runs chart does not add up to %d script runs", res.Total.Evals)
+	}
+	if has := strings.Contains(page, `id="chart-cpu-svg"`); has != (res.Series.RedisCPU != nil) {
+		t.Errorf("report has a Redis CPU chart: %v, CPU series measured: %v", has, res.Series.RedisCPU != nil)
+	}
 	if !strings.Contains(page, fmt.Sprintf(`class="roundtrips" data-total="%d"`, res.Total.RoundTrips)) {
 		t.Errorf("Redis chart does not add up to %d round trips", res.Total.RoundTrips)
 	}
@@ -340,6 +346,97 @@ func TestChurnRun(t *testing.T) {
 	if len(res.CloseErrs) != 0 {
 		t.Errorf("Close failed: %v", res.CloseErrs)
 	}
+}
+
+// TestFleetRun runs the fleet scenario on the embedded Redis: one class
+// of Rate 100, Burst 100 tenants offered 3x their quota, the headline of
+// Redis cost against the baseline, and Redis CPU said to be unmeasured.
+func TestFleetRun(t *testing.T) {
+	cfg := shortConfig("fleet")
+	cfg.Baseline = 500 * time.Millisecond
+	res := runSim(t, cfg)
+	checkResult(t, res)
+	if len(res.Classes) != 1 || res.Classes[0].Name != "fleet/over" || res.Classes[0].Rate != 100 || res.Classes[0].Burst != 100 {
+		t.Fatalf("classes %+v, want one: fleet/over, Rate 100, Burst 100", res.Classes)
+	}
+	if c := res.Classes[0]; c.Denied == 0 || float64(c.Offered) < 2*c.Rate*float64(c.Tenants)*res.Run.Seconds() {
+		t.Errorf("fleet/over offered %d in %v for a quota of %.0f/s, denied %d: want well over the quota", c.Offered, res.Run, c.Rate*float64(c.Tenants), c.Denied)
+	}
+	if res.Total.Evals < res.Total.Scripts || res.Total.Evals == 0 {
+		t.Errorf("%d script runs, %d of them lease scripts", res.Total.Evals, res.Total.Scripts)
+	}
+	if res.Series.RedisCPU != nil {
+		t.Errorf("Redis CPU series on the embedded Redis")
+	}
+	var text bytes.Buffer
+	writeSummary(&text, res)
+	out := text.String()
+	scripts := perSec(float64(res.Total.Evals) / res.Run.Seconds())
+	for _, want := range []string{"fleet (issue #15): 3 instances x 12 tenants of Rate 100, Burst 100", "Redis CPU / admitted request        not measured",
+		"script runs/s  ", scripts, "Redis CPU: not measured: the embedded Redis"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("summary lacks %q:\n%s", want, out)
+		}
+	}
+	var page bytes.Buffer
+	if err := writeReport(&page, res); err != nil {
+		t.Fatal(err)
+	}
+	checkReport(t, page.String(), res)
+	kpis := regexp.MustCompile(`(?s)<div class="kpis">(.*?)</div>\s*<table id="fleet-table">`).FindStringSubmatch(page.String())
+	if kpis == nil {
+		t.Fatal("fleet report has no headline and fleet table")
+	}
+	for _, want := range []string{"Redis CPU per admitted request (not measured", "<b>" + scripts + "</b><span>Redis script runs per second"} {
+		if !strings.Contains(kpis[1], want) {
+			t.Errorf("fleet headline lacks %q:\n%s", want, kpis[1])
+		}
+	}
+	if !strings.Contains(page.String(), "Redis CPU: not measured. The embedded Redis") {
+		t.Error("report does not say why Redis CPU is not charted")
+	}
+}
+
+// TestFleetRealRedis runs the fleet scenario on redis-server: Redis CPU
+// per admitted request is measured, for the simulation and the baseline,
+// and charted over time.
+func TestFleetRealRedis(t *testing.T) {
+	srv := redistest.Shared(t)
+	cfg := shortConfig("fleet")
+	cfg.RedisURL = srv.URL()
+	cfg.Baseline = 300 * time.Millisecond
+	res := runSim(t, cfg)
+	checkResult(t, res)
+	cpu, ok := res.Total.CPUPerAdmitted()
+	if !ok || cpu <= 0 {
+		t.Fatalf("Redis CPU per admitted request %v (measured: %v)", cpu, ok)
+	}
+	if _, ok := res.Baseline.CPUPerDecision(); !ok || res.Baseline.Scripts < res.Baseline.Decisions {
+		t.Errorf("baseline: CPU measured %v, %d script runs for %d decisions", ok, res.Baseline.Scripts, res.Baseline.Decisions)
+	}
+	if len(res.Series.RedisCPU) != len(res.Series.Evals) {
+		t.Fatalf("Redis CPU series of %d buckets, want %d", len(res.Series.RedisCPU), len(res.Series.Evals))
+	}
+	var sum float64
+	for _, v := range res.Series.RedisCPU {
+		if v < 0 {
+			t.Errorf("negative Redis CPU in a bucket: %v", res.Series.RedisCPU)
+		}
+		sum += v
+	}
+	if d := sum - res.Total.RedisCPU.Seconds(); d > 1e-6 || d < -1e-6 {
+		t.Errorf("Redis CPU series adds up to %.6fs, total %.6fs", sum, res.Total.RedisCPU.Seconds())
+	}
+	var text bytes.Buffer
+	writeSummary(&text, res)
+	if want := "Redis CPU / admitted request  "; !strings.Contains(text.String(), want) || strings.Contains(text.String(), "not measured") {
+		t.Errorf("summary lacks a measured %q:\n%s", want, text.String())
+	}
+	var page bytes.Buffer
+	if err := writeReport(&page, res); err != nil {
+		t.Fatal(err)
+	}
+	checkReport(t, page.String(), res)
 }
 
 // TestRealRedis runs the simulation and the baseline against a real

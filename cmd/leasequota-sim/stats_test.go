@@ -2,6 +2,7 @@ package main
 
 import (
 	"math"
+	"slices"
 	"testing"
 	"time"
 )
@@ -141,6 +142,38 @@ func TestViolationDetected(t *testing.T) {
 
 func newCallSeriesFinished(nb int) *callSeries {
 	c := newCallSeries(nb)
-	c.finish(nb, 0, 0, 0)
+	c.finish(nb, time.Second, 0, 0, 0, 0, cpuPoint{}, false)
 	return c
+}
+
+// TestCallSeriesFinish checks how the sampled series are completed:
+// unsampled points carry the previous total, and the Redis CPU series is
+// the readings interpolated at the bucket edges, at the time each was
+// made, non-decreasing, never above the total, ending at it.
+func TestCallSeriesFinish(t *testing.T) {
+	const ms = time.Millisecond
+	c := newCallSeries(5)
+	for i, n := range map[int]int64{1: 10, 3: 30} { // sampled together
+		c.roundTrips[i], c.scripts[i], c.errors[i], c.evals[i] = n, n, 0, n
+	}
+	// Step 100ms. The tick of 100ms read at 150ms; the tick of 200ms was
+	// missed; 300ms read at 300ms but less than before (clamped); 400ms
+	// read above the total (clamped).
+	c.cpuAt = []cpuPoint{{150 * ms, 30 * ms}, {300 * ms, 20 * ms}, {400 * ms, 90 * ms}}
+	c.finish(5, 100*ms, 50, 50, 0, 50, cpuPoint{520 * ms, 80 * ms}, true)
+	if want := []int64{0, 10, 10, 30, 30, 50}; !slices.Equal(c.evals, want) {
+		t.Errorf("evals %v, want %v", c.evals, want)
+	}
+	want := []int64{0, int64(20 * ms), int64(30 * ms), int64(30 * ms), int64(80 * ms), int64(80 * ms)}
+	if !slices.Equal(c.cpu, want) {
+		t.Errorf("cpu %v, want %v", c.cpu, want)
+	}
+	if !c.cpuOK {
+		t.Error("cpu not ok")
+	}
+	c = newCallSeries(2)
+	c.finish(2, 100*ms, 0, 0, 0, 0, cpuPoint{}, false)
+	if c.cpuOK {
+		t.Error("cpu ok without a reading")
+	}
 }

@@ -17,6 +17,10 @@ func writeSummary(out io.Writer, res *Result) {
 	fmt.Fprintf(out, "\nleasequota-sim: scenario %s, %d instances, %d tenants, %v, Redis %s\n",
 		c.Scenario, c.Instances, c.Tenants, c.Duration, res.Redis)
 	fmt.Fprintf(out, "limiters: refresh %v, lease TTL %v, Redis timeout %v; demand x%g; seed %d\n\n", c.Refresh, c.LeaseTTL, c.redisTimeout(), c.Load, c.Seed)
+	if c.Scenario == "fleet" {
+		writeFleetTable(out, res)
+		fmt.Fprintln(out)
+	}
 	writeClassTable(out, res)
 	fmt.Fprintln(out)
 	for _, l := range verdictLines(res) {
@@ -378,4 +382,111 @@ func fmtDur(d time.Duration) string {
 	default:
 		return fmt.Sprintf("%.2fs", d.Seconds())
 	}
+}
+
+// fleetRow is one line of the fleet scenario's headline.
+type fleetRow struct{ Name, Lease, Base, Ratio string }
+
+// fleetNumbers are the fleet headline's measures of a run.
+type fleetNumbers struct {
+	cpuAdm, baseCPU     float64 // ns of Redis CPU per admitted request; the baseline's per decision
+	cpuOK, baseCPUOK    bool
+	scripts, baseScript float64 // script runs per second
+	busy, baseBusy      float64 // Redis CPU per second of the run (1 = one core)
+	util, baseUtil      float64 // admitted / Σ(Burst + Rate·T)
+	failed, baseFailed  int64   // decisions by a failure mode; failed baseline calls
+}
+
+func fleetMeasures(res *Result) (f fleetNumbers) {
+	t := res.Total
+	f.cpuAdm, f.cpuOK = t.CPUPerAdmitted()
+	f.scripts = float64(t.Evals) / res.Run.Seconds()
+	if f.cpuOK {
+		f.busy = t.RedisCPU.Seconds() / res.Run.Seconds()
+	}
+	var bound, rate, burst float64
+	for _, c := range res.Classes {
+		bound += c.Bound
+		rate += c.Rate * float64(c.Tenants)
+		burst += float64(c.Burst) * float64(c.Tenants)
+	}
+	if bound > 0 {
+		f.util = float64(t.Admitted) / bound
+	}
+	f.failed = t.Unavailable + t.Degraded
+	if b := res.Baseline; b != nil && b.Duration > 0 {
+		f.baseCPU, f.baseCPUOK = b.CPUPerDecision()
+		f.baseScript = float64(b.Scripts) / b.Duration.Seconds()
+		if b.HasCPU {
+			f.baseBusy = b.RedisCPU.Seconds() / b.Duration.Seconds()
+		}
+		if d := burst + rate*b.Duration.Seconds(); d > 0 {
+			f.baseUtil = float64(b.Admitted) / d
+		}
+		f.baseFailed = b.Errors
+	}
+	return f
+}
+
+// fleetRows are the fleet scenario's headline (issue #15): the Redis CPU
+// per admitted request, against the per-request limiter's per decision,
+// and the script runs per second, then what the tenants got.
+func fleetRows(res *Result) []fleetRow {
+	f := fleetMeasures(res)
+	hasBase := res.Baseline != nil
+	base := func(s string) string {
+		if !hasBase {
+			return "-"
+		}
+		return s
+	}
+	cpu := func(ns float64, ok bool, what string) string {
+		if !ok {
+			return "not measured"
+		}
+		return fmtNanos(ns) + what
+	}
+	times := func(a, b float64, ok bool) string {
+		if !ok || a <= 0 || b <= 0 {
+			return ""
+		}
+		return fmt.Sprintf("%.2fx", a/b)
+	}
+	return []fleetRow{
+		{"Redis CPU / admitted request", cpu(f.cpuAdm, f.cpuOK, ""), base(cpu(f.baseCPU, f.baseCPUOK, " per decision")), times(f.cpuAdm, f.baseCPU, f.cpuOK && f.baseCPUOK)},
+		{"script runs/s", perSec(f.scripts), base(perSec(f.baseScript)), times(f.scripts, f.baseScript, hasBase)},
+		{"Redis CPU busy (1 = one core)", cpuFrac(f.busy, f.cpuOK), base(cpuFrac(f.baseBusy, f.baseCPUOK)), ""},
+		{"utilization of Σ(Burst + Rate·T)", pct(f.util), base(pct(f.baseUtil)), ""},
+		{"decisions by a failure mode", group(f.failed), base(group(f.baseFailed) + " failed calls"), ""},
+	}
+}
+
+func cpuFrac(x float64, ok bool) string {
+	if !ok {
+		return "not measured"
+	}
+	return fmt.Sprintf("%.2f", x)
+}
+
+func writeFleetTable(out io.Writer, res *Result) {
+	c := res.Config
+	fmt.Fprintf(out, "fleet (issue #15): %d instances x %d tenants of Rate %g, Burst %d, each offered %gx its quota:\n\n",
+		c.Instances, c.Tenants, fleetTiers[0].rate, fleetTiers[0].burst, overFactor*c.Load)
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "%-34s\tleasequota\tper-request\tleasequota / per-request\t\n", "")
+	for _, r := range fleetRows(res) {
+		fmt.Fprintf(tw, "%-34s\t%s\t%s\t%s\t\n", r.Name, r.Lease, r.Base, r.Ratio)
+	}
+	tw.Flush()
+	if res.Baseline != nil {
+		fmt.Fprintf(out, "per-request: %s, the same load for %.1fs on the same Redis, after the simulation.\n", res.Baseline.Name, res.Baseline.Duration.Seconds())
+	} else {
+		fmt.Fprintln(out, "per-request: skipped (-baseline 0).")
+	}
+	if c.embedded() {
+		fmt.Fprintln(out, "Redis CPU: not measured: the embedded Redis (miniredis) runs in this process and has no INFO cpu; run with -redis.")
+	} else {
+		fmt.Fprintln(out, "Redis CPU: INFO cpu (user + system) during each run, every client of the server included.")
+	}
+	fmt.Fprintln(out, "script runs: the EVAL and EVALSHA calls sent; utilization: admitted (with a lease) / Σ(Burst + Rate·T).")
 }

@@ -26,6 +26,10 @@ var tiers = []tier{
 	{name: "small", rate: 50, burst: 25},
 }
 
+// fleetTiers is the fleet scenario's one tier, the tenants of issue #15's
+// fleet shapes: Rate 100, Burst 100, every tenant over its quota.
+var fleetTiers = []tier{{name: "fleet", rate: 100, burst: 100}}
+
 // pattern is how a tenant's demand compares with its quota.
 type pattern int
 
@@ -95,13 +99,18 @@ type slot struct {
 // newWorkload builds the workload of cfg. Tenants are assigned tiers in
 // order (large first) and, within a tier, cycle through the patterns, so
 // every tier has over, under and bursty tenants when it has three or more.
+// The fleet scenario has one tier (fleetTiers) and one pattern, over.
 func newWorkload(cfg Config) *workload {
 	w := &workload{Scenario: cfg.Scenario, Duration: cfg.Duration, Load: cfg.Load}
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x5eed))
-	counts := make([]int, len(tiers))
+	ts, patterns := tiers, 3
+	if cfg.Scenario == "fleet" {
+		ts, patterns = fleetTiers, 1
+	}
+	counts := make([]int, len(ts))
 	left := cfg.Tenants
-	for i, t := range tiers {
-		if i == len(tiers)-1 {
+	for i, t := range ts {
+		if i == len(ts)-1 {
 			counts[i] = left
 			break
 		}
@@ -114,9 +123,9 @@ func newWorkload(cfg Config) *workload {
 		left -= n
 	}
 	classIdx := map[string]int{}
-	for ti, t := range tiers {
+	for ti, t := range ts {
 		for k := 0; k < counts[ti]; k++ {
-			p := pattern(k % 3)
+			p := pattern(k % patterns)
 			name := t.name + "/" + p.String()
 			ci, ok := classIdx[name]
 			if !ok {

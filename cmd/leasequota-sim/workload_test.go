@@ -52,6 +52,34 @@ func TestWorkloadTenants(t *testing.T) {
 	}
 }
 
+// TestWorkloadFleet checks the fleet scenario's tenants: one class, Rate
+// 100 and Burst 100, each offered 3x its quota (times -load), evenly over
+// the instances.
+func TestWorkloadFleet(t *testing.T) {
+	c := testConfig("fleet")
+	c.Instances, c.Tenants, c.Load = 32, 2000, 2
+	if err := c.Validate(); err != nil {
+		t.Fatalf("fleet at 32 x 2000: %v", err)
+	}
+	w := newWorkload(c)
+	if len(w.Tenants) != 2000 || len(w.Classes) != 1 || len(w.Classes[0].Tenants) != 2000 {
+		t.Fatalf("%d tenants in %d classes, want 2000 in one", len(w.Tenants), len(w.Classes))
+	}
+	for i, tn := range w.Tenants {
+		if tn.Quota.Rate != 100 || tn.Quota.Burst != 100 || tn.Pattern != patOver {
+			t.Fatalf("tenant %s: %+v, want Rate 100, Burst 100, over", tn.Name, tn)
+		}
+		if d := w.Demand(i, 3*time.Second); d != 600 {
+			t.Fatalf("tenant %s: demand %v/s, want 3 x 100 x load 2", tn.Name, d)
+		}
+	}
+	for s := range w.Slots() {
+		if wt := w.Weight(s, time.Second); math.Abs(wt-1.0/32) > 1e-12 {
+			t.Fatalf("instance %d weight %v, want 1/32", s, wt)
+		}
+	}
+}
+
 // TestRatesSafeForEmbeddedRedis guards a limitation of the embedded Redis:
 // gopher-lua's tonumber reads a string without a '.' as an integer, so a
 // rate that Go formats as "1e+06" is rejected by acquire.lua there.

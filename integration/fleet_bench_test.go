@@ -1,0 +1,159 @@
+package integration
+
+import (
+	"context"
+	"flag"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/go-redis/redis_rate/v10"
+
+	"github.com/leasequota/leasequota/integration/redistest"
+)
+
+var fleetDuration = flag.Duration("fleet.duration", 8*time.Second,
+	"length of each BenchmarkFleet load, run once through leasequota and once through redis_rate")
+
+// fleetShapes are the shapes of issue #15's table.
+var fleetShapes = []fleetShape{{4, 100}, {8, 500}, {16, 1000}, {32, 2000}}
+
+// BenchmarkFleet runs each fleet shape of issue #15 on one redis-server:
+// N Limiters (each with its own client) share T tenants of Rate 100 and
+// Burst 100, each tenant offered 3x its quota evenly over the instances,
+// for -fleet.duration (default 8s). Then, on the same server, one after
+// the other (INFO cpu cannot split two clients running at once), the same
+// load goes through redis_rate: one GCRA script call per decision, the
+// load goroutines calling it synchronously (so its offered rate is what
+// round trips allow; its cost per decision is the point).
+//
+// One op is one full run of both; run it with -benchtime 1x. It fails
+// if a tenant admitted more than Burst + Rate*elapsed, elapsed being on
+// the Redis clock from before the first decision to after the last.
+// Metrics (averages over the ops):
+//
+//	utilization        admitted / Σ(Burst + Rate·elapsed) over the tenants
+//	offered-x          the load the machine delivered, over the quota (the schedule asks 3)
+//	lq-redis-µs/adm    Redis CPU (INFO cpu user+sys, delta) per admitted request, leasequota
+//	rr-redis-µs/dec    Redis CPU per decision, redis_rate
+//	lq/rr              the ratio of the two
+//	evalsha/s          EVALSHA calls per second during the leasequota load
+//	failmode-dec       decisions made by the failure mode (Redis is up all along)
+//	lease-errors       failed lease calls (per tenant), summed over the limiters
+//	rr-dec/s           redis_rate decisions per second
+//	over-bound         tenants over the bound (must be 0)
+func BenchmarkFleet(b *testing.B) {
+	srv := redistest.StartServer(b)
+	for _, s := range fleetShapes {
+		b.Run(s.String(), func(b *testing.B) {
+			var m fleetMetrics
+			for i := 0; i < b.N; i++ {
+				r := runFleet(b, srv, s, *fleetDuration, slog.New(slog.DiscardHandler))
+				for _, o := range r.overBound {
+					b.Errorf("bound violated: %s (Burst %d + Rate %d * %v)", o, fleetBurst, fleetRate, r.elapsed)
+				}
+				rr := runFleetRedisRate(b, srv, s, *fleetDuration)
+				m.add(s, &r, &rr)
+			}
+			m.report(b)
+		})
+	}
+}
+
+// redisRateResult is one redis_rate run of a shape.
+type redisRateResult struct {
+	load     fleetLoad
+	redisCPU time.Duration
+}
+
+// runFleetRedisRate offers the shape's load for d to redis_rate, one
+// limiter (and client) per instance, the tenants' keys under a prefix of
+// their own.
+func runFleetRedisRate(tb testing.TB, srv *redistest.Server, s fleetShape, d time.Duration) redisRateResult {
+	tb.Helper()
+	admin := srv.Client()
+	defer admin.Close()
+	rls := make([]*redis_rate.Limiter, s.instances)
+	for i := range rls {
+		c := srv.Client()
+		defer c.Close()
+		rls[i] = redis_rate.NewLimiter(c)
+	}
+	prefix := redistest.Prefix(tb)
+	keys := fleetTenants(s.tenants)
+	for i := range keys {
+		keys[i] = prefix + keys[i]
+	}
+	limit := redis_rate.Limit{Rate: fleetRate, Burst: fleetBurst, Period: time.Second}
+	cpu0 := redisCPU(tb, admin)
+	load := driveFleet(context.Background(), s, d, func(ctx context.Context, inst, t int) (bool, bool) {
+		res, err := rls[inst].Allow(ctx, keys[t], limit)
+		if err != nil {
+			return false, true
+		}
+		return res.Allowed > 0, false
+	})
+	return redisRateResult{load: load, redisCPU: redisCPU(tb, admin) - cpu0}
+}
+
+// fleetMetrics sums the runs of one shape.
+type fleetMetrics struct {
+	runs                      int
+	util, offeredX            float64
+	lqCPU, rrCPU              time.Duration
+	lqAdmitted, rrDecisions   int64
+	evalsha                   int64
+	lqSeconds, rrSeconds      float64
+	failMode, leaseErr, rrErr int64
+	overBound                 int
+}
+
+func (m *fleetMetrics) add(s fleetShape, r *fleetResult, rr *redisRateResult) {
+	m.runs++
+	m.util += r.utilization()
+	m.offeredX += r.load.deliveredRate() / (fleetRate * float64(s.tenants))
+	_, adm := r.load.totals()
+	m.lqAdmitted += adm
+	m.lqCPU += r.redisCPU
+	m.evalsha += r.evalsha
+	m.lqSeconds += r.load.wall.Seconds()
+	m.failMode += r.load.failed
+	m.leaseErr += r.stats.Errors
+	m.overBound += len(r.overBound)
+	dec, _ := rr.load.totals()
+	m.rrDecisions += dec - rr.load.failed
+	m.rrErr += rr.load.failed
+	m.rrCPU += rr.redisCPU
+	m.rrSeconds += rr.load.wall.Seconds()
+}
+
+func (m *fleetMetrics) report(b *testing.B) {
+	if m.runs == 0 {
+		return
+	}
+	n := float64(m.runs)
+	us := func(d time.Duration, per int64) float64 {
+		if per == 0 {
+			return 0
+		}
+		return float64(d.Microseconds()) / float64(per)
+	}
+	lq, rr := us(m.lqCPU, m.lqAdmitted), us(m.rrCPU, m.rrDecisions)
+	b.ReportMetric(m.util/n, "utilization")
+	b.ReportMetric(m.offeredX/n, "offered-x")
+	b.ReportMetric(lq, "lq-redis-µs/adm")
+	b.ReportMetric(rr, "rr-redis-µs/dec")
+	if rr > 0 {
+		b.ReportMetric(lq/rr, "lq/rr")
+	}
+	b.ReportMetric(float64(m.evalsha)/m.lqSeconds, "evalsha/s")
+	b.ReportMetric(float64(m.failMode)/n, "failmode-dec")
+	b.ReportMetric(float64(m.leaseErr)/n, "lease-errors")
+	b.ReportMetric(float64(m.rrDecisions)/m.rrSeconds, "rr-dec/s")
+	b.ReportMetric(float64(m.overBound)/n, "over-bound")
+	if m.rrErr > 0 {
+		b.Logf("redis_rate: %d calls failed", m.rrErr)
+	}
+	b.Logf("leasequota: %d admitted, Redis CPU %v, %d EVALSHA; redis_rate: %d decisions, Redis CPU %v",
+		m.lqAdmitted, m.lqCPU, m.evalsha, m.rrDecisions, m.rrCPU)
+}

@@ -1,0 +1,358 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/leasequota/leasequota"
+	"github.com/leasequota/leasequota/integration/redistest"
+)
+
+// The fleet shapes of issue #15: N instances share T tenants of Rate 100
+// and Burst 100 each; every tenant is offered 3x its quota, spread evenly
+// over the instances. TestFleet runs the smallest shape briefly and checks
+// the bound and utilization; BenchmarkFleet (fleet_bench_test.go) runs
+// them all and measures Redis's work against redis_rate's.
+
+const (
+	fleetRate  = 100
+	fleetBurst = 100
+	fleetOver  = 3.0 // offered load over quota, per tenant
+	// fleetGoroutines is the load goroutines per instance. A tenant's
+	// first request on an instance waits for its first lease (up to
+	// WithColdStartWait), so a goroutine's tenants start one after the
+	// other; a few goroutines, like a service's concurrent requests,
+	// keep the start from taking seconds when Redis is slow.
+	fleetGoroutines = 4
+	// fleetTick is how often a load goroutine issues what is due.
+	fleetTick = 5 * time.Millisecond
+)
+
+// fleetShape is instances x tenants.
+type fleetShape struct{ instances, tenants int }
+
+func (s fleetShape) String() string { return fmt.Sprintf("%dx%d", s.instances, s.tenants) }
+
+// offeredRate is the load the shape offers, in requests per second.
+func (s fleetShape) offeredRate() float64 { return fleetOver * fleetRate * float64(s.tenants) }
+
+// fleetQuota is every tenant's quota.
+var fleetQuota = leasequota.Quota{Rate: fleetRate, Burst: fleetBurst}
+
+// fleetTenants names the shape's tenants.
+func fleetTenants(n int) []string {
+	names := make([]string, n)
+	for i := range names {
+		names[i] = "tenant-" + strconv.Itoa(i)
+	}
+	return names
+}
+
+// fleetLoad is what one run of the load offered and got, per tenant.
+type fleetLoad struct {
+	offered, admitted []int64
+	// failed counts the decisions made by a failure mode (leasequota) or
+	// that failed with an error (redis_rate).
+	failed int64
+	wall   time.Duration // from the start of the load to its end
+}
+
+func (l *fleetLoad) totals() (offered, admitted int64) {
+	for i := range l.offered {
+		offered += l.offered[i]
+		admitted += l.admitted[i]
+	}
+	return offered, admitted
+}
+
+// deliveredRate is the load the machine actually offered, in requests per
+// second: the goroutines fall behind their schedule when the machine (or
+// a decision's wait) is slow.
+func (l *fleetLoad) deliveredRate() float64 {
+	offered, _ := l.totals()
+	return float64(offered) / l.wall.Seconds()
+}
+
+// fleetDecider decides one request of tenant on instance inst: whether it
+// was admitted, and whether a failure mode (or an error) decided it.
+type fleetDecider func(ctx context.Context, inst, tenant int) (allowed, failed bool)
+
+// driveFleet offers the shape's load to decide for d: fleetGoroutines per
+// instance, each serving every fleetGoroutines-th tenant at
+// fleetOver*Rate/instances requests per second, paced by a schedule (the
+// k-th request of a pair is due at (k+phase)/rate). Decisions are
+// synchronous: a goroutine behind its schedule catches up as fast as the
+// decisions return, which is the most the machine can offer.
+func driveFleet(ctx context.Context, s fleetShape, d time.Duration, decide fleetDecider) fleetLoad {
+	perPair := fleetOver * fleetRate / float64(s.instances)
+	type counts struct {
+		tenants           []int
+		offered, admitted []int64
+		failed            int64
+	}
+	all := make([]*counts, 0, s.instances*fleetGoroutines)
+	for inst := 0; inst < s.instances; inst++ {
+		for g := 0; g < fleetGoroutines; g++ {
+			c := &counts{}
+			for t := g; t < s.tenants; t += fleetGoroutines {
+				c.tenants = append(c.tenants, t)
+			}
+			c.offered, c.admitted = make([]int64, len(c.tenants)), make([]int64, len(c.tenants))
+			all = append(all, c)
+		}
+	}
+	var wg sync.WaitGroup
+	began := time.Now()
+	for k, c := range all {
+		inst := k / fleetGoroutines
+		phase := float64(k) / float64(len(all)) // spreads the goroutines' requests over a period
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tick := time.NewTicker(fleetTick)
+			defer tick.Stop()
+			var sent int64 // per pair of this goroutine: all its pairs share the schedule
+			for {
+				el := time.Since(began)
+				if el >= d || ctx.Err() != nil {
+					return
+				}
+				due := int64(el.Seconds()*perPair + phase)
+				for ; sent < due; sent++ {
+					for j, t := range c.tenants {
+						allowed, failed := decide(ctx, inst, t)
+						c.offered[j]++
+						if allowed {
+							c.admitted[j]++
+						}
+						if failed {
+							c.failed++
+						}
+					}
+					if time.Since(began) >= d {
+						return
+					}
+				}
+				<-tick.C // pacing the load, not waiting for a condition
+			}
+		}()
+	}
+	wg.Wait()
+	l := fleetLoad{offered: make([]int64, s.tenants), admitted: make([]int64, s.tenants), wall: time.Since(began)}
+	for _, c := range all {
+		for j, t := range c.tenants {
+			l.offered[t] += c.offered[j]
+			l.admitted[t] += c.admitted[j]
+		}
+		l.failed += c.failed
+	}
+	return l
+}
+
+// fleetResult is one leasequota run of a shape.
+type fleetResult struct {
+	load fleetLoad
+	// elapsed is on the Redis clock, from before the first decision to
+	// after the last: every bucket was created in it.
+	elapsed time.Duration
+	// Redis's work during the load (INFO cpu and commandstats deltas).
+	redisCPU time.Duration
+	evalsha  int64
+	stats    leasequota.Stats // summed over the limiters
+	// overBound lists the tenants that admitted more than
+	// Burst + Rate*elapsed.
+	overBound []string
+	closeErrs int // limiters whose Close failed to return every lease
+	// held is the leased tokens the limiters held unspent when the load
+	// ended: debited from the buckets, never admitted.
+	held int64
+}
+
+// bound is a tenant's most admissions in the run.
+func (r *fleetResult) bound() float64 { return fleetBurst + fleetRate*r.elapsed.Seconds() }
+
+// utilization is admitted / Σ(Burst + Rate*elapsed) over the tenants.
+func (r *fleetResult) utilization() float64 {
+	_, admitted := r.load.totals()
+	return float64(admitted) / (r.bound() * float64(len(r.load.admitted)))
+}
+
+// deliveredUtilization is admitted over what the load could have had:
+// per tenant the lesser of its bound and what was offered.
+func (r *fleetResult) deliveredUtilization() float64 {
+	var could float64
+	for _, o := range r.load.offered {
+		could += min(r.bound(), float64(o))
+	}
+	_, admitted := r.load.totals()
+	return float64(admitted) / could
+}
+
+// runFleet runs the shape's load for d through s.instances Limiters on
+// srv, each with its own client, and returns what Redis did and what the
+// tenants got. The limiters are FailClosed: every admission is paid for
+// with leased tokens, so the bound covers all of them, and a decision of
+// the failure mode is a denial (ReasonUnavailable), counted apart. opts
+// are added to every limiter's options.
+func runFleet(tb testing.TB, srv *redistest.Server, s fleetShape, d time.Duration, logger *slog.Logger, opts ...leasequota.Option) fleetResult {
+	tb.Helper()
+	ctx := context.Background()
+	admin := srv.Client()
+	defer admin.Close()
+	prefix := redistest.Prefix(tb)
+	names := fleetTenants(s.tenants)
+	lims := make([]*leasequota.Limiter, s.instances)
+	for i := range lims {
+		c := srv.Client()
+		defer c.Close()
+		l, err := leasequota.New(c, append([]leasequota.Option{leasequota.WithKeyPrefix(prefix), leasequota.WithDefaultQuota(fleetQuota),
+			leasequota.WithFailureMode(leasequota.FailClosed), leasequota.WithLogger(logger.With("limiter", i))}, opts...)...)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		lims[i] = l
+	}
+	// Close returns the unspent leased tokens. On a saturated Redis some
+	// returns time out: those tokens are forfeited (the bound still
+	// holds), so a failed Close is counted, not a failure of the test.
+	var closeErrs int
+	var firstCloseErr string
+	closed := false
+	closeAll := func() {
+		if closed {
+			return
+		}
+		closed = true
+		for _, l := range lims {
+			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			if err := l.Close(cctx); err != nil {
+				if closeErrs == 0 {
+					firstCloseErr, _, _ = strings.Cut(err.Error(), "\n")
+				}
+				closeErrs++
+			}
+			cancel()
+		}
+	}
+	defer closeAll()
+
+	cpu0, calls0 := redisCPU(tb, admin), commandCalls(tb, admin, "evalsha")
+	start := redisTime(tb, admin)
+	load := driveFleet(ctx, s, d, func(ctx context.Context, inst, t int) (bool, bool) {
+		dec := lims[inst].AllowN(ctx, names[t], 1)
+		return dec.Allowed, dec.Mode != leasequota.FailDefault || dec.Reason == leasequota.ReasonUnavailable
+	})
+	end := redisTime(tb, admin)
+	res := fleetResult{
+		load:     load,
+		elapsed:  end.Sub(start),
+		redisCPU: redisCPU(tb, admin) - cpu0,
+		evalsha:  commandCalls(tb, admin, "evalsha") - calls0,
+	}
+	for _, l := range lims {
+		for _, n := range names {
+			if info, ok := l.Tenant(n); ok {
+				res.held += info.Tokens
+			}
+		}
+		st := l.Stats()
+		res.stats.Calls += st.Calls
+		res.stats.Errors += st.Errors
+		res.stats.Requested += st.Requested
+		res.stats.Granted += st.Granted
+	}
+	closeAll()
+	if closeErrs > 0 {
+		tb.Logf("%v: Close failed on %d of %d limiters (their unspent tokens are forfeited), first: %s", s, closeErrs, len(lims), firstCloseErr)
+	}
+	res.closeErrs = closeErrs
+	for t, n := range load.admitted {
+		if float64(n) > res.bound() {
+			res.overBound = append(res.overBound, fmt.Sprintf("%s admitted %d > %.1f", names[t], n, res.bound()))
+		}
+	}
+	return res
+}
+
+// redisTime is the Redis server's clock.
+func redisTime(tb testing.TB, c *redis.Client) time.Time {
+	tb.Helper()
+	t, err := c.Time(context.Background()).Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return t
+}
+
+// redisCPU is the server's CPU time so far (INFO cpu, user + sys).
+func redisCPU(tb testing.TB, c *redis.Client) time.Duration {
+	tb.Helper()
+	s := sumInfoFields(tb, []*redis.Client{c}, "cpu", "used_cpu_user", "used_cpu_sys")
+	return time.Duration(s * float64(time.Second))
+}
+
+// commandCalls is how many times the server ran command (lower case),
+// from INFO commandstats.
+func commandCalls(tb testing.TB, c *redis.Client, command string) int64 {
+	tb.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+command+":")
+		if !ok {
+			continue
+		}
+		// calls=12,usec=...
+		f, _, _ := strings.Cut(rest, ",")
+		n, err := strconv.ParseInt(strings.TrimPrefix(f, "calls="), 10, 64)
+		if err != nil {
+			tb.Fatalf("INFO commandstats %q: %v", line, err)
+		}
+		return n
+	}
+	return 0
+}
+
+// TestFleet runs the smallest fleet shape of issue #15, 4 instances x 100
+// tenants offered 3x their quota, for 4 s on real Redis: no tenant may
+// admit more than Burst + Rate*elapsed, and the tenants together must get
+// 90% of what they could have: per tenant, the lesser of that bound and
+// what the machine managed to offer.
+//
+// The lease calls get 1s instead of the default 50ms: a sync round
+// pipelines up to 100 acquire scripts per instance, and on a busy 2-core
+// machine under the race detector four such pipelines queued in Redis
+// take longer than 50ms (even 250ms was seen: the client's write timed
+// out); the calls then fail and their tenants go to the failure mode,
+// which is issue #15's subject (BenchmarkFleet measures it with the
+// defaults), not this test's. The run is 4 s, not 3: the leases held
+// unspent when the load stops (10 to 30 tokens per tenant here) are a
+// fixed loss, 2 to 8% of a 3 s bound.
+func TestFleet(t *testing.T) {
+	srv := redistest.Shared(t) // before the leak check: the harness lives for the package
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	s := fleetShape{instances: 4, tenants: 100}
+	r := runFleet(t, srv, s, 4*time.Second, redistest.Logger(t), leasequota.WithRedisTimeout(time.Second))
+	offered, admitted := r.load.totals()
+	t.Logf("%v: offered %d (%.0f/s, %.2fx the quota; the schedule asks %.0f/s), admitted %d in %v (Redis clock)",
+		s, offered, r.load.deliveredRate(), r.load.deliveredRate()/(fleetRate*float64(s.tenants)), s.offeredRate(), admitted, r.elapsed)
+	t.Logf("utilization %.3f of Σ(Burst + Rate·elapsed), %.3f of what the load could have had; lease calls %d (%d failed), EVALSHA %d; decisions by the failure mode %d; leased tokens held unspent at the end %d (%.1f per tenant)",
+		r.utilization(), r.deliveredUtilization(), r.stats.Calls, r.stats.Errors, r.evalsha, r.load.failed, r.held, float64(r.held)/float64(s.tenants))
+	for _, o := range r.overBound {
+		t.Errorf("bound violated: %s (Burst %d + Rate %d * %v)", o, fleetBurst, fleetRate, r.elapsed)
+	}
+	if u := r.deliveredUtilization(); u < 0.9 {
+		t.Errorf("utilization %.3f of what the offered load could have had, want >= 0.9", u)
+	}
+}
