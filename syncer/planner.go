@@ -357,6 +357,9 @@ func (p *Planner) coldTarget(lim quota.Quota) int64 {
 	return clamp(int64(math.Ceil(raw)), lim.MinLease, lim.MaxLease)
 }
 
+// ceilDiv returns a / b rounded up, for a >= 0 and b > 0.
+func ceilDiv(a, b int64) int64 { return a/b + min(a%b, 1) }
+
 func clamp(x, lo, hi int64) int64 {
 	return min(max(x, lo), hi)
 }
@@ -395,6 +398,14 @@ func (p *Planner) Plan(st *State, lim quota.Quota, now time.Time, in Input) Acti
 		st.target = p.target(lim, st.Demand())
 		if need := int64Of(st.needMax); st.target > 0 && need > st.target {
 			st.target = min(need, lim.MaxLease)
+		}
+		if st.flags&flagScarce != 0 && st.target > 0 {
+			// Scarce: each call waits for the credit to refill (Granted),
+			// so ask for all of it, this instance's share of the burst
+			// (Burst over the instances, for the even split of an
+			// over-demanded tenant), rather than a lease sized for an
+			// interval of demand.
+			st.target = max(st.target, min(ceilDiv(lim.Burst, int64(max(st.instances, 1))), lim.MaxLease))
 		}
 	} else {
 		st.target = p.coldTarget(lim)

@@ -912,3 +912,44 @@ func TestLargestRequestRoundsUp(t *testing.T) {
 		t.Errorf("ceil32(123456789) = %d: more than a float32 step above", got)
 	}
 }
+
+// TestScarceAsksForItsShareOfTheBurst: an over-demanded tenant shared by
+// several instances, whose grants Redis caps at the instance's credit
+// (share of the burst). After a short grant the planner waits until that
+// credit has all but refilled, and then asks for all of it, not for an
+// interval's demand: about Rate/Burst calls a second, each a worthwhile
+// grant, however high the demand.
+func TestScarceAsksForItsShareOfTheBurst(t *testing.T) {
+	const instances = 16
+	lim := quota.Quota{Rate: 100, Burst: 100, MinLease: 1, MaxLease: 100, LeaseTTL: time.Second}
+	share := lim.Rate / instances                     // 6.25/s
+	capacity := float64(lim.Burst) * share / lim.Rate // 6.25 tokens
+	r := newRig(Config{}, lim, "scarce")
+	credit := capacity
+	last := r.now
+	var grants []int64
+	r.grant = func(want int64) (lease.Grant, bool) {
+		credit = min(capacity, credit+share*r.now.Sub(last).Seconds())
+		last = r.now
+		g := min(want, int64(credit))
+		credit -= float64(g)
+		grants = append(grants, g)
+		return lease.Grant{Granted: g, Tokens: 0.5, Instances: instances, Share: share, ServerTime: r.now}, true
+	}
+	// Demand 3x the instance's share, for 20 s.
+	r.run(3*share, 20*time.Second, tick, nil)
+	r.checkHeld(t)
+	perSec := float64(r.calls) / 20
+	t.Logf("%d calls (%.2f/s), %d tokens acquired, grants %v...", r.calls, perSec, r.acquired, grants[:min(len(grants), 12)])
+	// Its share over the run, less the credit it started with and what
+	// accrued while it waited a tick.
+	if want := share * 20 * 0.9; float64(r.acquired) < want {
+		t.Errorf("acquired %d over 20 s, want at least 90%% of its share, %.0f", r.acquired, want)
+	}
+	if perSec > 1.5*lim.Rate/float64(lim.Burst) {
+		t.Errorf("%.2f calls a second, want about Rate/Burst = %.2f", perSec, lim.Rate/float64(lim.Burst))
+	}
+	if tgt, want := r.st.Target(), int64(math.Ceil(float64(lim.Burst)/instances)); tgt < want {
+		t.Errorf("scarce target %d, want at least Burst/instances = %d", tgt, want)
+	}
+}
