@@ -366,7 +366,7 @@ func clamp(x, lo, hi int64) int64 {
 
 // Plan updates st with what the edge observed at time now and returns what
 // to do. Every Action it returns must be followed by Expired (when
-// Expire > 0) and by Granted or Failed (when Acquire > 0).
+// Expire > 0) and by Granted, Failed or Skipped (when Acquire > 0).
 func (p *Planner) Plan(st *State, lim quota.Quota, now time.Time, in Input) Action {
 	ns := now.UnixNano()
 	st.setClock(ns)
@@ -520,6 +520,17 @@ func (p *Planner) Granted(st *State, lim quota.Quota, now time.Time, asked int64
 	}
 	wait = min(max(wait, p.cfg.Interval/10), 24*time.Hour)
 	st.notBefore = st.stampCeil(ns + int64(wait) + p.jitter(st, ns, int64(p.cfg.Jitter)))
+}
+
+// Skipped records that the acquire an Action asked for at time now was
+// not made: Redis is busy and this instance's call budget was spent. The
+// tenant is planned again from the next tick (a quarter interval on),
+// when the budget may have room; nothing else changes, so its schedule,
+// lease target and demand carry over.
+func (p *Planner) Skipped(st *State, now time.Time) {
+	ns := now.UnixNano()
+	st.setClock(ns)
+	st.notBefore = max(st.notBefore, st.stampCeil(ns+int64(p.cfg.Interval/4)))
 }
 
 // Failed records a failed lease call at time now: the next call waits a

@@ -953,3 +953,34 @@ func TestScarceAsksForItsShareOfTheBurst(t *testing.T) {
 		t.Errorf("scarce target %d, want at least Burst/instances = %d", tgt, want)
 	}
 }
+
+// TestSkippedWaitsATick: an acquire the budget did not allow is planned
+// again a quarter interval on, with the tenant's schedule, target and
+// failures as they were.
+func TestSkippedWaitsATick(t *testing.T) {
+	lim := testLimits()
+	p := NewPlanner(Config{}, testSeed)
+	cfg := p.Config()
+	var st State
+	now := pt0
+	p.Init(&st, "skipped", now)
+	a := p.Plan(&st, lim, now, Input{Urgent: true, Need: 1})
+	if a.Acquire == 0 {
+		t.Fatal("cold start: no acquire")
+	}
+	before := st
+	p.Skipped(&st, now)
+	if nb := st.NotBefore(); nb.Before(now.Add(cfg.Interval/4)) || nb.After(now.Add(cfg.Interval/4+time.Millisecond)) {
+		t.Fatalf("NotBefore now + %v, want a quarter interval (%v)", nb.Sub(now), cfg.Interval/4)
+	}
+	if st.Target() != before.Target() || st.Failures() != 0 || !st.Next().Equal(before.Next()) {
+		t.Fatalf("Skipped changed the plan: target %d (was %d), failures %d, next %v (was %v)",
+			st.Target(), before.Target(), st.Failures(), st.Next(), before.Next())
+	}
+	if a := p.Plan(&st, lim, now.Add(cfg.Interval/8), Input{Urgent: true, Need: 1}); a.Acquire != 0 {
+		t.Fatalf("acquire %d within the quarter interval after a skip", a.Acquire)
+	}
+	if a := p.Plan(&st, lim, now.Add(cfg.Interval/4+time.Millisecond), Input{Urgent: true, Need: 1}); a.Acquire == 0 {
+		t.Fatal("no acquire a quarter interval after a skip")
+	}
+}
