@@ -266,6 +266,11 @@ func (v *fleetView) AcquireMany(ctx context.Context, reqs []lease.Request, resul
 		v.leased[int32(k)] = true
 		n.counts.AddAcquire(r.Grant.Instances, empty)
 		n.byClass[tn.class].AddAcquire(r.Grant.Instances, empty)
+		// The level before the debit; no quota override in this run.
+		if r.Grant.Tokens+float64(r.Grant.Granted) < float64(reqs[i].Limits.Burst) {
+			n.counts.BelowFull++
+			n.byClass[tn.class].BelowFull++
+		}
 		n.asked += reqs[i].Want
 		n.given += r.Grant.Granted
 		tn.granted += r.Grant.Granted

@@ -6,8 +6,9 @@ import (
 )
 
 var table = Table{
-	AcquireFull:  10,
-	AcquireEmpty: 8,
+	AcquireFull:     10,
+	AcquireHistory8: 16,
+	AcquireEmpty:    8,
 	AcquireRegistry: []RegistryCost{
 		{1, 10},
 		{16, 40},
@@ -46,12 +47,13 @@ func TestCostAddsUpByKind(t *testing.T) {
 	c.AddAcquire(16, false)
 	c.AddAcquire(16, true)
 	c.AddAcquire(1000, false) // counted as MaxInstances
-	c.Releases, c.OverrideReads, c.VersionPolls = 2, 1, 4
+	c.Releases, c.OverrideReads, c.VersionPolls, c.BelowFull = 2, 1, 4, 2
 	k := table.Cost(c)
 	want := Cost{
 		Acquire:  3 * 10,
 		Empty:    8,
 		Registry: 30 + 30 + table.registryExtra(MaxInstances),
+		History:  2 * 6,
 		Release:  10, Override: 3, Version: 2,
 	}
 	if k != want {
@@ -61,7 +63,7 @@ func TestCostAddsUpByKind(t *testing.T) {
 	for n := range c.Acquires {
 		sum += float64(c.Acquires[n])*table.Acquire(n, false) + float64(c.Empty[n])*table.Acquire(n, true)
 	}
-	if !near(k.Acquire+k.Empty+k.Registry, sum) {
+	if !near(k.Acquire+k.Empty+k.Registry+k.History, sum+2*6) {
 		t.Errorf("acquires cost %v by kind, %v call by call", k.Acquire+k.Empty+k.Registry, sum)
 	}
 	if c.Scripts() != 7 || c.AcquireTotal() != 4 || c.EmptyTotal() != 1 {
@@ -81,7 +83,7 @@ func TestCostAddsUpByKind(t *testing.T) {
 func TestMeasuredIsComplete(t *testing.T) {
 	m := Measured
 	for name, v := range map[string]float64{
-		"AcquireFull": m.AcquireFull, "AcquireEmpty": m.AcquireEmpty, "Release": m.Release,
+		"AcquireFull": m.AcquireFull, "AcquireHistory8": m.AcquireHistory8, "AcquireEmpty": m.AcquireEmpty, "Release": m.Release,
 		"OverrideRead": m.OverrideRead, "VersionPoll": m.VersionPoll,
 		"RedisRateAllowed": m.RedisRateAllowed, "RedisRateDenied": m.RedisRateDenied,
 	} {
