@@ -229,8 +229,8 @@ func (n *fleetNet) Instance(id string, window time.Duration) (lease.Store, error
 	return fv, nil
 }
 
-// tenantIndex is the index of a tenant from its name, t<index>.
-func tenantIndex(name string) int {
+// fleetTenantIndex is the index of a tenant from its name, t<index>.
+func fleetTenantIndex(name string) int {
 	i, err := strconv.Atoi(name[1:])
 	if err != nil {
 		panic(fmt.Sprintf("fleet: tenant %q", name))
@@ -261,7 +261,7 @@ func (v *fleetView) AcquireMany(ctx context.Context, reqs []lease.Request, resul
 			continue
 		}
 		empty := reqs[i].Want > 0 && r.Grant.Granted == 0
-		k := tenantIndex(reqs[i].Tenant)
+		k := fleetTenantIndex(reqs[i].Tenant)
 		tn := &n.tenants[k]
 		v.leased[int32(k)] = true
 		n.counts.AddAcquire(r.Grant.Instances, empty)
@@ -285,7 +285,7 @@ func (v *fleetView) ReleaseMany(ctx context.Context, reqs []lease.ReleaseRequest
 	defer n.mu.Unlock()
 	n.counts.RoundTrips++
 	for i, r := range out {
-		tn := &n.tenants[tenantIndex(reqs[i].Tenant)]
+		tn := &n.tenants[fleetTenantIndex(reqs[i].Tenant)]
 		if reqs[i].Amount > 0 { // a release of 0 is not sent
 			n.counts.Releases++
 			n.byClass[tn.class].Releases++

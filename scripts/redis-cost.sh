@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Measures the Redis CPU of each script path of the lease protocol, and of
 # redis_rate's GCRA script per decision, for the cost model of the
-# fleet-scale simulation (internal/costmodel: paste the figures into its
-# one table).
+# fleet-scale simulation (internal/costmodel: its one table, Measured,
+# keeps each case's smallest usec_per_call of several runs).
 #
 #   bash scripts/redis-cost.sh [requests per case, default 200000]
 #
@@ -17,7 +17,8 @@
 # usec_per_call is the time Redis spent executing the command; the CPU
 # column is the server process's user+sys CPU over the run divided by the
 # calls, so it adds parsing, replies and the event loop at that pipeline
-# depth. Figures vary by machine and load: run it on a quiet machine.
+# depth. Figures vary by machine and load (up to 3x between runs on a
+# shared 2-core machine): run it on a quiet machine, or several times.
 set -euo pipefail
 
 N=${1:-200000}
