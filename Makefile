@@ -16,7 +16,7 @@ GO ?= go
 # worker is mid-call (golang/go#75804, fixed in Go 1.27).
 FUZZTIME ?= 100000x
 
-.PHONY: demo test redis vet unit simulation simulation-long integration sim grpc fuzz bench
+.PHONY: demo test redis vet unit simulation simulation-long simulation-fleet integration sim grpc fuzz bench
 
 demo:
 	cd cmd/leasequota-sim && $(GO) run . -report ../../leasequota-report.html
@@ -43,6 +43,11 @@ simulation:
 
 simulation-long:
 	$(GO) test -count=1 -timeout 30m -run '^TestSimulation$$' -sim.seeds=20000 .
+
+# The fleet-scale simulation at full size, and the shapes 16 x 1,000 and
+# 32 x 2,000, priced by internal/costmodel (a few GiB, a few minutes).
+simulation-fleet:
+	$(GO) test -count=1 -timeout 30m -run '^TestFleet' -sim.fleet -v .
 
 integration:
 	cd integration && $(GO) test -race -count=1 -p 1 ./...

@@ -16,13 +16,17 @@
 //     - cd <module> && go test ... -bench <pattern> <packages>, for the
 //     nested modules (integration, grpcquota, cmd/leasequota-sim), the
 //     packages relative to the module's directory
-//     - make bench, make demo
+//     - go test ... -run <pattern> ... -v <packages>, for a test that logs
+//     its figures (t.Logf, shown with -v)
+//     - make bench, make demo, make simulation-fleet
 //     - cd cmd/leasequota-sim && go run . ... (the simulator is a module
 //     of its own)
+//     - bash scripts/<file> ..., for a script of this repository
 //  3. The command must be real: every package a go test names exists and
-//     has a benchmark that its -bench pattern selects; a cd names a
-//     directory with a go.mod; a make target is in the Makefile; go run's
-//     directory exists.
+//     has a benchmark that its -bench pattern selects (without -bench, a
+//     test that its -run pattern selects); a cd names a directory with a
+//     go.mod; a make target is in the Makefile; go run's directory and a
+//     script exist.
 //  4. Benchmark output quoted in a fenced block (a line "BenchmarkX-N ...")
 //     must come from a go test command of its section that runs BenchmarkX.
 //
@@ -58,7 +62,8 @@ var (
 	fenceRE     = regexp.MustCompile("^\\s*(```|~~~)")
 	benchLineRE = regexp.MustCompile(`^(Benchmark\w+)-\d+\s`)
 	benchFuncRE = regexp.MustCompile(`(?m)^func (Benchmark\w+)\(b \*testing\.B\)`)
-	makeTarget  = regexp.MustCompile(`^make\s+(\w+)$`)
+	testFuncRE  = regexp.MustCompile(`(?m)^func (Test\w+)\(t \*testing\.T\)`)
+	makeTarget  = regexp.MustCompile(`^make\s+([\w-]+)$`)
 )
 
 func TestFiguresNameTheirCommand(t *testing.T) {
@@ -111,6 +116,12 @@ func TestRule(t *testing.T) {
 		{"# A\n\n`cd integration && go test -bench RedisPerRequest .`\n\n```\nBenchmarkAllow-2  100  12 ns/op\n```\n", "BenchmarkAllow: no go test command"},
 		{"# A\n\n`go test -bench Allow .`\n\n```\nBenchmarkMiddleware-2  100  170 ns/op\n```\n", "BenchmarkMiddleware: no go test command"},
 		{"# A\n\nThe default is 100 ms, 1 s and 3x its quota.\n", ""},
+		{"# A\n\n`go test -count=1 -run '^TestFleetSimulation$' -v .` logs 84.8 us per admitted\n", ""},
+		{"# A\n\n`go test -run '^TestNoSuch$' -v .`: 3 us\n", "selects no test"},
+		{"# A\n\n`go test -run '^TestFleetSimulation$' .`: 3 us\n", "3 us: no command"},
+		{"# A\n\n`make simulation-fleet` logs 3 us\n", ""},
+		{"# A\n\n`bash scripts/redis-cost.sh 1000` prints 3 us\n", ""},
+		{"# A\n\n`bash scripts/nosuch.sh` prints 3 us\n", "nosuch.sh"},
 	} {
 		problems := checkFile(root, "x.md", tc.md, make([]bool, len(notMeasured)))
 		got := strings.Join(problems, "\n")
@@ -194,7 +205,7 @@ func checkSection(root, file string, sec section, used []bool) []string {
 		}
 		figs = exempt(file, l.text, figs, used)
 		if len(figs) > 0 && len(cmds) == 0 {
-			problems = append(problems, fmt.Sprintf("%s:%d: %s: no command in its section prints it (go test -bench, make bench, make demo, cd cmd/leasequota-sim && go run .)",
+			problems = append(problems, fmt.Sprintf("%s:%d: %s: no command in its section prints it (go test -bench, go test -run -v, make bench, make demo, make simulation-fleet, cd cmd/leasequota-sim && go run ., bash scripts/...)",
 				file, l.n, strings.Join(figs, ", ")))
 		}
 		if !l.fenced {
@@ -238,7 +249,7 @@ func runs(cmds []command, bench string) bool {
 // checks that it is real (rule 3).
 func parseCommand(root, s string) (command, bool, error) {
 	if m := makeTarget.FindStringSubmatch(s); m != nil {
-		if m[1] != "bench" && m[1] != "demo" {
+		if m[1] != "bench" && m[1] != "demo" && m[1] != "simulation-fleet" {
 			return command{}, false, nil
 		}
 		mk, err := os.ReadFile(filepath.Join(root, "Makefile"))
@@ -252,6 +263,11 @@ func parseCommand(root, s string) (command, bool, error) {
 	}
 	args := shellWords(s)
 	switch {
+	case len(args) >= 2 && args[0] == "bash" && strings.HasPrefix(args[1], "scripts/"):
+		if _, err := os.Stat(filepath.Join(root, filepath.FromSlash(args[1]))); err != nil {
+			return command{}, false, fmt.Errorf("%q: %v", s, err)
+		}
+		return command{text: s}, true, nil
 	case len(args) >= 6 && args[0] == "cd" && args[1] == "cmd/leasequota-sim" && args[2] == "&&" &&
 		args[3] == "go" && args[4] == "run" && args[5] == ".":
 		for _, f := range []string{"main.go", "go.mod"} {
@@ -275,13 +291,14 @@ func parseCommand(root, s string) (command, bool, error) {
 
 // goTest checks a go test command with -bench, run in the module
 // directory root: its packages exist and its pattern selects benchmarks
-// in them. Without -bench it prints no benchmark figures and is not a
-// command for this check.
+// in them. Without -bench, with -run and -v, it prints what the tests it
+// selects log: its packages exist and its pattern selects tests. Else it
+// prints no figures and is not a command for this check.
 func goTest(root, s string, args []string) (command, bool, error) {
 	valued := map[string]bool{"-run": true, "-bench": true, "-count": true, "-benchtime": true, "-cpu": true,
 		"-timeout": true, "-tags": true, "-p": true, "-fuzz": true, "-fuzztime": true}
-	var pattern string
-	hasBench := false
+	var pattern, run string
+	hasBench, hasRun, verbose := false, false, false
 	var pkgs []string
 	for i := 0; i < len(args); i++ {
 		a := args[i]
@@ -294,15 +311,23 @@ func goTest(root, s string, args []string) (command, bool, error) {
 			i++
 			val = args[i]
 		}
-		if name == "-bench" {
+		switch name {
+		case "-bench":
 			pattern, hasBench = val, true
+		case "-run":
+			run, hasRun = val, true
+		case "-v":
+			verbose = true
 		}
-	}
-	if !hasBench {
-		return command{}, false, nil
 	}
 	if len(pkgs) == 0 {
 		pkgs = []string{"."}
+	}
+	if !hasBench && hasRun && verbose {
+		return goTestRun(root, s, run, pkgs)
+	}
+	if !hasBench {
+		return command{}, false, nil
 	}
 	re, err := regexp.Compile(strings.Split(pattern, "/")[0])
 	if err != nil {
@@ -326,9 +351,34 @@ func goTest(root, s string, args []string) (command, bool, error) {
 	return cmd, true, nil
 }
 
+// goTestRun checks a go test -run pattern -v command: its pattern selects
+// a test in its packages.
+func goTestRun(root, s, pattern string, pkgs []string) (command, bool, error) {
+	re, err := regexp.Compile(strings.Split(pattern, "/")[0])
+	if err != nil {
+		return command{}, false, fmt.Errorf("%q: -run: %v", s, err)
+	}
+	for _, p := range pkgs {
+		tests, err := funcs(root, p, testFuncRE)
+		if err != nil {
+			return command{}, false, fmt.Errorf("%q: %v", s, err)
+		}
+		for _, t := range tests {
+			if re.MatchString(t) {
+				return command{text: s}, true, nil
+			}
+		}
+	}
+	return command{}, false, fmt.Errorf("%q: -run %q selects no test in %s", s, pattern, strings.Join(pkgs, " "))
+}
+
 // benchmarks returns the benchmark functions of the package pattern p (a
 // directory relative to root, "./..." style patterns included).
-func benchmarks(root, p string) ([]string, error) {
+func benchmarks(root, p string) ([]string, error) { return funcs(root, p, benchFuncRE) }
+
+// funcs returns the functions that re's first group names in the test
+// files of the package pattern p.
+func funcs(root, p string, re *regexp.Regexp) ([]string, error) {
 	dir, recursive := strings.CutSuffix(p, "/...")
 	if dir == "..." {
 		dir, recursive = ".", true
@@ -355,7 +405,7 @@ func benchmarks(root, p string) ([]string, error) {
 		if err != nil {
 			return err
 		}
-		for _, m := range benchFuncRE.FindAllStringSubmatch(string(b), -1) {
+		for _, m := range re.FindAllStringSubmatch(string(b), -1) {
 			out = append(out, m[1])
 		}
 		return nil
