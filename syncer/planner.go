@@ -502,13 +502,14 @@ func (p *Planner) Granted(st *State, lim quota.Quota, now time.Time, asked int64
 	if g.Share > 0 {
 		// Redis grants at most the credit this instance's share accrued,
 		// up to its share of the burst (its capacity): come back when all
-		// of it but half an interval's accrual has built up, so that a
-		// late tick (ticks come every quarter interval, plus jitter)
-		// wastes no credit, and at least half of it, so that each call
-		// takes a worthwhile grant: the calls of a starved tenant then
-		// follow its share, not its demand.
+		// of it but an interval's accrual has built up, so that a late
+		// tick (ticks come every quarter interval, plus jitter, later on
+		// a busy machine) wastes no credit and the bucket does not fill
+		// up meanwhile, and at least half of it, so that each call takes
+		// a worthwhile grant: the calls of a starved tenant then follow
+		// its share, not its demand.
 		capacity := float64(lim.Burst) * g.Share / lim.Rate
-		slack := g.Share * p.cfg.Interval.Seconds() / 2
+		slack := g.Share * p.cfg.Interval.Seconds()
 		need = max(1, min(need, int64(max(capacity/2, capacity-slack))))
 		wait = durationCeil(float64(need) / g.Share)
 	} else {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"iter"
+	"net"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -84,6 +85,10 @@ type Stats struct {
 	Forfeited int64 // tokens given back that Redis did not credit, or whose return failed
 	Expired   int64 // leased tokens taken back unspent at the end of their lifetime (and returned)
 	Evicted   int64 // tenants evicted (idle or over MaxTenants)
+	// Skipped counts the acquires held back because the call budget was
+	// spent (Redis busy); Window is the budget's window now (script calls
+	// this instance may have in flight) and Cuts how often it was halved.
+	Skipped, Window, Cuts int64
 }
 
 // Syncer refreshes the leases of a set of tenants: one goroutine (Run)
@@ -102,6 +107,10 @@ type Syncer struct {
 	sf      singleflight.Group
 	sem     *semaphore.Weighted // bounds concurrent Redis calls
 	breaker *gobreaker.CircuitBreaker[[]lease.Result]
+	// budget is the window of script calls this instance may have in
+	// flight (budget.go): rounds and refills take room in it per tenant
+	// before calling, call gives it back.
+	budget  budget
 	lastErr atomic.Pointer[error] // last error of a Redis call, for OnDegraded
 
 	// Owned by the loop (Run and Round are not called concurrently).
@@ -139,6 +148,7 @@ type Syncer struct {
 	async sync.WaitGroup
 
 	calls, errs, requested, granted, returned, forfeited, expired, evicted atomic.Int64
+	skipped                                                                atomic.Int64 // acquires the budget held back
 	failingTenants                                                         atomic.Int64 // Cluster mode: tenants whose last call failed
 
 	// fleet is the largest number of instances a lease call has reported
@@ -210,6 +220,7 @@ func New(client lease.Store, opts Options) *Syncer {
 	}
 	s.fleet.Store(int64(max(opts.Instances, 0)))
 	s.reg.init()
+	s.budget.init()
 	s.breaker = gobreaker.NewCircuitBreaker[[]lease.Result](gobreaker.Settings{
 		Name:    "leasequota-redis",
 		Timeout: iv, // then one probe call is let through
@@ -311,6 +322,7 @@ func (s *Syncer) setFailing(t *Tenant, failing bool, err error) {
 
 // Stats returns the running totals.
 func (s *Syncer) Stats() Stats {
+	window, _, cuts := s.budget.state()
 	return Stats{
 		Calls:     s.calls.Load(),
 		Errors:    s.errs.Load(),
@@ -320,6 +332,9 @@ func (s *Syncer) Stats() Stats {
 		Forfeited: s.forfeited.Load(),
 		Expired:   s.expired.Load(),
 		Evicted:   s.evicted.Load(),
+		Skipped:   s.skipped.Load(),
+		Window:    int64(window),
+		Cuts:      cuts,
 	}
 }
 
@@ -457,6 +472,13 @@ func (s *Syncer) round(ctx context.Context, tenants iter.Seq[*Tenant], quotaChec
 		a, ret, ok := s.planWith(t, now, in)
 		if ok {
 			releases = append(releases, ret)
+		}
+		if (a.Acquire > 0 || a.Read) && s.budget.take(1, a.Read) == 0 {
+			// Redis is busy: the call waits for a later round (a quota
+			// re-read, which follows a change once, always goes).
+			s.planner.Skipped(&t.st, now)
+			s.skipped.Add(1)
+			a.Acquire = 0
 		}
 		if a.Acquire > 0 || a.Read {
 			jobs = append(jobs, job{t: t, want: a.Acquire, demand: s.planner.ReportedDemand(&t.st, now, a.Acquire)})
@@ -657,14 +679,21 @@ func (s *Syncer) acquire(ctx context.Context, now time.Time, jobs []job) (tot te
 // f's error must be a failure of the round trip as a whole (Redis not
 // answering), not an error reply about one tenant: only the former trips
 // the breaker.
-func (s *Syncer) call(ctx context.Context, op string, size int, f func(context.Context) ([]lease.Result, error)) ([]lease.Result, error) {
+func (s *Syncer) call(ctx context.Context, op string, size int, f func(context.Context) ([]lease.Result, error)) (res []lease.Result, err error) {
+	// The size commands were taken from the budget by the caller; they
+	// go back when the call ends, and a late call cuts the window.
+	sent := s.opts.Now()
+	defer func() {
+		late := timedOut(err) || s.opts.Now().Sub(sent) > s.lateAfter(size)
+		s.budget.done(size, sent, s.opts.Now(), late)
+	}()
 	if err := s.sem.Acquire(ctx, 1); err != nil {
 		return nil, err
 	}
 	defer s.sem.Release(1)
 	// A pipeline of many commands queues behind the others in Redis'
-	// single thread: give it time for its size (about 15µs of Redis CPU
-	// per script call, with margin) on top of the call deadline.
+	// single thread: give it time for its size (perCommand, with a wide
+	// margin over what a script call costs) on top of the call deadline.
 	ctx, cancel := context.WithTimeout(ctx, s.opts.CallTimeout+time.Duration(size)*perCommand)
 	defer cancel()
 	ctx, span := s.opts.Telemetry.StartCall(ctx, op, size)
@@ -676,7 +705,7 @@ func (s *Syncer) call(ctx context.Context, op string, size int, f func(context.C
 		span.End(err)
 		return res, err
 	}
-	res, err := s.breaker.Execute(func() ([]lease.Result, error) {
+	res, err = s.breaker.Execute(func() ([]lease.Result, error) {
 		s.calls.Add(1)
 		res, err := f(ctx)
 		if err != nil {
@@ -686,6 +715,22 @@ func (s *Syncer) call(ctx context.Context, op string, size int, f func(context.C
 	})
 	span.End(err)
 	return res, err
+}
+
+// lateAfter is how long a call of size commands may take before it counts
+// as congested for the budget: half its deadline. A call that takes
+// longer waited in Redis's queue behind more than Redis runs in time.
+func (s *Syncer) lateAfter(size int) time.Duration {
+	return (s.opts.CallTimeout + time.Duration(size)*perCommand) / 2
+}
+
+// timedOut reports whether err is a call's deadline or a network
+// timeout: Redis did not answer in time, which is what congestion looks
+// like. A refused connection or an open circuit breaker is an outage,
+// not congestion, and does not shrink the budget.
+func timedOut(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
 }
 
 // wholeFailure returns err when it means Redis did not answer (as opposed
@@ -770,6 +815,9 @@ func (s *Syncer) release(ctx context.Context, round *telemetry.Round, reqs []lea
 	)
 	for start := 0; start < len(reqs); start += batchSize {
 		chunk := reqs[start:min(start+batchSize, len(reqs))]
+		// Returns always go (or the tokens are lost for a refill), but
+		// they load Redis like the rest.
+		s.budget.take(len(chunk), true)
 		_, err := s.call(ctx, telemetry.OpRelease, len(chunk), func(ctx context.Context) ([]lease.Result, error) {
 			var whole error
 			answered := false
@@ -863,6 +911,12 @@ func (s *Syncer) refill(link trace.Link, t *Tenant, need int64) error {
 		s.pendingMu.Unlock()
 	}
 	if a.Acquire == 0 && !a.Read {
+		return nil
+	}
+	if s.budget.take(1, a.Read) == 0 {
+		// Redis is busy: the next round calls for the tenant.
+		s.planner.Skipped(&t.st, now)
+		s.skipped.Add(1)
 		return nil
 	}
 	var links []trace.Link

@@ -1,0 +1,90 @@
+package syncer
+
+import (
+	"sync"
+	"time"
+)
+
+// budget is the share of Redis one instance may load at a time: a window
+// of script calls (commands) in flight, moved as TCP moves its congestion
+// window (additive increase, multiplicative decrease).
+//
+// Why: Redis runs every call on one thread, so when the fleet offers more
+// than it can run within the calls' deadline, every call waits in its
+// queue, times out, and is sent again: the offered load never falls and
+// the fleet stays in its failure mode while Redis is up. With a window,
+// an instance whose calls come back late or not at all sends fewer; the
+// tenants it did not serve stay due and go in a later round, the urgent
+// ones first. The window grows back by one command per window of
+// commands answered in time.
+//
+// It is pure bookkeeping with time passed in: safe for concurrent use, no
+// goroutine, no clock of its own.
+type budget struct {
+	mu       sync.Mutex
+	window   float64   // commands allowed in flight; guarded by mu
+	inFlight int       // commands taken and not yet done; guarded by mu
+	cutAt    time.Time // when the window was last cut; guarded by mu
+	cuts     int64     // cuts so far, for Stats; guarded by mu
+}
+
+// The window's bounds. It starts where a round of the previous release
+// could go (maxInFlight pipelines of batchSize), and never falls below
+// what keeps one call of each kind moving.
+const (
+	budgetMin     = 8
+	budgetInitial = maxInFlight * batchSize
+	budgetMax     = 1 << 20
+)
+
+func (b *budget) init() {
+	b.window = budgetInitial
+}
+
+// take grants up to n commands of room in the window and returns how
+// many; 0 when the window is full. Every grant must be followed by done.
+// force grants n whatever the window says: for calls that must go (the
+// final returns on close), which still count as in flight.
+func (b *budget) take(n int, force bool) int {
+	if n <= 0 {
+		return 0
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !force {
+		n = min(n, max(int(b.window)-b.inFlight, 0))
+	}
+	b.inFlight += n
+	return n
+}
+
+// done records that a call of n commands taken at sent came back at now
+// (or failed then); late says it was congested: no reply within its
+// deadline, or a reply slower than the target. A late call cuts the
+// window by half, at most once per round trip (the calls already in
+// flight when it was cut saw the same queue); a timely one grows it by
+// n / window, one command per window of commands.
+func (b *budget) done(n int, sent, now time.Time, late bool) {
+	if n <= 0 {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.inFlight = max(b.inFlight-n, 0)
+	if late {
+		if sent.After(b.cutAt) {
+			b.window = max(b.window/2, budgetMin)
+			b.cutAt = now
+			b.cuts++
+		}
+		return
+	}
+	b.window = min(b.window+float64(n)/b.window, budgetMax)
+}
+
+// state returns the window and the commands in flight.
+func (b *budget) state() (window float64, inFlight int, cuts int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.window, b.inFlight, b.cuts
+}
