@@ -53,6 +53,8 @@ package leasequota_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -72,10 +74,11 @@ import (
 )
 
 var (
-	simSeeds = flag.Int("sim.seeds", 0, "scenarios TestSimulation runs (0: 40, or 8 with -short)")
-	simSeed  = flag.Uint64("sim.seed", 0, "run only this scenario seed")
-	simFirst = flag.Uint64("sim.first", 1, "first seed TestSimulation runs")
-	simTrace = flag.Bool("sim.trace", false, "log every store call and fault (with -sim.seed)")
+	simSeeds  = flag.Int("sim.seeds", 0, "scenarios TestSimulation runs (0: 40, or 8 with -short)")
+	simSeed   = flag.Uint64("sim.seed", 0, "run only this scenario seed")
+	simFirst  = flag.Uint64("sim.first", 1, "first seed TestSimulation runs")
+	simTrace  = flag.Bool("sim.trace", false, "log every store call and fault (with -sim.seed)")
+	simReplay = flag.Int("sim.replay", 40, "scenarios TestSimulationReplay runs twice (8 with -short)")
 )
 
 func TestSimulation(t *testing.T) {
@@ -101,7 +104,7 @@ func TestSimulation(t *testing.T) {
 			dog := time.AfterFunc(simWatchdog, func() {
 				panic(fmt.Sprintf("sim: seed %d made no progress in %v of real time: a goroutine spins without blocking", seed, simWatchdog))
 			})
-			synctest.Test(t, func(t *testing.T) { r = runScenario(t, seed) })
+			synctest.Test(t, func(t *testing.T) { r = runScenario(t, seed, *simTrace) })
 			dog.Stop()
 			for i := range calls {
 				calls[i] += r.calls[i]
@@ -110,6 +113,70 @@ func TestSimulation(t *testing.T) {
 		})
 	}
 	t.Logf("%d scenarios: %d admitted from leases; store calls: %s", seeds, admitted, opCounts(calls))
+}
+
+// TestSimulationReplay runs each scenario twice and checks that the two
+// runs are the same run: the hashes of their traces (every decision, every
+// store call with its arguments and result, every event, at its fake time)
+// are equal. A failing seed must reproduce exactly under -sim.seed.
+func TestSimulationReplay(t *testing.T) {
+	seeds := uint64(*simReplay)
+	if testing.Short() {
+		seeds = min(seeds, 8)
+	}
+	first := *simFirst
+	if *simSeed != 0 {
+		first, seeds = *simSeed, 1
+	}
+	var differ []uint64
+	var covered simEvents
+	for seed := first; seed < first+seeds; seed++ {
+		var runs [2]simResult
+		for i := range runs {
+			t.Run(fmt.Sprintf("%d/%d", seed, i), func(t *testing.T) {
+				dog := time.AfterFunc(simWatchdog, func() {
+					panic(fmt.Sprintf("sim: seed %d made no progress in %v of real time", seed, simWatchdog))
+				})
+				defer dog.Stop()
+				synctest.Test(t, func(t *testing.T) { runs[i] = runScenario(t, seed, true) })
+			})
+		}
+		e := runs[0].events
+		if e.outages > 0 {
+			covered.outages++
+		}
+		if e.restarts > 0 {
+			covered.restarts++
+		}
+		if e.evictions > 0 {
+			covered.evictions++
+		}
+		if e.quotaChanges > 0 {
+			covered.quotaChanges++
+		}
+		if runs[0].trace == runs[1].trace {
+			continue
+		}
+		differ = append(differ, seed)
+		a, b := runs[0].lines, runs[1].lines
+		i := 0
+		for i < min(len(a), len(b)) && a[i] == b[i] {
+			i++
+		}
+		line := func(l []string) string {
+			if i < len(l) {
+				return l[i]
+			}
+			return "(end)"
+		}
+		t.Errorf("seed %d: two runs differ (%d and %d trace lines); first difference at line %d:\n  run 1: %s\n  run 2: %s",
+			seed, len(a), len(b), i, line(a), line(b))
+	}
+	t.Logf("%d of %d seeds replayed differently; seeds with outages %d, restarts %d, evictions %d, quota changes %d",
+		len(differ), seeds, covered.outages, covered.restarts, covered.evictions, covered.quotaChanges)
+	if *simSeed == 0 && !testing.Short() && (covered.outages == 0 || covered.restarts == 0 || covered.evictions == 0) {
+		t.Errorf("the replayed seeds miss outages, restarts or evictions: %+v", covered)
+	}
 }
 
 // simWatchdog bounds the real time of one scenario (they take
@@ -121,7 +188,13 @@ type simResult struct {
 	calls    [numSimOps]int64
 	admitted int64
 	digest   string // decisions by tenant and reason, and the store calls
+	trace    string // hash of the trace, when tracing
+	lines    []string
+	events   simEvents // what happened, for the replay test's coverage
 }
+
+// simEvents counts a scenario's disruptive events.
+type simEvents struct{ outages, restarts, evictions, quotaChanges int }
 
 type simOp int
 
@@ -180,10 +253,63 @@ type sim struct {
 	net      *simNet
 	insts    []*simInstance
 	capped   bool // WithMaxTenants: busy tenants may keep a new one out
+	events   simEvents
 
 	mu       sync.Mutex // guards the simTenants' counters and fails
 	fails    []string
 	outcomes map[string]int64 // tenant/reason/allowed -> decisions
+
+	// tr is the run's trace, kept when tracing: every decision, store
+	// call and event, for TestSimulationReplay.
+	tracing bool
+	tr      runTrace
+}
+
+// runTrace is a run's trace: one line per decision, store call (with its
+// arguments and result) and event, each at its fake time. Lines of one
+// instant are sorted before they are hashed: goroutines that run at one
+// instant without touching each other's state (two instances' requests,
+// say) may log in either order without the run being any different.
+type runTrace struct {
+	mu    sync.Mutex // guards the fields below
+	at    time.Duration
+	batch []string // the lines of instant at
+	lines []string // every line, in canonical order, up to the last instant
+	h     [32]byte // running hash of lines
+}
+
+func (tr *runTrace) add(at time.Duration, line string) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if at != tr.at {
+		tr.flushLocked()
+		tr.at = at
+	}
+	tr.batch = append(tr.batch, fmt.Sprintf("%v %s", at, line))
+}
+
+func (tr *runTrace) flushLocked() {
+	slices.Sort(tr.batch)
+	for _, l := range tr.batch {
+		tr.h = sha256.Sum256(append(tr.h[:], l...))
+	}
+	tr.lines = append(tr.lines, tr.batch...)
+	tr.batch = nil
+}
+
+// sum returns the hash of the whole trace and its lines.
+func (tr *runTrace) sum() (string, []string) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	tr.flushLocked()
+	return hex.EncodeToString(tr.h[:]), tr.lines
+}
+
+// note adds a line to the trace, when tracing.
+func (s *sim) note(format string, args ...any) {
+	if s.tracing {
+		s.tr.add(time.Since(s.start), fmt.Sprintf(format, args...))
+	}
 }
 
 func (s *sim) failf(format string, args ...any) {
@@ -196,9 +322,10 @@ func (s *sim) failf(format string, args ...any) {
 }
 
 // runScenario builds the scenario of seed, runs it and checks it.
-func runScenario(t *testing.T, seed uint64) simResult {
+// With tracing it keeps the trace (see runTrace).
+func runScenario(t *testing.T, seed uint64, tracing bool) simResult {
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
-	s := &sim{t: t, seed: seed, start: time.Now(), byName: map[string]*simTenant{}, outcomes: map[string]int64{}}
+	s := &sim{t: t, seed: seed, start: time.Now(), byName: map[string]*simTenant{}, outcomes: map[string]int64{}, tracing: tracing}
 	s.interval = []time.Duration{20, 50, 100}[rng.IntN(3)] * time.Millisecond
 	s.leaseTTL = s.interval * time.Duration(2+rng.IntN(9))
 	s.timeout = s.interval / time.Duration(2+rng.IntN(3))
@@ -269,6 +396,7 @@ func runScenario(t *testing.T, seed uint64) simResult {
 		from := last + s.probeGrace() + time.Duration(rng.Int64N(int64(duration/2))) | 1
 		length := time.Duration(rng.Int64N(int64(8*s.interval))) + 1
 		last = from + length
+		s.events.outages++
 		events = append(events, event{from, func() { s.net.setDown(true); s.probe(&probes, insts, length) }})
 		events = append(events, event{from + length, func() { s.net.setDown(false) }})
 	}
@@ -277,11 +405,13 @@ func runScenario(t *testing.T, seed uint64) simResult {
 		r := rates[rng.IntN(len(rates))]
 		q := leasequota.Quota{Rate: r, Burst: max(1, int64(r*[]float64{0.2, 1}[rng.IntN(2)])), FailureMode: tn.quota.FailureMode}
 		in := insts[rng.IntN(len(insts))]
+		s.events.quotaChanges++
 		events = append(events, event{at(), func() { s.setQuota(in, tn, q) }})
 	}
 	if outages == 0 {
 		for range rng.IntN(3) {
 			in := insts[rng.IntN(len(insts))]
+			s.events.restarts++
 			events = append(events, event{at(), func() { in.restart() }})
 		}
 	}
@@ -318,6 +448,7 @@ func (s *sim) setQuota(in *simInstance, tn *simTenant, q leasequota.Quota) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 	defer cancel()
 	err := in.l.Load().SetQuota(ctx, tn.name, q)
+	s.note("SetQuota i%d %s %+v: %v", in.id, tn.name, q, err)
 	if err != nil && !errors.Is(err, errSimDown) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, leasequota.ErrClosed) {
 		s.failf("SetQuota(%s): %v", tn.name, err)
 	}
@@ -340,6 +471,7 @@ func (s *sim) probe(wg *sync.WaitGroup, insts []*simInstance, length time.Durati
 			ctx, cancel := context.WithDeadline(context.Background(), back.Add(grace))
 			defer cancel()
 			d, err := l.WaitN(ctx, "quiet", 1)
+			s.note("i%d probe WaitN(quiet, 1): %+v %v", in.id, d, err)
 			// WithMaxTenants: the busy tenants may keep the quiet one out
 			// of the registry for as long as they are busy.
 			if err != nil && !s.capped {
@@ -442,6 +574,13 @@ func (s *sim) finish(insts []*simInstance) simResult {
 	}
 	fmt.Fprintf(&b, "calls: %s", opCounts(r.calls))
 	r.digest = b.String()
+	r.events = s.events
+	for _, in := range insts {
+		r.events.evictions += int(in.evicted)
+	}
+	if s.tracing {
+		r.trace, r.lines = s.tr.sum()
+	}
 	s.t.Logf("interval %v, lease TTL %v, timeout %v, delay <= %v, lost replies %d ppm, %d tenants, %d instances: %s",
 		s.interval, s.leaseTTL, s.timeout, s.maxDelay, s.lossPPM, len(s.tenants), len(insts), r.digest)
 	return r
@@ -456,6 +595,7 @@ type simInstance struct {
 	l        atomic.Pointer[leasequota.Limiter]
 	closed   atomic.Bool // the current limiter's Close has returned
 	turns    []int64     // MaxTurnsWithoutWait of each limiter closed
+	evicted  int64       // tenants the closed limiters evicted
 
 	stop chan struct{}
 	done chan struct{}
@@ -519,6 +659,10 @@ func (in *simInstance) stopLimiter() {
 	}
 	in.closed.Store(true)
 	in.turns = append(in.turns, leasequota.MaxTurnsWithoutWait(l))
+	st := l.Stats()
+	in.evicted += st.Evicted
+	in.s.note("i%d closed: calls=%d errors=%d requested=%d granted=%d returned=%d forfeited=%d expired=%d evicted=%d",
+		in.id, st.Calls, st.Errors, st.Requested, st.Granted, st.Returned, st.Forfeited, st.Expired, st.Evicted)
 }
 
 // restart closes the instance's limiter and starts a new one.
@@ -567,6 +711,7 @@ func (in *simInstance) requests(rng *rand.Rand, gap time.Duration) {
 		} else {
 			d = l.AllowN(ctx, tn.name, n)
 		}
+		s.note("i%d %s n=%d: %+v %v", in.id, tn.name, n, d, err)
 		s.check(tn, n, d, closed)
 		s.record(tn.name, d)
 		if fromLease(d) {
@@ -624,6 +769,7 @@ type simNamedReturn struct {
 
 func (n *simNet) setDown(down bool) {
 	n.s.trace("store down: %v", down)
+	n.s.note("store down: %v", down)
 	n.down.Store(down)
 }
 
@@ -761,10 +907,36 @@ func (v *simView) AcquireMany(ctx context.Context, reqs []lease.Request, results
 			v.n.s.mu.Unlock()
 		}
 	})
+	if v.n.s.tracing {
+		var b strings.Builder
+		for i, r := range reqs {
+			fmt.Fprintf(&b, " [%s %+v want=%d demand=%g", r.Tenant, r.Limits, r.Want, r.Demand)
+			if err == nil && i < len(out) {
+				fmt.Fprintf(&b, " -> %s", fmtResult(out[i]))
+			}
+			b.WriteString("]")
+		}
+		v.n.s.note("%s acquire%s: %v %v", v.id, b.String(), err, ierr)
+	}
 	if err != nil {
 		return nil, err
 	}
 	return out, ierr
+}
+
+// fmtResult formats an acquire's result for the trace (%+v would print
+// the override's address).
+func fmtResult(r lease.Result) string {
+	if r.Err != nil {
+		return r.Err.Error()
+	}
+	g := r.Grant
+	o := "none"
+	if g.Override != nil {
+		o = fmt.Sprintf("%+v", *g.Override)
+	}
+	return fmt.Sprintf("granted=%d tokens=%g at=%d instances=%d share=%g override=%s",
+		g.Granted, g.Tokens, g.ServerTime.UnixMicro(), g.Instances, g.Share, o)
 }
 
 func (v *simView) ReleaseMany(ctx context.Context, reqs []lease.ReleaseRequest) []lease.ReleaseResult {
@@ -789,6 +961,13 @@ func (v *simView) ReleaseMany(ctx context.Context, reqs []lease.ReleaseRequest) 
 		for i := range out {
 			out[i].Err = err
 		}
+	}
+	if v.n.s.tracing {
+		var b strings.Builder
+		for i, r := range reqs {
+			fmt.Fprintf(&b, " [%+v -> %+v]", r, out[i])
+		}
+		v.n.s.note("%s release%s", v.id, b.String())
 	}
 	return out
 }
@@ -834,28 +1013,42 @@ func (v *simView) checkNames(reqs []lease.ReleaseRequest) {
 }
 
 func (v *simView) GetOverride(ctx context.Context, tenant string) (o *lease.Override, err error) {
-	if cerr := v.call(ctx, simOverride, tenant, func() { o, err = v.inner.GetOverride(context.WithoutCancel(ctx), tenant) }); cerr != nil {
+	cerr := v.call(ctx, simOverride, tenant, func() { o, err = v.inner.GetOverride(context.WithoutCancel(ctx), tenant) })
+	if v.n.s.tracing {
+		got := "none"
+		if o != nil {
+			got = fmt.Sprintf("%+v", *o)
+		}
+		v.n.s.note("%s GetOverride(%s): %s %v %v", v.id, tenant, got, err, cerr)
+	}
+	if cerr != nil {
 		return nil, cerr
 	}
 	return o, err
 }
 
 func (v *simView) SetOverride(ctx context.Context, tenant string, base lease.Limits, o lease.Override) (tokens float64, err error) {
-	if cerr := v.call(ctx, simOverride, tenant, func() { tokens, err = v.inner.SetOverride(context.WithoutCancel(ctx), tenant, base, o) }); cerr != nil {
+	cerr := v.call(ctx, simOverride, tenant, func() { tokens, err = v.inner.SetOverride(context.WithoutCancel(ctx), tenant, base, o) })
+	v.n.s.note("%s SetOverride(%s, %+v, %+v): %g %v %v", v.id, tenant, base, o, tokens, err, cerr)
+	if cerr != nil {
 		return 0, cerr
 	}
 	return tokens, err
 }
 
 func (v *simView) DeleteOverride(ctx context.Context, tenant string, base lease.Limits) (tokens float64, err error) {
-	if cerr := v.call(ctx, simOverride, tenant, func() { tokens, err = v.inner.DeleteOverride(context.WithoutCancel(ctx), tenant, base) }); cerr != nil {
+	cerr := v.call(ctx, simOverride, tenant, func() { tokens, err = v.inner.DeleteOverride(context.WithoutCancel(ctx), tenant, base) })
+	v.n.s.note("%s DeleteOverride(%s, %+v): %g %v %v", v.id, tenant, base, tokens, err, cerr)
+	if cerr != nil {
 		return 0, cerr
 	}
 	return tokens, err
 }
 
 func (v *simView) QuotaVersion(ctx context.Context) (ver int64, err error) {
-	if cerr := v.call(ctx, simVersion, "", func() { ver, err = v.inner.QuotaVersion(context.WithoutCancel(ctx)) }); cerr != nil {
+	cerr := v.call(ctx, simVersion, "", func() { ver, err = v.inner.QuotaVersion(context.WithoutCancel(ctx)) })
+	v.n.s.note("%s QuotaVersion: %d %v %v", v.id, ver, err, cerr)
+	if cerr != nil {
 		return 0, cerr
 	}
 	return ver, err
