@@ -67,6 +67,14 @@ type Options struct {
 	// records nothing.
 	Telemetry *telemetry.Telemetry
 
+	// Driven says the caller runs the loop's steps itself (Tick, Urgent,
+	// Refills, Deliver) instead of Run, and needs them to do the same on a
+	// replay, as a deterministic simulation does: Refill queues its call
+	// for Refills instead of starting a goroutine, wake-ups of waiting
+	// requests wait for Deliver, and tenants are visited in name order
+	// (see driven.go).
+	Driven bool
+
 	// Defaults resolve the quota overrides that Redis reports
 	// (quota.Defaults.Resolve): the limiter's default LeaseTTL and
 	// FailureMode. A zero Interval means the Planner's; a zero LeaseTTL,
@@ -151,6 +159,9 @@ type Syncer struct {
 	// mode, a failing tenant's call succeeds): requests waiting through an
 	// outage wake on it.
 	recovered signal
+
+	// driven is the state of driven mode (Options.Driven).
+	driven driven
 
 	// unlocked is broadcast after tenants' locks are released (a lease
 	// call's result applied, a round planned, an eviction done): a refill
@@ -256,7 +267,17 @@ func (s *Syncer) Degraded() bool {
 // through an outage select on it, then look again.
 func (s *Syncer) Recovered() <-chan struct{} { return s.recovered.C() }
 
-func (s *Syncer) broadcastRecovered() { s.recovered.Broadcast() }
+// broadcastRecovered wakes the requests waiting on Recovered; in driven
+// mode, at the next Deliver.
+func (s *Syncer) broadcastRecovered() {
+	if s.opts.Driven {
+		s.driven.mu.Lock()
+		s.driven.recovered = true
+		s.driven.mu.Unlock()
+		return
+	}
+	s.recovered.Broadcast()
+}
 
 // lock takes t's lock for a refill. The loop holds tenants' locks across
 // lease calls, so rather than block on the lock it waits for the next
@@ -375,7 +396,11 @@ func (s *Syncer) Run(ctx context.Context) error {
 // version: it uses the version the last poll read and leaves the next
 // poll running, so a quota change is seen a tick later.
 func (s *Syncer) Tick(ctx context.Context) {
-	s.round(ctx, s.reg.all, s.pollQuota(ctx, s.opts.Now()))
+	tenants := s.reg.all
+	if s.opts.Driven {
+		tenants = slices.Values(byName(s.reg.all))
+	}
+	s.round(ctx, tenants, s.pollQuota(ctx, s.opts.Now()))
 }
 
 // Urgent runs one round over the tenants that NoteMiss queued, up to
@@ -405,6 +430,12 @@ drain:
 		default:
 			break drain
 		}
+	}
+	if s.opts.Driven {
+		// In name order, once each: the order in which requests queued
+		// them is up to the scheduler.
+		slices.SortFunc(short, func(a, b *Tenant) int { return cmp.Compare(a.name, b.name) })
+		short = slices.Compact(short)
 	}
 	s.Round(ctx, slices.Values(short))
 	clear(short)
@@ -476,7 +507,10 @@ func (s *Syncer) round(ctx context.Context, tenants iter.Seq[*Tenant], quotaChec
 	// no call in flight. Tenants waiting for a lease count toward the cap
 	// too, or a burst of new tenants would stall eviction.
 	if over := len(s.lru) + len(jobs) - s.opts.MaxTenants; track && over > 0 {
-		slices.SortFunc(s.lru, func(a, b lruEntry) int { return cmp.Compare(a.active, b.active) })
+		slices.SortFunc(s.lru, func(a, b lruEntry) int {
+			// Ties by name, so that the choice does not follow map order.
+			return cmp.Or(cmp.Compare(a.active, b.active), cmp.Compare(a.t.name, b.t.name))
+		})
 		for _, e := range s.lru[:min(over, len(s.lru))] {
 			evict = append(evict, e.t)
 		}
@@ -508,6 +542,13 @@ func (s *Syncer) carryOut(ctx context.Context, now time.Time, w *nodeWork) (tot 
 		tot.Returned, _ = s.release(ctx, &tot, w.releases)
 	}
 	if len(w.jobs) == 0 {
+		return tot
+	}
+	if s.opts.Driven {
+		// One pipeline after the other, in order.
+		for start := 0; start < len(w.jobs); start += batchSize {
+			tot.Add(s.acquire(ctx, now, w.jobs[start:min(start+batchSize, len(w.jobs))]))
+		}
 		return tot
 	}
 	var g errgroup.Group
@@ -823,7 +864,14 @@ func (s *Syncer) release(ctx context.Context, round *telemetry.Round, reqs []lea
 // The call's span links to the span in ctx, if any: the request that
 // asked for it. ctx does not bound the call (other callers may share it);
 // callers stop waiting on their own.
+//
+// In driven mode (Options.Driven) the call is queued for Refills, callers
+// coalesced into it share the largest need, and the answer waits for
+// Deliver.
 func (s *Syncer) Refill(ctx context.Context, t *Tenant, need int64) <-chan singleflight.Result {
+	if s.opts.Driven {
+		return s.queueRefill(ctx, t, need)
+	}
 	return s.sf.DoChan(t.name, func() (any, error) {
 		return nil, s.refill(trace.LinkFromContext(ctx), t, need)
 	})
@@ -844,6 +892,13 @@ func (s *Syncer) refill(link trace.Link, t *Tenant, need int64) error {
 	}
 	defer s.unlocked.Broadcast() // after the unlock below
 	defer t.mu.Unlock()
+	return s.refillLocked(s.ctx, link, t, need)
+}
+
+// refillLocked is the urgent lease call of a refill for t, whose lock is
+// held; ctx is the lifetime of the call (s.ctx from a refill's own
+// goroutine; the step's in driven mode).
+func (s *Syncer) refillLocked(ctx context.Context, link trace.Link, t *Tenant, need int64) error {
 	if t.flag(flagEvicted) {
 		return nil
 	}
@@ -869,7 +924,7 @@ func (s *Syncer) refill(link trace.Link, t *Tenant, need int64) error {
 	if link.SpanContext.IsValid() {
 		links = append(links, link)
 	}
-	ctx, round := s.opts.Telemetry.StartRound(s.ctx, true, links...)
+	ctx, round := s.opts.Telemetry.StartRound(ctx, true, links...)
 	defer s.endRound(round)
 	var r lease.Result
 	_, err := s.call(ctx, telemetry.OpAcquire, 1, func(ctx context.Context) ([]lease.Result, error) {
@@ -893,6 +948,8 @@ func (s *Syncer) closing() bool { return s.ctx.Err() != nil }
 // Close stops urgent refills and waits for those running, and for the
 // calls rounds left running (see Wait); later rounds finish their calls
 // before returning. It does not stop Run: cancel Run's context for that.
+// In driven mode it answers the queued refills with ErrClosed, and the
+// caller delivers the answers (Deliver) after ReleaseAll.
 func (s *Syncer) Close() {
 	s.closeMu.Lock()
 	s.closed = true
@@ -900,6 +957,9 @@ func (s *Syncer) Close() {
 	s.cancel()
 	s.inflight.Wait()
 	s.async.Wait()
+	if s.opts.Driven {
+		s.closeDriven()
+	}
 }
 
 // ReleaseAll drains every tenant's tokens and returns them to Redis. Call
@@ -909,7 +969,11 @@ func (s *Syncer) Close() {
 func (s *Syncer) ReleaseAll(ctx context.Context) error {
 	var reqs []lease.ReleaseRequest
 	now := s.opts.Now()
-	for t := range s.reg.all {
+	tenants := s.reg.all
+	if s.opts.Driven {
+		tenants = slices.Values(byName(s.reg.all))
+	}
+	for t := range tenants {
 		t.mu.Lock()
 		if r, ok := s.drainLocked(t, now); ok {
 			reqs = append(reqs, r)
