@@ -182,6 +182,8 @@ func newLimiter(cfg config, b Backend, cluster bool) (*Limiter, error) {
 		Cluster:     cluster,
 		Telemetry:   l.tel,
 		Defaults:    l.defaults,
+		// A caller that drives the loop (the simulation) replays exactly.
+		Driven: cfg.manualSync,
 	})
 	l.ready.Store(true)
 	ctx, stop := context.WithCancel(context.Background())
@@ -680,6 +682,10 @@ func (l *Limiter) Close(ctx context.Context) error {
 		if err := l.sync.ReleaseAll(ctx); err != nil {
 			l.closeErr = fmt.Errorf("leasequota: Close: returning leased tokens: %w", err)
 		}
+		// Driven mode (WithManualSync) held the answers of refills that
+		// Close canceled until the tokens were returned; Deliver does
+		// nothing otherwise.
+		l.sync.Deliver()
 		l.tel.Close()
 	})
 	return l.closeErr
