@@ -1,0 +1,27 @@
+package syncer
+
+// Stats are running totals of what a Syncer did. All fields only grow.
+type Stats struct {
+	Calls     int64 // lease round trips to Redis (a pipeline counts once)
+	Errors    int64 // lease calls (per tenant) that failed
+	Requested int64 // tokens asked for
+	Granted   int64 // tokens granted
+	Returned  int64 // tokens given back to Redis and credited there (expiry, eviction, Close)
+	Forfeited int64 // tokens given back that Redis did not credit, or whose return failed
+	Expired   int64 // leased tokens taken back unspent at the end of their lifetime (and returned)
+	Evicted   int64 // tenants evicted (idle or over MaxTenants)
+}
+
+// Stats returns the running totals.
+func (s *Syncer) Stats() Stats {
+	return Stats{
+		Calls:     s.calls.Load(),
+		Errors:    s.errs.Load(),
+		Requested: s.requested.Load(),
+		Granted:   s.granted.Load(),
+		Returned:  s.returned.Load(),
+		Forfeited: s.forfeited.Load(),
+		Expired:   s.expired.Load(),
+		Evicted:   s.evicted.Load(),
+	}
+}
