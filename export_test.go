@@ -8,7 +8,10 @@ import "context"
 func MaxTurnsWithoutWait(l *Limiter) int64 { return l.turns.max.Load() }
 
 // WithManualSync makes New start no syncer loop: the test drives it with
-// SyncTick and SyncUrgent, as the deterministic simulation does.
+// SyncRefills, SyncUrgent, SyncTick and SyncDeliver, as the deterministic
+// simulation does. The syncer runs in driven mode (syncer.Options.Driven):
+// refills are queued for SyncRefills, not run in goroutines of their own,
+// and the requests they wake wait for SyncDeliver.
 func WithManualSync() Option { return func(c *config) { c.manualSync = true } }
 
 // SyncTick runs one scheduled syncer round of l (syncer.Syncer.Tick).
@@ -21,3 +24,12 @@ func SyncUrgent(l *Limiter, ctx context.Context) bool { return l.sync.Urgent(ctx
 // WithInstanceID sets l's id in the instance registries (random by
 // default), so that a simulation reproduces exactly.
 func WithInstanceID(id string) Option { return func(c *config) { c.instanceID = id } }
+
+// SyncRefills runs the urgent refills queued by waiting requests
+// (syncer.Syncer.Refills), and reports whether there were any.
+func SyncRefills(l *Limiter, ctx context.Context) bool { return l.sync.Refills(ctx) }
+
+// SyncDeliver wakes the requests that the steps since the last
+// SyncDeliver answered (syncer.Syncer.Deliver): call it at the end of each
+// step.
+func SyncDeliver(l *Limiter) { l.sync.Deliver() }

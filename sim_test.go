@@ -9,9 +9,9 @@ package leasequota_test
 // deadlines, the circuit breaker, the store's "Redis TIME") is one fake
 // clock that moves only when every goroutine of the bubble is blocked. No
 // Limiter runs its own loop (WithManualSync): the simulation drives each
-// one's sync loop (SyncTick, SyncUrgent) on a seeded schedule, and its
-// requests from seeded request goroutines. Between the Limiters and the
-// store sits simNet, which delays every call before it reaches the store
+// one's sync loop (SyncRefills, SyncUrgent, SyncTick, SyncDeliver) on a
+// seeded schedule, and its requests from a seeded request goroutine per
+// instance. Between the Limiters and the store sits simNet, which delays every call before it reaches the store
 // and its reply after (so concurrent calls are applied out of order), loses
 // replies of calls the store applied, and fails every call during an
 // outage. Scenarios also evict tenants (WithMaxTenants, WithIdleTimeout),
@@ -19,16 +19,27 @@ package leasequota_test
 //
 // Everything random is drawn from the scenario's seed: the schedule of
 // requests, faults and events, the delays (a hash of the seed, the call
-// and the fake time), the instance ids and the planners' jitter; events
-// fall on distinct nanoseconds. -sim.seed=N reruns one scenario, and
-// -sim.trace logs its store calls and the limiters' logs. What the seed
-// does not fix is the order of goroutines woken at one instant: a refill
-// and the loop's round racing for a tenant's lock when a call settles,
-// waiters woken by one recovery, Go's random choice among ready select
-// cases. So a rerun follows the same schedule and faults, but its
-// decisions may differ in detail; a failure caused by the schedule
-// reproduces (the report in the closing note of issue #14 says how
-// often). Exact replay needs refills made on the driven loop too.
+// and the fake time), the instance ids and the planners' jitter. And so is
+// the order of everything that happens at one fake instant, so that a run
+// replays exactly: -sim.seed=N reruns one scenario, decision for decision
+// and store call for store call, and -sim.trace logs its store calls and
+// the limiters' logs (TestSimulationReplay runs scenarios twice and
+// compares their traces). Three things make it so:
+//   - the limiters run in driven mode (WithManualSync): an urgent refill
+//     is queued for the loop, which runs it between its other steps, and
+//     the requests a step wakes (refill answers, Recovered) wait for the
+//     end of the step (SyncDeliver), so no request runs beside a step;
+//     rounds visit tenants in name order;
+//   - the goroutines that step limiters or the store each act only at
+//     instants of their own lane (see simLanes), and each step begins with
+//     synctest.Wait, so requests woken at its instant by the library's
+//     timers have settled first;
+//   - each instance's requests come from one goroutine, so no two of them
+//     wait for one tenant; the outage probes ask for a tenant of their
+//     own, and run only where no cap on tenants makes them compete with
+//     the requests for the registry's slots. Goroutines that do run at one
+//     instant touch only state of their own (their tenants) and
+//     commutative counters; the trace sorts the lines of one instant.
 //
 // For every tenant, during and after the run, it checks:
 //   - the bound: admitted from leases <= granted - credited returns
@@ -53,11 +64,15 @@ package leasequota_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -72,10 +87,12 @@ import (
 )
 
 var (
-	simSeeds = flag.Int("sim.seeds", 0, "scenarios TestSimulation runs (0: 40, or 8 with -short)")
-	simSeed  = flag.Uint64("sim.seed", 0, "run only this scenario seed")
-	simFirst = flag.Uint64("sim.first", 1, "first seed TestSimulation runs")
-	simTrace = flag.Bool("sim.trace", false, "log every store call and fault (with -sim.seed)")
+	simSeeds  = flag.Int("sim.seeds", 0, "scenarios TestSimulation runs (0: 40, or 8 with -short)")
+	simSeed   = flag.Uint64("sim.seed", 0, "run only this scenario seed")
+	simFirst  = flag.Uint64("sim.first", 1, "first seed TestSimulation runs")
+	simTrace  = flag.Bool("sim.trace", false, "log every store call and fault (with -sim.seed)")
+	simDump   = flag.String("sim.dump", "", "directory where TestSimulationReplay writes the traces of runs that differ")
+	simReplay = flag.Int("sim.replay", 40, "scenarios TestSimulationReplay runs twice (8 with -short)")
 )
 
 func TestSimulation(t *testing.T) {
@@ -101,7 +118,7 @@ func TestSimulation(t *testing.T) {
 			dog := time.AfterFunc(simWatchdog, func() {
 				panic(fmt.Sprintf("sim: seed %d made no progress in %v of real time: a goroutine spins without blocking", seed, simWatchdog))
 			})
-			synctest.Test(t, func(t *testing.T) { r = runScenario(t, seed) })
+			synctest.Test(t, func(t *testing.T) { r = runScenario(t, seed, *simTrace) })
 			dog.Stop()
 			for i := range calls {
 				calls[i] += r.calls[i]
@@ -110,6 +127,78 @@ func TestSimulation(t *testing.T) {
 		})
 	}
 	t.Logf("%d scenarios: %d admitted from leases; store calls: %s", seeds, admitted, opCounts(calls))
+}
+
+// TestSimulationReplay runs each scenario twice and checks that the two
+// runs are the same run: the hashes of their traces (every decision, every
+// store call with its arguments and result, every event, at its fake time)
+// are equal. A failing seed must reproduce exactly under -sim.seed.
+func TestSimulationReplay(t *testing.T) {
+	seeds := uint64(*simReplay)
+	if testing.Short() {
+		seeds = min(seeds, 8)
+	}
+	first := *simFirst
+	if *simSeed != 0 {
+		first, seeds = *simSeed, 1
+	}
+	var differ []uint64
+	var covered simEvents
+	for seed := first; seed < first+seeds; seed++ {
+		var runs [2]simResult
+		for i := range runs {
+			t.Run(fmt.Sprintf("%d/%d", seed, i), func(t *testing.T) {
+				dog := time.AfterFunc(simWatchdog, func() {
+					panic(fmt.Sprintf("sim: seed %d made no progress in %v of real time", seed, simWatchdog))
+				})
+				defer dog.Stop()
+				synctest.Test(t, func(t *testing.T) { runs[i] = runScenario(t, seed, true) })
+			})
+		}
+		e := runs[0].events
+		if e.outages > 0 {
+			covered.outages++
+		}
+		if e.restarts > 0 {
+			covered.restarts++
+		}
+		if e.evictions > 0 {
+			covered.evictions++
+		}
+		if e.quotaChanges > 0 {
+			covered.quotaChanges++
+		}
+		if runs[0].trace == runs[1].trace {
+			continue
+		}
+		differ = append(differ, seed)
+		a, b := runs[0].lines, runs[1].lines
+		i := 0
+		for i < min(len(a), len(b)) && a[i] == b[i] {
+			i++
+		}
+		line := func(l []string) string {
+			if i < len(l) {
+				return l[i]
+			}
+			return "(end)"
+		}
+		t.Errorf("seed %d: two runs differ (%d and %d trace lines); first difference at line %d:\n  run 1: %s\n  run 2: %s",
+			seed, len(a), len(b), i, line(a), line(b))
+		if *simDump != "" {
+			for k, lines := range [][]string{a, b} {
+				name := filepath.Join(*simDump, fmt.Sprintf("seed%d.run%d.trace", seed, k+1))
+				if err := os.WriteFile(name, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+					t.Error(err)
+				}
+			}
+		}
+	}
+	t.Logf("%d of %d seeds replayed differently; seeds with outages %d, restarts %d, evictions %d, quota changes %d",
+		len(differ), seeds, covered.outages, covered.restarts, covered.evictions, covered.quotaChanges)
+	if *simSeed == 0 && !testing.Short() && (covered.outages == 0 || covered.restarts == 0 || covered.evictions == 0) {
+		t.Errorf("the replayed seeds miss outages, restarts or evictions: %+v", covered)
+	}
 }
 
 // simWatchdog bounds the real time of one scenario (they take
@@ -121,7 +210,13 @@ type simResult struct {
 	calls    [numSimOps]int64
 	admitted int64
 	digest   string // decisions by tenant and reason, and the store calls
+	trace    string // hash of the trace, when tracing
+	lines    []string
+	events   simEvents // what happened, for the replay test's coverage
 }
+
+// simEvents counts a scenario's disruptive events.
+type simEvents struct{ outages, restarts, evictions, quotaChanges int }
 
 type simOp int
 
@@ -180,10 +275,63 @@ type sim struct {
 	net      *simNet
 	insts    []*simInstance
 	capped   bool // WithMaxTenants: busy tenants may keep a new one out
+	events   simEvents
 
 	mu       sync.Mutex // guards the simTenants' counters and fails
 	fails    []string
 	outcomes map[string]int64 // tenant/reason/allowed -> decisions
+
+	// tr is the run's trace, kept when tracing: every decision, store
+	// call and event, for TestSimulationReplay.
+	tracing bool
+	tr      runTrace
+}
+
+// runTrace is a run's trace: one line per decision, store call (with its
+// arguments and result) and event, each at its fake time. Lines of one
+// instant are sorted before they are hashed: goroutines that run at one
+// instant without touching each other's state (two instances' requests,
+// say) may log in either order without the run being any different.
+type runTrace struct {
+	mu    sync.Mutex // guards the fields below
+	at    time.Duration
+	batch []string // the lines of instant at
+	lines []string // every line, in canonical order, up to the last instant
+	h     [32]byte // running hash of lines
+}
+
+func (tr *runTrace) add(at time.Duration, line string) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if at != tr.at {
+		tr.flushLocked()
+		tr.at = at
+	}
+	tr.batch = append(tr.batch, fmt.Sprintf("%v %s", at, line))
+}
+
+func (tr *runTrace) flushLocked() {
+	slices.Sort(tr.batch)
+	for _, l := range tr.batch {
+		tr.h = sha256.Sum256(append(tr.h[:], l...))
+	}
+	tr.lines = append(tr.lines, tr.batch...)
+	tr.batch = nil
+}
+
+// sum returns the hash of the whole trace and its lines.
+func (tr *runTrace) sum() (string, []string) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	tr.flushLocked()
+	return hex.EncodeToString(tr.h[:]), tr.lines
+}
+
+// note adds a line to the trace, when tracing.
+func (s *sim) note(format string, args ...any) {
+	if s.tracing {
+		s.tr.add(time.Since(s.start), fmt.Sprintf(format, args...))
+	}
 }
 
 func (s *sim) failf(format string, args ...any) {
@@ -196,9 +344,10 @@ func (s *sim) failf(format string, args ...any) {
 }
 
 // runScenario builds the scenario of seed, runs it and checks it.
-func runScenario(t *testing.T, seed uint64) simResult {
+// With tracing it keeps the trace (see runTrace).
+func runScenario(t *testing.T, seed uint64, tracing bool) simResult {
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
-	s := &sim{t: t, seed: seed, start: time.Now(), byName: map[string]*simTenant{}, outcomes: map[string]int64{}}
+	s := &sim{t: t, seed: seed, start: time.Now(), byName: map[string]*simTenant{}, outcomes: map[string]int64{}, tracing: tracing}
 	s.interval = []time.Duration{20, 50, 100}[rng.IntN(3)] * time.Millisecond
 	s.leaseTTL = s.interval * time.Duration(2+rng.IntN(9))
 	s.timeout = s.interval / time.Duration(2+rng.IntN(3))
@@ -244,13 +393,13 @@ func runScenario(t *testing.T, seed uint64) simResult {
 		insts[i].startLimiter(0)
 	}
 
-	// Requests.
+	// Requests: one goroutine per instance, so that no two of its requests
+	// wait for the same tenant's refill (woken together, they would race
+	// for its tokens).
 	var reqs sync.WaitGroup
 	for i, in := range insts {
-		for g := range 1 + rng.IntN(2) {
-			gap := time.Duration(100_000 + rng.Int64N(3_000_000)) // mean time between requests
-			reqs.Go(func() { in.requests(rand.New(rand.NewPCG(seed, uint64(i*16+g+1))), gap) })
-		}
+		gap := time.Duration(100_000+rng.Int64N(3_000_000)) / time.Duration(1+rng.IntN(2)) // mean time between requests
+		reqs.Go(func() { in.requests(rand.New(rand.NewPCG(seed, uint64(i*16+1))), gap) })
 	}
 
 	// Events: outages, quota changes and restarts, at distinct times.
@@ -259,17 +408,23 @@ func runScenario(t *testing.T, seed uint64) simResult {
 		do func()
 	}
 	var events []event
-	at := func() time.Duration { return time.Duration(rng.Int64N(int64(duration))) | 1 }
+	at := func() time.Duration { return s.alignSince(time.Duration(rng.Int64N(int64(duration))), laneMain) }
 	var probes sync.WaitGroup
 	// Outages do not overlap, so each probe knows when the store is back.
 	outages := rng.IntN(3)
 	var last time.Duration
 	for range outages {
 		// The store stays up for a probe's grace after each outage.
-		from := last + s.probeGrace() + time.Duration(rng.Int64N(int64(duration/2))) | 1
-		length := time.Duration(rng.Int64N(int64(8*s.interval))) + 1
+		from := s.alignSince(last+s.probeGrace()+time.Duration(rng.Int64N(int64(duration/2))), laneMain)
+		length := s.alignSince(time.Duration(rng.Int64N(int64(8*s.interval)))+1, 0)
 		last = from + length
-		events = append(events, event{from, func() { s.net.setDown(true); s.probe(&probes, insts, length) }})
+		s.events.outages++
+		events = append(events, event{from, func() {
+			s.net.setDown(true)
+			if !s.capped {
+				s.probe(&probes, insts, length)
+			}
+		}})
 		events = append(events, event{from + length, func() { s.net.setDown(false) }})
 	}
 	for range rng.IntN(3) {
@@ -277,24 +432,25 @@ func runScenario(t *testing.T, seed uint64) simResult {
 		r := rates[rng.IntN(len(rates))]
 		q := leasequota.Quota{Rate: r, Burst: max(1, int64(r*[]float64{0.2, 1}[rng.IntN(2)])), FailureMode: tn.quota.FailureMode}
 		in := insts[rng.IntN(len(insts))]
+		s.events.quotaChanges++
 		events = append(events, event{at(), func() { s.setQuota(in, tn, q) }})
 	}
 	if outages == 0 {
 		for range rng.IntN(3) {
 			in := insts[rng.IntN(len(insts))]
+			s.events.restarts++
 			events = append(events, event{at(), func() { in.restart() }})
 		}
 	}
-	slices.SortFunc(events, func(a, b event) int { return int(a.at - b.at) })
+	slices.SortStableFunc(events, func(a, b event) int { return int(a.at - b.at) })
 	for _, e := range events {
-		if d := time.Until(s.start.Add(e.at)); d > 0 {
-			time.Sleep(d)
-		}
+		s.step(s.start.Add(e.at), laneMain)
 		e.do()
 	}
 	s.net.setDown(false)
 	reqs.Wait()
 	probes.Wait()
+	s.step(time.Now(), laneMain)
 	for _, in := range insts {
 		in.stopLimiter()
 	}
@@ -315,12 +471,56 @@ func (s *sim) setQuota(in *simInstance, tn *simTenant, q leasequota.Quota) {
 	s.mu.Lock()
 	tn.maxRate, tn.maxBurst = max(tn.maxRate, q.Rate), max(tn.maxBurst, q.Burst)
 	s.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	ctx, cancel := context.WithTimeout(laneCtx(laneMain), s.timeout)
 	defer cancel()
 	err := in.l.Load().SetQuota(ctx, tn.name, q)
+	s.note("SetQuota i%d %s %+v: %v", in.id, tn.name, q, err)
 	if err != nil && !errors.Is(err, errSimDown) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, leasequota.ErrClosed) {
 		s.failf("SetQuota(%s): %v", tn.name, err)
 	}
+}
+
+// Lanes. Goroutines woken at one fake instant run at once, in any order.
+// So that no two of the goroutines that step limiters or the store run at
+// one instant, each has a lane: it acts only at instants whose nanosecond
+// count since the start is its lane modulo simLanes. The events goroutine
+// has laneMain; the loop of instance i, laneLoop+i; its requests,
+// laneRequests+i (requests also wake at instants the library's timers
+// choose: those are not aligned). A store call is applied and answered
+// at instants of its caller's lane, which its ctx carries. Each step (an
+// event, a loop's turn, a store call's leg) begins with synctest.Wait, so
+// that whatever else woke at its instant, such as a request at the end of
+// a library timer, has settled first.
+const (
+	simLanes     = 16
+	laneMain     = 0
+	laneLoop     = 1 // up to 4 instances
+	laneRequests = 8
+)
+
+// laneKey is the ctx key of the caller's lane.
+type laneKey struct{}
+
+func laneCtx(lane int) context.Context {
+	return context.WithValue(context.Background(), laneKey{}, lane)
+}
+
+// alignSince returns the first instant at or after d (since the start)
+// of lane.
+func (s *sim) alignSince(d time.Duration, lane int) time.Duration {
+	return d + time.Duration(((int64(lane)-int64(d))%simLanes+simLanes)%simLanes)
+}
+
+// align is alignSince for an instant.
+func (s *sim) align(t time.Time, lane int) time.Time {
+	return s.start.Add(s.alignSince(t.Sub(s.start), lane))
+}
+
+// step sleeps until the first instant of lane at or after t, then waits
+// for every other goroutine woken at that instant to block.
+func (s *sim) step(t time.Time, lane int) {
+	time.Sleep(time.Until(s.align(t, lane)))
+	synctest.Wait()
 }
 
 // probeGrace is how soon after an outage a waiter parked through it must
@@ -331,6 +531,12 @@ func (s *sim) probeGrace() time.Duration { return 4*s.interval + 2*s.timeout + 2
 // probe parks a WaitN on the quiet tenant on every instance while the
 // store is down for length: each must be admitted within a few refresh
 // intervals of the store coming back.
+//
+// Not with WithMaxTenants (s.capped): the busy tenants may keep the quiet
+// one out of the registry for as long as they are busy, and a probe and
+// its instance's requests, woken at one instant, would race for the
+// registry's slots (Track), which a replay must not leave to the
+// scheduler.
 func (s *sim) probe(wg *sync.WaitGroup, insts []*simInstance, length time.Duration) {
 	back := time.Now().Add(length)
 	grace := s.probeGrace()
@@ -340,9 +546,8 @@ func (s *sim) probe(wg *sync.WaitGroup, insts []*simInstance, length time.Durati
 			ctx, cancel := context.WithDeadline(context.Background(), back.Add(grace))
 			defer cancel()
 			d, err := l.WaitN(ctx, "quiet", 1)
-			// WithMaxTenants: the busy tenants may keep the quiet one out
-			// of the registry for as long as they are busy.
-			if err != nil && !s.capped {
+			s.note("i%d probe WaitN(quiet, 1): %+v %v", in.id, d, err)
+			if err != nil {
 				s.failf("a WaitN parked through an outage that ended at %v was not admitted by %v: %v (%v)",
 					back.Sub(s.start), back.Add(grace).Sub(s.start), err, d.Reason)
 				return
@@ -442,6 +647,13 @@ func (s *sim) finish(insts []*simInstance) simResult {
 	}
 	fmt.Fprintf(&b, "calls: %s", opCounts(r.calls))
 	r.digest = b.String()
+	r.events = s.events
+	for _, in := range insts {
+		r.events.evictions += int(in.evicted)
+	}
+	if s.tracing {
+		r.trace, r.lines = s.tr.sum()
+	}
 	s.t.Logf("interval %v, lease TTL %v, timeout %v, delay <= %v, lost replies %d ppm, %d tenants, %d instances: %s",
 		s.interval, s.leaseTTL, s.timeout, s.maxDelay, s.lossPPM, len(s.tenants), len(insts), r.digest)
 	return r
@@ -456,6 +668,7 @@ type simInstance struct {
 	l        atomic.Pointer[leasequota.Limiter]
 	closed   atomic.Bool // the current limiter's Close has returned
 	turns    []int64     // MaxTurnsWithoutWait of each limiter closed
+	evicted  int64       // tenants the closed limiters evicted
 
 	stop chan struct{}
 	done chan struct{}
@@ -475,16 +688,21 @@ func (in *simInstance) startLimiter(restarts int) {
 	in.l.Store(l)
 	in.closed.Store(false)
 	in.stop, in.done = make(chan struct{}), make(chan struct{})
-	// Each instance's loop runs at its own phase (distinct nanoseconds),
-	// at the syncer's default tick, and takes urgent tenants every
-	// millisecond, as Run would on a NoteMiss.
-	phase := time.Duration(in.id*7919+restarts*104729) + time.Microsecond
-	go in.loop(l, phase, max(s.interval/4, time.Millisecond), in.stop, in.done)
+	// Each instance's loop runs in its own lane, at its own phase, at the
+	// syncer's default tick (a multiple of simLanes nanoseconds), and
+	// takes queued refills and urgent tenants every millisecond, as Run
+	// would at once.
+	lane := laneLoop + in.id
+	phase := s.align(time.Now().Add(time.Duration(in.id*7919+restarts*104729)+time.Microsecond), lane).Sub(time.Now())
+	go in.loop(l, lane, phase, max(s.interval/4, time.Millisecond), in.stop, in.done)
 }
 
-func (in *simInstance) loop(l *leasequota.Limiter, phase, tick time.Duration, stop, done chan struct{}) {
+// loop drives l's syncer: each turn runs the queued refills, the urgent
+// rounds and, when due, a tick, then delivers what they answered, so that
+// no request runs beside a step.
+func (in *simInstance) loop(l *leasequota.Limiter, lane int, phase, tick time.Duration, stop, done chan struct{}) {
 	defer close(done)
-	ctx := context.Background()
+	ctx := laneCtx(lane)
 	next := time.Now().Add(phase)
 	poll := time.NewTimer(phase)
 	defer poll.Stop()
@@ -494,15 +712,23 @@ func (in *simInstance) loop(l *leasequota.Limiter, phase, tick time.Duration, st
 			return
 		case <-poll.C:
 		}
+		synctest.Wait()
+		refills := leasequota.SyncRefills(l, ctx)
+		urgent := 0
 		for leasequota.SyncUrgent(l, ctx) {
+			urgent++
+		}
+		if refills || urgent > 0 {
+			in.s.note("i%d step: refills %v, urgent rounds %d", in.id, refills, urgent)
 		}
 		if now := time.Now(); !now.Before(next) {
 			leasequota.SyncTick(l, ctx)
 			next = next.Add(tick)
 			if next.Before(time.Now()) {
-				next = time.Now().Add(tick)
+				next = in.s.align(time.Now().Add(tick), lane)
 			}
 		}
+		leasequota.SyncDeliver(l)
 		poll.Reset(min(time.Millisecond, time.Until(next)))
 	}
 }
@@ -510,15 +736,20 @@ func (in *simInstance) loop(l *leasequota.Limiter, phase, tick time.Duration, st
 // stopLimiter stops the loop and closes the limiter.
 func (in *simInstance) stopLimiter() {
 	close(in.stop)
-	<-in.done
+	<-in.done // at an instant of the loop's lane, if it was in a step
+	in.s.step(time.Now(), laneMain)
 	l := in.l.Load()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	ctx, cancel := context.WithTimeout(laneCtx(laneMain), time.Second)
 	defer cancel()
 	if err := l.Close(ctx); err != nil && !errors.Is(err, errSimDown) && !errors.Is(err, context.DeadlineExceeded) {
 		in.s.failf("instance %d: Close: %v", in.id, err)
 	}
 	in.closed.Store(true)
 	in.turns = append(in.turns, leasequota.MaxTurnsWithoutWait(l))
+	st := l.Stats()
+	in.evicted += st.Evicted
+	in.s.note("i%d closed: calls=%d errors=%d requested=%d granted=%d returned=%d forfeited=%d expired=%d evicted=%d",
+		in.id, st.Calls, st.Errors, st.Requested, st.Granted, st.Returned, st.Forfeited, st.Expired, st.Evicted)
 }
 
 // restart closes the instance's limiter and starts a new one.
@@ -533,7 +764,7 @@ func (in *simInstance) restart() {
 func (in *simInstance) requests(rng *rand.Rand, gap time.Duration) {
 	s := in.s
 	for {
-		time.Sleep(time.Duration(rng.ExpFloat64()*float64(gap)) + 1)
+		time.Sleep(time.Until(s.align(time.Now().Add(time.Duration(rng.ExpFloat64()*float64(gap))+1), laneRequests+in.id)))
 		if !time.Now().Before(s.end) {
 			return
 		}
@@ -567,6 +798,7 @@ func (in *simInstance) requests(rng *rand.Rand, gap time.Duration) {
 		} else {
 			d = l.AllowN(ctx, tn.name, n)
 		}
+		s.note("i%d %s n=%d: %+v %v", in.id, tn.name, n, d, err)
 		s.check(tn, n, d, closed)
 		s.record(tn.name, d)
 		if fromLease(d) {
@@ -624,6 +856,7 @@ type simNamedReturn struct {
 
 func (n *simNet) setDown(down bool) {
 	n.s.trace("store down: %v", down)
+	n.s.note("store down: %v", down)
 	n.down.Store(down)
 }
 
@@ -690,11 +923,37 @@ func (v *simView) hash(op simOp, leg int, key string) uint64 {
 // call runs f as the store would see a call from this view: after the
 // request's delay, unless the store is down or ctx ends first; then the
 // reply's delay, which may lose it.
+//
+// Each leg ends at an instant of the caller's lane (see laneKey), and
+// begins its work with synctest.Wait. The call does not select on ctx: a
+// leg that would end past ctx's deadline ends at the first instant of the
+// lane from the deadline on, with context.DeadlineExceeded (ctx is never
+// canceled otherwise here).
 func (v *simView) call(ctx context.Context, op simOp, key string, f func()) error {
+	s := v.n.s
 	v.n.mu.Lock()
 	v.n.calls[op]++
 	v.n.mu.Unlock()
-	if err := sleepCtx(ctx, v.delay(op, 0, key)); err != nil {
+	lane, ok := ctx.Value(laneKey{}).(int)
+	if !ok {
+		s.failf("%s %s %s: a call without a lane", v.id, simOpNames[op], key)
+	}
+	if now := time.Now(); !s.align(now, lane).Equal(now) {
+		s.failf("%s %s %s: a call from lane %d at %v, not an instant of its lane", v.id, simOpNames[op], key, lane, now.Sub(s.start))
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	leg := func(i int) error {
+		end := s.align(time.Now().Add(v.delay(op, i, key)), lane)
+		if dl, ok := ctx.Deadline(); ok && !end.Before(dl) {
+			s.step(dl, lane)
+			return context.DeadlineExceeded
+		}
+		s.step(end, lane)
+		return nil
+	}
+	if err := leg(0); err != nil {
 		return err
 	}
 	if v.n.down.Load() {
@@ -703,7 +962,7 @@ func (v *simView) call(ctx context.Context, op simOp, key string, f func()) erro
 	}
 	f()
 	v.n.s.trace("%s %s %s: applied", v.id, simOpNames[op], key)
-	if err := sleepCtx(ctx, v.delay(op, 1, key)); err != nil {
+	if err := leg(1); err != nil {
 		return err // applied, the reply lost to the deadline
 	}
 	if op <= simRelease && v.hash(op, 2, key)%1_000_000 < v.n.s.lossPPM {
@@ -718,20 +977,6 @@ func callKey(tenants []string) string {
 	tenants = slices.Clone(tenants)
 	slices.Sort(tenants)
 	return strings.Join(tenants, ",")
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 func (v *simView) AcquireMany(ctx context.Context, reqs []lease.Request, results []lease.Result) ([]lease.Result, error) {
@@ -761,10 +1006,36 @@ func (v *simView) AcquireMany(ctx context.Context, reqs []lease.Request, results
 			v.n.s.mu.Unlock()
 		}
 	})
+	if v.n.s.tracing {
+		var b strings.Builder
+		for i, r := range reqs {
+			fmt.Fprintf(&b, " [%s %+v want=%d demand=%g", r.Tenant, r.Limits, r.Want, r.Demand)
+			if err == nil && i < len(out) {
+				fmt.Fprintf(&b, " -> %s", fmtResult(out[i]))
+			}
+			b.WriteString("]")
+		}
+		v.n.s.note("%s acquire%s: %v %v", v.id, b.String(), err, ierr)
+	}
 	if err != nil {
 		return nil, err
 	}
 	return out, ierr
+}
+
+// fmtResult formats an acquire's result for the trace (%+v would print
+// the override's address).
+func fmtResult(r lease.Result) string {
+	if r.Err != nil {
+		return r.Err.Error()
+	}
+	g := r.Grant
+	o := "none"
+	if g.Override != nil {
+		o = fmt.Sprintf("%+v", *g.Override)
+	}
+	return fmt.Sprintf("granted=%d tokens=%g at=%d instances=%d share=%g override=%s",
+		g.Granted, g.Tokens, g.ServerTime.UnixMicro(), g.Instances, g.Share, o)
 }
 
 func (v *simView) ReleaseMany(ctx context.Context, reqs []lease.ReleaseRequest) []lease.ReleaseResult {
@@ -789,6 +1060,13 @@ func (v *simView) ReleaseMany(ctx context.Context, reqs []lease.ReleaseRequest) 
 		for i := range out {
 			out[i].Err = err
 		}
+	}
+	if v.n.s.tracing {
+		var b strings.Builder
+		for i, r := range reqs {
+			fmt.Fprintf(&b, " [%+v -> %+v]", r, out[i])
+		}
+		v.n.s.note("%s release%s", v.id, b.String())
 	}
 	return out
 }
@@ -834,28 +1112,42 @@ func (v *simView) checkNames(reqs []lease.ReleaseRequest) {
 }
 
 func (v *simView) GetOverride(ctx context.Context, tenant string) (o *lease.Override, err error) {
-	if cerr := v.call(ctx, simOverride, tenant, func() { o, err = v.inner.GetOverride(context.WithoutCancel(ctx), tenant) }); cerr != nil {
+	cerr := v.call(ctx, simOverride, tenant, func() { o, err = v.inner.GetOverride(context.WithoutCancel(ctx), tenant) })
+	if v.n.s.tracing {
+		got := "none"
+		if o != nil {
+			got = fmt.Sprintf("%+v", *o)
+		}
+		v.n.s.note("%s GetOverride(%s): %s %v %v", v.id, tenant, got, err, cerr)
+	}
+	if cerr != nil {
 		return nil, cerr
 	}
 	return o, err
 }
 
 func (v *simView) SetOverride(ctx context.Context, tenant string, base lease.Limits, o lease.Override) (tokens float64, err error) {
-	if cerr := v.call(ctx, simOverride, tenant, func() { tokens, err = v.inner.SetOverride(context.WithoutCancel(ctx), tenant, base, o) }); cerr != nil {
+	cerr := v.call(ctx, simOverride, tenant, func() { tokens, err = v.inner.SetOverride(context.WithoutCancel(ctx), tenant, base, o) })
+	v.n.s.note("%s SetOverride(%s, %+v, %+v): %g %v %v", v.id, tenant, base, o, tokens, err, cerr)
+	if cerr != nil {
 		return 0, cerr
 	}
 	return tokens, err
 }
 
 func (v *simView) DeleteOverride(ctx context.Context, tenant string, base lease.Limits) (tokens float64, err error) {
-	if cerr := v.call(ctx, simOverride, tenant, func() { tokens, err = v.inner.DeleteOverride(context.WithoutCancel(ctx), tenant, base) }); cerr != nil {
+	cerr := v.call(ctx, simOverride, tenant, func() { tokens, err = v.inner.DeleteOverride(context.WithoutCancel(ctx), tenant, base) })
+	v.n.s.note("%s DeleteOverride(%s, %+v): %g %v %v", v.id, tenant, base, tokens, err, cerr)
+	if cerr != nil {
 		return 0, cerr
 	}
 	return tokens, err
 }
 
 func (v *simView) QuotaVersion(ctx context.Context) (ver int64, err error) {
-	if cerr := v.call(ctx, simVersion, "", func() { ver, err = v.inner.QuotaVersion(context.WithoutCancel(ctx)) }); cerr != nil {
+	cerr := v.call(ctx, simVersion, "", func() { ver, err = v.inner.QuotaVersion(context.WithoutCancel(ctx)) })
+	v.n.s.note("%s QuotaVersion: %d %v %v", v.id, ver, err, cerr)
+	if cerr != nil {
 		return 0, cerr
 	}
 	return ver, err

@@ -9,13 +9,22 @@
 //     returns an Action (tokens to give back, tokens to ask for). It reads
 //     no clock, does no I/O and starts no goroutine, so it is tested with
 //     time passed in and simulated over thousands of instances.
-//   - Syncer (syncer.go) is the edge: one goroutine that ticks, asks the
-//     Planner what to do for every tenant, and carries the plan out in
-//     pipelined lease calls; plus urgent refills for a tenant whose
-//     requests ran short, coalesced with singleflight. On a Redis Cluster
-//     (Options.Cluster) a round sends each node's calls on their own
-//     (nodes.go) and does not wait for them, so that a dead or slow node
-//     delays only its own tenants.
+//   - Syncer (syncer.go) is the edge: one goroutine (loop.go) that ticks,
+//     asks the Planner what to do for every tenant, and carries the plan
+//     out (round.go, evict.go) in pipelined lease calls (call.go,
+//     acquire.go, release.go); plus urgent refills for a tenant whose
+//     requests ran short, coalesced with singleflight (refill.go). The
+//     circuit breaker and the failing tenants are in health.go; the call
+//     budget, a window of calls in flight that shrinks when Redis answers
+//     late, so that a saturated Redis is not offered more, in budget.go.
+//     On a Redis
+//     Cluster (Options.Cluster) a round sends each node's calls on their
+//     own (nodes.go, quotapoll.go) and does not wait for them, so that a
+//     dead or slow node delays only its own tenants. A caller that runs
+//     the loop's steps itself and needs them to replay (a deterministic
+//     simulation) sets Options.Driven (driven.go).
+//   - The tenants (tenant.go, registry.go, limits.go) are the state both
+//     halves share with the requests.
 //
 // Scheduling. A tenant's regular refresh happens once per Interval at a
 // phase given by xxhash(tenant) modulo Interval, plus a random jitter, so

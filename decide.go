@@ -1,0 +1,211 @@
+package leasequota
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"time"
+
+	"github.com/leasequota/leasequota/syncer"
+)
+
+// decide is the slow path of AllowN (untilAdmitted false) and WaitN
+// (true): everything but a request that its tenant's lease covers. e is
+// the tenant as the caller found it, or nil.
+//
+// It is one loop. Each turn either returns or waits (for a lease call, a
+// sleep, or ctx); it looks the tenant up again only when it was evicted,
+// and the syncer never hands out an evicted tenant. So it never
+// recurses and never spins: turns are bounded by waits (turns counts them
+// for tests).
+func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n int64, untilAdmitted bool) (Decision, error) {
+	var (
+		sl     sleeper
+		waits  int64
+		cold   bool     // the tenant had no lease here when the first wait began
+		budget struct { // AllowN: its wait, bounded by its limit and ctx; nil before the first
+			ctx    context.Context
+			cancel context.CancelFunc
+		}
+	)
+	defer func() {
+		sl.stop()
+		if budget.cancel != nil {
+			budget.cancel()
+		}
+	}()
+	for turn := int64(1); ; turn++ {
+		l.turns.note(turn - waits)
+		if l.closed.Load() {
+			d := Decision{Reason: ReasonClosed}
+			if e != nil {
+				d.Quota = quotaOf(e)
+			}
+			return l.count(d), l.errClosed(untilAdmitted)
+		}
+		if e == nil || e.Evicted() {
+			var (
+				q   Quota
+				err error
+			)
+			if e, q, err = l.track(tenant); err != nil {
+				if errors.Is(err, syncer.ErrTooManyTenants) && untilAdmitted {
+					// Eviction is catching up: look again next round.
+					waits++
+					if err := sl.sleep(ctx, l.cfg.refreshInterval, nil); err != nil {
+						return l.count(Decision{Quota: q, Reason: ReasonTooManyTenants}), waitError(tenant, n, err)
+					}
+					continue
+				}
+				return l.refuse(tenant, n, q, err, untilAdmitted)
+			}
+		}
+		lim := e.Limits()
+		if n <= 0 || n > lim.Burst {
+			return l.invalidN(tenant, n, *lim, untilAdmitted)
+		}
+		if waits == 0 {
+			if ok, left := e.Spend(n); ok {
+				return Decision{Allowed: true, Remaining: left, Quota: *lim, Reason: ReasonLeased}, nil
+			}
+			cold = !e.Leased()
+		} else if ok, left := e.SpendWaited(n); ok {
+			return l.admitted(e.Limits(), left, cold), nil
+		}
+		if e.Failing() {
+			// Redis is failing for the tenant: its failure mode decides.
+			d := l.degraded(e, n)
+			if d.Allowed || !untilAdmitted {
+				l.sync.NoteMiss(e, n)
+				return l.count(d), nil
+			}
+			// WaitN waits through the outage: until the fallback bucket
+			// may admit, the tenant's next lease call, or Redis answering
+			// again, whichever comes first; then it asks for a lease.
+			waits++
+			if err := sl.sleep(ctx, d.RetryAfter, l.sync.Recovered()); err != nil {
+				return l.count(d), unavailableError(tenant, n, err)
+			}
+			select {
+			case <-l.sync.Refill(ctx, e, n):
+			case <-ctx.Done():
+				return l.count(l.degraded(e, n)), unavailableError(tenant, n, ctx.Err())
+			}
+			continue
+		}
+		wctx := ctx
+		if !untilAdmitted {
+			if budget.ctx == nil {
+				limit := l.cfg.maxWait
+				if cold {
+					limit = l.cfg.coldStartWait
+				}
+				if limit <= 0 {
+					// The denial first: once the syncer is told, a lease
+					// may land before the denial reads the tenant.
+					d := l.deny(e, n)
+					l.sync.NoteMiss(e, n)
+					return l.count(d), nil
+				}
+				budget.ctx, budget.cancel = context.WithTimeout(ctx, limit)
+			}
+			wctx = budget.ctx
+		}
+		if waits == 0 {
+			// The wait below makes the urgent call itself: record the miss
+			// without queueing the tenant for the loop too.
+			e.NoteMiss(n)
+		}
+		// Ask for an urgent refill (joining one in flight) and wait for it.
+		waits++
+		select {
+		case <-l.sync.Refill(wctx, e, n):
+		case <-wctx.Done():
+			return l.gaveUp(ctx, tenant, e, n, untilAdmitted)
+		}
+		if ok, left := e.SpendWaited(n); ok {
+			return l.admitted(e.Limits(), left, cold), nil
+		}
+		if e.Failing() || e.Evicted() || l.closed.Load() {
+			continue // the top of the loop says what now
+		}
+		// Still short: the global bucket is dry. Sleep until the syncer
+		// may call again.
+		if err := sl.sleep(wctx, max(e.RetryAfter(l.cfg.now(), n), time.Millisecond), nil); err != nil {
+			return l.gaveUp(ctx, tenant, e, n, untilAdmitted)
+		}
+	}
+}
+
+// admitted is the admission of a request that waited for its tokens and
+// spent them, leaving left: cold says it waited for the tenant's first
+// lease here. lim is read after the wait: the lease call may have brought
+// a quota override.
+func (l *Limiter) admitted(lim *Quota, left int64, cold bool) Decision {
+	d := Decision{Allowed: true, Remaining: left, Quota: *lim, Reason: ReasonRefilled}
+	if cold {
+		d.Reason = ReasonColdStart
+	}
+	return l.count(d)
+}
+
+// gaveUp is the answer of a wait for e's tokens that ran out of time: for
+// AllowN (its wait budget spent, or ctx done) the decision Redis' state
+// calls for; for WaitN the denial and ctx's error.
+func (l *Limiter) gaveUp(ctx context.Context, tenant string, e *syncer.Tenant, n int64, untilAdmitted bool) (Decision, error) {
+	if l.closed.Load() {
+		return l.count(Decision{Quota: quotaOf(e), Reason: ReasonClosed}), l.errClosed(untilAdmitted)
+	}
+	if e.Failing() && !untilAdmitted {
+		return l.count(l.degraded(e, n)), nil
+	}
+	d := l.count(l.deny(e, n))
+	if !untilAdmitted {
+		return d, nil
+	}
+	return d, waitError(tenant, n, context.Cause(ctx))
+}
+
+// sleeper sleeps on one timer, reused across the sleeps of a wait loop,
+// and wakes early when ctx is done.
+type sleeper struct{ t *time.Timer }
+
+// sleep waits d, or until wake is closed (nil: never), or until ctx is
+// done (returning ctx's error).
+func (s *sleeper) sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) error {
+	if s.t == nil {
+		s.t = time.NewTimer(d)
+	} else {
+		s.t.Reset(d)
+	}
+	select {
+	case <-s.t.C:
+		return nil
+	case <-wake:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// stop stops the timer, if any.
+func (s *sleeper) stop() {
+	if s.t != nil {
+		s.t.Stop()
+	}
+}
+
+// turnCount keeps the most turns one call of decide made without waiting
+// in between, for tests: a decision path that spun or went round an
+// evicted tenant would raise it.
+type turnCount struct{ max atomic.Int64 }
+
+// note raises the count to turns.
+func (c *turnCount) note(turns int64) {
+	for {
+		cur := c.max.Load()
+		if turns <= cur || c.max.CompareAndSwap(cur, turns) {
+			return
+		}
+	}
+}

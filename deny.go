@@ -1,0 +1,110 @@
+package leasequota
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/leasequota/leasequota/syncer"
+)
+
+// refuse answers a request whose tenant cannot be tracked: its quota is
+// invalid (ErrInvalidQuota) or the registry is full.
+func (l *Limiter) refuse(tenant string, n int64, q Quota, err error, untilAdmitted bool) (Decision, error) {
+	reason := ReasonInvalidQuota
+	if errors.Is(err, syncer.ErrTooManyTenants) {
+		reason = ReasonTooManyTenants
+	}
+	d := l.count(Decision{Quota: q, Reason: reason})
+	if !untilAdmitted {
+		return d, nil
+	}
+	return d, fmt.Errorf("%w (WaitN of %d for tenant %q)", err, n, truncate(tenant))
+}
+
+// invalidN answers a request for n tokens that can never be admitted.
+func (l *Limiter) invalidN(tenant string, n int64, q Quota, untilAdmitted bool) (Decision, error) {
+	d := l.count(Decision{Quota: q, Reason: ReasonInvalidN})
+	switch {
+	case !untilAdmitted:
+		return d, nil
+	case n <= 0:
+		return d, fmt.Errorf("%w: WaitN(%q, %d)", ErrInvalidN, truncate(tenant), n)
+	default:
+		return d, fmt.Errorf("%w: WaitN(%q, %d): Burst is %d", ErrExceedsBurst, truncate(tenant), n, q.Burst)
+	}
+}
+
+// errClosed is the error of a decision after Close: ErrClosed for WaitN,
+// none for AllowN (its Reason says it).
+func (l *Limiter) errClosed(untilAdmitted bool) error {
+	if untilAdmitted {
+		return ErrClosed
+	}
+	return nil
+}
+
+// waitError is WaitN's error when its wait ends without an admission.
+func waitError(tenant string, n int64, err error) error {
+	return fmt.Errorf("leasequota: WaitN(%q, %d): %w", truncate(tenant), n, err)
+}
+
+// unavailableError is WaitN's error when its ctx ended while Redis could
+// not be reached: it wraps both ErrUnavailable and ctx's error.
+func unavailableError(tenant string, n int64, err error) error {
+	return fmt.Errorf("%w: WaitN(%q, %d) waited for Redis until: %w", ErrUnavailable, truncate(tenant), n, err)
+}
+
+// degraded decides n tokens for e by its failure mode, Redis failing and
+// the lease spent. A denial's RetryAfter is the earliest of the times that
+// could admit n: the fallback bucket holding n (FailLocal), and the
+// tenant's next lease call finding Redis back with n tokens in the global
+// bucket (Tenant.RetryAfter: the bucket as last seen, refilled at the
+// tenant's rate, and no earlier than the failure backoff allows).
+func (l *Limiter) degraded(e *syncer.Tenant, n int64) Decision {
+	q := quotaOf(e)
+	now := l.cfg.now()
+	d := Decision{Quota: q, Mode: q.FailureMode}
+	lease := max(e.RetryAfter(now, n), time.Millisecond)
+	switch q.FailureMode {
+	case FailOpen:
+		d.Allowed, d.Reason = true, ReasonFailOpen
+	case FailLocal:
+		d.Reason, d.RetryAfter = ReasonFallback, lease
+		if fb := e.Fallback(); fb != nil {
+			if fb.TryConsume(now, n) {
+				d.Allowed, d.RetryAfter = true, 0
+				return d
+			}
+			if wait, ok := fb.Delay(now, n); ok {
+				d.RetryAfter = min(max(wait, time.Millisecond), lease)
+			}
+		}
+	default:
+		d.Reason, d.RetryAfter = ReasonUnavailable, lease
+	}
+	return d
+}
+
+// deny builds the denial of n tokens for e.
+func (l *Limiter) deny(e *syncer.Tenant, n int64) Decision {
+	d := Decision{Quota: quotaOf(e), Remaining: e.Held(), Reason: ReasonExhausted}
+	switch {
+	case l.closed.Load():
+		d.Reason = ReasonClosed
+		return d
+	case !e.Leased():
+		d.Reason = ReasonColdStart
+	}
+	d.RetryAfter = max(e.RetryAfter(l.cfg.now(), n), time.Millisecond)
+	return d
+}
+
+// truncate shortens a tenant name for an error message.
+func truncate(s string) string {
+	const max = 64
+	if len(s) <= max {
+		return s
+	}
+	return s[:max] + "…"
+}

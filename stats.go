@@ -1,0 +1,118 @@
+package leasequota
+
+import "github.com/leasequota/leasequota/telemetry"
+
+// count records a decision made off the hot path and returns it.
+func (l *Limiter) count(d Decision) Decision {
+	i := 0
+	if d.Allowed {
+		i = 1
+	}
+	if d.Reason < numReasons {
+		l.decisions[d.Reason][i].Add(1)
+	}
+	return d
+}
+
+// Stats are running totals of a Limiter's lease traffic and decisions:
+// every count only grows. Degraded is a state, not a count.
+type Stats struct {
+	Calls     int64 // lease round trips to Redis (a pipeline counts once)
+	Errors    int64 // lease calls (per tenant) that failed
+	Requested int64 // tokens asked for
+	Granted   int64 // tokens granted
+	Returned  int64 // tokens given back to Redis and credited there (expiry, eviction, Close)
+	Forfeited int64 // tokens given back that Redis did not credit, or whose return failed
+	Expired   int64 // leased tokens taken back unspent at the end of their lifetime (and returned)
+	Evicted   int64 // tenants evicted (idle or over WithMaxTenants)
+
+	// Decisions counts every decision by its Reason, the hot path's
+	// included (ReasonLeased). A reason that no decision had yet is
+	// absent; a Reason added in a later version adds a key, not a field.
+	Decisions map[Reason]Outcomes
+
+	// Degraded is true while Redis calls are failing.
+	Degraded bool
+}
+
+// Outcomes counts the decisions of one Reason by outcome.
+type Outcomes struct {
+	Allowed, Denied int64
+}
+
+// Admitted returns the decisions that admitted, whatever their reason.
+func (s Stats) Admitted() (n int64) {
+	for _, o := range s.Decisions {
+		n += o.Allowed
+	}
+	return n
+}
+
+// Stats returns the running totals. It visits every tenant, so it costs in
+// proportion to the tenants tracked; call it from metrics collection, not
+// per request.
+func (l *Limiter) Stats() Stats {
+	c := l.counts()
+	ss := l.sync.Stats()
+	s := Stats{
+		Calls: ss.Calls, Errors: ss.Errors, Requested: ss.Requested, Granted: ss.Granted,
+		Returned: ss.Returned, Forfeited: ss.Forfeited, Expired: ss.Expired, Evicted: ss.Evicted,
+		Decisions: map[Reason]Outcomes{},
+		Degraded:  l.sync.Degraded(),
+	}
+	for r := Reason(1); r < numReasons; r++ {
+		if o := (Outcomes{Allowed: c.allowed[r], Denied: c.denied[r]}); o != (Outcomes{}) {
+			s.Decisions[r] = o
+		}
+	}
+	return s
+}
+
+// decisionCounts are the decisions by reason, and the leased tokens held
+// now, from one visit of the tenants.
+type decisionCounts struct {
+	allowed, denied [numReasons]int64
+	held            int64
+}
+
+func (l *Limiter) counts() (c decisionCounts) {
+	var leased int64
+	leased, c.held = l.sync.LeaseTotals()
+	for r := range c.allowed {
+		c.denied[r] = l.decisions[r][0].Load()
+		c.allowed[r] = l.decisions[r][1].Load()
+	}
+	c.allowed[ReasonLeased] += leased
+	return c
+}
+
+// reasonLabels and reasonModes label the decisions metric, by Reason.
+var (
+	reasonLabels, reasonModes = func() (names, modes []string) {
+		names = make([]string, numReasons)
+		modes = make([]string, numReasons)
+		for r := Reason(0); r < numReasons; r++ {
+			names[r] = r.String()
+		}
+		modes[ReasonUnavailable] = FailClosed.String()
+		modes[ReasonFallback] = FailLocal.String()
+		modes[ReasonFailOpen] = FailOpen.String()
+		return names, modes
+	}()
+)
+
+// collect fills a telemetry snapshot; the SDK calls it when it collects.
+func (l *Limiter) collect(s *telemetry.Snapshot) {
+	c := l.counts()
+	st := l.sync.Stats()
+	s.Allowed = append(s.Allowed, c.allowed[:]...)
+	s.Denied = append(s.Denied, c.denied[:]...)
+	s.Reasons = reasonLabels
+	s.ModeOf = reasonModes
+	s.Tenants = int64(l.sync.Len())
+	s.Degraded = l.sync.Degraded()
+	s.TokensGranted = st.Granted
+	// Every token taken back (expired, evicted, closed) is given back, and
+	// counted as returned or forfeited.
+	s.TokensSpent = max(st.Granted-st.Returned-st.Forfeited-c.held, 0)
+}

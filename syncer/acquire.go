@@ -1,0 +1,114 @@
+package syncer
+
+import (
+	"context"
+	"time"
+
+	"github.com/leasequota/leasequota/bucket"
+	"github.com/leasequota/leasequota/lease"
+	"github.com/leasequota/leasequota/quota"
+	"github.com/leasequota/leasequota/telemetry"
+)
+
+// fleetSize returns the number of instances assumed for a tenant whose own
+// count is unknown: the largest count a lease call has reported on any
+// tenant, or Options.Instances when larger; zero when neither is known.
+func (s *Syncer) fleetSize() int { return int(s.fleet.Load()) }
+
+// noteFleet raises the fleet size to n.
+func (s *Syncer) noteFleet(n int) { raise(&s.fleet, int64(n)) }
+
+// acquire runs one pipeline for jobs and applies the results, unlocking
+// each job's tenant. It returns the totals for the round's span.
+func (s *Syncer) acquire(ctx context.Context, now time.Time, jobs []job) (tot telemetry.Round) {
+	defer func() {
+		for _, j := range jobs {
+			j.t.mu.Unlock()
+		}
+		s.unlocked.Broadcast()
+	}()
+	reqs := make([]lease.Request, len(jobs))
+	for i, j := range jobs {
+		reqs[i] = lease.Request{Tenant: j.t.name, Limits: j.t.bucket(), Want: j.want, Demand: j.demand}
+	}
+	results, err := s.call(ctx, telemetry.OpAcquire, len(reqs), func(ctx context.Context) ([]lease.Result, error) {
+		return s.client.AcquireMany(ctx, reqs, nil)
+	})
+	tot.Calls = 1
+	for i, j := range jobs {
+		var r lease.Result
+		if err != nil {
+			r.Err = err
+		} else {
+			r = results[i]
+		}
+		s.apply(ctx, j.t, now, j.want, r)
+		tot.Tenants++
+		tot.Requested += j.want
+		if r.Err != nil {
+			tot.Failed++
+		} else {
+			tot.Granted += r.Grant.Granted
+		}
+	}
+	return tot
+}
+
+// apply records the result of a lease call for t, whose lock is held.
+func (s *Syncer) apply(ctx context.Context, t *Tenant, now time.Time, want int64, r lease.Result) {
+	s.requested.Add(want)
+	if r.Err != nil {
+		s.errs.Add(1)
+		s.planner.Failed(&t.st, now)
+		t.retryAt.Store(t.st.at(t.st.notBefore))
+		rate, capacity := s.planner.FallbackRate(&t.st, *t.Limits(), now, s.fleetSize())
+		if fb := t.fallback.Load(); fb != nil {
+			fb.SetRate(now, rate)
+		} else {
+			// Start empty: the lease just spent was this instance's share.
+			fb = &bucket.TokenBucket{}
+			fb.Reset(now, capacity, rate, 0)
+			t.fallback.Store(fb)
+		}
+		s.setFailing(t, true, r.Err)
+		return
+	}
+	if t.flag(flagEvicted) {
+		// Evicted while the call was in flight: nobody will spend these.
+		s.release(ctx, nil, []lease.ReleaseRequest{s.returnOf(t, r.Grant.Granted, s.opts.Now(), now, r.Grant.ID())})
+		return
+	}
+	g := r.Grant
+	s.setOverride(t, g.Override)
+	level := t.tokens.Add(g.Granted)
+	s.granted.Add(g.Granted)
+	s.planner.Granted(&t.st, *t.Limits(), now, want, g, level)
+	if g.Instances > 0 {
+		s.noteFleet(g.Instances)
+	}
+	t.emptyAt.Store(now.UnixNano() - int64(durationCeil(g.Tokens/t.Limits().Rate)))
+	t.retryAt.Store(t.st.at(t.st.notBefore))
+	t.setFlag(flagLeased, true)
+	s.setFailing(t, false, nil)
+	t.fallback.Store(nil)
+	s.opts.Telemetry.LeaseGranted(ctx, t.name, want, g.Granted, level, g.Tokens)
+}
+
+// setOverride applies the quota override a lease call reported for t
+// (whose lock is held): nil means none, and the tenant's base limits
+// apply. An override is resolved with Options.Defaults, as a configured
+// quota is with the limiter's; its limits are replaced only when the
+// resolved quota changed.
+func (s *Syncer) setOverride(t *Tenant, o *lease.Override) {
+	cur := t.limits.Load()
+	base := cur.baseOf()
+	if o == nil {
+		if cur != base {
+			t.limits.Store(base)
+		}
+		return
+	}
+	if q := s.opts.Defaults.Resolve(quota.FromOverride(*o)); q != cur.Quota {
+		t.limits.Store(&limits{Quota: q, base: base})
+	}
+}

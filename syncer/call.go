@@ -1,0 +1,96 @@
+package syncer
+
+import (
+	"context"
+	"errors"
+	"net"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasequota/leasequota/lease"
+)
+
+// perCommand is the time a pipeline gets for each of its commands on top
+// of the call timeout.
+const perCommand = 300 * time.Microsecond
+
+// Bounds of the syncer's Redis traffic (docs/failure-modes.md states them).
+const (
+	maxInFlight = 8    // Redis calls made at once; a pipeline counts as one
+	batchSize   = 1000 // the most tenants in one pipeline
+	// breakerFailures failed Redis calls in a row open the circuit
+	// breaker: calls then fail at once without reaching Redis, until after
+	// an interval one probe call is let through, whose success closes it.
+	breakerFailures = 3
+)
+
+// call runs one Redis round trip of op (size commands) under the
+// concurrency bound, the call deadline and the circuit breaker, in a span.
+// f's error must be a failure of the round trip as a whole (Redis not
+// answering), not an error reply about one tenant: only the former trips
+// the breaker.
+//
+// The size commands were taken from the call budget by the caller; they
+// go back when the call ends, and a late call cuts the window.
+func (s *Syncer) call(ctx context.Context, op string, size int, f func(context.Context) ([]lease.Result, error)) (res []lease.Result, err error) {
+	sent := s.opts.Now()
+	defer func() {
+		late := timedOut(err) || s.opts.Now().Sub(sent) > s.lateAfter(size)
+		s.budget.done(size, sent, s.opts.Now(), late)
+	}()
+	if err := s.sem.Acquire(ctx, 1); err != nil {
+		return nil, err
+	}
+	defer s.sem.Release(1)
+	// A pipeline of many commands queues behind the others in Redis'
+	// single thread: give it time for its size (perCommand, a wide margin
+	// over what a script call costs) on top of the call deadline.
+	ctx, cancel := context.WithTimeout(ctx, s.opts.CallTimeout+time.Duration(size)*perCommand)
+	defer cancel()
+	ctx, span := s.opts.Telemetry.StartCall(ctx, op, size)
+	if s.opts.Cluster || s.closing() {
+		// Closing: the last returns are worth a try whatever the breaker
+		// says, or the tokens are lost for a refill.
+		s.calls.Add(1)
+		res, err := f(ctx)
+		span.End(err)
+		return res, err
+	}
+	res, err = s.breaker.Execute(func() ([]lease.Result, error) {
+		s.calls.Add(1)
+		res, err := f(ctx)
+		if err != nil {
+			s.lastErr.Store(&err)
+		}
+		return res, err
+	})
+	span.End(err)
+	return res, err
+}
+
+// lateAfter is how long a call of size commands may take before it counts
+// as congested for the budget: half its deadline. A call that takes
+// longer waited in Redis's queue behind more than Redis runs in time.
+func (s *Syncer) lateAfter(size int) time.Duration {
+	return (s.opts.CallTimeout + time.Duration(size)*perCommand) / 2
+}
+
+// timedOut reports whether err is a call's deadline or a network
+// timeout: Redis did not answer in time, which is what congestion looks
+// like. A refused connection or an open circuit breaker is an outage,
+// not congestion, and does not shrink the budget.
+func timedOut(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
+}
+
+// wholeFailure returns err when it means Redis did not answer (as opposed
+// to an error reply about one command), else nil.
+func wholeFailure(err error) error {
+	var rerr redis.Error
+	if err == nil || errors.As(err, &rerr) || errors.Is(err, lease.ErrBadRequest) || errors.Is(err, lease.ErrBadReply) {
+		return nil
+	}
+	return err
+}

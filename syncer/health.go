@@ -1,0 +1,95 @@
+package syncer
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/sony/gobreaker/v2"
+
+	"github.com/leasequota/leasequota/lease"
+)
+
+// Degraded reports whether the circuit breaker is open or probing: Redis
+// calls have been failing.
+func (s *Syncer) Degraded() bool {
+	if s.opts.Cluster {
+		return s.failingTenants.Load() > 0
+	}
+	return s.breaker.State() != gobreaker.StateClosed
+}
+
+// Recovered returns a channel that is closed the next time lease calls
+// succeed again after failing: when the circuit breaker closes, or in
+// Cluster mode when a failing tenant's call succeeds. Requests waiting
+// through an outage select on it, then look again.
+func (s *Syncer) Recovered() <-chan struct{} { return s.recovered.C() }
+
+// broadcastRecovered wakes the requests waiting on Recovered; in driven
+// mode, at the next Deliver.
+func (s *Syncer) broadcastRecovered() {
+	if s.opts.Driven {
+		s.driven.mu.Lock()
+		s.driven.recovered = true
+		s.driven.mu.Unlock()
+		return
+	}
+	s.recovered.Broadcast()
+}
+
+// setFailing records t's health, counting failing tenants and reporting
+// the first failure and the last recovery in Cluster mode.
+func (s *Syncer) setFailing(t *Tenant, failing bool, err error) {
+	was := t.setFlag(flagFailing, failing)
+	if was && !failing && s.opts.Cluster {
+		// Cluster mode has no shared breaker: this tenant's node is back.
+		s.broadcastRecovered()
+	}
+	if was == failing || !s.opts.Cluster {
+		return
+	}
+	var n int64
+	if failing {
+		n = s.failingTenants.Add(1)
+	} else {
+		n = s.failingTenants.Add(-1)
+	}
+	if s.opts.OnDegraded != nil && (failing && n == 1 || !failing && n == 0) {
+		s.opts.OnDegraded(failing, err)
+	}
+}
+
+// newBreaker returns the circuit breaker of a Syncer without Cluster: it
+// opens after breakerFailures failed calls in a row and lets one probe
+// call through each interval iv; its changes wake requests waiting through
+// an outage (Recovered) and are reported to Options.OnDegraded.
+func (s *Syncer) newBreaker(iv time.Duration) *gobreaker.CircuitBreaker[[]lease.Result] {
+	return gobreaker.NewCircuitBreaker[[]lease.Result](gobreaker.Settings{
+		Name:    "leasequota-redis",
+		Timeout: iv, // then one probe call is let through
+		ReadyToTrip: func(c gobreaker.Counts) bool {
+			return c.ConsecutiveFailures >= breakerFailures
+		},
+		// Calls canceled because the limiter is closing say nothing
+		// about Redis.
+		IsExcluded: func(err error) bool { return errors.Is(err, context.Canceled) },
+		OnStateChange: func(_ string, from, to gobreaker.State) {
+			if to == gobreaker.StateClosed {
+				s.broadcastRecovered()
+			}
+			if s.opts.OnDegraded == nil {
+				return
+			}
+			switch {
+			case to == gobreaker.StateOpen && from == gobreaker.StateClosed:
+				var err error
+				if p := s.lastErr.Load(); p != nil {
+					err = *p
+				}
+				s.opts.OnDegraded(true, err)
+			case to == gobreaker.StateClosed:
+				s.opts.OnDegraded(false, nil)
+			}
+		},
+	})
+}

@@ -1,0 +1,106 @@
+package syncer
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"time"
+)
+
+// NoteMiss records that a request for n tokens found t short and, the
+// first time since t was last planned, queues t for the loop. It never
+// blocks: when the queue is full the next tick picks t up.
+func (s *Syncer) NoteMiss(t *Tenant, n int64) {
+	first := !t.flag(flagUrgent)
+	t.NoteMiss(n)
+	if first {
+		select {
+		case s.urgent <- t:
+		default:
+		}
+	}
+}
+
+// Run plans and refreshes leases until ctx is done, then returns nil once
+// every call its rounds started has finished (see Wait). In Cluster mode,
+// calls not started when ctx ends, such as those waiting for their node's
+// earlier calls, are not made (their returns are left to ReleaseAll). It is a
+// loop of Tick every Interval/4 and Urgent whenever NoteMiss queues a
+// tenant; a caller that drives the syncer itself (a deterministic
+// simulation) calls those two instead of Run, and Wait.
+func (s *Syncer) Run(ctx context.Context) error {
+	tick := time.NewTicker(max(s.planner.Config().Interval/4, time.Millisecond))
+	defer tick.Stop()
+	s.stopping = ctx.Done()
+	// A round in flight when ctx ends finishes its calls (each bounded by
+	// CallTimeout): canceling them would lose tokens Redis already granted.
+	calls := context.WithoutCancel(ctx)
+	for {
+		select {
+		case <-ctx.Done():
+			s.stopping = nil
+			s.Wait()
+			return nil
+		case <-tick.C:
+			s.Tick(calls)
+		case t := <-s.urgent:
+			s.urgentRound(calls, t)
+		}
+	}
+}
+
+// Tick runs one scheduled round: it polls the quota version when due, then
+// plans every tenant and carries the plan out (see Round). Run calls it
+// every Interval/4. It must not run concurrently with Urgent, Round,
+// Wait or another Tick.
+//
+// Without Cluster, Tick returns once its calls have finished. In Cluster
+// mode it does not wait for the calls (see Round), nor for the quota
+// version: it uses the version the last poll read and leaves the next
+// poll running, so a quota change is seen a tick later.
+func (s *Syncer) Tick(ctx context.Context) {
+	tenants := s.reg.all
+	if s.opts.Driven {
+		tenants = slices.Values(byName(s.reg.all))
+	}
+	s.round(ctx, tenants, s.pollQuota(ctx, s.opts.Now()))
+}
+
+// Urgent runs one round over the tenants that NoteMiss queued, up to
+// batchSize of them, and reports whether any was queued. It never blocks
+// waiting for one; in Cluster mode it does not wait for the round's calls
+// either (see Round). It must not run concurrently with Tick, Round, Wait
+// or another Urgent.
+func (s *Syncer) Urgent(ctx context.Context) bool {
+	select {
+	case t := <-s.urgent:
+		s.urgentRound(ctx, t)
+		return true
+	default:
+		return false
+	}
+}
+
+// urgentRound runs a round over first and whatever else is queued, up to
+// batchSize tenants.
+func (s *Syncer) urgentRound(ctx context.Context, first *Tenant) {
+	short := append(s.short[:0], first)
+drain:
+	for len(short) < batchSize {
+		select {
+		case t := <-s.urgent:
+			short = append(short, t)
+		default:
+			break drain
+		}
+	}
+	if s.opts.Driven {
+		// In name order, once each: the order in which requests queued
+		// them is up to the scheduler.
+		slices.SortFunc(short, func(a, b *Tenant) int { return cmp.Compare(a.name, b.name) })
+		short = slices.Compact(short)
+	}
+	s.Round(ctx, slices.Values(short))
+	clear(short)
+	s.short = short[:0]
+}

@@ -1,0 +1,131 @@
+package syncer
+
+import (
+	"context"
+
+	"github.com/sony/gobreaker/v2"
+	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/sync/singleflight"
+
+	"github.com/leasequota/leasequota/lease"
+	"github.com/leasequota/leasequota/telemetry"
+)
+
+// lock takes t's lock for a refill. The loop holds tenants' locks across
+// lease calls, so rather than block on the lock it waits for the next
+// release of locks (s.unlocked) and tries again; it gives up, returning
+// false, when the syncer closes.
+func (s *Syncer) lock(t *Tenant) bool {
+	for !t.mu.TryLock() {
+		wake := s.unlocked.C()
+		// The holder may have unlocked, and broadcast, before C: try
+		// again now that a later broadcast will wake us.
+		if t.mu.TryLock() {
+			return true
+		}
+		select {
+		case <-wake:
+		case <-s.ctx.Done():
+			return false
+		}
+	}
+	return true
+}
+
+// Refill makes an urgent lease call for t now, joining one already in
+// flight for the same tenant. The channel yields the call's error (nil
+// when it succeeded, or when the planner held the call back because the
+// tenant already holds enough or Redis asked it to wait). It is meant for
+// requests that wait: a tenant's first request on this instance, and
+// requests that may wait for a fresh lease.
+//
+// need is the tokens the caller is waiting for: the call asks for at least
+// that many beyond what the tenant holds. Callers coalesced into one call
+// share the first caller's need.
+//
+// The call's span links to the span in ctx, if any: the request that
+// asked for it. ctx does not bound the call (other callers may share it);
+// callers stop waiting on their own.
+//
+// In driven mode (Options.Driven) the call is queued for Refills, callers
+// coalesced into it share the largest need, and the answer waits for
+// Deliver.
+func (s *Syncer) Refill(ctx context.Context, t *Tenant, need int64) <-chan singleflight.Result {
+	if s.opts.Driven {
+		return s.queueRefill(ctx, t, need)
+	}
+	return s.sf.DoChan(t.name, func() (any, error) {
+		return nil, s.refill(trace.LinkFromContext(ctx), t, need)
+	})
+}
+
+func (s *Syncer) refill(link trace.Link, t *Tenant, need int64) error {
+	s.closeMu.RLock()
+	if s.closed {
+		s.closeMu.RUnlock()
+		return ErrClosed
+	}
+	s.inflight.Add(1)
+	s.closeMu.RUnlock()
+	defer s.inflight.Done()
+
+	if !s.lock(t) {
+		return ErrClosed
+	}
+	defer s.unlocked.Broadcast() // after the unlock below
+	defer t.mu.Unlock()
+	return s.refillLocked(s.ctx, link, t, need)
+}
+
+// refillLocked is the urgent lease call of a refill for t, whose lock is
+// held; ctx is the lifetime of the call (s.ctx from a refill's own
+// goroutine; the step's in driven mode).
+func (s *Syncer) refillLocked(ctx context.Context, link trace.Link, t *Tenant, need int64) error {
+	if t.flag(flagEvicted) {
+		return nil
+	}
+	now := s.opts.Now()
+	in := t.take(t.tokens.Load())
+	in.Urgent = true
+	in.Need = max(in.Need, need)
+	// Redis answers again (the breaker closed after this tenant's calls
+	// failed): a waiting request need not sit out the tenant's backoff.
+	in.Recovered = t.flag(flagFailing) && !s.opts.Cluster && s.breaker.State() == gobreaker.StateClosed
+	a, ret, ok := s.planWith(t, now, in)
+	if ok {
+		// Returned by the next round: not worth a round trip here, where
+		// requests wait for the acquire.
+		s.pendingMu.Lock()
+		s.pending = append(s.pending, ret)
+		s.pendingMu.Unlock()
+	}
+	if a.Acquire == 0 && !a.Read {
+		return nil
+	}
+	if s.budget.take(1, a.Read) == 0 {
+		// Redis is busy: the next round calls for the tenant.
+		s.planner.Skipped(&t.st, now)
+		s.skipped.Add(1)
+		return nil
+	}
+	var links []trace.Link
+	if link.SpanContext.IsValid() {
+		links = append(links, link)
+	}
+	ctx, round := s.opts.Telemetry.StartRound(ctx, true, links...)
+	defer s.endRound(round)
+	var r lease.Result
+	_, err := s.call(ctx, telemetry.OpAcquire, 1, func(ctx context.Context) ([]lease.Result, error) {
+		r.Grant, r.Err = acquireOne(ctx, s.client, lease.Request{Tenant: t.name, Limits: t.bucket(), Want: a.Acquire, Demand: s.planner.ReportedDemand(&t.st, now, a.Acquire)})
+		return nil, wholeFailure(r.Err)
+	})
+	if err != nil {
+		r.Err = err
+	}
+	s.apply(ctx, t, now, a.Acquire, r)
+	round.Add(telemetry.Round{Tenants: 1, Calls: 1, Requested: a.Acquire, Granted: r.Grant.Granted})
+	if r.Err != nil {
+		round.Failed++
+	}
+	return r.Err
+}

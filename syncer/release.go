@@ -1,0 +1,111 @@
+package syncer
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"time"
+
+	"github.com/leasequota/leasequota/lease"
+	"github.com/leasequota/leasequota/telemetry"
+)
+
+// returnOf is the release of n of t's tokens (t.mu held), the oldest of
+// them granted at oldest (local clock, as now) by the grant with ID id
+// (zero when unknown). The release names that grant, so that the bucket
+// credits the tokens against its levels after it only. Its age is
+// an upper bound of how long before the release script runs the tokens
+// were granted: oldest is the time the acquire was sent (before Redis ran
+// it), and the release may take up to its pipeline's deadline to reach
+// Redis.
+func (s *Syncer) returnOf(t *Tenant, n int64, now, oldest time.Time, id lease.GrantID) lease.ReleaseRequest {
+	return lease.ReleaseRequest{Tenant: t.name, Limits: t.bucket(), Amount: n,
+		Age: max(now.Sub(oldest), 0) + s.opts.CallTimeout + perCommand*time.Duration(batchSize), Grant: id}
+}
+
+// release returns tokens to Redis. Redis credits each return only with
+// what the bucket would hold had the tokens never been leased (an aged
+// return); the rest, and tokens whose release fails, are forfeited: lost
+// to the global bucket until it refills, which costs utilization, never
+// the bound. It returns the tokens credited (rounded down), and counts a
+// call per pipeline in round (which may be nil).
+func (s *Syncer) release(ctx context.Context, round *telemetry.Round, reqs []lease.ReleaseRequest) (int64, error) {
+	var (
+		errs     []error
+		returned int64
+	)
+	for start := 0; start < len(reqs); start += batchSize {
+		chunk := reqs[start:min(start+batchSize, len(reqs))]
+		// Returns always go (or the tokens are lost for a refill), but
+		// they load Redis like the rest.
+		s.budget.take(len(chunk), true)
+		_, err := s.call(ctx, telemetry.OpRelease, len(chunk), func(ctx context.Context) ([]lease.Result, error) {
+			var whole error
+			answered := false
+			for i, res := range s.client.ReleaseMany(ctx, chunk) {
+				err := res.Err
+				credited := int64(0)
+				if err == nil {
+					credited = min(int64(res.Return.Credited), chunk[i].Amount)
+				}
+				s.forfeited.Add(chunk[i].Amount - credited)
+				switch {
+				case err == nil:
+					answered = true
+					returned += credited
+					s.returned.Add(credited)
+				case wholeFailure(err) == nil:
+					answered = true
+					fallthrough
+				default:
+					s.errs.Add(1)
+					errs = append(errs, err)
+					whole = err
+				}
+			}
+			if answered {
+				return nil, nil
+			}
+			return nil, whole
+		})
+		if round != nil {
+			round.Calls++
+		}
+		if err != nil && len(errs) == 0 {
+			errs = append(errs, err)
+		}
+	}
+	return returned, errors.Join(errs...)
+}
+
+// ReleaseAll drains every tenant's tokens and returns them to Redis. Call
+// it after Run has returned and Close, so nothing refills behind it. Its
+// calls bypass the circuit breaker: they are the last chance to return
+// the tokens.
+func (s *Syncer) ReleaseAll(ctx context.Context) error {
+	var reqs []lease.ReleaseRequest
+	now := s.opts.Now()
+	tenants := s.reg.all
+	if s.opts.Driven {
+		tenants = slices.Values(byName(s.reg.all))
+	}
+	for t := range tenants {
+		t.mu.Lock()
+		if r, ok := s.drainLocked(t, now); ok {
+			reqs = append(reqs, r)
+		}
+		t.mu.Unlock()
+	}
+	s.pendingMu.Lock()
+	reqs = append(reqs, s.pending...)
+	s.pending = nil
+	s.pendingMu.Unlock()
+	if len(reqs) == 0 {
+		return nil
+	}
+	ctx, round := s.opts.Telemetry.StartRound(ctx, false)
+	defer s.endRound(round)
+	var err error
+	round.Returned, err = s.release(ctx, round, reqs)
+	return err
+}

@@ -1,0 +1,175 @@
+package syncer
+
+import (
+	"cmp"
+	"context"
+	"iter"
+	"slices"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/leasequota/leasequota/lease"
+	"github.com/leasequota/leasequota/telemetry"
+)
+
+// job is one tenant's lease call in a round; the tenant's lock is held
+// from planning until the result is applied.
+type job struct {
+	t      *Tenant
+	want   int64
+	demand float64 // tokens per second, reported to Redis for fair shares
+}
+
+// Round plans every tenant that tenants yields and carries the plan out:
+// expired tokens are taken back and returned, idle tenants evicted (their
+// tokens returned), then leases are acquired in pipelines of up to
+// batchSize tenants, at most maxInFlight at once. A tenant that is
+// locked (an urgent refill, or an earlier round's call, is running for
+// it) is skipped. It must not run concurrently with Tick, Urgent, Wait or
+// another Round.
+//
+// Without Cluster, Round returns once its calls have finished. In Cluster
+// mode it groups the returns and acquires by the node of their tenant
+// (see NodeLocator) and returns once it has sent each group on its way,
+// in a goroutine of its own: a dead or slow node delays its own tenants,
+// which stay locked (so later rounds skip them) until their results are
+// applied, and no one else. Wait waits for those calls.
+func (s *Syncer) Round(ctx context.Context, tenants iter.Seq[*Tenant]) {
+	s.round(ctx, tenants, false)
+}
+
+// round is Round, with quotaCheck telling the planner that quotas may
+// have changed in Redis.
+func (s *Syncer) round(ctx context.Context, tenants iter.Seq[*Tenant], quotaCheck bool) {
+	now := s.opts.Now()
+	var (
+		jobs     []job
+		releases []lease.ReleaseRequest
+		evict    []*Tenant
+	)
+	track := s.opts.MaxTenants > 0
+	s.lru = s.lru[:0]
+	for t := range tenants {
+		if t.flag(flagEvicted) || !t.mu.TryLock() {
+			continue
+		}
+		in := t.take(t.tokens.Load())
+		in.QuotaCheck = quotaCheck
+		a, ret, ok := s.planWith(t, now, in)
+		if ok {
+			releases = append(releases, ret)
+		}
+		if (a.Acquire > 0 || a.Read) && s.budget.take(1, a.Read) == 0 {
+			// Redis is busy: the call waits for a later round (a quota
+			// re-read, which follows a change once, always goes).
+			s.planner.Skipped(&t.st, now)
+			s.skipped.Add(1)
+			a.Acquire = 0
+		}
+		if a.Acquire > 0 || a.Read {
+			jobs = append(jobs, job{t: t, want: a.Acquire, demand: s.planner.ReportedDemand(&t.st, now, a.Acquire)})
+			continue // unlocked once the result is applied
+		}
+		if s.planner.Idle(&t.st, now, s.opts.IdleTimeout) {
+			evict = append(evict, t)
+		} else if track {
+			s.lru = append(s.lru, lruEntry{active: t.st.at(t.st.lastActive), t: t})
+		}
+		t.mu.Unlock()
+	}
+	// A refill may be waiting for a lock the planning held (free when
+	// nobody waits).
+	s.unlocked.Broadcast()
+	// Over the cap: evict the least recently active of the tenants with
+	// no call in flight. Tenants waiting for a lease count toward the cap
+	// too, or a burst of new tenants would stall eviction.
+	if over := len(s.lru) + len(jobs) - s.opts.MaxTenants; track && over > 0 {
+		slices.SortFunc(s.lru, func(a, b lruEntry) int {
+			// Ties by name, so that the choice does not follow map order.
+			return cmp.Or(cmp.Compare(a.active, b.active), cmp.Compare(a.t.name, b.t.name))
+		})
+		for _, e := range s.lru[:min(over, len(s.lru))] {
+			evict = append(evict, e.t)
+		}
+	}
+	clear(s.lru)
+	releases = s.evict(evict, now, releases)
+	s.pendingMu.Lock()
+	releases = append(releases, s.pending...)
+	clear(s.pending)
+	s.pending = s.pending[:0]
+	s.pendingMu.Unlock()
+	if len(releases) == 0 && len(jobs) == 0 {
+		return
+	}
+	ctx, round := s.opts.Telemetry.StartRound(ctx, false)
+	if s.opts.Cluster {
+		s.dispatch(ctx, round, now, releases, jobs)
+		return
+	}
+	defer s.endRound(round)
+	round.Add(s.carryOut(ctx, now, &nodeWork{releases: releases, jobs: jobs}))
+}
+
+// carryOut makes a round's calls of w: the returns, then the acquires in
+// pipelines of up to batchSize tenants, which it waits for. It returns the
+// totals for the round's span.
+func (s *Syncer) carryOut(ctx context.Context, now time.Time, w *nodeWork) (tot telemetry.Round) {
+	if len(w.releases) > 0 {
+		tot.Returned, _ = s.release(ctx, &tot, w.releases)
+	}
+	if len(w.jobs) == 0 {
+		return tot
+	}
+	if s.opts.Driven {
+		// One pipeline after the other, in order.
+		for start := 0; start < len(w.jobs); start += batchSize {
+			tot.Add(s.acquire(ctx, now, w.jobs[start:min(start+batchSize, len(w.jobs))]))
+		}
+		return tot
+	}
+	var g errgroup.Group
+	var mu sync.Mutex // guards tot
+	for start := 0; start < len(w.jobs); start += batchSize {
+		chunk := w.jobs[start:min(start+batchSize, len(w.jobs))]
+		g.Go(func() error {
+			t := s.acquire(ctx, now, chunk)
+			mu.Lock()
+			tot.Add(t)
+			mu.Unlock()
+			return nil
+		})
+	}
+	g.Wait()
+	return tot
+}
+
+// endRound ends a round's span and records its lease totals.
+func (s *Syncer) endRound(r *telemetry.Round) {
+	s.opts.Telemetry.Leases(r.Tenants, r.Requested, r.Granted, r.Returned)
+	r.End()
+}
+
+// planWith runs the planner for t (whose lock is held) on what requests
+// recorded (in), takes expired tokens back from the counter, and returns
+// the action and the release that returns the expired tokens, if any.
+func (s *Syncer) planWith(t *Tenant, now time.Time, in Input) (a Action, ret lease.ReleaseRequest, ok bool) {
+	a = s.planner.Plan(&t.st, *t.Limits(), now, in)
+	if in.Urgent && a.Acquire == 0 && now.Before(t.st.NotBefore()) {
+		// Calls are held back (bucket dry or backoff): stay urgent, so the
+		// tick retries once allowed, without re-queueing on every miss.
+		t.setFlag(flagUrgent, true)
+	}
+	if a.Expire > 0 {
+		taken, left := t.tokens.Take(a.Expire)
+		s.planner.Expired(&t.st, taken, left)
+		s.expired.Add(taken)
+		s.opts.Telemetry.Expired(taken)
+		if taken > 0 {
+			return a, s.returnOf(t, taken, now, a.ExpiredGranted, a.ExpiredGrant), true
+		}
+	}
+	return a, ret, false
+}

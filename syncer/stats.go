@@ -1,0 +1,36 @@
+package syncer
+
+// Stats are running totals of what a Syncer did. All fields but Window
+// only grow.
+type Stats struct {
+	Calls     int64 // lease round trips to Redis (a pipeline counts once)
+	Errors    int64 // lease calls (per tenant) that failed
+	Requested int64 // tokens asked for
+	Granted   int64 // tokens granted
+	Returned  int64 // tokens given back to Redis and credited there (expiry, eviction, Close)
+	Forfeited int64 // tokens given back that Redis did not credit, or whose return failed
+	Expired   int64 // leased tokens taken back unspent at the end of their lifetime (and returned)
+	Evicted   int64 // tenants evicted (idle or over MaxTenants)
+	// Skipped counts the acquires held back because the call budget was
+	// spent (Redis busy); Window is the budget's window now (script calls
+	// this instance may have in flight) and Cuts how often it was halved.
+	Skipped, Window, Cuts int64
+}
+
+// Stats returns the running totals.
+func (s *Syncer) Stats() Stats {
+	window, _, cuts := s.budget.state()
+	return Stats{
+		Calls:     s.calls.Load(),
+		Errors:    s.errs.Load(),
+		Requested: s.requested.Load(),
+		Granted:   s.granted.Load(),
+		Returned:  s.returned.Load(),
+		Forfeited: s.forfeited.Load(),
+		Expired:   s.expired.Load(),
+		Evicted:   s.evicted.Load(),
+		Skipped:   s.skipped.Load(),
+		Window:    int64(window),
+		Cuts:      cuts,
+	}
+}

@@ -1,0 +1,69 @@
+package leasequota
+
+import "github.com/leasequota/leasequota/syncer"
+
+// track returns the tenant, which the syncer tracks from now on; never an
+// evicted one. When the tenant's quota is invalid it returns the quota and
+// an error wrapping ErrInvalidQuota, and tracks nothing; when the syncer
+// tracks too many tenants, syncer.ErrTooManyTenants.
+func (l *Limiter) track(tenant string) (*syncer.Tenant, Quota, error) {
+	if t := l.sync.Tenant(tenant); t != nil {
+		return t, quotaOf(t), nil
+	}
+	q, err := l.baseQuota(tenant)
+	if err != nil {
+		return nil, q, err
+	}
+	t, err := l.sync.Track(tenant, q)
+	if err != nil {
+		return nil, q, err
+	}
+	return t, quotaOf(t), nil
+}
+
+// quotaOf returns the quota applied to t now, defaults resolved.
+func quotaOf(t *syncer.Tenant) Quota { return *t.Limits() }
+
+// baseQuota is tenant's configured quota, resolved: the default quota, or
+// the one WithQuotaFunc gives, checked as New checks the default (an
+// invalid one is returned as given, with an error wrapping
+// ErrInvalidQuota).
+func (l *Limiter) baseQuota(tenant string) (Quota, error) {
+	if l.cfg.quotaFunc == nil {
+		return l.defQuota, nil
+	}
+	q := l.cfg.quotaFunc(tenant)
+	if err := l.defaults.Check(q); err != nil {
+		return q, err
+	}
+	return l.defaults.Resolve(q), nil
+}
+
+// TenantInfo describes one tenant's lease on this instance.
+type TenantInfo struct {
+	Quota     Quota   // the quota applied, defaults resolved
+	Tokens    int64   // leased tokens held now
+	Lease     int64   // lease size the syncer aims for now
+	Demand    float64 // estimated demand here, tokens per second
+	Failures  int     // lease calls failed in a row (counted up to 255)
+	Instances int     // instances active on the tenant, as Redis last counted
+}
+
+// Tenant returns what this instance knows of tenant's lease, and false if
+// it does not track the tenant. It is for introspection (dashboards,
+// simulations, tests), not for the request path: it takes the tenant's lock.
+func (l *Limiter) Tenant(tenant string) (TenantInfo, bool) {
+	e := l.sync.Tenant(tenant)
+	if e == nil {
+		return TenantInfo{}, false
+	}
+	s := e.Snapshot()
+	return TenantInfo{
+		Quota:     quotaOf(e),
+		Tokens:    s.Tokens,
+		Lease:     s.Target,
+		Demand:    s.Demand,
+		Failures:  s.Failures,
+		Instances: s.Instances,
+	}, true
+}
