@@ -1,0 +1,235 @@
+package lease
+
+// Acquires: a Grant and how one is asked for and read back.
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Grant is the outcome of one acquire on a tenant's global bucket.
+type Grant struct {
+	Granted int64   // tokens granted, 0..want; fewer than asked is a partial grant
+	Tokens  float64 // tokens left in the global bucket after this call
+	// ServerTime is the bucket's time of this call: Redis TIME when the
+	// script ran, in microseconds, or a microsecond after the bucket's
+	// previous call if the clock has not moved past it (so a bucket's calls
+	// have distinct times; see GrantID).
+	ServerTime time.Time
+	// Instances is how many instances acquired for the tenant within the
+	// client's window, this one included; 0 without WithInstance.
+	Instances int
+	// Share is the caller's max-min fair share of the rate, in tokens per
+	// second, among the demands the active instances reported
+	// (Request.Demand); 0 when unknown (no WithInstance).
+	Share float64
+	// Override is the tenant's quota override stored in Redis (see
+	// Client.SetOverride), nil when none is: the script applied its rate
+	// and burst instead of the request's.
+	Override *Override
+}
+
+// RetryAfter estimates how long from g.ServerTime until the global bucket
+// holds need tokens if nobody takes any, refilling at rate tokens per
+// second: 0 when g.Tokens >= need, else (need - Tokens)/rate seconds rounded
+// up to the microsecond. It returns math.MaxInt64 (“never”) when rate is not
+// a positive number or the wait does not fit a time.Duration. It knows
+// nothing of burst: a need above burst is never met, which callers check.
+func (g Grant) RetryAfter(need int64, rate float64) time.Duration {
+	missing := float64(need) - g.Tokens
+	if !(missing > 0) { // also when Tokens is NaN: nothing sensible to wait for
+		return 0
+	}
+	if !(rate > 0) || math.IsInf(rate, 0) {
+		return math.MaxInt64
+	}
+	us := math.Ceil(missing / rate * 1e6)
+	// float64(MaxInt64/1000) is that integer rounded up by at most one (it
+	// is above 2^53, where float64s are even); any whole float64 below it,
+	// times 1000, still fits an int64.
+	if !(us < float64(math.MaxInt64/int64(time.Microsecond))) {
+		return math.MaxInt64
+	}
+	return time.Duration(us) * time.Microsecond
+}
+
+// GrantID identifies a grant to the release script: the low 32 bits of
+// its Redis time in microseconds (the times of a bucket's calls are
+// distinct, and with an age below 2^32 µs, about 71 minutes, the low bits
+// tell which time it is). The zero GrantID identifies none.
+type GrantID uint32
+
+// ID returns g's GrantID: zero for a Grant without a ServerTime (and in
+// the 1 in 2^32 case of a time whose low bits are zero).
+func (g Grant) ID() GrantID {
+	if g.ServerTime.IsZero() {
+		return 0
+	}
+	return GrantID(uint32(g.ServerTime.UnixMicro()))
+}
+
+// Request is one tenant's acquire in AcquireMany.
+type Request struct {
+	Tenant string
+	Limits Limits
+	Want   int64 // >= 0
+	// Demand is the caller's estimate of its demand for the tenant, in
+	// tokens per second, recorded in the instance registry (WithInstance)
+	// so that each instance learns its max-min fair share (Grant.Share).
+	Demand float64
+}
+
+// Validate reports whether r can be sent: valid Limits and Want >= 0.
+// Errors wrap ErrBadRequest and name the field. Every Store checks it
+// before touching a bucket, so an invalid request changes nothing.
+func (r Request) Validate() error {
+	if err := r.Limits.Validate(); err != nil {
+		return err
+	}
+	if r.Want < 0 {
+		return fmt.Errorf("%w: want %d: must be >= 0", ErrBadRequest, r.Want)
+	}
+	return nil
+}
+
+// Result is the outcome of one Request: a Grant, or the error of that
+// request alone.
+type Result struct {
+	Grant Grant
+	Err   error
+}
+
+// Acquire takes up to want tokens from tenant's global bucket, after
+// refilling it from the Redis clock. It grants min(want, whole tokens in the
+// bucket): a partial or zero grant is not an error. want 0 only refills and
+// reports the bucket. Invalid arguments fail with an error wrapping
+// ErrBadRequest, without calling Redis.
+func (c *Client) Acquire(ctx context.Context, tenant string, lim Limits, want int64) (Grant, error) {
+	cl, err := c.acquireCall(tenant, lim, want, 0)
+	if err != nil {
+		return Grant{}, err
+	}
+	cmd := acquireScript.run(ctx, c.s, cl.keys, cl.args...)
+	return parseGrant(cmd, want)
+}
+
+// AcquireMany acquires for many tenants in one pipelined round trip (per
+// Redis node on a cluster: go-redis splits the pipeline by node), plus one
+// more only if some node had lost the script. Each request behaves like
+// Acquire; results[i] is the outcome of reqs[i].
+//
+// results is reused when its capacity is at least len(reqs) and allocated
+// otherwise (pass nil to always allocate); the slice holding the results
+// is returned. Invalid requests get an error wrapping ErrBadRequest in
+// their Result and are not sent.
+//
+// The returned error is non-nil only when the failure affected every request
+// that was sent: none got a reply from Redis (connection refused, timeout,
+// canceled context). That error is then also in each sent request's Result,
+// so callers may look at results alone.
+func (c *Client) AcquireMany(ctx context.Context, reqs []Request, results []Result) ([]Result, error) {
+	if cap(results) >= len(reqs) {
+		results = results[:len(reqs)]
+	} else {
+		results = make([]Result, len(reqs))
+	}
+	calls := make([]call, 0, len(reqs))
+	sent := make([]int, 0, len(reqs)) // sent[j] is the index in reqs of calls[j]
+	for i := range reqs {
+		results[i] = Result{}
+		cl, err := c.acquireCall(reqs[i].Tenant, reqs[i].Limits, reqs[i].Want, reqs[i].Demand)
+		if err != nil {
+			results[i].Err = err
+			continue
+		}
+		calls = append(calls, cl)
+		sent = append(sent, i)
+	}
+	if len(calls) == 0 {
+		return results, nil
+	}
+	cmds := acquireScript.runMany(ctx, c.s, calls)
+	for j, cmd := range cmds {
+		i := sent[j]
+		results[i].Grant, results[i].Err = parseGrant(cmd, reqs[i].Want)
+	}
+	return results, commonFailure(cmds)
+}
+
+// acquireCall returns the keys and arguments of one acquire.
+func (c *Client) acquireCall(tenant string, lim Limits, want int64, demand float64) (call, error) {
+	args, err := acquireArgs(lim, want)
+	if err != nil {
+		return call{}, err
+	}
+	key := c.Key(tenant)
+	keys := []string{key, InstancesKey(key), QuotaKey(key)}
+	if c.instance == "" {
+		return call{keys: keys, args: args}, nil
+	}
+	if !(demand >= 0) || math.IsInf(demand, 0) {
+		demand = 0
+	}
+	args = append(args, c.instance, strconv.FormatInt(c.window.Milliseconds(), 10), strconv.FormatFloat(demand, 'f', -1, 64))
+	return call{keys: keys, args: args}, nil
+}
+
+func acquireArgs(lim Limits, want int64) ([]interface{}, error) {
+	if err := (Request{Limits: lim, Want: want}).Validate(); err != nil {
+		return nil, err
+	}
+	return []interface{}{formatRate(lim.Rate), strconv.FormatInt(lim.Burst, 10), strconv.FormatInt(want, 10)}, nil
+}
+
+// parseGrant decodes acquire.lua's reply {granted, "tokens", now_us}.
+func parseGrant(cmd *redis.Cmd, want int64) (Grant, error) {
+	v, err := cmd.Result()
+	if err != nil {
+		return Grant{}, scriptError("acquire", err)
+	}
+	a, ok := v.([]interface{})
+	// Fewer than six elements: a reply of an older script, without the
+	// share (and the override).
+	if !ok || len(a) < 4 || len(a) > 6 {
+		return Grant{}, fmt.Errorf("%w: acquire: want a 6-element array, got %T %v", ErrBadReply, v, v)
+	}
+	granted, err := replyInt(a[0])
+	if err != nil {
+		return Grant{}, fmt.Errorf("%w: acquire: granted: %w", ErrBadReply, err)
+	}
+	tokens, err := replyFloat(a[1])
+	if err != nil {
+		return Grant{}, fmt.Errorf("%w: acquire: tokens: %w", ErrBadReply, err)
+	}
+	now, err := replyInt(a[2])
+	if err != nil {
+		return Grant{}, fmt.Errorf("%w: acquire: time: %w", ErrBadReply, err)
+	}
+	instances, err := replyInt(a[3])
+	if err != nil {
+		return Grant{}, fmt.Errorf("%w: acquire: instances: %w", ErrBadReply, err)
+	}
+	if granted < 0 || granted > want {
+		return Grant{}, fmt.Errorf("%w: acquire: granted %d of %d", ErrBadReply, granted, want)
+	}
+	var o *Override
+	if len(a) >= 5 {
+		if o, err = parseOverride(a[4]); err != nil {
+			return Grant{}, fmt.Errorf("%w: acquire: override: %w", ErrBadReply, err)
+		}
+	}
+	var share float64
+	if len(a) == 6 {
+		if str, ok := a[5].(string); !ok || str != "" {
+			if share, err = replyFloat(a[5]); err != nil || share < 0 {
+				return Grant{}, fmt.Errorf("%w: acquire: share: %v %w", ErrBadReply, a[5], err)
+			}
+		}
+	}
+	return Grant{Granted: granted, Tokens: tokens, ServerTime: time.UnixMicro(now), Instances: int(instances), Override: o, Share: share}, nil
+}

@@ -1,0 +1,109 @@
+package lease
+
+// A Client runs the scripts on a Redis client: its options, and what
+// its calls share (keys, errors).
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Client runs the leasequota scripts on a Redis client. It holds no state of
+// its own besides its configuration and is safe for concurrent use.
+type Client struct {
+	s        Scripter
+	prefix   string
+	instance string        // this client's id in the instance registry; "" for none
+	window   time.Duration // how long an instance counts as active after an acquire
+	releases atomic.Uint64 // sequence of release ids, with instance
+}
+
+// ReleaseDedupWindow is how long the release script remembers the ids of
+// releases it applied (clients with WithInstance): a retry of a release
+// within this window is applied once.
+const ReleaseDedupWindow = time.Minute
+
+// A ClientOption configures a Client.
+type ClientOption func(*Client)
+
+// WithInstance makes every acquire register the caller as instance id in
+// the tenant's instance registry (a hash next to the bucket, in the same
+// slot) and report how many instances acquired for the tenant within the
+// last window (Grant.Instances). It also gives every release a unique id
+// (instance id and a sequence number) that the release script remembers
+// for ReleaseDedupWindow, so a release that go-redis retries after a lost
+// reply credits the bucket once. Give each process its own random id.
+// window must be at least a millisecond.
+func WithInstance(id string, window time.Duration) ClientOption {
+	return func(c *Client) { c.instance, c.window = id, window }
+}
+
+// NewClient returns a Client that keeps buckets under prefix (see Key) on s.
+// It fails with an error wrapping ErrBadPrefix when ValidatePrefix does, and
+// with one wrapping ErrBadRequest for an invalid option value.
+func NewClient(s Scripter, prefix string, opts ...ClientOption) (*Client, error) {
+	if s == nil {
+		return nil, errors.New("lease: NewClient: nil Scripter")
+	}
+	if err := ValidatePrefix(prefix); err != nil {
+		return nil, err
+	}
+	c := &Client{s: s, prefix: prefix}
+	for _, o := range opts {
+		o(c)
+	}
+	if c.instance != "" && c.window < time.Millisecond {
+		return nil, fmt.Errorf("%w: WithInstance window %v: want >= 1ms", ErrBadRequest, c.window)
+	}
+	return c, nil
+}
+
+// ceilMillis returns d (>= 0) in milliseconds, rounded up.
+func ceilMillis(d time.Duration) int64 {
+	ms := d / time.Millisecond
+	if d%time.Millisecond != 0 {
+		ms++
+	}
+	return int64(ms)
+}
+
+// Key returns the Redis key of tenant's bucket, Key(prefix, tenant).
+func (c *Client) Key(tenant string) string {
+	return Key(c.prefix, tenant)
+}
+
+// commonFailure returns the error shared by all cmds when none of them got a
+// reply from Redis, and nil otherwise. A Redis error reply (including a
+// script's error_reply) is a reply: it concerns that command only.
+func commonFailure(cmds []*redis.Cmd) error {
+	var first error
+	for _, cmd := range cmds {
+		err := cmd.Err()
+		if err == nil || isRedisError(err) {
+			return nil
+		}
+		if first == nil {
+			first = err
+		}
+	}
+	return fmt.Errorf("lease: no reply from Redis: %w", first)
+}
+
+func isRedisError(err error) bool {
+	var rerr redis.Error
+	return errors.As(err, &rerr)
+}
+
+// scriptError wraps an error of a script call. The scripts' own argument
+// checks ("leasequota: bad argument") also wrap ErrBadRequest; they can only
+// fire when the Go checks and the script disagree.
+func scriptError(op string, err error) error {
+	if redis.HasErrorPrefix(err, "leasequota: bad argument") {
+		return fmt.Errorf("lease: %s: %w: %w", op, ErrBadRequest, err)
+	}
+	return fmt.Errorf("lease: %s: %w", op, err)
+}

@@ -1,0 +1,177 @@
+package lease
+
+// Quota overrides stored next to a bucket, and the quota version that
+// tells instances one changed.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Override is a tenant's quota stored in Redis next to its bucket
+// (QuotaKey). Its Rate and Burst replace those every instance passes to
+// the scripts; the lease fields are carried for the instances, which
+// resolve zero fields to their own defaults.
+type Override struct {
+	Rate     float64
+	Burst    int64
+	MinLease int64
+	MaxLease int64
+	LeaseTTL time.Duration
+	Mode     uint8
+}
+
+// Validate reports whether o can be stored: its Limits valid and the lease
+// fields >= 0. Errors wrap ErrBadRequest.
+func (o Override) Validate() error {
+	if err := (Limits{Rate: o.Rate, Burst: o.Burst}).Validate(); err != nil {
+		return err
+	}
+	if o.MinLease < 0 || o.MaxLease < 0 || o.LeaseTTL < 0 {
+		return fmt.Errorf("%w: Override lease fields must be >= 0: %+v", ErrBadRequest, o)
+	}
+	return nil
+}
+
+// GetOverride returns the quota override stored for tenant, or nil when
+// there is none.
+func (c *Client) GetOverride(ctx context.Context, tenant string) (*Override, error) {
+	key := c.Key(tenant)
+	v, err := quotaScript.run(ctx, c.s, []string{key, QuotaKey(key)}, "get").Result()
+	if err != nil {
+		return nil, scriptError("get quota", err)
+	}
+	o, err := parseOverride(v)
+	if err != nil {
+		return nil, fmt.Errorf("%w: get quota: %w", ErrBadReply, err)
+	}
+	return o, nil
+}
+
+// SetOverride stores o as tenant's quota, replacing the rate and burst
+// that callers pass (base, which must be what they pass: it is the quota
+// in force when no override is stored yet). In the same atomic step it
+// refills the bucket at the quota in force until now, caps it at o.Burst
+// and restarts its refill clock, so that later refills run at o.Rate: the
+// change neither refills for free nor loses tokens below the new burst.
+// It returns the bucket's tokens after the change.
+func (c *Client) SetOverride(ctx context.Context, tenant string, base Limits, o Override) (float64, error) {
+	if err := base.Validate(); err != nil {
+		return 0, err
+	}
+	if err := o.Validate(); err != nil {
+		return 0, err
+	}
+	key := c.Key(tenant)
+	cmd := quotaScript.run(ctx, c.s, []string{key, QuotaKey(key)}, "set",
+		formatRate(base.Rate), strconv.FormatInt(base.Burst, 10),
+		formatRate(o.Rate), strconv.FormatInt(o.Burst, 10),
+		strconv.FormatInt(o.MinLease, 10), strconv.FormatInt(o.MaxLease, 10),
+		strconv.FormatInt(int64(o.LeaseTTL), 10), strconv.FormatInt(int64(o.Mode), 10))
+	tokens, err := parseLevel("set quota", cmd)
+	if err != nil {
+		return 0, err
+	}
+	if err := c.bumpQuotaVersion(ctx); err != nil {
+		return tokens, err
+	}
+	return tokens, nil
+}
+
+// DeleteOverride removes tenant's quota override, so that the scripts apply
+// base (what callers pass) again, with the same care for the bucket as
+// SetOverride. Deleting a missing override only caps the bucket at base.
+func (c *Client) DeleteOverride(ctx context.Context, tenant string, base Limits) (float64, error) {
+	if err := base.Validate(); err != nil {
+		return 0, err
+	}
+	key := c.Key(tenant)
+	cmd := quotaScript.run(ctx, c.s, []string{key, QuotaKey(key)}, "del",
+		formatRate(base.Rate), strconv.FormatInt(base.Burst, 10))
+	tokens, err := parseLevel("delete quota", cmd)
+	if err != nil {
+		return 0, err
+	}
+	if err := c.bumpQuotaVersion(ctx); err != nil {
+		return tokens, err
+	}
+	return tokens, nil
+}
+
+// parseOverride decodes an override as the scripts return it: 0 for none,
+// else {r, b, min, max, ttl, mode}.
+func parseOverride(v interface{}) (*Override, error) {
+	if n, ok := v.(int64); ok && n == 0 {
+		return nil, nil
+	}
+	a, ok := v.([]interface{})
+	if !ok || len(a) != 6 {
+		return nil, fmt.Errorf("want 0 or a 6-element array, got %T %v", v, v)
+	}
+	rate, err := replyFloat(a[0])
+	if err != nil {
+		return nil, fmt.Errorf("rate: %w", err)
+	}
+	var ints [5]int64
+	for i := range ints {
+		if ints[i], err = replyInt(a[i+1]); err != nil {
+			return nil, fmt.Errorf("field %d: %w", i+1, err)
+		}
+	}
+	if ints[4] < 0 || ints[4] > math.MaxUint8 {
+		return nil, fmt.Errorf("mode %d out of range", ints[4])
+	}
+	o := &Override{Rate: rate, Burst: ints[0], MinLease: ints[1], MaxLease: ints[2], LeaseTTL: time.Duration(ints[3]), Mode: uint8(ints[4])}
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+// parseLevel decodes quota.lua's reply to set and del: {"tokens", now_us}.
+func parseLevel(op string, cmd *redis.Cmd) (float64, error) {
+	v, err := cmd.Result()
+	if err != nil {
+		return 0, scriptError(op, err)
+	}
+	a, ok := v.([]interface{})
+	if !ok || len(a) != 2 {
+		return 0, fmt.Errorf("%w: %s: want a 2-element array, got %T %v", ErrBadReply, op, v, v)
+	}
+	tokens, err := replyFloat(a[0])
+	if err != nil {
+		return 0, fmt.Errorf("%w: %s: tokens: %w", ErrBadReply, op, err)
+	}
+	if _, err := replyInt(a[1]); err != nil {
+		return 0, fmt.Errorf("%w: %s: time: %w", ErrBadReply, op, err)
+	}
+	return tokens, nil
+}
+
+// bumpQuotaVersion raises the quota version counter (QuotaVersionKey), so
+// instances notice that a quota changed.
+func (c *Client) bumpQuotaVersion(ctx context.Context) error {
+	if err := c.s.Incr(ctx, QuotaVersionKey(c.prefix)).Err(); err != nil {
+		return fmt.Errorf("lease: quota version: %w", err)
+	}
+	return nil
+}
+
+// QuotaVersion returns the quota version counter: it changes whenever a
+// quota is set or deleted under the client's prefix (0 before any).
+func (c *Client) QuotaVersion(ctx context.Context) (int64, error) {
+	v, err := c.s.Get(ctx, QuotaVersionKey(c.prefix)).Int64()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("lease: quota version: %w", err)
+	}
+	return v, nil
+}

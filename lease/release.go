@@ -1,0 +1,194 @@
+package lease
+
+// Releases: giving unused tokens back, credited as aged returns.
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Return is the outcome of one release.
+type Return struct {
+	// Credited is how many of the returned tokens were added to the bucket,
+	// 0..amount: what the bucket would hold more now had they never been
+	// granted (see Release). The rest are lost, as if spent.
+	Credited float64
+	Tokens   float64 // tokens in the global bucket after this call
+	// ServerTime is the bucket's time of this call, as in Grant.
+	ServerTime time.Time
+}
+
+// ReleaseRequest is one tenant's release in ReleaseMany.
+type ReleaseRequest struct {
+	Tenant string
+	Limits Limits
+	Amount int64         // >= 0; 0 is not sent
+	Age    time.Duration // >= 0; see Release
+	// Grant is the ID of the oldest grant the returned tokens come from
+	// (Grant.ID), or zero for unknown. With it, the credit counts only the
+	// bucket's levels after that grant's debit; without it, the levels
+	// since now - Age (see Release). With it, Age need only be below about
+	// 71 minutes (2^32 µs), to tell which time the ID's low bits are: a
+	// release that reaches Redis later than Age allows is still judged
+	// from its grant. For the tokens of one
+	// grant that is exact, unless the bucket's history merged entries
+	// around it; for tokens of several grants, the later grants' own levels
+	// before their debits count too, which only credits less.
+	Grant GrantID
+}
+
+// Validate reports whether r can be sent: valid Limits, Amount >= 0 and
+// Age >= 0. Errors wrap ErrBadRequest and name the field. Every Store
+// checks it before touching a bucket, so an invalid release changes
+// nothing.
+func (r ReleaseRequest) Validate() error {
+	if err := r.Limits.Validate(); err != nil {
+		return err
+	}
+	if r.Amount < 0 {
+		return fmt.Errorf("%w: amount %d: must be >= 0", ErrBadRequest, r.Amount)
+	}
+	if r.Age < 0 {
+		return fmt.Errorf("%w: age %v: must be >= 0", ErrBadRequest, r.Age)
+	}
+	return nil
+}
+
+// ReleaseResult is the outcome of one ReleaseRequest: a Return, or the
+// error of that request alone.
+type ReleaseResult struct {
+	Return Return
+	Err    error
+}
+
+// Release gives amount unused tokens back to tenant's global bucket. age
+// must be an upper bound of how long before the release runs in Redis the
+// oldest of them was granted: measure it from before the acquire that got
+// them was sent, and allow for the release's own latency (its timeout, say).
+// An age that is too small may over-credit; one that is too large only
+// credits less. It is rounded up to whole milliseconds.
+//
+// The bucket is credited only with what it would hold now had those tokens
+// never been granted: min(amount, Burst - P), where P is the bucket's
+// highest level since the grant (tokens above Burst would have been lost
+// to the cap), taken from a level history the bucket keeps (see the package
+// doc). Release knows the grant only as now - age, so P also counts the
+// levels between that time and the grant, including the level just before
+// the grant's own debit: tokens granted from a full bucket get no credit.
+// Name the grant (ReleaseRequest.Grant) to leave those out. Nothing is
+// credited for tokens granted before a change of burst or of the quota
+// override.
+// This keeps the bound of the package doc over every window, however late
+// tokens come back. Return.Credited says how many were credited.
+//
+// Releasing into a missing key (a full bucket, see the package doc) leaves
+// it missing, credits nothing and reports Burst. Release with amount 0 does
+// not call Redis and returns a zero Return. Invalid arguments (including a
+// negative age) fail with an error wrapping ErrBadRequest, without calling
+// Redis.
+//
+// Without WithInstance, Release is not idempotent: a release that is
+// retried after its reply was lost may credit the bucket twice. With it,
+// each release carries a unique id and is applied at most once (a replay
+// credits 0). Either way, give back only tokens that were leased and not
+// spent, each at most once.
+func (c *Client) Release(ctx context.Context, tenant string, lim Limits, amount int64, age time.Duration) (Return, error) {
+	args, err := releaseArgs(lim, amount, age)
+	if err != nil {
+		return Return{}, err
+	}
+	if amount == 0 {
+		return Return{}, nil
+	}
+	cl := c.releaseCall(tenant, args, 0)
+	cmd := releaseScript.run(ctx, c.s, cl.keys, cl.args...)
+	return parseRelease(cmd, amount)
+}
+
+// ReleaseMany releases for many tenants in one pipelined round trip, like
+// AcquireMany; each request behaves like Release. It returns one result
+// per request (so len is len(reqs)); a request with Amount 0 is not sent
+// and gets a zero Return and a nil Err. Invalid requests get an error
+// wrapping ErrBadRequest and are not sent. The Release caveats about age
+// and retries apply.
+func (c *Client) ReleaseMany(ctx context.Context, reqs []ReleaseRequest) []ReleaseResult {
+	res := make([]ReleaseResult, len(reqs))
+	calls := make([]call, 0, len(reqs))
+	sent := make([]int, 0, len(reqs))
+	for i := range reqs {
+		args, err := releaseArgs(reqs[i].Limits, reqs[i].Amount, reqs[i].Age)
+		if err != nil {
+			res[i].Err = err
+			continue
+		}
+		if reqs[i].Amount == 0 {
+			continue
+		}
+		calls = append(calls, c.releaseCall(reqs[i].Tenant, args, reqs[i].Grant))
+		sent = append(sent, i)
+	}
+	if len(calls) == 0 {
+		return res
+	}
+	for j, cmd := range releaseScript.runMany(ctx, c.s, calls) {
+		i := sent[j]
+		res[i].Return, res[i].Err = parseRelease(cmd, reqs[i].Amount)
+	}
+	return res
+}
+
+// releaseCall returns the keys and arguments of one release (args from
+// releaseArgs): the grant the tokens come from (0 for unknown) and, with an
+// instance id, a fresh release id for deduplication.
+func (c *Client) releaseCall(tenant string, args []interface{}, grant GrantID) call {
+	key := c.Key(tenant)
+	keys := []string{key, ReleasesKey(key), QuotaKey(key)}
+	args = append(args, strconv.FormatUint(uint64(grant), 10))
+	if c.instance == "" {
+		return call{keys: keys, args: args}
+	}
+	id := c.instance + ":" + strconv.FormatUint(c.releases.Add(1), 10)
+	args = append(args, id, strconv.FormatInt(ReleaseDedupWindow.Milliseconds(), 10))
+	return call{keys: keys, args: args}
+}
+
+func releaseArgs(lim Limits, amount int64, age time.Duration) ([]interface{}, error) {
+	if err := (ReleaseRequest{Limits: lim, Amount: amount, Age: age}).Validate(); err != nil {
+		return nil, err
+	}
+	return []interface{}{formatRate(lim.Rate), strconv.FormatInt(lim.Burst, 10), strconv.FormatInt(amount, 10),
+		strconv.FormatInt(ceilMillis(age), 10)}, nil
+}
+
+// parseRelease decodes release.lua's reply {"tokens", now_us, "credited"}
+// to a release of amount tokens.
+func parseRelease(cmd *redis.Cmd, amount int64) (Return, error) {
+	v, err := cmd.Result()
+	if err != nil {
+		return Return{}, scriptError("release", err)
+	}
+	a, ok := v.([]interface{})
+	if !ok || len(a) != 3 {
+		return Return{}, fmt.Errorf("%w: release: want a 3-element array, got %T %v", ErrBadReply, v, v)
+	}
+	tokens, err := replyFloat(a[0])
+	if err != nil {
+		return Return{}, fmt.Errorf("%w: release: tokens: %w", ErrBadReply, err)
+	}
+	now, err := replyInt(a[1])
+	if err != nil {
+		return Return{}, fmt.Errorf("%w: release: time: %w", ErrBadReply, err)
+	}
+	credited, err := replyFloat(a[2])
+	if err != nil {
+		return Return{}, fmt.Errorf("%w: release: credited: %w", ErrBadReply, err)
+	}
+	if credited < 0 || credited > float64(amount) {
+		return Return{}, fmt.Errorf("%w: release: credited %v of %d", ErrBadReply, credited, amount)
+	}
+	return Return{Credited: credited, Tokens: tokens, ServerTime: time.UnixMicro(now)}, nil
+}

@@ -1,0 +1,40 @@
+package lease
+
+// Reading the numbers in a script's reply.
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+)
+
+// replyInt accepts an integer reply, or a string holding a decimal integer
+// (what a script returns if it formats its numbers).
+func replyInt(v interface{}) (int64, error) {
+	switch x := v.(type) {
+	case int64:
+		return x, nil
+	case string:
+		return strconv.ParseInt(x, 10, 64)
+	}
+	return 0, fmt.Errorf("got %T %v, want an integer", v, v)
+}
+
+// replyFloat accepts a string holding a finite decimal number, or an integer
+// reply.
+func replyFloat(v interface{}) (float64, error) {
+	switch x := v.(type) {
+	case int64:
+		return float64(x), nil
+	case string:
+		f, err := strconv.ParseFloat(x, 64)
+		if err != nil {
+			return 0, err
+		}
+		if math.IsNaN(f) || math.IsInf(f, 0) {
+			return 0, fmt.Errorf("got %q, want a finite number", x)
+		}
+		return f, nil
+	}
+	return 0, fmt.Errorf("got %T %v, want a number", v, v)
+}
