@@ -39,7 +39,7 @@ unit:
 # the race detector so that thousands of scenarios fit; unit runs 40 of
 # them with it.
 simulation:
-	$(GO) test -count=1 -run '^TestSimulation$$' -sim.seeds=2000 .
+	$(GO) test -count=1 -run '^TestSimulation$$' -sim.seeds=1500 .
 
 simulation-long:
 	$(GO) test -count=1 -timeout 30m -run '^TestSimulation$$' -sim.seeds=20000 .

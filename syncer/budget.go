@@ -13,7 +13,7 @@ import (
 // than it can run within the calls' deadline, every call waits in its
 // queue, times out, and is sent again: the offered load never falls and
 // the fleet stays in its failure mode while Redis is up. With a window,
-// an instance whose calls come back late or not at all sends fewer; the
+// an instance whose calls time out sends fewer; the
 // tenants it did not serve stay due and go in a later round, the urgent
 // ones first. The window grows back by one command per window of
 // commands answered in time.
@@ -29,10 +29,11 @@ type budget struct {
 }
 
 // The window's bounds. It starts where a round of the previous release
-// could go (maxInFlight pipelines of batchSize), and never falls below
-// what keeps one call of each kind moving.
+// could go (maxInFlight pipelines of batchSize), and never falls below a
+// pipeline's worth of a small round, so that a busy Redis still serves
+// the most urgent tenants every round trip.
 const (
-	budgetMin     = 8
+	budgetMin     = 64
 	budgetInitial = maxInFlight * batchSize
 	budgetMax     = 1 << 20
 )
@@ -41,17 +42,25 @@ func (b *budget) init() {
 	b.window = budgetInitial
 }
 
-// take grants up to n commands of room in the window and returns how
-// many; 0 when the window is full. Every grant must be followed by done.
-// force grants n whatever the window says: for calls that must go (the
-// final returns on close), which still count as in flight.
-func (b *budget) take(n int, force bool) int {
+// budgetCalm is how long after its last cut the window binds: a Redis
+// whose calls have not timed out for that long is not congested, and
+// then take grants whatever the window says, so that a healthy Redis
+// sees rounds as large as the syncer makes them (a flood of new tenants,
+// say) and no tenant waits on the window.
+const budgetCalm = 5 * time.Second
+
+// take grants up to n commands of room in the window at time now and
+// returns how many; 0 when the window is full. Every grant must be
+// followed by done. The window binds only within budgetCalm of its last
+// cut. force grants n whatever the window says: for calls that must go
+// (returns, a quota re-read), which still count as in flight.
+func (b *budget) take(n int, force bool, now time.Time) int {
 	if n <= 0 {
 		return 0
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if !force {
+	if !force && b.binds(now) {
 		n = min(n, max(int(b.window)-b.inFlight, 0))
 	}
 	b.inFlight += n
@@ -60,7 +69,7 @@ func (b *budget) take(n int, force bool) int {
 
 // done records that a call of n commands taken at sent came back at now
 // (or failed then); late says it was congested: no reply within its
-// deadline, or a reply slower than the target. A late call cuts the
+// deadline. A late call cuts the
 // window by half, at most once per round trip (the calls already in
 // flight when it was cut saw the same queue); a timely one grows it by
 // n / window, one command per window of commands.
@@ -80,6 +89,19 @@ func (b *budget) done(n int, sent, now time.Time, late bool) {
 		return
 	}
 	b.window = min(b.window+float64(n)/b.window, budgetMax)
+}
+
+// binds reports whether the window limits takes at now: within
+// budgetCalm of its last cut. b.mu must be held.
+func (b *budget) binds(now time.Time) bool {
+	return !b.cutAt.IsZero() && now.Sub(b.cutAt) < budgetCalm
+}
+
+// bindsAt is binds for a caller that does not hold b.mu.
+func (b *budget) bindsAt(now time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.binds(now)
 }
 
 // state returns the window and the commands in flight.

@@ -17,28 +17,42 @@ func TestBudgetAIMD(t *testing.T) {
 	if w, _, _ := b.state(); w != budgetInitial {
 		t.Fatalf("initial window %v, want %d", w, budgetInitial)
 	}
-	if got := b.take(budgetInitial+5, false); got != budgetInitial {
-		t.Fatalf("take beyond the window granted %d, want %d", got, budgetInitial)
+	// No cut yet: the window does not bind.
+	if got := b.take(budgetInitial+5, false, t0); got != budgetInitial+5 {
+		t.Fatalf("take before any cut granted %d, want all %d", got, budgetInitial+5)
 	}
-	if got := b.take(1, false); got != 0 {
-		t.Fatalf("take from a full window granted %d", got)
-	}
-	if got := b.take(3, true); got != 3 {
-		t.Fatalf("forced take granted %d, want 3", got)
-	}
+	b.done(budgetInitial+5, t0, t0, false)
+	w0, _, _ := b.state()
 	// Two late calls sent before the cut: one cut.
 	b.done(1000, t0, t0.Add(60*time.Millisecond), true)
 	b.done(1000, t0, t0.Add(61*time.Millisecond), true)
-	if w, _, cuts := b.state(); w != budgetInitial/2 || cuts != 1 {
-		t.Fatalf("after two late calls of one round trip: window %v, %d cuts; want %d, 1", w, cuts, budgetInitial/2)
+	w1, _, cuts := b.state()
+	if cuts != 1 || w1 != w0/2 {
+		t.Fatalf("after two late calls of one round trip: window %v, %d cuts; want %v, 1", w1, cuts, w0/2)
 	}
+	cut := t0.Add(61 * time.Millisecond)
+	// Within budgetCalm of the cut the window binds; forced takes do not.
+	if got := b.take(int(w1)+5, false, cut); got != int(w1) {
+		t.Fatalf("take beyond the window after a cut granted %d, want %v", got, w1)
+	}
+	if got := b.take(1, false, cut); got != 0 {
+		t.Fatalf("take from a full window granted %d", got)
+	}
+	if got := b.take(3, true, cut); got != 3 {
+		t.Fatalf("forced take granted %d, want 3", got)
+	}
+	if got := b.take(7, false, cut.Add(budgetCalm)); got != 7 {
+		t.Fatalf("take budgetCalm after the cut granted %d, want 7: the window no longer binds", got)
+	}
+	b.done(int(w1)+3+7, cut, cut, false)
 	// A late call sent after the cut cuts again.
+	w2, _, _ := b.state()
 	b.done(1000, t0.Add(70*time.Millisecond), t0.Add(130*time.Millisecond), true)
-	if w, _, _ := b.state(); w != budgetInitial/4 {
-		t.Fatalf("after a later late call: window %v, want %d", w, budgetInitial/4)
+	if w, _, _ := b.state(); w != w2/2 {
+		t.Fatalf("after a later late call: window %v, want %v", w, w2/2)
 	}
 	// A window of timely commands adds one.
-	w0, _, _ := b.state()
+	w0, _, _ = b.state()
 	for range int(w0) / 10 {
 		b.done(10, t0, t0.Add(time.Second), false)
 	}
@@ -57,7 +71,7 @@ func TestBudgetAIMD(t *testing.T) {
 
 // TestBudgetProperties: whatever the calls, the commands in flight are
 // what was taken and not done, never negative; unforced takes keep them
-// within the window; the window stays within its bounds.
+// within the window while it binds; the window stays within its bounds.
 func TestBudgetProperties(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		var b budget
@@ -69,8 +83,8 @@ func TestBudgetProperties(t *testing.T) {
 			if len(taken) == 0 || rapid.Bool().Draw(t, "take") {
 				force := rapid.IntRange(0, 9).Draw(t, "force") == 0
 				w, in, _ := b.state()
-				got := b.take(rapid.IntRange(0, 3000).Draw(t, "n"), force)
-				if !force && in+got > max(int(w), in) {
+				got := b.take(rapid.IntRange(0, 3000).Draw(t, "n"), force, now)
+				if !force && b.bindsAt(now) && in+got > max(int(w), in) {
 					t.Fatalf("unforced take of %d with %d in flight beyond the window %v", got, in, w)
 				}
 				if got > 0 {

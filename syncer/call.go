@@ -32,12 +32,14 @@ const (
 // the breaker.
 //
 // The size commands were taken from the call budget by the caller; they
-// go back when the call ends, and a late call cuts the window.
+// go back when the call ends, and a call that timed out cuts the window.
 func (s *Syncer) call(ctx context.Context, op string, size int, f func(context.Context) ([]lease.Result, error)) (res []lease.Result, err error) {
 	sent := s.opts.Now()
 	defer func() {
-		late := timedOut(err) || s.opts.Now().Sub(sent) > s.lateAfter(size)
-		s.budget.done(size, sent, s.opts.Now(), late)
+		// On a Redis Cluster a timeout says that one node is busy or
+		// gone, not the others: the one window of the instance does not
+		// shrink there (a window per node is still to do).
+		s.budget.done(size, sent, s.opts.Now(), timedOut(err) && !s.opts.Cluster)
 	}()
 	if err := s.sem.Acquire(ctx, 1); err != nil {
 		return nil, err
@@ -67,13 +69,6 @@ func (s *Syncer) call(ctx context.Context, op string, size int, f func(context.C
 	})
 	span.End(err)
 	return res, err
-}
-
-// lateAfter is how long a call of size commands may take before it counts
-// as congested for the budget: half its deadline. A call that takes
-// longer waited in Redis's queue behind more than Redis runs in time.
-func (s *Syncer) lateAfter(size int) time.Duration {
-	return (s.opts.CallTimeout + time.Duration(size)*perCommand) / 2
 }
 
 // timedOut reports whether err is a call's deadline or a network

@@ -38,7 +38,7 @@ func (s *Syncer) release(ctx context.Context, round *telemetry.Round, reqs []lea
 		chunk := reqs[start:min(start+batchSize, len(reqs))]
 		// Returns always go (or the tokens are lost for a refill), but
 		// they load Redis like the rest.
-		s.budget.take(len(chunk), true)
+		s.budget.take(len(chunk), true, s.opts.Now())
 		_, err := s.call(ctx, telemetry.OpRelease, len(chunk), func(ctx context.Context) ([]lease.Result, error) {
 			var whole error
 			answered := false

@@ -61,7 +61,7 @@ func (s *Syncer) round(ctx context.Context, tenants iter.Seq[*Tenant], quotaChec
 		if ok {
 			releases = append(releases, ret)
 		}
-		if (a.Acquire > 0 || a.Read) && s.budget.take(1, a.Read) == 0 {
+		if (a.Acquire > 0 || a.Read) && s.budget.take(1, a.Read, now) == 0 {
 			// Redis is busy: the call waits for a later round (a quota
 			// re-read, which follows a change once, always goes).
 			s.planner.Skipped(&t.st, now)
