@@ -532,7 +532,11 @@ func TestClusterGlobalBound(t *testing.T) {
 		goroutines = 4
 		overDemand = 2.0
 	)
-	duration := 5 * time.Second
+	// 8 s, not 5: what the instances hold when the load stops counts as
+	// not admitted, and a starved instance leases its share of the burst
+	// at once (Burst/4 here), so that fixed loss, up to about a burst per
+	// tenant, took some tenants just under 90 % of a 5 s bound.
+	duration := 8 * time.Second
 	ctx := context.Background()
 	prefix := redistest.Prefix(t)
 	// Rates from 50 to 249 tokens/s; bursts a second's worth, so that a
