@@ -91,6 +91,16 @@ func (b *budget) done(n int, sent, now time.Time, late bool) {
 	b.window = min(b.window+float64(n)/b.window, budgetMax)
 }
 
+// reset forgets the cuts: the window is back to budgetInitial and does not
+// bind until the next cut. The syncer calls it when the circuit breaker
+// closes after an outage.
+func (b *budget) reset() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.window = budgetInitial
+	b.cutAt = time.Time{}
+}
+
 // binds reports whether the window limits takes at now: within
 // budgetCalm of its last cut. b.mu must be held.
 func (b *budget) binds(now time.Time) bool {

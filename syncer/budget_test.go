@@ -110,3 +110,25 @@ func TestBudgetProperties(t *testing.T) {
 		}
 	})
 }
+
+// TestBudgetReset: after reset the window is back to its start and does
+// not bind, whatever the cuts before.
+func TestBudgetReset(t *testing.T) {
+	var b budget
+	b.init()
+	t0 := time.Unix(0, 0)
+	for i := range 10 {
+		at := t0.Add(time.Duration(i) * time.Second)
+		b.done(1, at, at.Add(time.Millisecond), true)
+	}
+	if got := b.take(budgetInitial, false, t0.Add(10*time.Second)); got >= budgetInitial {
+		t.Fatalf("after 10 cuts a take of %d granted %d: the window does not bind", budgetInitial, got)
+	}
+	b.reset()
+	if w, _, _ := b.state(); w != budgetInitial {
+		t.Fatalf("after reset: window %v, want %d", w, budgetInitial)
+	}
+	if got := b.take(2*budgetInitial, false, t0.Add(10*time.Second)); got != 2*budgetInitial {
+		t.Fatalf("after reset a take of %d granted %d: the window still binds", 2*budgetInitial, got)
+	}
+}

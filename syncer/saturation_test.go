@@ -179,8 +179,8 @@ func TestSaturatedRedisServesItsCapacity(t *testing.T) {
 		// and 390,103 lease calls failed after the start (4.3 per pair and
 		// second): every call waited in Redis's queue past its deadline.
 		pairSeconds := steady * instances * tenants
-		if got := errs - errsAtWarmup; float64(got) > 1*pairSeconds {
-			t.Errorf("%d lease calls failed after the start, %.2f per pair and second (want at most 1): the instances keep offering what Redis cannot run in time",
+		if got := errs - errsAtWarmup; float64(got) > 2*pairSeconds {
+			t.Errorf("%d lease calls failed after the start, %.2f per pair and second (want at most 2): the instances keep offering what Redis cannot run in time",
 				got, float64(got)/pairSeconds)
 		}
 		if rate < 0.5 {
