@@ -1062,7 +1062,11 @@ func TestClusterReshard(t *testing.T) {
 		t.Fatal(err)
 	}
 	took := time.Since(began)
-	time.Sleep(time.Second) // the run after the move, not a wait for a condition
+	// The run after the move, not a wait for a condition: 3 s, so that
+	// what the instances hold when the load stops (a starved instance
+	// leases its share of the burst at once), a fixed loss, weighs less
+	// against the 90 % floor than over 1 s.
+	time.Sleep(3 * time.Second)
 	ld.Stop()
 	probe.Stop()
 	end := redisClock(t, toNode)
