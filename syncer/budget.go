@@ -107,16 +107,23 @@ func (b *budget) binds(now time.Time) bool {
 	return !b.cutAt.IsZero() && now.Sub(b.cutAt) < budgetCalm
 }
 
-// bindsAt is binds for a caller that does not hold b.mu.
-func (b *budget) bindsAt(now time.Time) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.binds(now)
-}
-
 // state returns the window and the commands in flight.
 func (b *budget) state() (window float64, inFlight int, cuts int64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.window, b.inFlight, b.cuts
+}
+
+// roomFor takes room in the call budget for t's call planned at now, and
+// reports whether it got it. Without room (Redis busy) the call is not
+// made: t is planned again a quarter interval on (Planner.Skipped). A
+// quota re-read, which follows a change once, always goes. t's lock is
+// held.
+func (s *Syncer) roomFor(t *Tenant, now time.Time, read bool) bool {
+	if s.budget.take(1, read, now) == 1 {
+		return true
+	}
+	s.planner.Skipped(&t.st, now)
+	s.skipped.Add(1)
+	return false
 }

@@ -132,3 +132,10 @@ func TestBudgetReset(t *testing.T) {
 		t.Fatalf("after reset a take of %d granted %d: the window still binds", 2*budgetInitial, got)
 	}
 }
+
+// bindsAt is binds for a caller that does not hold b.mu.
+func (b *budget) bindsAt(now time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.binds(now)
+}

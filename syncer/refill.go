@@ -99,13 +99,7 @@ func (s *Syncer) refillLocked(ctx context.Context, link trace.Link, t *Tenant, n
 		s.pending = append(s.pending, ret)
 		s.pendingMu.Unlock()
 	}
-	if a.Acquire == 0 && !a.Read {
-		return nil
-	}
-	if s.budget.take(1, a.Read, now) == 0 {
-		// Redis is busy: the next round calls for the tenant.
-		s.planner.Skipped(&t.st, now)
-		s.skipped.Add(1)
+	if a.Acquire == 0 && !a.Read || !s.roomFor(t, now, a.Read) {
 		return nil
 	}
 	var links []trace.Link

@@ -61,14 +61,7 @@ func (s *Syncer) round(ctx context.Context, tenants iter.Seq[*Tenant], quotaChec
 		if ok {
 			releases = append(releases, ret)
 		}
-		if (a.Acquire > 0 || a.Read) && s.budget.take(1, a.Read, now) == 0 {
-			// Redis is busy: the call waits for a later round (a quota
-			// re-read, which follows a change once, always goes).
-			s.planner.Skipped(&t.st, now)
-			s.skipped.Add(1)
-			a.Acquire = 0
-		}
-		if a.Acquire > 0 || a.Read {
+		if (a.Acquire > 0 || a.Read) && s.roomFor(t, now, a.Read) {
 			jobs = append(jobs, job{t: t, want: a.Acquire, demand: s.planner.ReportedDemand(&t.st, now, a.Acquire)})
 			continue // unlocked once the result is applied
 		}
