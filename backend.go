@@ -25,8 +25,20 @@ type redisBackend struct {
 	prefix string
 }
 
+// batchTenants is how many tenants one acquire script call carries on a
+// single Redis server (lease.WithBatch): a call's fixed cost is shared by
+// that many, while it holds Redis for no more than about that many
+// acquires (a fraction of a millisecond).
+const batchTenants = 8
+
 func (r redisBackend) Instance(id string, window time.Duration) (lease.Store, error) {
-	c, err := lease.NewClient(r.client, r.prefix, lease.WithInstance(id, window))
+	opts := []lease.ClientOption{lease.WithInstance(id, window)}
+	// Only a client of one server may put several tenants' keys in one
+	// call: a Cluster or a Ring spreads them over nodes.
+	if _, single := r.client.(*redis.Client); single {
+		opts = append(opts, lease.WithBatch(batchTenants))
+	}
+	c, err := lease.NewClient(r.client, r.prefix, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("%w: WithKeyPrefix(%q): %s", ErrInvalidOption, r.prefix, stripPrefixes(err.Error()))
 	}

@@ -26,6 +26,10 @@ const benchTenants = 10_000
 //   - batches: as the syncer does it, AcquireMany of 1,000 tenants at a
 //     time, at most 8 in flight (the syncer's batchSize and maxInFlight).
 //
+// On the standalone server each is also run with lease.WithBatch (the
+// Limiter's default there): "pipeline-batchN" and "batches-batchN" send N
+// tenants per script call.
+//
 // Besides ns/op (per round) it reports the Redis CPU a round costs,
 // from INFO cpu (used_cpu_user + used_cpu_sys) before and after: on the
 // masters, and on the cluster's replicas, which apply every write again.
@@ -36,7 +40,9 @@ func BenchmarkSyncRound(b *testing.B) {
 		srv := redistest.StartServer(b)
 		c := srv.Client()
 		defer c.Close()
-		benchDeployment(b, c, []*redis.Client{c}, nil)
+		for _, n := range []int{1, 8, 16, 32} {
+			benchDeployment(b, c, []*redis.Client{c}, nil, n)
+		}
 	})
 	b.Run("cluster", func(b *testing.B) {
 		cl := redistest.StartCluster(b)
@@ -55,12 +61,14 @@ func BenchmarkSyncRound(b *testing.B) {
 				replicas = append(replicas, cl.NodeClient(n.Addr))
 			}
 		}
-		benchDeployment(b, c, masters, replicas)
+		benchDeployment(b, c, masters, replicas, 1)
 	})
 }
 
-func benchDeployment(b *testing.B, c lease.Scripter, masters, replicas []*redis.Client) {
-	lc, err := lease.NewClient(c, redistest.Prefix(b), lease.WithInstance("bench", 2100*time.Millisecond))
+// benchDeployment runs the two kinds of round with batch tenants per
+// script call (1: a call per tenant).
+func benchDeployment(b *testing.B, c lease.Scripter, masters, replicas []*redis.Client, batch int) {
+	lc, err := lease.NewClient(c, redistest.Prefix(b), lease.WithInstance("bench", 2100*time.Millisecond), lease.WithBatch(batch))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -70,7 +78,11 @@ func benchDeployment(b *testing.B, c lease.Scripter, masters, replicas []*redis.
 		// acquire is granted in full, as for a tenant within its quota.
 		reqs[i] = lease.Request{Tenant: fmt.Sprintf("tenant-%05d", i), Limits: lease.Limits{Rate: 1e9, Burst: 1 << 30}, Want: 10}
 	}
-	b.Run("pipeline", func(b *testing.B) {
+	suffix := ""
+	if batch > 1 {
+		suffix = fmt.Sprintf("-batch%d", batch)
+	}
+	b.Run("pipeline"+suffix, func(b *testing.B) {
 		results := make([]lease.Result, len(reqs))
 		benchRounds(b, masters, replicas, func(ctx context.Context) error {
 			var err error
@@ -78,7 +90,7 @@ func benchDeployment(b *testing.B, c lease.Scripter, masters, replicas []*redis.
 			return firstResultErr(results, err)
 		})
 	})
-	b.Run("batches", func(b *testing.B) {
+	b.Run("batches"+suffix, func(b *testing.B) {
 		const batch, inFlight = 1000, 8
 		results := make([][]lease.Result, len(reqs)/batch)
 		for i := range results {

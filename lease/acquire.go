@@ -121,7 +121,9 @@ func (c *Client) Acquire(ctx context.Context, tenant string, lim Limits, want in
 // AcquireMany acquires for many tenants in one pipelined round trip (per
 // Redis node on a cluster: go-redis splits the pipeline by node), plus one
 // more only if some node had lost the script. Each request behaves like
-// Acquire; results[i] is the outcome of reqs[i].
+// Acquire; results[i] is the outcome of reqs[i]. With WithBatch(n), the
+// pipeline holds a script call per n valid requests instead of one per
+// request.
 //
 // results is reused when its capacity is at least len(reqs) and allocated
 // otherwise (pass nil to always allocate); the slice holding the results
@@ -153,12 +155,70 @@ func (c *Client) AcquireMany(ctx context.Context, reqs []Request, results []Resu
 	if len(calls) == 0 {
 		return results, nil
 	}
+	if c.batch > 1 && len(calls) > 1 {
+		return results, c.acquireBatches(ctx, reqs, calls, sent, results)
+	}
 	cmds := acquireScript.runMany(ctx, c.s, calls)
 	for j, cmd := range cmds {
 		i := sent[j]
 		results[i].Grant, results[i].Err = parseGrant(cmd, reqs[i].Want)
 	}
 	return results, commonFailure(cmds)
+}
+
+// acquireBatches sends calls (calls[j] being reqs[sent[j]]'s) c.batch
+// tenants per script call (WithBatch; acquire.lua's batch form), and sets
+// each tenant's result from its element of its call's reply. It returns
+// what AcquireMany returns as its error.
+func (c *Client) acquireBatches(ctx context.Context, reqs []Request, calls []call, sent []int, results []Result) error {
+	batches := make([]call, 0, (len(calls)+c.batch-1)/c.batch)
+	for lo := 0; lo < len(calls); lo += c.batch {
+		hi := min(lo+c.batch, len(calls))
+		if hi-lo == 1 {
+			batches = append(batches, calls[lo])
+			continue
+		}
+		b := call{keys: make([]string, 0, 3*(hi-lo)), args: make([]interface{}, 0, 6*(hi-lo))}
+		for _, cl := range calls[lo:hi] {
+			b.keys = append(b.keys, cl.keys...)
+			b.args = append(b.args, cl.args...)
+			// A batch gives every tenant six arguments: an empty id
+			// for one without a registry.
+			for k := len(cl.args); k < 6; k++ {
+				b.args = append(b.args, "")
+			}
+		}
+		batches = append(batches, b)
+	}
+	cmds := acquireScript.runMany(ctx, c.s, batches)
+	for k, cmd := range cmds {
+		lo := k * c.batch
+		hi := min(lo+c.batch, len(calls))
+		if hi-lo == 1 {
+			i := sent[lo]
+			results[i].Grant, results[i].Err = parseGrant(cmd, reqs[i].Want)
+			continue
+		}
+		v, err := cmd.Result()
+		a, ok := v.([]interface{})
+		if err == nil && (!ok || len(a) != hi-lo) {
+			err = fmt.Errorf("%w: acquire: want a batch of %d replies, got %T %v", ErrBadReply, hi-lo, v, v)
+		}
+		for j := lo; j < hi; j++ {
+			i := sent[j]
+			if err != nil {
+				results[i].Err = scriptError("acquire", err)
+				continue
+			}
+			elem := a[j-lo]
+			if e, isErr := elem.(error); isErr {
+				results[i].Err = scriptError("acquire", e)
+				continue
+			}
+			results[i].Grant, results[i].Err = parseGrantReply(elem, reqs[i].Want)
+		}
+	}
+	return commonFailure(cmds)
 }
 
 // acquireCall returns the keys and arguments of one acquire.
@@ -192,6 +252,12 @@ func parseGrant(cmd *redis.Cmd, want int64) (Grant, error) {
 	if err != nil {
 		return Grant{}, scriptError("acquire", err)
 	}
+	return parseGrantReply(v, want)
+}
+
+// parseGrantReply decodes one tenant's reply of acquire.lua: the whole
+// reply of a call for one tenant, or its element of a batch's.
+func parseGrantReply(v interface{}, want int64) (Grant, error) {
 	a, ok := v.([]interface{})
 	// Fewer than six elements: a reply of an older script, without the
 	// share (and the override).

@@ -37,6 +37,16 @@
 -- instances' demands, or "" without a registry.
 -- Tokens are returned as a string because Redis truncates Lua numbers to integers.
 --
+-- A batch: with 3n keys (n >= 2), the script acquires for n tenants in one
+-- call, tenant i's keys being KEYS[3i-2..3i] and its arguments
+-- ARGV[6i-5..6i] (always six: an empty id for no registry). It returns an
+-- array of n replies, each the reply above or tenant i's error reply, so
+-- that one tenant's bad argument or corrupt key fails that tenant alone.
+-- Every tenant is acquired for exactly as a call of its own would be, at
+-- the one Redis TIME of the call: a batch shares the call's overhead (the
+-- dispatch, these functions' definitions, TIME), nothing else. Keys of one
+-- batch must be on one server (a standalone Redis, not a cluster).
+--
 -- The history records the refilled level before the debit, at the
 -- bucket's time of this call (the reply's now, which a later release names
 -- the grant by). A missing key is a bucket that was full until now; a hash
@@ -45,15 +55,6 @@
 --
 -- common.lua (in front of this file) reads the bucket, the override and the
 -- history, and stores the bucket; the only clock is Redis TIME.
-
-local rate, burst = read_limits(1, '')
-if rate == nil then
-  return burst -- the error reply
-end
-local want = tonumber(ARGV[3])
-if not whole(want, 0) then
-  return bad('want must be an integer >= 0, got ' .. tostring(ARGV[3]))
-end
 
 -- The registry summary is recomputed from every entry at least every
 -- SUMMARY_AGE of the window; an instance rewrites its own entry at least
@@ -72,171 +73,210 @@ local function sane_demand(v)
   return d
 end
 
--- The override, when one is stored, replaces the caller's rate and burst.
-local override = 0
-local q, orate, oburst = read_override(KEYS[3])
-if q == nil then
-  return orate -- the error reply
-end
-if orate ~= nil then
-  rate, burst = orate, oburst
-  override = {q[1], q[2], q[3] or '0', q[4] or '0', q[5] or '0', q[6] or '0'}
-end
-
-local key = KEYS[1]
-local state, tokens, _, now = read_bucket(key, redis_now(), rate, burst)
-if state == nil then
-  return tokens -- the error reply
-end
--- Record the level before the debit (see the header).
-local h = history(state, now, burst)
-history_push(h, now, tokens)
-
-local instances = 0
-local share = nil       -- this instance's max-min fair share, tokens/s
-local credit = nil      -- this instance's fair-share credit, tokens
-local capacity = nil    -- the most credit it may hold
-local totalDemand = 0
-local id = ARGV[4]
-local ikey = KEYS[2]
-local demand = 0
-local window = 0        -- the registry window, microseconds
-local prevSeen, prevDemand, prevCredit = nil, nil, nil
-local summary = nil     -- the registry summary to store, when recomputed
-if id ~= nil and id ~= '' then
-  local wms = tonumber(ARGV[5])
-  if wms == nil or wms ~= wms or wms < 1 or wms == math.huge then
-    return bad('window must be a number >= 1, got ' .. tostring(ARGV[5]))
+-- acquire runs the acquire above for one tenant: its bucket, registry and
+-- override keys, its arguments at ARGV[o + 1 ..], and the call's Redis
+-- TIME (clock, microseconds). It returns the tenant's reply or its error
+-- reply.
+local function acquire(key, ikey, qkey, o, clock)
+  local rate, burst = check_limits(ARGV[o + 1], ARGV[o + 2], '')
+  if rate == nil then
+    return burst -- the error reply
   end
-  window = wms * 1000
-  demand = sane_demand(ARGV[6])
-  local cutoff = now - window
-  -- This instance's entry, "last acquire (us):demand (tokens/s):credit
-  -- (tokens)"; one older than the window is not this instance's any more.
-  local mine = redis.call('HGET', ikey, id)
-  if mine then
-    local s, d, c = string.match(mine, '^([^:]*):([^:]*):([^:]*)$')
-    prevSeen, prevDemand, prevCredit = tonumber(s), tonumber(d), tonumber(c)
-    if prevSeen == nil or prevSeen < cutoff or prevDemand == nil then
-      prevSeen, prevDemand, prevCredit = nil, nil, nil
+  local want = tonumber(ARGV[o + 3])
+  if not whole(want, 0) then
+    return bad('want must be an integer >= 0, got ' .. tostring(ARGV[o + 3]))
+  end
+
+  -- The override, when one is stored, replaces the caller's rate and burst.
+  local override = 0
+  local q, orate, oburst = read_override(qkey)
+  if q == nil then
+    return orate -- the error reply
+  end
+  if orate ~= nil then
+    rate, burst = orate, oburst
+    override = {q[1], q[2], q[3] or '0', q[4] or '0', q[5] or '0', q[6] or '0'}
+  end
+
+  local state, tokens, _, now = read_bucket(key, clock, rate, burst)
+  if state == nil then
+    return tokens -- the error reply
+  end
+  -- Record the level before the debit (see the header).
+  local h = history(state, now, burst)
+  history_push(h, now, tokens)
+
+  local instances = 0
+  local share = nil       -- this instance's max-min fair share, tokens/s
+  local credit = nil      -- this instance's fair-share credit, tokens
+  local capacity = nil    -- the most credit it may hold
+  local totalDemand = 0
+  local id = ARGV[o + 4]
+  local demand = 0
+  local window = 0        -- the registry window, microseconds
+  local prevSeen, prevDemand, prevCredit = nil, nil, nil
+  local summary = nil     -- the registry summary to store, when recomputed
+  if id ~= nil and id ~= '' then
+    local wms = tonumber(ARGV[o + 5])
+    if wms == nil or wms ~= wms or wms < 1 or wms == math.huge then
+      return bad('window must be a number >= 1, got ' .. tostring(ARGV[o + 5]))
     end
-  end
-  -- The registry summary, so that most calls need not read every entry:
-  -- "computed at (us):instances:total demand:water level", the level -1
-  -- when every demand is met. It is recomputed from the entries when it
-  -- is missing, older than SUMMARY_AGE of the window, from the future, or
-  -- when this instance has no entry (so that a new instance counts at
-  -- once). Between, shares follow the demands as of the summary.
-  local level = nil
-  local st, sn, sd, sl = nil, nil, nil, nil
-  if state[13] then
-    local a, b, c, d = string.match(state[13], '^([^:]*):([^:]*):([^:]*):([^:]*)$')
-    st, sn, sd, sl = tonumber(a), tonumber(b), tonumber(c), tonumber(d)
-  end
-  if prevSeen == nil or st == nil or sn == nil or sd == nil or sl == nil or
-      sl ~= sl or sd ~= sd or st > now or now - st >= window * SUMMARY_AGE then
-    local all = redis.call('HGETALL', ikey)
-    local demands = {demand}
-    for i = 1, #all, 2 do
-      if all[i] ~= id then
-        local s, d = string.match(all[i + 1], '^([^:]*):([^:]*)')
-        local seen = tonumber(s)
-        if seen == nil or seen < cutoff then
-          redis.call('HDEL', ikey, all[i])
-        else
-          demands[#demands + 1] = sane_demand(d)
-        end
+    window = wms * 1000
+    demand = sane_demand(ARGV[o + 6])
+    local cutoff = now - window
+    -- This instance's entry, "last acquire (us):demand (tokens/s):credit
+    -- (tokens)"; one older than the window is not this instance's any more.
+    local mine = redis.call('HGET', ikey, id)
+    if mine then
+      local s, d, c = string.match(mine, '^([^:]*):([^:]*):([^:]*)$')
+      prevSeen, prevDemand, prevCredit = tonumber(s), tonumber(d), tonumber(c)
+      if prevSeen == nil or prevSeen < cutoff or prevDemand == nil then
+        prevSeen, prevDemand, prevCredit = nil, nil, nil
       end
     end
-    -- Max-min fair share of the rate among the reported demands
-    -- (water-filling): the smallest demands are met in full, the rest get
-    -- the water level, an even split of what those left.
-    table.sort(demands)
-    local left = rate
-    level = -1
-    for k = 1, #demands do
-      totalDemand = totalDemand + demands[k]
-      if level < 0 then
-        local fair = left / (#demands - k + 1)
-        if demands[k] > fair then
-          level = fair
-        else
-          left = left - demands[k]
+    -- The registry summary, so that most calls need not read every entry:
+    -- "computed at (us):instances:total demand:water level", the level -1
+    -- when every demand is met. It is recomputed from the entries when it
+    -- is missing, older than SUMMARY_AGE of the window, from the future, or
+    -- when this instance has no entry (so that a new instance counts at
+    -- once). Between, shares follow the demands as of the summary.
+    local level = nil
+    local st, sn, sd, sl = nil, nil, nil, nil
+    if state[13] then
+      local a, b, c, d = string.match(state[13], '^([^:]*):([^:]*):([^:]*):([^:]*)$')
+      st, sn, sd, sl = tonumber(a), tonumber(b), tonumber(c), tonumber(d)
+    end
+    if prevSeen == nil or st == nil or sn == nil or sd == nil or sl == nil or
+        sl ~= sl or sd ~= sd or st > now or now - st >= window * SUMMARY_AGE then
+      local all = redis.call('HGETALL', ikey)
+      local demands = {demand}
+      for i = 1, #all, 2 do
+        if all[i] ~= id then
+          local s, d = string.match(all[i + 1], '^([^:]*):([^:]*)')
+          local seen = tonumber(s)
+          if seen == nil or seen < cutoff then
+            redis.call('HDEL', ikey, all[i])
+          else
+            demands[#demands + 1] = sane_demand(d)
+          end
         end
       end
+      -- Max-min fair share of the rate among the reported demands
+      -- (water-filling): the smallest demands are met in full, the rest get
+      -- the water level, an even split of what those left.
+      table.sort(demands)
+      local left = rate
+      level = -1
+      for k = 1, #demands do
+        totalDemand = totalDemand + demands[k]
+        if level < 0 then
+          local fair = left / (#demands - k + 1)
+          if demands[k] > fair then
+            level = fair
+          else
+            left = left - demands[k]
+          end
+        end
+      end
+      instances = #demands
+      summary = string.format('%d:%d:%.17g:%.17g', now, instances, totalDemand, level)
+    else
+      instances, totalDemand, level = sn, sd, sl
     end
-    instances = #demands
-    summary = string.format('%d:%d:%.17g:%.17g', now, instances, totalDemand, level)
-  else
-    instances, totalDemand, level = sn, sd, sl
-  end
-  share = demand
-  if level >= 0 and share > level then
-    share = level
-  end
-  -- The credit accrues at the share, up to the instance's share of the
-  -- burst; a new instance starts full.
-  capacity = burst * share / rate
-  if capacity < 1 then
-    capacity = 1
-  end
-  if prevCredit == nil then
-    credit = capacity
-  else
-    local since = now - prevSeen
-    if since < 0 then
-      since = 0
+    share = demand
+    if level >= 0 and share > level then
+      share = level
     end
-    credit = prevCredit + share * since / 1000000
-    if credit > capacity then
+    -- The credit accrues at the share, up to the instance's share of the
+    -- burst; a new instance starts full.
+    capacity = burst * share / rate
+    if capacity < 1 then
+      capacity = 1
+    end
+    if prevCredit == nil then
+      credit = capacity
+    else
+      local since = now - prevSeen
+      if since < 0 then
+        since = 0
+      end
+      credit = prevCredit + share * since / 1000000
+      if credit > capacity then
+        credit = capacity
+      end
+    end
+  end
+
+  local granted = math.floor(tokens)
+  if want < granted then
+    granted = want
+  end
+  -- Fair shares: while the active instances together ask for more than the
+  -- rate and the bucket is less than half full, an instance gets at most its
+  -- credit, so whoever asks first cannot take the tokens the others are
+  -- owed, and each gets about its max-min fair share. Otherwise (demand
+  -- below the rate, or a bucket at least half full, whose tokens would
+  -- otherwise overflow) everyone gets what it asks for and credit is reset.
+  if credit ~= nil then
+    if totalDemand > rate and tokens < burst / 2 then
+      local c = math.floor(credit)
+      if granted > c then
+        granted = c
+      end
+      credit = credit - granted
+    else
       credit = capacity
     end
-  end
-end
-
-local granted = math.floor(tokens)
-if want < granted then
-  granted = want
-end
--- Fair shares: while the active instances together ask for more than the
--- rate and the bucket is less than half full, an instance gets at most its
--- credit, so whoever asks first cannot take the tokens the others are
--- owed, and each gets about its max-min fair share. Otherwise (demand
--- below the rate, or a bucket at least half full, whose tokens would
--- otherwise overflow) everyone gets what it asks for and credit is reset.
-if credit ~= nil then
-  if totalDemand > rate and tokens < burst / 2 then
-    local c = math.floor(credit)
-    if granted > c then
-      granted = c
+    -- The entry is written when it changes what a later call computes (the
+    -- credit, a demand moved by more than a quarter), when it is new, and
+    -- at least every ENTRY_AGE of the window, so that it stays active. The
+    -- hash is kept for two windows from each summary, which any active
+    -- instance recomputes within SUMMARY_AGE of a window.
+    if prevSeen == nil or credit ~= prevCredit or now - prevSeen >= window * ENTRY_AGE or
+        math.abs(demand - prevDemand) > prevDemand / 4 then
+      redis.call('HSET', ikey, id, string.format('%d:%.17g:%.17g', now, demand, credit))
     end
-    credit = credit - granted
-  else
-    credit = capacity
+    if summary then
+      redis.call('PEXPIRE', ikey, string.format('%d', window / 500))
+    end
   end
-  -- The entry is written when it changes what a later call computes (the
-  -- credit, a demand moved by more than a quarter), when it is new, and
-  -- at least every ENTRY_AGE of the window, so that it stays active. The
-  -- hash is kept for two windows from each summary, which any active
-  -- instance recomputes within SUMMARY_AGE of a window.
-  if prevSeen == nil or credit ~= prevCredit or now - prevSeen >= window * ENTRY_AGE or
-      math.abs(demand - prevDemand) > prevDemand / 4 then
-    redis.call('HSET', ikey, id, string.format('%d:%.17g:%.17g', now, demand, credit))
-  end
+  tokens = tokens - granted
+
+  local extra = nil
   if summary then
-    redis.call('PEXPIRE', ikey, string.format('%d', window / 500))
+    extra = {'rg', summary}
   end
-end
-tokens = tokens - granted
+  store(key, tokens, now, rate, burst, h, state, extra)
 
-local extra = nil
-if summary then
-  extra = {'rg', summary}
+  local shareOut = ''
+  if share ~= nil then
+    shareOut = string.format('%.17g', share)
+  end
+  return {granted, string.format('%.17g', tokens), now, instances, override, shareOut}
 end
-store(key, tokens, now, rate, burst, h, state, extra)
 
-local shareOut = ''
-if share ~= nil then
-  shareOut = string.format('%.17g', share)
+if #KEYS == 3 then
+  return acquire(KEYS[1], KEYS[2], KEYS[3], 0, redis_now())
 end
-return {granted, string.format('%.17g', tokens), now, instances, override, shareOut}
+local n = #KEYS / 3
+if n < 2 or n ~= math.floor(n) or #ARGV ~= 6 * n then
+  return bad('a batch wants 3 keys and 6 arguments per tenant, got ' .. #KEYS .. ' keys and ' .. #ARGV .. ' arguments')
+end
+local clock = redis_now()
+local replies = {}
+for i = 1, n do
+  -- A command that fails (a key of another type) raises an error that
+  -- would end the whole call, after the earlier tenants' writes: caught,
+  -- it is that tenant's error reply alone. Its reads come first, so it
+  -- has written nothing then.
+  local ok, r = pcall(acquire, KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i], 6 * (i - 1), clock)
+  if not ok then
+    if type(r) == 'table' and r.err then
+      r = redis.error_reply(r.err)
+    else
+      r = redis.error_reply(tostring(r))
+    end
+  end
+  replies[i] = r
+end
+return replies

@@ -19,6 +19,7 @@ type Client struct {
 	prefix   string
 	instance string        // this client's id in the instance registry; "" for none
 	window   time.Duration // how long an instance counts as active after an acquire
+	batch    int           // tenants per acquire script call in AcquireMany (WithBatch)
 	releases atomic.Uint64 // sequence of release ids, with instance
 }
 
@@ -42,6 +43,22 @@ func WithInstance(id string, window time.Duration) ClientOption {
 	return func(c *Client) { c.instance, c.window = id, window }
 }
 
+// WithBatch makes AcquireMany acquire for up to n tenants in each script
+// call (one EVALSHA carrying n tenants' keys and arguments), instead of one
+// call per tenant: each tenant is acquired for exactly as on its own, and
+// the call's fixed cost in Redis (dispatch, the script's prologue, TIME,
+// parsing and replying) is paid once per n tenants. Redis runs a call
+// without interleaving others, so a larger n delays other clients' commands
+// longer (about n times an acquire's cost). n must be at least 1 (1, the
+// default, is no batching).
+//
+// Use it only with a client of one server (a *redis.Client, standalone or
+// Sentinel): the keys of one call must all live on the server it is sent
+// to, which a Cluster or a Ring does not ensure.
+func WithBatch(n int) ClientOption {
+	return func(c *Client) { c.batch = n }
+}
+
 // NewClient returns a Client that keeps buckets under prefix (see Key) on s.
 // It fails with an error wrapping ErrBadPrefix when ValidatePrefix does, and
 // with one wrapping ErrBadRequest for an invalid option value.
@@ -52,9 +69,12 @@ func NewClient(s Scripter, prefix string, opts ...ClientOption) (*Client, error)
 	if err := ValidatePrefix(prefix); err != nil {
 		return nil, err
 	}
-	c := &Client{s: s, prefix: prefix}
+	c := &Client{s: s, prefix: prefix, batch: 1}
 	for _, o := range opts {
 		o(c)
+	}
+	if c.batch < 1 {
+		return nil, fmt.Errorf("%w: WithBatch(%d): want >= 1", ErrBadRequest, c.batch)
 	}
 	if c.instance != "" && c.window < time.Millisecond {
 		return nil, fmt.Errorf("%w: WithInstance window %v: want >= 1ms", ErrBadRequest, c.window)

@@ -23,17 +23,23 @@ local function whole(x, least)
   return x ~= nil and x == x and x >= least and x ~= math.huge and x == math.floor(x)
 end
 
--- read_limits returns the rate and burst in ARGV[i] and ARGV[i + 1], or
--- nil and a bad-argument reply naming them with prefix (e.g. 'base ').
-local function read_limits(i, prefix)
-  local rate, burst = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
+-- check_limits returns the rate and burst given as the strings r and b,
+-- or nil and a bad-argument reply naming them with prefix (e.g. 'base ').
+local function check_limits(r, b, prefix)
+  local rate, burst = tonumber(r), tonumber(b)
   if not rate_ok(rate) then
-    return nil, bad(prefix .. 'rate must be a finite number > 0, got ' .. tostring(ARGV[i]))
+    return nil, bad(prefix .. 'rate must be a finite number > 0, got ' .. tostring(r))
   end
   if not whole(burst, 1) then
-    return nil, bad(prefix .. 'burst must be an integer >= 1, got ' .. tostring(ARGV[i + 1]))
+    return nil, bad(prefix .. 'burst must be an integer >= 1, got ' .. tostring(b))
   end
   return rate, burst
+end
+
+-- read_limits returns the rate and burst in ARGV[i] and ARGV[i + 1], as
+-- check_limits does.
+local function read_limits(i, prefix)
+  return check_limits(ARGV[i], ARGV[i + 1], prefix)
 end
 
 -- redis_now returns Redis TIME in microseconds: the only clock, so every

@@ -53,6 +53,12 @@
 // script did not run, so that is the only error retried); in a pipeline,
 // only the commands that got NOSCRIPT are re-sent, in a second pipeline.
 //
+// On one server (a *redis.Client), WithBatch(n) makes AcquireMany send up
+// to n tenants per acquire call (acquire.lua's batch form): each tenant is
+// acquired for as on its own, at the call's one Redis TIME, and gets its
+// own reply or error; the call's fixed cost is paid once per n tenants.
+// The Limiter uses n = 8 there.
+//
 // # Returns
 //
 // Crediting returned tokens unconditionally would break the bound over

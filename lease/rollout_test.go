@@ -15,9 +15,10 @@ import (
 	"github.com/leasequota/leasequota/internal/redisserver"
 )
 
-// The scripts of the previous release (main at e93ce47), before the
-// registry summary: every acquire read and rewrote the whole instance
-// registry.
+// The scripts of earlier releases, for the rollout tests: v1 is main at
+// e93ce47, before the registry summary (every acquire read and rewrote
+// the whole instance registry); v2 is main at c21efec, before the batch
+// form of acquire.lua (one tenant per call).
 var (
 	//go:embed testdata/v1/common.lua
 	v1Common string
@@ -25,14 +26,34 @@ var (
 	v1Acquire string
 	//go:embed testdata/v1/release.lua
 	v1Release string
+	//go:embed testdata/v2/common.lua
+	v2Common string
+	//go:embed testdata/v2/acquire.lua
+	v2Acquire string
+	//go:embed testdata/v2/release.lua
+	v2Release string
 )
 
-// TestMixedFleetRollout runs clients of the previous release and of this
+// TestMixedFleetRollout runs clients of an earlier release and of this
 // one on the same tenant at once, as during a rolling upgrade (or a
 // rollback): the bound holds over everything both granted, less what
 // both sides' returns credited, and each side counts the other's
-// instances.
+// instances. This release's clients send batches (WithBatch) that name
+// the tenant twice, next to another tenant.
 func TestMixedFleetRollout(t *testing.T) {
+	for _, old := range []struct{ name, common, acquire, release string }{
+		{"v1", v1Common, v1Acquire, v1Release},
+		{"v2", v2Common, v2Acquire, v2Release},
+	} {
+		t.Run(old.name, func(t *testing.T) {
+			mixedFleet(t, redis.NewScript(old.common+old.acquire), redis.NewScript(old.common+old.release))
+		})
+	}
+}
+
+// mixedFleet runs old clients (their acquire and release scripts) and
+// this release's on one tenant; see TestMixedFleetRollout.
+func mixedFleet(t *testing.T, old, oldRelease *redis.Script) {
 	ctx := context.Background()
 	rdb := redisserver.Client(t)
 	prefix := redisserver.Prefix(t)
@@ -44,8 +65,6 @@ func TestMixedFleetRollout(t *testing.T) {
 		run    = 1200 * time.Millisecond
 	)
 	lim := Limits{Rate: 200, Burst: 50}
-	old := redis.NewScript(v1Common + v1Acquire)
-	oldRelease := redis.NewScript(v1Common + v1Release)
 
 	var (
 		mu           sync.Mutex
@@ -119,7 +138,7 @@ func TestMixedFleetRollout(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c, err := NewClient(rdb, prefix, WithInstance(fmt.Sprintf("new-%d", i), window))
+			c, err := NewClient(rdb, prefix, WithInstance(fmt.Sprintf("new-%d", i), window), WithBatch(3))
 			if err != nil {
 				fail(err)
 				return
@@ -127,16 +146,22 @@ func TestMixedFleetRollout(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(i), 2))
 			for time.Now().Before(deadline) {
 				want := int64(1 + rng.IntN(8))
-				reqs := []Request{{Tenant: tenant, Limits: lim, Want: want, Demand: 50 + rng.Float64()*250}}
+				demand := 50 + rng.Float64()*250
+				reqs := []Request{
+					{Tenant: tenant, Limits: lim, Want: want, Demand: demand},
+					{Tenant: "other", Limits: lim, Want: 1},
+					{Tenant: tenant, Limits: lim, Want: want, Demand: demand},
+				}
 				res, err := c.AcquireMany(ctx, reqs, nil)
-				if err != nil || res[0].Err != nil {
+				if err != nil || res[0].Err != nil || res[1].Err != nil || res[2].Err != nil {
 					fail(fmt.Errorf("new client: %v, %+v", err, res))
 					return
 				}
 				g := res[0].Grant
 				mu.Lock()
-				granted += g.Granted
+				granted += g.Granted + res[2].Grant.Granted
 				recordServer(g.ServerTime.UnixMicro())
+				recordServer(res[2].Grant.ServerTime.UnixMicro())
 				seenByNew = max(seenByNew, int64(g.Instances))
 				calls[1]++
 				mu.Unlock()

@@ -1,0 +1,242 @@
+-- leasequota acquire: take up to `want` tokens from a tenant's global bucket.
+--
+-- KEYS[1]  bucket key, a hash:
+--            tk  tokens ("%.17g")
+--            ts  when tk was computed (Redis TIME, microseconds)
+--            hb, p1..p8  the burst the level history was recorded under,
+--                and its entries, that release.lua credits against (see
+--                common.lua)
+--            rg  the registry summary: "computed at (us):instances:total
+--                demand:water level", rewritten at most every 1/8 window
+-- ARGV[1]  rate: tokens added per second, a decimal number > 0
+-- ARGV[2]  burst: bucket capacity, an integer >= 1
+-- ARGV[3]  want: tokens requested, an integer >= 0 (0 only refills and reads)
+-- KEYS[2], ARGV[4], ARGV[5], ARGV[6]  optional instance registry: a hash
+--          {instance id = "last acquire (microseconds):demand (tokens/s):
+--          credit (tokens)"} next to the bucket, the caller's id, the window
+--          in milliseconds within which an instance counts as active, and
+--          the caller's demand. An entry is rewritten when its credit or
+--          (by more than a quarter) its demand changes, and at least every
+--          1/4 window; the shares come from the summary rg, recomputed
+--          from every entry (dropping stale ones) at least every 1/8
+--          window, which also keeps the hash for 2 windows more. So a call
+--          reads one entry, not all, and writes little: its cost does not
+--          grow with the instances.
+--          KEYS[2] is always passed (so that KEYS[3] has a fixed place) but
+--          only touched when ARGV[4] is a non-empty id.
+-- KEYS[3]  quota override (QuotaKey), a hash {r = rate, b = burst, min, max,
+--          ttl (ns), mode} written by quota.lua, never expiring. When it holds
+--          r and b they replace ARGV[1] and ARGV[2]: the override is the one
+--          source of truth, and the caller learns it from the reply.
+--
+-- Returns {granted (integer), tokens left ("%.17g" string), now (microseconds,
+-- integer), active instances (integer; 0 without a registry), override,
+-- share}, where override is 0 when no override is stored, else the array of
+-- strings {r, b, min, max, ttl, mode} as stored, and share is the caller's
+-- max-min fair share of the rate (tokens/s, "%.17g") among the active
+-- instances' demands, or "" without a registry.
+-- Tokens are returned as a string because Redis truncates Lua numbers to integers.
+--
+-- The history records the refilled level before the debit, at the
+-- bucket's time of this call (the reply's now, which a later release names
+-- the grant by). A missing key is a bucket that was full until now; a hash
+-- without a history (an older version wrote it), with an unreadable one or
+-- with one recorded under another burst has an unknown past (common.lua).
+--
+-- common.lua (in front of this file) reads the bucket, the override and the
+-- history, and stores the bucket; the only clock is Redis TIME.
+
+local rate, burst = read_limits(1, '')
+if rate == nil then
+  return burst -- the error reply
+end
+local want = tonumber(ARGV[3])
+if not whole(want, 0) then
+  return bad('want must be an integer >= 0, got ' .. tostring(ARGV[3]))
+end
+
+-- The registry summary is recomputed from every entry at least every
+-- SUMMARY_AGE of the window; an instance rewrites its own entry at least
+-- every ENTRY_AGE of it (see below). Both are fractions, so that the costs
+-- do not grow with the number of instances between.
+local SUMMARY_AGE = 1 / 8
+local ENTRY_AGE = 1 / 4
+
+-- sane_demand returns a reported demand as a number >= 0: what is not one
+-- (missing, NaN, negative, infinite) counts as 0.
+local function sane_demand(v)
+  local d = tonumber(v)
+  if d == nil or d ~= d or d < 0 or d == math.huge then
+    return 0
+  end
+  return d
+end
+
+-- The override, when one is stored, replaces the caller's rate and burst.
+local override = 0
+local q, orate, oburst = read_override(KEYS[3])
+if q == nil then
+  return orate -- the error reply
+end
+if orate ~= nil then
+  rate, burst = orate, oburst
+  override = {q[1], q[2], q[3] or '0', q[4] or '0', q[5] or '0', q[6] or '0'}
+end
+
+local key = KEYS[1]
+local state, tokens, _, now = read_bucket(key, redis_now(), rate, burst)
+if state == nil then
+  return tokens -- the error reply
+end
+-- Record the level before the debit (see the header).
+local h = history(state, now, burst)
+history_push(h, now, tokens)
+
+local instances = 0
+local share = nil       -- this instance's max-min fair share, tokens/s
+local credit = nil      -- this instance's fair-share credit, tokens
+local capacity = nil    -- the most credit it may hold
+local totalDemand = 0
+local id = ARGV[4]
+local ikey = KEYS[2]
+local demand = 0
+local window = 0        -- the registry window, microseconds
+local prevSeen, prevDemand, prevCredit = nil, nil, nil
+local summary = nil     -- the registry summary to store, when recomputed
+if id ~= nil and id ~= '' then
+  local wms = tonumber(ARGV[5])
+  if wms == nil or wms ~= wms or wms < 1 or wms == math.huge then
+    return bad('window must be a number >= 1, got ' .. tostring(ARGV[5]))
+  end
+  window = wms * 1000
+  demand = sane_demand(ARGV[6])
+  local cutoff = now - window
+  -- This instance's entry, "last acquire (us):demand (tokens/s):credit
+  -- (tokens)"; one older than the window is not this instance's any more.
+  local mine = redis.call('HGET', ikey, id)
+  if mine then
+    local s, d, c = string.match(mine, '^([^:]*):([^:]*):([^:]*)$')
+    prevSeen, prevDemand, prevCredit = tonumber(s), tonumber(d), tonumber(c)
+    if prevSeen == nil or prevSeen < cutoff or prevDemand == nil then
+      prevSeen, prevDemand, prevCredit = nil, nil, nil
+    end
+  end
+  -- The registry summary, so that most calls need not read every entry:
+  -- "computed at (us):instances:total demand:water level", the level -1
+  -- when every demand is met. It is recomputed from the entries when it
+  -- is missing, older than SUMMARY_AGE of the window, from the future, or
+  -- when this instance has no entry (so that a new instance counts at
+  -- once). Between, shares follow the demands as of the summary.
+  local level = nil
+  local st, sn, sd, sl = nil, nil, nil, nil
+  if state[13] then
+    local a, b, c, d = string.match(state[13], '^([^:]*):([^:]*):([^:]*):([^:]*)$')
+    st, sn, sd, sl = tonumber(a), tonumber(b), tonumber(c), tonumber(d)
+  end
+  if prevSeen == nil or st == nil or sn == nil or sd == nil or sl == nil or
+      sl ~= sl or sd ~= sd or st > now or now - st >= window * SUMMARY_AGE then
+    local all = redis.call('HGETALL', ikey)
+    local demands = {demand}
+    for i = 1, #all, 2 do
+      if all[i] ~= id then
+        local s, d = string.match(all[i + 1], '^([^:]*):([^:]*)')
+        local seen = tonumber(s)
+        if seen == nil or seen < cutoff then
+          redis.call('HDEL', ikey, all[i])
+        else
+          demands[#demands + 1] = sane_demand(d)
+        end
+      end
+    end
+    -- Max-min fair share of the rate among the reported demands
+    -- (water-filling): the smallest demands are met in full, the rest get
+    -- the water level, an even split of what those left.
+    table.sort(demands)
+    local left = rate
+    level = -1
+    for k = 1, #demands do
+      totalDemand = totalDemand + demands[k]
+      if level < 0 then
+        local fair = left / (#demands - k + 1)
+        if demands[k] > fair then
+          level = fair
+        else
+          left = left - demands[k]
+        end
+      end
+    end
+    instances = #demands
+    summary = string.format('%d:%d:%.17g:%.17g', now, instances, totalDemand, level)
+  else
+    instances, totalDemand, level = sn, sd, sl
+  end
+  share = demand
+  if level >= 0 and share > level then
+    share = level
+  end
+  -- The credit accrues at the share, up to the instance's share of the
+  -- burst; a new instance starts full.
+  capacity = burst * share / rate
+  if capacity < 1 then
+    capacity = 1
+  end
+  if prevCredit == nil then
+    credit = capacity
+  else
+    local since = now - prevSeen
+    if since < 0 then
+      since = 0
+    end
+    credit = prevCredit + share * since / 1000000
+    if credit > capacity then
+      credit = capacity
+    end
+  end
+end
+
+local granted = math.floor(tokens)
+if want < granted then
+  granted = want
+end
+-- Fair shares: while the active instances together ask for more than the
+-- rate and the bucket is less than half full, an instance gets at most its
+-- credit, so whoever asks first cannot take the tokens the others are
+-- owed, and each gets about its max-min fair share. Otherwise (demand
+-- below the rate, or a bucket at least half full, whose tokens would
+-- otherwise overflow) everyone gets what it asks for and credit is reset.
+if credit ~= nil then
+  if totalDemand > rate and tokens < burst / 2 then
+    local c = math.floor(credit)
+    if granted > c then
+      granted = c
+    end
+    credit = credit - granted
+  else
+    credit = capacity
+  end
+  -- The entry is written when it changes what a later call computes (the
+  -- credit, a demand moved by more than a quarter), when it is new, and
+  -- at least every ENTRY_AGE of the window, so that it stays active. The
+  -- hash is kept for two windows from each summary, which any active
+  -- instance recomputes within SUMMARY_AGE of a window.
+  if prevSeen == nil or credit ~= prevCredit or now - prevSeen >= window * ENTRY_AGE or
+      math.abs(demand - prevDemand) > prevDemand / 4 then
+    redis.call('HSET', ikey, id, string.format('%d:%.17g:%.17g', now, demand, credit))
+  end
+  if summary then
+    redis.call('PEXPIRE', ikey, string.format('%d', window / 500))
+  end
+end
+tokens = tokens - granted
+
+local extra = nil
+if summary then
+  extra = {'rg', summary}
+end
+store(key, tokens, now, rate, burst, h, state, extra)
+
+local shareOut = ''
+if share ~= nil then
+  shareOut = string.format('%.17g', share)
+end
+return {granted, string.format('%.17g', tokens), now, instances, override, shareOut}
