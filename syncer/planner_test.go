@@ -984,3 +984,41 @@ func TestSkippedWaitsATick(t *testing.T) {
 		t.Fatal("no acquire a quarter interval after a skip")
 	}
 }
+
+// TestOverDemandDoesNotMultiplyCalls: a starved pair's lease calls follow
+// its share of the rate, not its demand. One instance of 16 on an
+// over-demanded tenant (Rate 100, Burst 100; Redis grants at most the
+// credit its fair share accrued), offered 3, 6 and 12 times its share for
+// 20 s: doubling the over-demand must not double its calls (#15's goal:
+// Redis work bounded by admitted tokens / lease size, whatever the load).
+func TestOverDemandDoesNotMultiplyCalls(t *testing.T) {
+	const instances = 16
+	lim := quota.Quota{Rate: 100, Burst: 100, MinLease: 1, MaxLease: 100, LeaseTTL: time.Second}
+	share := lim.Rate / instances
+	capacity := float64(lim.Burst) * share / lim.Rate
+	run := func(over float64) (calls int, acquired int64) {
+		r := newRig(Config{}, lim, "over")
+		credit, last := capacity, r.now
+		r.grant = func(want int64) (lease.Grant, bool) {
+			credit = min(capacity, credit+share*r.now.Sub(last).Seconds())
+			last = r.now
+			g := min(want, int64(credit))
+			credit -= float64(g)
+			return lease.Grant{Granted: g, Tokens: 0.5, Instances: instances, Share: share, ServerTime: r.now}, true
+		}
+		r.run(over*share, 20*time.Second, tick, nil)
+		r.checkHeld(t)
+		return r.calls, r.acquired
+	}
+	base, baseAcq := run(3)
+	for _, over := range []float64{6, 12} {
+		calls, acq := run(over)
+		t.Logf("%.0fx its share: %d calls, %d tokens acquired (3x: %d calls, %d tokens)", over, calls, acq, base, baseAcq)
+		if float64(calls) > 1.15*float64(base) {
+			t.Errorf("%.0fx over-demand: %d calls, want within 15%% of the %d at 3x", over, calls, base)
+		}
+		if float64(acq) < 0.95*float64(baseAcq) {
+			t.Errorf("%.0fx over-demand: acquired %d, want about the %d at 3x (its share)", over, acq, baseAcq)
+		}
+	}
+}
