@@ -162,3 +162,20 @@ func ExampleLimiter_ListQuotas() {
 	// tenant-42: 1000/s, burst 2000
 	// tenant-7: 1000/s, burst 2000
 }
+
+func ExampleWithQuotaRefresh() {
+	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379", ContextTimeoutEnabled: true})
+	plans := func(tenant string) leasequota.Quota { // reads the tenant's plan, e.g. from a database
+		return leasequota.Quota{Rate: 100, Burst: 200}
+	}
+	// Each tracked tenant's plan is read again once a minute, in the
+	// background.
+	lim, err := leasequota.New(rdb, leasequota.WithQuotaFunc(plans), leasequota.WithQuotaRefresh(time.Minute))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lim.Close(context.Background())
+
+	// A plan changed: this instance reads it again now.
+	lim.Invalidate("tenant-42")
+}
