@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"strings"
 
+	"github.com/leasequota/leasequota/lease"
 	"github.com/leasequota/leasequota/quota"
 )
 
@@ -75,6 +77,81 @@ func (l *Limiter) DeleteQuota(ctx context.Context, tenant string) error {
 	}
 	return nil
 }
+
+// TenantQuota is a quota SetQuota stored, as ListQuotas finds it.
+type TenantQuota struct {
+	// Tenant is the tenant it is stored for: what SetQuota was given. It
+	// is "" only with an error wrapping ErrUnnamedQuota (a tenant may be
+	// "" too).
+	Tenant string
+	// Quota is the quota as SetQuota was given it, as GetQuota returns it
+	// (zero lease fields unresolved).
+	Quota Quota
+	// Key is the Redis key the quota is stored at, which identifies it
+	// when Tenant is unknown. A Limiter made by NewWithStore on a
+	// *memstore.Store gives the key under the prefix "".
+	Key string
+}
+
+// ListQuotas returns an iterator over the quotas SetQuota stored under
+// this limiter's key prefix, in no particular order:
+//
+//	for tq, err := range l.ListQuotas(ctx) {
+//		if err != nil { ... }
+//		fmt.Println(tq.Tenant, tq.Quota.Rate, tq.Quota.Burst)
+//	}
+//
+// It reads Redis with SCAN (never KEYS) on every master of a Redis Cluster,
+// or on the one server, a page of keys at a time (lease.ListScanCount), and
+// reads each page's quotas in one pipeline: it makes no call per tenant,
+// does not touch the syncer and runs alongside it. The key prefix's glob
+// characters match only themselves.
+//
+// The iterator yields each quota with a nil error, or an error:
+//
+//   - about one stored quota, with its Key; listing goes on after it. It
+//     wraps ErrUnnamedQuota for a quota stored by a release of this module
+//     before the tenant's name was stored with it, for a tenant longer
+//     than 128 bytes (whose key is a hash, see docs/design.md): its Quota
+//     is filled, its Tenant unknown. SetQuota for the tenant again stores
+//     the name. Any other error about one quota is a key that cannot be
+//     read as one (corrupt, or written by something else).
+//   - about the listing: a Redis call failed, or ctx is done (checked
+//     before each yield). It is the last one yielded.
+//
+// As with SCAN, a quota stored for the whole listing is yielded at least
+// once; one set or deleted meanwhile may or may not be (a deleted one is
+// never yielded with a zero Quota), and one may be yielded twice (Redis
+// rehashing its keyspace, or a cluster slot moving during the listing):
+// keep the keys seen when each must be handled once. The operator's
+// command, which has no Limiter, lists with lease.NewClient(rdb,
+// prefix).ListOverrides, which this method wraps.
+func (l *Limiter) ListQuotas(ctx context.Context) iter.Seq2[TenantQuota, error] {
+	return func(yield func(TenantQuota, error) bool) {
+		for lo, err := range l.leases.ListOverrides(ctx) {
+			tq := TenantQuota{Tenant: lo.Tenant, Key: lo.Key}
+			if err == nil || errors.Is(err, lease.ErrNameUnknown) {
+				tq.Quota = quota.FromOverride(lo.Override)
+			}
+			if errors.Is(err, lease.ErrNameUnknown) {
+				err = fmt.Errorf("%w: ListQuotas: %q: set the tenant's quota again to store its name", ErrUnnamedQuota, lo.Key)
+			} else if err != nil {
+				err = &listErr{err}
+			}
+			if !yield(tq, err) {
+				return
+			}
+		}
+	}
+}
+
+// listErr is an error of ListQuotas, other than ErrUnnamedQuota: its
+// message drops the package prefixes of the errors it wraps, as opErr's.
+type listErr struct{ err error }
+
+func (e *listErr) Unwrap() error { return e.err }
+
+func (e *listErr) Error() string { return pkgPrefix + "ListQuotas: " + stripPrefixes(e.err.Error()) }
 
 // pkgPrefix starts every error message of this package, once.
 const pkgPrefix = "leasequota: "

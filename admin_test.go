@@ -3,6 +3,7 @@ package leasequota_test
 import (
 	"context"
 	"errors"
+	"maps"
 	"math"
 	"strings"
 	"testing"
@@ -142,5 +143,55 @@ func TestAdminErrorsHaveOnePrefix(t *testing.T) {
 		if tc.is != nil && !errors.Is(tc.err, tc.is) {
 			t.Errorf("%q: errors.Is(%v) is false", msg, tc.is)
 		}
+	}
+}
+
+// TestListQuotas lists what SetQuota stored, as given, and nothing after
+// DeleteQuota; a done ctx ends the listing with its error.
+func TestListQuotas(t *testing.T) {
+	store := setup(t)
+	ctx := context.Background()
+	l := newLimiter(t, store, leasequota.WithDefaultQuota(leasequota.Quota{Rate: 1, Burst: 1}))
+	long := strings.Repeat("long", 100)
+	want := map[string]leasequota.Quota{
+		"acme": {Rate: 0.25, Burst: 5, MinLease: 2, MaxLease: 4, LeaseTTL: 3 * time.Second, FailureMode: leasequota.FailClosed},
+		"":     {Rate: 1, Burst: 2},
+		long:   {Rate: 3, Burst: 4},
+		"gone": {Rate: 5, Burst: 6},
+	}
+	for tenant, q := range want {
+		if err := l.SetQuota(ctx, tenant, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.DeleteQuota(ctx, "gone"); err != nil {
+		t.Fatal(err)
+	}
+	delete(want, "gone")
+	got := map[string]leasequota.Quota{}
+	for tq, err := range l.ListQuotas(ctx) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tq.Key == "" {
+			t.Errorf("%.20q listed without a key", tq.Tenant)
+		}
+		got[tq.Tenant] = tq.Quota
+	}
+	if !maps.Equal(got, want) {
+		t.Fatalf("ListQuotas = %v, want %v", got, want)
+	}
+
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	n := 0
+	for _, err := range l.ListQuotas(done) {
+		n++
+		if !errors.Is(err, context.Canceled) || !strings.HasPrefix(err.Error(), "leasequota: ListQuotas: ") || strings.Count(err.Error(), "memstore") > 0 {
+			t.Errorf("ListQuotas with a done ctx: %v; want one error wrapping context.Canceled, with one package prefix", err)
+		}
+	}
+	if n != 1 {
+		t.Errorf("ListQuotas with a done ctx yielded %d values, want 1", n)
 	}
 }

@@ -23,4 +23,8 @@ var (
 	// its ctx ended while Redis could not be reached and the tenant's lease
 	// was spent.
 	ErrUnavailable = errors.New("leasequota: redis unavailable")
+	// ErrUnnamedQuota is wrapped by the error ListQuotas yields with a
+	// quota stored, by an earlier release, for a tenant whose key does not
+	// give its name back (see ListQuotas).
+	ErrUnnamedQuota = errors.New("leasequota: stored quota without its tenant's name")
 )

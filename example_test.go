@@ -8,7 +8,9 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -126,4 +128,54 @@ func ExampleLimiter_SetQuota() {
 	q, ok, err := lim.GetQuota(ctx, "tenant-42")
 	fmt.Println(q.Rate, ok, err)
 	// Output: 1000 true <nil>
+}
+
+func ExampleLimiter_ListQuotas() {
+	lim, err := leasequota.NewWithStore(memstore.New(), leasequota.WithDefaultQuota(leasequota.Quota{Rate: 100, Burst: 200}),
+		leasequota.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lim.Close(context.Background())
+	ctx := context.Background()
+	for _, tenant := range []string{"tenant-7", "tenant-42"} {
+		if err := lim.SetQuota(ctx, tenant, leasequota.Quota{Rate: 1000, Burst: 2000}); err != nil {
+			log.Fatal(err)
+		}
+	}
+
+	// On Redis the order is SCAN's: sort when it matters.
+	var lines []string
+	for tq, err := range lim.ListQuotas(ctx) {
+		if errors.Is(err, leasequota.ErrUnnamedQuota) {
+			lines = append(lines, fmt.Sprintf("%s (name unknown): %v/s", tq.Key, tq.Quota.Rate))
+			continue
+		}
+		if err != nil {
+			log.Fatal(err)
+		}
+		lines = append(lines, fmt.Sprintf("%s: %v/s, burst %d", tq.Tenant, tq.Quota.Rate, tq.Quota.Burst))
+	}
+	slices.Sort(lines)
+	fmt.Println(strings.Join(lines, "\n"))
+	// Output:
+	// tenant-42: 1000/s, burst 2000
+	// tenant-7: 1000/s, burst 2000
+}
+
+func ExampleWithQuotaRefresh() {
+	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379", ContextTimeoutEnabled: true})
+	plans := func(tenant string) leasequota.Quota { // reads the tenant's plan, e.g. from a database
+		return leasequota.Quota{Rate: 100, Burst: 200}
+	}
+	// Each tracked tenant's plan is read again once a minute, in the
+	// background.
+	lim, err := leasequota.New(rdb, leasequota.WithQuotaFunc(plans), leasequota.WithQuotaRefresh(time.Minute))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lim.Close(context.Background())
+
+	// A plan changed: this instance reads it again now.
+	lim.Invalidate("tenant-42")
 }

@@ -33,3 +33,8 @@ func SyncRefills(l *Limiter, ctx context.Context) bool { return l.sync.Refills(c
 // SyncDeliver answered (syncer.Syncer.Deliver): call it at the end of each
 // step.
 func SyncDeliver(l *Limiter) { l.sync.Deliver() }
+
+// SyncQuotas runs one pass of l's quota refresher (WithQuotaRefresh,
+// Invalidate) in the caller, at l's clock: with WithManualSync, New starts
+// no refresher goroutine.
+func SyncQuotas(l *Limiter) { l.refreshQuotas(context.Background()) }

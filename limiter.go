@@ -40,11 +40,12 @@ type Limiter struct {
 	defaults quota.Defaults // what a quota's zero fields mean here
 	defQuota Quota          // the default quota, resolved
 
-	tel    *telemetry.Telemetry
-	stop   context.CancelFunc // ends the syncer's loop
-	group  errgroup.Group     // runs the syncer's loop
-	closed atomic.Bool        // Close has begun: every decision is ReasonClosed
-	ready  atomic.Bool        // sync is set: telemetry may collect
+	tel     *telemetry.Telemetry
+	stop    context.CancelFunc // ends the syncer's loop and the refresher
+	group   errgroup.Group     // runs the syncer's loop and the refresher
+	refresh refresher          // resolves quotas again (refresh.go)
+	closed  atomic.Bool        // Close has begun: every decision is ReasonClosed
+	ready   atomic.Bool        // sync is set: telemetry may collect
 
 	// decisions counts the decisions made off the hot path, by reason and
 	// outcome ([reason][1] admitted, [reason][0] denied). Admissions from
@@ -170,8 +171,13 @@ func newLimiter(cfg config, b Backend, cluster bool) (*Limiter, error) {
 	l.ready.Store(true)
 	ctx, stop := context.WithCancel(context.Background())
 	l.stop = stop
+	l.refresh.wake = make(chan struct{}, 1)
+	l.refresh.last = cfg.now().UnixNano()
 	if !cfg.manualSync {
 		l.group.Go(func() error { return l.sync.Run(ctx) })
+		if cfg.quotaFunc != nil {
+			l.group.Go(func() error { return l.runRefresh(ctx) })
+		}
 	}
 	return l, nil
 }
@@ -217,7 +223,9 @@ func (l *Limiter) onDegraded(degraded bool, err error) {
 func (l *Limiter) Degraded() bool { return l.sync.Degraded() }
 
 // Close stops the syncer, waits for its goroutines, and returns every
-// unused leased token to Redis (bounded by ctx).
+// unused leased token to Redis (bounded by ctx). It waits for a call of the
+// WithQuotaFunc function that the limiter made to resolve a quota again
+// (WithQuotaRefresh, Invalidate) to return.
 //
 // Admissions stop when Close is called, not when it returns: a decision
 // that starts after the call began is denied with ReasonClosed (WaitN

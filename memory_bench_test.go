@@ -2,6 +2,7 @@ package leasequota_test
 
 import (
 	"context"
+	"iter"
 	"log/slog"
 	"runtime"
 	"strconv"
@@ -211,6 +212,14 @@ func (v *droppableView) DeleteOverride(ctx context.Context, tenant string, base 
 		return 0, err
 	}
 	return s.DeleteOverride(ctx, tenant, base)
+}
+
+func (v *droppableView) ListOverrides(ctx context.Context) iter.Seq2[lease.ListedOverride, error] {
+	s, err := v.cur()
+	if err != nil {
+		return func(yield func(lease.ListedOverride, error) bool) { yield(lease.ListedOverride{}, err) }
+	}
+	return s.ListOverrides(ctx)
 }
 
 func (v *droppableView) QuotaVersion(ctx context.Context) (int64, error) {

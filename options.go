@@ -31,6 +31,8 @@ type Option func(*config)
 type config struct {
 	defaultQuota    *Quota
 	quotaFunc       func(tenant string) Quota
+	quotaRefresh    time.Duration // set only by WithQuotaRefresh (quotaRefreshSet)
+	quotaRefreshSet bool
 	keyPrefix       string
 	refreshInterval time.Duration
 	coldStartWait   time.Duration
@@ -120,10 +122,33 @@ func WithDefaultQuota(q Quota) Option {
 
 // WithQuotaFunc sets a function that gives each tenant's quota. It is
 // called once per tenant per instance, on the tenant's first request (not
-// on the hot path); it must be safe for concurrent use. A tenant whose
-// quota is invalid is denied with ReasonInvalidQuota.
+// on the hot path), and again, from a background goroutine, with
+// WithQuotaRefresh and after Limiter.Invalidate; it must be safe for
+// concurrent use. A tenant whose quota is invalid is denied with
+// ReasonInvalidQuota.
 func WithQuotaFunc(f func(tenant string) Quota) Option {
 	return func(c *config) { c.quotaFunc = f }
+}
+
+// WithQuotaRefresh sets how long a quota that WithQuotaFunc resolved is
+// trusted: each tenant this instance tracks has its quota resolved again
+// once every d, in the background, so that a change in what the function
+// returns (a plan changed in the user's database) reaches tenants that
+// stay busy. Without this option a tenant's quota is resolved once, when
+// this instance starts tracking it, and again only after it went idle and
+// was evicted, or after Limiter.Invalidate.
+//
+// The calls are spread over d (each tenant at its own phase) and made by
+// one background goroutine of the limiter, never on the request path nor
+// by the syncer's loop, one at a time: a slow function delays the next
+// refresh, not requests. A tenant's quota therefore is at most about d
+// plus a refresh interval old, or longer while the function is slow. The
+// new quota applies as a SetQuota change does (see Limiter.Invalidate).
+// d must be at least the refresh interval, and the option needs
+// WithQuotaFunc; otherwise New fails with an error wrapping
+// ErrInvalidOption.
+func WithQuotaRefresh(d time.Duration) Option {
+	return func(c *config) { c.quotaRefresh, c.quotaRefreshSet = d, true }
 }
 
 // WithKeyPrefix sets the prefix of the Redis keys (default
@@ -208,6 +233,12 @@ func (c *config) validate() error {
 	}
 	if c.refreshInterval < time.Millisecond {
 		return fmt.Errorf("%w: WithRefreshInterval(%v): want >= 1ms", ErrInvalidOption, c.refreshInterval)
+	}
+	if c.quotaRefreshSet && c.quotaFunc == nil {
+		return fmt.Errorf("%w: WithQuotaRefresh(%v) without WithQuotaFunc: there is nothing to resolve again", ErrInvalidOption, c.quotaRefresh)
+	}
+	if c.quotaRefreshSet && c.quotaRefresh < c.refreshInterval {
+		return fmt.Errorf("%w: WithQuotaRefresh(%v): want >= the refresh interval (%v)", ErrInvalidOption, c.quotaRefresh, c.refreshInterval)
 	}
 	if c.coldStartWait < 0 {
 		return fmt.Errorf("%w: WithColdStartWait(%v): want >= 0", ErrInvalidOption, c.coldStartWait)

@@ -41,6 +41,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"iter"
 	"log/slog"
 	"math"
 	"strconv"
@@ -321,6 +322,10 @@ func (v *fleetView) SetOverride(ctx context.Context, tenant string, base lease.L
 func (v *fleetView) DeleteOverride(ctx context.Context, tenant string, base lease.Limits) (float64, error) {
 	v.count(func(c *costmodel.Counts) { c.OverrideWrites++ })
 	return v.inner.DeleteOverride(ctx, tenant, base)
+}
+
+func (v *fleetView) ListOverrides(ctx context.Context) iter.Seq2[lease.ListedOverride, error] {
+	return v.inner.ListOverrides(ctx)
 }
 
 func (v *fleetView) QuotaVersion(ctx context.Context) (int64, error) {

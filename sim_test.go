@@ -69,6 +69,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"iter"
 	"log/slog"
 	"math/rand/v2"
 	"os"
@@ -1142,6 +1143,12 @@ func (v *simView) DeleteOverride(ctx context.Context, tenant string, base lease.
 		return 0, cerr
 	}
 	return tokens, err
+}
+
+// ListOverrides is not part of the simulation (no limiter lists), so it
+// goes to the store as it is.
+func (v *simView) ListOverrides(ctx context.Context) iter.Seq2[lease.ListedOverride, error] {
+	return v.inner.ListOverrides(ctx)
 }
 
 func (v *simView) QuotaVersion(ctx context.Context) (ver int64, err error) {

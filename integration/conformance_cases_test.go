@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"reflect"
 	"strconv"
@@ -454,6 +455,56 @@ func confOverrides(c *cx) {
 		var fresh confModel
 		fresh.change(ts, base, base)
 		c.checkStored("fresh", &fresh)
+	}
+}
+
+// confListOverrides: the overrides stored are listed, each with its
+// tenant (long ones too, whose keys are hashed) and under its key; a
+// deleted one and a bucket without one are not; a done ctx ends the
+// listing with its error.
+func confListOverrides(c *cx) {
+	v := c.view("", 0)
+	base := lease.Limits{Rate: 10, Burst: 10}
+	list := func(ctx context.Context) (map[string]lease.Override, error) {
+		got := map[string]lease.Override{}
+		for lo, err := range v.ListOverrides(ctx) {
+			if err != nil {
+				return got, err
+			}
+			if !strings.HasSuffix(lo.Key, lease.QuotaKey(lease.Key("", lo.Tenant))) {
+				c.t.Errorf("%.20q listed under %q", lo.Tenant, lo.Key)
+			}
+			got[lo.Tenant] = lo.Override
+		}
+		return got, nil
+	}
+	if got, err := list(c.ctx); err != nil || len(got) != 0 {
+		c.t.Fatalf("listing before any override: %v, %v", got, err)
+	}
+	want := map[string]lease.Override{}
+	long := strings.Repeat("long\x00", 40)
+	for i, tn := range []string{"a", "", "b c{}", long, long + "2", "gone"} {
+		o := lease.Override{Rate: float64(i) + 0.5, Burst: int64(i + 1), MinLease: 1, MaxLease: int64(i + 1), LeaseTTL: time.Duration(i) * time.Second, Mode: uint8(i % 3)}
+		if _, err := v.SetOverride(c.ctx, tn, base, o); err != nil {
+			c.t.Fatal(err)
+		}
+		want[tn] = o
+	}
+	if _, err := v.DeleteOverride(c.ctx, "gone", base); err != nil {
+		c.t.Fatal(err)
+	}
+	delete(want, "gone")
+	if _, err := v.AcquireMany(c.ctx, []lease.Request{{Tenant: "bucket only", Limits: base, Want: 1}}, nil); err != nil {
+		c.t.Fatal(err)
+	}
+	got, err := list(c.ctx)
+	if err != nil || !maps.Equal(got, want) {
+		c.t.Fatalf("listed %v, %v; want %v", got, err, want)
+	}
+	done, cancel := context.WithCancel(c.ctx)
+	cancel()
+	if got, err := list(done); !errors.Is(err, context.Canceled) || len(got) != 0 {
+		c.t.Fatalf("listing with a done ctx: %v, %v; want nothing and context.Canceled", got, err)
 	}
 }
 

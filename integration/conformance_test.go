@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"reflect"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -281,7 +283,7 @@ func (sp *memSpace) newView(id string, window time.Duration) (lease.Store, error
 func (sp *memSpace) advance(d time.Duration) { sp.clock.add(d) }
 func (sp *memSpace) still() bool             { return sp.clock.tick == 0 }
 func (sp *memSpace) state(tenant string) confState {
-	return memState(sp.s.Tenant(tenant))
+	return memState(tenant, sp.s.Tenant(tenant))
 }
 func (sp *memSpace) final() {}
 
@@ -314,8 +316,9 @@ func (sp *memSpace) pttl(tenant, suffix string) (int64, time.Time) {
 	return exp.UnixMilli() - now.UnixMilli(), now
 }
 
-// memState is st in the form of Redis's keys, as the scripts write them.
-func memState(st memstore.TenantState) confState {
+// memState is st, tenant's state, in the form of Redis's keys, as the
+// scripts write them.
+func memState(tenant string, st memstore.TenantState) confState {
 	var s confState
 	if b := st.Bucket; b != nil {
 		s.Bucket = map[string]string{
@@ -347,6 +350,7 @@ func memState(st memstore.TenantState) confState {
 			"r": strconv.FormatFloat(o.Rate, 'f', -1, 64), "b": strconv.FormatInt(o.Burst, 10),
 			"min": strconv.FormatInt(o.MinLease, 10), "max": strconv.FormatInt(o.MaxLease, 10),
 			"ttl": strconv.FormatInt(int64(o.LeaseTTL), 10), "mode": strconv.FormatInt(int64(o.Mode), 10),
+			"n": tenant,
 		}
 	}
 	return s
@@ -499,7 +503,7 @@ func (sp *redisSpace) final() {
 		t1 := sp.serverTime()
 		sp.clock.set(t0)
 		st := sp.shadow.Tenant(tn)
-		want := memState(st)
+		want := memState(tn, st)
 		near := func(exp time.Time) bool {
 			return !exp.IsZero() && exp.UnixMilli() >= t0.UnixMilli()-2 && exp.UnixMilli() <= t1.UnixMilli()+2
 		}
@@ -668,6 +672,46 @@ func (v *shadowed) DeleteOverride(ctx context.Context, tenant string, base lease
 	return tokens, err
 }
 
+// ListOverrides lists Redis's overrides, and checks that the shadow
+// lists the same ones (SCAN's order aside, and a key it yields twice),
+// each under the key its prefix gives.
+func (v *shadowed) ListOverrides(ctx context.Context) iter.Seq2[lease.ListedOverride, error] {
+	return func(yield func(lease.ListedOverride, error) bool) {
+		var got []lease.ListedOverride
+		var gotErr error
+		stopped := false
+		for lo, err := range v.real.ListOverrides(ctx) {
+			if err != nil {
+				gotErr = err
+			} else if !slices.Contains(got, lo) {
+				got = append(got, lo)
+			}
+			if !yield(lo, err) {
+				stopped = true
+				break
+			}
+		}
+		if stopped {
+			return
+		}
+		var want []lease.ListedOverride
+		var wantErr error
+		for lo, err := range v.mem.ListOverrides(ctx) {
+			if err != nil {
+				wantErr = err
+				continue
+			}
+			lo.Key = strings.Replace(lo.Key, "{", v.sp.prefix+"{", 1)
+			want = append(want, lo)
+		}
+		byTenant := func(a, b lease.ListedOverride) int { return strings.Compare(a.Tenant, b.Tenant) }
+		slices.SortFunc(got, byTenant)
+		if !sameErr(gotErr, wantErr) || gotErr == nil && !slices.Equal(got, want) {
+			v.sp.t.Errorf("list overrides:\nRedis    %+v, %v\nmemstore %+v, %v", got, gotErr, want, wantErr)
+		}
+	}
+}
+
 func (v *shadowed) QuotaVersion(ctx context.Context) (int64, error) {
 	n, err := v.real.QuotaVersion(ctx)
 	m, merr := v.mem.QuotaVersion(ctx)
@@ -697,6 +741,7 @@ func conformanceCases() []confCase {
 		{"burst change", confBurstChange},
 		{"overrides", confOverrides},
 		{"quota version", confQuotaVersion},
+		{"list overrides", confListOverrides},
 		{"fair shares", confFairShares},
 		{"registry summary", confRegistrySummary},
 		{"half full", confHalfFull},

@@ -134,6 +134,20 @@
 // (ReleasesKey), these two only with WithInstance, and the quota override
 // (QuotaKey), only while one is stored.
 //
+// # Listing overrides
+//
+// ListOverrides SCANs every node (never KEYS) for the prefix's override
+// keys, <prefix>{<encoded tenant>}:q, with the prefix's glob characters
+// escaped in MATCH. A tenant longer than 128 bytes is hashed into its key,
+// which does not give the name back, so quota.lua stores the tenant's
+// name in the override hash too (field n; no script reads it). Clients of
+// earlier releases neither write nor read n, so a fleet may mix them: an
+// override they wrote (or rewrote, which drops n) is listed by the name
+// its key gives back when the tenant was not hashed, and otherwise by its
+// key with an error wrapping ErrNameUnknown. Setting it again from this
+// release stores the name. ListOverrides needs no instance: a command can
+// list with NewClient(rdb, prefix).
+//
 // # The Store seam
 //
 // Store is the part of a Client that the syncer uses: batches of acquires

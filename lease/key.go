@@ -78,6 +78,45 @@ func Key(prefix, tenant string) string {
 	return b.String()
 }
 
+// unescapeTenant undoes Key's percent-encoding of a tenant of at most 128
+// bytes: enc is "t:" and the encoded tenant. It accepts more than Key
+// writes (literal bytes escaped, for one); callers check that the result
+// encodes back to enc.
+func unescapeTenant(enc string) (string, error) {
+	s, ok := strings.CutPrefix(enc, literalTag)
+	if !ok {
+		return "", errors.New("no literal tag")
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] != '%' {
+			b.WriteByte(s[i])
+			continue
+		}
+		if i+2 >= len(s) {
+			return "", errors.New("cut escape")
+		}
+		hi, lo := unhex(s[i+1]), unhex(s[i+2])
+		if hi < 0 || lo < 0 {
+			return "", errors.New("bad escape")
+		}
+		b.WriteByte(byte(hi<<4 | lo))
+		i += 2
+	}
+	return b.String(), nil
+}
+
+// unhex is the value of an uppercase hex digit, or -1.
+func unhex(c byte) int {
+	switch {
+	case '0' <= c && c <= '9':
+		return int(c - '0')
+	case 'A' <= c && c <= 'F':
+		return int(c-'A') + 10
+	}
+	return -1
+}
+
 // isLiteral reports whether c is copied as is into an encoded tenant. The
 // set excludes '%' (the escape byte, so decoding is unambiguous), '{' and
 // '}' (they would end or restart the hash tag), and every space, control

@@ -60,7 +60,8 @@ func (c *Client) GetOverride(ctx context.Context, tenant string) (*Override, err
 // refills the bucket at the quota in force until now, caps it at o.Burst
 // and restarts its refill clock, so that later refills run at o.Rate: the
 // change neither refills for free nor loses tokens below the new burst.
-// It returns the bucket's tokens after the change.
+// It returns the bucket's tokens after the change. The tenant's name is
+// stored with the override, for ListOverrides.
 func (c *Client) SetOverride(ctx context.Context, tenant string, base Limits, o Override) (float64, error) {
 	if err := base.Validate(); err != nil {
 		return 0, err
@@ -73,7 +74,7 @@ func (c *Client) SetOverride(ctx context.Context, tenant string, base Limits, o 
 		formatRate(base.Rate), strconv.FormatInt(base.Burst, 10),
 		formatRate(o.Rate), strconv.FormatInt(o.Burst, 10),
 		strconv.FormatInt(o.MinLease, 10), strconv.FormatInt(o.MaxLease, 10),
-		strconv.FormatInt(int64(o.LeaseTTL), 10), strconv.FormatInt(int64(o.Mode), 10))
+		strconv.FormatInt(int64(o.LeaseTTL), 10), strconv.FormatInt(int64(o.Mode), 10), tenant)
 	tokens, err := parseLevel("set quota", cmd)
 	if err != nil {
 		return 0, err

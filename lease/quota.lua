@@ -3,13 +3,17 @@
 --
 -- KEYS[1]  bucket key (see acquire.lua)
 -- KEYS[2]  quota override key (QuotaKey): a hash {r = rate, b = burst,
---          min, max, ttl (ns), mode}, never expiring
+--          min, max, ttl (ns), mode, n = the tenant's name}, never expiring.
+--          n is for listing (Client.ListOverrides: a hashed key does not
+--          give the name back); no script reads it, and overrides written
+--          by clients before it have none.
 -- ARGV[1]  op: "get", "set" or "del"
 -- ARGV[2]  base rate and ARGV[3] base burst (set, del): the quota the
 --          callers apply without an override, i.e. what they pass to
 --          acquire.lua. It is the old quota when no override is stored (set)
 --          and the new one (del).
 -- ARGV[4..9]  set only: r, b, min, max, ttl, mode of the new override.
+-- ARGV[10] set only, optional: the tenant's name, stored as n.
 --
 -- get returns 0 when no override is stored, else {r, b, min, max, ttl, mode}.
 -- set and del return {tokens ("%.17g" string), now (microseconds)}: the
@@ -89,7 +93,11 @@ store(key, tokens, now, newRate, newBurst, {{now, top}}, state)
 
 if op == 'set' then
   redis.call('DEL', qkey)
-  redis.call('HSET', qkey, 'r', ARGV[4], 'b', ARGV[5], 'min', ARGV[6], 'max', ARGV[7], 'ttl', ARGV[8], 'mode', ARGV[9])
+  if ARGV[10] then
+    redis.call('HSET', qkey, 'r', ARGV[4], 'b', ARGV[5], 'min', ARGV[6], 'max', ARGV[7], 'ttl', ARGV[8], 'mode', ARGV[9], 'n', ARGV[10])
+  else
+    redis.call('HSET', qkey, 'r', ARGV[4], 'b', ARGV[5], 'min', ARGV[6], 'max', ARGV[7], 'ttl', ARGV[8], 'mode', ARGV[9])
+  end
 else
   redis.call('DEL', qkey)
 end

@@ -3,9 +3,12 @@ package lease
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -200,5 +203,103 @@ func mixedFleet(t *testing.T, old, oldRelease *redis.Script) {
 	// release's entries, and this release's summary reads the old ones.
 	if seenByOld != olds+news || seenByNew != olds+news {
 		t.Fatalf("instances seen: %d by the old clients, %d by the new; want %d each", seenByOld, seenByNew, olds+news)
+	}
+}
+
+// The quota script of the previous release (main at c21efec), before the
+// override stored its tenant's name (field n), with the common functions
+// of that release.
+var (
+	//go:embed testdata/v2/common.lua
+	v2Common string
+	//go:embed testdata/v2/quota.lua
+	v2Quota string
+)
+
+// TestMixedFleetListOverrides stores overrides with clients of the
+// previous release and of this one, as during a rolling upgrade, and
+// lists them: an old override of a short tenant is listed by the name its
+// key gives back; one of a hashed (long) tenant, without a name, is
+// listed with its key and an error wrapping ErrNameUnknown, and listing
+// goes on; an old client's set over a new override drops the name the
+// same way; and an old client's acquire reads a new override as before.
+func TestMixedFleetListOverrides(t *testing.T) {
+	ctx := context.Background()
+	rdb := redisserver.Client(t)
+	prefix := redisserver.Prefix(t)
+	c, err := NewClient(rdb, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldQuota := redis.NewScript(v2Common + v2Quota)
+	base := Limits{Rate: 10, Burst: 10}
+	oldSet := func(tenant string, o Override) {
+		t.Helper()
+		key := Key(prefix, tenant)
+		err := oldQuota.Run(ctx, rdb, []string{key, QuotaKey(key)}, "set", formatRate(base.Rate), base.Burst,
+			formatRate(o.Rate), o.Burst, o.MinLease, o.MaxLease, int64(o.LeaseTTL), o.Mode).Err()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	long := strings.Repeat("x", 200)
+	oldShort := Override{Rate: 1, Burst: 2}
+	oldLong := Override{Rate: 3, Burst: 4, MinLease: 1, MaxLease: 2, LeaseTTL: time.Second, Mode: 1}
+	newLong := Override{Rate: 5, Burst: 6}
+	overwritten := Override{Rate: 7, Burst: 8}
+	oldSet("old short", oldShort)
+	oldSet(long+"old", oldLong)
+	if _, err := c.SetOverride(ctx, long+"new", base, newLong); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.SetOverride(ctx, long+"overwritten", base, newLong); err != nil {
+		t.Fatal(err)
+	}
+	oldSet(long+"overwritten", overwritten)
+
+	named := map[string]Override{}
+	unnamed := map[string]Override{}
+	for lo, err := range c.ListOverrides(ctx) {
+		switch {
+		case errors.Is(err, ErrNameUnknown):
+			if lo.Tenant != "" {
+				t.Errorf("an unnamed override listed with tenant %q", lo.Tenant)
+			}
+			unnamed[lo.Key] = lo.Override
+		case err != nil:
+			t.Fatal(err)
+		default:
+			named[lo.Tenant] = lo.Override
+		}
+	}
+	wantNamed := map[string]Override{"old short": oldShort, long + "new": newLong}
+	wantUnnamed := map[string]Override{
+		QuotaKey(Key(prefix, long+"old")):         oldLong,
+		QuotaKey(Key(prefix, long+"overwritten")): overwritten,
+	}
+	if !maps.Equal(named, wantNamed) || !maps.Equal(unnamed, wantUnnamed) {
+		t.Fatalf("listed by name %v and by key %v; want %v and %v", named, unnamed, wantNamed, wantUnnamed)
+	}
+
+	// The old acquire script reads an override with a name as before.
+	oldAcquire := redis.NewScript(v1Common + v1Acquire)
+	key := Key(prefix, long+"new")
+	v, err := oldAcquire.Run(ctx, rdb, []string{key, InstancesKey(key), QuotaKey(key)},
+		formatRate(base.Rate), base.Burst, 1, "old", 1000, 1).Slice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := parseOverride(v[4])
+	if err != nil || o == nil || *o != newLong {
+		t.Fatalf("the old acquire read the override as %+v, %v; want %+v", o, err, newLong)
+	}
+	// Setting it again from this release names it.
+	if _, err := c.SetOverride(ctx, long+"old", base, oldLong); err != nil {
+		t.Fatal(err)
+	}
+	for lo, err := range c.ListOverrides(ctx) {
+		if err != nil && lo.Key == QuotaKey(Key(prefix, long+"old")) {
+			t.Fatalf("after a new client set it again: %+v, %v", lo, err)
+		}
 	}
 }

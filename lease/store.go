@@ -1,6 +1,9 @@
 package lease
 
-import "context"
+import (
+	"context"
+	"iter"
+)
 
 // Store is what a syncer needs of the tenants' global buckets: acquires and
 // releases in batches, the quota overrides, and the quota version that
@@ -28,6 +31,9 @@ import "context"
 //   - GetOverride, SetOverride, DeleteOverride: the tenant's quota
 //     override, which replaces the rate and burst callers pass; a change
 //     keeps the bucket consistent and raises the quota version.
+//   - ListOverrides: every stored override with its tenant, in no
+//     particular order; see Client.ListOverrides for the errors it
+//     yields.
 //   - QuotaVersion: a counter raised by every SetOverride and
 //     DeleteOverride, 0 before any.
 //
@@ -39,6 +45,7 @@ type Store interface {
 	GetOverride(ctx context.Context, tenant string) (*Override, error)
 	SetOverride(ctx context.Context, tenant string, base Limits, o Override) (float64, error)
 	DeleteOverride(ctx context.Context, tenant string, base Limits) (float64, error)
+	ListOverrides(ctx context.Context) iter.Seq2[ListedOverride, error]
 	QuotaVersion(ctx context.Context) (int64, error)
 }
 

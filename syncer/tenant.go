@@ -71,9 +71,9 @@ func (t *Tenant) setFlag(f uint32, on bool) (was bool) {
 
 func (t *Tenant) flag(f uint32) bool { return t.flags.Load()&f != 0 }
 
-// init prepares a zero Tenant in place, before it is shared. lim must not
-// change afterwards: it is the tenant's base quota, replaced while Redis
-// holds an override for the tenant.
+// init prepares a zero Tenant in place, before it is shared. lim is the
+// tenant's base quota, replaced while Redis holds an override for the
+// tenant, and by Syncer.Rebase.
 func (t *Tenant) init(name string, lim *limits, p *Planner, now time.Time) {
 	t.name = name
 	t.limits.Store(lim)

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -203,6 +204,16 @@ func (v *view) DeleteOverride(ctx context.Context, tenant string, base lease.Lim
 		return 0, err
 	}
 	return v.inner.DeleteOverride(ctx, tenant, base)
+}
+
+func (v *view) ListOverrides(ctx context.Context) iter.Seq2[lease.ListedOverride, error] {
+	return func(yield func(lease.ListedOverride, error) bool) {
+		if err := v.s.enter(ctx, v.id, OpOverride, 1); err != nil {
+			yield(lease.ListedOverride{}, err)
+			return
+		}
+		v.inner.ListOverrides(ctx)(yield)
+	}
 }
 
 func (v *view) QuotaVersion(ctx context.Context) (int64, error) {

@@ -74,4 +74,8 @@
 //   - Expired state is dropped when a call touches it and by a sweep
 //     amortized over writes, rather than by Redis's background expiry;
 //     either way it is invisible once expired.
+//   - ListOverrides lists the overrides stored when it starts, each once,
+//     sorted by tenant, each named (the store keeps every name); SCAN on
+//     Redis lists in no order, may list one twice, and names an override
+//     that an earlier release wrote under a hashed key only by its key.
 package memstore

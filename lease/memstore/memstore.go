@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"math"
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -719,6 +721,44 @@ func (in *Instance) DeleteOverride(ctx context.Context, tenant string, base leas
 		return 0, fmt.Errorf("memstore: delete quota: %w", err)
 	}
 	return s.setQuota(tenant, base, nil)
+}
+
+// ListOverrides returns an iterator over the stored quota overrides, as
+// lease.Client.ListOverrides does, sorted by tenant: each with its tenant
+// and with Key the override's key under the prefix "" (the store has no
+// key space). The overrides are those stored when the iteration starts.
+// When ctx is done (it is checked before each yield) the iterator yields
+// an error wrapping ctx.Err() and ends.
+func (in *Instance) ListOverrides(ctx context.Context) iter.Seq2[lease.ListedOverride, error] {
+	return func(yield func(lease.ListedOverride, error) bool) {
+		s, err := in.store("list overrides")
+		if err != nil {
+			yield(lease.ListedOverride{}, err)
+			return
+		}
+		if err := ctx.Err(); err != nil {
+			yield(lease.ListedOverride{}, fmt.Errorf("memstore: list overrides: %w", err))
+			return
+		}
+		s.mu.Lock()
+		var list []lease.ListedOverride
+		for name, t := range s.tenants {
+			if t.override != nil {
+				list = append(list, lease.ListedOverride{Tenant: name, Key: lease.QuotaKey(lease.Key("", name)), Override: *t.override})
+			}
+		}
+		s.mu.Unlock()
+		slices.SortFunc(list, func(a, b lease.ListedOverride) int { return strings.Compare(a.Tenant, b.Tenant) })
+		for _, lo := range list {
+			if err := ctx.Err(); err != nil {
+				yield(lease.ListedOverride{}, fmt.Errorf("memstore: list overrides: %w", err))
+				return
+			}
+			if !yield(lo, nil) {
+				return
+			}
+		}
+	}
 }
 
 // QuotaVersion returns the number of SetOverride and DeleteOverride calls

@@ -1,0 +1,96 @@
+-- leasequota quota: read, set or delete a tenant's quota override, keeping
+-- its bucket consistent across the change.
+--
+-- KEYS[1]  bucket key (see acquire.lua)
+-- KEYS[2]  quota override key (QuotaKey): a hash {r = rate, b = burst,
+--          min, max, ttl (ns), mode}, never expiring
+-- ARGV[1]  op: "get", "set" or "del"
+-- ARGV[2]  base rate and ARGV[3] base burst (set, del): the quota the
+--          callers apply without an override, i.e. what they pass to
+--          acquire.lua. It is the old quota when no override is stored (set)
+--          and the new one (del).
+-- ARGV[4..9]  set only: r, b, min, max, ttl, mode of the new override.
+--
+-- get returns 0 when no override is stored, else {r, b, min, max, ttl, mode}.
+-- set and del return {tokens ("%.17g" string), now (microseconds)}: the
+-- bucket after the change.
+--
+-- A change first refills the bucket at the OLD effective rate up to now
+-- (capped at the old burst), then caps the tokens at the NEW burst, and
+-- stores them with ts = now, so every later refill runs at the new rate:
+-- there is no free refill across the change, and nothing is lost beyond
+-- the new cap. A missing bucket is full at the old burst.
+--
+-- Every set and del (whatever the old and new burst) also makes the
+-- bucket's level history (common.lua) unknown before now: it restarts as
+-- {{now, max(old burst, new burst)}} with hb = the new burst. Tokens granted
+-- before the change are then never credited by release.lua (peaks measured
+-- under one cap say nothing about the room below another); grants after it
+-- are creditable as before.
+
+local key, qkey = KEYS[1], KEYS[2]
+local op = ARGV[1]
+local q = redis.call('HMGET', qkey, 'r', 'b', 'min', 'max', 'ttl', 'mode')
+local stored = q[1] and q[2]
+
+if op == 'get' then
+  if not stored then
+    return 0
+  end
+  return {q[1], q[2], q[3] or '0', q[4] or '0', q[5] or '0', q[6] or '0'}
+end
+if op ~= 'set' and op ~= 'del' then
+  return bad('op must be get, set or del, got ' .. tostring(op))
+end
+
+local baseRate, baseBurst = read_limits(2, 'base ')
+if baseRate == nil then
+  return baseBurst -- the error reply
+end
+
+-- The quota in force now.
+local oldRate, oldBurst = baseRate, baseBurst
+if stored then
+  oldRate, oldBurst = tonumber(q[1]), tonumber(q[2])
+  if not rate_ok(oldRate) or not whole(oldBurst, 1) then
+    -- A corrupt override is replaced: take the base quota as the old one.
+    oldRate, oldBurst = baseRate, baseBurst
+  end
+end
+
+-- The quota in force after the change.
+local newRate, newBurst = baseRate, baseBurst
+if op == 'set' then
+  newRate, newBurst = read_limits(4, '')
+  if newRate == nil then
+    return newBurst -- the error reply
+  end
+  for i = 6, 9 do
+    if not whole(tonumber(ARGV[i]), 0) then
+      return bad('lease field ' .. (i - 5) .. ' must be an integer >= 0, got ' .. tostring(ARGV[i]))
+    end
+  end
+end
+
+local state, tokens, _, now = read_bucket(key, redis_now(), oldRate, oldBurst)
+if state == nil then
+  return tokens -- the error reply
+end
+if tokens > newBurst then
+  tokens = newBurst
+end
+
+-- The history starts anew (see the header).
+local top = oldBurst
+if newBurst > top then
+  top = newBurst
+end
+store(key, tokens, now, newRate, newBurst, {{now, top}}, state)
+
+if op == 'set' then
+  redis.call('DEL', qkey)
+  redis.call('HSET', qkey, 'r', ARGV[4], 'b', ARGV[5], 'min', ARGV[6], 'max', ARGV[7], 'ttl', ARGV[8], 'mode', ARGV[9])
+else
+  redis.call('DEL', qkey)
+end
+return {string.format('%.17g', tokens), now}
