@@ -21,7 +21,8 @@ import (
 // The scripts of earlier releases, for the rollout tests: v1 is main at
 // e93ce47, before the registry summary (every acquire read and rewrote
 // the whole instance registry); v2 is main at c21efec, before the batch
-// form of acquire.lua (one tenant per call).
+// form of acquire.lua (one tenant per call) and before quota.lua stored
+// the tenant's name with an override.
 var (
 	//go:embed testdata/v1/common.lua
 	v1Common string
@@ -206,15 +207,11 @@ func mixedFleet(t *testing.T, old, oldRelease *redis.Script) {
 	}
 }
 
-// The quota script of the previous release (main at c21efec), before the
-// override stored its tenant's name (field n), with the common functions
-// of that release.
-var (
-	//go:embed testdata/v2/common.lua
-	v2Common string
-	//go:embed testdata/v2/quota.lua
-	v2Quota string
-)
+// The quota script of v2 (main at c21efec), before the override stored
+// its tenant's name (field n); v2Common is above.
+//
+//go:embed testdata/v2/quota.lua
+var v2Quota string
 
 // TestMixedFleetListOverrides stores overrides with clients of the
 // previous release and of this one, as during a rolling upgrade, and
