@@ -3,6 +3,8 @@ package leasequota
 import (
 	"context"
 	"time"
+
+	"github.com/leasequota/leasequota/lease"
 )
 
 // Allow is AllowN(context.Background(), tenant, 1).Allowed.
@@ -40,12 +42,16 @@ func (l *Limiter) AllowN(ctx context.Context, tenant string, n int64) Decision {
 	if t != nil && !l.closed.Load() {
 		// One read of the limits: the Burst checked is the Quota reported.
 		if lim := t.Limits(); n > 0 && n <= lim.Burst {
+			// Read before the spend, for Refund (see syncer.Syncer.Refund).
+			front, clock := t.Front(), l.sync.Clock()
 			if ok, left := t.Spend(n); ok {
-				return Decision{Allowed: true, Remaining: left, Quota: *lim, Reason: ReasonLeased}
+				return Decision{Allowed: true, Remaining: left, Quota: *lim, Reason: ReasonLeased, Tenant: tenant,
+					adm: admission{n: n, clock: clock, front: [maxRefundKeys]lease.GrantID{front}, keys: 1}}
 			}
 		}
 	}
 	d, _ := l.decide(ctx, tenant, t, n, false)
+	d.Tenant = tenant
 	return d
 }
 
@@ -62,7 +68,9 @@ func (l *Limiter) AllowN(ctx context.Context, tenant string, n int64) Decision {
 // refresh interval plus a round trip of the first call that succeeds) and
 // is admitted as soon as the global bucket allows.
 func (l *Limiter) WaitN(ctx context.Context, tenant string, n int64) (Decision, error) {
-	return l.decide(ctx, tenant, l.sync.Tenant(tenant), n, true)
+	d, err := l.decide(ctx, tenant, l.sync.Tenant(tenant), n, true)
+	d.Tenant = tenant
+	return d, err
 }
 
 // AllowNWithin is AllowN, except that a denial that waiting could turn

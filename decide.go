@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/leasequota/leasequota/lease"
 	"github.com/leasequota/leasequota/syncer"
 )
 
@@ -65,12 +66,17 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n
 			return l.invalidN(tenant, n, *lim, untilAdmitted)
 		}
 		if waits == 0 {
+			front, clock := e.Front(), l.sync.Clock()
 			if ok, left := e.Spend(n); ok {
-				return Decision{Allowed: true, Remaining: left, Quota: *lim, Reason: ReasonLeased}, nil
+				return Decision{Allowed: true, Remaining: left, Quota: *lim, Reason: ReasonLeased,
+					adm: leased(n, front, clock)}, nil
 			}
 			cold = !e.Leased()
-		} else if ok, left := e.SpendWaited(n); ok {
-			return l.admitted(e.Limits(), left, cold), nil
+		} else {
+			front, clock := e.Front(), l.sync.Clock()
+			if ok, left := e.SpendWaited(n); ok {
+				return l.admitted(e.Limits(), left, cold, leased(n, front, clock)), nil
+			}
 		}
 		if e.Failing() {
 			// Redis is failing for the tenant: its failure mode decides.
@@ -123,8 +129,9 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n
 		case <-wctx.Done():
 			return l.gaveUp(ctx, tenant, e, n, untilAdmitted)
 		}
+		front, clock := e.Front(), l.sync.Clock()
 		if ok, left := e.SpendWaited(n); ok {
-			return l.admitted(e.Limits(), left, cold), nil
+			return l.admitted(e.Limits(), left, cold, leased(n, front, clock)), nil
 		}
 		if e.Failing() || e.Evicted() || l.closed.Load() {
 			continue // the top of the loop says what now
@@ -137,12 +144,18 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n
 	}
 }
 
+// leased is the admission of n tokens spent from one tenant's lease, with
+// its oldest grant front and the syncer's clock read before the spend.
+func leased(n int64, front lease.GrantID, clock int64) admission {
+	return admission{n: n, clock: clock, front: [maxRefundKeys]lease.GrantID{front}, keys: 1}
+}
+
 // admitted is the admission of a request that waited for its tokens and
 // spent them, leaving left: cold says it waited for the tenant's first
 // lease here. lim is read after the wait: the lease call may have brought
 // a quota override.
-func (l *Limiter) admitted(lim *Quota, left int64, cold bool) Decision {
-	d := Decision{Allowed: true, Remaining: left, Quota: *lim, Reason: ReasonRefilled}
+func (l *Limiter) admitted(lim *Quota, left int64, cold bool, adm admission) Decision {
+	d := Decision{Allowed: true, Remaining: left, Quota: *lim, Reason: ReasonRefilled, adm: adm}
 	if cold {
 		d.Reason = ReasonColdStart
 	}

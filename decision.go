@@ -1,9 +1,13 @@
 package leasequota
 
-import "time"
+import (
+	"time"
 
-// Decision is the outcome of AllowN or WaitN. It is a small value, returned
-// without allocation.
+	"github.com/leasequota/leasequota/lease"
+)
+
+// Decision is the outcome of AllowN, WaitN, AllowAll or WaitAll. It is a
+// small value, returned without allocation.
 type Decision struct {
 	// Allowed reports whether the n tokens were admitted.
 	Allowed bool
@@ -22,7 +26,34 @@ type Decision struct {
 	// reached and the lease was spent; FailDefault (zero) for a decision
 	// made normally.
 	Mode FailureMode
+	// Tenant is the tenant that decided: the one asked for by AllowN and
+	// WaitN; for AllowAll and WaitAll the one that denied or, when
+	// allowed, the one with the least Remaining. Remaining, RetryAfter,
+	// Quota, Reason and Mode are that tenant's. It is the caller's own
+	// string, not a copy. Empty only for a decision about no tenant
+	// (ReasonNoTenants).
+	Tenant string
+
+	// adm is what the decision admitted from leases, for Refund.
+	adm admission
 }
+
+// admission is what a Decision admitted from leases, for Refund: n tokens
+// from each of keys tenants, the first four spent with the grant IDs in
+// front (each read before its spend: zero when not from a lease) at the
+// syncer's clock. Zero when nothing was admitted from a lease, and after
+// a Refund.
+type admission struct {
+	n     int64
+	clock int64
+	sum   uint64 // keys > 1: the tenants' fingerprint (sumHashes)
+	front [maxRefundKeys]lease.GrantID
+	keys  int32
+}
+
+// maxRefundKeys is how many tenants of an AllowAll decision a Refund can
+// give tokens back to; those after them are forfeited (see Refund).
+const maxRefundKeys = 4
 
 // Reason says how a Decision was reached.
 type Reason uint8
@@ -60,22 +91,30 @@ const (
 	ReasonInvalidQuota
 	// ReasonClosed: denied, the limiter is closed.
 	ReasonClosed
+	// ReasonNoTenants: denied, AllowAll or WaitAll was given no tenant.
+	ReasonNoTenants
+	// ReasonDuplicateTenant: denied, AllowAll or WaitAll was given the same
+	// tenant twice (Decision.Tenant names it). Nothing was spent: a tenant
+	// is never charged twice by one decision.
+	ReasonDuplicateTenant
 
 	numReasons // one past the last reason
 )
 
 var reasonNames = [...]string{
-	ReasonLeased:         "leased",
-	ReasonColdStart:      "cold_start",
-	ReasonRefilled:       "refilled",
-	ReasonExhausted:      "exhausted",
-	ReasonUnavailable:    "unavailable",
-	ReasonFallback:       "fallback",
-	ReasonFailOpen:       "fail_open",
-	ReasonTooManyTenants: "too_many_tenants",
-	ReasonInvalidN:       "invalid_n",
-	ReasonInvalidQuota:   "invalid_quota",
-	ReasonClosed:         "closed",
+	ReasonLeased:          "leased",
+	ReasonColdStart:       "cold_start",
+	ReasonRefilled:        "refilled",
+	ReasonExhausted:       "exhausted",
+	ReasonUnavailable:     "unavailable",
+	ReasonFallback:        "fallback",
+	ReasonFailOpen:        "fail_open",
+	ReasonTooManyTenants:  "too_many_tenants",
+	ReasonInvalidN:        "invalid_n",
+	ReasonInvalidQuota:    "invalid_quota",
+	ReasonClosed:          "closed",
+	ReasonNoTenants:       "no_tenants",
+	ReasonDuplicateTenant: "duplicate_tenant",
 }
 
 // Waitable reports whether a denial for reason r may turn into an

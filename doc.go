@@ -35,6 +35,13 @@
 // as long as its context allows; AllowNWithin waits only when the wait is
 // expected to be within a bound the caller gives.
 //
+// AllowAll and WaitAll decide one request against several tenant keys at
+// once (per IP, per tenant, per day...): all or nothing, nothing spent on
+// a denial, each key with its own quota, leases and bound. Per builds the
+// quota of n tokens per period. Refund gives back what a Decision
+// admitted, for work not done; the bound then holds for admissions net of
+// refunds.
+//
 // A consequence of leasing: an instance can deny a request while another
 // instance, or Redis, still holds tokens. Leases are sized from each
 // instance's measured demand so this is rare under steady load; tune

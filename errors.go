@@ -19,6 +19,15 @@ var (
 	ErrExceedsBurst = errors.New("leasequota: n exceeds burst")
 	// ErrClosed is returned after Close.
 	ErrClosed = errors.New("leasequota: limiter closed")
+	// ErrNoTenants is returned by WaitAll when given no tenant.
+	ErrNoTenants = errors.New("leasequota: no tenants")
+	// ErrDuplicateTenant is returned by WaitAll when given a tenant twice.
+	ErrDuplicateTenant = errors.New("leasequota: duplicate tenant")
+	// ErrNotRefundable is wrapped by Refund's error when the Decision has
+	// nothing to refund: it denied, admitted without a lease (a failure
+	// mode), was refunded already, or the tenants named are not those it
+	// decided for.
+	ErrNotRefundable = errors.New("leasequota: nothing to refund")
 	// ErrUnavailable is wrapped, with ctx's error, by WaitN's error when
 	// its ctx ended while Redis could not be reached and the tenant's lease
 	// was spent.

@@ -179,3 +179,51 @@ func ExampleWithQuotaRefresh() {
 	// A plan changed: this instance reads it again now.
 	lim.Invalidate("tenant-42")
 }
+
+// Two policies on every request, decided at once: 2 requests per client
+// IP (Per(2, time.Hour): refilled slowly, nothing refills here) and the
+// tenant's quota. A denial by the IP's policy spends nothing of the
+// tenant's; Decision.Tenant says which policy decided.
+func ExampleLimiter_AllowAll() {
+	lim, err := leasequota.NewWithStore(memstore.New(),
+		leasequota.WithQuotaFunc(func(key string) leasequota.Quota {
+			if strings.HasPrefix(key, "ip:") {
+				q := leasequota.Per(2, time.Hour)
+				q.MinLease = 2 // lease the IP's whole burst at once
+				return q
+			}
+			return leasequota.Quota{Rate: 0.001, Burst: 10, MinLease: 10}
+		}),
+		leasequota.WithColdStartWait(time.Second),
+		leasequota.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lim.Close(context.Background())
+
+	ctx := context.Background()
+	for range 3 {
+		d := lim.AllowAll(ctx, 1, "ip:203.0.113.7", "tenant:acme")
+		fmt.Println(d.Allowed, d.Tenant, d.Remaining)
+	}
+	info, _ := lim.Tenant("tenant:acme")
+	fmt.Println("tenant:acme holds", info.Tokens)
+
+	// Work not done: give the tokens of an admission back.
+	d := lim.AllowAll(ctx, 1, "tenant:acme", "ip:198.51.100.1")
+	fmt.Println(lim.Refund(&d, "tenant:acme", "ip:198.51.100.1"), lim.Refund(&d, "tenant:acme", "ip:198.51.100.1") != nil)
+	// Output:
+	// true ip:203.0.113.7 1
+	// true ip:203.0.113.7 0
+	// false ip:203.0.113.7 0
+	// tenant:acme holds 8
+	// <nil> true
+}
+
+func ExamplePer() {
+	fmt.Printf("%+v\n", leasequota.Per(1000, 24*time.Hour))
+	fmt.Println(leasequota.Per(0, time.Second).Validate() != nil)
+	// Output:
+	// {Rate:0.011574074074074073 Burst:1000 MinLease:0 MaxLease:0 LeaseTTL:0s FailureMode:default}
+	// true
+}

@@ -25,6 +25,7 @@ type Stats struct {
 	Forfeited int64 // tokens given back that Redis did not credit, or whose return failed
 	Expired   int64 // leased tokens taken back unspent at the end of their lifetime (and returned)
 	Evicted   int64 // tenants evicted (idle or over WithMaxTenants)
+	Refunded  int64 // tokens given back by Refund (credited to a lease, returned or forfeited)
 
 	// Decisions counts every decision by its Reason, the hot path's
 	// included (ReasonLeased). A reason that no decision had yet is
@@ -56,7 +57,7 @@ func (l *Limiter) Stats() Stats {
 	ss := l.sync.Stats()
 	s := Stats{
 		Calls: ss.Calls, Errors: ss.Errors, Requested: ss.Requested, Granted: ss.Granted,
-		Returned: ss.Returned, Forfeited: ss.Forfeited, Expired: ss.Expired, Evicted: ss.Evicted,
+		Returned: ss.Returned, Forfeited: ss.Forfeited, Expired: ss.Expired, Evicted: ss.Evicted, Refunded: ss.Refunded,
 		Decisions: map[Reason]Outcomes{},
 		Degraded:  l.sync.Degraded(),
 	}

@@ -83,6 +83,7 @@ func (s *Syncer) apply(ctx context.Context, t *Tenant, now time.Time, want int64
 	level := t.tokens.Add(g.Granted)
 	s.granted.Add(g.Granted)
 	s.planner.Granted(&t.st, *t.Limits(), now, want, g, level)
+	t.publish()
 	if g.Instances > 0 {
 		s.noteFleet(g.Instances)
 	}

@@ -55,6 +55,7 @@ func (s *Syncer) evict(ts []*Tenant, now time.Time, releases []lease.ReleaseRequ
 func (s *Syncer) drainLocked(t *Tenant, now time.Time) (lease.ReleaseRequest, bool) {
 	n := t.tokens.Drain()
 	_, oldest, id := s.planner.Drained(&t.st)
+	t.publish()
 	if n <= 0 {
 		return lease.ReleaseRequest{}, false
 	}

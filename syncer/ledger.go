@@ -299,6 +299,23 @@ func (l *Ledger) NextExpiry(ttl time.Duration) (time.Time, bool) {
 	return time.Unix(0, l.expiresAt(0, ttl)), true
 }
 
+// frontID returns the ID of the oldest batch's grant, zero when the
+// ledger is empty or the ID unknown.
+func (l *Ledger) frontID() lease.GrantID {
+	if l.left[0] == 0 {
+		return 0
+	}
+	return l.id[0]
+}
+
+// credit adds n > 0 tokens back to the oldest batch: the refund of tokens
+// spent from it (see Syncer.Refund). The ledger must not be empty.
+func (l *Ledger) credit(n int64) {
+	if n > 0 && l.left[0] > 0 {
+		l.left[0] += n
+	}
+}
+
 // shift drops the oldest batch.
 func (l *Ledger) shift() {
 	copy(l.left[:], l.left[1:])

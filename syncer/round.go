@@ -149,6 +149,18 @@ func (s *Syncer) endRound(r *telemetry.Round) {
 // recorded (in), takes expired tokens back from the counter, and returns
 // the action and the release that returns the expired tokens, if any.
 func (s *Syncer) planWith(t *Tenant, now time.Time, in Input) (a Action, ret lease.ReleaseRequest, ok bool) {
+	defer t.publish()
+	s.noteClock(now)
+	if ex := in.Level - t.st.Held(); ex > 0 {
+		// Tokens a multi-tenant decision gave back (Tenant.Unspend) after
+		// this ledger had accounted for their spend: their grant is no
+		// longer known, so they cannot be kept (they might outlive their
+		// lease) nor returned naming it. Forfeit them, as a failed return
+		// would.
+		taken, left := t.tokens.Take(ex)
+		s.forfeited.Add(taken)
+		in.Level = left
+	}
 	a = s.planner.Plan(&t.st, *t.Limits(), now, in)
 	if in.Urgent && a.Acquire == 0 && now.Before(t.st.NotBefore()) {
 		// Calls are held back (bucket dry or backoff): stay urgent, so the

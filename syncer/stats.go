@@ -11,6 +11,7 @@ type Stats struct {
 	Forfeited int64 // tokens given back that Redis did not credit, or whose return failed
 	Expired   int64 // leased tokens taken back unspent at the end of their lifetime (and returned)
 	Evicted   int64 // tenants evicted (idle or over MaxTenants)
+	Refunded  int64 // tokens refunded (Refund), whatever became of them
 	// Skipped counts the acquires held back because the call budget was
 	// spent (Redis busy); Window is the budget's window now (script calls
 	// this instance may have in flight) and Cuts how often it was halved.
@@ -29,6 +30,7 @@ func (s *Syncer) Stats() Stats {
 		Forfeited: s.forfeited.Load(),
 		Expired:   s.expired.Load(),
 		Evicted:   s.evicted.Load(),
+		Refunded:  s.refunded.Load(),
 		Skipped:   s.skipped.Load(),
 		Window:    int64(window),
 		Cuts:      cuts,

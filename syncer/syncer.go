@@ -131,7 +131,13 @@ type Syncer struct {
 	// the loop adds to it.
 	async sync.WaitGroup
 
+	// clock is the time of the latest plan (unix nanoseconds): a request
+	// notes it with its admission, so that a refund can bound how long
+	// ago its tokens were granted (see Refund).
+	clock atomic.Int64
+
 	// Running totals (Stats).
+	refunded                                                               atomic.Int64 // tokens refunded (Refund)
 	calls, errs, requested, granted, returned, forfeited, expired, evicted atomic.Int64
 	skipped                                                                atomic.Int64 // acquires the budget held back
 	failingTenants                                                         atomic.Int64 // Cluster mode: tenants whose last call failed

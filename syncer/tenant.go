@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/leasequota/leasequota/bucket"
+	"github.com/leasequota/leasequota/lease"
 	"github.com/leasequota/leasequota/quota"
 )
 
@@ -49,6 +50,11 @@ type Tenant struct {
 	fallback atomic.Pointer[bucket.TokenBucket]
 
 	flags atomic.Uint32 // flagUrgent (requests, syncer), the rest by the syncer
+	// front is the ID of the oldest grant in the ledger (zero when it is
+	// empty or the ID unknown), published by the syncer after each change
+	// of the ledger. A request reads it before it spends: the tokens it
+	// spends come from that grant or a later one (see Refund).
+	front atomic.Uint32
 
 	mu sync.Mutex // guards st; held across a lease call for this tenant
 	st State
@@ -98,6 +104,36 @@ func (t *Tenant) Spend(n int64) (ok bool, left int64) {
 // SpendWaited is Spend for a request that waited for its tokens: the
 // caller counts the admission by its reason.
 func (t *Tenant) SpendWaited(n int64) (ok bool, left int64) { return t.tokens.TrySpend(n) }
+
+// Front returns the ID of the oldest grant the tenant's leased tokens
+// come from, as the syncer last published it, or zero when unknown. Read
+// before a spend, it names a grant no later than those of the tokens
+// spent: the ledger's oldest grant only moves forward.
+func (t *Tenant) Front() lease.GrantID { return lease.GrantID(t.front.Load()) }
+
+// UnspendWaited gives back n > 0 tokens that SpendWaited took a moment
+// ago for a request that was then denied after all (a multi-tenant
+// decision that another tenant denied). It is lock-free: if the syncer
+// accounted for the spend in between, the tokens exceed what its ledger
+// accounts for, and its next plan forfeits the excess (see
+// Syncer.planWith), so that no token outlives its lease.
+func (t *Tenant) UnspendWaited(n int64) {
+	if n > 0 {
+		t.tokens.Add(n)
+	}
+}
+
+// CountAdmit counts an admission from the tenant's lease made with
+// SpendWaited, as Spend counts its own.
+func (t *Tenant) CountAdmit() { t.admits.Add(1) }
+
+// Uncount takes back the count of an admission Spend made, for a
+// multi-tenant decision that gave its tokens back.
+func (t *Tenant) Uncount() { t.admits.Add(-1) }
+
+// publish makes the ledger's oldest grant visible to requests (Front).
+// t.mu must be held.
+func (t *Tenant) publish() { t.front.Store(uint32(t.st.ledger.frontID())) }
 
 // Held returns the leased tokens the tenant holds now.
 func (t *Tenant) Held() int64 { return t.tokens.Load() }

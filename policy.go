@@ -1,0 +1,284 @@
+package leasequota
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/leasequota/leasequota/lease"
+	"github.com/leasequota/leasequota/syncer"
+)
+
+// Per returns a Quota of n tokens per period: Rate n/period.Seconds(),
+// Burst n, the lease fields left to their defaults. Per(10, time.Second)
+// is 10 per second with bursts of 10; Per(1000, 24*time.Hour) is a daily
+// quota of 1,000.
+//
+// It never panics. For n <= 0 or period <= 0 it returns Quota{Burst: n}
+// (Rate 0), which Validate, New, SetQuota and a limiter resolving it from
+// WithQuotaFunc reject with an error wrapping ErrInvalidQuota that names
+// the field (ReasonInvalidQuota for requests).
+func Per(n int64, period time.Duration) Quota {
+	if n <= 0 || period <= 0 {
+		return Quota{Burst: n}
+	}
+	return Quota{Rate: float64(n) / period.Seconds(), Burst: n}
+}
+
+// AllowAll reports whether n tokens of every tenant's quota may be spent
+// now and, if so, spends n from each: all or nothing. When it denies, it
+// spends nothing from any of them. Each tenant key keeps its own quota
+// (WithQuotaFunc, SetQuota), its own leases and its own bound, whether
+// it is spent by AllowN or AllowAll; name keys of different policies
+// apart (for example "ip:"+addr and "tenant:"+id).
+//
+// It takes n from each tenant's local lease in order; when one is short,
+// it gives back what it took from the earlier ones (exact: they are local
+// counters) and that tenant decides as AllowN would: it waits for its
+// first lease on this instance (up to WithColdStartWait and ctx), or for
+// a fresh lease when WithMaxWait is set; when Redis cannot be reached and
+// its lease is spent, its own FailureMode decides at once. If it admits,
+// AllowAll takes n from the others again. Each tenant gets at most one
+// such turn per call, and AllowAll never holds one tenant's tokens while
+// it waits for another's. (Tenants without a lease yet are all asked for
+// one at the start, so that their first leases come in together.) When a
+// tenant is short after its turn, or its turn denied, AllowAll denies.
+//
+// Decision.Tenant names the tenant that decided: the one that denied or,
+// when allowed, the one with the least Remaining; Remaining, RetryAfter,
+// Quota, Reason and Mode are its own. AllowAll makes no Redis call beyond
+// leasing each tenant, and allocates nothing for up to four tenants.
+//
+// Bad input is denied without spending: no tenants (ReasonNoTenants), a
+// tenant named twice (ReasonDuplicateTenant), n <= 0 or n above any
+// tenant's Burst (ReasonInvalidN), a tenant whose quota is invalid
+// (ReasonInvalidQuota); Decision.Tenant names the tenant at fault. After
+// Close every decision is ReasonClosed. With one tenant, AllowAll is
+// AllowN.
+func (l *Limiter) AllowAll(ctx context.Context, n int64, tenants ...string) Decision {
+	d, _ := l.decideAll(ctx, n, tenants, false)
+	return d
+}
+
+// WaitAll is AllowAll with WaitN's contract: it blocks until n tokens of
+// every tenant are admitted at once and returns the admission, or until
+// ctx is done (returning the denial and ctx's error, wrapped), or the
+// limiter is closed (ErrClosed). It returns an error at once when the
+// call can never be admitted: no tenants (ErrNoTenants), a tenant named
+// twice (ErrDuplicateTenant), n <= 0 (ErrInvalidN), n above a tenant's
+// Burst (ErrExceedsBurst), or an invalid quota (ErrInvalidQuota).
+//
+// It waits for one tenant at a time, as WaitN does (on the same wake-ups:
+// a lease call for the tenant, the global bucket refilling, Redis
+// answering again), holding no other tenant's tokens meanwhile; once that
+// tenant admits, it takes n from the others at once, or gives every token
+// back and waits for the tenant that was short.
+func (l *Limiter) WaitAll(ctx context.Context, n int64, tenants ...string) (Decision, error) {
+	return l.decideAll(ctx, n, tenants, true)
+}
+
+// decideAll is AllowAll (untilAdmitted false) and WaitAll (true).
+func (l *Limiter) decideAll(ctx context.Context, n int64, tenants []string, untilAdmitted bool) (Decision, error) {
+	k := len(tenants)
+	switch {
+	case l.closed.Load():
+		return l.count(Decision{Reason: ReasonClosed}), l.errClosed(untilAdmitted)
+	case k == 0:
+		d := l.count(Decision{Reason: ReasonNoTenants})
+		if untilAdmitted {
+			return d, fmt.Errorf("%w: WaitAll(%d) of no tenant", ErrNoTenants, n)
+		}
+		return d, nil
+	case k == 1:
+		if untilAdmitted {
+			return l.WaitN(ctx, tenants[0], n)
+		}
+		return l.AllowN(ctx, tenants[0], n), nil
+	}
+	if i := duplicate(tenants); i >= 0 {
+		d := l.count(Decision{Reason: ReasonDuplicateTenant, Tenant: tenants[i]})
+		if untilAdmitted {
+			return d, fmt.Errorf("%w: WaitAll(%d): %q is named twice", ErrDuplicateTenant, n, truncate(tenants[i]))
+		}
+		return d, nil
+	}
+	// Look every tenant up (tracking new ones) and check n against each
+	// burst before anything is spent.
+	var buf [maxRefundKeys]*syncer.Tenant
+	ts := buf[:0]
+	if k > len(buf) {
+		ts = make([]*syncer.Tenant, 0, k)
+	}
+	var sum uint64
+	for _, name := range tenants {
+		e := l.sync.Tenant(name)
+		if e == nil || e.Evicted() {
+			var (
+				q   Quota
+				err error
+			)
+			if e, q, err = l.track(name); err != nil {
+				d, err := l.refuse(name, n, q, err, untilAdmitted)
+				d.Tenant = name
+				return d, err
+			}
+		}
+		if lim := e.Limits(); n <= 0 || n > lim.Burst {
+			d, err := l.invalidN(name, n, *lim, untilAdmitted)
+			d.Tenant = name
+			return d, err
+		}
+		ts = append(ts, e)
+		sum = sum*0x100000001b3 + xxhash.Sum64String(name) // as sumHashes
+	}
+	// Ask for the first lease of every tenant that has none, so that they
+	// come in one round rather than one wait after another.
+	for _, e := range ts {
+		if !e.Leased() && !e.Failing() {
+			l.sync.NoteMiss(e, n)
+		}
+	}
+	var (
+		held  = -1     // the tenant whose turn admitted n (spent), or -1
+		hd    Decision // that turn's decision
+		turns int      // turns taken
+		quick int      // WaitAll: turns in a row admitted at once
+		sl    sleeper  // WaitAll: a pause after quick turns
+	)
+	defer sl.stop()
+	for {
+		l.turns.note(1)
+		adm := admission{n: n, clock: l.sync.Clock(), sum: sum, keys: int32(k)}
+		best, bestLeft := held, hd.Remaining
+		short := -1
+		for i, e := range ts {
+			if i == held {
+				if i < maxRefundKeys {
+					adm.front[i] = hd.adm.front[0]
+				}
+				continue
+			}
+			front := e.Front()
+			ok, left := e.SpendWaited(n)
+			if !ok {
+				short = i
+				break
+			}
+			if i < maxRefundKeys {
+				adm.front[i] = front
+			}
+			if best < 0 || left < bestLeft {
+				best, bestLeft = i, left
+			}
+		}
+		if short < 0 {
+			for i, e := range ts {
+				if i != held {
+					e.CountAdmit()
+				}
+			}
+			d := hd
+			if best != held {
+				e := ts[best]
+				d = Decision{Allowed: true, Remaining: bestLeft, Quota: quotaOf(e), Reason: ReasonLeased}
+			}
+			d.Tenant, d.RetryAfter, d.adm = tenants[best], 0, adm
+			return d, nil
+		}
+		// Give back what this pass took, and the turn's tokens.
+		for i := range short {
+			if i != held {
+				var front lease.GrantID // unknown beyond maxRefundKeys
+				if i < maxRefundKeys {
+					front = adm.front[i]
+				}
+				l.giveBack(ts[i], n, front, adm.clock)
+			}
+		}
+		if held >= 0 {
+			l.giveBackTurn(ts[held], n, hd)
+			held = -1
+		}
+		e := ts[short]
+		if !untilAdmitted && turns >= 2*k {
+			// Tenants took their turns and another was short each time
+			// (tokens taken by other requests in between): deny rather
+			// than go on.
+			d := l.count(l.deny(e, n))
+			d.Tenant = tenants[short]
+			l.sync.NoteMiss(e, n)
+			return d, nil
+		}
+		turns++
+		if untilAdmitted && quick > k {
+			// Tokens come and go under contention: pause before the
+			// next turn rather than go round without a wait.
+			if err := sl.sleep(ctx, max(e.RetryAfter(l.cfg.now(), n), time.Millisecond), nil); err != nil {
+				d := l.count(l.deny(e, n))
+				d.Tenant = tenants[short]
+				return d, waitError(tenants[short], n, err)
+			}
+			quick = 0
+		}
+		d, err := l.decide(ctx, tenants[short], e, n, untilAdmitted)
+		if !d.Allowed {
+			d.Tenant = tenants[short]
+			return d, err
+		}
+		if d.Reason == ReasonLeased {
+			quick++
+		} else {
+			quick = 0
+		}
+		held, hd = short, d
+	}
+}
+
+// giveBack returns n tokens that decideAll spent from e a moment ago
+// (SpendWaited; front and clock read before the spend, front zero when
+// not kept): into the lease at once while its oldest grant is unchanged
+// (no batch left the ledger since the spend; if the syncer accounted for
+// the spend meanwhile, it forfeits the excess, see Tenant.Unspend), else
+// through Refund's path.
+func (l *Limiter) giveBack(e *syncer.Tenant, n int64, front lease.GrantID, clock int64) {
+	if front != 0 && e.Front() != front {
+		l.sync.Refund(e, n, front, clock)
+		return
+	}
+	e.UnspendWaited(n)
+}
+
+// giveBackTurn returns the tokens a tenant's turn (decide) admitted, and
+// uncounts its admission: its lease's tokens, or nothing for an admission
+// by a failure mode (a FailLocal admission's fallback token is not given
+// back: the fallback bucket admits a little less, never more).
+func (l *Limiter) giveBackTurn(e *syncer.Tenant, n int64, d Decision) {
+	i := 0
+	if d.Allowed {
+		i = 1
+	}
+	if d.Reason == ReasonLeased {
+		e.Uncount() // Spend counted it on the tenant
+	} else if d.Reason < numReasons {
+		l.decisions[d.Reason][i].Add(-1)
+	}
+	if d.Mode != FailDefault || d.adm.n == 0 {
+		return
+	}
+	l.giveBack(e, n, d.adm.front[0], d.adm.clock)
+}
+
+// duplicate returns the index of the second occurrence of a tenant named
+// twice, or -1.
+func duplicate(tenants []string) int {
+	for i := 1; i < len(tenants); i++ {
+		for j := range i {
+			if tenants[i] == tenants[j] {
+				return i
+			}
+		}
+	}
+	return -1
+}

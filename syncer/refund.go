@@ -1,0 +1,95 @@
+package syncer
+
+import (
+	"time"
+
+	"github.com/leasequota/leasequota/lease"
+)
+
+// RefundHorizon is how long after its admission a refund may still name
+// its grant: a GrantID holds the low 32 bits of the grant's time in
+// microseconds, which Redis reads as the latest such time (they wrap every
+// 71.6 minutes). A refund whose tokens may be older is forfeited instead.
+const RefundHorizon = time.Hour
+
+// noteClock records now as the time of the latest plan (raising it only).
+func (s *Syncer) noteClock(now time.Time) { raise(&s.clock, now.UnixNano()) }
+
+// Clock returns the time of the latest plan (unix nanoseconds), zero
+// before the first. A request reads it with Tenant.Front when it spends:
+// every batch a plan left in a ledger expires after that plan, so the
+// tokens it spends were granted less than a lease lifetime (and a round)
+// before it.
+func (s *Syncer) Clock() int64 { return s.clock.Load() }
+
+// Refunded says what became of a refund.
+type Refunded uint8
+
+const (
+	// RefundCredited: the tokens went back into the tenant's lease here.
+	RefundCredited Refunded = iota + 1
+	// RefundReturned: the lease they came from is gone (expired, drained
+	// or spent past): they are returned to Redis with the next round,
+	// naming their grant, as expired tokens are.
+	RefundReturned
+	// RefundForfeited: nothing can name their grant (unknown, or older
+	// than RefundHorizon allows): they are dropped, as if spent.
+	RefundForfeited
+)
+
+// Refund gives back n tokens spent from t's lease for work not done. front
+// is t.Front() read before the spend, and clock s.Clock() then.
+//
+// When the ledger's oldest grant is still front, no batch has left it
+// since the spend, so the tokens came from batches it still holds and they
+// go back into the counter (and, for what the ledger had already
+// accounted as spent, into its oldest batch, which expires no later than
+// theirs): RefundCredited. Otherwise they are returned to Redis naming
+// front, which is no later than their grant (so Redis credits no more than
+// their due), with an age bound from clock: RefundReturned. With front or
+// clock unknown, or the spend too old, they are forfeited.
+//
+// It takes t's lock only when free: while a lease call holds it, the
+// tokens are returned instead (never a wait on the request path).
+func (s *Syncer) Refund(t *Tenant, n int64, front lease.GrantID, clock int64) Refunded {
+	if n <= 0 {
+		return 0
+	}
+	s.refunded.Add(n)
+	lim := t.Limits()
+	// The tokens were granted after the latest plan before the spend
+	// minus a lease lifetime (a round and a call may pass between a plan
+	// and its expiries): an upper bound of their age.
+	now := s.opts.Now()
+	age := time.Duration(now.UnixNano()-clock) + lim.LeaseTTL + 2*s.planner.Config().Interval + 2*s.opts.CallTimeout
+	if front == 0 || clock == 0 {
+		s.forfeited.Add(n)
+		return RefundForfeited
+	}
+	if t.mu.TryLock() {
+		credited := false
+		if !t.flag(flagEvicted) && !s.closing() && t.st.ledger.frontID() == front {
+			level := t.tokens.Add(n)
+			// Spends the ledger accounted for already: give them back to
+			// its oldest batch, where the refunded tokens were spent from.
+			t.st.ledger.credit(level - t.st.ledger.Total())
+			credited = true
+		}
+		t.mu.Unlock()
+		s.unlocked.Broadcast()
+		if credited {
+			return RefundCredited
+		}
+	}
+	if age >= RefundHorizon || age < 0 {
+		// Redis could take front for a later grant (long leases, or an
+		// old admission): forfeit rather than over-credit.
+		s.forfeited.Add(n)
+		return RefundForfeited
+	}
+	r := lease.ReleaseRequest{Tenant: t.name, Limits: t.bucket(), Amount: n, Age: age, Grant: front}
+	s.pendingMu.Lock()
+	s.pending = append(s.pending, r)
+	s.pendingMu.Unlock()
+	return RefundReturned
+}
