@@ -28,6 +28,12 @@ type Grant struct {
 	// second, among the demands the active instances reported
 	// (Request.Demand); 0 when unknown (no WithInstance).
 	Share float64
+	// Reserved is the part of Granted that is paced (TEMP until merge).
+	Reserved int64
+	// Pace is tokens/s of the reserved part (TEMP until merge).
+	Pace float64
+	// ReservedAfter (TEMP until merge).
+	ReservedAfter time.Duration
 	// Override is the tenant's quota override stored in Redis (see
 	// Client.SetOverride), nil when none is: the script applied its rate
 	// and burst instead of the request's.
@@ -82,6 +88,8 @@ type Request struct {
 	// tokens per second, recorded in the instance registry (WithInstance)
 	// so that each instance learns its max-min fair share (Grant.Share).
 	Demand float64
+	// Reserve (TEMP until merge).
+	Reserve time.Duration
 }
 
 // Validate reports whether r can be sent: valid Limits and Want >= 0.

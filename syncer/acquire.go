@@ -29,7 +29,7 @@ func (s *Syncer) acquire(ctx context.Context, now time.Time, jobs []job) (tot te
 	}()
 	reqs := make([]lease.Request, len(jobs))
 	for i, j := range jobs {
-		reqs[i] = lease.Request{Tenant: j.t.name, Limits: j.t.bucket(), Want: j.want, Demand: j.demand}
+		reqs[i] = lease.Request{Tenant: j.t.name, Limits: j.t.bucket(), Want: j.want, Demand: j.demand, Reserve: j.reserve}
 	}
 	results, err := s.call(ctx, telemetry.OpAcquire, len(reqs), func(ctx context.Context) ([]lease.Result, error) {
 		return s.client.AcquireMany(ctx, reqs, nil)
@@ -73,26 +73,45 @@ func (s *Syncer) apply(ctx context.Context, t *Tenant, now time.Time, want int64
 		s.setFailing(t, true, r.Err)
 		return
 	}
+	g := r.Grant
+	// Tokens for now; the reserved rest come due later (Planner.Reserved).
+	immediate := g.Granted - max(min(g.Reserved, g.Granted), 0)
 	if t.flag(flagEvicted) {
 		// Evicted while the call was in flight: nobody will spend these.
-		s.release(ctx, nil, []lease.ReleaseRequest{s.returnOf(t, r.Grant.Granted, s.opts.Now(), now, r.Grant.ID())})
+		// Reserved tokens are not returned: they are refill to come, not
+		// tokens Redis holds.
+		s.release(ctx, nil, []lease.ReleaseRequest{s.returnOf(t, immediate, s.opts.Now(), now, g.ID())})
 		return
 	}
-	g := r.Grant
 	s.setOverride(t, g.Override)
-	level := t.tokens.Add(g.Granted)
+	level := t.tokens.Add(immediate)
 	s.granted.Add(g.Granted)
+	s.reserved.Add(g.Granted - immediate)
 	s.planner.Granted(&t.st, *t.Limits(), now, want, g, level)
+	// The reservation's wait begins when the reply arrived, which is no
+	// earlier than Redis ran the call.
+	s.planner.Reserved(&t.st, s.opts.Now(), g)
 	t.publish()
 	if g.Instances > 0 {
 		s.noteFleet(g.Instances)
 	}
 	t.emptyAt.Store(now.UnixNano() - int64(durationCeil(g.Tokens/t.Limits().Rate)))
-	t.retryAt.Store(t.st.at(t.st.notBefore))
+	s.setRetry(t)
 	t.setFlag(flagLeased, true)
 	s.setFailing(t, false, nil)
 	t.fallback.Store(nil)
 	s.opts.Telemetry.LeaseGranted(ctx, t.name, want, g.Granted, level, g.Tokens)
+}
+
+// setRetry publishes when t's requests may next find tokens without a
+// lease call of their own: when the next reserved token comes due, or
+// when a lease call may be made, whichever is first.
+func (s *Syncer) setRetry(t *Tenant) {
+	at := t.st.at(t.st.notBefore)
+	if due, ok := t.st.NextDue(); ok {
+		at = min(at, due.UnixNano())
+	}
+	t.retryAt.Store(at)
 }
 
 // setOverride applies the quota override a lease call reported for t

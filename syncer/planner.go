@@ -34,6 +34,11 @@ type Config struct {
 	// FallbackHalfLife is how fast the local fallback rate moves from this
 	// instance's recent share toward Rate/instances (see FallbackRate).
 	FallbackHalfLife time.Duration
+	// Reserve is the reservation horizon: while a tenant is scarce, its
+	// lease calls may reserve the global bucket's refill up to Reserve
+	// ahead, paced at this instance's fair share (lease.Request.Reserve;
+	// see reserve.go). Zero (the default) reserves nothing.
+	Reserve time.Duration
 }
 
 // DefaultConfig returns the defaults that zero fields of a Config take.
@@ -82,6 +87,7 @@ func (c Config) withDefaults() Config {
 	if c.HalfLife <= 0 {
 		c.HalfLife = d.HalfLife
 	}
+	c.Reserve = max(c.Reserve, 0)
 	return c
 }
 
@@ -89,7 +95,7 @@ func (c Config) withDefaults() Config {
 // never seen; Planner.Init gives it its schedule. It is plain data, owned
 // by whoever holds the tenant's lock.
 //
-// There is one per tenant, so it is packed (112 bytes): times are stamps,
+// There is one per tenant, so it is packed (136 bytes, 112 before its reservation): times are stamps,
 // whole milliseconds after the ledger's base time (rounded down; moved to
 // a new base when the clock runs 12 days past it), rates and the largest
 // request are float32 (that one rounded up), and counts that cannot matter
@@ -116,6 +122,8 @@ type State struct {
 	instances  uint16  // instances active on the tenant, as Redis last said
 	failures   uint8   // lease calls failed in a row, saturating
 	flags      uint8
+
+	resv reservation // reserved tokens still to come (reserve.go)
 }
 
 // State.flags.
@@ -142,7 +150,7 @@ func (st *State) setClock(ns int64) {
 		return
 	}
 	shift := st.ledger.rebaseTo(ns)
-	for _, s := range []*stamp{&st.next, &st.notBefore, &st.lastActive, &st.lastGrant, &st.needAt, &st.observed} {
+	for _, s := range []*stamp{&st.next, &st.notBefore, &st.lastActive, &st.lastGrant, &st.needAt, &st.observed, &st.resv.start} {
 		*s = shiftStamp(*s, shift)
 	}
 }
@@ -240,6 +248,14 @@ type Action struct {
 	ExpiredGrant lease.GrantID
 	// Acquire is the number of tokens to ask Redis for; zero for none.
 	Acquire int64
+	// Reserve is the reservation horizon to send with the acquire
+	// (lease.Request.Reserve): zero but while the tenant is scarce and
+	// Config.Reserve is set.
+	Reserve time.Duration
+	// Drip is the number of reserved tokens that came due (see
+	// reservation): the edge adds them to the counter before anything
+	// else. The ledger already holds them.
+	Drip int64
 	// Read asks for a lease call even when Acquire is zero: a quota changed
 	// in Redis (Input.QuotaCheck), the tenant is active here, and the call
 	// (an acquire of Acquire tokens, possibly 0) reports the tenant's quota
@@ -386,12 +402,22 @@ func (p *Planner) Plan(st *State, lim quota.Quota, now time.Time, in Input) Acti
 	}
 
 	var a Action
+	reserve := false // the acquire may reserve (Action.Reserve)
 	a.Expire, a.ExpiredGranted, a.ExpiredGrant = st.ledger.Expire(now, lim.LeaseTTL)
+	// Reserved tokens that came due join the lease, as a batch of their
+	// own: they expire LeaseTTL after now, and a return of them names the
+	// grant that reserved them.
+	if n, id := st.resv.take(st.stampOf(ns)); n > 0 {
+		st.ledger.Add(now, n, id)
+		a.Drip = n
+	}
 	// Tokens that expire before the refresh after next cannot be counted
 	// on: replace them ahead of time, so a busy tenant never finds its
 	// counter empty when an old batch goes back. (Within half a lease
 	// lifetime at most, or short leases would always look expiring.)
-	held := st.ledger.Total() - st.ledger.ExpiringBefore(now.Add(p.renewHorizon(lim)), lim.LeaseTTL)
+	// Reserved tokens still to come count as held: they come without a
+	// call.
+	held := st.ledger.Total() - st.ledger.ExpiringBefore(now.Add(p.renewHorizon(lim)), lim.LeaseTTL) + int64(st.resv.left)
 
 	granted := st.flags&flagGranted != 0
 	if granted {
@@ -406,6 +432,13 @@ func (p *Planner) Plan(st *State, lim quota.Quota, now time.Time, in Input) Acti
 			// over-demanded tenant), rather than a lease sized for an
 			// interval of demand.
 			st.target = max(st.target, min(ceilDiv(lim.Burst, int64(max(st.instances, 1))), lim.MaxLease))
+			if p.cfg.Reserve > 0 {
+				// With reservations, ask for the demand (at most the
+				// rate) over the horizon: Redis reserves this
+				// instance's fair share of it, paced.
+				reserve = true
+				st.target = max(st.target, p.reserveSize(lim, st.Demand()))
+			}
 		}
 	} else {
 		st.target = p.coldTarget(lim)
@@ -444,8 +477,25 @@ func (p *Planner) Plan(st *State, lim quota.Quota, now time.Time, in Input) Acti
 	if want <= 0 {
 		return a
 	}
-	a.Acquire = min(want, lim.Burst)
+	if reserve {
+		a.Reserve = p.cfg.Reserve
+		// A reservation may ask for more than a burst: most of it comes
+		// later, at most at the rate.
+		a.Acquire = min(want, max(lim.Burst, p.reserveSize(lim, lim.Rate)))
+	} else {
+		a.Acquire = min(want, lim.Burst)
+	}
 	return a
+}
+
+// reserveSize is the reservation asked for at a demand of demand tokens
+// per second: demand, at most the rate, over the horizon, rounded up.
+func (p *Planner) reserveSize(lim quota.Quota, demand float64) int64 {
+	raw := math.Ceil(min(demand, lim.Rate) * p.cfg.Reserve.Seconds())
+	if !(raw < math.MaxInt32) {
+		return math.MaxInt32
+	}
+	return int64(raw)
 }
 
 // Expired records that taken expired tokens were removed from the
@@ -455,13 +505,18 @@ func (p *Planner) Expired(st *State, taken, level int64) {
 }
 
 // Granted records a successful lease call made at time now that asked for
-// asked tokens and got g; level is the counter after the grant was added.
+// asked tokens and got g; level is the counter after the grant's tokens
+// for now (g.Granted less g.Reserved) were added. Reserved tokens are
+// recorded by Reserved, which follows.
 func (p *Planner) Granted(st *State, lim quota.Quota, now time.Time, asked int64, g lease.Grant, level int64) {
 	ns := now.UnixNano()
 	st.setClock(ns)
 	st.failures = 0
+	// Reserved tokens come later (Reserved): the lease gets the rest now.
+	// A tenant that needed a reservation stays scarce.
+	immediate := g.Granted - max(min(g.Reserved, g.Granted), 0)
 	if asked > 0 {
-		if g.Granted < asked {
+		if immediate < asked {
 			st.flags |= flagScarce
 		} else {
 			st.flags &^= flagScarce
@@ -482,8 +537,8 @@ func (p *Planner) Granted(st *State, lim quota.Quota, now time.Time, asked int64
 	st.flags |= flagGranted
 	st.lastGrant = st.stampOf(ns)
 	// Tokens spent while the call was in flight are demand too.
-	p.observe(st, ns, st.ledger.Sync(level-g.Granted))
-	st.ledger.Add(now, g.Granted, g.ID())
+	p.observe(st, ns, st.ledger.Sync(level-immediate))
+	st.ledger.Add(now, immediate, g.ID())
 	if g.Granted >= asked {
 		return
 	}
@@ -597,7 +652,11 @@ func (p *Planner) Idle(st *State, now time.Time, d time.Duration) bool {
 // or eviction) and returns the tokens the ledger held, when the oldest of
 // them was granted (the zero time for none), and the ID of that oldest
 // grant (zero when unknown).
+//
+// Reserved tokens still to come are dropped: they are refill of the
+// global bucket that Redis committed to this instance, and go unspent.
 func (p *Planner) Drained(st *State) (tokens int64, oldest time.Time, id lease.GrantID) {
+	st.resv = reservation{}
 	return st.ledger.Clear()
 }
 

@@ -46,12 +46,14 @@ type rig struct {
 	// nil grants in full from a bucket that holds plenty.
 	grant func(want int64) (g lease.Grant, ok bool)
 
-	acc      float64 // fractional tokens of demand not yet asked for
-	calls    int     // acquires made
-	acquired int64   // tokens granted
-	expired  int64   // tokens taken back at expiry and dropped
-	spent    int64   // tokens admitted
-	denied   int64   // tokens denied
+	acc      float64       // fractional tokens of demand not yet asked for
+	calls    int           // acquires made
+	acquired int64         // tokens granted
+	expired  int64         // tokens taken back at expiry and dropped
+	dripped  int64         // reserved tokens that came due (Action.Drip)
+	reserve  time.Duration // the Action.Reserve of the last plan, for grant
+	spent    int64         // tokens admitted
+	denied   int64         // tokens denied
 }
 
 func newRig(cfg Config, lim quota.Quota, name string) *rig {
@@ -86,6 +88,11 @@ func (r *rig) plan() Action {
 	in := Input{Level: r.tokens.Load(), Missed: r.missed, Need: r.need, Urgent: r.urgent}
 	r.missed, r.need, r.urgent = 0, 0, false
 	a := r.p.Plan(&r.st, r.lim, r.now, in)
+	r.reserve = a.Reserve
+	if a.Drip > 0 {
+		r.tokens.Add(a.Drip)
+		r.dripped += a.Drip
+	}
 	if a.Expire > 0 {
 		taken, left := r.tokens.Take(a.Expire)
 		r.expired += taken
@@ -100,9 +107,10 @@ func (r *rig) plan() Action {
 		if !ok {
 			r.p.Failed(&r.st, r.now)
 		} else {
-			level := r.tokens.Add(g.Granted)
+			level := r.tokens.Add(g.Granted - g.Reserved)
 			r.acquired += g.Granted
 			r.p.Granted(&r.st, r.lim, r.now, a.Acquire, g, level)
+			r.p.Reserved(&r.st, r.now, g)
 		}
 	}
 	return a

@@ -17,9 +17,10 @@ import (
 // job is one tenant's lease call in a round; the tenant's lock is held
 // from planning until the result is applied.
 type job struct {
-	t      *Tenant
-	want   int64
-	demand float64 // tokens per second, reported to Redis for fair shares
+	t       *Tenant
+	want    int64
+	demand  float64       // tokens per second, reported to Redis for fair shares
+	reserve time.Duration // the reservation horizon (Action.Reserve)
 }
 
 // Round plans every tenant that tenants yields and carries the plan out:
@@ -62,7 +63,7 @@ func (s *Syncer) round(ctx context.Context, tenants iter.Seq[*Tenant], quotaChec
 			releases = append(releases, ret)
 		}
 		if (a.Acquire > 0 || a.Read) && s.roomFor(t, now, a.Read) {
-			jobs = append(jobs, job{t: t, want: a.Acquire, demand: s.planner.ReportedDemand(&t.st, now, a.Acquire)})
+			jobs = append(jobs, job{t: t, want: a.Acquire, demand: s.planner.ReportedDemand(&t.st, now, a.Acquire), reserve: a.Reserve})
 			continue // unlocked once the result is applied
 		}
 		if s.planner.Idle(&t.st, now, s.opts.IdleTimeout) {
@@ -162,6 +163,13 @@ func (s *Syncer) planWith(t *Tenant, now time.Time, in Input) (a Action, ret lea
 		in.Level = left
 	}
 	a = s.planner.Plan(&t.st, *t.Limits(), now, in)
+	if a.Drip > 0 {
+		// Reserved tokens that came due: into the counter before the
+		// expiry below reads it (the ledger holds them already).
+		t.tokens.Add(a.Drip)
+		s.dripped.Add(a.Drip)
+		s.setRetry(t)
+	}
 	if in.Urgent && a.Acquire == 0 && now.Before(t.st.NotBefore()) {
 		// Calls are held back (bucket dry or backoff): stay urgent, so the
 		// tick retries once allowed, without re-queueing on every miss.

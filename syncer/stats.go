@@ -16,6 +16,11 @@ type Stats struct {
 	// spent (Redis busy); Window is the budget's window now (script calls
 	// this instance may have in flight) and Cuts how often it was halved.
 	Skipped, Window, Cuts int64
+	// Reserved counts the granted tokens that were reserved (part of
+	// Granted; see Config.Reserve), and Dripped those of them that came
+	// due here. Reserved tokens of a tenant drained before they came
+	// due (eviction, Close) are the difference, less those still to come.
+	Reserved, Dripped int64
 }
 
 // Stats returns the running totals.
@@ -34,5 +39,7 @@ func (s *Syncer) Stats() Stats {
 		Skipped:   s.skipped.Load(),
 		Window:    int64(window),
 		Cuts:      cuts,
+		Reserved:  s.reserved.Load(),
+		Dripped:   s.dripped.Load(),
 	}
 }

@@ -1,0 +1,202 @@
+package syncer
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+
+	"github.com/leasequota/leasequota/lease"
+	"github.com/leasequota/leasequota/quota"
+)
+
+// schedule is one reservation as Redis granted it: tokens at pace from
+// start (exact, in ms), for the checks below.
+type schedule struct {
+	start  float64 // ms
+	tokens int64
+	pace   float64
+}
+
+// dueBy returns how many of s's tokens are due at t ms: token k is due
+// at start + k/pace.
+func (s schedule) dueBy(t float64) int64 {
+	if t <= s.start {
+		return 0
+	}
+	return min(s.tokens, int64(math.Floor((t-s.start)*s.pace/1000+1e-9)))
+}
+
+// TestReservationNeverEarly: whatever reservations arrive and merge, and
+// whenever the planner looks, the tokens that came due never exceed what
+// the reservations allow each on its own (token k of one is due at its
+// start + k/pace), and once the last is due every token has come.
+func TestReservationNeverEarly(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		var (
+			r     reservation
+			now   stamp // ms
+			all   []schedule
+			taken int64
+		)
+		for range rapid.IntRange(1, 40).Draw(t, "steps") {
+			if rapid.Bool().Draw(t, "add") {
+				start := now + stamp(rapid.IntRange(0, 3000).Draw(t, "delay"))
+				n := rapid.Int64Range(0, 500).Draw(t, "tokens")
+				pace := rapid.Float64Range(0.01, 5000).Draw(t, "pace")
+				r.add(start, n, pace, lease.GrantID(1+len(all)))
+				if n > 0 {
+					all = append(all, schedule{float64(start), n, pace})
+				}
+			}
+			now += stamp(rapid.IntRange(0, 2000).Draw(t, "advance"))
+			got, _ := r.take(now)
+			taken += got
+			var allowed int64
+			for _, s := range all {
+				allowed += s.dueBy(float64(now))
+			}
+			if taken > allowed {
+				t.Fatalf("at %d ms: %d tokens came due, the reservations allow %d (%+v)", now, taken, allowed, all)
+			}
+		}
+		var total int64
+		last := 0.0
+		for _, s := range all {
+			total += s.tokens
+			last = max(last, s.start+float64(s.tokens)*1000/s.pace)
+		}
+		// Merged tokens come at the slowest pace of their merge: wait for
+		// that long after the last start.
+		slowest := math.Inf(1)
+		for _, s := range all {
+			slowest = min(slowest, s.pace)
+		}
+		if len(all) > 0 {
+			end := last + float64(total)*1000/slowest + 2
+			got, _ := r.take(stamp(min(end, float64(stampMax))))
+			taken += got
+		}
+		if taken != total {
+			t.Fatalf("%d of %d reserved tokens came due in the end", taken, total)
+		}
+	})
+}
+
+// reservingBucket answers a rig's acquires as Redis does for one of
+// instances instances on a starved tenant: at once, at most the credit
+// its fair share accrued (up to its share of the burst); with a
+// reservation horizon, the rest of what it asks for up to its share over
+// the horizon, paced at its share. Once it reserves, the others do too:
+// the bucket's refill is committed ahead and nothing is granted at once. It records each reservation's
+// schedule (from the rig's time: the reply arrives at once).
+type reservingBucket struct {
+	r                *rig
+	share, capacity  float64
+	credit           float64
+	last             time.Time
+	reservations     []schedule
+	reservedTokens   int64
+	reservationCalls int
+}
+
+func newReservingBucket(r *rig, instances int) *reservingBucket {
+	share := r.lim.Rate / float64(instances)
+	b := &reservingBucket{r: r, share: share, capacity: float64(r.lim.Burst) * share / r.lim.Rate, last: r.now}
+	b.credit = b.capacity
+	r.grant = b.grant
+	return b
+}
+
+func (b *reservingBucket) grant(want int64) (lease.Grant, bool) {
+	r := b.r
+	b.credit = min(b.capacity, b.credit+b.share*r.now.Sub(b.last).Seconds())
+	b.last = r.now
+	g := min(want, int64(b.credit))
+	if b.reservationCalls > 0 {
+		// Every instance reserves: the bucket's refill is committed, and
+		// nothing is left to take at once.
+		g = 0
+	}
+	b.credit -= float64(g)
+	out := lease.Grant{Granted: g, Tokens: 0.5, Instances: int(r.lim.Rate / b.share), Share: b.share, ServerTime: r.now}
+	if r.reserve > 0 && want > g {
+		res := min(want-g, int64(b.share*r.reserve.Seconds()))
+		if res > 0 {
+			out.Granted += res
+			out.Reserved, out.Pace = res, b.share
+			b.reservations = append(b.reservations, schedule{float64(r.now.Sub(pt0).Milliseconds()), res, b.share})
+			b.reservedTokens += res
+			b.reservationCalls++
+		}
+	}
+	return out, true
+}
+
+// TestReservedStarvedPairCallsOncePerHorizon: one of 16 instances on a
+// starved tenant (Rate 100, Burst 100), offered 3 times its share for
+// 40 s. Without reservations it calls about Rate/Burst = 1 time a
+// second; with a 4 s horizon, about once per 4 s, and it admits as much
+// (its share over the run). No reserved token comes due early.
+func TestReservedStarvedPairCallsOncePerHorizon(t *testing.T) {
+	const instances = 16
+	lim := quota.Quota{Rate: 100, Burst: 100, MinLease: 1, MaxLease: 100, LeaseTTL: time.Second}
+	const run = 40 * time.Second
+	share := lim.Rate / instances
+
+	plain := newRig(Config{}, lim, "starved")
+	newReservingBucket(plain, instances)
+	plain.run(3*share, run, tick, nil)
+	plain.checkHeld(t)
+
+	r := newRig(Config{Reserve: 4 * time.Second}, lim, "starved")
+	b := newReservingBucket(r, instances)
+	var dripped int64
+	r.run(3*share, run, tick, func(a Action) {
+		dripped += a.Drip
+		var allowed int64
+		for _, s := range b.reservations {
+			allowed += s.dueBy(float64(r.now.Sub(pt0).Milliseconds()))
+		}
+		if dripped > allowed {
+			t.Fatalf("at +%v: %d reserved tokens came due, the reservations allow %d", r.now.Sub(pt0), dripped, allowed)
+		}
+	})
+	r.checkHeld(t)
+	perSec := func(calls int) float64 { return float64(calls) / run.Seconds() }
+	t.Logf("without reservations: %d calls (%.2f/s), %d tokens spent; with a 4 s horizon: %d calls (%.2f/s, %d reserving), %d tokens spent, %d reserved, %d come due",
+		plain.calls, perSec(plain.calls), plain.spent, r.calls, perSec(r.calls), b.reservationCalls, r.spent, b.reservedTokens, dripped)
+	if perSec(r.calls) > 0.35 {
+		t.Errorf("%.2f calls a second with a 4 s horizon, want about one per horizon (0.25)", perSec(r.calls))
+	}
+	if perSec(plain.calls) < 3*perSec(r.calls) {
+		t.Errorf("reservations cut the calls from %d to %d only", plain.calls, r.calls)
+	}
+	if want := 0.9 * share * run.Seconds(); float64(r.spent) < want {
+		t.Errorf("spent %d with reservations, want at least 90%% of its share, %.0f", r.spent, want)
+	}
+	if r.st.Reserved() < 0 || dripped+r.st.Reserved() != b.reservedTokens {
+		t.Errorf("reserved %d: %d came due, %d to come", b.reservedTokens, dripped, r.st.Reserved())
+	}
+}
+
+// TestDrainedDropsReservation: a drained tenant's reserved tokens still
+// to come are dropped, and nothing comes due after.
+func TestDrainedDropsReservation(t *testing.T) {
+	lim := testLimits()
+	p := NewPlanner(Config{Reserve: time.Second}, testSeed)
+	var st State
+	p.Init(&st, "drained", pt0)
+	p.Reserved(&st, pt0, lease.Grant{Granted: 50, Reserved: 50, Pace: 10, ServerTime: pt0})
+	if st.Reserved() != 50 {
+		t.Fatalf("reserved %d, want 50", st.Reserved())
+	}
+	if a := p.Plan(&st, lim, pt0.Add(time.Second), Input{}); a.Drip != 10 {
+		t.Fatalf("a second in: %d came due, want 10", a.Drip)
+	}
+	p.Drained(&st)
+	if a := p.Plan(&st, lim, pt0.Add(10*time.Second), Input{}); a.Drip != 0 || st.Reserved() != 0 {
+		t.Fatalf("after Drained: %d came due, %d to come", a.Drip, st.Reserved())
+	}
+}
