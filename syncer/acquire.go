@@ -90,7 +90,7 @@ func (s *Syncer) apply(ctx context.Context, t *Tenant, now time.Time, want int64
 	s.planner.Granted(&t.st, *t.Limits(), now, want, g, level)
 	// The reservation's wait begins when the reply arrived, which is no
 	// earlier than Redis ran the call.
-	s.planner.Reserved(&t.st, s.opts.Now(), g)
+	s.planner.Reserved(&t.st, *t.Limits(), now, s.opts.Now(), g)
 	t.publish()
 	if g.Instances > 0 {
 		s.noteFleet(g.Instances)

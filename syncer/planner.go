@@ -124,6 +124,10 @@ type State struct {
 	flags      uint8
 
 	resv reservation // reserved tokens still to come (reserve.go)
+	// dripLag is how long before they came due the reserved tokens the
+	// ledger holds were granted, at most (ms; see reservation): returns
+	// add it to their age. Zero once the ledger is empty.
+	dripLag int32
 }
 
 // State.flags.
@@ -214,7 +218,14 @@ func (p *Planner) observe(st *State, ns int64, count int64) {
 // ReportedDemand is the demand an instance reports to Redis with a lease
 // call asking for want tokens: its estimate, or, when higher (a cold start,
 // a jump), the demand that a lease of want tokens is sized for.
+//
+// A scarce tenant's call with reservations on asks for its demand over the
+// whole horizon (Action.Reserve): it reports its estimate alone, or it
+// would claim a share of the rate many times its demand.
 func (p *Planner) ReportedDemand(st *State, now time.Time, want int64) float64 {
+	if p.cfg.Reserve > 0 && st.flags&flagScarce != 0 {
+		return st.Demand()
+	}
 	return max(st.Demand(), float64(want)/(p.cfg.Interval.Seconds()*p.cfg.Headroom))
 }
 
@@ -404,11 +415,15 @@ func (p *Planner) Plan(st *State, lim quota.Quota, now time.Time, in Input) Acti
 	var a Action
 	reserve := false // the acquire may reserve (Action.Reserve)
 	a.Expire, a.ExpiredGranted, a.ExpiredGrant = st.ledger.Expire(now, lim.LeaseTTL)
+	if a.Expire > 0 {
+		a.ExpiredGranted = a.ExpiredGranted.Add(-st.lag())
+	}
 	// Reserved tokens that came due join the lease, as a batch of their
 	// own: they expire LeaseTTL after now, and a return of them names the
 	// grant that reserved them.
-	if n, id := st.resv.take(st.stampOf(ns)); n > 0 {
+	if n, id, granted := st.resv.take(st.stampOf(ns)); n > 0 {
 		st.ledger.Add(now, n, id)
+		st.dripLag = max(st.dripLag, int32(st.stampOf(ns)-granted))
 		a.Drip = n
 	}
 	// Tokens that expire before the refresh after next cannot be counted
@@ -432,13 +447,10 @@ func (p *Planner) Plan(st *State, lim quota.Quota, now time.Time, in Input) Acti
 			// over-demanded tenant), rather than a lease sized for an
 			// interval of demand.
 			st.target = max(st.target, min(ceilDiv(lim.Burst, int64(max(st.instances, 1))), lim.MaxLease))
-			if p.cfg.Reserve > 0 {
-				// With reservations, ask for the demand (at most the
-				// rate) over the horizon: Redis reserves this
-				// instance's fair share of it, paced.
-				reserve = true
-				st.target = max(st.target, p.reserveSize(lim, st.Demand()))
-			}
+			// With reservations, the call also reserves this
+			// instance's fair share of the rate over the horizon
+			// (Redis sizes it), paced.
+			reserve = p.cfg.Reserve > 0
 		}
 	} else {
 		st.target = p.coldTarget(lim)
@@ -470,6 +482,11 @@ func (p *Planner) Plan(st *State, lim quota.Quota, now time.Time, in Input) Acti
 		// The regular refresh, when it is worth a call.
 	case read:
 		// The quota re-read: top up what is missing, if anything.
+	case reserve:
+		// Scarce, with reservations: the reserved tokens are about to
+		// run out (Reserved set notBefore so), or none came: ask for
+		// the next, with at least a token for now.
+		want = max(want, 1)
 	default:
 		return a
 	}
@@ -479,23 +496,9 @@ func (p *Planner) Plan(st *State, lim quota.Quota, now time.Time, in Input) Acti
 	}
 	if reserve {
 		a.Reserve = p.cfg.Reserve
-		// A reservation may ask for more than a burst: most of it comes
-		// later, at most at the rate.
-		a.Acquire = min(want, max(lim.Burst, p.reserveSize(lim, lim.Rate)))
-	} else {
-		a.Acquire = min(want, lim.Burst)
 	}
+	a.Acquire = min(want, lim.Burst)
 	return a
-}
-
-// reserveSize is the reservation asked for at a demand of demand tokens
-// per second: demand, at most the rate, over the horizon, rounded up.
-func (p *Planner) reserveSize(lim quota.Quota, demand float64) int64 {
-	raw := math.Ceil(min(demand, lim.Rate) * p.cfg.Reserve.Seconds())
-	if !(raw < math.MaxInt32) {
-		return math.MaxInt32
-	}
-	return int64(raw)
 }
 
 // Expired records that taken expired tokens were removed from the
@@ -656,8 +659,23 @@ func (p *Planner) Idle(st *State, now time.Time, d time.Duration) bool {
 // Reserved tokens still to come are dropped: they are refill of the
 // global bucket that Redis committed to this instance, and go unspent.
 func (p *Planner) Drained(st *State) (tokens int64, oldest time.Time, id lease.GrantID) {
-	st.resv = reservation{}
-	return st.ledger.Clear()
+	lag := st.lag()
+	st.resv, st.dripLag = reservation{}, 0
+	tokens, oldest, id = st.ledger.Clear()
+	if tokens > 0 {
+		oldest = oldest.Add(-lag)
+	}
+	return tokens, oldest, id
+}
+
+// lag returns how long before its batch's stamp a token the ledger holds
+// may have been granted (dripLag), forgetting it once the ledger is empty.
+func (st *State) lag() time.Duration {
+	lag := time.Duration(st.dripLag) * time.Millisecond
+	if st.ledger.Total() == 0 {
+		st.dripLag = 0
+	}
+	return lag
 }
 
 // ceil32 returns n as a float32 no smaller than n.

@@ -110,7 +110,7 @@ func (r *rig) plan() Action {
 			level := r.tokens.Add(g.Granted - g.Reserved)
 			r.acquired += g.Granted
 			r.p.Granted(&r.st, r.lim, r.now, a.Acquire, g, level)
-			r.p.Reserved(&r.st, r.now, g)
+			r.p.Reserved(&r.st, r.lim, r.now, r.now, g)
 		}
 	}
 	return a

@@ -59,9 +59,13 @@ func (s *Syncer) Refund(t *Tenant, n int64, front lease.GrantID, clock int64) Re
 	lim := t.Limits()
 	// The tokens were granted after the latest plan before the spend
 	// minus a lease lifetime (a round and a call may pass between a plan
-	// and its expiries): an upper bound of their age.
+	// and its expiries), and, reserved, up to a reservation's wait and
+	// length before they came due (twice the horizon; Redis names the
+	// grant by front whatever the age, which only keeps it under
+	// RefundHorizon): an upper bound of their age.
 	now := s.opts.Now()
-	age := time.Duration(now.UnixNano()-clock) + lim.LeaseTTL + 2*s.planner.Config().Interval + 2*s.opts.CallTimeout
+	cfg := s.planner.Config()
+	age := time.Duration(now.UnixNano()-clock) + lim.LeaseTTL + 2*cfg.Interval + 2*s.opts.CallTimeout + 2*cfg.Reserve
 	if front == 0 || clock == 0 {
 		s.forfeited.Add(n)
 		return RefundForfeited

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/leasequota/leasequota/lease"
+	"github.com/leasequota/leasequota/quota"
 )
 
 // reservation is what is left of a tenant's reserved tokens: tokens Redis
@@ -14,25 +15,37 @@ import (
 // have come due) is due at start + k/pace, and the planner moves it into
 // the counter (Action.Drip) no earlier.
 //
-// That order keeps the bound: Redis reserved the tokens from the refill
-// that begins at the grant's time (Grant.ServerTime plus
-// Grant.ReservedAfter) and paced them at most at the rate, so no token is
-// due before the bucket refilled it. start is the local time the reply
-// arrived plus ReservedAfter, which is no earlier than the grant's time,
-// and is rounded up; pace is rounded down; a plan's time is rounded down.
-// Each rounding makes a token due later, never earlier.
+// That order keeps the bound: the bucket refills a reservation's tokens
+// one after the other at its rate from the grant's time (Grant.ServerTime,
+// Grant.Wait after Redis's clock), so token k exists from at most that
+// time + k/rate; start is the local time the reply arrived plus the wait,
+// which is no earlier, and pace (Redis's fair share for this instance) is
+// at most the rate. Rounding makes a token due later, never earlier:
+// start is rounded up, pace down, a plan's time down.
 //
 // A tenant has one reservation. A second one while tokens of the first
-// are still to come merges with it (add): the merged tokens come due at
-// the slower of the two paces, each no earlier than it would have alone.
+// are still to come merges with it (add) at the faster of the two paces
+// but no faster than the lower of their rates, so that each token still
+// comes due no earlier than the bucket refilled it, and no later than it
+// would have alone plus the old tokens' time: a slow share does not hold
+// tokens back.
 //
-// The zero value is no reservation. 20 bytes: it is in every State.
+// A reserved token comes due after its grant, by up to the wait and the
+// length of its reservation: a return of it must say so. granted keeps
+// when the oldest call whose tokens are still to come was planned (before
+// Redis ran it), and the State keeps how far before its tokens came due
+// the grants of the tokens it holds were made (State.dripLag), which a
+// return's age adds (Action.ExpiredGranted, Drained).
+//
+// The zero value is no reservation. 28 bytes: it is in every State.
 type reservation struct {
-	start stamp         // local time the first token's wait began (rounded up)
-	done  int32         // tokens that came due since start
-	left  int32         // tokens still to come; 0: no reservation
-	pace  float32       // tokens per second (rounded down)
-	id    lease.GrantID // the oldest grant whose tokens these are, for returns to name
+	start   stamp         // local time the first token's wait began (rounded up)
+	granted stamp         // when the oldest call whose tokens are to come was planned
+	done    int32         // tokens that came due since start
+	left    int32         // tokens still to come; 0: no reservation
+	pace    float32       // tokens per second (rounded down)
+	rate    float32       // the lowest rate the bucket refilled them at (rounded down)
+	id      lease.GrantID // the oldest grant whose tokens these are, for returns to name
 }
 
 // dueBy returns the tokens still to come that are due at stamp now.
@@ -44,20 +57,20 @@ func (r *reservation) dueBy(now stamp) int64 {
 	return int64(min(max(k-float64(r.done), 0), float64(r.left)))
 }
 
-// take returns the tokens due at stamp now and the grant they come from,
-// and counts them as come.
-func (r *reservation) take(now stamp) (tokens int64, id lease.GrantID) {
+// take returns the tokens due at stamp now, the grant they come from and
+// when its call was planned, and counts them as come.
+func (r *reservation) take(now stamp) (tokens int64, id lease.GrantID, granted stamp) {
 	n := r.dueBy(now)
 	if n == 0 {
-		return 0, 0
+		return 0, 0, 0
 	}
-	id = r.id
+	id, granted = r.id, r.granted
 	r.done += int32(n)
 	r.left -= int32(n)
 	if r.left == 0 {
 		*r = reservation{}
 	}
-	return n, id
+	return n, id, granted
 }
 
 // at returns the stamp (rounded up) at which k tokens after start are
@@ -79,35 +92,45 @@ func (r *reservation) next() (stamp, bool) {
 // end returns when the last token comes due (r must hold tokens).
 func (r *reservation) end() stamp { return r.at(int64(r.done) + int64(r.left)) }
 
-// add records tokens reserved at pace by grant id, whose wait begins at
-// stamp start (rounded up). Merged with tokens still to come, every token
-// comes due no earlier than it would have alone: the old ones at no
-// faster a pace from the last one that came, the new ones after the old
-// at no faster a pace, and none before start.
-func (r *reservation) add(start stamp, tokens int64, pace float64, id lease.GrantID) {
-	p := float32(pace)
-	if float64(p) > pace {
-		p = math.Nextafter32(p, 0) // round down
+// down32 returns x as a float32 no larger than x.
+func down32(x float64) float32 {
+	f := float32(x)
+	if float64(f) > x {
+		f = math.Nextafter32(f, 0)
 	}
+	return f
+}
+
+// add records tokens reserved at pace by grant id from a bucket refilling
+// at rate, on a call planned at stamp planned, whose wait begins at stamp
+// start (rounded up). Merged with tokens still to come (see reservation),
+// the old ones go on from the last that came and the new ones follow
+// them, none before start, at the faster pace within the lower rate.
+func (r *reservation) add(planned, start stamp, tokens int64, pace, rate float64, id lease.GrantID) {
+	p, q := down32(min(pace, rate)), down32(rate)
 	if tokens <= 0 || !(p > 0) {
 		return
 	}
 	n := int32(min(tokens, math.MaxInt32))
 	if r.left <= 0 {
-		*r = reservation{start: start, left: n, pace: p, id: id}
+		*r = reservation{start: start, granted: planned, left: n, pace: p, rate: q, id: id}
 		return
 	}
-	slow := min(r.pace, p)
-	// The last token that came was due at r.at(done): the old ones go on
-	// from there at the slower pace, so the j-th of them comes no earlier
-	// than before. The new ones follow the old ones: the merged start is
-	// also no earlier than start less the old ones' time at that pace.
+	q = min(r.rate, q)
+	merged := min(max(r.pace, p), q)
+	// Old token j (after the done ones) exists from start + (done + j)/rate
+	// at most, and comes due from the last one that came, at least
+	// start + done/pace, plus j/merged: no earlier, as merged is within
+	// the rate. New token i exists from start' + i/rate' at most, and comes
+	// due (left + i)/merged after the merged start, which is at least
+	// start' less left/merged: no earlier either.
 	from := r.at(int64(r.done))
-	oldSpan := math.Floor(float64(r.left) * 1000 / float64(slow))
+	oldSpan := math.Floor(float64(r.left) * 1000 / float64(merged))
 	if s := float64(start) - oldSpan; s > float64(from) {
 		from = stamp(s)
 	}
-	r.start, r.done, r.pace = from, 0, slow
+	r.start, r.done, r.pace, r.rate = from, 0, merged, q
+	r.granted = min(r.granted, planned)
 	r.left = int32(min(int64(r.left)+int64(n), math.MaxInt32))
 	// Returns of the merged tokens name the older grant: naming a later
 	// one could credit more than Redis should.
@@ -130,23 +153,27 @@ func (s *State) NextDue() (time.Time, bool) {
 	return time.Unix(0, s.at(at)), true
 }
 
-// Reserved records the reservation of a successful lease call whose reply
-// arrived at time arrived (after Granted): g.Reserved tokens come due at
-// g.Pace from arrived plus g.ReservedAfter. The next lease call waits
+// Reserved records the reservation of a successful lease call planned at
+// time now whose reply arrived at time arrived (after Granted), lim being
+// the quota in force (the one the call applied): g.Reserved
+// tokens come due at g.Pace from arrived plus g.Wait. The next lease call waits
 // until they are about to run out (two intervals before the last comes
 // due, and at least an interval from now), when a renewal takes over
 // without a gap.
-func (p *Planner) Reserved(st *State, arrived time.Time, g lease.Grant) {
+func (p *Planner) Reserved(st *State, lim quota.Quota, now, arrived time.Time, g lease.Grant) {
 	if g.Reserved <= 0 || !(g.Pace > 0) {
 		return
 	}
 	ns := arrived.UnixNano()
 	st.setClock(ns)
-	st.resv.add(st.stampCeil(ns+int64(max(g.ReservedAfter, 0))), g.Reserved, g.Pace, g.ID())
+	st.resv.add(st.stampOf(now.UnixNano()), st.stampCeil(ns+int64(max(g.Wait, 0))), g.Reserved, g.Pace, lim.Rate, g.ID())
 	if st.resv.left <= 0 {
 		return
 	}
-	renew := st.at(st.resv.end()) - int64(2*p.cfg.Interval)
+	// The next reservation's tokens will also wait behind what the
+	// bucket's refill is committed to, about as long as these did: ask
+	// that much before these run out, so that they follow on.
+	renew := st.at(st.resv.end()) - int64(max(g.Wait, 0)) - int64(2*p.cfg.Interval)
 	renew = max(renew, ns+int64(p.cfg.Interval))
 	st.notBefore = max(st.notBefore, st.stampCeil(renew))
 }

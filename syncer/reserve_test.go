@@ -30,35 +30,38 @@ func (s schedule) dueBy(t float64) int64 {
 
 // TestReservationNeverEarly: whatever reservations arrive and merge, and
 // whenever the planner looks, the tokens that came due never exceed what
-// the reservations allow each on its own (token k of one is due at its
-// start + k/pace), and once the last is due every token has come.
+// the bucket refilled for them (token k of a reservation exists from its
+// start + k/rate), and once the last is due every token has come.
 func TestReservationNeverEarly(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		var (
 			r     reservation
-			now   stamp // ms
-			all   []schedule
+			now   stamp      // ms
+			all   []schedule // by production: pace is the rate
+			paces []float64
 			taken int64
 		)
 		for range rapid.IntRange(1, 40).Draw(t, "steps") {
 			if rapid.Bool().Draw(t, "add") {
 				start := now + stamp(rapid.IntRange(0, 3000).Draw(t, "delay"))
 				n := rapid.Int64Range(0, 500).Draw(t, "tokens")
-				pace := rapid.Float64Range(0.01, 5000).Draw(t, "pace")
-				r.add(start, n, pace, lease.GrantID(1+len(all)))
+				rate := rapid.Float64Range(0.01, 5000).Draw(t, "rate")
+				pace := rate * rapid.Float64Range(0.001, 1).Draw(t, "share")
+				r.add(now, start, n, pace, rate, lease.GrantID(1+len(all)))
 				if n > 0 {
-					all = append(all, schedule{float64(start), n, pace})
+					all = append(all, schedule{float64(start), n, rate})
+					paces = append(paces, pace)
 				}
 			}
 			now += stamp(rapid.IntRange(0, 2000).Draw(t, "advance"))
-			got, _ := r.take(now)
+			got, _, _ := r.take(now)
 			taken += got
 			var allowed int64
 			for _, s := range all {
 				allowed += s.dueBy(float64(now))
 			}
 			if taken > allowed {
-				t.Fatalf("at %d ms: %d tokens came due, the reservations allow %d (%+v)", now, taken, allowed, all)
+				t.Fatalf("at %d ms: %d tokens came due, the bucket refilled %d of them (%+v)", now, taken, allowed, all)
 			}
 		}
 		var total int64
@@ -70,12 +73,12 @@ func TestReservationNeverEarly(t *testing.T) {
 		// Merged tokens come at the slowest pace of their merge: wait for
 		// that long after the last start.
 		slowest := math.Inf(1)
-		for _, s := range all {
-			slowest = min(slowest, s.pace)
+		for _, p := range paces {
+			slowest = min(slowest, p)
 		}
 		if len(all) > 0 {
 			end := last + float64(total)*1000/slowest + 2
-			got, _ := r.take(stamp(min(end, float64(stampMax))))
+			got, _, _ := r.take(stamp(min(end, float64(stampMax))))
 			taken += got
 		}
 		if taken != total {
@@ -87,8 +90,8 @@ func TestReservationNeverEarly(t *testing.T) {
 // reservingBucket answers a rig's acquires as Redis does for one of
 // instances instances on a starved tenant: at once, at most the credit
 // its fair share accrued (up to its share of the burst); with a
-// reservation horizon, the rest of what it asks for up to its share over
-// the horizon, paced at its share. Once it reserves, the others do too:
+// reservation horizon, when that is less than it asks for, also its share
+// over the horizon, paced at its share. Once it reserves, the others do too:
 // the bucket's refill is committed ahead and nothing is granted at once. It records each reservation's
 // schedule (from the rig's time: the reply arrives at once).
 type reservingBucket struct {
@@ -122,7 +125,7 @@ func (b *reservingBucket) grant(want int64) (lease.Grant, bool) {
 	b.credit -= float64(g)
 	out := lease.Grant{Granted: g, Tokens: 0.5, Instances: int(r.lim.Rate / b.share), Share: b.share, ServerTime: r.now}
 	if r.reserve > 0 && want > g {
-		res := min(want-g, int64(b.share*r.reserve.Seconds()))
+		res := int64(b.share * r.reserve.Seconds())
 		if res > 0 {
 			out.Granted += res
 			out.Reserved, out.Pace = res, b.share
@@ -188,7 +191,7 @@ func TestDrainedDropsReservation(t *testing.T) {
 	p := NewPlanner(Config{Reserve: time.Second}, testSeed)
 	var st State
 	p.Init(&st, "drained", pt0)
-	p.Reserved(&st, pt0, lease.Grant{Granted: 50, Reserved: 50, Pace: 10, ServerTime: pt0})
+	p.Reserved(&st, lim, pt0, pt0, lease.Grant{Granted: 50, Reserved: 50, Pace: 10, ServerTime: pt0})
 	if st.Reserved() != 50 {
 		t.Fatalf("reserved %d, want 50", st.Reserved())
 	}

@@ -96,6 +96,11 @@ const (
 	// aged returns): tokens cycled through expiry and return are leased
 	// again with a fresh lifetime, which breaks the window bound.
 	mutateUnagedReturns
+	// mutateEarlyReservation paces a reservation from when its reply
+	// arrives, ignoring Grant.Wait: while other reservations hold
+	// the bucket's refill, its tokens come due before the bucket refilled
+	// them.
+	mutateEarlyReservation
 )
 
 func (m mutation) String() string {
@@ -106,6 +111,8 @@ func (m mutation) String() string {
 		return "mutateSkipExpiry"
 	case mutateUnagedReturns:
 		return "mutateUnagedReturns"
+	case mutateEarlyReservation:
+		return "mutateEarlyReservation"
 	}
 	return "none"
 }
@@ -172,7 +179,8 @@ type simBucket struct {
 	// (µs), or noAcquire. Entries older than the window are stale; the
 	// hash itself expires after two windows, which changes nothing more.
 	seen   []int64
-	window int64 // µs
+	demand []float64 // by instance, the demand its last acquire reported (tokens/s)
+	window int64     // µs
 
 	// The level history of the aged returns (common.lua), in its Go
 	// model. Lost with the key.
@@ -252,11 +260,47 @@ func (b *simBucket) register(now int64, inst int) int {
 	return n
 }
 
-// acquire is acquire.lua for instance inst: refill, cap at burst, grant
-// min(want, floor(tokens)), and register the instance.
+// share is the registry's max-min fair share of the rate for instance
+// inst among the demands the instances active at now reported
+// (water-filling, as acquire.lua computes it).
 //
 //go:norace
-func (b *simBucket) acquire(now int64, lim lease.Limits, want int64, inst int) lease.Grant {
+func (b *simBucket) share(now int64, rate float64, inst int) float64 {
+	cutoff := now - b.window
+	var ds []float64
+	for i, at := range b.seen {
+		if at >= cutoff {
+			ds = append(ds, b.demand[i])
+		}
+	}
+	slices.Sort(ds)
+	left, level := rate, -1.0
+	for k, d := range ds {
+		fair := left / float64(len(ds)-k)
+		if d > fair {
+			level = fair
+			break
+		}
+		left -= d
+	}
+	if level >= 0 {
+		return min(b.demand[inst], level)
+	}
+	return b.demand[inst]
+}
+
+// acquire is acquire.lua for instance inst: refill, cap at burst, grant
+// min(want, floor(tokens)), and register the instance with its demand;
+// with a reservation horizon (µs; 0 for none), when the bucket cannot
+// serve want, also reserve the instance's fair share of the rate over the
+// horizon, within the refill up to now + reserve, paced at that share: the
+// bucket's refill is committed until ts (a ts after the clock), and the
+// reserved tokens are produced from the bucket's time on
+// (Grant.Wait after the clock).
+//
+//go:norace
+func (b *simBucket) acquire(now int64, lim lease.Limits, want int64, inst int, demand float64, reserve int64) lease.Grant {
+	clock := now
 	now = b.bucketTime(now)
 	var tokens float64
 	fresh := !b.live(now)
@@ -274,14 +318,45 @@ func (b *simBucket) acquire(now int64, lim lease.Limits, want int64, inst int) l
 	}
 	granted := min(want, int64(math.Floor(tokens)))
 	tokens -= float64(granted)
-	b.store(now, tokens, lim.Rate, lim.Burst)
-	b.granted += granted
-	return lease.Grant{
-		Granted:    granted,
+	b.demand[inst] = demand
+	instances := b.register(now, inst)
+	g := lease.Grant{
 		Tokens:     tokens,
 		ServerTime: simT0.Add(time.Duration(now) * time.Microsecond),
-		Instances:  b.register(now, inst),
+		Instances:  instances,
 	}
+	if reserve > 0 && want > granted && tokens < 1 {
+		share := b.share(now, lim.Rate, inst)
+		room := float64(clock+simReserveAhead-now)*lim.Rate/1e6 + tokens
+		r := min(int64(math.Floor(share*float64(reserve)/1e6)), int64(math.Floor(room)))
+		if r > 0 && share > 0 {
+			ts := now + int64(math.Ceil((float64(r)-tokens)/lim.Rate*1e6))
+			b.store(ts, 0, lim.Rate, lim.Burst)
+			b.granted += granted + r
+			g.Granted, g.Reserved, g.Pace, g.Tokens = granted+r, r, share, 0
+			g.Wait = time.Duration(now-clock) * time.Microsecond
+			return g
+		}
+	}
+	b.store(now, tokens, lim.Rate, lim.Burst)
+	b.granted += granted
+	g.Granted = granted
+	return g
+}
+
+// simReserveAhead is how far ahead of the clock acquire.lua commits a
+// bucket's refill to reservations at most (µs): its RESERVE_AHEAD.
+const simReserveAhead = 1_000_000
+
+// ahead returns the bucket's refill committed to reservations and not yet
+// produced at now: tokens debited that do not exist yet.
+//
+//go:norace
+func (b *simBucket) ahead(now int64, rate float64) float64 {
+	if !b.live(now) || b.ts <= now {
+		return 0
+	}
+	return max(float64(b.ts-now)*rate/1e6-b.tk, 0)
 }
 
 // release is release.lua: tokens granted at least age µs ago (at the
@@ -298,14 +373,25 @@ func (b *simBucket) release(now int64, lim lease.Limits, amount, age int64, gran
 	if !b.live(now) {
 		return 0, 0
 	}
+	clock := now
 	now = b.bucketTime(now)
 	x := b.refill(now, lim.Rate, lim.Burst)
 	// The script takes age in whole milliseconds; grant IDs are the low
-	// bits of Redis TIME, which is simT0 at model time 0.
+	// bits of Redis TIME, which is simT0 at model time 0. An age counts
+	// back from the clock: the bucket's time is ahead of it while its
+	// refill is reserved.
 	epoch := simT0.UnixMicro()
 	ageUS := (age + 999) / 1000 * 1000
 	g := peaks.GrantTime(epoch+now, ageUS, uint32(grant)) - epoch
-	if onTime && grant != 0 && g < now-ageUS {
+	if grant == 0 {
+		g = min(g, clock-ageUS)
+	}
+	// An ID more than 2^31 µs before the age allows names a time ahead of
+	// this bucket's: a grant of a bucket lost in a restart, whose time ran
+	// ahead of the clock while its refill was reserved. Redis takes it for
+	// a grant 2^32 µs earlier and credits against the whole history: less,
+	// never more. Anything else before the age is the edge's error.
+	if onTime && grant != 0 && g < clock-ageUS && g >= clock-ageUS-1<<31 {
 		b.unfitIDs++ // the ID names a time before the age allows
 	}
 	burst := float64(lim.Burst)
@@ -390,6 +476,36 @@ type edgeTenant struct {
 	// attributes them.
 	fifo []grantRec
 	head int
+	// resv holds the reserved tokens still to come by when Redis debited
+	// them (their grant's time), oldest first: tokens that come due join
+	// fifo with those times.
+	resv []grantRec
+	// paced holds the reservations delivered whose tokens are not all
+	// due yet, as Redis granted them (model µs), and dueGone the tokens
+	// of those dropped once all due; dripped counts the reserved tokens
+	// that came due here: never more than are due (vPaced).
+	paced            []pacedRec
+	dueGone, dripped int64
+}
+
+// pacedRec is a reservation as Redis granted it: token k of it exists
+// from at + k/pace at most (model µs; at is the bucket's time of the
+// grant, when its refill for the reservation begins, and pace the rate it
+// refills at).
+type pacedRec struct {
+	at     int64
+	tokens int64
+	pace   float64
+}
+
+// dueBy returns how many of r's tokens exist at now.
+//
+//go:norace
+func (r pacedRec) dueBy(now int64) int64 {
+	if now <= r.at {
+		return 0
+	}
+	return min(r.tokens, int64(math.Floor(float64(now-r.at)*r.pace/1e6+1e-9)))
 }
 
 // grantRec is tokens granted to an instance: when (model µs; delivered for
@@ -425,8 +541,10 @@ func (t *edgeTenant) takeOldest(n int64) (oldest int64) {
 }
 
 type simJob struct {
-	t    *edgeTenant
-	want int64
+	t       *edgeTenant
+	want    int64
+	reserve int64   // µs: the reservation horizon (Action.Reserve)
+	demand  float64 // reported to Redis for fair shares
 }
 
 // simReturn is a return of expired tokens, sent with the round's pipeline
@@ -544,11 +662,19 @@ func newSim(cfg simConfig) *sim {
 		s.lim = append(s.lim, t.lim)
 		maxTTL = max(maxTTL, t.lim.LeaseTTL)
 		// The root package's registry window: 2*LeaseTTL + Interval.
-		b := simBucket{created: -1, seen: make([]int64, cfg.instances), window: (2*t.lim.LeaseTTL + pc.Interval).Milliseconds() * 1000}
+		b := simBucket{created: -1, seen: make([]int64, cfg.instances), demand: make([]float64, cfg.instances), window: (2*t.lim.LeaseTTL + pc.Interval).Milliseconds() * 1000}
 		b.forget()
 		s.redis = append(s.redis, b)
 	}
+	// A reserved token comes due up to a reservation's length after the
+	// bucket refilled it (it is paced at the instance's share, which may
+	// be below the rate), and a merge with the rest of the one before adds
+	// up to the wait behind the bucket's committed refill (at most
+	// simReserveAhead): both add to L.
 	s.L = (maxTTL + cfg.tick + cfg.callTimeout + 2*cfg.step).Microseconds()
+	if cfg.planner.Reserve > 0 {
+		s.L += cfg.planner.Reserve.Microseconds() + simReserveAhead
+	}
 	s.stats.L = s.L
 	s.q = newWheel(s.step, 2*(s.tick+2*s.cto))
 	maxW := slices.Max(cfg.windows)
@@ -646,7 +772,7 @@ func (s *sim) apply(c *simCall) {
 		}
 	}
 	for _, j := range c.jobs {
-		grants = append(grants, s.redis[j.t.idx].acquire(s.now, quota.Bucket(s.lim[j.t.idx]), j.want, c.inst.id))
+		grants = append(grants, s.redis[j.t.idx].acquire(s.now, quota.Bucket(s.lim[j.t.idx]), j.want, c.inst.id, j.demand, j.reserve))
 		s.stats.scripts[j.t.idx]++
 	}
 	c.applies++
@@ -677,7 +803,7 @@ func (s *sim) startRound(in *simInstance, tenants []*edgeTenant) {
 		}
 		if a.Acquire > 0 {
 			t.locked = true
-			jobs = append(jobs, simJob{t: t, want: a.Acquire})
+			jobs = append(jobs, simJob{t: t, want: a.Acquire, reserve: a.Reserve.Microseconds(), demand: in.planner.ReportedDemand(&t.st, now, a.Acquire)})
 		}
 	}
 	if len(jobs) == 0 && len(rets) == 0 {
@@ -698,6 +824,9 @@ func (s *sim) planWith(in *simInstance, t *edgeTenant, now time.Time) (_ syncer.
 	t.missed, t.need, t.urgent = 0, 0, false
 	lim := s.lim[t.idx]
 	a := in.planner.Plan(&t.st, lim, now, input)
+	if a.Drip > 0 {
+		s.drip(t, a.Drip)
+	}
 	if input.Urgent && a.Acquire == 0 && now.Before(t.st.NotBefore()) {
 		t.urgent = true
 	}
@@ -744,13 +873,55 @@ func (s *sim) checkLifetime(in *simInstance, t *edgeTenant) {
 //
 //go:norace
 func (s *sim) deliver(t *edgeTenant, g lease.Grant) int64 {
-	n := g.Granted
+	n := g.Granted - g.Reserved
 	s.held[t.idx] += n
+	debited := g.ServerTime.Sub(simT0).Microseconds()
 	if n > 0 {
 		t.recent = append(t.recent, grantRec{at: s.now, n: n})
-		t.fifo = append(t.fifo, grantRec{at: g.ServerTime.Sub(simT0).Microseconds(), n: n})
+		t.fifo = append(t.fifo, grantRec{at: debited, n: n})
+	}
+	if g.Reserved > 0 {
+		t.resv = append(t.resv, grantRec{at: debited, n: g.Reserved})
+		t.paced = append(t.paced, pacedRec{at: debited, tokens: g.Reserved, pace: s.lim[t.idx].Rate})
 	}
 	return t.tokens.Add(n)
+}
+
+// drip adds n reserved tokens that came due to an instance's counter.
+//
+//go:norace
+func (s *sim) drip(t *edgeTenant, n int64) {
+	s.held[t.idx] += n
+	t.recent = append(t.recent, grantRec{at: s.now, n: n})
+	for left := n; left > 0 && len(t.resv) > 0; {
+		r := &t.resv[0]
+		k := min(left, r.n)
+		t.fifo = append(t.fifo, grantRec{at: r.at, n: k})
+		r.n -= k
+		left -= k
+		if r.n == 0 {
+			t.resv = t.resv[1:]
+		}
+	}
+	t.tokens.Add(n)
+	// No reserved token comes due before the bucket refilled it.
+	t.dripped += n
+	due := t.dueGone
+	kept := t.paced[:0]
+	for _, r := range t.paced {
+		d := r.dueBy(s.now)
+		due += d
+		if d == r.tokens {
+			t.dueGone += d
+		} else {
+			kept = append(kept, r)
+		}
+	}
+	t.paced = kept
+	if t.dripped > due {
+		s.violate(vPaced, "tenant %s: %d reserved tokens came due on an instance, but Redis's reservations made only %d of them exist yet",
+			s.cfg.tenants[t.idx].name, t.dripped, due)
+	}
 }
 
 // reply applies a pipeline's reply, once.
@@ -773,6 +944,10 @@ func (s *sim) reply(c *simCall, grants []lease.Grant) {
 			g := grants[i]
 			level := s.deliver(j.t, g)
 			c.inst.planner.Granted(&j.t.st, s.lim[j.t.idx], c.round.now, j.want, g, level)
+			if s.cfg.mutate == mutateEarlyReservation {
+				g.Wait = 0 // BUG (planted)
+			}
+			c.inst.planner.Reserved(&j.t.st, s.lim[j.t.idx], c.round.now, s.local(c.inst), g)
 			j.t.locked = false
 			s.stats.grant += g.Granted
 		}
@@ -926,6 +1101,7 @@ const (
 	vLifetime = "lease lifetime"
 	vWindow   = "window bound"
 	vGrantID  = "a named grant fits the release's age"
+	vPaced    = "reserved tokens come due after the bucket refilled them"
 )
 
 func (s *sim) violate(kind, format string, args ...any) {
@@ -961,12 +1137,16 @@ func (s *sim) check() {
 		lim := s.lim[ti]
 		adm := s.stats.admitted[ti]
 		net := float64(b.granted) - b.returned
+		// Reserved refill not produced yet was debited, but no request
+		// may have it: the tokens admitted and held exist.
+		ahead := b.ahead(s.now, lim.Rate)
 		if float64(adm) > net+1e-6 {
 			s.violate(vAdmitted, "tenant %s: admitted %d > granted %d - returned %.3f", s.cfg.tenants[ti].name, adm, b.granted, b.returned)
 		}
-		// Tighter: the tokens still in counters were debited too.
-		if float64(adm+s.held[ti]) > net+1e-6 {
-			s.violate(vHeld, "tenant %s: admitted %d + held %d > granted %d - returned %.3f", s.cfg.tenants[ti].name, adm, s.held[ti], b.granted, b.returned)
+		// Tighter: the tokens still in counters were debited too, and
+		// produced.
+		if float64(adm+s.held[ti]) > net-ahead+1e-6 {
+			s.violate(vHeld, "tenant %s: admitted %d + held %d > granted %d - returned %.3f - reserved ahead %.3f", s.cfg.tenants[ti].name, adm, s.held[ti], b.granted, b.returned, ahead)
 		}
 		if b.unfitIDs > 0 {
 			s.violate(vGrantID, "tenant %s: %d releases named a grant that does not fit their age", s.cfg.tenants[ti].name, b.unfitIDs)
@@ -975,9 +1155,12 @@ func (s *sim) check() {
 		if b.created >= 0 {
 			T := float64(s.now-b.created) / 1e6
 			restarts := s.restartsIn(b.created, s.now)
-			bound := float64(lim.Burst)*float64(1+restarts) + lim.Rate*T
-			if net > bound*(1+1e-9)+1e-6 {
-				s.violate(vTotal, "tenant %s: granted - returned = %.3f > B(1+%d) + rT = %.3f", s.cfg.tenants[ti].name, net, restarts, bound)
+			// A restart loses the bucket: it starts full again, and the
+			// reservations outstanding then (at most a horizon of the
+			// rate) still come due.
+			bound := float64(lim.Burst)*float64(1+restarts) + lim.Rate*(T+float64(restarts)*s.cfg.planner.Reserve.Seconds())
+			if net-ahead > bound*(1+1e-9)+1e-6 {
+				s.violate(vTotal, "tenant %s: granted - returned - reserved ahead = %.3f > B(1+%d) + r(T + %d horizons) = %.3f", s.cfg.tenants[ti].name, net-ahead, restarts, restarts, bound)
 			}
 		}
 		for _, w := range s.cfg.windows {
@@ -989,7 +1172,7 @@ func (s *sim) check() {
 			// Tokens admitted in the window were debited in it or in the
 			// L before it: restarts there each allow one more Burst.
 			restarts := s.restartsIn(s.now-w.Microseconds()-s.L, s.now)
-			bound := float64(lim.Burst)*float64(1+restarts) + lim.Rate*(w.Seconds()+float64(s.L)/1e6)
+			bound := float64(lim.Burst)*float64(1+restarts) + lim.Rate*(w.Seconds()+float64(s.L)/1e6+float64(restarts)*s.cfg.planner.Reserve.Seconds())
 			if ratio := float64(admW) / bound; ratio > s.stats.worstWindow {
 				s.stats.worstWindow = ratio
 			}
@@ -1253,6 +1436,46 @@ func TestSimulationDefaultScale(t *testing.T) {
 	}
 }
 
+// TestSimulationReserved: TestSimulationDefaultScale with reservations
+// (Config.Reserve) of one second and of four: every check holds, with the
+// horizon added to the L of the window bound, and the over-quota tenants
+// are served with fewer script calls than without.
+func TestSimulationReserved(t *testing.T) {
+	t.Parallel()
+	base := simConfig{
+		seed:      5,
+		instances: 50,
+		tenants:   append(fleetTenants(100*time.Millisecond), spikyTenant(60)),
+		duration:  3 * time.Minute,
+		step:      time.Millisecond,
+		faults:    faultyNetwork(),
+		windows:   []time.Duration{time.Second, 10 * time.Second},
+	}
+	base.faults.restarts = 2
+	plain := newSim(base).run()
+	for _, horizon := range []time.Duration{time.Second, 4 * time.Second} {
+		cfg := base
+		cfg.planner.Reserve = horizon
+		st := newSim(cfg).run()
+		t.Logf("horizon %v:", horizon)
+		report(t, cfg, st)
+		if st.violations > 0 {
+			t.Fatalf("horizon %v: %d violations of the invariant; first %s", horizon, st.violations, st.firstViolation)
+		}
+		for i, tn := range cfg.tenants {
+			if !tn.overQuota {
+				continue
+			}
+			rt := tn.lim.Rate * cfg.duration.Seconds()
+			t.Logf("horizon %v, %s: admitted %.1f%% of Rate×T (%.1f%% without), %d script calls (%d without)", horizon, tn.name,
+				100*float64(st.admitted[i])/rt, 100*float64(plain.admitted[i])/rt, st.scripts[i], plain.scripts[i])
+			if float64(st.admitted[i]) < 0.7*rt {
+				t.Errorf("horizon %v: over-quota tenant %s admitted %.1f%% of Rate×T under faults", horizon, tn.name, 100*float64(st.admitted[i])/rt)
+			}
+		}
+	}
+}
+
 // TestSimUtilization: without faults, over-quota tenants get at least 80%
 // of Rate × T, and a tenant at half its quota gets nearly all it asks for.
 func TestSimUtilization(t *testing.T) {
@@ -1329,13 +1552,15 @@ func spikyTenant(period float64) simTenant {
 func TestSimCatchesMutations(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
-		m     mutation
-		first string   // the check that must catch it first, at once
-		also  []string // checks that must catch it in a full run
+		m       mutation
+		first   string        // the check that must catch it first, at once
+		also    []string      // checks that must catch it in a full run
+		reserve time.Duration // the planner's reservation horizon
 	}{
-		{mutateApplyDuplicateReplies, vHeld, []string{vAdmitted}},
-		{mutateSkipExpiry, vLifetime, []string{vWindow}},
-		{mutateUnagedReturns, vWindow, nil},
+		{mutateApplyDuplicateReplies, vHeld, []string{vAdmitted}, 0},
+		{mutateSkipExpiry, vLifetime, []string{vWindow}, 0},
+		{mutateUnagedReturns, vWindow, nil, 0},
+		{mutateEarlyReservation, vPaced, nil, time.Second},
 	} {
 		cfg := simConfig{
 			seed:      4,
@@ -1346,6 +1571,7 @@ func TestSimCatchesMutations(t *testing.T) {
 			faults:    simFaults{maxDelay: 3 * time.Millisecond, pDupReply: 0.05},
 			windows:   []time.Duration{time.Second, 10 * time.Second},
 			mutate:    c.m,
+			planner:   syncer.Config{Reserve: c.reserve},
 		}
 		first := cfg
 		first.stopAtViolation = true
