@@ -76,7 +76,8 @@ if orate ~= nil then
 end
 
 local key = KEYS[1]
-local state, x, missing, now = read_bucket(key, redis_now(), rate, burst)
+local clock = redis_now()
+local state, x, missing, now = read_bucket(key, clock, rate, burst)
 if state == nil then
   return x -- the error reply
 end
@@ -117,6 +118,22 @@ local credit = burst - history_peak(h, g, x)
 if credit > amount then
   credit = amount
 end
+-- A frozen bucket (ts after the clock, see acquire.lua): the refill
+-- from the clock up to ts is committed to reservations, and some of the
+-- returned tokens may be reserved ones the bucket has not produced yet.
+-- Put into tk they would be available at once, before they exist: not
+-- safe (a reservation returned whole just after it was made would let
+-- another instance take it at once, above burst + rate*T). Nor can ts
+-- move back (the bucket's times must rise: grant ids, the history). The
+-- tokens the bucket produces over (clock, ts] are at most
+-- ceil((ts - clock)*rate) whole ones, so at least the rest of the
+-- returned tokens existed at the clock: only those are credited, into tk,
+-- available now; ts stays (the commitment is kept). The others are lost,
+-- which is safe. Without a reservation (the clock past ts) this is 0.
+local ts = tonumber(state[2])
+if ts > clock then
+  credit = credit - math.ceil((ts - clock) * rate / 1000000)
+end
 if credit < 0 then
   credit = 0
 end
@@ -126,6 +143,6 @@ local tokens = x + credit
 if tokens > burst then
   tokens = burst
 end
-store(key, tokens, now, rate, burst, h, state)
+store(key, tokens, now, rate, burst, h, state, nil, clock)
 
 return {string.format('%.17g', tokens), now, string.format('%.17g', credit)}
