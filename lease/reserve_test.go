@@ -39,7 +39,7 @@ func acquireOne(t *testing.T, c *Client, r Request) Grant {
 }
 
 // TestReserveArguments: a negative horizon is refused before Redis, the
-// script refuses invalid ones, and 0 or ” reserve nothing.
+// script refuses invalid ones, and an empty horizon reserves nothing.
 func TestReserveArguments(t *testing.T) {
 	ctx := context.Background()
 	r := Request{Tenant: "t", Limits: Limits{Rate: 1, Burst: 1}, Want: 1, Reserve: -time.Millisecond}
