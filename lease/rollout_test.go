@@ -74,7 +74,7 @@ func mixedFleet(t *testing.T, old, oldRelease *redis.Script) {
 		granted      int64
 		credited     float64
 		reservations []Grant // the new clients' grants with a reservation
-		first, last  int64   // Redis times of the first and last call, µs
+		first, last  int64   // Redis times of the first call and of the end, µs
 		seenByOld    int64   // most instances an old client was told of
 		seenByNew    int64
 		calls        [2]int
