@@ -1055,3 +1055,91 @@ func confCanceled(c *cx) {
 		c.t.Errorf("a canceled acquire wrote %+v", st)
 	}
 }
+
+// confReservations: a reservation's size (capped by the want, by
+// share*H and by the room up to clock + H), the frozen bucket it leaves
+// (read by later acquires: no tokens until ts, then the refill), its TTL,
+// a release into it, and an invalid horizon.
+func confReservations(c *cx) {
+	lim := lease.Limits{Rate: 100, Burst: 10}
+	v := c.view("a", confWindow)
+	var m confModel
+	reg := &confRegistry{}
+	acq := func(what string, want int64, h time.Duration) lease.Grant {
+		c.t.Helper()
+		res, err := v.AcquireMany(c.ctx, []lease.Request{{Tenant: "t", Limits: lim, Want: want, Demand: 40, Reserve: h}}, nil)
+		if err != nil || res[0].Err != nil {
+			c.t.Fatalf("%s: %v, %+v", what, err, res)
+		}
+		g := res[0].Grant
+		at := us(g.ServerTime)
+		clock := at - g.Wait.Microseconds()
+		if g.Wait < 0 || m.live && at != max(clock, m.ts+1) {
+			c.t.Fatalf("%s: bucket time %d, wait %v; the bucket's ts was %d", what, at, g.Wait, m.ts)
+		}
+		x := m.see(at, lim.Rate, lim.Burst)
+		granted := min(int64(math.Floor(x)), want)
+		_, share, granted := reg.acquire("a", confWindow.Milliseconds(), at, lim, 40, x, granted)
+		left := x - float64(granted)
+		hms := int64(h / time.Millisecond)
+		if h%time.Millisecond != 0 {
+			hms++
+		}
+		r, pace, ts := reserve(at, clock, lim, want, granted, left, share, hms)
+		if r > 0 {
+			left = 0
+		}
+		m.store(ts, left, lim)
+		c.checkGrant(what, g, granted+r, left)
+		if g.Reserved != r || g.Pace != pace || g.Share != share {
+			c.t.Fatalf("%s: %+v; the model: %d reserved at %v (share %v)", what, g, r, pace, share)
+		}
+		return g
+	}
+	acq("drain", 10, 100*time.Millisecond)
+	// share*H caps: 40/s for 100 ms, of 10 tokens of room.
+	g := acq("share cap", 100, 100*time.Millisecond)
+	if g.Reserved != 4 || g.Pace != 40 {
+		c.t.Fatalf("share cap: %+v, want 4 reserved at 40/s", g)
+	}
+	clock := g.ServerTime.Add(-g.Wait)
+	c.checkStored("t", &m)
+	// The key lives until the frozen bucket would be full, counted from
+	// the clock.
+	ttl := int64(math.Ceil(float64(m.ts-us(clock))/1000+(float64(lim.Burst)-m.tk)/lim.Rate*1000)) + 1000
+	c.checkTTL("t", "", clock, ttl)
+	// The want caps; the bucket is frozen: the call's time is ts + 1 µs.
+	g = acq("want cap on a frozen bucket", 3, 500*time.Millisecond)
+	if g.Reserved != 3 || g.Wait <= 0 {
+		c.t.Fatalf("want cap: %+v, want 3 reserved after a wait", g)
+	}
+	// No room within 10 ms of a bucket frozen ~70 ms ahead; some within
+	// 100 ms (the model checks how much).
+	if g = acq("no room", 100, 10*time.Millisecond); g.Granted != 0 {
+		c.t.Fatalf("no room: %+v, want nothing", g)
+	}
+	g = acq("room cap", 100, 100*time.Millisecond)
+	c.checkStored("t", &m)
+	// A release into the frozen bucket keeps ts: the credit goes into tk.
+	r := c.release(v, "t", lim, g.Reserved, time.Second, g.ID())
+	credit, tokens, _ := m.release(us(r.ServerTime), lim, g.Reserved, time.Second, g.ID())
+	c.checkReturn("release into a frozen bucket", r, credit, tokens)
+	if r.ServerTime.UnixMicro() <= us(clock) {
+		c.t.Fatalf("release: bucket time %v, want ahead of the clock %v", r.ServerTime, clock)
+	}
+	c.checkStored("t", &m)
+	// Past ts, the bucket refills again.
+	c.sp.advance(200 * time.Millisecond)
+	g = acq("after ts", 0, 0)
+	if g.Wait != 0 || g.Tokens <= m.tk-1e-9 && g.Tokens == 0 {
+		c.t.Fatalf("after ts: %+v, want a refill and no wait", g)
+	}
+	c.checkStored("t", &m)
+	// An invalid horizon touches nothing.
+	c.unchanged("a negative horizon", v, []string{"t"}, func() {
+		res, _ := v.AcquireMany(c.ctx, []lease.Request{{Tenant: "t", Limits: lim, Want: 1, Reserve: -time.Millisecond}}, nil)
+		if !errors.Is(res[0].Err, lease.ErrBadRequest) {
+			c.t.Errorf("a negative horizon: %v, want ErrBadRequest", res[0].Err)
+		}
+	})
+}

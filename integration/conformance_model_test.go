@@ -235,3 +235,29 @@ func (r *confRegistry) fields() map[string]string {
 	}
 	return f
 }
+
+// reserve is the reservation of an acquire at the bucket's time at and
+// the store's clock, after an immediate grant of granted of want that
+// left tokens, by an instance of the given share with horizon hms
+// (milliseconds): the tokens reserved, their pace, and the bucket's time
+// to store (at when nothing is reserved). Every operation is the
+// script's, in its order.
+func reserve(at, clock int64, lim lease.Limits, want, granted int64, tokens, share float64, hms int64) (int64, float64, int64) {
+	if hms <= 0 || !(share > 0) || want <= granted || tokens >= 1 {
+		return 0, 0, at
+	}
+	room := float64(clock+hms*1000-at)*lim.Rate/1e6 + tokens
+	r := float64(want - granted)
+	if c := math.Floor(share * float64(hms) / 1000); c < r {
+		r = c
+	}
+	if room < r {
+		r = math.Floor(room)
+	}
+	for ; r > 0; r-- {
+		if ts := int64(math.Ceil(float64(at) + (r-tokens)*1e6/lim.Rate)); ts <= clock+hms*1000 {
+			return int64(r), min(share, lim.Rate), ts
+		}
+	}
+	return 0, 0, at
+}

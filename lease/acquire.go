@@ -28,16 +28,41 @@ type Grant struct {
 	// second, among the demands the active instances reported
 	// (Request.Demand); 0 when unknown (no WithInstance).
 	Share float64
-	// Reserved is the part of Granted that is paced (TEMP until merge).
-	Reserved int64
-	// Pace is tokens/s of the reserved part (TEMP until merge).
-	Pace float64
-	// ReservedAfter (TEMP until merge).
-	ReservedAfter time.Duration
 	// Override is the tenant's quota override stored in Redis (see
 	// Client.SetOverride), nil when none is: the script applied its rate
 	// and burst instead of the request's.
 	Override *Override
+	// Reserved is the part of Granted that is a reservation (see
+	// Request.Reserve): paced tokens of the bucket's future refill. Token
+	// k of them (k = 1..Reserved) may be spent from Wait + k/Pace after
+	// the reply arrived (in Redis time: from ServerTime + k/Pace), not
+	// before; the other Granted - Reserved tokens at once. 0 when none.
+	Reserved int64
+	// Pace is the reservation's pace in tokens per second: > 0 when
+	// Reserved > 0 (the caller's Share, at most the rate in force), else 0.
+	Pace float64
+	// Wait is how far ServerTime was ahead of Redis's clock when the
+	// script ran (>= 0): the bucket was frozen until then by an earlier
+	// reservation (or Redis's clock went back). A reservation's schedule
+	// starts Wait after the reply arrives.
+	Wait time.Duration
+}
+
+// ReservedAt returns how long after the reply arrived token k (1..Reserved)
+// of g's reservation may be spent: Wait + k/Pace, rounded up to the
+// microsecond. It returns 0 for k < 1 and math.MaxInt64 for k > Reserved.
+func (g Grant) ReservedAt(k int64) time.Duration {
+	if k < 1 {
+		return 0
+	}
+	if k > g.Reserved || !(g.Pace > 0) {
+		return math.MaxInt64
+	}
+	us := math.Ceil(float64(k) / g.Pace * 1e6)
+	if !(us < float64((math.MaxInt64-g.Wait)/time.Microsecond)) {
+		return math.MaxInt64
+	}
+	return g.Wait + time.Duration(us)*time.Microsecond
 }
 
 // RetryAfter estimates how long from g.ServerTime until the global bucket
@@ -88,19 +113,30 @@ type Request struct {
 	// tokens per second, recorded in the instance registry (WithInstance)
 	// so that each instance learns its max-min fair share (Grant.Share).
 	Demand float64
-	// Reserve (TEMP until merge).
+	// Reserve is the reservation horizon, 0 for none. When the bucket
+	// cannot serve Want now and the caller has a fair share (WithInstance,
+	// Grant.Share > 0), the acquire also reserves part of the bucket's
+	// refill up to Reserve from now: at most Share*Reserve tokens, paced
+	// at Share (Grant.Reserved, Grant.Pace). It is sent in whole
+	// milliseconds, rounded up. Without WithInstance it has no effect and
+	// is not sent. A mixed fleet with clients older than this field must
+	// keep it at most a second (see the package doc).
 	Reserve time.Duration
 }
 
-// Validate reports whether r can be sent: valid Limits and Want >= 0.
-// Errors wrap ErrBadRequest and name the field. Every Store checks it
-// before touching a bucket, so an invalid request changes nothing.
+// Validate reports whether r can be sent: valid Limits, Want >= 0 and
+// Reserve >= 0. Errors wrap ErrBadRequest and name the field. Every Store
+// checks it before touching a bucket, so an invalid request changes
+// nothing.
 func (r Request) Validate() error {
 	if err := r.Limits.Validate(); err != nil {
 		return err
 	}
 	if r.Want < 0 {
 		return fmt.Errorf("%w: want %d: must be >= 0", ErrBadRequest, r.Want)
+	}
+	if r.Reserve < 0 {
+		return fmt.Errorf("%w: Reserve %v: must be >= 0", ErrBadRequest, r.Reserve)
 	}
 	return nil
 }
@@ -118,7 +154,7 @@ type Result struct {
 // reports the bucket. Invalid arguments fail with an error wrapping
 // ErrBadRequest, without calling Redis.
 func (c *Client) Acquire(ctx context.Context, tenant string, lim Limits, want int64) (Grant, error) {
-	cl, err := c.acquireCall(tenant, lim, want, 0)
+	cl, err := c.acquireCall(Request{Tenant: tenant, Limits: lim, Want: want})
 	if err != nil {
 		return Grant{}, err
 	}
@@ -152,7 +188,7 @@ func (c *Client) AcquireMany(ctx context.Context, reqs []Request, results []Resu
 	sent := make([]int, 0, len(reqs)) // sent[j] is the index in reqs of calls[j]
 	for i := range reqs {
 		results[i] = Result{}
-		cl, err := c.acquireCall(reqs[i].Tenant, reqs[i].Limits, reqs[i].Want, reqs[i].Demand)
+		cl, err := c.acquireCall(reqs[i])
 		if err != nil {
 			results[i].Err = err
 			continue
@@ -186,13 +222,13 @@ func (c *Client) acquireBatches(ctx context.Context, reqs []Request, calls []cal
 			batches = append(batches, calls[lo])
 			continue
 		}
-		b := call{keys: make([]string, 0, 3*(hi-lo)), args: make([]interface{}, 0, 6*(hi-lo))}
+		b := call{keys: make([]string, 0, 3*(hi-lo)), args: make([]interface{}, 0, 7*(hi-lo))}
 		for _, cl := range calls[lo:hi] {
 			b.keys = append(b.keys, cl.keys...)
 			b.args = append(b.args, cl.args...)
-			// A batch gives every tenant six arguments: an empty id
-			// for one without a registry.
-			for k := len(cl.args); k < 6; k++ {
+			// A batch gives every tenant seven arguments: an empty id
+			// for one without a registry, an empty horizon for none.
+			for k := len(cl.args); k < 7; k++ {
 				b.args = append(b.args, "")
 			}
 		}
@@ -229,29 +265,27 @@ func (c *Client) acquireBatches(ctx context.Context, reqs []Request, calls []cal
 	return commonFailure(cmds)
 }
 
-// acquireCall returns the keys and arguments of one acquire.
-func (c *Client) acquireCall(tenant string, lim Limits, want int64, demand float64) (call, error) {
-	args, err := acquireArgs(lim, want)
-	if err != nil {
+// acquireCall returns the keys and arguments of one acquire: 3 of them
+// without a registry, 6 with one, 7 with one and a reserve horizon.
+func (c *Client) acquireCall(r Request) (call, error) {
+	if err := r.Validate(); err != nil {
 		return call{}, err
 	}
-	key := c.Key(tenant)
+	args := []interface{}{formatRate(r.Limits.Rate), strconv.FormatInt(r.Limits.Burst, 10), strconv.FormatInt(r.Want, 10)}
+	key := c.Key(r.Tenant)
 	keys := []string{key, InstancesKey(key), QuotaKey(key)}
 	if c.instance == "" {
 		return call{keys: keys, args: args}, nil
 	}
+	demand := r.Demand
 	if !(demand >= 0) || math.IsInf(demand, 0) {
 		demand = 0
 	}
 	args = append(args, c.instance, strconv.FormatInt(c.window.Milliseconds(), 10), strconv.FormatFloat(demand, 'f', -1, 64))
-	return call{keys: keys, args: args}, nil
-}
-
-func acquireArgs(lim Limits, want int64) ([]interface{}, error) {
-	if err := (Request{Limits: lim, Want: want}).Validate(); err != nil {
-		return nil, err
+	if r.Reserve > 0 {
+		args = append(args, strconv.FormatInt(ceilMillis(r.Reserve), 10))
 	}
-	return []interface{}{formatRate(lim.Rate), strconv.FormatInt(lim.Burst, 10), strconv.FormatInt(want, 10)}, nil
+	return call{keys: keys, args: args}, nil
 }
 
 // parseGrant decodes acquire.lua's reply {granted, "tokens", now_us}.
@@ -267,10 +301,10 @@ func parseGrant(cmd *redis.Cmd, want int64) (Grant, error) {
 // reply of a call for one tenant, or its element of a batch's.
 func parseGrantReply(v interface{}, want int64) (Grant, error) {
 	a, ok := v.([]interface{})
-	// Fewer than six elements: a reply of an older script, without the
-	// share (and the override).
-	if !ok || len(a) < 4 || len(a) > 6 {
-		return Grant{}, fmt.Errorf("%w: acquire: want a 6-element array, got %T %v", ErrBadReply, v, v)
+	// Fewer than nine elements: a reply of an older script, without the
+	// reservation (and the share, and the override).
+	if !ok || len(a) < 4 || len(a) > 9 {
+		return Grant{}, fmt.Errorf("%w: acquire: want a 9-element array, got %T %v", ErrBadReply, v, v)
 	}
 	granted, err := replyInt(a[0])
 	if err != nil {
@@ -298,12 +332,33 @@ func parseGrantReply(v interface{}, want int64) (Grant, error) {
 		}
 	}
 	var share float64
-	if len(a) == 6 {
+	if len(a) >= 6 {
 		if str, ok := a[5].(string); !ok || str != "" {
 			if share, err = replyFloat(a[5]); err != nil || share < 0 {
 				return Grant{}, fmt.Errorf("%w: acquire: share: %v %w", ErrBadReply, a[5], err)
 			}
 		}
 	}
-	return Grant{Granted: granted, Tokens: tokens, ServerTime: time.UnixMicro(now), Instances: int(instances), Override: o, Share: share}, nil
+	g := Grant{Granted: granted, Tokens: tokens, ServerTime: time.UnixMicro(now), Instances: int(instances), Override: o, Share: share}
+	if len(a) >= 7 {
+		if g.Reserved, err = replyInt(a[6]); err != nil || g.Reserved < 0 || g.Reserved > granted {
+			return Grant{}, fmt.Errorf("%w: acquire: reserved %v of %d granted %w", ErrBadReply, a[6], granted, err)
+		}
+	}
+	if g.Reserved > 0 {
+		if len(a) < 8 {
+			return Grant{}, fmt.Errorf("%w: acquire: %d reserved without a pace", ErrBadReply, g.Reserved)
+		}
+		if g.Pace, err = replyFloat(a[7]); err != nil || !(g.Pace > 0) {
+			return Grant{}, fmt.Errorf("%w: acquire: pace: %v %w", ErrBadReply, a[7], err)
+		}
+	}
+	if len(a) >= 9 {
+		wait, err := replyInt(a[8])
+		if err != nil || wait < 0 || wait > int64(math.MaxInt64/time.Microsecond) {
+			return Grant{}, fmt.Errorf("%w: acquire: wait: %v %w", ErrBadReply, a[8], err)
+		}
+		g.Wait = time.Duration(wait) * time.Microsecond
+	}
+	return g, nil
 }

@@ -24,6 +24,9 @@
 --          grow with the instances.
 --          KEYS[2] is always passed (so that KEYS[3] has a fixed place) but
 --          only touched when ARGV[4] is a non-empty id.
+-- ARGV[7]  optional reserve horizon H, milliseconds, a finite number >= 0;
+--          missing, '' or 0: no reservation. The single form thus takes 3,
+--          6 or 7 arguments (7 without a registry: ARGV[4..6] = '' '' '').
 -- KEYS[3]  quota override (QuotaKey), a hash {r = rate, b = burst, min, max,
 --          ttl (ns), mode} written by quota.lua, never expiring. When it holds
 --          r and b they replace ARGV[1] and ARGV[2]: the override is the one
@@ -31,15 +34,42 @@
 --
 -- Returns {granted (integer), tokens left ("%.17g" string), now (microseconds,
 -- integer), active instances (integer; 0 without a registry), override,
--- share}, where override is 0 when no override is stored, else the array of
--- strings {r, b, min, max, ttl, mode} as stored, and share is the caller's
--- max-min fair share of the rate (tokens/s, "%.17g") among the active
--- instances' demands, or "" without a registry.
+-- share, reserved, pace, wait}, where override is 0 when no override is
+-- stored, else the array of strings {r, b, min, max, ttl, mode} as stored,
+-- share is the caller's max-min fair share of the rate (tokens/s, "%.17g")
+-- among the active instances' demands, or "" without a registry, reserved
+-- (integer) is the part of granted that is a reservation, pace its pace
+-- (tokens/s, "%.17g"; "" when reserved is 0) and wait (integer, µs) is
+-- now - clock, how far the bucket's time is ahead of Redis TIME.
 -- Tokens are returned as a string because Redis truncates Lua numbers to integers.
+--
+-- Reservations ("paced grants"). A bucket whose ts is after the clock is
+-- frozen: tk tokens are available now and nothing refills until ts (every
+-- version's read_bucket reads it so: the call's bucket time is ts + 1 µs,
+-- and ts is written back). When H > 0, the caller has a registry entry with
+-- a share > 0, it wants more than the immediate grant gives (credit caps
+-- included) and the bucket cannot serve more now (f = tokens left < 1), the
+-- call reserves r = min(want - granted, floor(share*H/1000), floor(room))
+-- tokens, room = (clock + H - now)*rate + f being the refill from the
+-- bucket's time now to clock + H: the bucket becomes tk = 0, ts =
+-- ceil(now + (r - f)/rate) (<= clock + H), so its token k (1..r) is
+-- produced at now + (k - f)/rate. The caller may spend token k from now +
+-- k/pace, pace = min(share, rate): that is, wait + k/pace after the reply
+-- arrives; every token is then spent after the bucket produced it, so the
+-- bound (granted - credited <= burst + rate*T) holds as before.
+-- Reserved tokens count in granted; the registry credit is the immediate
+-- grant's alone.
+--
+-- Rollout. Older versions (no horizon) keep a frozen bucket's commitment,
+-- but set its TTL to (burst - tokens)/rate + 1 s from the clock, ignoring
+-- that ts is ahead: the key outlives the time the bucket is full again only
+-- while ts is at most 1 s after the clock. So H <= 1000 ms is safe in a
+-- mixed fleet; a longer H needs every instance on this version first.
 --
 -- A batch: with 3n keys (n >= 2), the script acquires for n tenants in one
 -- call, tenant i's keys being KEYS[3i-2..3i] and its arguments
--- ARGV[6i-5..6i] (always six: an empty id for no registry). It returns an
+-- ARGV[7i-6..7i] (always seven: an empty id for no registry, an empty
+-- horizon for none). It returns an
 -- array of n replies, each the reply above or tenant i's error reply, so
 -- that one tenant's bad argument or corrupt key fails that tenant alone.
 -- Every tenant is acquired for exactly as a call of its own would be, at
@@ -74,10 +104,10 @@ local function sane_demand(v)
 end
 
 -- acquire runs the acquire above for one tenant: its bucket, registry and
--- override keys, its arguments at ARGV[o + 1 ..], and the call's Redis
--- TIME (clock, microseconds). It returns the tenant's reply or its error
--- reply.
-local function acquire(key, ikey, qkey, o, clock)
+-- override keys, its arguments at ARGV[o + 1 ..], the call's Redis TIME
+-- (clock, microseconds) and whether ARGV[o + 7] is the reserve horizon.
+-- It returns the tenant's reply or its error reply.
+local function acquire(key, ikey, qkey, o, clock, hasHorizon)
   local rate, burst = check_limits(ARGV[o + 1], ARGV[o + 2], '')
   if rate == nil then
     return burst -- the error reply
@@ -85,6 +115,13 @@ local function acquire(key, ikey, qkey, o, clock)
   local want = tonumber(ARGV[o + 3])
   if not whole(want, 0) then
     return bad('want must be an integer >= 0, got ' .. tostring(ARGV[o + 3]))
+  end
+  local horizon = 0 -- the reserve horizon, milliseconds
+  if hasHorizon and ARGV[o + 7] ~= '' then
+    horizon = tonumber(ARGV[o + 7])
+    if horizon == nil or horizon ~= horizon or horizon < 0 or horizon == math.huge then
+      return bad('reserve horizon must be a finite number >= 0 (ms), got ' .. tostring(ARGV[o + 7]))
+    end
   end
 
   -- The override, when one is stored, replaces the caller's rate and burst.
@@ -242,25 +279,68 @@ local function acquire(key, ikey, qkey, o, clock)
   end
   tokens = tokens - granted
 
+  -- A reservation (see the header): part of the refill up to clock +
+  -- horizon, paced at the share, when the bucket cannot serve more now.
+  -- tokens (f) is then the fraction left, in [0, 1).
+  local reserved = 0
+  local pace = nil
+  local stored = now
+  if horizon > 0 and share ~= nil and share > 0 and want > granted and tokens < 1 then
+    local room = (clock + horizon * 1000 - now) * rate / 1000000 + tokens
+    reserved = want - granted
+    local cap = math.floor(share * horizon / 1000)
+    if cap < reserved then
+      reserved = cap
+    end
+    if room < reserved then
+      reserved = math.floor(room)
+    end
+    -- The last reserved token is produced at now + (reserved - f)/rate:
+    -- ts, rounded up to the microsecond, and never past clock + horizon
+    -- (what a mixed fleet relies on; rounding could add a microsecond).
+    while reserved > 0 do
+      stored = math.ceil(now + (reserved - tokens) * 1000000 / rate)
+      if stored <= clock + horizon * 1000 then
+        break
+      end
+      reserved = reserved - 1
+    end
+    if reserved > 0 then
+      pace = share
+      if pace > rate then
+        pace = rate
+      end
+      granted = granted + reserved
+      tokens = 0
+    else
+      reserved = 0
+      stored = now
+    end
+  end
+
   local extra = nil
   if summary then
     extra = {'rg', summary}
   end
-  store(key, tokens, now, rate, burst, h, state, extra)
+  store(key, tokens, stored, rate, burst, h, state, extra, clock)
 
   local shareOut = ''
   if share ~= nil then
     shareOut = string.format('%.17g', share)
   end
-  return {granted, string.format('%.17g', tokens), now, instances, override, shareOut}
+  local paceOut = ''
+  if pace ~= nil then
+    paceOut = string.format('%.17g', pace)
+  end
+  return {granted, string.format('%.17g', tokens), now, instances, override, shareOut, reserved, paceOut, now - clock}
 end
 
 if #KEYS == 3 then
-  return acquire(KEYS[1], KEYS[2], KEYS[3], 0, redis_now())
+  return acquire(KEYS[1], KEYS[2], KEYS[3], 0, redis_now(), #ARGV == 7)
 end
 local n = #KEYS / 3
-if n < 2 or n ~= math.floor(n) or #ARGV ~= 6 * n then
-  return bad('a batch wants 3 keys and 6 arguments per tenant, got ' .. #KEYS .. ' keys and ' .. #ARGV .. ' arguments')
+if n < 2 or n ~= math.floor(n) or #ARGV ~= 7 * n then
+  return bad('a batch wants 3 keys and 7 arguments per tenant, got ' .. #KEYS .. ' keys and ' .. #ARGV .. ' arguments')
 end
 local clock = redis_now()
 local replies = {}
@@ -269,7 +349,7 @@ for i = 1, n do
   -- would end the whole call, after the earlier tenants' writes: caught,
   -- it is that tenant's error reply alone. Its reads come first, so it
   -- has written nothing then.
-  local ok, r = pcall(acquire, KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i], 6 * (i - 1), clock)
+  local ok, r = pcall(acquire, KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i], 7 * (i - 1), clock, true)
   if not ok then
     if type(r) == 'table' and r.err then
       r = redis.error_reply(r.err)

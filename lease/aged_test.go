@@ -136,7 +136,7 @@ func TestReleaseArguments(t *testing.T) {
 	if rc := c.releaseCall("t", args, 12345); len(rc.args) != 5 || rc.args[3] != "2" || rc.args[4] != "12345" {
 		t.Errorf("release args %v: want age 2 (ms, rounded up), then the grant 12345", rc.args)
 	}
-	cl, err := c.acquireCall("t", Limits{Rate: 1, Burst: 1}, 1, 0)
+	cl, err := c.acquireCall(Request{Tenant: "t", Limits: Limits{Rate: 1, Burst: 1}, Want: 1})
 	if err != nil || len(cl.args) != 3 {
 		t.Errorf("acquire args %v, %v: want rate, burst and want only", cl.args, err)
 	}

@@ -4,7 +4,8 @@
 -- override and one level history the same way.
 --
 -- A bucket is a hash {tk = tokens ("%.17g"), ts = when tk was computed
--- (Redis TIME, microseconds), hb = the burst its level history was
+-- (Redis TIME, microseconds; after the clock for a frozen bucket: tk
+-- tokens available now and no refill until ts, see acquire.lua), hb = the burst its level history was
 -- recorded under, p1, p2, ... = the history's entries, rg = the summary of
 -- the instance registry that acquire.lua keeps}. The history (see below, and the Go model in
 -- internal/peaks, which the tests hold these functions to) is what
@@ -228,12 +229,15 @@ end
 -- store writes the bucket's tokens as of now, its history h (deleting the
 -- entry fields of the bucket read as state that h no longer fills), the
 -- burst it was recorded under and the field-value pairs in extra (nil for
--- none), and keeps the key until the bucket would be
--- full again at rate, plus a second: a missing key means a full bucket, so
--- expiring it then changes nothing. Beyond ~31,700 years (and for an
--- infinite quotient) the key is kept for ever: the number would not fit
--- PEXPIRE, and any finite cap would refill early.
-local function store(key, tokens, now, rate, burst, h, state, extra)
+-- none), and keeps the key until the bucket would be full again at rate,
+-- plus a second: a missing key means a full bucket, so expiring it then
+-- changes nothing. That time is now + (burst - tokens)/rate, and now (the
+-- bucket's time) may be ahead of clock, the Redis TIME of the call (a
+-- frozen bucket, see acquire.lua, or a clock that went back), so the TTL
+-- counted from clock, as PEXPIRE counts it, adds now - clock. Beyond
+-- ~31,700 years (and for an infinite quotient) the key is kept for ever:
+-- the number would not fit PEXPIRE, and any finite cap would refill early.
+local function store(key, tokens, now, rate, burst, h, state, extra, clock)
   local args = {'tk', string.format('%.17g', tokens), 'ts', string.format('%d', now)}
   if tonumber(state[3]) ~= burst then
     args[#args + 1] = 'hb'
@@ -271,7 +275,7 @@ local function store(key, tokens, now, rate, burst, h, state, extra)
   if state[12] then
     redis.call('HDEL', key, 's0', 'm0', 's1', 'm1', 'ta', 'mt')
   end
-  local ttl = math.ceil((burst - tokens) / rate * 1000) + 1000
+  local ttl = math.ceil((now - clock) / 1000 + (burst - tokens) / rate * 1000) + 1000
   if ttl < 1e15 then
     redis.call('PEXPIRE', key, string.format('%d', ttl))
   else

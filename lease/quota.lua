@@ -25,6 +25,13 @@
 -- there is no free refill across the change, and nothing is lost beyond
 -- the new cap. A missing bucket is full at the old burst.
 --
+-- On a frozen bucket (ts after the clock: reservations, see acquire.lua)
+-- the refill up to ts is committed, so read_bucket takes the bucket's time
+-- as ts + 1 µs and the change is stored at that time: tk (available now)
+-- is capped at the new burst, and the new rate refills only from ts on.
+-- The reserved tokens, produced at the old rate before ts, stay
+-- committed; no token becomes available earlier than before the change.
+--
 -- Every set and del (whatever the old and new burst) also makes the
 -- bucket's level history (common.lua) unknown before now: it restarts as
 -- {{now, max(old burst, new burst)}} with hb = the new burst. Tokens granted
@@ -76,7 +83,8 @@ if op == 'set' then
   end
 end
 
-local state, tokens, _, now = read_bucket(key, redis_now(), oldRate, oldBurst)
+local clock = redis_now()
+local state, tokens, _, now = read_bucket(key, clock, oldRate, oldBurst)
 if state == nil then
   return tokens -- the error reply
 end
@@ -89,7 +97,7 @@ local top = oldBurst
 if newBurst > top then
   top = newBurst
 end
-store(key, tokens, now, newRate, newBurst, {{now, top}}, state)
+store(key, tokens, now, newRate, newBurst, {{now, top}}, state, nil, clock)
 
 if op == 'set' then
   redis.call('DEL', qkey)

@@ -95,7 +95,7 @@ func (c Config) withDefaults() Config {
 // never seen; Planner.Init gives it its schedule. It is plain data, owned
 // by whoever holds the tenant's lock.
 //
-// There is one per tenant, so it is packed (136 bytes, 112 before its reservation): times are stamps,
+// There is one per tenant, so it is packed (144 bytes, 112 before reservations): times are stamps,
 // whole milliseconds after the ledger's base time (rounded down; moved to
 // a new base when the clock runs 12 days past it), rates and the largest
 // request are float32 (that one rounded up), and counts that cannot matter

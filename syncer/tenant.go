@@ -17,8 +17,8 @@ import (
 // requests go through its methods: Spend on success, NoteMiss on a miss.
 // The syncer holds mu while it plans and calls Redis for the tenant.
 //
-// There is one per tenant, so it is packed: 232 bytes with its State (in
-// the 240-byte Go size class; 208 before reservations). Its name shares its bytes with the registry's map key.
+// There is one per tenant, so it is packed: 240 bytes with its State (a
+// Go size class; 208 before reservations). Its name shares its bytes with the registry's map key.
 type Tenant struct {
 	// tokens are the leased tokens requests spend from.
 	tokens bucket.Counter

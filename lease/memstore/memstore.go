@@ -257,14 +257,15 @@ func (b *bucket) history(at int64, burst int64) peaks.History {
 
 // store is common.lua's store: the bucket holds tokens as of at, with
 // history h recorded under burst, and is kept until it would have refilled
-// to full at rate, plus a second (for ever beyond ~31,700 years), counted
-// from nowMS, the clock of the call.
-func (b *bucket) store(nowMS int64, tokens float64, at int64, rate float64, burst int64, h peaks.History) {
+// to full at rate, plus a second (for ever beyond ~31,700 years): at +
+// (burst - tokens)/rate + 1 s, at being at or after now, the clock of the
+// call (µs; nowMS in ms), from which the TTL is counted.
+func (b *bucket) store(now, nowMS int64, tokens float64, at int64, rate float64, burst int64, h peaks.History) {
 	if !b.live {
 		b.rg = nil
 	}
 	b.live, b.tk, b.ts, b.hb, b.h = true, tokens, at, burst, h
-	ttl := math.Ceil((float64(burst)-tokens)/rate*1000) + 1000
+	ttl := math.Ceil(float64(at-now)/1000+(float64(burst)-tokens)/rate*1000) + 1000
 	if ttl < 1e15 {
 		b.expire = nowMS + int64(ttl)
 	} else {
@@ -381,12 +382,42 @@ func (s *Store) acquire(in *Instance, r lease.Request) (lease.Grant, error) {
 		}
 	}
 	tokens -= granted
-	t.b.store(nowMS, tokens, at, rate, burst, h)
+	// A reservation (acquire.lua): part of the refill up to now +
+	// Reserve, paced at the share, when the bucket cannot serve more now.
+	stored := at
+	if hms := ceilMillis(r.Reserve); hms > 0 && in.id != "" && g.Share > 0 && float64(r.Want) > granted && tokens < 1 {
+		horizon := float64(hms)
+		room := float64(now+hms*1000-at)*rate/1e6 + tokens
+		reserved := float64(r.Want) - granted
+		if c := math.Floor(g.Share * horizon / 1000); c < reserved {
+			reserved = c
+		}
+		if room < reserved {
+			reserved = math.Floor(room)
+		}
+		for reserved > 0 {
+			stored = int64(math.Ceil(float64(at) + (reserved-tokens)*1e6/rate))
+			if stored <= now+hms*1000 {
+				break
+			}
+			reserved--
+		}
+		if reserved > 0 {
+			g.Reserved = int64(reserved)
+			g.Pace = min(g.Share, rate)
+			granted += reserved
+			tokens = 0
+		} else {
+			stored = at
+		}
+	}
+	t.b.store(now, nowMS, tokens, stored, rate, burst, h)
 	if fresh != nil {
 		t.b.rg = fresh
 	}
 	g.Granted = int64(granted)
 	g.Tokens = tokens
+	g.Wait = time.Duration(at-now) * time.Microsecond
 	return g, nil
 }
 
@@ -430,7 +461,7 @@ func (s *Store) release(r lease.ReleaseRequest, rid string) (lease.Return, error
 	if tokens > float64(burst) {
 		tokens = float64(burst)
 	}
-	t.b.store(nowMS, tokens, at, rate, burst, h)
+	t.b.store(now, nowMS, tokens, at, rate, burst, h)
 	return lease.Return{Credited: credit, Tokens: tokens, ServerTime: time.UnixMicro(at)}, nil
 }
 
@@ -485,7 +516,7 @@ func (s *Store) setQuota(name string, base lease.Limits, o *lease.Override) (flo
 	}
 	var h peaks.History
 	h.Reset(at, float64(max(oldBurst, newBurst)))
-	t.b.store(nowMS, tokens, at, newRate, newBurst, h)
+	t.b.store(now, nowMS, tokens, at, newRate, newBurst, h)
 	t.override = copyOverride(o)
 	s.version++
 	return tokens, nil
