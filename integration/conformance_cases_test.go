@@ -1057,7 +1057,8 @@ func confCanceled(c *cx) {
 }
 
 // confReservations: a reservation's size (capped by the want, by
-// share*H and by the room up to clock + H), the frozen bucket it leaves
+// share over its length, capped by the room up to ReserveAhead past the
+// clock), the frozen bucket it leaves
 // (read by later acquires: no tokens until ts, then the refill), its TTL,
 // a release into it, and an invalid horizon.
 func confReservations(c *cx) {
@@ -1108,18 +1109,22 @@ func confReservations(c *cx) {
 	// the clock.
 	ttl := int64(math.Ceil(float64(m.ts-us(clock))/1000+(float64(lim.Burst)-m.tk)/lim.Rate*1000)) + 1000
 	c.checkTTL("t", "", clock, ttl)
-	// The want caps; the bucket is frozen: the call's time is ts + 1 µs.
-	g = acq("want cap on a frozen bucket", 3, 500*time.Millisecond)
-	if g.Reserved != 3 || g.Wait <= 0 {
-		c.t.Fatalf("want cap: %+v, want 3 reserved after a wait", g)
+	// The share over the length, whatever the want; the bucket is frozen:
+	// the call's time is ts + 1 µs.
+	g = acq("length on a frozen bucket", 3, 500*time.Millisecond)
+	if g.Reserved != 20 || g.Wait <= 0 {
+		c.t.Fatalf("length on a frozen bucket: %+v, want 20 reserved after a wait", g)
 	}
-	// No room within 10 ms of a bucket frozen ~70 ms ahead; some within
-	// 100 ms (the model checks how much).
-	if g = acq("no room", 100, 10*time.Millisecond); g.Granted != 0 {
-		c.t.Fatalf("no room: %+v, want nothing", g)
+	// The room caps (the refill up to ReserveAhead past the clock; the
+	// model checks how much), and then there is none.
+	g = acq("room cap", 100, 10*time.Second)
+	if g.Reserved == 0 || g.Reserved >= 400 {
+		c.t.Fatalf("room cap: %+v, want what the room holds", g)
 	}
-	g = acq("room cap", 100, 100*time.Millisecond)
 	c.checkStored("t", &m)
+	if g2 := acq("no room", 100, 100*time.Millisecond); g2.Granted != 0 {
+		c.t.Fatalf("no room: %+v, want nothing", g2)
+	}
 	// A release into the frozen bucket keeps ts: the credit goes into tk.
 	r := c.release(v, "t", lim, g.Reserved, time.Second, g.ID())
 	credit, tokens, _ := m.release(us(r.ServerTime), lim, g.Reserved, time.Second, g.ID())
@@ -1129,7 +1134,7 @@ func confReservations(c *cx) {
 	}
 	c.checkStored("t", &m)
 	// Past ts, the bucket refills again.
-	c.sp.advance(200 * time.Millisecond)
+	c.sp.advance(lease.ReserveAhead + 100*time.Millisecond)
 	g = acq("after ts", 0, 0)
 	if g.Wait != 0 || g.Tokens <= m.tk-1e-9 && g.Tokens == 0 {
 		c.t.Fatalf("after ts: %+v, want a refill and no wait", g)

@@ -238,24 +238,22 @@ func (r *confRegistry) fields() map[string]string {
 
 // reserve is the reservation of an acquire at the bucket's time at and
 // the store's clock, after an immediate grant of granted of want that
-// left tokens, by an instance of the given share with horizon hms
-// (milliseconds): the tokens reserved, their pace, and the bucket's time
-// to store (at when nothing is reserved). Every operation is the
+// left tokens, by an instance of the given share with a reservation of
+// lms milliseconds: the tokens reserved, their pace, and the bucket's
+// time to store (at when nothing is reserved). Every operation is the
 // script's, in its order.
-func reserve(at, clock int64, lim lease.Limits, want, granted int64, tokens, share float64, hms int64) (int64, float64, int64) {
-	if hms <= 0 || !(share > 0) || want <= granted || tokens >= 1 {
+func reserve(at, clock int64, lim lease.Limits, want, granted int64, tokens, share float64, lms int64) (int64, float64, int64) {
+	if lms <= 0 || !(share > 0) || want <= granted || tokens >= 1 {
 		return 0, 0, at
 	}
-	room := float64(clock+hms*1000-at)*lim.Rate/1e6 + tokens
-	r := float64(want - granted)
-	if c := math.Floor(share * float64(hms) / 1000); c < r {
-		r = c
-	}
+	ahead := lease.ReserveAhead.Microseconds()
+	room := float64(clock+ahead-at)*lim.Rate/1e6 + tokens
+	r := math.Floor(share * float64(lms) / 1000)
 	if room < r {
 		r = math.Floor(room)
 	}
 	for ; r > 0; r-- {
-		if ts := int64(math.Ceil(float64(at) + (r-tokens)*1e6/lim.Rate)); ts <= clock+hms*1000 {
+		if ts := int64(math.Ceil(float64(at) + (r-tokens)*1e6/lim.Rate)); ts <= clock+ahead {
 			return int64(r), min(share, lim.Rate), ts
 		}
 	}

@@ -12,6 +12,13 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// ReserveAhead is how far ahead of Redis's clock a bucket's refill may be
+// committed to reservations (acquire.lua's RESERVE_AHEAD). Clients of
+// releases before reservations keep a bucket's key a second past what
+// they think full, which covers a bucket frozen up to a second ahead: so
+// reservations are safe in a fleet that still runs them.
+const ReserveAhead = time.Second
+
 // Grant is the outcome of one acquire on a tenant's global bucket.
 type Grant struct {
 	Granted int64   // tokens granted, 0..want; fewer than asked is a partial grant
@@ -113,14 +120,13 @@ type Request struct {
 	// tokens per second, recorded in the instance registry (WithInstance)
 	// so that each instance learns its max-min fair share (Grant.Share).
 	Demand float64
-	// Reserve is the reservation horizon, 0 for none. When the bucket
+	// Reserve is the length of a reservation, 0 for none. When the bucket
 	// cannot serve Want now and the caller has a fair share (WithInstance,
-	// Grant.Share > 0), the acquire also reserves part of the bucket's
-	// refill up to Reserve from now: at most Share*Reserve tokens, paced
-	// at Share (Grant.Reserved, Grant.Pace). It is sent in whole
-	// milliseconds, rounded up. Without WithInstance it has no effect and
-	// is not sent. A mixed fleet with clients older than this field must
-	// keep it at most a second (see the package doc).
+	// Grant.Share > 0), the acquire also reserves the caller's share of
+	// the bucket's refill over Reserve: Share*Reserve tokens (fewer when
+	// the refill is committed ReserveAhead ahead already), paced at Share
+	// (Grant.Reserved, Grant.Pace). It is sent in whole milliseconds,
+	// rounded up. Without WithInstance it has no effect and is not sent.
 	Reserve time.Duration
 }
 
@@ -227,7 +233,7 @@ func (c *Client) acquireBatches(ctx context.Context, reqs []Request, calls []cal
 			b.keys = append(b.keys, cl.keys...)
 			b.args = append(b.args, cl.args...)
 			// A batch gives every tenant seven arguments: an empty id
-			// for one without a registry, an empty horizon for none.
+			// for one without a registry, an empty length for none.
 			for k := len(cl.args); k < 7; k++ {
 				b.args = append(b.args, "")
 			}
@@ -266,7 +272,7 @@ func (c *Client) acquireBatches(ctx context.Context, reqs []Request, calls []cal
 }
 
 // acquireCall returns the keys and arguments of one acquire: 3 of them
-// without a registry, 6 with one, 7 with one and a reserve horizon.
+// without a registry, 6 with one, 7 with one and a reservation length.
 func (c *Client) acquireCall(r Request) (call, error) {
 	if err := r.Validate(); err != nil {
 		return call{}, err
@@ -322,7 +328,7 @@ func parseGrantReply(v interface{}, want int64) (Grant, error) {
 	if err != nil {
 		return Grant{}, fmt.Errorf("%w: acquire: instances: %w", ErrBadReply, err)
 	}
-	if granted < 0 || granted > want {
+	if granted < 0 {
 		return Grant{}, fmt.Errorf("%w: acquire: granted %d of %d", ErrBadReply, granted, want)
 	}
 	var o *Override
@@ -344,6 +350,11 @@ func parseGrantReply(v interface{}, want int64) (Grant, error) {
 		if g.Reserved, err = replyInt(a[6]); err != nil || g.Reserved < 0 || g.Reserved > granted {
 			return Grant{}, fmt.Errorf("%w: acquire: reserved %v of %d granted %w", ErrBadReply, a[6], granted, err)
 		}
+	}
+	// At most want at once; a reservation (the caller's share over its
+	// length) may come on top.
+	if granted-g.Reserved > want {
+		return Grant{}, fmt.Errorf("%w: acquire: granted %d at once of %d", ErrBadReply, granted-g.Reserved, want)
 	}
 	if g.Reserved > 0 {
 		if len(a) < 8 {

@@ -24,9 +24,10 @@
 --          grow with the instances.
 --          KEYS[2] is always passed (so that KEYS[3] has a fixed place) but
 --          only touched when ARGV[4] is a non-empty id.
--- ARGV[7]  optional reserve horizon H, milliseconds, a finite number >= 0;
---          missing, '' or 0: no reservation. The single form thus takes 3,
---          6 or 7 arguments (7 without a registry: ARGV[4..6] = '' '' '').
+-- ARGV[7]  optional reservation length L, milliseconds, a finite number
+--          >= 0; missing, '' or 0: no reservation. The single form thus
+--          takes 3, 6 or 7 arguments (7 without a registry: ARGV[4..6] =
+--          '' '' '').
 -- KEYS[3]  quota override (QuotaKey), a hash {r = rate, b = burst, min, max,
 --          ttl (ns), mode} written by quota.lua, never expiring. When it holds
 --          r and b they replace ARGV[1] and ARGV[2]: the override is the one
@@ -46,30 +47,33 @@
 -- Reservations ("paced grants"). A bucket whose ts is after the clock is
 -- frozen: tk tokens are available now and nothing refills until ts (every
 -- version's read_bucket reads it so: the call's bucket time is ts + 1 µs,
--- and ts is written back). When H > 0, the caller has a registry entry with
+-- and ts is written back). When L > 0, the caller has a registry entry with
 -- a share > 0, it wants more than the immediate grant gives (credit caps
 -- included) and the bucket cannot serve more now (f = tokens left < 1), the
--- call reserves r = min(want - granted, floor(share*H/1000), floor(room))
--- tokens, room = (clock + H - now)*rate + f being the refill from the
--- bucket's time now to clock + H: the bucket becomes tk = 0, ts =
--- ceil(now + (r - f)/rate) (<= clock + H), so its token k (1..r) is
--- produced at now + (k - f)/rate. The caller may spend token k from now +
+-- call reserves r = min(floor(share*L/1000), floor(room)) tokens: its fair
+-- share over L, within room = (clock + RESERVE_AHEAD - now)*rate + f, the
+-- refill from the bucket's time now to RESERVE_AHEAD after the clock. The
+-- bucket becomes tk = 0, ts = ceil(now + (r - f)/rate) (<= clock +
+-- RESERVE_AHEAD), so its token k (1..r) is produced at now + (k - f)/rate.
+-- A reservation spans L at the caller's pace but only r/rate of the
+-- bucket's refill (r/rate = L/n for n instances with equal shares), so
+-- reservations much longer than RESERVE_AHEAD fit in it. The caller may spend token k from now +
 -- k/pace, pace = min(share, rate): that is, wait + k/pace after the reply
 -- arrives; every token is then spent after the bucket produced it, so the
 -- bound (granted - credited <= burst + rate*T) holds as before.
 -- Reserved tokens count in granted; the registry credit is the immediate
 -- grant's alone.
 --
--- Rollout. Older versions (no horizon) keep a frozen bucket's commitment,
--- but set its TTL to (burst - tokens)/rate + 1 s from the clock, ignoring
--- that ts is ahead: the key outlives the time the bucket is full again only
--- while ts is at most 1 s after the clock. So H <= 1000 ms is safe in a
--- mixed fleet; a longer H needs every instance on this version first.
+-- Rollout. Older versions (no reservations) keep a frozen bucket's
+-- commitment, but set its TTL to (burst - tokens)/rate + 1 s from the
+-- clock, ignoring that ts is ahead: the key outlives the time the bucket is
+-- full again only while ts is at most 1 s after the clock. Hence
+-- RESERVE_AHEAD is 1000 ms: safe in a mixed fleet whatever L.
 --
 -- A batch: with 3n keys (n >= 2), the script acquires for n tenants in one
 -- call, tenant i's keys being KEYS[3i-2..3i] and its arguments
 -- ARGV[7i-6..7i] (always seven: an empty id for no registry, an empty
--- horizon for none). It returns an
+-- length for none). It returns an
 -- array of n replies, each the reply above or tenant i's error reply, so
 -- that one tenant's bad argument or corrupt key fails that tenant alone.
 -- Every tenant is acquired for exactly as a call of its own would be, at
@@ -91,6 +95,11 @@
 -- every ENTRY_AGE of it (see below). Both are fractions, so that the costs
 -- do not grow with the number of instances between.
 local SUMMARY_AGE = 1 / 8
+
+-- RESERVE_AHEAD is how far ahead of Redis's clock a bucket's refill may be
+-- committed to reservations, in milliseconds (see the header: what older
+-- versions read safely).
+local RESERVE_AHEAD = 1000
 local ENTRY_AGE = 1 / 4
 
 -- sane_demand returns a reported demand as a number >= 0: what is not one
@@ -105,7 +114,7 @@ end
 
 -- acquire runs the acquire above for one tenant: its bucket, registry and
 -- override keys, its arguments at ARGV[o + 1 ..], the call's Redis TIME
--- (clock, microseconds) and whether ARGV[o + 7] is the reserve horizon.
+-- (clock, microseconds) and whether ARGV[o + 7] is the reserve length.
 -- It returns the tenant's reply or its error reply.
 local function acquire(key, ikey, qkey, o, clock, hasHorizon)
   local rate, burst = check_limits(ARGV[o + 1], ARGV[o + 2], '')
@@ -116,11 +125,11 @@ local function acquire(key, ikey, qkey, o, clock, hasHorizon)
   if not whole(want, 0) then
     return bad('want must be an integer >= 0, got ' .. tostring(ARGV[o + 3]))
   end
-  local horizon = 0 -- the reserve horizon, milliseconds
+  local length = 0 -- the reserve length, milliseconds
   if hasHorizon and ARGV[o + 7] ~= '' then
-    horizon = tonumber(ARGV[o + 7])
-    if horizon == nil or horizon ~= horizon or horizon < 0 or horizon == math.huge then
-      return bad('reserve horizon must be a finite number >= 0 (ms), got ' .. tostring(ARGV[o + 7]))
+    length = tonumber(ARGV[o + 7])
+    if length == nil or length ~= length or length < 0 or length == math.huge then
+      return bad('reserve length must be a finite number >= 0 (ms), got ' .. tostring(ARGV[o + 7]))
     end
   end
 
@@ -279,28 +288,26 @@ local function acquire(key, ikey, qkey, o, clock, hasHorizon)
   end
   tokens = tokens - granted
 
-  -- A reservation (see the header): part of the refill up to clock +
-  -- horizon, paced at the share, when the bucket cannot serve more now.
-  -- tokens (f) is then the fraction left, in [0, 1).
+  -- A reservation (see the header): the share over the length, within
+  -- the refill up to RESERVE_AHEAD after the clock, paced at the share,
+  -- when the bucket cannot serve more now. tokens (f) is then the
+  -- fraction left, in [0, 1).
   local reserved = 0
   local pace = nil
   local stored = now
-  if horizon > 0 and share ~= nil and share > 0 and want > granted and tokens < 1 then
-    local room = (clock + horizon * 1000 - now) * rate / 1000000 + tokens
-    reserved = want - granted
-    local cap = math.floor(share * horizon / 1000)
-    if cap < reserved then
-      reserved = cap
-    end
+  if length > 0 and share ~= nil and share > 0 and want > granted and tokens < 1 then
+    local room = (clock + RESERVE_AHEAD * 1000 - now) * rate / 1000000 + tokens
+    reserved = math.floor(share * length / 1000)
     if room < reserved then
       reserved = math.floor(room)
     end
     -- The last reserved token is produced at now + (reserved - f)/rate:
-    -- ts, rounded up to the microsecond, and never past clock + horizon
-    -- (what a mixed fleet relies on; rounding could add a microsecond).
+    -- ts, rounded up to the microsecond, and never past clock +
+    -- RESERVE_AHEAD (what a mixed fleet relies on; rounding can add a
+    -- microsecond, so this takes one or two turns).
     while reserved > 0 do
       stored = math.ceil(now + (reserved - tokens) * 1000000 / rate)
-      if stored <= clock + horizon * 1000 then
+      if stored <= clock + RESERVE_AHEAD * 1000 then
         break
       end
       reserved = reserved - 1

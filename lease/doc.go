@@ -38,30 +38,33 @@
 // # Reservations
 //
 // A bucket whose ts is after Redis's clock is frozen: tk tokens are
-// available now and nothing refills until ts. Request.Reserve (a horizon
-// H) lets a starved instance (the bucket cannot serve its Want now; it
-// has a registry entry and a fair share) commit part of the refill up to
-// clock + H: min(Want - immediate grant, floor(Share*H), the room up to
-// clock + H) tokens, which the bucket produces one by one until the ts it
-// is frozen to. Grant.Reserved of Grant.Granted are such tokens; token k of
+// available now and nothing refills until ts. Request.Reserve (a length L)
+// lets a starved instance (the bucket cannot serve its Want now; it has a
+// registry entry and a fair share) commit part of the refill to itself:
+// floor(Share*L) tokens, within the room up to ReserveAhead (1 s) after
+// Redis's clock, which the bucket produces one by one until the ts it is
+// frozen to. Grant.Reserved of Grant.Granted are such tokens; token k of
 // them may be spent from Grant.Wait + k/Grant.Pace after the reply (from
 // ServerTime + k/Pace in Redis time), Pace being the share (<= the rate),
 // so no token is spent before the bucket produced it, and the bound below
-// holds as before. An instance then calls about once per horizon, whatever
-// the demand. A later acquire on a frozen bucket runs at ts + 1 µs
-// (Grant.Wait > 0): its own reservation starts where the others end.
+// holds as before. An instance then calls about once per L, whatever its
+// demand: its reservation lasts L at its pace but takes only
+// Share*L/rate of the bucket's refill (L/n with n equal shares), so many
+// instances' reservations fit in the second ahead. A later acquire on a
+// frozen bucket runs at ts + 1 µs (Grant.Wait > 0): its reservation starts
+// where the others end.
 //
 // Rollout: clients of earlier releases keep a frozen bucket's ts, but set
 // its TTL to (burst - tokens)/rate + 1 s from the clock, which keeps the
-// key until the bucket is full only while ts is at most a second ahead. So
-// in a fleet that still runs them, keep Reserve <= 1 s; longer horizons
-// only once every instance runs this release (two phases: upgrade, then
-// raise the horizon). TestOldClientKeepsFrozenBucket shows both sides.
+// key until the bucket is full only while ts is at most a second ahead:
+// hence ReserveAhead, whatever L. TestOldClientKeepsFrozenBucket shows
+// both sides.
 //
-// Known issue: release.lua credits returned tokens into tk of a frozen
-// bucket, available at once; tokens of a reservation returned before the
-// bucket produced them can then be taken early (see release.lua). Return
-// only tokens granted immediately (Granted - Reserved) until it is fixed.
+// Returns: release.lua credits returned tokens into tk, available at once,
+// also on a frozen bucket. That is right for tokens that exist (granted at
+// once, or reserved and produced), and would not be for reserved tokens
+// the bucket has not produced yet: a client returns only the former (the
+// syncer drops a reservation's tokens still to come, never returns them).
 //
 // # Scripts
 //

@@ -161,10 +161,20 @@ func (s *State) NextDue() (time.Time, bool) {
 // due, and at least an interval from now), when a renewal takes over
 // without a gap.
 func (p *Planner) Reserved(st *State, lim quota.Quota, now, arrived time.Time, g lease.Grant) {
+	ns := arrived.UnixNano()
 	if g.Reserved <= 0 || !(g.Pace > 0) {
+		if p.cfg.Reserve > 0 && st.flags&flagScarce != 0 && g.Share > 0 && lim.Rate > 0 {
+			// No room: the bucket's refill is committed to others'
+			// reservations up to ReserveAhead past Redis's clock (Wait).
+			// Room for this instance's share over the length comes as
+			// the refill catches up: ask again then, not on every tick.
+			span := time.Duration(min(g.Share*p.cfg.Reserve.Seconds()/lim.Rate, 3600) * 1e9)
+			retry := max(g.Wait+span-lease.ReserveAhead, p.cfg.Interval)
+			st.setClock(ns)
+			st.notBefore = max(st.notBefore, st.stampCeil(ns+int64(retry)))
+		}
 		return
 	}
-	ns := arrived.UnixNano()
 	st.setClock(ns)
 	st.resv.add(st.stampOf(now.UnixNano()), st.stampCeil(ns+int64(max(g.Wait, 0))), g.Reserved, g.Pace, lim.Rate, g.ID())
 	if st.resv.left <= 0 {

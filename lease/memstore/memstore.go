@@ -382,22 +382,20 @@ func (s *Store) acquire(in *Instance, r lease.Request) (lease.Grant, error) {
 		}
 	}
 	tokens -= granted
-	// A reservation (acquire.lua): part of the refill up to now +
-	// Reserve, paced at the share, when the bucket cannot serve more now.
+	// A reservation (acquire.lua): the share over Reserve, within the
+	// refill up to lease.ReserveAhead after the clock, paced at the share,
+	// when the bucket cannot serve more now.
 	stored := at
-	if hms := ceilMillis(r.Reserve); hms > 0 && in.id != "" && g.Share > 0 && float64(r.Want) > granted && tokens < 1 {
-		horizon := float64(hms)
-		room := float64(now+hms*1000-at)*rate/1e6 + tokens
-		reserved := float64(r.Want) - granted
-		if c := math.Floor(g.Share * horizon / 1000); c < reserved {
-			reserved = c
-		}
+	if lms := ceilMillis(r.Reserve); lms > 0 && in.id != "" && g.Share > 0 && float64(r.Want) > granted && tokens < 1 {
+		ahead := lease.ReserveAhead.Microseconds()
+		room := float64(now+ahead-at)*rate/1e6 + tokens
+		reserved := math.Floor(g.Share * float64(lms) / 1000)
 		if room < reserved {
 			reserved = math.Floor(room)
 		}
 		for reserved > 0 {
 			stored = int64(math.Ceil(float64(at) + (reserved-tokens)*1e6/rate))
-			if stored <= now+hms*1000 {
+			if stored <= now+ahead {
 				break
 			}
 			reserved--
