@@ -377,15 +377,12 @@ func (b *simBucket) release(now int64, lim lease.Limits, amount, age int64, gran
 	now = b.bucketTime(now)
 	x := b.refill(now, lim.Rate, lim.Burst)
 	// The script takes age in whole milliseconds; grant IDs are the low
-	// bits of Redis TIME, which is simT0 at model time 0. An age counts
-	// back from the clock: the bucket's time is ahead of it while its
-	// refill is reserved.
+	// bits of Redis TIME, which is simT0 at model time 0. A named grant's
+	// age is checked against the clock: the bucket's time is ahead of it
+	// while its refill is reserved.
 	epoch := simT0.UnixMicro()
 	ageUS := (age + 999) / 1000 * 1000
 	g := peaks.GrantTime(epoch+now, ageUS, uint32(grant)) - epoch
-	if grant == 0 {
-		g = min(g, clock-ageUS)
-	}
 	// An ID more than 2^31 µs before the age allows names a time ahead of
 	// this bucket's: a grant of a bucket lost in a restart, whose time ran
 	// ahead of the clock while its refill was reserved. Redis takes it for
