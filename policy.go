@@ -39,8 +39,9 @@ func Per(n int64, period time.Duration) Quota {
 // counters) and that tenant decides as AllowN would: it waits for its
 // first lease on this instance (up to WithColdStartWait and ctx), or for
 // a fresh lease when WithMaxWait is set; when Redis cannot be reached and
-// its lease is spent, its own FailureMode decides at once. If it admits,
-// AllowAll takes n from the others again. Each tenant gets at most one
+// its lease is spent, its own FailureMode decides at once, and an
+// admission by its mode (which holds no leased token) stands for the rest
+// of the call. If it admits, AllowAll takes n from the others again. Each tenant gets at most one
 // such turn per call, and AllowAll never holds one tenant's tokens while
 // it waits for another's. (Tenants without a lease yet are all asked for
 // one at the start, so that their first leases come in together.) When a
@@ -146,7 +147,22 @@ func (l *Limiter) decideAll(ctx context.Context, n int64, tenants []string, unti
 		turns int      // turns taken
 		quick int      // WaitAll: turns in a row admitted at once
 		sl    sleeper  // WaitAll: a pause after quick turns
+		// Tenants their failure mode admitted (Redis unreachable, lease
+		// spent): that admission holds no leased token and stands for the
+		// rest of the call, so they are not asked again (asked again,
+		// two of them would take turns being short for ever). A bit per
+		// tenant for the first 64, a slice beyond.
+		byMode     uint64
+		byModeMore []bool
+		md         Decision // the latest such admission
+		mdAt       int      // and its tenant
 	)
+	admittedByMode := func(i int) bool {
+		if i < 64 {
+			return byMode&(1<<i) != 0
+		}
+		return byModeMore != nil && byModeMore[i-64]
+	}
 	defer sl.stop()
 	for {
 		l.turns.note(1)
@@ -159,6 +175,9 @@ func (l *Limiter) decideAll(ctx context.Context, n int64, tenants []string, unti
 					adm.front[i] = hd.adm.front[0]
 				}
 				continue
+			}
+			if admittedByMode(i) {
+				continue // front stays zero: nothing was leased
 			}
 			front := e.Front()
 			ok, left := e.SpendWaited(n)
@@ -175,12 +194,15 @@ func (l *Limiter) decideAll(ctx context.Context, n int64, tenants []string, unti
 		}
 		if short < 0 {
 			for i, e := range ts {
-				if i != held {
+				if i != held && !admittedByMode(i) {
 					e.CountAdmit()
 				}
 			}
 			d := hd
-			if best != held {
+			if best < 0 {
+				// Every tenant was admitted by its failure mode.
+				d, best = md, mdAt
+			} else if best != held {
 				e := ts[best]
 				d = Decision{Allowed: true, Remaining: bestLeft, Quota: quotaOf(e), Reason: ReasonLeased}
 			}
@@ -189,7 +211,7 @@ func (l *Limiter) decideAll(ctx context.Context, n int64, tenants []string, unti
 		}
 		// Give back what this pass took, and the turn's tokens.
 		for i := range short {
-			if i != held {
+			if i != held && !admittedByMode(i) {
 				var front lease.GrantID // unknown beyond maxRefundKeys
 				if i < maxRefundKeys {
 					front = adm.front[i]
@@ -227,10 +249,22 @@ func (l *Limiter) decideAll(ctx context.Context, n int64, tenants []string, unti
 			d.Tenant = tenants[short]
 			return d, err
 		}
-		if d.Reason == ReasonLeased {
-			quick++
+		if d.Reason == ReasonLeased || d.Mode != FailDefault {
+			quick++ // admitted without a wait
 		} else {
 			quick = 0
+		}
+		if d.Mode != FailDefault {
+			if short < 64 {
+				byMode |= 1 << short
+			} else {
+				if byModeMore == nil {
+					byModeMore = make([]bool, k-64)
+				}
+				byModeMore[short-64] = true
+			}
+			md, mdAt = d, short
+			continue
 		}
 		held, hd = short, d
 	}

@@ -350,3 +350,70 @@ func TestPolicyBoundProperty(t *testing.T) {
 		}
 	}
 }
+
+// TestAllowAllFailureModes: with Redis down and no lease, each key decides
+// by its own failure mode, and an admission by its mode stands for the
+// call. Two FailOpen keys: AllowAll and WaitAll admit at once (before the
+// fix, the two took turns being short: AllowAll denied and WaitAll went
+// round without a wait until its ctx ended). A FailOpen and a FailClosed
+// key: AllowAll denies by the closed one; WaitAll waits through the
+// outage until its ctx ends, without spinning.
+func TestAllowAllFailureModes(t *testing.T) {
+	store := faultySetup(t)
+	store.SetDown(nil)
+	quotas := map[string]leasequota.Quota{
+		"open1":  {Rate: 100, Burst: 20, FailureMode: leasequota.FailOpen},
+		"open2":  {Rate: 100, Burst: 20, FailureMode: leasequota.FailOpen},
+		"closed": {Rate: 100, Burst: 20, FailureMode: leasequota.FailClosed},
+	}
+	l := newLimiter(t, store, leasequota.WithRefreshInterval(20*time.Millisecond), leasequota.WithColdStartWait(0),
+		leasequota.WithQuotaFunc(func(tenant string) leasequota.Quota { return quotas[tenant] }))
+	ctx := context.Background()
+	// The first calls find no lease and Redis failing: until the syncer
+	// has tried once, a key may deny as a cold start. Poll with a deadline.
+	deadline := time.Now().Add(10 * time.Second)
+	var d leasequota.Decision
+	for {
+		if d = l.AllowAll(ctx, 1, "open1", "open2"); d.Allowed || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(time.Millisecond) // pacing; the deadline bounds it
+	}
+	if !d.Allowed || d.Mode != leasequota.FailOpen {
+		t.Fatalf("AllowAll of two FailOpen keys, Redis down: %+v, want a FailOpen admission", d)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	start := time.Now()
+	if d, err := l.WaitAll(wctx, 1, "open1", "open2"); err != nil || !d.Allowed || d.Mode != leasequota.FailOpen {
+		t.Fatalf("WaitAll of two FailOpen keys, Redis down: %+v, %v, want a FailOpen admission", d, err)
+	}
+	if el := time.Since(start); el > 2*time.Second {
+		t.Errorf("WaitAll of two FailOpen keys took %v", el)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		d = l.AllowAll(ctx, 1, "open1", "closed")
+		if d.Reason == leasequota.ReasonUnavailable || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(time.Millisecond) // pacing; the deadline bounds it
+	}
+	if d.Allowed || d.Tenant != "closed" || d.Reason != leasequota.ReasonUnavailable {
+		t.Errorf("AllowAll of a FailOpen and a FailClosed key, Redis down: %+v, want a denial by closed", d)
+	}
+	short, cancel2 := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel2()
+	if d, err := l.WaitAll(short, 1, "open1", "closed"); err == nil || d.Allowed || d.Tenant != "closed" {
+		t.Errorf("WaitAll of a FailOpen and a FailClosed key, Redis down: %+v, %v; want a denial by closed with ctx's error", d, err)
+	}
+	if n := leasequota.MaxTurnsWithoutWait(l); n > 4 {
+		t.Errorf("a decision took %d turns without waiting", n)
+	}
+	// Nothing was leased, so no key holds a token: a give-back must not
+	// make one up.
+	for _, tenant := range []string{"open1", "open2", "closed"} {
+		if info, ok := l.Tenant(tenant); ok && info.Tokens != 0 {
+			t.Errorf("%s holds %d tokens, never leased", tenant, info.Tokens)
+		}
+	}
+}

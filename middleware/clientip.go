@@ -72,6 +72,20 @@ func parseRemote(s string) (netip.Addr, bool) {
 
 // remoteHost returns the host part of a RemoteAddr without allocating.
 func remoteHost(s string) string {
+	// Fast path, "digits-and-dots:port" (IPv4): what SplitHostPort
+	// returns for it, without its general parsing.
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c == ':' {
+			if i > 0 && strings.IndexByte(s[i+1:], ':') < 0 {
+				return s[:i]
+			}
+			break
+		}
+		if (c < '0' || c > '9') && c != '.' {
+			break
+		}
+	}
 	if host, _, err := net.SplitHostPort(s); err == nil {
 		return host
 	}

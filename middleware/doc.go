@@ -30,6 +30,43 @@
 // mode a request without a key is passed on, neither counted nor refused,
 // and not reported to the decision hook.
 //
+// # Several policies
+//
+// [WithPolicy] and [WithClientIPPolicy], given once per policy, limit
+// each request by several keys at once: per client IP 10/s and per
+// tenant by its plan, say. The keys of all policies are decided by one
+// Limiter.AllowAllWithin call (AllowAll with the bounded wait of
+// [WithMaxWait]): the request is admitted only if every key admits, and
+// when one refuses nothing is spent from any of them, so a request the
+// tenant policy refuses does not spend its IP's quota. Each key keeps its
+// own quota (leasequota.WithQuotaFunc resolves it; tell keys of different
+// policies apart by a prefix such as "tenant:"). A request without a key
+// for one of the policies (its KeyFunc returned "", or its client IP is
+// unknown) is answered as a request without a key above, for every
+// policy: 400 naming the policy (or [WithMissingKeyHandler]), nothing
+// decided nor spent. These options replace [WithKeyFunc], [WithHeaderKey],
+// [WithClientIPFallback] and [WithPolicyName], which configure the single
+// policy of a middleware without them; combining them panics.
+//
+// With several policies, RateLimit-Policy lists every policy whose key's
+// quota is known, in the order given, and RateLimit (and the legacy
+// fields) are those of the deciding policy: the one that refused, or,
+// when admitted, the one with the least remaining quota
+// (Decision.Tenant, which is also the key the decision hook receives):
+//
+//	RateLimit-Policy: "ip";q=10;w=1, "tenant";q=1000;w=60
+//	RateLimit: "tenant";r=0;t=3
+//
+// A refusal's "violated-policies" names the deciding policy. Two policies
+// with the same key for one request is a server error: 500.
+//
+// # Refusals
+//
+// [WithDenialHandler] answers the 429 and 503 refusals instead of the
+// default application/problem+json bodies described here; it receives a
+// [Denial] (status, policy, key, decision), with the header fields already
+// set on the response.
+//
 // # Response header fields
 //
 // Every limited response carries the fields of

@@ -148,3 +148,34 @@ func ExampleWindow() {
 	// 10
 	// 3
 }
+
+// Two policies at once: per client IP and per tenant, decided by one
+// AllowAll, so that a request the tenant's quota refuses spends nothing
+// of its IP's. WithQuotaFunc gives each key its quota by its prefix.
+func ExampleWithPolicy() {
+	l, err := leasequota.New(redis.NewClient(&redis.Options{Addr: "localhost:6379"}),
+		leasequota.WithQuotaFunc(func(key string) leasequota.Quota {
+			if strings.HasPrefix(key, "ip:") {
+				return leasequota.Per(10, time.Second)
+			}
+			return leasequota.Per(1000, time.Minute) // or the tenant's plan
+		}))
+	if err != nil {
+		panic(err)
+	}
+	defer l.Close(context.Background())
+	tenant := func(r *http.Request) string {
+		if v := r.Header.Get("X-Tenant"); v != "" {
+			return "tenant:" + v
+		}
+		return "" // refused with 400, naming policy "tenant"
+	}
+	limit := middleware.New(l,
+		middleware.WithClientIPPolicy("ip", "ip:"),
+		middleware.WithPolicy("tenant", tenant),
+		middleware.WithDenialHandler(func(w http.ResponseWriter, r *http.Request, d middleware.Denial) {
+			// The RateLimit fields and Retry-After are set already.
+			http.Error(w, "slow down ("+d.Policy+")", d.Status)
+		}))
+	http.Handle("/api/", limit(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})))
+}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/leasequota/leasequota"
 )
@@ -37,9 +38,10 @@ const (
 const maxSFInteger = 999_999_999_999_999
 
 // New returns middleware that limits each request by its key (the client
-// IP unless an option says otherwise) with l. See the package
-// documentation for the responses. It panics when l is nil or an option
-// is invalid.
+// IP unless an option says otherwise) with l, or by the keys of the
+// policies of WithPolicy and WithClientIPPolicy, all at once. See the
+// package documentation for the responses. It panics when l is nil or an
+// option is invalid.
 func New(l *leasequota.Limiter, opts ...Option) func(http.Handler) http.Handler {
 	if l == nil {
 		panic("middleware: New: nil Limiter")
@@ -56,20 +58,33 @@ func New(l *leasequota.Limiter, opts ...Option) func(http.Handler) http.Handler 
 	if cfg.err != nil {
 		panic(cfg.err)
 	}
-	quoted := quoteString(cfg.policy)
-	violated := []string{cfg.policy}
+	var pols []*policyState
+	if len(cfg.policies) == 0 {
+		pols = []*policyState{newPolicyState(policySpec{name: cfg.policy})}
+	} else {
+		for _, sp := range cfg.policies {
+			ps := newPolicyState(sp)
+			if sp.ip {
+				ps.missing = fmt.Sprintf("The request's client address is unknown: it cannot be limited by policy %q.", sp.name)
+			} else {
+				ps.missing = fmt.Sprintf("The request does not name its key for policy %q.", sp.name)
+			}
+			pols = append(pols, ps)
+		}
+	}
 	missing, reserved := keyProblems(&cfg)
 	return func(next http.Handler) http.Handler {
 		if next == nil {
 			panic("middleware: nil http.Handler")
 		}
-		return &handler{l: l, cfg: cfg, next: next, quoted: quoted, violated: violated,
+		return &handler{l: l, cfg: cfg, next: next, pols: pols, multi: len(cfg.policies) > 0,
 			missingDetail: missing, reservedDetail: reserved}
 	}
 }
 
 // keyProblems returns the details of the 400 answers to a request without
-// a key and to one whose key starts with the client IP fallback's prefix.
+// a key and to one whose key starts with the client IP fallback's prefix,
+// for a middleware of one policy.
 func keyProblems(cfg *config) (missing, reserved string) {
 	switch {
 	case cfg.keyHeader != "":
@@ -88,23 +103,45 @@ func keyProblems(cfg *config) (missing, reserved string) {
 
 // handler is the middleware around one http.Handler.
 type handler struct {
-	l        *leasequota.Limiter
-	cfg      config
-	next     http.Handler
-	quoted   string   // the policy name as an sf-string
+	l     *leasequota.Limiter
+	cfg   config
+	next  http.Handler
+	pols  []*policyState // the one policy of today's options, or those of WithPolicy and WithClientIPPolicy
+	multi bool           // pols are those of WithPolicy and WithClientIPPolicy
+
+	missingDetail, reservedDetail string // of the 400 answers of one policy, see keyProblems
+}
+
+// policyState is a policy as the handler uses it.
+type policyState struct {
+	policySpec
+	quoted   string   // the name as an sf-string
 	violated []string // the problem's "violated-policies"
+	missing  string   // with several policies: the detail of the 400 answer to a request without its key
 
-	missingDetail, reservedDetail string // of the 400 answers, see keyProblems
+	// value caches the RateLimit-Policy member of the last quota seen:
+	// most policies have one or a few quotas.
+	value atomic.Pointer[policyValue]
+}
 
-	// policy caches the RateLimit-Policy value of the last quota seen:
-	// most services have one or a few quotas.
-	policy atomic.Pointer[policyValue]
+func newPolicyState(sp policySpec) *policyState {
+	return &policyState{policySpec: sp, quoted: quoteString(sp.name), violated: []string{sp.name}}
 }
 
 type policyValue struct {
 	burst int64
 	rate  float64
 	value string
+}
+
+// member returns the RateLimit-Policy member of p for quota q.
+func (p *policyState) member(q leasequota.Quota) string {
+	pv := p.value.Load()
+	if pv == nil || pv.burst != q.Burst || pv.rate != q.Rate {
+		pv = &policyValue{burst: q.Burst, rate: q.Rate, value: string(appendPolicy(nil, p.quoted, q))}
+		p.value.Store(pv)
+	}
+	return pv.value
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -120,18 +157,13 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if h.multi {
+		h.serveMulti(w, r, cost)
+		return
+	}
 	key, problem := h.key(r)
 	if problem != keyOK {
-		switch {
-		case h.cfg.shadow:
-			h.next.ServeHTTP(w, r)
-		case problem == keyMissing && h.cfg.missingKey != nil:
-			h.cfg.missingKey.ServeHTTP(w, r)
-		case problem == keyMissing:
-			writeBadRequest(w, h.missingDetail)
-		default:
-			writeBadRequest(w, h.reservedDetail)
-		}
+		h.noKey(w, r, problem, h.missingDetail, h.reservedDetail)
 		return
 	}
 	var d leasequota.Decision
@@ -143,65 +175,176 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if h.cfg.hook != nil {
 		h.cfg.hook(r, key, d)
 	}
+	h.answer(w, r, d, cost, nil, 0, key)
+}
+
+// noKey answers a request without a key (problem keyMissing) or with a
+// reserved one (keyReserved).
+func (h *handler) noKey(w http.ResponseWriter, r *http.Request, problem keyProblem, missing, reserved string) {
+	switch {
+	case h.cfg.shadow:
+		h.next.ServeHTTP(w, r)
+	case problem == keyMissing && h.cfg.missingKey != nil:
+		h.cfg.missingKey.ServeHTTP(w, r)
+	case problem == keyMissing:
+		writeBadRequest(w, missing)
+	default:
+		writeBadRequest(w, reserved)
+	}
+}
+
+// maxStackKeys is how many policies' keys a request holds without
+// allocating their slice (AllowAll allocates nothing for up to four).
+const maxStackKeys = 4
+
+// serveMulti limits a request by every policy of WithPolicy and
+// WithClientIPPolicy, with one AllowAll.
+func (h *handler) serveMulti(w http.ResponseWriter, r *http.Request, cost int64) {
+	var buf [maxStackKeys]string
+	keys := buf[:0]
+	if len(h.pols) > len(buf) {
+		keys = make([]string, 0, len(h.pols))
+	}
+	for _, p := range h.pols {
+		var k string
+		if p.ip {
+			if ip := h.ipKey(r); ip != "" {
+				k = p.ipPrefix + ip
+			}
+		} else {
+			k = p.key(r)
+			if k != "" && h.reservedKey(k) {
+				h.noKey(w, r, keyReserved, "", fmt.Sprintf(
+					"The request's key for policy %q must not start with a prefix reserved for client IPs.", p.name))
+				return
+			}
+		}
+		if k == "" {
+			h.noKey(w, r, keyMissing, p.missing, "")
+			return
+		}
+		keys = append(keys, k)
+	}
+	var d leasequota.Decision
+	if h.cfg.shadow {
+		d = h.l.AllowAll(r.Context(), cost, keys...)
+	} else {
+		d = h.l.AllowAllWithin(r.Context(), cost, h.cfg.maxWait, keys...)
+	}
+	dec := -1 // the deciding policy
+	for i, k := range keys {
+		if k == d.Tenant {
+			dec = i
+			break
+		}
+	}
+	key := d.Tenant
+	if h.cfg.hook != nil {
+		h.cfg.hook(r, key, d)
+	}
+	h.answer(w, r, d, cost, keys, dec, key)
+}
+
+// reservedKey reports whether k, the key of a WithPolicy policy, starts
+// with the prefix of a WithClientIPPolicy policy.
+func (h *handler) reservedKey(k string) bool {
+	for _, p := range h.pols {
+		if p.ip && strings.HasPrefix(k, p.ipPrefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// answer serves or refuses a request that d decided. keys are the keys of
+// every policy (nil for a middleware of one policy), dec the index of the
+// deciding one among them (-1 when none decided, 0 with one policy), key
+// the deciding key.
+func (h *handler) answer(w http.ResponseWriter, r *http.Request, d leasequota.Decision, cost int64, keys []string, dec int, key string) {
 	if d.Allowed {
 		if d.Mode != leasequota.FailDefault {
 			// Admitted by a failure mode, without a lease: nothing is
 			// known of the remaining quota.
-			h.setHeaders(w.Header(), d, false, -1)
+			h.setFields(w.Header(), d, keys, dec, false, -1)
 		} else {
-			h.setHeaders(w.Header(), d, true, 0)
+			h.setFields(w.Header(), d, keys, dec, true, 0)
 		}
 		h.next.ServeHTTP(w, r)
 		return
 	}
 	if h.cfg.shadow {
 		switch d.Reason {
-		case leasequota.ReasonInvalidQuota:
+		case leasequota.ReasonInvalidQuota, leasequota.ReasonDuplicateTenant:
 		case leasequota.ReasonInvalidN:
-			h.setHeaders(w.Header(), d, true, -1)
+			h.setFields(w.Header(), d, keys, dec, true, -1)
 		case leasequota.ReasonUnavailable, leasequota.ReasonClosed, leasequota.ReasonTooManyTenants:
-			h.setHeaders(w.Header(), d, false, -1)
+			h.setFields(w.Header(), d, keys, dec, false, -1)
 		default:
-			h.setHeaders(w.Header(), d, true, retrySeconds(d.RetryAfter))
+			h.setFields(w.Header(), d, keys, dec, true, retrySeconds(d.RetryAfter))
 		}
 		h.next.ServeHTTP(w, r)
 		return
 	}
+	var p *policyState
+	if dec >= 0 {
+		p = h.pols[dec]
+	}
 	switch d.Reason {
 	case leasequota.ReasonExhausted, leasequota.ReasonColdStart, leasequota.ReasonFallback:
+		if p == nil { // cannot happen: these decisions name their tenant
+			writeInternalError(w)
+			return
+		}
 		t := retrySeconds(d.RetryAfter)
 		hdr := w.Header()
-		h.setHeaders(hdr, d, true, t)
+		h.setFields(hdr, d, keys, dec, true, t)
 		hdr[headerRetryAfter] = []string{strconv.FormatInt(t, 10)}
-		writeProblem(w, http.StatusTooManyRequests, ProblemQuotaExceeded, titleQuotaExceeded,
-			fmt.Sprintf("The quota of policy %q is exhausted; retry after %d s.", h.cfg.policy, t), h.violated)
+		h.deny(w, r, Denial{Status: http.StatusTooManyRequests, Policy: p.name, Key: key, Decision: d,
+			Detail: fmt.Sprintf("The quota of policy %q is exhausted; retry after %d s.", p.name, t)}, p.violated)
 	case leasequota.ReasonInvalidN:
-		h.setHeaders(w.Header(), d, true, -1)
-		writeProblem(w, http.StatusTooManyRequests, ProblemQuotaExceeded, titleQuotaExceeded,
-			fmt.Sprintf("This request costs %d quota units, more than the whole quota of %d: it can never be admitted.",
-				cost, d.Quota.Burst), h.violated)
+		if p == nil {
+			writeInternalError(w)
+			return
+		}
+		h.setFields(w.Header(), d, keys, dec, true, -1)
+		h.deny(w, r, Denial{Status: http.StatusTooManyRequests, Policy: p.name, Key: key, Decision: d,
+			Detail: fmt.Sprintf("This request costs %d quota units, more than the whole quota of %d of policy %q: it can never be admitted.",
+				cost, d.Quota.Burst, p.name)}, p.violated)
 	case leasequota.ReasonUnavailable, leasequota.ReasonClosed:
 		if h.cfg.degraded == DegradedAllow {
-			h.setHeaders(w.Header(), d, false, -1)
+			h.setFields(w.Header(), d, keys, dec, false, -1)
 			h.next.ServeHTTP(w, r)
 			return
 		}
-		writeUnavailable(w, d, "The rate limiter is unavailable")
+		h.unavailable(w, r, d, key, "The rate limiter is unavailable")
 	case leasequota.ReasonTooManyTenants:
-		writeUnavailable(w, d, "The rate limiter tracks too many clients")
-	default: // ReasonInvalidQuota, or a reason this version does not know
+		h.unavailable(w, r, d, key, "The rate limiter tracks too many clients")
+	default: // ReasonInvalidQuota, ReasonDuplicateTenant, or a reason this version does not know
 		writeInternalError(w)
 	}
 }
 
-// writeUnavailable answers 503 with Retry-After, the limiter being unable
-// to decide.
-func writeUnavailable(w http.ResponseWriter, d leasequota.Decision, what string) {
+// deny answers a refusal: with the WithDenialHandler, else the default
+// problem.
+func (h *handler) deny(w http.ResponseWriter, r *http.Request, dn Denial, violated []string) {
+	if h.cfg.denial != nil {
+		h.cfg.denial(w, r, dn)
+		return
+	}
+	typ, title := ProblemQuotaExceeded, titleQuotaExceeded
+	if dn.Status == http.StatusServiceUnavailable {
+		typ, title = ProblemTemporaryReducedCapacity, titleUnavailable
+	}
+	writeProblem(w, dn.Status, typ, title, dn.Detail, violated)
+}
+
+// unavailable answers 503 with Retry-After, the limiter being unable to
+// decide.
+func (h *handler) unavailable(w http.ResponseWriter, r *http.Request, d leasequota.Decision, key, what string) {
 	t := retrySeconds(d.RetryAfter)
 	w.Header()[headerRetryAfter] = []string{strconv.FormatInt(t, 10)}
-	writeProblem(w, http.StatusServiceUnavailable, ProblemTemporaryReducedCapacity,
-		"Request cannot be satisfied due to temporary reduced capacity",
-		fmt.Sprintf("%s; retry after %d s.", what, t), nil)
+	h.deny(w, r, Denial{Status: http.StatusServiceUnavailable, Key: key, Decision: d,
+		Detail: fmt.Sprintf("%s; retry after %d s.", what, t)}, nil)
 }
 
 // keyProblem says why a request has no key to be limited by.
@@ -262,35 +405,57 @@ func (h *handler) ipKey(r *http.Request) string {
 	return a.String()
 }
 
-// setHeaders writes RateLimit-Policy for decision d and, when rate is
+// setFields writes RateLimit-Policy for decision d and, when rate is
 // true, RateLimit, with its t parameter unless t < 0 (and the legacy
-// fields when enabled). It writes nothing when d carries no quota.
-func (h *handler) setHeaders(hdr http.Header, d leasequota.Decision, rate bool, t int64) {
+// fields when enabled). With one policy (keys nil) it writes nothing when
+// d carries no quota. With several, RateLimit-Policy lists every policy
+// whose key's quota is known (the deciding one's from d, the others' as
+// the Limiter tracks them), in order, and RateLimit and the legacy fields
+// are the deciding policy's (keys[dec]); none when dec < 0.
+func (h *handler) setFields(hdr http.Header, d leasequota.Decision, keys []string, dec int, rate bool, t int64) {
 	q := d.Quota
-	if q.Burst <= 0 || q.Rate <= 0 {
-		return
-	}
-	pv := h.policy.Load()
-	if pv == nil || pv.burst != q.Burst || pv.rate != q.Rate {
-		pv = &policyValue{burst: q.Burst, rate: q.Rate, value: h.policyValue(q)}
-		h.policy.Store(pv)
+	valid := q.Burst > 0 && q.Rate > 0
+	var policy, quoted string
+	if keys == nil {
+		if !valid {
+			return
+		}
+		policy, quoted = h.pols[0].member(q), h.pols[0].quoted
+	} else {
+		if policy = h.policyList(d, keys, dec); policy == "" {
+			return
+		}
+		if dec < 0 || !valid {
+			rate, valid = false, false
+		} else {
+			quoted = h.pols[dec].quoted
+		}
 	}
 	n := 1
 	if rate {
 		n++
 	}
-	if h.cfg.legacy {
+	if h.cfg.legacy && valid {
 		n++
 		if rate {
 			n += 2
 		}
 	}
+	if n == 2 {
+		// The common case, RateLimit-Policy and RateLimit: one allocation.
+		f := new(rateFields)
+		f.vals[0] = policy
+		hdr[headerPolicy] = f.vals[0:1:1]
+		f.vals[1] = f.rateLimit(quoted, min(max(d.Remaining, 0), maxSFInteger), t)
+		hdr[headerRateLimit] = f.vals[1:2:2]
+		return
+	}
 	// One allocation for the value slices of every field.
 	vals := make([]string, n)
-	vals[0] = pv.value
+	vals[0] = policy
 	hdr[headerPolicy] = vals[0:1:1]
 	if !rate {
-		if h.cfg.legacy {
+		if h.cfg.legacy && valid {
 			vals[1] = strconv.FormatInt(min(q.Burst, maxSFInteger), 10)
 			hdr[headerLegacyLimit] = vals[1:2:2]
 		}
@@ -298,7 +463,7 @@ func (h *handler) setHeaders(hdr http.Header, d leasequota.Decision, rate bool, 
 	}
 	r := min(max(d.Remaining, 0), maxSFInteger)
 	var buf [96]byte
-	b := append(buf[:0], h.quoted...)
+	b := append(buf[:0], quoted...)
 	b = append(b, ";r="...)
 	b = strconv.AppendInt(b, r, 10)
 	if t >= 0 {
@@ -319,9 +484,50 @@ func (h *handler) setHeaders(hdr http.Header, d leasequota.Decision, rate bool, 
 	}
 }
 
-// policyValue formats the RateLimit-Policy value of quota q.
-func (h *handler) policyValue(q leasequota.Quota) string {
-	return string(appendPolicy(nil, h.quoted, q))
+// rateFields holds the values of RateLimit-Policy and RateLimit, and the
+// bytes of the RateLimit value when they fit: one allocation for both
+// fields.
+type rateFields struct {
+	vals [2]string
+	buf  [40]byte
+}
+
+// rateLimit returns the RateLimit value "quoted";r=r;t=t (no t when
+// t < 0). When it fits f.buf, the string shares f.buf's memory, which is
+// never written again (f is not reused).
+func (f *rateFields) rateLimit(quoted string, r, t int64) string {
+	b := append(f.buf[:0], quoted...)
+	b = append(b, ";r="...)
+	b = strconv.AppendInt(b, r, 10)
+	if t >= 0 {
+		b = append(b, ";t="...)
+		b = strconv.AppendInt(b, t, 10)
+	}
+	if cap(b) == len(f.buf) && len(b) > 0 && &b[0] == &f.buf[0] {
+		return unsafe.String(&f.buf[0], len(b))
+	}
+	return string(b)
+}
+
+// policyList returns the RateLimit-Policy value of several policies: the
+// member of each whose key's quota is known, in order, "" when none is.
+func (h *handler) policyList(d leasequota.Decision, keys []string, dec int) string {
+	var buf [256]byte
+	b := buf[:0]
+	for i, p := range h.pols {
+		q, ok := d.Quota, true
+		if i != dec {
+			q, ok = h.l.TrackedQuota(keys[i])
+		}
+		if !ok || q.Burst <= 0 || q.Rate <= 0 {
+			continue
+		}
+		if len(b) > 0 {
+			b = append(b, ", "...)
+		}
+		b = append(b, p.member(q)...)
+	}
+	return string(b)
 }
 
 func appendPolicy(b []byte, quoted string, q leasequota.Quota) []byte {
@@ -393,7 +599,10 @@ func quoteString(s string) string {
 	return string(append(b, '"'))
 }
 
-const titleQuotaExceeded = "Request cannot be satisfied as assigned quota has been exceeded"
+const (
+	titleQuotaExceeded = "Request cannot be satisfied as assigned quota has been exceeded"
+	titleUnavailable   = "Request cannot be satisfied due to temporary reduced capacity"
+)
 
 // writeInternalError answers 500 when the limit cannot be applied: an
 // invalid quota or cost, a server-side error whose details stay in the

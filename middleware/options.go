@@ -56,6 +56,9 @@ type config struct {
 	shadow      bool
 	degraded    DegradedMode
 	policy      string
+	policyNamed bool         // WithPolicyName was given
+	policies    []policySpec // WithPolicy, WithClientIPPolicy, in order
+	denial      func(w http.ResponseWriter, r *http.Request, d Denial)
 	legacy      bool
 	hook        func(r *http.Request, key string, d leasequota.Decision)
 	err         error
@@ -176,6 +179,26 @@ func WithClientIPFallback(prefix string) Option {
 
 // check reports what the options allow only together.
 func (c *config) check() {
+	if len(c.policies) > 0 {
+		switch {
+		case c.keyFunc != nil:
+			c.fail("WithPolicy or WithClientIPPolicy cannot be combined with WithKeyFunc or WithHeaderKey: give each policy its key")
+		case c.ipFallback != "":
+			c.fail("WithPolicy or WithClientIPPolicy cannot be combined with WithClientIPFallback(%q): use WithClientIPPolicy", c.ipFallback)
+		case c.policyNamed:
+			c.fail("WithPolicy or WithClientIPPolicy cannot be combined with WithPolicyName: each policy is named")
+		}
+		for i, p := range c.policies {
+			for _, o := range c.policies[:i] {
+				switch {
+				case p.name == o.name:
+					c.fail("policy name %q given twice", p.name)
+				case p.ip && o.ip && p.ipPrefix == o.ipPrefix:
+					c.fail("WithClientIPPolicy prefix %q given twice (policies %q and %q)", p.ipPrefix, o.name, p.name)
+				}
+			}
+		}
+	}
 	switch {
 	case c.ipFallback != "" && c.keyFunc == nil:
 		c.fail("WithClientIPFallback(%q) needs WithKeyFunc or WithHeaderKey: every request is keyed by client IP already", c.ipFallback)
@@ -257,7 +280,108 @@ func WithPolicyName(name string) Option {
 			c.fail("WithPolicyName(%q): %v", name, err)
 			return
 		}
-		c.policy = name
+		c.policy, c.policyNamed = name, true
+	}
+}
+
+// policySpec is a policy of WithPolicy or WithClientIPPolicy.
+type policySpec struct {
+	name     string
+	key      KeyFunc // WithPolicy
+	ip       bool    // WithClientIPPolicy
+	ipPrefix string
+}
+
+// WithPolicy adds a policy named name (as WithPolicyName: 1 to 64
+// printable ASCII characters, the name in the header fields and in
+// "violated-policies") that limits each request by the key f returns.
+// Give it once per policy: a request is limited by every policy at once,
+// with one Limiter.AllowAllWithin call over the keys of all of them, which
+// admits only if every key admits and, when it refuses, spends nothing
+// from any of them.
+//
+// f's key is passed as it is to the Limiter, whose WithQuotaFunc gives
+// each key its quota. Keys of different policies must never be equal:
+// prefix them (for example "tenant:"+id). A request with the same key for
+// two policies is answered 500, as a server error. Where f returns "",
+// the request has no key for the policy: it is not limited by any policy
+// and gets the answer of WithMissingKeyHandler (by default 400 Bad
+// Request naming the policy); in shadow mode it is passed on.
+//
+// With WithPolicy or WithClientIPPolicy, the policies are exactly those
+// given, in order: they cannot be combined with WithKeyFunc,
+// WithHeaderKey, WithClientIPFallback or WithPolicyName, which configure
+// the one policy of a middleware without them. New panics with an error
+// wrapping ErrInvalidOption on an invalid or duplicate name or a nil f.
+func WithPolicy(name string, f KeyFunc) Option {
+	return func(c *config) {
+		switch err := ValidatePolicyName(name); {
+		case err != nil:
+			c.fail("WithPolicy(%q): %v", name, err)
+			return
+		case f == nil:
+			c.fail("WithPolicy(%q, nil)", name)
+			return
+		}
+		c.policies = append(c.policies, policySpec{name: name, key: f})
+	}
+}
+
+// WithClientIPPolicy adds a policy named name (see WithPolicy) that limits
+// each request by its client IP (as WithTrustedProxies and WithIPv6Prefix
+// say) under the key prefix + IP: with prefix "ip:", a request from
+// 192.0.2.1 counts against tenant "ip:192.0.2.1". prefix must not be
+// empty, and keys of the other policies (WithPolicy) must not start with
+// it: a request whose key for another policy does is refused with 400
+// Bad Request, so that no client can name, and spend, another client's IP
+// quota. A request whose client IP is unknown (RemoteAddr empty) has no
+// key: see WithPolicy.
+func WithClientIPPolicy(name, prefix string) Option {
+	return func(c *config) {
+		switch err := ValidatePolicyName(name); {
+		case err != nil:
+			c.fail("WithClientIPPolicy(%q): %v", name, err)
+			return
+		case prefix == "":
+			c.fail("WithClientIPPolicy(%q, \"\"): a prefix is needed to keep client IPs apart from other keys", name)
+			return
+		}
+		c.policies = append(c.policies, policySpec{name: name, ip: true, ipPrefix: prefix})
+	}
+}
+
+// A Denial describes a request the middleware refuses, for the handler of
+// WithDenialHandler.
+type Denial struct {
+	// Status is the status of the default answer: 429 Too Many Requests
+	// when a policy's quota refused the request (Retry-After is set
+	// unless its cost can never be admitted), 503 Service Unavailable
+	// when the Limiter could not decide (Retry-After is set).
+	Status int
+	// Policy names the policy that refused the request; "" for a 503.
+	Policy string
+	// Key is the request's key for that policy (Decision.Tenant).
+	Key string
+	// Decision is the Limiter's decision.
+	Decision leasequota.Decision
+	// Detail is the human-readable detail of the default answer.
+	Detail string
+}
+
+// WithDenialHandler answers the requests the middleware refuses (429 and
+// 503, see Denial) with f instead of the default application/problem+json
+// body. When f is called, the header fields of the refusal (RateLimit,
+// RateLimit-Policy, Retry-After) are set on w.Header() already; f writes
+// the status and the body, and may change the fields. f runs on the
+// request's goroutine. Requests without a key (WithMissingKeyHandler)
+// and the 500 answers to server-side errors do not reach f.
+func WithDenialHandler(f func(w http.ResponseWriter, r *http.Request, d Denial)) Option {
+	return func(c *config) {
+		if f == nil {
+			c.fail("WithDenialHandler(nil)")
+			return
+		}
+		c.denial = f
 	}
 }
 

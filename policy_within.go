@@ -1,0 +1,41 @@
+package leasequota
+
+import (
+	"context"
+	"time"
+)
+
+// AllowAllWithin is AllowAll with AllowNWithin's bounded wait: a denial
+// that waiting could turn into an admission (Reason.Waitable) with a
+// RetryAfter of at most maxWait waits for it, as WaitAll does, for up to
+// maxWait (and ctx). A wait that fails returns the fresh denial it ended
+// with. When it denies, it spends nothing from any tenant, waiting or
+// not. It is what a request handler with a latency budget and several
+// policies wants: the HTTP middleware and the gRPC interceptors use it.
+// With one tenant it is AllowNWithin.
+func (l *Limiter) AllowAllWithin(ctx context.Context, n int64, maxWait time.Duration, tenants ...string) Decision {
+	d := l.AllowAll(ctx, n, tenants...)
+	if d.Allowed || maxWait <= 0 || !d.Reason.Waitable() || d.RetryAfter > maxWait {
+		return d
+	}
+	wctx, cancel := context.WithTimeout(ctx, maxWait)
+	defer cancel()
+	if wd, err := l.WaitAll(wctx, n, tenants...); err == nil || wd.Reason != 0 {
+		return wd
+	}
+	return d
+}
+
+// TrackedQuota returns the quota applied now to a tenant this instance
+// tracks, defaults resolved, and false when it tracks none by that name.
+// Unlike Tenant it takes no lock and allocates nothing: it is for the
+// request path, such as the HTTP middleware listing the quota of every
+// policy of an AllowAll decision (Decision.Quota is the deciding
+// tenant's only).
+func (l *Limiter) TrackedQuota(tenant string) (Quota, bool) {
+	e := l.sync.Tenant(tenant)
+	if e == nil || e.Evicted() {
+		return Quota{}, false
+	}
+	return quotaOf(e), true
+}
