@@ -153,7 +153,7 @@ func newLimiter(cfg config, b Backend, cluster bool) (*Limiter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("leasequota: creating instruments: %w", err)
 	}
-	planner := syncer.NewPlanner(syncer.Config{Interval: cfg.refreshInterval, Reserve: cfg.reserveHorizon}, seed)
+	planner := syncer.NewPlanner(syncer.Config{Interval: cfg.refreshInterval, Reserve: cfg.reservation}, seed)
 	l.sync = syncer.New(store, syncer.Options{
 		Planner:     planner,
 		CallTimeout: cfg.redisTimeout,

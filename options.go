@@ -22,11 +22,10 @@ const (
 	DefaultColdStartWait   = 100 * time.Millisecond
 	DefaultLeaseTTL        = time.Second
 	DefaultIdleTimeout     = time.Minute
-	// DefaultReserveHorizon is WithReserveHorizon's default: a second,
-	// which every earlier release reads safely (see there).
-	DefaultReserveHorizon = time.Second
-	// MaxReserveHorizon is the longest WithReserveHorizon accepts.
-	MaxReserveHorizon = time.Minute
+	// DefaultReservation is WithReservation's default.
+	DefaultReservation = 2 * time.Second
+	// MaxReservation is the longest WithReservation accepts.
+	MaxReservation = time.Minute
 )
 
 // An Option configures a Limiter in New.
@@ -48,7 +47,7 @@ type config struct {
 	seed            *uint64
 	failureMode     FailureMode
 	maxTenants      int
-	reserveHorizon  time.Duration
+	reservation     time.Duration
 	// now is the clock every decision, schedule and lease lifetime is
 	// read from (time.Now; tests inject their own).
 	now func() time.Time
@@ -75,7 +74,7 @@ func defaultConfig() config {
 		leaseTTL:        DefaultLeaseTTL,
 		failureMode:     FailLocal,
 		idleTimeout:     DefaultIdleTimeout,
-		reserveHorizon:  DefaultReserveHorizon,
+		reservation:     DefaultReservation,
 		now:             time.Now,
 	}
 }
@@ -171,26 +170,25 @@ func WithRefreshInterval(d time.Duration) Option {
 	return func(c *config) { c.refreshInterval = d }
 }
 
-// WithReserveHorizon sets how far ahead a tenant's lease calls may reserve
-// its global bucket's refill while the tenant is scarce (its demand over
-// every instance exceeds its Rate; default DefaultReserveHorizon, 1s; 0
-// turns reservations off). A reservation is this instance's fair share of
-// the rate over the horizon, debited from the bucket's future refill and
-// handed to requests here at that pace, each token no earlier than the
-// bucket refills it: the bound holds exactly, and a starved instance calls
-// Redis about once per horizon instead of once per Burst/Rate, whatever
-// its demand (docs/performance.md, "Reservations").
+// WithReservation sets the length of a reservation (default
+// DefaultReservation, 2s; 0 turns reservations off). While a tenant is
+// scarce (its demand over every instance exceeds its Rate), each of its
+// lease calls also reserves this instance's fair share of the rate over
+// d: Redis debits it from the global bucket's future refill, and the
+// syncer hands it to requests here at that pace, each token no earlier
+// than the bucket refills it. So the bound holds exactly, and a starved
+// instance calls Redis about once per d instead of once per Burst/Rate,
+// whatever its demand (docs/performance.md, "Reservations"). A token
+// reserved this way may come due up to d after the bucket refilled it,
+// and a second more behind other instances' reservations: the window
+// bound's L is LeaseTTL + d + 1s (docs/design.md).
 //
-// Rollout: a horizon up to 1s is safe with instances of every earlier
-// release on the same Redis. A longer one is safe only once every
-// instance runs this release or a later one: an earlier release keeps a
-// bucket's key for a second past what it thinks full, and a bucket whose
-// refill is committed further ahead could expire early and read as full.
-// Raise it in a second rollout; to roll back to an earlier release, first
-// lower it to 1s or less everywhere and wait that long. At most
-// MaxReserveHorizon.
-func WithReserveHorizon(d time.Duration) Option {
-	return func(c *config) { c.reserveHorizon = d }
+// Rollout: Redis commits a bucket's refill at most a second ahead of its
+// clock (lease.ReserveAhead), which instances of earlier releases read
+// safely, whatever d: no two-phase rollout is needed. At most
+// MaxReservation.
+func WithReservation(d time.Duration) Option {
+	return func(c *config) { c.reservation = d }
 }
 
 // WithColdStartWait bounds how long a tenant's first request on this
@@ -284,8 +282,8 @@ func (c *config) validate() error {
 	if c.failureMode == FailDefault || c.failureMode > FailOpen {
 		return fmt.Errorf("%w: WithFailureMode(%d): want FailLocal, FailClosed or FailOpen", ErrInvalidOption, c.failureMode)
 	}
-	if c.reserveHorizon < 0 || c.reserveHorizon > MaxReserveHorizon {
-		return fmt.Errorf("%w: WithReserveHorizon(%v): want 0 to %v", ErrInvalidOption, c.reserveHorizon, MaxReserveHorizon)
+	if c.reservation < 0 || c.reservation > MaxReservation {
+		return fmt.Errorf("%w: WithReservation(%v): want 0 to %v", ErrInvalidOption, c.reservation, MaxReservation)
 	}
 	if c.expectedInstances < 0 {
 		return fmt.Errorf("%w: WithExpectedInstances(%d): want >= 0", ErrInvalidOption, c.expectedInstances)

@@ -46,7 +46,8 @@ package leasequota_test
 //     <= Burst + Rate*T (T since the start, with the largest Burst and Rate
 //     the tenant had);
 //   - the window bound of docs/design.md: in any window of W, admitted <=
-//     Burst + Rate*(W + L), L the longest lease lifetime plus a round;
+//     Burst + Rate*(W + L), L the longest lease lifetime plus a round
+//     (plus, with reservations, their length and lease.ReserveAhead);
 //   - every return names a grant no later than its tokens' own: the tokens
 //     claimed for grants at or after the one named were granted there
 //     (naming a later grant would credit them with levels they never saw);
@@ -267,16 +268,18 @@ type sim struct {
 	end      time.Time
 	interval time.Duration
 	leaseTTL time.Duration
-	timeout  time.Duration
-	maxDelay time.Duration // of one leg of a call
-	lossPPM  uint64        // replies lost per million calls
-	tenants  []*simTenant
-	byName   map[string]*simTenant
-	opts     []leasequota.Option
-	net      *simNet
-	insts    []*simInstance
-	capped   bool // WithMaxTenants: busy tenants may keep a new one out
-	events   simEvents
+	// reservation is the scenario's WithReservation (0: off).
+	reservation time.Duration
+	timeout     time.Duration
+	maxDelay    time.Duration // of one leg of a call
+	lossPPM     uint64        // replies lost per million calls
+	tenants     []*simTenant
+	byName      map[string]*simTenant
+	opts        []leasequota.Option
+	net         *simNet
+	insts       []*simInstance
+	capped      bool // WithMaxTenants: busy tenants may keep a new one out
+	events      simEvents
 
 	mu       sync.Mutex // guards the simTenants' counters and fails
 	fails    []string
@@ -385,6 +388,9 @@ func runScenario(t *testing.T, seed uint64, tracing bool) simResult {
 	if rng.IntN(3) == 0 {
 		s.opts = append(s.opts, leasequota.WithIdleTimeout(s.interval*time.Duration(1+rng.IntN(5))))
 	}
+	// Reservations: off, short, or the default.
+	s.reservation = []time.Duration{0, 10 * s.interval, leasequota.DefaultReservation}[rng.IntN(3)]
+	s.opts = append(s.opts, leasequota.WithReservation(s.reservation))
 	s.net = &simNet{s: s, store: memstore.New()}
 
 	insts := make([]*simInstance, instances)
@@ -602,6 +608,12 @@ func (s *sim) admit(tenant string, n int64) {
 func (s *sim) finish(insts []*simInstance) simResult {
 	// Window bound: tokens are spent within L of their debit.
 	lifetime := s.leaseTTL + s.interval + 2*(s.timeout+s.maxDelay)
+	if s.reservation > 0 {
+		// A reserved token comes due up to the reservation's length
+		// after the bucket refilled it, and up to lease.ReserveAhead
+		// more behind others' (see WithReservation).
+		lifetime += s.reservation + lease.ReserveAhead
+	}
 	for _, tn := range s.tenants {
 		for _, w := range []time.Duration{s.interval, s.leaseTTL, 4 * s.leaseTTL} {
 			bound := float64(tn.maxBurst) + tn.maxRate*(w+lifetime).Seconds()
@@ -827,6 +839,12 @@ func (s *sim) check(tn *simTenant, n int64, d leasequota.Decision, closed bool) 
 		maxBurst := tn.maxBurst
 		s.mu.Unlock()
 		limit := time.Duration(turns*float64(max(maxBurst, n))/min(tn.quota.Rate, d.Quota.Rate)*float64(time.Second)) + 4*s.interval + s.leaseTTL
+		if s.reservation > 0 {
+			// With reservations the refill may be committed to others'
+			// up to lease.ReserveAhead ahead, and a call that found no
+			// room waits for it, up to the reservation's length.
+			limit += lease.ReserveAhead + s.reservation
+		}
 		if d.RetryAfter <= 0 || d.RetryAfter > limit {
 			s.failf("%s denied %d (%v) with RetryAfter %v: want (0, %v]", tn.name, n, d.Reason, d.RetryAfter, limit)
 		}

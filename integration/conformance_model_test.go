@@ -248,7 +248,7 @@ func reserve(at, clock int64, lim lease.Limits, want, granted int64, tokens, sha
 	}
 	ahead := lease.ReserveAhead.Microseconds()
 	room := float64(clock+ahead-at)*lim.Rate/1e6 + tokens
-	r := math.Floor(share * float64(lms) / 1000)
+	r := math.Floor(min(share, lim.Rate) * float64(lms) / 1000)
 	if room < r {
 		r = math.Floor(room)
 	}

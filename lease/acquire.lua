@@ -297,7 +297,13 @@ local function acquire(key, ikey, qkey, o, clock, hasHorizon)
   local stored = now
   if length > 0 and share ~= nil and share > 0 and want > granted and tokens < 1 then
     local room = (clock + RESERVE_AHEAD * 1000 - now) * rate / 1000000 + tokens
-    reserved = math.floor(share * length / 1000)
+    -- A share above the rate (a registry summary older than a jump in
+    -- this instance's demand) reserves at the rate.
+    pace = share
+    if pace > rate then
+      pace = rate
+    end
+    reserved = math.floor(pace * length / 1000)
     if room < reserved then
       reserved = math.floor(room)
     end
@@ -313,14 +319,11 @@ local function acquire(key, ikey, qkey, o, clock, hasHorizon)
       reserved = reserved - 1
     end
     if reserved > 0 then
-      pace = share
-      if pace > rate then
-        pace = rate
-      end
       granted = granted + reserved
       tokens = 0
     else
       reserved = 0
+      pace = nil
       stored = now
     end
   end

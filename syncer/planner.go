@@ -34,10 +34,11 @@ type Config struct {
 	// FallbackHalfLife is how fast the local fallback rate moves from this
 	// instance's recent share toward Rate/instances (see FallbackRate).
 	FallbackHalfLife time.Duration
-	// Reserve is the reservation horizon: while a tenant is scarce, its
-	// lease calls may reserve the global bucket's refill up to Reserve
-	// ahead, paced at this instance's fair share (lease.Request.Reserve;
-	// see reserve.go). Zero (the default) reserves nothing.
+	// Reserve is the length of a reservation: while a tenant is scarce,
+	// its lease calls also reserve this instance's fair share of the rate
+	// over Reserve from the global bucket's refill, paced at that share
+	// (lease.Request.Reserve; see reserve.go). Zero (the default) reserves
+	// nothing.
 	Reserve time.Duration
 }
 
@@ -218,14 +219,7 @@ func (p *Planner) observe(st *State, ns int64, count int64) {
 // ReportedDemand is the demand an instance reports to Redis with a lease
 // call asking for want tokens: its estimate, or, when higher (a cold start,
 // a jump), the demand that a lease of want tokens is sized for.
-//
-// A scarce tenant's call with reservations on asks for its demand over the
-// whole horizon (Action.Reserve): it reports its estimate alone, or it
-// would claim a share of the rate many times its demand.
 func (p *Planner) ReportedDemand(st *State, now time.Time, want int64) float64 {
-	if p.cfg.Reserve > 0 && st.flags&flagScarce != 0 {
-		return st.Demand()
-	}
 	return max(st.Demand(), float64(want)/(p.cfg.Interval.Seconds()*p.cfg.Headroom))
 }
 
@@ -259,7 +253,7 @@ type Action struct {
 	ExpiredGrant lease.GrantID
 	// Acquire is the number of tokens to ask Redis for; zero for none.
 	Acquire int64
-	// Reserve is the reservation horizon to send with the acquire
+	// Reserve is the reservation length to send with the acquire
 	// (lease.Request.Reserve): zero but while the tenant is scarce and
 	// Config.Reserve is set.
 	Reserve time.Duration
@@ -569,6 +563,12 @@ func (p *Planner) Granted(st *State, lim quota.Quota, now time.Time, asked int64
 		capacity := float64(lim.Burst) * g.Share / lim.Rate
 		slack := g.Share * p.cfg.Interval.Seconds()
 		need = max(1, min(need, int64(max(capacity/2, capacity-slack))))
+		if g.Granted == 0 {
+			// Nothing at all: the credit is spent (say by a call whose
+			// reply was lost). A request may be waiting: come back once
+			// a token's worth has accrued, not a whole batch.
+			need = 1
+		}
 		wait = durationCeil(float64(need) / g.Share)
 	} else {
 		turn := need * int64(max(st.instances, 1))

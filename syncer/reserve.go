@@ -168,7 +168,9 @@ func (p *Planner) Reserved(st *State, lim quota.Quota, now, arrived time.Time, g
 			// reservations up to ReserveAhead past Redis's clock (Wait).
 			// Room for this instance's share over the length comes as
 			// the refill catches up: ask again then, not on every tick.
-			span := time.Duration(min(g.Share*p.cfg.Reserve.Seconds()/lim.Rate, 3600) * 1e9)
+			// (A share above the rate, from a registry summary older
+			// than a jump in demand, reserves at most the rate.)
+			span := time.Duration(min(g.Share, lim.Rate) * p.cfg.Reserve.Seconds() / lim.Rate * 1e9)
 			retry := max(g.Wait+span-lease.ReserveAhead, p.cfg.Interval)
 			st.setClock(ns)
 			st.notBefore = max(st.notBefore, st.stampCeil(ns+int64(retry)))

@@ -328,6 +328,7 @@ func (b *simBucket) acquire(now int64, lim lease.Limits, want int64, inst int, d
 	if reserve > 0 && want > granted && tokens < 1 {
 		share := b.share(now, lim.Rate, inst)
 		room := float64(clock+simReserveAhead-now)*lim.Rate/1e6 + tokens
+		share = min(share, lim.Rate)
 		r := min(int64(math.Floor(share*float64(reserve)/1e6)), int64(math.Floor(room)))
 		if r > 0 && share > 0 {
 			ts := now + int64(math.Ceil((float64(r)-tokens)/lim.Rate*1e6))

@@ -389,7 +389,8 @@ func (s *Store) acquire(in *Instance, r lease.Request) (lease.Grant, error) {
 	if lms := ceilMillis(r.Reserve); lms > 0 && in.id != "" && g.Share > 0 && float64(r.Want) > granted && tokens < 1 {
 		ahead := lease.ReserveAhead.Microseconds()
 		room := float64(now+ahead-at)*rate/1e6 + tokens
-		reserved := math.Floor(g.Share * float64(lms) / 1000)
+		pace := min(g.Share, rate)
+		reserved := math.Floor(pace * float64(lms) / 1000)
 		if room < reserved {
 			reserved = math.Floor(room)
 		}
@@ -402,7 +403,7 @@ func (s *Store) acquire(in *Instance, r lease.Request) (lease.Grant, error) {
 		}
 		if reserved > 0 {
 			g.Reserved = int64(reserved)
-			g.Pace = min(g.Share, rate)
+			g.Pace = pace
 			granted += reserved
 			tokens = 0
 		} else {
