@@ -128,14 +128,15 @@ type Denial struct {
 	// Code is the code of the default answer: codes.ResourceExhausted
 	// when a policy's quota refused the call (its cost cannot be admitted
 	// in time, or ever), codes.Unavailable when the Limiter could not
-	// decide (Redis unreachable in fail-closed mode with DegradedDeny,
-	// the Limiter closed, or tracking too many keys).
+	// decide (Redis unreachable in fail-closed mode, or the Limiter
+	// closed, with DegradedDeny; or the Limiter tracking too many keys).
 	Code codes.Code
 	// Policy names the policy that refused the call; "" for
 	// codes.Unavailable.
 	Policy string
-	// Key is the call's key for that policy (Decision.Tenant); "" when
-	// no key decided (the Limiter closed).
+	// Key is the key the call was limited by: with one policy the call's
+	// key; with several, the deciding one's (Decision.Tenant), "" when
+	// none decided (the Limiter closed).
 	Key string
 	// Decision is the Limiter's decision.
 	Decision leasequota.Decision
