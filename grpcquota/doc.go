@@ -15,6 +15,15 @@
 // [WithMissingKeyError] decides it otherwise or [WithPeerFallback] limits
 // it by peer address under a key prefix that no other key may start with.
 //
+// Several policies limit a call at once with [WithPolicy] (a KeyFunc per
+// policy) and [WithPeerPolicy] (by peer address under a key prefix), for
+// example per peer and per tenant: the keys of all of them are decided by
+// one [leasequota.Limiter.AllowAllWithin], which admits only if every key
+// admits and, when one refuses, spends nothing from any of them. Keys of
+// different policies must differ (prefix them, "tenant:"+id), and
+// leasequota.WithQuotaFunc gives each its quota. A call without its key
+// for one policy ends with codes.InvalidArgument naming the policy.
+//
 // As with the HTTP middleware (package middleware), each call is decided
 // locally from the tokens this instance has leased; when the lease is
 // exhausted the call may wait up to [WithMaxWait] (default 100 ms) for a
@@ -23,12 +32,15 @@
 //
 // A refused call ends with status codes.ResourceExhausted, whose details
 // carry an errdetails.RetryInfo (the estimated wait) and an
-// errdetails.QuotaFailure naming the policy. Other outcomes:
+// errdetails.QuotaFailure naming the policy (with several, the one that
+// refused). [WithDenialHandler] replaces the ResourceExhausted and
+// Unavailable answers with an error of your own. Other outcomes:
 //
 //   - cost above the key's Burst, never admissible: ResourceExhausted with
 //     QuotaFailure and no RetryInfo;
-//   - no key, or a key that starts with the peer fallback's prefix:
-//     codes.InvalidArgument (see above), not counted;
+//   - no key, or a key that starts with the peer fallback's (or a peer
+//     policy's) prefix: codes.InvalidArgument (see above), not counted;
+//   - the same key for two policies: codes.Internal;
 //   - cost 0: the call is exempt; a negative cost, or an invalid quota for
 //     the key: codes.Internal;
 //   - Redis unreachable: the Limiter's failure mode decides first; a call
@@ -44,5 +56,8 @@
 //
 // With [WithRateLimitMetadata] the server also sends the header metadata
 // "ratelimit-policy" and "ratelimit", with the values the HTTP middleware
-// gives the fields of draft-ietf-httpapi-ratelimit-headers.
+// gives the fields of draft-ietf-httpapi-ratelimit-headers: with several
+// policies, "ratelimit-policy" lists every policy whose key's quota is
+// known and "ratelimit" is the deciding policy's (the one that refused,
+// or when admitted the one with the least remaining).
 package grpcquota

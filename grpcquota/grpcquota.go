@@ -72,6 +72,9 @@ type config struct {
 	shadow       bool
 	degraded     DegradedMode
 	policy       string
+	policyNamed  bool         // WithPolicyName was given
+	policies     []policySpec // WithPolicy, WithPeerPolicy, in order
+	denial       func(ctx context.Context, fullMethod string, d Denial) error
 	metadata     bool
 	hook         func(ctx context.Context, fullMethod, key string, d leasequota.Decision)
 	err          error
@@ -94,21 +97,13 @@ func WithMetadataKey(name string) Option {
 			c.fail("WithMetadataKey(\"\")")
 			return
 		}
-		name := metadataKey(name)
-		c.keyName = name
-		c.keyFunc = func(ctx context.Context, _ string) string {
-			md, _ := metadata.FromIncomingContext(ctx)
-			v := md.Get(name)
-			if len(v) == 0 || len(v[0]) > MaxMetadataKeyLen {
-				return ""
-			}
-			return v[0]
-		}
+		c.keyName = lowerASCII(name)
+		c.keyFunc = MetadataKey(name)
 	}
 }
 
-// metadataKey lowercases an ASCII metadata key, as gRPC stores them.
-func metadataKey(s string) string {
+// lowerASCII lowercases an ASCII metadata key, as gRPC stores them.
+func lowerASCII(s string) string {
 	b := []byte(s)
 	for i, c := range b {
 		if 'A' <= c && c <= 'Z' {
@@ -173,6 +168,7 @@ func WithPeerFallback(prefix string) Option {
 
 // check reports what the options allow only together.
 func (c *config) check() {
+	c.checkPolicies()
 	switch {
 	case c.peerFallback != "" && c.keyFunc == nil:
 		c.fail("WithPeerFallback(%q) needs WithKeyFunc or WithMetadataKey: every call is keyed by peer already", c.peerFallback)
@@ -225,25 +221,31 @@ func WithDegradedMode(m DegradedMode) Option {
 
 // WithPolicyName names the quota policy in QuotaFailure and the rate
 // limit metadata (default "default"); 1 to 64 printable ASCII characters.
+// With several policies (WithPolicy), each is named by its own option.
 func WithPolicyName(name string) Option {
 	return func(c *config) {
 		if err := middleware.ValidatePolicyName(name); err != nil {
 			c.fail("WithPolicyName(%q): %v", name, err)
 			return
 		}
-		c.policy = name
+		c.policy, c.policyNamed = name, true
 	}
 }
 
 // WithRateLimitMetadata sends the header metadata "ratelimit-policy" and
 // "ratelimit" (RFC 9651 values, as the HTTP fields of
 // draft-ietf-httpapi-ratelimit-headers; see package middleware) on
-// admitted and refused calls.
+// admitted and refused calls. With several policies (WithPolicy),
+// "ratelimit-policy" lists every policy whose key's quota is known, in
+// order, and "ratelimit" is the deciding policy's (the one that refused,
+// or when admitted the one with the least remaining), as the middleware's
+// RateLimit-Policy and RateLimit fields.
 func WithRateLimitMetadata() Option { return func(c *config) { c.metadata = true } }
 
 // WithDecisionHook calls f with every decision, after any wait: for
 // metrics and logs, or to watch shadow mode. key is the key the call was
-// limited by. It must be fast and safe for concurrent use. Calls exempted
+// limited by; with several policies (WithPolicy), the deciding one's
+// (Decision.Tenant), "" when none decided (the Limiter closed). It must be fast and safe for concurrent use. Calls exempted
 // by a cost of 0, and calls without a key (see WithKeyFunc), are not
 // decided and not reported.
 func WithDecisionHook(f func(ctx context.Context, fullMethod, key string, d leasequota.Decision)) Option {
@@ -258,10 +260,12 @@ func WithDecisionHook(f func(ctx context.Context, fullMethod, key string, d leas
 
 // limiter is the configured decision logic shared by both interceptors.
 type limiter struct {
-	l   *leasequota.Limiter
-	cfg config
+	l     *leasequota.Limiter
+	cfg   config
+	pols  []policy // the one policy of today's options, or those of WithPolicy and WithPeerPolicy
+	multi bool     // pols are those of WithPolicy and WithPeerPolicy
 
-	missingErr, reservedErr error // end calls without a key, see keyErrors
+	missingErr, reservedErr error // end calls without a key (one policy), see keyErrors
 }
 
 func newLimiter(l *leasequota.Limiter, opts []Option) *limiter {
@@ -281,7 +285,8 @@ func newLimiter(l *leasequota.Limiter, opts []Option) *limiter {
 		panic(cfg.err)
 	}
 	missing, reserved := keyErrors(&cfg)
-	return &limiter{l: l, cfg: cfg, missingErr: missing, reservedErr: reserved}
+	return &limiter{l: l, cfg: cfg, pols: newPolicies(&cfg), multi: len(cfg.policies) > 0,
+		missingErr: missing, reservedErr: reserved}
 }
 
 // keyErrors returns the InvalidArgument errors that end a call without a
@@ -340,20 +345,15 @@ func (lim *limiter) admit(ctx context.Context, method string, setHeader func(con
 		case cost == 0:
 			return nil
 		case cost < 0:
-			return status.Error(codes.Internal, "grpcquota: the rate limit could not be applied")
+			return internalError
 		}
+	}
+	if lim.multi {
+		return lim.admitAll(ctx, method, cost, setHeader)
 	}
 	key, problem := lim.key(ctx, method)
 	if problem != keyOK {
-		switch {
-		case lim.cfg.shadow:
-			return nil
-		case problem == keyMissing && lim.cfg.missingKey != nil:
-			return lim.cfg.missingKey(ctx, method)
-		case problem == keyMissing:
-			return lim.missingErr
-		}
-		return lim.reservedErr
+		return lim.noKey(ctx, method, problem, lim.missingErr, lim.reservedErr)
 	}
 	var d leasequota.Decision
 	if lim.cfg.shadow {
@@ -364,46 +364,100 @@ func (lim *limiter) admit(ctx context.Context, method string, setHeader func(con
 	if lim.cfg.hook != nil {
 		lim.cfg.hook(ctx, method, key, d)
 	}
+	return lim.answer(ctx, method, d, cost, nil, 0, key, setHeader)
+}
 
+// noKey ends a call without a key (problem keyMissing) or with a reserved
+// one (keyReserved): with missing or reserved, or as WithMissingKeyError
+// and WithShadow say.
+func (lim *limiter) noKey(ctx context.Context, method string, problem keyProblem, missing, reserved error) error {
+	switch {
+	case lim.cfg.shadow:
+		return nil
+	case problem == keyMissing && lim.cfg.missingKey != nil:
+		return lim.cfg.missingKey(ctx, method)
+	case problem == keyMissing:
+		return missing
+	}
+	return reserved
+}
+
+// answer returns the error that ends a call d decided, or nil to let it
+// proceed, and sets the rate limit metadata. keys are the keys of every
+// policy (nil with one policy), dec the index of the deciding one among
+// lim.pols (-1 when none decided, 0 with one policy), key the deciding
+// key.
+func (lim *limiter) answer(ctx context.Context, method string, d leasequota.Decision, cost int64, keys []string,
+	dec int, key string, setHeader func(context.Context, metadata.MD) error) error {
+	var p *policy
+	if dec >= 0 {
+		p = &lim.pols[dec]
+	}
 	rate, t := true, int64(0) // what the rate limit metadata says
-	var err error
+	var dn Denial
 	switch {
 	case d.Allowed:
 		// Admitted by a failure mode, without a lease: nothing is known
 		// of the remaining quota.
 		rate = d.Mode == leasequota.FailDefault
-	case d.Reason.Waitable():
+	case d.Reason.Waitable() && p != nil:
 		t = middleware.RetrySeconds(d.RetryAfter)
-		err = lim.exhausted(d, fmt.Sprintf("quota of policy %q exhausted; retry after %v", lim.cfg.policy, roundUp(d.RetryAfter)), true)
-	case d.Reason == leasequota.ReasonInvalidN:
+		dn = Denial{Code: codes.ResourceExhausted, Policy: p.name, Key: key, Decision: d,
+			Status: exhausted(d, p.name, fmt.Sprintf("quota of policy %q exhausted; retry after %v", p.name, roundUp(d.RetryAfter)), true)}
+	case d.Reason == leasequota.ReasonInvalidN && p != nil:
 		t = -1
-		err = lim.exhausted(d, fmt.Sprintf("cost %d exceeds the whole quota of %d of policy %q: never admissible",
-			cost, d.Quota.Burst, lim.cfg.policy), false)
+		dn = Denial{Code: codes.ResourceExhausted, Policy: p.name, Key: key, Decision: d,
+			Status: exhausted(d, p.name, fmt.Sprintf("cost %d exceeds the whole quota of %d of policy %q: never admissible",
+				cost, d.Quota.Burst, p.name), false)}
 	case d.Reason == leasequota.ReasonUnavailable || d.Reason == leasequota.ReasonClosed:
 		rate = false
 		if lim.cfg.degraded == DegradedDeny {
-			err = unavailable(d, "rate limiter unavailable")
+			dn = Denial{Code: codes.Unavailable, Key: key, Decision: d, Status: unavailable(d, "rate limiter unavailable")}
 		}
 	case d.Reason == leasequota.ReasonTooManyTenants:
 		rate = false
-		err = unavailable(d, "rate limiter tracks too many clients")
-	default: // ReasonInvalidQuota, or a reason this version does not know
+		dn = Denial{Code: codes.Unavailable, Key: key, Decision: d, Status: unavailable(d, "rate limiter tracks too many clients")}
+	default:
+		// ReasonInvalidQuota, ReasonDuplicateTenant (two policies gave
+		// one key), a refusal that names no policy (cannot happen), or a
+		// reason this version does not know.
 		if lim.cfg.shadow {
 			return nil
 		}
-		return status.Error(codes.Internal, "grpcquota: the rate limit could not be applied")
+		return internalError
 	}
-	if lim.cfg.metadata && d.Quota.Burst > 0 && d.Quota.Rate > 0 {
-		md := metadata.MD{MetadataPolicy: {middleware.PolicyValue(lim.cfg.policy, d.Quota)}}
-		if rate {
-			md[MetadataRateLimit] = []string{middleware.RateLimitValue(lim.cfg.policy, d.Remaining, t)}
-		}
-		_ = setHeader(ctx, md) // fails only when headers were sent: not yet
+	if lim.cfg.metadata {
+		lim.setMetadata(ctx, d, keys, dec, rate, t, setHeader)
 	}
-	if lim.cfg.shadow {
+	if lim.cfg.shadow || dn.Status == nil {
 		return nil
 	}
-	return err
+	return lim.deny(ctx, method, dn)
+}
+
+// setMetadata sends the rate limit metadata of decision d: "ratelimit-policy"
+// and, when rate is true, "ratelimit", with its t parameter unless t < 0.
+// With one policy (keys nil) it sends nothing when d carries no quota.
+// With several, "ratelimit-policy" lists every policy whose key's quota
+// is known, and "ratelimit" is the deciding policy's (lim.pols[dec]); none
+// when dec < 0.
+func (lim *limiter) setMetadata(ctx context.Context, d leasequota.Decision, keys []string, dec int, rate bool, t int64,
+	setHeader func(context.Context, metadata.MD) error) {
+	valid := d.Quota.Burst > 0 && d.Quota.Rate > 0
+	var value string
+	if keys == nil {
+		if !valid {
+			return
+		}
+		value = middleware.PolicyValue(lim.pols[0].name, d.Quota)
+	} else if value = lim.policyList(d, keys, dec); value == "" {
+		return
+	}
+	md := metadata.MD{MetadataPolicy: {value}}
+	if rate && valid && dec >= 0 {
+		md[MetadataRateLimit] = []string{middleware.RateLimitValue(lim.pols[dec].name, d.Remaining, t)}
+	}
+	_ = setHeader(ctx, md) // fails only when headers were sent: not yet
 }
 
 // keyProblem says why a call has no key to be limited by.
@@ -441,19 +495,20 @@ func (lim *limiter) key(ctx context.Context, method string) (string, keyProblem)
 
 // unavailable returns the Unavailable status of a limiter that cannot
 // decide.
-func unavailable(d leasequota.Decision, msg string) error {
+func unavailable(d leasequota.Decision, msg string) *status.Status {
 	st := status.New(codes.Unavailable, "grpcquota: "+msg)
 	if withDetails, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(roundUp(d.RetryAfter))}); err == nil {
 		st = withDetails
 	}
-	return st.Err()
+	return st
 }
 
-// exhausted returns the ResourceExhausted status of a refusal.
-func (lim *limiter) exhausted(d leasequota.Decision, msg string, retry bool) error {
+// exhausted returns the ResourceExhausted status of a refusal by the
+// policy named policy.
+func exhausted(d leasequota.Decision, policy, msg string, retry bool) *status.Status {
 	st := status.New(codes.ResourceExhausted, "grpcquota: "+msg)
 	details := []protoadapt.MessageV1{&errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{{
-		Subject:     "policy:" + lim.cfg.policy,
+		Subject:     "policy:" + policy,
 		Description: msg,
 	}}}}
 	if retry {
@@ -462,7 +517,7 @@ func (lim *limiter) exhausted(d leasequota.Decision, msg string, retry bool) err
 	if withDetails, err := st.WithDetails(details...); err == nil {
 		st = withDetails
 	}
-	return st.Err()
+	return st
 }
 
 // roundUp rounds a wait up to the millisecond, at least 1 ms.
