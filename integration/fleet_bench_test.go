@@ -9,11 +9,15 @@ import (
 
 	"github.com/go-redis/redis_rate/v10"
 
+	"github.com/leasequota/leasequota"
 	"github.com/leasequota/leasequota/integration/redistest"
 )
 
 var fleetDuration = flag.Duration("fleet.duration", 8*time.Second,
 	"length of each BenchmarkFleet load, run once through leasequota and once through redis_rate")
+
+var fleetReservation = flag.Duration("fleet.reservation", leasequota.DefaultReservation,
+	"the limiters' WithReservation in BenchmarkFleet (0: reservations off)")
 
 // fleetShapes are the shapes of issue #15's table.
 var fleetShapes = []fleetShape{{4, 100}, {8, 500}, {16, 1000}, {32, 2000}}
@@ -27,6 +31,7 @@ var fleetShapes = []fleetShape{{4, 100}, {8, 500}, {16, 1000}, {32, 2000}}
 // load goroutines calling it synchronously (so its offered rate is what
 // round trips allow; its cost per decision is the point).
 //
+// The limiters reserve with -fleet.reservation (default the library's).
 // One op is one full run of both; run it with -benchtime 1x. It fails
 // if a tenant admitted more than Burst + Rate*elapsed, elapsed being on
 // the Redis clock from before the first decision to after the last.
@@ -48,7 +53,7 @@ func BenchmarkFleet(b *testing.B) {
 		b.Run(s.String(), func(b *testing.B) {
 			var m fleetMetrics
 			for i := 0; i < b.N; i++ {
-				r := runFleet(b, srv, s, *fleetDuration, slog.New(slog.DiscardHandler))
+				r := runFleet(b, srv, s, *fleetDuration, slog.New(slog.DiscardHandler), leasequota.WithReservation(*fleetReservation))
 				for _, o := range r.overBound {
 					b.Errorf("bound violated: %s (Burst %d + Rate %d * %v)", o, fleetBurst, fleetRate, r.elapsed)
 				}

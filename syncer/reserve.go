@@ -163,15 +163,16 @@ func (s *State) NextDue() (time.Time, bool) {
 func (p *Planner) Reserved(st *State, lim quota.Quota, now, arrived time.Time, g lease.Grant) {
 	ns := arrived.UnixNano()
 	if g.Reserved <= 0 || !(g.Pace > 0) {
-		if p.cfg.Reserve > 0 && st.flags&flagScarce != 0 && g.Share > 0 && lim.Rate > 0 {
+		if p.cfg.Reserve > 0 && st.flags&flagScarce != 0 && g.Share > 0 && lim.Rate > 0 && g.Wait > 0 {
 			// No room: the bucket's refill is committed to others'
-			// reservations up to ReserveAhead past Redis's clock (Wait).
-			// Room for this instance's share over the length comes as
+			// reservations up to ReserveAhead past Redis's clock (Wait
+			// > 0 says it is frozen). Room for half of this instance's
+			// share over the length (or of the second ahead) comes as
 			// the refill catches up: ask again then, not on every tick.
 			// (A share above the rate, from a registry summary older
 			// than a jump in demand, reserves at most the rate.)
 			span := time.Duration(min(g.Share, lim.Rate) * p.cfg.Reserve.Seconds() / lim.Rate * 1e9)
-			retry := max(g.Wait+span-lease.ReserveAhead, p.cfg.Interval)
+			retry := max(g.Wait+min(span, lease.ReserveAhead)/2-lease.ReserveAhead, p.cfg.Interval)
 			st.setClock(ns)
 			st.notBefore = max(st.notBefore, st.stampCeil(ns+int64(retry)))
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasequota/leasequota"
+	"github.com/leasequota/leasequota/lease"
 	"github.com/leasequota/leasequota/quota"
 )
 
@@ -44,6 +45,7 @@ type Config struct {
 	Load         float64       // multiplier of every tenant's demand
 	Refresh      time.Duration // WithRefreshInterval
 	LeaseTTL     time.Duration // WithLeaseTTL
+	Reservation  time.Duration // WithReservation; 0 turns reservations off
 	Timeout      time.Duration // WithRedisTimeout; 0 means the default for the Redis in use
 	Failure      string        // WithFailureMode: "default", "local", "closed" or "open"
 	Workers      int           // request goroutines per instance
@@ -63,10 +65,12 @@ func DefaultConfig() Config {
 		Load:      1,
 		Refresh:   100 * time.Millisecond,
 		LeaseTTL:  time.Second,
-		Failure:   "default",
-		Workers:   2,
-		Seed:      1,
-		Progress:  true,
+		// The library's default.
+		Reservation: leasequota.DefaultReservation,
+		Failure:     "default",
+		Workers:     2,
+		Seed:        1,
+		Progress:    true,
 	}
 }
 
@@ -111,6 +115,7 @@ func parseConfig(args []string, out io.Writer) (Config, error) {
 	fs.Float64Var(&cfg.Load, "load", cfg.Load, fmt.Sprintf("`factor` applied to every tenant's demand (0 < factor <= %d)", maxLoad))
 	fs.DurationVar(&cfg.Refresh, "refresh", cfg.Refresh, "the limiters' refresh interval (WithRefreshInterval, >= 1ms)")
 	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", cfg.LeaseTTL, "the limiters' lease lifetime L (WithLeaseTTL, >= 2 x -refresh)")
+	fs.DurationVar(&cfg.Reservation, "reservation", cfg.Reservation, "the limiters' reservation length (WithReservation; 0 turns reservations off); the window bound's L grows by it and a second")
 	fs.DurationVar(&cfg.Timeout, "redis-timeout", 0, fmt.Sprintf("deadline of each lease call (WithRedisTimeout) (default: %v on the embedded Redis, which runs scripts slowly; the library's default, half of -refresh, with -redis)", embeddedTimeout))
 	fs.StringVar(&cfg.Failure, "failure-mode", cfg.Failure, "what requests get once Redis is unreachable and leases are spent (WithFailureMode): `mode` local, closed, open, or default (the library's)")
 	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, fmt.Sprintf("request goroutines per instance (1..%d)", maxWorkers))
@@ -169,6 +174,8 @@ func (c Config) Validate() error {
 		return usagef("-load %v: want a factor > 0 and <= %d", c.Load, maxLoad)
 	case c.Refresh < time.Millisecond || c.Refresh > 10*time.Second:
 		return usagef("-refresh %v: want 1ms..10s", c.Refresh)
+	case c.Reservation < 0 || c.Reservation > leasequota.MaxReservation:
+		return usagef("-reservation %v: want 0 to %v", c.Reservation, leasequota.MaxReservation)
 	case c.LeaseTTL < quota.MinLeaseTTL(c.Refresh) || c.LeaseTTL > time.Hour:
 		return usagef("-lease-ttl %v: want >= twice -refresh (%v) and <= 1h", c.LeaseTTL, quota.MinLeaseTTL(c.Refresh))
 	case c.Timeout < 0 || c.Timeout > time.Minute:
@@ -239,6 +246,15 @@ var failureModes = map[string]leasequota.FailureMode{
 const embeddedTimeout = 250 * time.Millisecond
 
 // redisTimeout is the lease call deadline the limiters get.
+// windowL is the L of the window bound: the lease lifetime, plus, with
+// reservations, their length and lease.ReserveAhead.
+func (c Config) windowL() time.Duration {
+	if c.Reservation > 0 {
+		return c.LeaseTTL + c.Reservation + lease.ReserveAhead
+	}
+	return c.LeaseTTL
+}
+
 func (c Config) redisTimeout() time.Duration {
 	switch {
 	case c.Timeout > 0:

@@ -64,6 +64,7 @@ func writeReport(w io.Writer, res *Result) error {
 		"BaseRows":  baselineRowsOrNil(res),
 		"Elapsed":   fmt.Sprintf("%.2f", res.Elapsed.Seconds()),
 		"LeaseTTL":  res.LeaseTTL.String(),
+		"WindowL":   res.WindowL.String(),
 		"Step":      res.Step.String(),
 		"Embedded":  c.embedded(),
 		"Timeout":   c.redisTimeout().String(),
@@ -674,7 +675,7 @@ What leasing changes is the Redis work per decision (round trips and, on a real 
 
 <h2>How to read this</h2>
 <dl>
-<dt>The bound</dt><dd>For every tenant, admissions over the run are at most Burst + Rate·T, and in any window of length W at most Burst + Rate·(W + L), with L the lease TTL ({{.LeaseTTL}}). Both are checked on every tenant; the run exits with status 1 if one fails. Admissions without a lease (degraded modes) would be counted apart and are not covered by the bound.</dd>
+<dt>The bound</dt><dd>For every tenant, admissions over the run are at most Burst + Rate·T, and in any window of length W at most Burst + Rate·(W + L), with L the lease TTL plus, with reservations, their length and a second ({{.WindowL}}). Both are checked on every tenant; the run exits with status 1 if one fails. Admissions without a lease (degraded modes) would be counted apart and are not covered by the bound.</dd>
 <dt>Degraded</dt><dd>When Redis cannot be reached, an instance spends the leases it holds; then the tenant's failure mode decides (fail_local: a local token bucket; fail_closed: deny; fail_open: admit). Those decisions are counted as degraded; their admissions are outside the bound.</dd>
 <dt>Round trip</dt><dd>One request to Redis and its reply; a pipeline of many tenants' lease calls counts once, as in the limiter's Stats.Calls.</dd>
 <dt>Redis CPU</dt><dd>The CPU time (user + system) the Redis server used during a run, from INFO cpu before and after it (summed over the masters of a cluster), divided by the decisions made. It counts every client of the server. The embedded Redis runs inside the simulator and reports none (n/a).</dd>

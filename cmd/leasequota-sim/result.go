@@ -27,8 +27,11 @@ type Result struct {
 	Total     Totals
 	Series    Series
 	Lib       leasequota.Stats // lease traffic summed over the instances
-	// LeaseTTL is L in the window bound B + r*(W + L).
-	LeaseTTL time.Duration
+	// LeaseTTL is the limiters' lease lifetime, and WindowL the L of the
+	// window bound B + r*(W + L): the lease lifetime, plus, with
+	// reservations, their length and lease.ReserveAhead (a reserved token
+	// comes due up to that long after the bucket refilled it).
+	LeaseTTL, WindowL time.Duration
 	// Modes are the failure modes that decided degraded decisions, with
 	// their counts.
 	Modes       map[string]int64
@@ -188,6 +191,7 @@ func (r *runner) result(end time.Time, calls *callSeries) *Result {
 		Events:   w.Events(),
 		Slots:    w.Slots(),
 		LeaseTTL: r.cfg.LeaseTTL,
+		WindowL:  r.cfg.windowL(),
 	}
 	// Per tenant series over all instances, per slot admissions.
 	off := make([][]int64, nt)
@@ -253,7 +257,7 @@ func (r *runner) result(end time.Time, calls *callSeries) *Result {
 	res.Modes = modes
 	res.Logs, res.LogsDropped = r.logs.Lines()
 	T := res.Elapsed.Seconds()
-	L := r.cfg.LeaseTTL
+	L := r.cfg.windowL()
 	res.Tenants = make([]TenantResult, nt)
 	for i, t := range w.Tenants {
 		tr := TenantResult{

@@ -174,7 +174,7 @@ func verdictLines(res *Result) []string {
 	t := res.Total
 	if res.BoundOK() {
 		l = append(l, "bound: OK: every tenant admitted at most Burst + Rate*T over the run,",
-			fmt.Sprintf("       and at most Burst + Rate*(W + %v) in every window W.", res.LeaseTTL))
+			fmt.Sprintf("       and at most Burst + Rate*(W + %v) in every window W.", res.WindowL))
 	} else {
 		l = append(l, fmt.Sprintf("bound: VIOLATED by %d tenant(s):", countTenants(res.Violations)))
 		for i, v := range res.Violations {
@@ -184,7 +184,7 @@ func verdictLines(res *Result) []string {
 			}
 			what := "over the run, Burst + Rate*T"
 			if v.Kind == "window" {
-				what = fmt.Sprintf("in a window W, Burst + Rate*(W + %v)", res.LeaseTTL)
+				what = fmt.Sprintf("in a window W, Burst + Rate*(W + %v)", res.WindowL)
 			}
 			l = append(l, fmt.Sprintf("  %s admitted %.0f > %.1f (%s) in [%.1fs, %.1fs]", v.Tenant, v.Admitted, v.Bound, what, v.From.Seconds(), v.To.Seconds()))
 		}
