@@ -22,8 +22,9 @@ const (
 	DefaultColdStartWait   = 100 * time.Millisecond
 	DefaultLeaseTTL        = time.Second
 	DefaultIdleTimeout     = time.Minute
-	// DefaultReservation is WithReservation's default.
-	DefaultReservation = 2 * time.Second
+	// DefaultReservation is WithReservation's default: off, for now (see
+	// there).
+	DefaultReservation = 0
 	// MaxReservation is the longest WithReservation accepts.
 	MaxReservation = time.Minute
 )
@@ -170,8 +171,8 @@ func WithRefreshInterval(d time.Duration) Option {
 	return func(c *config) { c.refreshInterval = d }
 }
 
-// WithReservation sets the length of a reservation (default
-// DefaultReservation, 2s; 0 turns reservations off). While a tenant is
+// WithReservation sets the length of a reservation (0, the default, turns
+// reservations off; a few seconds is the useful range). While a tenant is
 // scarce (its demand over every instance exceeds its Rate), each of its
 // lease calls also reserves this instance's fair share of the rate over
 // d: Redis debits it from the global bucket's future refill, and the
@@ -187,6 +188,12 @@ func WithRefreshInterval(d time.Duration) Option {
 // clock (lease.ReserveAhead), which instances of earlier releases read
 // safely, whatever d: no two-phase rollout is needed. At most
 // MaxReservation.
+//
+// Off by default in this release: over a run of a few seconds an
+// over-demanded tenant admits a few percent less with it (an instance's
+// next reservation can start after its last one ended), which
+// docs/performance.md measures; the calls it saves matter on a fleet of
+// many instances per tenant.
 func WithReservation(d time.Duration) Option {
 	return func(c *config) { c.reservation = d }
 }

@@ -388,8 +388,8 @@ func runScenario(t *testing.T, seed uint64, tracing bool) simResult {
 	if rng.IntN(3) == 0 {
 		s.opts = append(s.opts, leasequota.WithIdleTimeout(s.interval*time.Duration(1+rng.IntN(5))))
 	}
-	// Reservations: off, short, or the default.
-	s.reservation = []time.Duration{0, 10 * s.interval, leasequota.DefaultReservation}[rng.IntN(3)]
+	// Reservations: off (the default), short, or two seconds.
+	s.reservation = []time.Duration{0, 10 * s.interval, 2 * time.Second}[rng.IntN(3)]
 	s.opts = append(s.opts, leasequota.WithReservation(s.reservation))
 	s.net = &simNet{s: s, store: memstore.New()}
 
