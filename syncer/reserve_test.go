@@ -47,6 +47,9 @@ func TestReservationNeverEarly(t *testing.T) {
 				n := rapid.Int64Range(0, 500).Draw(t, "tokens")
 				rate := rapid.Float64Range(0.01, 5000).Draw(t, "rate")
 				pace := rate * rapid.Float64Range(0.001, 1).Draw(t, "share")
+				// A reservation is a share over at most a minute
+				// (MaxReservation at the root).
+				n = min(n, int64(math.Ceil(pace*60)))
 				r.add(now, start, n, pace, rate, lease.GrantID(1+len(all)))
 				if n > 0 {
 					all = append(all, schedule{float64(start), n, rate})
