@@ -219,8 +219,28 @@ func (p *Planner) observe(st *State, ns int64, count int64) {
 // ReportedDemand is the demand an instance reports to Redis with a lease
 // call asking for want tokens: its estimate, or, when higher (a cold start,
 // a jump), the demand that a lease of want tokens is sized for.
+//
+// A call that reserves (see reserves) reports the estimate alone: Redis
+// sizes the reservation by the share the report earns, and a lease's
+// worth over an interval would earn a reservation many times the demand.
 func (p *Planner) ReportedDemand(st *State, now time.Time, want int64) float64 {
+	if p.reserves(st) {
+		return st.Demand()
+	}
 	return max(st.Demand(), float64(want)/(p.cfg.Interval.Seconds()*p.cfg.Headroom))
+}
+
+// reserves reports whether a scarce tenant's next lease call reserves
+// (Config.Reserve): its demand is sustained (a token an interval at
+// least: a request now and then is served at once, not paced) and runs
+// above what it has been granted lately (starved, not short after a cold
+// start or a lost reply), or it is renewing a reservation.
+func (p *Planner) reserves(st *State) bool {
+	if p.cfg.Reserve <= 0 || st.flags&flagScarce == 0 {
+		return false
+	}
+	d := st.Demand()
+	return d*p.cfg.Interval.Seconds() >= 1 && (st.resv.left > 0 || d > float64(st.grantRate))
 }
 
 // Input is what the edge observed of a tenant since the previous plan.
@@ -441,10 +461,10 @@ func (p *Planner) Plan(st *State, lim quota.Quota, now time.Time, in Input) Acti
 			// over-demanded tenant), rather than a lease sized for an
 			// interval of demand.
 			st.target = max(st.target, min(ceilDiv(lim.Burst, int64(max(st.instances, 1))), lim.MaxLease))
-			// With reservations, the call also reserves this
-			// instance's fair share of the rate over the horizon
-			// (Redis sizes it), paced.
-			reserve = p.cfg.Reserve > 0
+			// With reservations, the call may also reserve this
+			// instance's fair share of the rate over their length
+			// (Redis sizes it), paced (see reserves).
+			reserve = p.reserves(st)
 		}
 	} else {
 		st.target = p.coldTarget(lim)

@@ -24,11 +24,11 @@ import (
 // start is rounded up, pace down, a plan's time down.
 //
 // A tenant has one reservation. A second one while tokens of the first
-// are still to come merges with it (add) at the faster of the two paces
-// but no faster than the lower of their rates, so that each token still
-// comes due no earlier than the bucket refilled it, and no later than it
-// would have alone plus the old tokens' time: a slow share does not hold
-// tokens back.
+// are still to come merges with it (add) at the faster of the two paces,
+// from the latest start that keeps every token due no earlier than it was
+// (so, inductively, no earlier than the bucket refilled it): the new
+// tokens follow the old ones, late by at most the old ones' time left,
+// and a slow share does not hold later tokens back.
 //
 // A reserved token comes due after its grant, by up to the wait and the
 // length of its reservation: a return of it must say so. granted keeps
@@ -37,14 +37,13 @@ import (
 // the grants of the tokens it holds were made (State.dripLag), which a
 // return's age adds (Action.ExpiredGranted, Drained).
 //
-// The zero value is no reservation. 28 bytes: it is in every State.
+// The zero value is no reservation. 24 bytes: it is in every State.
 type reservation struct {
 	start   stamp         // local time the first token's wait began (rounded up)
 	granted stamp         // when the oldest call whose tokens are to come was planned
 	done    int32         // tokens that came due since start
 	left    int32         // tokens still to come; 0: no reservation
 	pace    float32       // tokens per second (rounded down)
-	rate    float32       // the lowest rate the bucket refilled them at (rounded down)
 	id      lease.GrantID // the oldest grant whose tokens these are, for returns to name
 }
 
@@ -102,34 +101,35 @@ func down32(x float64) float32 {
 }
 
 // add records tokens reserved at pace by grant id from a bucket refilling
-// at rate, on a call planned at stamp planned, whose wait begins at stamp
-// start (rounded up). Merged with tokens still to come (see reservation),
-// the old ones go on from the last that came and the new ones follow
-// them, none before start, at the faster pace within the lower rate.
+// at rate (the pace is capped at the rate), on a call planned at stamp
+// planned, whose wait begins at stamp start (rounded up). Merged with
+// tokens still to come, every token comes due no earlier than it did (or
+// would have) alone: see reservation.
 func (r *reservation) add(planned, start stamp, tokens int64, pace, rate float64, id lease.GrantID) {
-	p, q := down32(min(pace, rate)), down32(rate)
+	p := down32(min(pace, rate))
 	if tokens <= 0 || !(p > 0) {
 		return
 	}
 	n := int32(min(tokens, math.MaxInt32))
 	if r.left <= 0 {
-		*r = reservation{start: start, granted: planned, left: n, pace: p, rate: q, id: id}
+		*r = reservation{start: start, granted: planned, left: n, pace: p, id: id}
 		return
 	}
-	q = min(r.rate, q)
-	merged := min(max(r.pace, p), q)
-	// Old token j (after the done ones) exists from start + (done + j)/rate
-	// at most, and comes due from the last one that came, at least
-	// start + done/pace, plus j/merged: no earlier, as merged is within
-	// the rate. New token i exists from start' + i/rate' at most, and comes
-	// due (left + i)/merged after the merged start, which is at least
-	// start' less left/merged: no earlier either.
-	from := r.at(int64(r.done))
-	oldSpan := math.Floor(float64(r.left) * 1000 / float64(merged))
-	if s := float64(start) - oldSpan; s > float64(from) {
-		from = stamp(s)
-	}
-	r.start, r.done, r.pace, r.rate = from, 0, merged, q
+	// The merged tokens come at the faster pace, from the latest start
+	// that keeps each one due no earlier than before: old token j (after
+	// the done ones) was due at start + (done + j)/pace, new token i at
+	// start' + i/p; at the faster pace both differences grow with j and i,
+	// so the last of each decides. (Keeping the slower pace instead would
+	// let a slow share hold every later token back.)
+	merged := max(r.pace, p)
+	old := float64(r.left)
+	oldEnd := float64(r.start) + (float64(r.done)+old)*1000/float64(r.pace)
+	newEnd := float64(start) + float64(n)*1000/float64(p)
+	from := max(float64(r.at(int64(r.done))),
+		oldEnd-old*1000/float64(merged),
+		newEnd-(old+float64(n))*1000/float64(merged))
+	r.start = stamp(min(math.Ceil(from), float64(stampMax)))
+	r.done, r.pace = 0, merged
 	r.granted = min(r.granted, planned)
 	r.left = int32(min(int64(r.left)+int64(n), math.MaxInt32))
 	// Returns of the merged tokens name the older grant: naming a later
