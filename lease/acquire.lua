@@ -116,7 +116,7 @@ end
 -- override keys, its arguments at ARGV[o + 1 ..], the call's Redis TIME
 -- (clock, microseconds) and whether ARGV[o + 7] is the reserve length.
 -- It returns the tenant's reply or its error reply.
-local function acquire(key, ikey, qkey, o, clock, hasHorizon)
+local function acquire(key, ikey, qkey, o, clock, hasLength)
   local rate, burst = check_limits(ARGV[o + 1], ARGV[o + 2], '')
   if rate == nil then
     return burst -- the error reply
@@ -126,7 +126,7 @@ local function acquire(key, ikey, qkey, o, clock, hasHorizon)
     return bad('want must be an integer >= 0, got ' .. tostring(ARGV[o + 3]))
   end
   local length = 0 -- the reserve length, milliseconds
-  if hasHorizon and ARGV[o + 7] ~= '' then
+  if hasLength and ARGV[o + 7] ~= '' then
     length = tonumber(ARGV[o + 7])
     if length == nil or length ~= length or length < 0 or length == math.huge then
       return bad('reserve length must be a finite number >= 0 (ms), got ' .. tostring(ARGV[o + 7]))

@@ -120,16 +120,16 @@ if credit > amount then
 end
 -- A frozen bucket (ts after the clock, see acquire.lua): the credit goes
 -- into tk, available now, and store keeps ts (the bucket's time now is
--- ts + 1 µs), so the reservations' commitment is kept. KNOWN ISSUE, not
--- fixed here: returned tokens that were reserved and not yet produced
--- (production time after the clock) become available before the bucket
--- produces them: a reservation of r returned whole just after it was made
--- lets another instance take r at once, above burst + rate*T by up to r.
--- A sound rule credits at most amount - ceil((ts - clock)*rate) on a
--- frozen bucket (the tokens produced over (clock, ts] are at most that
--- many); it costs up to a token per release whenever the bucket's time is
--- ahead of the clock (a clock standing still, in memstore), which the
--- conformance model and tests do not account for yet.
+-- ts + 1 µs), so the reservations' commitment is kept. That is right for
+-- returned tokens that exist (granted at once, or reserved and produced),
+-- and a client returns only those: the syncer drops a reservation's
+-- tokens still to come, never returns them. Returned before the bucket
+-- produced them, a reservation's tokens would be available at once: a
+-- reservation of r returned whole just after it was made would let
+-- another instance take r above burst + rate*T. (Crediting at most
+-- amount - ceil((ts - clock)*rate) on a frozen bucket would make even
+-- that safe, at up to a token per release while the bucket's time runs
+-- ahead of the clock; not done.)
 if credit < 0 then
   credit = 0
 end

@@ -60,7 +60,7 @@ func (s *Syncer) Refund(t *Tenant, n int64, front lease.GrantID, clock int64) Re
 	// The tokens were granted after the latest plan before the spend
 	// minus a lease lifetime (a round and a call may pass between a plan
 	// and its expiries), and, reserved, up to a reservation's wait and
-	// length before they came due (twice the horizon; Redis names the
+	// length before they came due (twice the length; Redis names the
 	// grant by front whatever the age, which only keeps it under
 	// RefundHorizon): an upper bound of their age.
 	now := s.opts.Now()

@@ -20,7 +20,7 @@ type job struct {
 	t       *Tenant
 	want    int64
 	demand  float64       // tokens per second, reported to Redis for fair shares
-	reserve time.Duration // the reservation horizon (Action.Reserve)
+	reserve time.Duration // the reservation length (Action.Reserve)
 }
 
 // Round plans every tenant that tenants yields and carries the plan out:
