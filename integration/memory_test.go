@@ -166,7 +166,11 @@ func TestManyTenantsColdStartOnHealthyRedis(t *testing.T) {
 	for i := range waiting {
 		waiting[i] = i
 	}
-	deadline := time.Now().Add(30 * time.Second)
+	// 30 s on what the machine delivers to this process: longer when
+	// other processes keep the cores busy (see stallProbe).
+	probe := startStallProbe()
+	defer probe.Stop()
+	began := time.Now()
 	for len(waiting) > 0 {
 		left := waiting[:0]
 		for _, i := range waiting {
@@ -179,8 +183,8 @@ func TestManyTenantsColdStartOnHealthyRedis(t *testing.T) {
 			}
 		}
 		waiting = left
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d tenants still without a lease 30s after their first request", len(waiting), tenants)
+		if allowed := time.Duration(float64(30*time.Second) / probe.delivered()); len(waiting) > 0 && time.Since(began) > allowed {
+			t.Fatalf("%d of %d tenants still without a lease %v after their first request (30s on what the machine delivered; %v)", len(waiting), tenants, allowed.Round(time.Second), probe)
 		}
 		time.Sleep(10 * time.Millisecond) // polling interval; the deadline bounds the wait
 	}
