@@ -515,7 +515,7 @@ func (a admissions) checkUtilization(t *testing.T, check func(i int) bool, label
 // limiters, each with its own ClusterClient, on 200 tenants spread over
 // the three masters, asking for twice each tenant's rate for 5 s. For
 // every tenant the admitted count must stay within Burst + Rate*elapsed
-// (Redis clock) and reach 90% of what the machine let the limiters have
+// (Redis clock) and reach utilizationFloor of what the machine let the limiters have
 // of it (admissions.due: the bound from the bucket's creation, less what
 // was still in the bucket at the end and what only a busy machine takes
 // away). Lease calls may only fail by running out of their deadline on a
@@ -704,7 +704,7 @@ type failoverRun struct {
 // fail but by running out of its own deadline on a live node (a busy
 // machine), none may touch the dead node, they may be denied as
 // unavailable only after such a failure of their own, and their
-// admissions stay within their bound and reach 90% of what the machine let
+// admissions stay within their bound and reach utilizationFloor of what the machine let
 // the limiters have of it (on a quiet machine: no failure, no unavailable
 // denial, 90% of the bound). The dead master's tenants must stay within
 // their bound plus what asynchronous replication can lose (at most one
@@ -1001,7 +1001,7 @@ func plainDeadNode(t *testing.T, c *redistest.Cluster, prefix string, names []st
 // may fail except with TRYAGAIN (a known issue, see below) or by running
 // out of its deadline (the machine; see checkFailures), no tenant may be
 // denied as unavailable except after a failed call of its own, and every
-// tenant stays within its bound and reaches 90% of what the machine let
+// tenant stays within its bound and reaches utilizationFloor of what the machine let
 // the limiters have of it (admissions.due).
 func TestClusterReshard(t *testing.T) {
 	c := redistest.StartCluster(t)
