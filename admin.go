@@ -136,7 +136,7 @@ func (l *Limiter) ListQuotas(ctx context.Context) iter.Seq2[TenantQuota, error] 
 			if errors.Is(err, lease.ErrNameUnknown) {
 				err = fmt.Errorf("%w: ListQuotas: %q: set the tenant's quota again to store its name", ErrUnnamedQuota, lo.Key)
 			} else if err != nil {
-				err = &listErr{err}
+				err = &opErr{call: "ListQuotas", err: err}
 			}
 			if !yield(tq, err) {
 				return
@@ -145,18 +145,11 @@ func (l *Limiter) ListQuotas(ctx context.Context) iter.Seq2[TenantQuota, error] 
 	}
 }
 
-// listErr is an error of ListQuotas, other than ErrUnnamedQuota: its
-// message drops the package prefixes of the errors it wraps, as opErr's.
-type listErr struct{ err error }
-
-func (e *listErr) Unwrap() error { return e.err }
-
-func (e *listErr) Error() string { return pkgPrefix + "ListQuotas: " + stripPrefixes(e.err.Error()) }
-
 // pkgPrefix starts every error message of this package, once.
 const pkgPrefix = "leasequota: "
 
-// opErr is an error of a Limiter method about one tenant. The method
+// opErr is an error of a Limiter method (about one tenant, but for
+// ListQuotas). The method
 // names the operation, so its message drops the package prefixes of the
 // errors it wraps ("leasequota: " of this package's sentinels and of the
 // scripts' error replies, "lease: " of package lease), and reads
@@ -169,20 +162,19 @@ const pkgPrefix = "leasequota: "
 //
 // for any other. errors.Is and errors.As see the wrapped error.
 type opErr struct {
-	op     string // the method, e.g. SetQuota
-	tenant string // cut to 64 bytes
-	err    error
+	call string // the method and its tenant, e.g. SetQuota("acme") (cut to 64 bytes); ListQuotas
+	err  error
 }
 
 // opError wraps err, returned by op for tenant.
 func opError(op, tenant string, err error) error {
-	return &opErr{op: op, tenant: truncate(tenant), err: err}
+	return &opErr{call: fmt.Sprintf("%s(%q)", op, truncate(tenant)), err: err}
 }
 
 func (e *opErr) Unwrap() error { return e.err }
 
 func (e *opErr) Error() string {
-	call := fmt.Sprintf("%s(%q)", e.op, e.tenant)
+	call := e.call
 	msg := stripPrefixes(e.err.Error())
 	for _, s := range []error{ErrInvalidQuota, ErrInvalidOption, ErrInvalidN, ErrExceedsBurst, ErrClosed, ErrUnavailable} {
 		what := strings.TrimPrefix(s.Error(), pkgPrefix)
