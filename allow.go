@@ -22,8 +22,10 @@ func (l *Limiter) Allow(tenant string) bool {
 // spends them if so.
 //
 // When this instance holds enough leased tokens for the tenant, AllowN is
-// one map read, one compare-and-swap and one atomic add (the decision
-// count): no lock, allocation, clock read or network call. Otherwise it
+// one map read, two atomic loads (what Refund needs to know of the
+// spend: the lease's oldest grant and the syncer's last plan time), one
+// compare-and-swap and one atomic add (the decision count): no lock,
+// allocation, clock read or network call. Allow skips the two loads. Otherwise it
 // tells the syncer (without blocking) and:
 //   - on the tenant's first request here, waits for its first lease, up to
 //     WithColdStartWait and ctx;
