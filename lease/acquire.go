@@ -55,6 +55,9 @@ type Grant struct {
 	Wait time.Duration
 }
 
+// Immediate returns the tokens g granted at once: Granted less Reserved.
+func (g Grant) Immediate() int64 { return g.Granted - g.Reserved }
+
 // ReservedAt returns how long after the reply arrived token k (1..Reserved)
 // of g's reservation may be spent: Wait + k/Pace, rounded up to the
 // microsecond. It returns 0 for k < 1 and math.MaxInt64 for k > Reserved.

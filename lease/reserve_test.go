@@ -181,7 +181,7 @@ type spend struct {
 // (returned unspent), and reserved token k at ServerTime + k/Pace.
 func schedule(g Grant, drop int64) []spend {
 	st := float64(g.ServerTime.UnixMicro())
-	out := []spend{{at: st - float64(g.Wait.Microseconds()), n: float64(g.Granted - g.Reserved - drop)}}
+	out := []spend{{at: st - float64(g.Wait.Microseconds()), n: float64(g.Immediate() - drop)}}
 	for k := int64(1); k <= g.Reserved; k++ {
 		out = append(out, spend{at: st + float64(k)/g.Pace*1e6, n: 1})
 	}
@@ -244,7 +244,7 @@ func TestReservationsKeepTheBound(t *testing.T) {
 						// Return some of the last grant's immediate
 						// tokens, sometimes.
 						drop := int64(0)
-						if imm := last.Granted - last.Reserved; imm > 0 && in.rnd.Intn(3) == 0 {
+						if imm := last.Immediate(); imm > 0 && in.rnd.Intn(3) == 0 {
 							drop = 1 + in.rnd.Int63n(imm)
 							res := in.c.ReleaseMany(ctx, []ReleaseRequest{{Tenant: "b", Limits: lim, Amount: drop, Grant: last.ID()}})
 							if res[0].Err != nil {

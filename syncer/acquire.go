@@ -75,7 +75,7 @@ func (s *Syncer) apply(ctx context.Context, t *Tenant, now time.Time, want int64
 	}
 	g := r.Grant
 	// Tokens for now; the reserved rest come due later (Planner.Reserved).
-	immediate := g.Granted - max(min(g.Reserved, g.Granted), 0)
+	immediate := g.Immediate()
 	if t.flag(flagEvicted) {
 		// Evicted while the call was in flight: nobody will spend these.
 		// Reserved tokens are not returned: they are refill to come, not
@@ -86,7 +86,7 @@ func (s *Syncer) apply(ctx context.Context, t *Tenant, now time.Time, want int64
 	s.setOverride(t, g.Override)
 	level := t.tokens.Add(immediate)
 	s.granted.Add(g.Granted)
-	s.reserved.Add(g.Granted - immediate)
+	s.reserved.Add(g.Reserved)
 	s.planner.Granted(&t.st, *t.Limits(), now, want, g, level)
 	// The reservation's wait begins when the reply arrived, which is no
 	// earlier than Redis ran the call.

@@ -107,7 +107,7 @@ func (r *rig) plan() Action {
 		if !ok {
 			r.p.Failed(&r.st, r.now)
 		} else {
-			level := r.tokens.Add(g.Granted - g.Reserved)
+			level := r.tokens.Add(g.Immediate())
 			r.acquired += g.Granted
 			r.p.Granted(&r.st, r.lim, r.now, a.Acquire, g, level)
 			r.p.Reserved(&r.st, r.lim, r.now, r.now, g)

@@ -871,7 +871,7 @@ func (s *sim) checkLifetime(in *simInstance, t *edgeTenant) {
 //
 //go:norace
 func (s *sim) deliver(t *edgeTenant, g lease.Grant) int64 {
-	n := g.Granted - g.Reserved
+	n := g.Immediate()
 	s.held[t.idx] += n
 	debited := g.ServerTime.Sub(simT0).Microseconds()
 	if n > 0 {
