@@ -155,7 +155,7 @@ func (st *State) setClock(ns int64) {
 		return
 	}
 	shift := st.ledger.rebaseTo(ns)
-	for _, s := range []*stamp{&st.next, &st.notBefore, &st.lastActive, &st.lastGrant, &st.needAt, &st.observed, &st.resv.start} {
+	for _, s := range []*stamp{&st.next, &st.notBefore, &st.lastActive, &st.lastGrant, &st.needAt, &st.observed, &st.resv.start, &st.resv.granted} {
 		*s = shiftStamp(*s, shift)
 	}
 }
@@ -432,6 +432,9 @@ func (p *Planner) Plan(st *State, lim quota.Quota, now time.Time, in Input) Acti
 	if a.Expire > 0 {
 		a.ExpiredGranted = a.ExpiredGranted.Add(-st.lag())
 	}
+	if st.ledger.Total() == 0 {
+		st.dripLag = 0 // no reserved token held: the lag starts over
+	}
 	// Reserved tokens that came due join the lease, as a batch of their
 	// own: they expire LeaseTTL after now, and a return of them names the
 	// grant that reserved them.
@@ -531,7 +534,7 @@ func (p *Planner) Granted(st *State, lim quota.Quota, now time.Time, asked int64
 	st.failures = 0
 	// Reserved tokens come later (Reserved): the lease gets the rest now.
 	// A tenant that needed a reservation stays scarce.
-	immediate := g.Granted - max(min(g.Reserved, g.Granted), 0)
+	immediate := g.Immediate()
 	if asked > 0 {
 		if immediate < asked {
 			st.flags |= flagScarce
@@ -679,24 +682,17 @@ func (p *Planner) Idle(st *State, now time.Time, d time.Duration) bool {
 // Reserved tokens still to come are dropped: they are refill of the
 // global bucket that Redis committed to this instance, and go unspent.
 func (p *Planner) Drained(st *State) (tokens int64, oldest time.Time, id lease.GrantID) {
-	lag := st.lag()
-	st.resv, st.dripLag = reservation{}, 0
 	tokens, oldest, id = st.ledger.Clear()
 	if tokens > 0 {
-		oldest = oldest.Add(-lag)
+		oldest = oldest.Add(-st.lag())
 	}
+	st.resv, st.dripLag = reservation{}, 0
 	return tokens, oldest, id
 }
 
 // lag returns how long before its batch's stamp a token the ledger holds
-// may have been granted (dripLag), forgetting it once the ledger is empty.
-func (st *State) lag() time.Duration {
-	lag := time.Duration(st.dripLag) * time.Millisecond
-	if st.ledger.Total() == 0 {
-		st.dripLag = 0
-	}
-	return lag
-}
+// may have been granted (dripLag).
+func (st *State) lag() time.Duration { return time.Duration(st.dripLag) * time.Millisecond }
 
 // ceil32 returns n as a float32 no smaller than n.
 func ceil32(n int64) float32 {

@@ -206,3 +206,28 @@ func TestDrainedDropsReservation(t *testing.T) {
 		t.Fatalf("after Drained: %d came due, %d to come", a.Drip, st.Reserved())
 	}
 }
+
+// TestReservationSurvivesRebase: when a State's stamps move to a new base
+// (its clock ran 12 days past the old one), a reservation keeps its times:
+// when its next token is due, and when the call that reserved it was
+// planned (which a return's age counts from).
+func TestReservationSurvivesRebase(t *testing.T) {
+	lim := testLimits()
+	p := NewPlanner(Config{Reserve: time.Second}, testSeed)
+	var st State
+	p.Init(&st, "rebased", pt0)
+	planned := pt0.Add(time.Hour)
+	p.Reserved(&st, lim, planned, planned, lease.Grant{Granted: 10, Reserved: 10, Pace: 1e-5, ServerTime: planned})
+	due, ok := st.NextDue()
+	granted := st.at(st.resv.granted)
+	if !ok {
+		t.Fatal("no reservation")
+	}
+	st.setClock(pt0.Add(13 * 24 * time.Hour).UnixNano())
+	if due2, _ := st.NextDue(); !due2.Equal(due) {
+		t.Errorf("next token due at %v after the rebase, %v before", due2, due)
+	}
+	if g := st.at(st.resv.granted); g != granted {
+		t.Errorf("reserving call planned at %v after the rebase, %v before", time.Unix(0, g), time.Unix(0, granted))
+	}
+}
