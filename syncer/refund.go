@@ -59,13 +59,16 @@ func (s *Syncer) Refund(t *Tenant, n int64, front lease.GrantID, clock int64) Re
 	lim := t.Limits()
 	// The tokens were granted after the latest plan before the spend
 	// minus a lease lifetime (a round and a call may pass between a plan
-	// and its expiries), and, reserved, up to a reservation's wait and
-	// length before they came due (twice the length; Redis names the
-	// grant by front whatever the age, which only keeps it under
-	// RefundHorizon): an upper bound of their age.
+	// and its expiries), and, reserved, up to a reservation's wait (at
+	// most lease.ReserveAhead) and twice its length before they came due
+	// (Redis names the grant by front whatever the age, which only keeps
+	// it under RefundHorizon): an upper bound of their age.
 	now := s.opts.Now()
 	cfg := s.planner.Config()
-	age := time.Duration(now.UnixNano()-clock) + lim.LeaseTTL + 2*cfg.Interval + 2*s.opts.CallTimeout + 2*cfg.Reserve
+	age := time.Duration(now.UnixNano()-clock) + lim.LeaseTTL + 2*cfg.Interval + 2*s.opts.CallTimeout
+	if cfg.Reserve > 0 {
+		age += lease.ReserveAhead + 2*cfg.Reserve
+	}
 	if front == 0 || clock == 0 {
 		s.forfeited.Add(n)
 		return RefundForfeited
