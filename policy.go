@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/cespare/xxhash/v2"
-
 	"github.com/leasequota/leasequota/lease"
 	"github.com/leasequota/leasequota/syncer"
 )
@@ -108,11 +106,11 @@ func (l *Limiter) decideAll(ctx context.Context, n int64, tenants []string, unti
 	// Look every tenant up (tracking new ones) and check n against each
 	// burst before anything is spent.
 	var buf [maxRefundKeys]*syncer.Tenant
-	ts := buf[:0]
+	var modeBuf [maxRefundKeys]bool
+	ts, byMode := buf[:0], modeBuf[:]
 	if k > len(buf) {
-		ts = make([]*syncer.Tenant, 0, k)
+		ts, byMode = make([]*syncer.Tenant, 0, k), make([]bool, k)
 	}
-	var sum uint64
 	for _, name := range tenants {
 		e := l.sync.Tenant(name)
 		if e == nil || e.Evicted() {
@@ -132,8 +130,8 @@ func (l *Limiter) decideAll(ctx context.Context, n int64, tenants []string, unti
 			return d, err
 		}
 		ts = append(ts, e)
-		sum = sum*0x100000001b3 + xxhash.Sum64String(name) // as sumHashes
 	}
+	sum := sumHashes(tenants)
 	// Ask for the first lease of every tenant that has none, so that they
 	// come in one round rather than one wait after another.
 	for _, e := range ts {
@@ -147,22 +145,14 @@ func (l *Limiter) decideAll(ctx context.Context, n int64, tenants []string, unti
 		turns int      // turns taken
 		quick int      // WaitAll: turns in a row admitted at once
 		sl    sleeper  // WaitAll: a pause after quick turns
-		// Tenants their failure mode admitted (Redis unreachable, lease
-		// spent): that admission holds no leased token and stands for the
-		// rest of the call, so they are not asked again (asked again,
-		// two of them would take turns being short for ever). A bit per
-		// tenant for the first 64, a slice beyond.
-		byMode     uint64
-		byModeMore []bool
-		md         Decision // the latest such admission
-		mdAt       int      // and its tenant
+		// byMode (above) marks the tenants their failure mode admitted
+		// (Redis unreachable, lease spent): that admission holds no
+		// leased token and stands for the rest of the call, so they are
+		// not asked again (asked again, two of them would take turns
+		// being short for ever).
+		md   Decision // the latest such admission
+		mdAt int      // and its tenant
 	)
-	admittedByMode := func(i int) bool {
-		if i < 64 {
-			return byMode&(1<<i) != 0
-		}
-		return byModeMore != nil && byModeMore[i-64]
-	}
 	defer sl.stop()
 	for {
 		l.turns.note(1)
@@ -176,7 +166,7 @@ func (l *Limiter) decideAll(ctx context.Context, n int64, tenants []string, unti
 				}
 				continue
 			}
-			if admittedByMode(i) {
+			if byMode[i] {
 				continue // front stays zero: nothing was leased
 			}
 			front := e.Front()
@@ -194,7 +184,7 @@ func (l *Limiter) decideAll(ctx context.Context, n int64, tenants []string, unti
 		}
 		if short < 0 {
 			for i, e := range ts {
-				if i != held && !admittedByMode(i) {
+				if i != held && !byMode[i] {
 					e.CountAdmit()
 				}
 			}
@@ -211,7 +201,7 @@ func (l *Limiter) decideAll(ctx context.Context, n int64, tenants []string, unti
 		}
 		// Give back what this pass took, and the turn's tokens.
 		for i := range short {
-			if i != held && !admittedByMode(i) {
+			if i != held && !byMode[i] {
 				var front lease.GrantID // unknown beyond maxRefundKeys
 				if i < maxRefundKeys {
 					front = adm.front[i]
@@ -255,14 +245,7 @@ func (l *Limiter) decideAll(ctx context.Context, n int64, tenants []string, unti
 			quick = 0
 		}
 		if d.Mode != FailDefault {
-			if short < 64 {
-				byMode |= 1 << short
-			} else {
-				if byModeMore == nil {
-					byModeMore = make([]bool, k-64)
-				}
-				byModeMore[short-64] = true
-			}
+			byMode[short] = true
 			md, mdAt = d, short
 			continue
 		}
