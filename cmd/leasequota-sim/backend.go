@@ -245,8 +245,10 @@ func (c *callCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 	}
 }
 
-// count attributes a script command to its tenant: EVAL/EVALSHA args are
-// name, script or digest, numkeys, key, ...
+// count attributes a script command to its tenants: EVAL/EVALSHA args
+// are name, script or digest, numkeys, keys..., and a call of a batch
+// (lease.WithBatch) carries several tenants' keys, each bucket key a run
+// of the script for its tenant.
 func (c *callCounter) count(cmd redis.Cmder) {
 	c.commands.Add(1)
 	args := cmd.Args()
@@ -258,8 +260,11 @@ func (c *callCounter) count(cmd redis.Cmder) {
 		return
 	}
 	c.evals.Add(1)
-	key, _ := args[3].(string)
-	if i, ok := c.keyIndex[key]; ok {
-		c.scripts[i].Add(1)
+	numkeys, _ := args[2].(int)
+	for _, a := range args[3:min(3+max(numkeys, 1), len(args))] {
+		key, _ := a.(string)
+		if i, ok := c.keyIndex[key]; ok {
+			c.scripts[i].Add(1)
+		}
 	}
 }

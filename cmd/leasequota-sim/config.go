@@ -115,7 +115,7 @@ func parseConfig(args []string, out io.Writer) (Config, error) {
 	fs.Float64Var(&cfg.Load, "load", cfg.Load, fmt.Sprintf("`factor` applied to every tenant's demand (0 < factor <= %d)", maxLoad))
 	fs.DurationVar(&cfg.Refresh, "refresh", cfg.Refresh, "the limiters' refresh interval (WithRefreshInterval, >= 1ms)")
 	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", cfg.LeaseTTL, "the limiters' lease lifetime L (WithLeaseTTL, >= 2 x -refresh)")
-	fs.DurationVar(&cfg.Reservation, "reservation", cfg.Reservation, "the limiters' reservation length (WithReservation; 0 turns reservations off); the window bound's L grows by it and a second")
+	fs.DurationVar(&cfg.Reservation, "reservation", cfg.Reservation, "the limiters' reservation length (WithReservation) (default 0: off, the library's default); the window bound's L grows by it and a second")
 	fs.DurationVar(&cfg.Timeout, "redis-timeout", 0, fmt.Sprintf("deadline of each lease call (WithRedisTimeout) (default: %v on the embedded Redis, which runs scripts slowly; the library's default, half of -refresh, with -redis)", embeddedTimeout))
 	fs.StringVar(&cfg.Failure, "failure-mode", cfg.Failure, "what requests get once Redis is unreachable and leases are spent (WithFailureMode): `mode` local, closed, open, or default (the library's)")
 	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, fmt.Sprintf("request goroutines per instance (1..%d)", maxWorkers))

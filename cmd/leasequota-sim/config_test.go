@@ -118,7 +118,7 @@ func TestHelpDocumentsEveryFlag(t *testing.T) {
 	n := 0
 	// Every flag parseConfig defines must be in the help, with a default.
 	for _, name := range []string{"instances", "tenants", "duration", "scenario", "redis", "report", "baseline",
-		"load", "refresh", "lease-ttl", "redis-timeout", "failure-mode", "workers", "seed", "progress", "metrics", "redis-cluster"} {
+		"load", "refresh", "lease-ttl", "redis-timeout", "failure-mode", "workers", "seed", "progress", "metrics", "redis-cluster", "reservation"} {
 		n++
 		i := strings.Index(help, "  -"+name+" ")
 		if i < 0 {

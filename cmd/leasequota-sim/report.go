@@ -398,7 +398,7 @@ func redisChart(res *Result) string {
 	er, _ := rates(res.Series.Errors, width)
 	p := newPlot(1080, 300)
 	p.addLegend("round trips (a pipeline counts once)", "#1f77b4", "", 2)
-	p.addLegend("lease script runs (one per tenant in a pipeline)", "#9467bd", "5 3", 1.4)
+	p.addLegend("lease script runs (one per tenant, batched or not)", "#9467bd", "5 3", 1.4)
 	p.addLegend("failed lease calls", "#d62728", "", 1.4)
 	p.layout("Redis traffic of all instances")
 	xt := timeAxis(p, res)

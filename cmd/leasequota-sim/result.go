@@ -115,7 +115,7 @@ type Totals struct {
 	Decisions       int64 // = Offered
 	DecisionsPerSec float64
 	RoundTrips      int64 // Redis round trips during the workload (a pipeline counts once)
-	Scripts         int64 // lease script runs during the workload (one per tenant in a pipeline)
+	Scripts         int64 // lease script runs during the workload (one per tenant, a call of a batch counting once for each of its tenants)
 	Evals           int64 // every script run (EVAL, EVALSHA) the instances sent during the workload
 	CloseRoundTrips int64 // round trips of the final Close calls (returning leases)
 	RoundTripsPer1k float64

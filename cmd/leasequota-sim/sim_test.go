@@ -362,8 +362,10 @@ func TestFleetRun(t *testing.T) {
 	if c := res.Classes[0]; c.Denied == 0 || float64(c.Offered) < 2*c.Rate*float64(c.Tenants)*res.Run.Seconds() {
 		t.Errorf("fleet/over offered %d in %v for a quota of %.0f/s, denied %d: want well over the quota", c.Offered, res.Run, c.Rate*float64(c.Tenants), c.Denied)
 	}
-	if res.Total.Evals < res.Total.Scripts || res.Total.Evals == 0 {
-		t.Errorf("%d script runs, %d of them lease scripts", res.Total.Evals, res.Total.Scripts)
+	// A script call carries up to 8 tenants (the Limiter's batch on one
+	// server), each counted as a lease script run of its own.
+	if 8*res.Total.Evals < res.Total.Scripts || res.Total.Evals == 0 {
+		t.Errorf("%d script calls, %d lease script runs: more than 8 a call", res.Total.Evals, res.Total.Scripts)
 	}
 	if res.Series.RedisCPU != nil {
 		t.Errorf("Redis CPU series on the embedded Redis")
