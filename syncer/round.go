@@ -153,7 +153,7 @@ func (s *Syncer) planWith(t *Tenant, now time.Time, in Input) (a Action, ret lea
 	defer t.publish()
 	s.noteClock(now)
 	if ex := in.Level - t.st.Held(); ex > 0 {
-		// Tokens a multi-tenant decision gave back (Tenant.Unspend) after
+		// Tokens a multi-tenant decision gave back (Tenant.UnspendWaited) after
 		// this ledger had accounted for their spend: their grant is no
 		// longer known, so they cannot be kept (they might outlive their
 		// lease) nor returned naming it. Forfeit them, as a failed return
