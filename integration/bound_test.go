@@ -123,7 +123,7 @@ func TestGlobalBound(t *testing.T) {
 	wg.Wait()
 	probe.Stop()
 	t.Log(probe)
-	floor := utilizationFloor(probe)
+	floor := utilizationFloor(probe, 0.8)
 	end, err := admin.Time(context.Background()).Result()
 	if err != nil {
 		t.Fatal(err)

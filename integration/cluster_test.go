@@ -601,7 +601,7 @@ func TestClusterGlobalBound(t *testing.T) {
 	failedCmds := checkFailures(t, tr, probe, globalBoundTimeout, all, nil, nil)
 	checkUnavailable(t, ld, tr, failedCmds, all)
 	adm := newAdmissions(names, quota, start, end, final, tr, ld)
-	adm.floor = utilizationFloor(probe)
+	adm.floor = utilizationFloor(probe, 0.8)
 	var worst, least float64 = 0, math.Inf(1)
 	var leastName string
 	var unav int64
@@ -834,7 +834,7 @@ func runClusterFailover(t *testing.T, c *redistest.Cluster, partial bool) {
 	checkUnavailable(t, ld, tr, failedCmds, live)
 	elapsed := run.end.Sub(run.start).Seconds()
 	adm := newAdmissions(names, quota, run.start, run.end, run.final, tr, ld)
-	adm.floor = utilizationFloor(probe)
+	adm.floor = utilizationFloor(probe, 0.8)
 	// The run after recovery, less its end if the load fell behind then.
 	window := (run.stopped.Sub(run.settledAt) - adm.unoffered).Seconds()
 	var (
@@ -1115,7 +1115,12 @@ func TestClusterReshard(t *testing.T) {
 	})
 	checkUnavailable(t, ld, tr, failedCmds, all)
 	adm := newAdmissions(names, quota, start, end, final, tr, ld)
-	adm.floor = utilizationFloor(probe)
+	// redis-cli's migration of 1,500 slots competes for the same cores,
+	// which the probe of this process does not see: with two busy loops
+	// beside it two runs delivered 0.27 and 0.24 and admitted 0.17 and
+	// 0.11-0.12 of what was due. On a busy machine this only catches
+	// admissions that stopped.
+	adm.floor = utilizationFloor(probe, 0.3)
 	var unav int64
 	least := math.Inf(1)
 	for i := range names {
