@@ -1417,8 +1417,18 @@ func TestSimulation(t *testing.T) {
 // the window bound to the test (see TestSimWindowBound).
 func TestSimulationDefaultScale(t *testing.T) {
 	t.Parallel()
+	cfg := defaultScale(2)
+	st := newSim(cfg).run()
+	report(t, cfg, st)
+	if st.violations > 0 {
+		t.Fatalf("%d violations of the invariant; first %s", st.violations, st.firstViolation)
+	}
+}
+
+// defaultScale is TestSimulationDefaultScale's configuration with seed.
+func defaultScale(seed uint64) simConfig {
 	cfg := simConfig{
-		seed:      2,
+		seed:      seed,
 		instances: 50,
 		tenants:   append(fleetTenants(100*time.Millisecond), spikyTenant(60)),
 		duration:  3 * time.Minute,
@@ -1427,11 +1437,7 @@ func TestSimulationDefaultScale(t *testing.T) {
 		windows:   []time.Duration{time.Second, 10 * time.Second},
 	}
 	cfg.faults.restarts = 2
-	st := newSim(cfg).run()
-	report(t, cfg, st)
-	if st.violations > 0 {
-		t.Fatalf("%d violations of the invariant; first %s", st.violations, st.firstViolation)
-	}
+	return cfg
 }
 
 // TestSimulationReserved: TestSimulationDefaultScale with reservations
@@ -1440,16 +1446,7 @@ func TestSimulationDefaultScale(t *testing.T) {
 // are served with fewer script calls than without.
 func TestSimulationReserved(t *testing.T) {
 	t.Parallel()
-	base := simConfig{
-		seed:      5,
-		instances: 50,
-		tenants:   append(fleetTenants(100*time.Millisecond), spikyTenant(60)),
-		duration:  3 * time.Minute,
-		step:      time.Millisecond,
-		faults:    faultyNetwork(),
-		windows:   []time.Duration{time.Second, 10 * time.Second},
-	}
-	base.faults.restarts = 2
+	base := defaultScale(5)
 	plain := newSim(base).run()
 	for _, horizon := range []time.Duration{time.Second, 4 * time.Second} {
 		cfg := base
