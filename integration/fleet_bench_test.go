@@ -19,6 +19,12 @@ var fleetDuration = flag.Duration("fleet.duration", 8*time.Second,
 var fleetReservation = flag.Duration("fleet.reservation", leasequota.DefaultReservation,
 	"the limiters' WithReservation in BenchmarkFleet (0: reservations off)")
 
+var fleetTimeout = flag.Duration("fleet.timeout", leasequota.DefaultRefreshInterval/2,
+	"the limiters' WithRedisTimeout in BenchmarkFleet (the default is the library's for its default refresh interval)")
+
+var fleetColdWait = flag.Duration("fleet.coldwait", leasequota.DefaultColdStartWait,
+	"the limiters' WithColdStartWait in BenchmarkFleet (0: a cold tenant's request is denied at once)")
+
 // fleetShapes are the shapes of issue #15's table.
 var fleetShapes = []fleetShape{{4, 100}, {8, 500}, {16, 1000}, {32, 2000}}
 
@@ -31,7 +37,9 @@ var fleetShapes = []fleetShape{{4, 100}, {8, 500}, {16, 1000}, {32, 2000}}
 // load goroutines calling it synchronously (so its offered rate is what
 // round trips allow; its cost per decision is the point).
 //
-// The limiters reserve with -fleet.reservation (default the library's).
+// The limiters reserve with -fleet.reservation, time their Redis calls
+// out after -fleet.timeout and let a cold tenant's request wait up to
+// -fleet.coldwait (each by default the library's).
 // One op is one full run of both; run it with -benchtime 1x. It fails
 // if a tenant admitted more than Burst + Rate*elapsed, elapsed being on
 // the Redis clock from before the first decision to after the last.
@@ -45,6 +53,8 @@ var fleetShapes = []fleetShape{{4, 100}, {8, 500}, {16, 1000}, {32, 2000}}
 //	evalsha/s          EVALSHA calls per second during the leasequota load
 //	failmode-dec       decisions made by the failure mode (Redis is up all along)
 //	lease-errors       failed lease calls (per tenant), summed over the limiters
+//	granted/adm        tokens the limiters' lease calls got, per admitted request
+//	                   (above 1: granted tokens expired or went back unspent)
 //	rr-dec/s           redis_rate decisions per second
 //	over-bound         tenants over the bound (must be 0)
 func BenchmarkFleet(b *testing.B) {
@@ -53,7 +63,8 @@ func BenchmarkFleet(b *testing.B) {
 		b.Run(s.String(), func(b *testing.B) {
 			var m fleetMetrics
 			for i := 0; i < b.N; i++ {
-				r := runFleet(b, srv, s, *fleetDuration, slog.New(slog.DiscardHandler), leasequota.WithReservation(*fleetReservation))
+				r := runFleet(b, srv, s, *fleetDuration, slog.New(slog.DiscardHandler), leasequota.WithReservation(*fleetReservation),
+					leasequota.WithRedisTimeout(*fleetTimeout), leasequota.WithColdStartWait(*fleetColdWait))
 				for _, o := range r.overBound {
 					b.Errorf("bound violated: %s (Burst %d + Rate %d * %v)", o, fleetBurst, fleetRate, r.elapsed)
 				}
@@ -110,6 +121,7 @@ type fleetMetrics struct {
 	evalsha                   int64
 	lqSeconds, rrSeconds      float64
 	failMode, leaseErr, rrErr int64
+	granted                   int64
 	overBound                 int
 }
 
@@ -124,6 +136,7 @@ func (m *fleetMetrics) add(s fleetShape, r *fleetResult, rr *redisRateResult) {
 	m.lqSeconds += r.load.wall.Seconds()
 	m.failMode += r.load.failed
 	m.leaseErr += r.stats.Errors
+	m.granted += r.stats.Granted
 	m.overBound += len(r.overBound)
 	dec, _ := rr.load.totals()
 	m.rrDecisions += dec - rr.load.failed
@@ -154,6 +167,9 @@ func (m *fleetMetrics) report(b *testing.B) {
 	b.ReportMetric(float64(m.evalsha)/m.lqSeconds, "evalsha/s")
 	b.ReportMetric(float64(m.failMode)/n, "failmode-dec")
 	b.ReportMetric(float64(m.leaseErr)/n, "lease-errors")
+	if m.lqAdmitted > 0 {
+		b.ReportMetric(float64(m.granted)/float64(m.lqAdmitted), "granted/adm")
+	}
 	b.ReportMetric(float64(m.rrDecisions)/m.rrSeconds, "rr-dec/s")
 	b.ReportMetric(float64(m.overBound)/n, "over-bound")
 	if m.rrErr > 0 {
