@@ -106,7 +106,11 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n
 				if cold {
 					limit = l.cfg.coldStartWait
 				}
-				if limit <= 0 {
+				// A cold request whose lease could not come in time
+				// (the last urgent refill took longer than it may wait:
+				// a saturated Redis, or a process too busy to read the
+				// replies) is denied at once, as with no wait at all.
+				if limit <= 0 || cold && l.sync.RefillOutlasts(limit, l.cfg.now()) {
 					// The denial first: once the syncer is told, a lease
 					// may land before the denial reads the tenant.
 					d := l.deny(e, n)

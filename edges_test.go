@@ -395,3 +395,68 @@ func TestCloseStopsAdmissions(t *testing.T) {
 		}
 	}
 }
+
+// TestColdStartSkipsAWaitThatCannotEnd: while urgent lease calls take
+// longer than WithColdStartWait (the store holds every call for 3 s), a
+// new tenant's first request is denied at once instead of waiting its
+// whole 2 s in vain; once the last urgent call is more than a second old
+// (and the store answers at once again), cold requests wait for their
+// lease again and are admitted.
+func TestColdStartSkipsAWaitThatCannotEnd(t *testing.T) {
+	const wait = 2 * time.Second
+	store := faultySetup(t)
+	l := newLimiter(t, store, leasequota.WithLogger(testLogger(t)),
+		leasequota.WithColdStartWait(wait), leasequota.WithRedisTimeout(10*time.Second),
+		leasequota.WithDefaultQuota(leasequota.Quota{Rate: 1000, Burst: 1000}))
+	ctx := context.Background()
+	store.SetHook(faultstore.Delay(3 * time.Second))
+
+	// The first cold request cannot know: it waits, and is denied.
+	began := time.Now()
+	if d := l.AllowN(ctx, "first", 1); d.Allowed || d.Reason != leasequota.ReasonColdStart {
+		t.Fatalf("first cold request while the store holds calls: %+v, want a cold-start denial", d)
+	}
+	firstTook := time.Since(began)
+	if firstTook < wait {
+		t.Fatalf("the first cold request returned after %v, before its wait of %v: the test proves nothing", firstTook, wait)
+	}
+	// Its urgent call ends when the store lets it through: the lease lands.
+	deadline := time.Now().Add(20 * time.Second)
+	for !l.AllowN(ctx, "first", 1).Allowed {
+		if time.Now().After(deadline) {
+			t.Fatal("the first tenant's lease did not land within 20s")
+		}
+		time.Sleep(10 * time.Millisecond) // polling; the deadline bounds it
+	}
+
+	// The last urgent call took 3 s, more than the wait: a cold request
+	// now is denied without waiting.
+	began = time.Now()
+	d := l.AllowN(ctx, "second", 1)
+	took := time.Since(began)
+	if d.Allowed || d.Reason != leasequota.ReasonColdStart {
+		t.Fatalf("second cold request: %+v, want a cold-start denial", d)
+	}
+	// The first request's wait is what the machine delivered for a wait;
+	// half of the wait is far beyond a denial from memory.
+	if took >= wait/2 {
+		t.Errorf("second cold request took %v (the first, which waited, %v): it waited for a lease that could not come in time", took, firstTook)
+	}
+
+	// The store answers at once again. A second after the last urgent
+	// call, cold requests wait again: one of them is admitted.
+	store.SetHook(nil)
+	deadline = time.Now().Add(20 * time.Second)
+	for i := 0; ; i++ {
+		if d := l.AllowN(ctx, fmt.Sprintf("later-%d", i), 1); d.Allowed {
+			if d.Reason != leasequota.ReasonColdStart {
+				t.Errorf("a later cold request was admitted with %v, want ReasonColdStart (it waited for its first lease)", d.Reason)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no cold request was admitted within 20s of the store answering again")
+		}
+		time.Sleep(10 * time.Millisecond) // polling; the deadline bounds it
+	}
+}

@@ -201,7 +201,11 @@ func WithReservation(d time.Duration) Option {
 // WithColdStartWait bounds how long a tenant's first request on this
 // instance waits for its first lease (default 100ms; 0 means do not
 // wait, deny at once while the lease is fetched). The request's ctx bounds
-// it too.
+// it too. A cold request does not wait either when this instance's last
+// urgent lease call, ended within the last second, took d or longer (a
+// saturated Redis, or a process too busy to read its replies): its lease
+// would not come in time, so it is denied at once (ReasonColdStart) and
+// its tenant goes in the next round.
 func WithColdStartWait(d time.Duration) Option {
 	return func(c *config) { c.coldStartWait = d }
 }

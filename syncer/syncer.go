@@ -136,6 +136,9 @@ type Syncer struct {
 	// ago its tokens were granted (see Refund).
 	clock atomic.Int64
 
+	// refillDelay is how long the last urgent refill took (refilldelay.go).
+	refillDelay refillDelay
+
 	// Running totals (Stats).
 	refunded                                                               atomic.Int64 // tokens refunded (Refund)
 	calls, errs, requested, granted, returned, forfeited, expired, evicted atomic.Int64
