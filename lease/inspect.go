@@ -188,6 +188,9 @@ func (c *Client) Inspect(ctx context.Context, tenant string) (Inspection, error)
 // Each state has its own error in errs (nil when read); the call fails as
 // a whole only when no key got a reply.
 func (c *Client) ReadBuckets(ctx context.Context, keys []string) (states []BucketState, errs []error, err error) {
+	if len(keys) == 0 {
+		return nil, nil, nil // a SCAN page may hold no bucket
+	}
 	calls := make([]call, len(keys))
 	for i, k := range keys {
 		calls[i] = call{keys: inspectKeys(k), args: []interface{}{"0"}}
@@ -401,16 +404,19 @@ func (c *Client) bucketTenant(key, name string, named bool) (string, bool) {
 
 // BucketSampler walks the buckets under a client's prefix a bounded
 // number of keys at a time, for a view that must not scan the whole
-// keyspace per refresh (cmd/leasequota top). Each Next sends one SCAN to
-// each master of a cluster (or to the one server) with a MATCH pattern of
-// the prefix's bucket keys, continuing each node's cursor where the
-// previous Next left it, so successive calls cover the keyspace in turn.
-// It is not safe for concurrent use.
+// keyspace per refresh (cmd/leasequota top). A Next sends at most one
+// SCAN to each master of a cluster (or to the one server) with a MATCH
+// pattern of the prefix's bucket keys, continuing each node's cursor where
+// the previous one left it, so successive calls cover the keyspace in
+// turn. It is not safe for concurrent use.
 type BucketSampler struct {
 	c       *Client
 	nodes   []scanner
 	cursors []uint64
-	wraps   []int // per node, how many times its cursor came back to 0
+	wraps   []int    // per node, how many times its cursor came back to 0
+	pending []string // keys SCAN returned beyond a Next's count
+	passes  int
+	scans   int
 }
 
 // NewBucketSampler returns a sampler of c's buckets.
@@ -418,50 +424,67 @@ func (c *Client) NewBucketSampler() *BucketSampler {
 	return &BucketSampler{c: c}
 }
 
-// Passes returns how many times the sampler has covered every node's
-// keyspace: the fewest times a node's cursor came back to 0 (since the
-// nodes were last listed).
-func (s *BucketSampler) Passes() int {
-	if len(s.wraps) == 0 {
-		return 0
-	}
-	return slices.Min(s.wraps)
-}
+// Passes returns how many times the sampler has returned every bucket
+// key of every node: each node's cursor came back to 0 that many times,
+// and every key those SCANs found was returned.
+func (s *BucketSampler) Passes() int { return s.passes }
 
-// Next returns bucket keys from one SCAN per node, with COUNT count
-// divided among the nodes (at least 1 each), so each call makes Redis
-// look at about count keys in all. SCAN may return somewhat more keys
-// than its COUNT; Next returns at most count. A key may be returned again
-// in a later pass, or twice in one (SCAN's guarantees). After an error
-// the nodes are listed again at the next call, and their cursors restart.
+// Scans returns the number of SCAN calls sent so far.
+func (s *BucketSampler) Scans() int { return s.scans }
+
+// Next returns up to count bucket keys: first those an earlier SCAN
+// returned beyond its count (SCAN may return somewhat more keys than its
+// COUNT), then, when there is room, those of one SCAN per node with COUNT
+// count divided among the nodes (at least 1 each), so that each call makes
+// Redis look at about count keys in all. A key may be returned again in a
+// later pass, or twice in one (SCAN's guarantees); a bucket that exists
+// for a whole pass is returned in it. After an error the nodes are listed
+// again at the next call, and their cursors restart.
 func (s *BucketSampler) Next(ctx context.Context, count int) ([]string, error) {
 	if count < 1 {
 		return nil, fmt.Errorf("%w: sample count %d, want >= 1", ErrBadRequest, count)
 	}
+	keys := s.take(count)
+	if len(keys) == count {
+		return keys, nil
+	}
 	if s.nodes == nil {
 		nodes, err := s.c.scanners(ctx)
 		if err != nil {
-			return nil, err
+			return keys, err
 		}
 		s.nodes, s.cursors, s.wraps = nodes, make([]uint64, len(nodes)), make([]int, len(nodes))
 	}
 	per := max(1, count/len(s.nodes))
 	match := escapeGlob(s.c.prefix) + "{*}"
-	var keys []string
 	for i, n := range s.nodes {
+		s.scans++
 		got, next, err := n.Scan(ctx, s.cursors[i], match, int64(per)).Result()
 		if err != nil {
 			s.nodes, s.cursors, s.wraps = nil, nil, nil
-			return nil, fmt.Errorf("lease: sample buckets: scan: %w", err)
+			return keys, fmt.Errorf("lease: sample buckets: scan: %w", err)
 		}
 		s.cursors[i] = next
 		if next == 0 {
 			s.wraps[i]++
 		}
-		keys = append(keys, got...)
+		s.pending = append(s.pending, got...)
 	}
-	if len(keys) > count {
-		keys = keys[:count]
+	keys = append(keys, s.take(count-len(keys))...)
+	if len(s.pending) == 0 {
+		s.passes = slices.Min(s.wraps)
 	}
 	return keys, nil
 }
+
+// take removes up to n keys from pending and returns them.
+func (s *BucketSampler) take(n int) []string {
+	k := min(n, len(s.pending))
+	out := slices.Clone(s.pending[:k])
+	s.pending = s.pending[k:]
+	return out
+}
+
+// Nodes returns the number of nodes a Next sends a SCAN to (0 before the
+// first SCAN, or after an error).
+func (s *BucketSampler) Nodes() int { return len(s.nodes) }

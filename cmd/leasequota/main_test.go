@@ -414,7 +414,7 @@ func TestTopFindsTheBusiestTenant(t *testing.T) {
 		t.Fatalf("%d frames, want 3", len(fs))
 	}
 	for _, f := range fs {
-		if f.ScanCalls != 1 || f.Sampled > 200 || f.BucketReads > 210 || len(f.Tenants) > 5 || f.Watched > 10 {
+		if f.ScanCalls > 1 || f.Sampled > 200 || f.BucketReads > 210 || len(f.Tenants) > 5 || f.Watched > 10 {
 			t.Errorf("frame %d: %d SCANs, %d sampled, %d reads, %d shown, %d watched: over its bounds", f.Refresh, f.ScanCalls, f.Sampled, f.BucketReads, len(f.Tenants), f.Watched)
 		}
 	}
@@ -490,8 +490,8 @@ func TestTopCostIsBounded(t *testing.T) {
 		t.Fatalf("top: exit %d", code)
 	}
 	scan1, eval1 := stats()
-	if got := scan1 - scan0; got != iterations {
-		t.Errorf("%d SCANs for %d refreshes, want one each", got, iterations)
+	if got := scan1 - scan0; got < 1 || got > iterations {
+		t.Errorf("%d SCANs for %d refreshes, want one each at most", got, iterations)
 	}
 	// A script call per bucket read, and once, the first refresh's calls
 	// again as EVAL after their EVALSHA met NOSCRIPT (a new server).

@@ -19,12 +19,13 @@ const topUsage = `top [-interval D] [-n N] [-sample K] [-watch W] [-iterations N
 Shows the busiest tenants fleet-wide, refreshed every -interval, from Redis
 alone. It never scans the whole keyspace per refresh. Each refresh:
 
-  - sends one SCAN to each master (one server: one SCAN) with COUNT
-    -sample divided among the masters, continuing each master's cursor
+  - sends at most one SCAN to each master (one server: one SCAN) with
+    COUNT -sample divided among the masters, continuing each master's cursor
     where the previous refresh left it, so successive refreshes walk the
-    keyspace in turn (a full pass over T tenants' keys takes about
-    3T/-sample refreshes: a tenant has up to four keys);
-  - reads the buckets that SCAN returned (at most -sample) and the -watch
+    keyspace in turn (a full pass over T tenants takes up to about
+    4T/-sample refreshes: a tenant has up to four keys);
+  - reads the buckets that SCAN returned (at most -sample; SCAN's extra
+    keys wait for the next refresh, which then may send no SCAN) and the -watch
     buckets ranked highest so far: one read-only script call each, which
     reads the bucket hash, its TTL and the override hash (2 keys).
 
@@ -162,6 +163,7 @@ type top struct {
 func (t *top) refresh(ctx context.Context, i int) (topFrame, error) {
 	cctx, cancel := t.e.call(ctx)
 	defer cancel()
+	scans := t.sampler.Scans()
 	fresh, err := t.sampler.Next(cctx, t.sample)
 	if err != nil {
 		return topFrame{}, err
@@ -175,7 +177,7 @@ func (t *top) refresh(ctx context.Context, i int) (topFrame, error) {
 	if err != nil {
 		return topFrame{}, err
 	}
-	frame := topFrame{Refresh: i, ScanCalls: t.sampler.Nodes(), Sampled: len(fresh), BucketReads: len(keys), Passes: t.sampler.Passes()}
+	frame := topFrame{Refresh: i, ScanCalls: t.sampler.Scans() - scans, Sampled: len(fresh), BucketReads: len(keys), Passes: t.sampler.Passes()}
 	rows := make([]topRow, 0, len(states))
 	for j, st := range states {
 		if errs[j] != nil {
