@@ -46,6 +46,12 @@ var (
 	releaseSource string
 	//go:embed quota.lua
 	quotaSource string
+	// admin.lua, for callers without the services' quota (AdminSetOverride),
+	// and inspect.lua, which only reads (Inspect, ReadBuckets).
+	//go:embed admin.lua
+	adminSource string
+	//go:embed inspect.lua
+	inspectSource string
 )
 
 // The scripts with their digests, computed once. These are the package's
@@ -54,6 +60,8 @@ var (
 	acquireScript = newScript(commonSource + acquireSource)
 	releaseScript = newScript(commonSource + releaseSource)
 	quotaScript   = newScript(commonSource + quotaSource)
+	adminScript   = newScript(commonSource + adminSource)
+	inspectScript = newScript(inspectSource)
 )
 
 // script is a Lua script and its SHA-1 digest, the name EVALSHA knows it by.

@@ -297,9 +297,13 @@ var (
 )
 
 // Main runs the package's tests and then stops the shared server, if one
-// was started. Call it from TestMain: func TestMain(m *testing.M) { redisserver.Main(m) }.
-func Main(m *testing.M) {
+// was started, and runs cleanups (e.g. removing what TestMain built).
+// Call it from TestMain: func TestMain(m *testing.M) { redisserver.Main(m) }.
+func Main(m *testing.M, cleanups ...func()) {
 	code := m.Run()
+	for _, f := range cleanups {
+		f()
+	}
 	sharedMu.Lock()
 	if shared != nil {
 		shared.Close()

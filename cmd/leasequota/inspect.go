@@ -1,0 +1,211 @@
+package main
+
+// inspect TENANT: the tenant's global bucket as Redis holds it now.
+
+import (
+	"context"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/leasequota/leasequota/lease"
+	"github.com/leasequota/leasequota/quota"
+)
+
+// inspectJSON is inspect's JSON output. Times are Redis TIME in
+// microseconds since the Unix epoch.
+type inspectJSON struct {
+	Tenant   string     `json:"tenant"`
+	Key      string     `json:"key"`
+	Now      int64      `json:"now_us"`
+	Exists   bool       `json:"exists"`
+	Level    levelJSON  `json:"level"`
+	Stored   *storedJS  `json:"stored"`
+	Override *quotaJSON `json:"override"`
+	Registry *struct {
+		At         int64   `json:"at_us"`
+		Instances  int     `json:"instances"`
+		Demand     float64 `json:"demand_per_s"`
+		WaterLevel float64 `json:"water_level_per_s"`
+	} `json:"registry"`
+	Instances []instanceJSON `json:"instances"`
+	History   []historyJSON  `json:"history"`
+	Releases  int64          `json:"releases_remembered"`
+}
+
+type levelJSON struct {
+	Tokens *float64 `json:"tokens"` // null when unknown
+	Full   bool     `json:"full"`
+	Rate   *float64 `json:"rate"`  // null when unknown
+	Burst  *int64   `json:"burst"` // null when unknown
+	Source string   `json:"source"`
+}
+
+type storedJS struct {
+	Tokens  float64 `json:"tokens"`
+	Updated int64   `json:"updated_us"`
+	Burst   int64   `json:"burst"`
+	TTLms   int64   `json:"ttl_ms"` // -1: no expiry
+}
+
+type instanceJSON struct {
+	ID          string  `json:"id"`
+	LastAcquire int64   `json:"last_acquire_us"`
+	Demand      float64 `json:"demand_per_s"`
+	Credit      float64 `json:"credit"`
+}
+
+type historyJSON struct {
+	At    int64   `json:"at_us"`
+	Level float64 `json:"level"`
+}
+
+// levelSource says where a Level's rate comes from.
+func levelSource(lv lease.Level) string {
+	switch {
+	case lv.Exact:
+		return "override"
+	case lv.Rate > 0:
+		return "ttl_estimate"
+	}
+	return "unknown"
+}
+
+func inspectCmd(ctx context.Context, e *env, args []string) error {
+	fs := newFlags(e, "inspect", "inspect TENANT")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	tenant, err := tenantArg(fs)
+	if err != nil {
+		return err
+	}
+	cctx, cancel := e.call(ctx)
+	defer cancel()
+	in, err := e.client.Inspect(cctx, tenant)
+	if err != nil {
+		return fmt.Errorf("inspect %.64q: %w", tenant, err)
+	}
+	lv := in.Level()
+	if e.json {
+		return writeJSON(e, toInspectJSON(in, lv))
+	}
+	printInspection(e, in, lv)
+	return nil
+}
+
+func toInspectJSON(in lease.Inspection, lv lease.Level) inspectJSON {
+	out := inspectJSON{Tenant: in.Tenant, Key: in.Key, Now: in.Now, Exists: in.Exists, Releases: in.Releases,
+		Instances: []instanceJSON{}, History: []historyJSON{}}
+	out.Level = levelJSON{Full: lv.Full, Source: levelSource(lv)}
+	if lv.Known {
+		out.Level.Tokens = &lv.Tokens
+	}
+	if lv.Rate > 0 {
+		out.Level.Rate = &lv.Rate
+	}
+	if lv.Burst > 0 {
+		out.Level.Burst = &lv.Burst
+	}
+	if in.Exists {
+		out.Stored = &storedJS{Tokens: in.Tokens, Updated: in.Updated, Burst: in.Burst, TTLms: in.TTL.Milliseconds()}
+		if in.TTL < 0 {
+			out.Stored.TTLms = -1
+		}
+	}
+	if in.Override != nil {
+		out.Override = toJSON(quota.FromOverride(*in.Override))
+	}
+	if r := in.Registry; r != nil {
+		out.Registry = &struct {
+			At         int64   `json:"at_us"`
+			Instances  int     `json:"instances"`
+			Demand     float64 `json:"demand_per_s"`
+			WaterLevel float64 `json:"water_level_per_s"`
+		}{r.At, r.Instances, r.Demand, r.WaterLevel}
+	}
+	for _, i := range in.Instances {
+		out.Instances = append(out.Instances, instanceJSON(i))
+	}
+	for _, h := range in.History {
+		out.History = append(out.History, historyJSON(h))
+	}
+	return out
+}
+
+// ago writes the time between the Redis times at and now.
+func ago(at, now int64) string {
+	d := time.Duration(now-at) * time.Microsecond
+	if d < 0 {
+		return (-d).Round(time.Millisecond).String() + " ahead"
+	}
+	return d.Round(time.Millisecond).String() + " ago"
+}
+
+func printInspection(e *env, in lease.Inspection, lv lease.Level) {
+	w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(w, "tenant\t%s\n", printable(in.Tenant))
+	fmt.Fprintf(w, "key\t%s\n", printable(in.Key))
+	fmt.Fprintf(w, "redis time\t%s\n", time.UnixMicro(in.Now).UTC().Format(time.RFC3339Nano))
+	switch {
+	case lv.Known:
+		fmt.Fprintf(w, "tokens now\t%s of %d", formatFloat(lv.Tokens), lv.Burst)
+		if lv.Exact {
+			fmt.Fprintf(w, " (the override's rate %s/s)\n", formatFloat(lv.Rate))
+		} else if lv.Rate > 0 {
+			fmt.Fprintf(w, " (rate about %s/s, estimated from the key's TTL)\n", formatFloat(lv.Rate))
+		} else {
+			fmt.Fprintf(w, " (full)\n")
+		}
+	case lv.Full:
+		fmt.Fprintf(w, "tokens now\tfull: no bucket stored (never used, or expired once full)\n")
+	default:
+		fmt.Fprintf(w, "tokens now\tunknown: no override and no TTL to tell the rate; %s stored, refilling since\n", formatFloat(in.Tokens))
+	}
+	if in.Exists {
+		fmt.Fprintf(w, "last refill\t%s tokens, %s (burst %d)\n", formatFloat(in.Tokens), ago(in.Updated, in.Now), in.Burst)
+		if in.Updated > in.Now {
+			fmt.Fprintf(w, "\tfrozen: its refill is reserved until then\n")
+		}
+		if in.TTL < 0 {
+			fmt.Fprintf(w, "key expiry\tnone (the next lease call of a service sets it)\n")
+		} else {
+			fmt.Fprintf(w, "key expiry\tin %v (a second after it would be full)\n", in.TTL)
+		}
+	}
+	if in.Override != nil {
+		fmt.Fprintf(w, "override\t%s\n", describe(quota.FromOverride(*in.Override)))
+	} else {
+		fmt.Fprintf(w, "override\tnone (the services' quota applies)\n")
+	}
+	if r := in.Registry; r != nil {
+		fmt.Fprintf(w, "instances\t%d active, demanding %s/s in all (summary of %s)", r.Instances, formatFloat(r.Demand), ago(r.At, in.Now))
+		if r.WaterLevel >= 0 {
+			fmt.Fprintf(w, "; fair share capped at %s/s\n", formatFloat(r.WaterLevel))
+		} else {
+			fmt.Fprintf(w, "; every demand met\n")
+		}
+	} else {
+		fmt.Fprintf(w, "instances\tno registry summary\n")
+	}
+	fmt.Fprintf(w, "releases\t%d remembered (applied within %v)\n", in.Releases, lease.ReleaseDedupWindow)
+	w.Flush()
+	if len(in.Instances) > 0 {
+		fmt.Fprintln(e.stdout, "\ninstance registry:")
+		w = tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(w, "  INSTANCE\tLAST ACQUIRE\tDEMAND/S\tCREDIT")
+		for _, i := range in.Instances {
+			fmt.Fprintf(w, "  %s\t%s\t%s\t%s\n", printable(i.ID), ago(i.LastAcquire, in.Now), formatFloat(i.Demand), formatFloat(i.Credit))
+		}
+		w.Flush()
+	}
+	if len(in.History) > 0 {
+		fmt.Fprintf(e.stdout, "\nlevel history (what returns are credited against; burst %d):\n", in.Burst)
+		w = tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(w, "  UP TO\tLEVEL AT MOST")
+		for _, h := range in.History {
+			fmt.Fprintf(w, "  %s\t%s\n", ago(h.At, in.Now), formatFloat(h.Level))
+		}
+		w.Flush()
+	}
+}

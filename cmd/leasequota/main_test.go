@@ -1,0 +1,504 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/leasequota/leasequota/internal/redisserver"
+	"github.com/leasequota/leasequota/lease"
+)
+
+// binary is the command, built once by TestMain.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "leasequota-cmd-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "leasequota")
+	if out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	redisserver.Main(m, func() { os.RemoveAll(dir) })
+}
+
+// cli runs the built command against srv under prefix.
+type cli struct {
+	t      *testing.T
+	srv    *redisserver.Server
+	prefix string
+}
+
+func newCLI(t *testing.T) (*cli, *redis.Client, *lease.Client) {
+	t.Helper()
+	srv := redisserver.Shared(t)
+	c := &cli{t: t, srv: srv, prefix: redisserver.Prefix(t)}
+	rdb := redisserver.Client(t)
+	lc, err := lease.NewClient(rdb, c.prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, rdb, lc
+}
+
+// run runs the command with the global flags and args.
+func (c *cli) run(args ...string) (stdout, stderr string, code int) {
+	c.t.Helper()
+	all := append([]string{"-redis", c.srv.URL(), "-prefix", c.prefix}, args...)
+	return runBinary(c.t, all...)
+}
+
+func runBinary(t *testing.T, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code = 0
+	if err != nil {
+		ee, ok := err.(*exec.ExitError)
+		if !ok {
+			t.Fatalf("run %v: %v", args, err)
+		}
+		code = ee.ExitCode()
+	}
+	t.Logf("leasequota %s -> %d\nstdout: %s\nstderr: %s", strings.Join(shorten(args), " "), code, out.String(), errb.String())
+	return out.String(), errb.String(), code
+}
+
+func shorten(args []string) []string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		if len(a) > 80 {
+			a = a[:40] + "…(" + strconv.Itoa(len(a)) + " bytes)"
+		}
+		out[i] = a
+	}
+	return out
+}
+
+// mustRun runs args and fails unless the exit status is 0.
+func (c *cli) mustRun(args ...string) string {
+	c.t.Helper()
+	out, errs, code := c.run(args...)
+	if code != 0 {
+		c.t.Fatalf("leasequota %v: exit %d: %s", args, code, errs)
+	}
+	return out
+}
+
+func decode[T any](t *testing.T, s string) T {
+	t.Helper()
+	var v T
+	if err := json.Unmarshal([]byte(s), &v); err != nil {
+		t.Fatalf("decode %q: %v", s, err)
+	}
+	return v
+}
+
+// keysUnder returns the keys under prefix.
+func keysUnder(t *testing.T, rdb *redis.Client, prefix string) []string {
+	t.Helper()
+	keys, err := rdb.Keys(context.Background(), prefix+"*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return keys
+}
+
+// TestQuotaCommands sets, reads, lists and deletes an override through
+// the binary, and checks each against the library.
+func TestQuotaCommands(t *testing.T) {
+	ctx := context.Background()
+	c, _, lc := newCLI(t)
+	out := c.mustRun("quota", "set", "-rate", "250.5", "-burst", "500", "-lease-ttl", "3s", "-failure-mode", "fail_closed", "acme")
+	if !strings.Contains(out, "acme: quota set: rate 250.5/s, burst 500") {
+		t.Errorf("set printed %q", out)
+	}
+	o, err := lc.GetOverride(ctx, "acme")
+	want := lease.Override{Rate: 250.5, Burst: 500, LeaseTTL: 3 * time.Second, Mode: 2}
+	if err != nil || o == nil || *o != want {
+		t.Fatalf("stored override %+v, %v; want %+v", o, err, want)
+	}
+	if v, _ := lc.QuotaVersion(ctx); v != 1 {
+		t.Errorf("quota version %d after a set, want 1", v)
+	}
+	c.mustRun("quota", "set", "-rate", "1", "-burst", "2", "tenant with spaces")
+
+	got := decode[struct {
+		Tenant string
+		Quota  *quotaJSON
+	}](t, c.mustRun("-json", "quota", "get", "acme"))
+	if got.Tenant != "acme" || got.Quota == nil || got.Quota.Rate != 250.5 || got.Quota.Burst != 500 ||
+		got.Quota.LeaseTTL != "3s" || got.Quota.FailureMode != "fail_closed" {
+		t.Errorf("get -json = %+v %+v", got, got.Quota)
+	}
+	if out := c.mustRun("quota", "get", "acme"); !strings.Contains(out, "rate 250.5/s, burst 500, lease TTL 3s, failure mode fail_closed") {
+		t.Errorf("get printed %q", out)
+	}
+
+	listed := map[string]quotaJSON{}
+	sc := bufio.NewScanner(strings.NewReader(c.mustRun("-json", "quota", "list")))
+	for sc.Scan() {
+		l := decode[struct {
+			Tenant *string
+			Quota  quotaJSON
+		}](t, sc.Text())
+		if l.Tenant == nil {
+			t.Fatalf("unnamed entry %s", sc.Text())
+		}
+		listed[*l.Tenant] = l.Quota
+	}
+	if len(listed) != 2 || listed["acme"].Burst != 500 || listed["tenant with spaces"].Rate != 1 {
+		t.Errorf("list -json = %+v", listed)
+	}
+	if out := c.mustRun("quota", "list"); !strings.Contains(out, `"tenant with spaces"`) || !strings.Contains(out, "acme") {
+		t.Errorf("list printed %q", out)
+	}
+
+	if out := c.mustRun("quota", "delete", "acme"); !strings.Contains(out, "override deleted") {
+		t.Errorf("delete printed %q", out)
+	}
+	if o, err := lc.GetOverride(ctx, "acme"); err != nil || o != nil {
+		t.Errorf("override after delete %+v, %v", o, err)
+	}
+	if out := c.mustRun("quota", "delete", "acme"); !strings.Contains(out, "no override to delete") {
+		t.Errorf("second delete printed %q", out)
+	}
+	if got := decode[struct{ Quota *quotaJSON }](t, c.mustRun("-json", "quota", "get", "acme")); got.Quota != nil {
+		t.Errorf("get after delete = %+v", got.Quota)
+	}
+}
+
+// TestSetAndDeleteNeedNoDefaultQuota: a service drained its bucket at a
+// quota the command does not know; set does not refill it at any rate,
+// delete refills at the override's rate alone and leaves the services'
+// rate to their next acquire.
+func TestSetAndDeleteNeedNoDefaultQuota(t *testing.T) {
+	ctx := context.Background()
+	c, rdb, lc := newCLI(t)
+	services := lease.Limits{Rate: 1e9, Burst: 100} // refills 1,000 tokens a microsecond
+	if g, err := lc.Acquire(ctx, "acme", services, 100); err != nil || g.Granted != 100 {
+		t.Fatalf("drain: %+v, %v", g, err)
+	}
+	set := decode[struct {
+		HadOverride  bool     `json:"had_override"`
+		BucketTokens *float64 `json:"bucket_tokens"`
+	}](t, c.mustRun("-json", "quota", "set", "-rate", "0.001", "-burst", "10", "acme"))
+	if set.HadOverride || set.BucketTokens == nil || *set.BucketTokens != 0 {
+		t.Errorf("set = %+v, want the drained level kept: 0 tokens", set)
+	}
+	if g, err := lc.Acquire(ctx, "acme", services, 100); err != nil || g.Granted != 0 {
+		t.Errorf("acquire after set = %+v, %v; want 0 (the override's rate refilled next to nothing)", g, err)
+	}
+	c.mustRun("quota", "delete", "acme")
+	in, err := lc.Inspect(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in.Tokens >= 1 || in.TTL != -1 || in.Override != nil {
+		t.Errorf("after delete: %v tokens, TTL %v, override %+v; want under a token, kept without expiry, no override", in.Tokens, in.TTL, in.Override)
+	}
+	if g, err := lc.Acquire(ctx, "acme", services, 1000); err != nil || g.Granted != 100 {
+		t.Errorf("acquire after delete = %+v, %v; want the services' burst, 100", g, err)
+	}
+	if ttl := rdb.PTTL(ctx, lc.Key("acme")).Val(); ttl <= 0 {
+		t.Errorf("bucket TTL %v after the services' acquire, want one", ttl)
+	}
+}
+
+// TestBadUsage: each bad command line exits 2 with a message naming what
+// is wrong, and writes nothing.
+func TestBadUsage(t *testing.T) {
+	c, rdb, _ := newCLI(t)
+	huge := strings.Repeat("x", 100<<10)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"quota", "set", "-rate", "NaN", "-burst", "10", "t"}, "-rate"},
+		{[]string{"quota", "set", "-rate", "-5", "-burst", "10", "t"}, "-rate"},
+		{[]string{"quota", "set", "-rate", "0", "-burst", "10", "t"}, "-rate"},
+		{[]string{"quota", "set", "-rate", "+Inf", "-burst", "10", "t"}, "-rate"},
+		{[]string{"quota", "set", "-burst", "10", "t"}, "-rate is required"},
+		{[]string{"quota", "set", "-rate", "1", "-burst", "0", "t"}, "-burst"},
+		{[]string{"quota", "set", "-rate", "1", "-burst", "1.5", "t"}, "-burst"},
+		{[]string{"quota", "set", "-rate", "1", "-burst", "10", "-lease-ttl", "-1s", "t"}, "-lease-ttl"},
+		{[]string{"quota", "set", "-rate", "1", "-burst", "10", "-max-lease", "11", "t"}, "-max-lease"},
+		{[]string{"quota", "set", "-rate", "1", "-burst", "10", "-failure-mode", "maybe", "t"}, "-failure-mode"},
+		{[]string{"quota", "set", "-rate", "1", "-burst", "10", huge}, "TENANT is 102400 bytes"},
+		{[]string{"quota", "set", "-rate", "1", "-burst", "10"}, "want a TENANT"},
+		{[]string{"quota", "set", "-rate", "1", "-burst", "10", "t", "-x"}, "want one TENANT"},
+		{[]string{"quota", "set", "-rate", "1", "-burst", "10", ""}, "TENANT is empty"},
+		{[]string{"quota", "get", huge}, "TENANT is 102400 bytes"},
+		{[]string{"quota", "delete"}, "want a TENANT"},
+		{[]string{"quota", "list", "extra"}, "takes no arguments"},
+		{[]string{"quota", "rename", "t"}, `unknown subcommand "rename"`},
+		{[]string{"quota"}, "want a subcommand"},
+		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
+		{[]string{"inspect"}, "want a TENANT"},
+		{[]string{"top", "-n", "0"}, "-n 0"},
+		{[]string{"top", "-sample", "0"}, "-sample 0"},
+		{[]string{"top", "-n", "20", "-watch", "5"}, "-watch 5"},
+		{[]string{"top", "-interval", "1ms"}, "-interval"},
+		{[]string{"top", "-bogus"}, "-bogus"},
+		{[]string{"-prefix", "a{b", "quota", "list"}, "-prefix"},
+		{[]string{"-timeout", "0s", "quota", "list"}, "-timeout"},
+	} {
+		_, stderr, code := c.run(tc.args...)
+		if code != exitUsage || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and a message naming %q", shorten(tc.args), code, stderr, tc.want)
+		}
+		if len(stderr) > 4096 {
+			t.Errorf("%v: a %d-byte message", shorten(tc.args), len(stderr))
+		}
+	}
+	if keys := keysUnder(t, rdb, c.prefix); len(keys) != 0 {
+		t.Errorf("bad usage wrote %v", keys)
+	}
+	// -help is not an error.
+	if _, stderr, code := c.run("top", "-help"); code != 0 || !strings.Contains(stderr, "per refresh") {
+		t.Errorf("top -help: exit %d, %q", code, stderr)
+	}
+	if _, _, code := runBinary(t); code != exitUsage {
+		t.Errorf("no arguments: exit %d, want 2", code)
+	}
+}
+
+// TestFailureExitsOne: Redis unreachable is a failure (1), not bad usage.
+func TestFailureExitsOne(t *testing.T) {
+	srv := redisserver.StartServer(t)
+	url := srv.URL()
+	if err := srv.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"quota", "get", "t"}, {"quota", "set", "-rate", "1", "-burst", "1", "t"}, {"quota", "list"}, {"inspect", "t"}, {"top", "-once"}} {
+		_, stderr, code := runBinary(t, append([]string{"-redis", url, "-timeout", "500ms"}, args...)...)
+		if code != exitFailure || !strings.HasPrefix(stderr, "leasequota: ") || strings.Count(stderr, "\n") != 1 {
+			t.Errorf("%v on a stopped server: exit %d, stderr %q; want 1 and one line", args, code, stderr)
+		}
+	}
+}
+
+// TestInspectCommand: inspect shows the level, the override, the
+// instances and the history that the services left.
+func TestInspectCommand(t *testing.T) {
+	ctx := context.Background()
+	c, rdb, lc := newCLI(t)
+	lim := lease.Limits{Rate: 10, Burst: 1000}
+	for _, id := range []string{"pod-1", "pod-2"} {
+		inst, err := lease.NewClient(rdb, c.prefix, lease.WithInstance(id, 10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := inst.AcquireMany(ctx, []lease.Request{{Tenant: "acme", Limits: lim, Want: 400, Demand: 30}}, nil)
+		if err != nil || res[0].Err != nil || res[0].Grant.Granted != 400 {
+			t.Fatalf("acquire: %+v, %v", res, err)
+		}
+	}
+	in := decode[inspectJSON](t, c.mustRun("-json", "inspect", "acme"))
+	if !in.Exists || in.Tenant != "acme" || in.Key != lc.Key("acme") || in.Override != nil {
+		t.Fatalf("inspect = %+v", in)
+	}
+	if in.Level.Source != "ttl_estimate" || in.Level.Rate == nil || math.Abs(*in.Level.Rate-10) > 0.1 ||
+		in.Level.Tokens == nil || *in.Level.Tokens < 200 || *in.Level.Tokens > 210 {
+		t.Errorf("level %+v, want about 200 tokens at an estimated 10/s", in.Level)
+	}
+	if len(in.Instances) != 2 || in.Instances[0].ID != "pod-1" || in.Instances[1].Demand != 30 {
+		t.Errorf("instances %+v", in.Instances)
+	}
+	if in.Registry == nil || in.Registry.Instances != 2 || len(in.History) == 0 {
+		t.Errorf("registry %+v, history %+v", in.Registry, in.History)
+	}
+	c.mustRun("quota", "set", "-rate", "5", "-burst", "300", "acme")
+	text := c.mustRun("inspect", "acme")
+	for _, want := range []string{"tokens now", "(the override's rate 5/s)", "override     rate 5/s, burst 300", "pod-1", "pod-2", "level history"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("inspect text lacks %q:\n%s", want, text)
+		}
+	}
+	if in := decode[inspectJSON](t, c.mustRun("-json", "inspect", "nobody")); in.Exists || !in.Level.Full || in.Level.Tokens != nil {
+		t.Errorf("inspect of an unknown tenant = %+v", in)
+	}
+}
+
+// topFrameJSON is a line of top -json.
+type topFrameJSON struct {
+	Refresh     int
+	ScanCalls   int `json:"scan_calls"`
+	Sampled     int `json:"sampled_keys"`
+	BucketReads int `json:"bucket_reads"`
+	Watched     int
+	Tenants     []struct {
+		Tenant    string
+		Granted   *float64 `json:"granted_per_s"`
+		Level     *float64
+		Burst     *int64
+		Instances *int
+	}
+}
+
+func frames(t *testing.T, out string) []topFrameJSON {
+	t.Helper()
+	var fs []topFrameJSON
+	sc := bufio.NewScanner(strings.NewReader(out))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		fs = append(fs, decode[topFrameJSON](t, sc.Text()))
+	}
+	return fs
+}
+
+// TestTopFindsTheBusiestTenant: with one tenant taking its whole rate and
+// 30 idle ones, top ranks the busy one first with about its rate granted.
+func TestTopFindsTheBusiestTenant(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	ctx := context.Background()
+	c, rdb, _ := newCLI(t)
+	inst, err := lease.NewClient(rdb, c.prefix, lease.WithInstance("pod-1", 10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 30 {
+		if _, err := inst.Acquire(ctx, fmt.Sprintf("idle-%d", i), lease.Limits{Rate: 100, Burst: 100}, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The hot tenant asks for 2,500 tokens/s of its 500/s.
+	hot := lease.Request{Tenant: "hot", Limits: lease.Limits{Rate: 500, Burst: 500}, Want: 5, Demand: 2500}
+	loopCtx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(2 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			if _, err := inst.AcquireMany(loopCtx, []lease.Request{hot}, nil); err != nil && loopCtx.Err() == nil {
+				t.Error(err)
+				return
+			}
+			select {
+			case <-loopCtx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	out := c.mustRun("-json", "top", "-iterations", "3", "-interval", "400ms", "-n", "5", "-watch", "10", "-sample", "200")
+	stop()
+	wg.Wait()
+	fs := frames(t, out)
+	if len(fs) != 3 {
+		t.Fatalf("%d frames, want 3", len(fs))
+	}
+	for _, f := range fs {
+		if f.ScanCalls > 1 || f.Sampled > 200 || f.BucketReads > 210 || len(f.Tenants) > 5 || f.Watched > 10 {
+			t.Errorf("frame %d: %d SCANs, %d sampled, %d reads, %d shown, %d watched: over its bounds", f.Refresh, f.ScanCalls, f.Sampled, f.BucketReads, len(f.Tenants), f.Watched)
+		}
+	}
+	last := fs[2]
+	if len(last.Tenants) == 0 || last.Tenants[0].Tenant != "hot" {
+		t.Fatalf("last frame ranks %+v first, want hot", last.Tenants)
+	}
+	g := last.Tenants[0].Granted
+	if g == nil || *g < 250 || *g > 750 {
+		t.Errorf("hot granted %v/s, want about its rate, 500/s", g)
+	}
+	if n := last.Tenants[0].Instances; n == nil || *n != 1 {
+		t.Errorf("hot instances %v, want 1", n)
+	}
+	for _, tn := range last.Tenants[1:] {
+		if tn.Granted != nil && *tn.Granted > 1 {
+			t.Errorf("idle tenant %s granted %v/s", tn.Tenant, *tn.Granted)
+		}
+	}
+	// The text view.
+	text := c.mustRun("top", "-once", "-n", "3")
+	if !strings.Contains(text, "TENANT") || !strings.Contains(text, "GRANTED/S") || strings.Count(text, "\n") != 5 {
+		t.Errorf("top -once printed %q, want a header line, a table header and 3 tenants", text)
+	}
+}
+
+// TestTopCostIsBounded: on a server of its own, the Redis commands of a
+// refresh stay within one SCAN and -sample + -watch script calls, with
+// 2,000 tenants.
+func TestTopCostIsBounded(t *testing.T) {
+	ctx := context.Background()
+	srv := redisserver.StartServer(t)
+	rdb := srv.Client()
+	defer rdb.Close()
+	prefix := "lqtop:"
+	lc, err := lease.NewClient(rdb, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs := make([]lease.Request, 2000)
+	for i := range reqs {
+		reqs[i] = lease.Request{Tenant: fmt.Sprintf("t%d", i), Limits: lease.Limits{Rate: 1, Burst: 10}, Want: 1}
+	}
+	if _, err := lc.AcquireMany(ctx, reqs, nil); err != nil {
+		t.Fatal(err)
+	}
+	stats := func() (scan, eval int64) {
+		info, err := rdb.Info(ctx, "commandstats").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(info, "\n") {
+			name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+			if !ok {
+				continue
+			}
+			calls, _, _ := strings.Cut(strings.TrimPrefix(rest, "calls="), ",")
+			n, _ := strconv.ParseInt(calls, 10, 64)
+			switch name {
+			case "cmdstat_scan":
+				scan += n
+			case "cmdstat_evalsha", "cmdstat_eval":
+				eval += n
+			}
+		}
+		return
+	}
+	scan0, eval0 := stats()
+	const iterations, sample, watch = 4, 50, 20
+	out, _, code := runBinary(t, "-redis", srv.URL(), "-prefix", prefix, "-json", "top", "-iterations", strconv.Itoa(iterations),
+		"-interval", "10ms", "-n", "5", "-sample", strconv.Itoa(sample), "-watch", strconv.Itoa(watch))
+	if code != 0 {
+		t.Fatalf("top: exit %d", code)
+	}
+	scan1, eval1 := stats()
+	if got := scan1 - scan0; got < 1 || got > iterations {
+		t.Errorf("%d SCANs for %d refreshes, want one each at most", got, iterations)
+	}
+	// A script call per bucket read, and once, the first refresh's calls
+	// again as EVAL after their EVALSHA met NOSCRIPT (a new server).
+	if got, most := eval1-eval0, int64(iterations*(sample+watch)+sample); got > most {
+		t.Errorf("%d script calls for %d refreshes, want at most %d", got, iterations, most)
+	}
+	if fs := frames(t, out); len(fs) != iterations || fs[iterations-1].Watched != watch {
+		t.Errorf("frames %+v, want %d with %d watched at the end", fs, iterations, watch)
+	}
+}
