@@ -190,8 +190,9 @@ func (l *Limiter) decideAll(ctx context.Context, n int64, tenants []string, unti
 			}
 			d := hd
 			if best < 0 {
-				// Every tenant was admitted by its failure mode.
-				d, best = md, mdAt
+				// Every tenant was admitted by its failure mode: nothing
+				// was leased, nothing is refundable.
+				d, best, adm = md, mdAt, admission{}
 			} else if best != held {
 				e := ts[best]
 				d = Decision{Allowed: true, Remaining: bestLeft, Quota: quotaOf(e), Reason: ReasonLeased}

@@ -382,6 +382,11 @@ func TestAllowAllFailureModes(t *testing.T) {
 	if !d.Allowed || d.Mode != leasequota.FailOpen {
 		t.Fatalf("AllowAll of two FailOpen keys, Redis down: %+v, want a FailOpen admission", d)
 	}
+	// Every key was admitted by its mode, none from a lease: nothing to
+	// refund, as for AllowN.
+	if err := l.Refund(&d, "open1", "open2"); !errors.Is(err, leasequota.ErrNotRefundable) {
+		t.Errorf("Refund of an AllowAll admitted by the keys' failure modes only: %v, want ErrNotRefundable", err)
+	}
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	start := time.Now()

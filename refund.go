@@ -12,7 +12,7 @@ import (
 // rejected by validation after its admission, an upstream that failed
 // before doing any work. tenants are those d decided for: none (or
 // d.Tenant) for a Decision of AllowN, WaitN or AllowNWithin; the tenants
-// of the AllowAll or WaitAll call, in any order, for theirs. Refund then
+// of the AllowAll or WaitAll call, in the call's order, for theirs. Refund then
 // clears d's admission, so refunding the same d again refunds nothing
 // (and returns an error); a copy of d made before the first Refund still
 // carries it, so refund one Decision value only.

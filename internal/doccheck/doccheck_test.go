@@ -1,7 +1,10 @@
 // Package doccheck keeps the measured figures in README.md and docs/*.md
-// tied to the commands that print them. It has only this test.
+// tied to the commands that print them, and the code the docs show tied
+// to the code it shows (code_test.go: a fenced Go block after a line
+// <!-- code: file.go Func --> must be Func's source in file.go). It has
+// only tests.
 //
-// The rule:
+// The rule for figures:
 //
 //  1. A figure is a number followed by a unit of measurement: ns/op, ns,
 //     µs (or us), ms/op, B/op, allocs/op, allocs/tenant, allocations,
