@@ -460,3 +460,77 @@ func TestColdStartSkipsAWaitThatCannotEnd(t *testing.T) {
 		time.Sleep(10 * time.Millisecond) // polling; the deadline bounds it
 	}
 }
+
+// TestBusyRedisIsNotAnOutage: while every other lease call times out
+// and the rest are answered (a busy Redis, or a process that reads its
+// replies late), the limiter does not take Redis for gone: no decision
+// is made by the failure mode (FailOpen would admit past the bound), and
+// it never reports itself degraded. A store that answers no call is an
+// outage, as before: the failure mode decides.
+func TestBusyRedisIsNotAnOutage(t *testing.T) {
+	store := faultySetup(t)
+	l := newLimiter(t, store, leasequota.WithLogger(testLogger(t)),
+		leasequota.WithFailureMode(leasequota.FailOpen),
+		leasequota.WithRefreshInterval(20*time.Millisecond), leasequota.WithRedisTimeout(200*time.Millisecond),
+		leasequota.WithDefaultQuota(leasequota.Quota{Rate: 2000, Burst: 40}))
+	ctx := context.Background()
+	tenants := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
+	for _, tn := range tenants {
+		deadline := time.Now().Add(10 * time.Second)
+		for !l.AllowN(ctx, tn, 1).Allowed {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: no lease within 10s", tn)
+			}
+			time.Sleep(time.Millisecond) // polling; the deadline bounds it
+		}
+	}
+	var calls atomic.Int64
+	store.SetHook(func(ctx context.Context, _ string, op faultstore.Op, _ int) error {
+		if op != faultstore.OpAcquire || calls.Add(1)%2 == 0 {
+			return nil
+		}
+		<-ctx.Done() // held past the call's deadline
+		return ctx.Err()
+	})
+	errs0 := l.Stats().Errors
+	var modes, decisions int
+	deadline := time.Now().Add(10 * time.Second)
+	for l.Stats().Errors-errs0 < 10 {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d lease calls timed out within 10s: the test proves nothing", l.Stats().Errors-errs0)
+		}
+		for _, tn := range tenants {
+			d := l.AllowN(ctx, tn, 1)
+			decisions++
+			if d.Mode != leasequota.FailDefault || d.Reason == leasequota.ReasonUnavailable {
+				modes++
+			}
+		}
+		if l.Degraded() {
+			t.Fatal("the limiter reports itself degraded while Redis answers every other call")
+		}
+	}
+	if modes > 0 {
+		t.Errorf("%d of %d decisions made by the failure mode while Redis answered", modes, decisions)
+	}
+	t.Logf("%d decisions, %d lease calls timed out", decisions, l.Stats().Errors-errs0)
+
+	// Silent: every call is held. The breaker opens; the failure mode
+	// (FailOpen) admits once the leases are spent.
+	store.SetHook(func(ctx context.Context, _ string, _ faultstore.Op, _ int) error {
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		d := l.AllowN(ctx, "a", 1)
+		if d.Mode == leasequota.FailOpen && l.Degraded() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a silent store did not put the limiter in its failure mode within 10s (last: %+v)", d)
+		}
+		time.Sleep(time.Millisecond) // polling; the deadline bounds it
+	}
+	store.SetHook(nil)
+}

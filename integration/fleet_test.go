@@ -330,7 +330,9 @@ func commandCalls(tb testing.TB, c *redis.Client, command string) int64 {
 // 75% of what they could have (0.83-0.94 measured under -race with two
 // other test runs loading the 2 cores: the syncers' ticks come late and
 // starved instances return to a fuller bucket; 0.95+ is #15's goal for
-// BenchmarkFleet): per tenant, the lesser of that bound and
+// BenchmarkFleet), or utilizationFloor's share of what the machine
+// delivered to the test process when that is less (0.698 was seen with
+// the load average at 6): per tenant, the lesser of that bound and
 // what the machine managed to offer.
 //
 // The lease calls get 1s instead of the default 50ms: a sync round
@@ -347,7 +349,10 @@ func TestFleet(t *testing.T) {
 	srv := redistest.Shared(t) // before the leak check: the harness lives for the package
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	s := fleetShape{instances: 4, tenants: 100}
+	probe := startStallProbe()
 	r := runFleet(t, srv, s, 6*time.Second, redistest.Logger(t), leasequota.WithRedisTimeout(time.Second))
+	probe.Stop()
+	t.Log(probe)
 	offered, admitted := r.load.totals()
 	t.Logf("%v: offered %d (%.0f/s, %.2fx the quota; the schedule asks %.0f/s), admitted %d in %v (Redis clock)",
 		s, offered, r.load.deliveredRate(), r.load.deliveredRate()/(fleetRate*float64(s.tenants)), s.offeredRate(), admitted, r.elapsed)
@@ -356,7 +361,7 @@ func TestFleet(t *testing.T) {
 	for _, o := range r.overBound {
 		t.Errorf("bound violated: %s (Burst %d + Rate %d * %v)", o, fleetBurst, fleetRate, r.elapsed)
 	}
-	if u := r.deliveredUtilization(); u < 0.75 {
-		t.Errorf("utilization %.3f of what the offered load could have had, want >= 0.75", u)
+	if u, floor := r.deliveredUtilization(), min(0.75, utilizationFloor(probe, 0.8)); u < floor {
+		t.Errorf("utilization %.3f of what the offered load could have had, want >= %.3f", u, floor)
 	}
 }
