@@ -20,7 +20,7 @@ import (
 )
 
 // Scenarios the simulator knows, in the order -h lists them.
-var scenarios = []string{"steady", "burst", "skew", "churn", "outage", "fleet"}
+var scenarios = []string{"steady", "burst", "skew", "churn", "outage", "fleet", "tight"}
 
 var scenarioHelp = map[string]string{
 	"steady": "constant skewed demand, traffic spread evenly over the instances",
@@ -29,6 +29,7 @@ var scenarioHelp = map[string]string{
 	"churn":  "the last instance stops (Close) at 35% of the run, a new one starts at 55%",
 	"outage": "Redis unreachable (connections black-holed) from 40% to 60% of the run",
 	"fleet":  "issue #15's fleet shape: every tenant Rate 100, Burst 100, offered 3x its quota evenly over the instances; headline: Redis CPU per admitted request and script runs/s (Redis CPU needs -redis)",
+	"tight":  "issue #16's edges: tenants whose burst is 0.1 s of rate (3000/s burst 300, 800/s burst 100, 300/s burst 50) shared by 3 instances, instance 2 in 700 ms on/off phases, and low-rate tenants (20/s, burst 40) over all instances, each offered 3x its quota; adds the account of where every token of Burst + Rate*T went",
 }
 
 // Config is what the flags set.
@@ -195,6 +196,9 @@ func (c Config) Validate() error {
 	}
 	if (c.Scenario == "skew" || c.Scenario == "churn") && c.Instances < 2 {
 		return usagef("-scenario %s needs -instances >= 2, got %d", c.Scenario, c.Instances)
+	}
+	if c.Scenario == "tight" && (c.Instances < tightInstances || c.Tenants < len(tightTiers)) {
+		return usagef("-scenario tight needs -instances >= %d and -tenants >= %d, got %d and %d", tightInstances, len(tightTiers), c.Instances, c.Tenants)
 	}
 	if c.RedisCluster != "" {
 		if c.RedisURL != "" {

@@ -14,7 +14,8 @@ import (
 // Colours: a tenant class is coloured by its tier and dashed by its
 // demand pattern, the same in every chart.
 var (
-	tierColor = map[string]string{"large": "#1f77b4", "medium": "#e6780b", "small": "#2ca02c", "fleet": "#1f77b4"}
+	tierColor = map[string]string{"large": "#1f77b4", "medium": "#e6780b", "small": "#2ca02c", "fleet": "#1f77b4",
+		"tight3000": "#1f77b4", "tight800": "#e6780b", "tight300": "#2ca02c", "low20": "#9467bd"}
 	patDash   = map[string]string{"over": "", "under": "7 4", "bursty": "2 3"}
 	slotColor = []string{"#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"}
 )
@@ -200,6 +201,8 @@ func drawEvents(p *plot, res *Result) {
 			p.band(e.From.Seconds(), e.To.Seconds(), "#fff3c4", e.Label)
 		case "stopped":
 			p.band(e.From.Seconds(), e.To.Seconds(), "#ececec", "1 instance down")
+		case "off":
+			p.band(e.From.Seconds(), e.To.Seconds(), "#ececec", "")
 		case "hot":
 			if e.From > 0 {
 				p.marker(e.From.Seconds(), e.Label)
@@ -342,8 +345,11 @@ func shareChart(res *Result) string {
 }
 
 func bandLabel(e event) string {
-	if e.Kind == "stopped" {
+	switch e.Kind {
+	case "stopped":
 		return "1 instance down"
+	case "off":
+		return fmt.Sprintf("%d idle", onOffSlot)
 	}
 	return e.Label
 }
