@@ -639,3 +639,20 @@ func writeCells(out io.Writer, rows [][]string) {
 	}
 	tw.Flush()
 }
+
+// accountTable is the account as the report shows it.
+type accountTable struct {
+	Header, DiagHeader []string
+	Rows, DiagRows     [][]string
+	T                  string
+	Notes              []string
+}
+
+// accountTables is the report's account, nil when the run has none.
+func accountTables(res *Result) *accountTable {
+	if res.Account == nil {
+		return nil
+	}
+	return &accountTable{Header: accountHeader, DiagHeader: accountDiagHeader, Rows: accountRows(res), DiagRows: accountDiagRows(res),
+		T: fmt.Sprintf("%.2f", res.AccountT.Seconds()), Notes: accountNotes}
+}

@@ -71,6 +71,8 @@ func TestParseConfigErrors(t *testing.T) {
 		{[]string{"-scenario", "chaos"}, `-scenario "chaos"`},
 		{[]string{"-scenario", "skew", "-instances", "1"}, "needs -instances >= 2"},
 		{[]string{"-scenario", "churn", "-instances", "1"}, "needs -instances >= 2"},
+		{[]string{"-scenario", "tight", "-instances", "2"}, "needs -instances >= 3 and -tenants >= 4"},
+		{[]string{"-scenario", "tight", "-tenants", "3"}, "needs -instances >= 3 and -tenants >= 4"},
 		{[]string{"-failure-mode", "maybe"}, `-failure-mode "maybe"`},
 		{[]string{"-redis", "http://localhost"}, `-redis "http://localhost"`},
 		{[]string{"-report", filepath.Join(dir, "missing", "r.html")}, "does not exist"},

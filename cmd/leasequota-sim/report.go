@@ -72,6 +72,7 @@ func writeReport(w io.Writer, res *Result) error {
 		"Consumers": baselineConsumers,
 		"Logs":      reportLogs(res),
 		"Insts":     instanceRows(res),
+		"Account":   accountTables(res),
 		"Dropped":   res.LogsDropped,
 	}
 	return reportTmpl.Execute(w, data)
@@ -620,6 +621,18 @@ dl { font-size: 13px; } dt { font-weight: 600; margin-top: 6px; } dd { margin-le
 <b>lease</b> is the mean lease size per instance in tokens; <b>calls/1k</b> is lease script runs for the class's tenants per 1,000 of their decisions (many tenants share one pipelined round trip).
 <b>p50/p99</b> are AllowN latencies from a sample of decisions; for low-rate classes the p99 includes the first request on each instance, which waits for the tenant's first lease (cold start).</p>
 
+{{with .Account}}<h2>Where the tokens of Burst + Rate·T went (issue #16)</h2>
+<table id="account-table">
+<thead><tr>{{range .Header}}<th>{{.}}</th>{{end}}</tr></thead>
+<tbody>{{range .Rows}}<tr data-class="{{index . 0}}"{{if eq (index . 0) "all"}} class="total"{{end}}>{{range .}}<td>{{.}}</td>{{end}}</tr>
+{{end}}</tbody></table>
+<table id="account-diag-table">
+<thead><tr>{{range .DiagHeader}}<th>{{.}}</th>{{end}}</tr></thead>
+<tbody>{{range .DiagRows}}<tr data-class="{{index . 0}}">{{range .}}<td>{{.}}</td>{{end}}</tr>
+{{end}}</tbody></table>
+<p class="note">T = {{.T}} s, the workload (the final Close is not in it). The first table is in % of the class's Burst + Rate·T, and its columns after B+r·T add up to 100%.
+{{range .Notes}}{{.}} {{end}}</p>
+{{end}}
 <h2>Per instance</h2>
 <table id="instance-table">
 <thead><tr><th>instance</th><th>active</th><th>offered</th><th>admitted</th><th>admitted %</th><th>over-quota tenants, 1st half</th><th>2nd half</th></tr></thead>
