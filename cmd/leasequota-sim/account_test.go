@@ -156,7 +156,9 @@ func TestLedgerObserve(t *testing.T) {
 	acq := func(granted int64, tokens string, at int64) []interface{} {
 		return []interface{}{granted, tokens, at, int64(3), "", "", int64(0), "", int64(0)}
 	}
-	argv := func(want int64) []interface{} { return []interface{}{"3000", int64(300), want, int64(0), int64(0), "id", int64(1000)} }
+	argv := func(want int64) []interface{} {
+		return []interface{}{"3000", int64(300), want, int64(0), int64(0), "id", int64(1000)}
+	}
 	eval([]string{k0, "r0", "q0"}, argv(100), acq(40, "0", now+1000), nil)
 	eval([]string{k0, "r0", "q0", k1, "r1", "q1"}, append(argv(10), argv(20)...),
 		[]interface{}{acq(10, "5", now+2000), acq(20, "80", now+2000)}, nil)
