@@ -242,6 +242,15 @@ func (r *runner) run(ctx context.Context, prog *progress) (*Result, error) {
 			}
 		}()
 	}
+	stopBusy := make(chan struct{})
+	var busy sync.WaitGroup
+	for range r.cfg.Busy {
+		busy.Add(1)
+		go func() {
+			defer busy.Done()
+			spin(stopBusy)
+		}()
+	}
 	samplerDone := make(chan struct{})
 	stopSampler := make(chan struct{})
 	go func() {
@@ -249,6 +258,8 @@ func (r *runner) run(ctx context.Context, prog *progress) (*Result, error) {
 		r.sampleCalls(ctx, calls, prog, stopSampler)
 	}()
 	working.Wait()
+	close(stopBusy)
+	busy.Wait()
 	r.closeAccount()
 	r.cpu, r.cpuOK = cpuSince(r.cpu0, r.be.redisCPU(ctx))
 	cpuEnd := cpuPoint{at: r.elapsed(), used: r.cpu}
@@ -606,3 +617,23 @@ func (r *runner) snapshot() snapshot {
 	}
 	return s
 }
+
+// spin keeps a CPU busy until stop is closed (-busy): the Go scheduler
+// preempts it, as it would a request handler that computes.
+func spin(stop <-chan struct{}) {
+	x := uint64(1)
+	for {
+		select {
+		case <-stop:
+			spinSink.Add(x)
+			return
+		default:
+		}
+		for range 1 << 16 {
+			x = x*6364136223846793005 + 1442695040888963407
+		}
+	}
+}
+
+// spinSink keeps spin's arithmetic from being optimized away.
+var spinSink atomic.Uint64
