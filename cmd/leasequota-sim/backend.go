@@ -219,6 +219,9 @@ type callCounter struct {
 	evals      atomic.Int64   // script runs (EVAL and EVALSHA), whatever their keys
 	scripts    []atomic.Int64 // per tenant index
 	keyIndex   map[string]int // Redis key -> tenant index; immutable
+	// ledger, when not nil, reads the lease scripts' replies (the account
+	// of the tight scenario); shared by every instance's counter.
+	ledger *bucketLedger
 }
 
 func newCallCounter(keyIndex map[string]int, tenants int) *callCounter {
@@ -231,7 +234,11 @@ func (c *callCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		c.roundTrips.Add(1)
 		c.count(cmd)
-		return next(ctx, cmd)
+		err := next(ctx, cmd)
+		if c.ledger != nil {
+			c.ledger.observe(cmd)
+		}
+		return err
 	}
 }
 
@@ -241,7 +248,13 @@ func (c *callCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 		for _, cmd := range cmds {
 			c.count(cmd)
 		}
-		return next(ctx, cmds)
+		err := next(ctx, cmds)
+		if c.ledger != nil {
+			for _, cmd := range cmds {
+				c.ledger.observe(cmd)
+			}
+		}
+		return err
 	}
 }
 

@@ -20,7 +20,7 @@ import (
 )
 
 // Scenarios the simulator knows, in the order -h lists them.
-var scenarios = []string{"steady", "burst", "skew", "churn", "outage", "fleet"}
+var scenarios = []string{"steady", "burst", "skew", "churn", "outage", "fleet", "tight"}
 
 var scenarioHelp = map[string]string{
 	"steady": "constant skewed demand, traffic spread evenly over the instances",
@@ -29,6 +29,7 @@ var scenarioHelp = map[string]string{
 	"churn":  "the last instance stops (Close) at 35% of the run, a new one starts at 55%",
 	"outage": "Redis unreachable (connections black-holed) from 40% to 60% of the run",
 	"fleet":  "issue #15's fleet shape: every tenant Rate 100, Burst 100, offered 3x its quota evenly over the instances; headline: Redis CPU per admitted request and script runs/s (Redis CPU needs -redis)",
+	"tight":  "issue #16's edges: tenants whose burst is 0.1 s of rate (3000/s burst 300, 800/s burst 100, 300/s burst 50) shared by 3 instances, instance 2 in 700 ms on/off phases, and low-rate tenants (20/s, burst 40) over all instances, each offered 3x its quota; adds the account of where every token of Burst + Rate*T went",
 }
 
 // Config is what the flags set.
@@ -49,6 +50,7 @@ type Config struct {
 	Timeout      time.Duration // WithRedisTimeout; 0 means the default for the Redis in use
 	Failure      string        // WithFailureMode: "default", "local", "closed" or "open"
 	Workers      int           // request goroutines per instance
+	Busy         int           // goroutines that keep the CPUs busy during the workload
 	Seed         uint64        // workload and limiter jitter seed
 	Progress     bool          // show the live progress line
 	Metrics      string        // serve the limiters' metrics on this address, "" for none
@@ -80,6 +82,7 @@ const (
 	maxInstances = 32
 	maxTenants   = 2000
 	maxWorkers   = 16
+	maxBusy      = 64
 	minDuration  = time.Second
 	maxDuration  = time.Hour
 	maxBaseline  = time.Minute
@@ -119,6 +122,7 @@ func parseConfig(args []string, out io.Writer) (Config, error) {
 	fs.DurationVar(&cfg.Timeout, "redis-timeout", 0, fmt.Sprintf("deadline of each lease call (WithRedisTimeout) (default: %v on the embedded Redis, which runs scripts slowly; the library's default, half of -refresh, with -redis)", embeddedTimeout))
 	fs.StringVar(&cfg.Failure, "failure-mode", cfg.Failure, "what requests get once Redis is unreachable and leases are spent (WithFailureMode): `mode` local, closed, open, or default (the library's)")
 	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, fmt.Sprintf("request goroutines per instance (1..%d)", maxWorkers))
+	fs.IntVar(&cfg.Busy, "busy", 0, fmt.Sprintf("`goroutines` that spin on the CPU for the whole workload, as request handlers that keep every core busy (0..%d) (default 0: none)", maxBusy))
 	fs.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "`seed` of the workload (bursty phases) and of the limiters' jitter")
 	fs.BoolVar(&cfg.Progress, "progress", cfg.Progress, "show live progress (in place on a terminal, a line a second otherwise)")
 	fs.StringVar(&cfg.Metrics, "metrics", "", "serve the limiters' OpenTelemetry metrics in Prometheus format at http://`ADDR`/metrics while the simulation runs, e.g. localhost:9464 (default: off)")
@@ -182,6 +186,8 @@ func (c Config) Validate() error {
 		return usagef("-redis-timeout %v: want > 0 and <= 1m (or 0 for the default)", c.Timeout)
 	case c.Workers < 1 || c.Workers > maxWorkers:
 		return usagef("-workers %d: want 1..%d", c.Workers, maxWorkers)
+	case c.Busy < 0 || c.Busy > maxBusy:
+		return usagef("-busy %d: want 0..%d", c.Busy, maxBusy)
 	}
 	if _, ok := failureModes[c.Failure]; !ok {
 		return usagef("-failure-mode %q: want default, local, closed or open", c.Failure)
@@ -195,6 +201,9 @@ func (c Config) Validate() error {
 	}
 	if (c.Scenario == "skew" || c.Scenario == "churn") && c.Instances < 2 {
 		return usagef("-scenario %s needs -instances >= 2, got %d", c.Scenario, c.Instances)
+	}
+	if c.Scenario == "tight" && (c.Instances < tightInstances || c.Tenants < len(tightTiers)) {
+		return usagef("-scenario tight needs -instances >= %d and -tenants >= %d, got %d and %d", tightInstances, len(tightTiers), c.Instances, c.Tenants)
 	}
 	if c.RedisCluster != "" {
 		if c.RedisURL != "" {

@@ -68,9 +68,13 @@ func TestParseConfigErrors(t *testing.T) {
 		{[]string{"-lease-ttl", "50ms"}, "-lease-ttl 50ms"},
 		{[]string{"-redis-timeout", "-1s"}, "-redis-timeout -1s"},
 		{[]string{"-workers", "0"}, "-workers 0"},
+		{[]string{"-busy", "-1"}, "-busy -1"},
+		{[]string{"-busy", "65"}, "-busy 65"},
 		{[]string{"-scenario", "chaos"}, `-scenario "chaos"`},
 		{[]string{"-scenario", "skew", "-instances", "1"}, "needs -instances >= 2"},
 		{[]string{"-scenario", "churn", "-instances", "1"}, "needs -instances >= 2"},
+		{[]string{"-scenario", "tight", "-instances", "2"}, "needs -instances >= 3 and -tenants >= 4"},
+		{[]string{"-scenario", "tight", "-tenants", "3"}, "needs -instances >= 3 and -tenants >= 4"},
 		{[]string{"-failure-mode", "maybe"}, `-failure-mode "maybe"`},
 		{[]string{"-redis", "http://localhost"}, `-redis "http://localhost"`},
 		{[]string{"-report", filepath.Join(dir, "missing", "r.html")}, "does not exist"},
@@ -118,7 +122,7 @@ func TestHelpDocumentsEveryFlag(t *testing.T) {
 	n := 0
 	// Every flag parseConfig defines must be in the help, with a default.
 	for _, name := range []string{"instances", "tenants", "duration", "scenario", "redis", "report", "baseline",
-		"load", "refresh", "lease-ttl", "redis-timeout", "failure-mode", "workers", "seed", "progress", "metrics", "redis-cluster", "reservation"} {
+		"load", "refresh", "lease-ttl", "redis-timeout", "failure-mode", "workers", "seed", "progress", "metrics", "redis-cluster", "reservation", "busy"} {
 		n++
 		i := strings.Index(help, "  -"+name+" ")
 		if i < 0 {

@@ -14,7 +14,8 @@ import (
 // Colours: a tenant class is coloured by its tier and dashed by its
 // demand pattern, the same in every chart.
 var (
-	tierColor = map[string]string{"large": "#1f77b4", "medium": "#e6780b", "small": "#2ca02c", "fleet": "#1f77b4"}
+	tierColor = map[string]string{"large": "#1f77b4", "medium": "#e6780b", "small": "#2ca02c", "fleet": "#1f77b4",
+		"tight3000": "#1f77b4", "tight800": "#e6780b", "tight300": "#2ca02c", "low20": "#9467bd"}
 	patDash   = map[string]string{"over": "", "under": "7 4", "bursty": "2 3"}
 	slotColor = []string{"#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"}
 )
@@ -71,6 +72,7 @@ func writeReport(w io.Writer, res *Result) error {
 		"Consumers": baselineConsumers,
 		"Logs":      reportLogs(res),
 		"Insts":     instanceRows(res),
+		"Account":   accountTables(res),
 		"Dropped":   res.LogsDropped,
 	}
 	return reportTmpl.Execute(w, data)
@@ -200,6 +202,8 @@ func drawEvents(p *plot, res *Result) {
 			p.band(e.From.Seconds(), e.To.Seconds(), "#fff3c4", e.Label)
 		case "stopped":
 			p.band(e.From.Seconds(), e.To.Seconds(), "#ececec", "1 instance down")
+		case "off":
+			p.band(e.From.Seconds(), e.To.Seconds(), "#ececec", "")
 		case "hot":
 			if e.From > 0 {
 				p.marker(e.From.Seconds(), e.Label)
@@ -342,8 +346,11 @@ func shareChart(res *Result) string {
 }
 
 func bandLabel(e event) string {
-	if e.Kind == "stopped" {
+	switch e.Kind {
+	case "stopped":
 		return "1 instance down"
+	case "off":
+		return fmt.Sprintf("%d idle", onOffSlot)
 	}
 	return e.Label
 }
@@ -614,6 +621,18 @@ dl { font-size: 13px; } dt { font-weight: 600; margin-top: 6px; } dd { margin-le
 <b>lease</b> is the mean lease size per instance in tokens; <b>calls/1k</b> is lease script runs for the class's tenants per 1,000 of their decisions (many tenants share one pipelined round trip).
 <b>p50/p99</b> are AllowN latencies from a sample of decisions; for low-rate classes the p99 includes the first request on each instance, which waits for the tenant's first lease (cold start).</p>
 
+{{with .Account}}<h2>Where the tokens of Burst + Rate·T went (issue #16)</h2>
+<table id="account-table">
+<thead><tr>{{range .Header}}<th>{{.}}</th>{{end}}</tr></thead>
+<tbody>{{range .Rows}}<tr data-class="{{index . 0}}"{{if eq (index . 0) "all"}} class="total"{{end}}>{{range .}}<td>{{.}}</td>{{end}}</tr>
+{{end}}</tbody></table>
+<table id="account-diag-table">
+<thead><tr>{{range .DiagHeader}}<th>{{.}}</th>{{end}}</tr></thead>
+<tbody>{{range .DiagRows}}<tr data-class="{{index . 0}}">{{range .}}<td>{{.}}</td>{{end}}</tr>
+{{end}}</tbody></table>
+<p class="note">T = {{.T}} s, the workload (the final Close is not in it). The first table is in % of the class's Burst + Rate·T, and its columns after B+r·T add up to 100%.
+{{range .Notes}}{{.}} {{end}}</p>
+{{end}}
 <h2>Per instance</h2>
 <table id="instance-table">
 <thead><tr><th>instance</th><th>active</th><th>offered</th><th>admitted</th><th>admitted %</th><th>over-quota tenants, 1st half</th><th>2nd half</th></tr></thead>

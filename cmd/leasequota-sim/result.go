@@ -40,6 +40,11 @@ type Result struct {
 	CloseErrs   []string
 	Violations  []Violation
 	Baseline    *BaselineResult
+	// Account is where the tokens of Burst + Rate*T went, summed over the
+	// tenants, with T = AccountT (the workload, Close excluded); nil but
+	// for the tight scenario. Classes and tenants have their own.
+	Account  *Account
+	AccountT time.Duration
 }
 
 // Counts are decision counts. Admitted counts admissions paid with leased
@@ -74,7 +79,8 @@ type TenantResult struct {
 	WindowExcess float64 // worst window's admitted minus Burst + Rate*(W + L); <= 0 when the bound held
 	WindowFrom   time.Duration
 	WindowTo     time.Duration
-	LeaseCalls   int64 // lease script runs for the tenant (acquire and release)
+	LeaseCalls   int64    // lease script runs for the tenant (acquire and release)
+	Account      *Account // nil but for the tight scenario
 }
 
 // ClassResult aggregates the tenants of one class.
@@ -94,6 +100,7 @@ type ClassResult struct {
 	CallsPer1k    float64 // lease script runs per 1,000 decisions
 	MeanLease     float64 // mean lease size per instance, tokens
 	P50, P99      time.Duration
+	Account       *Account // the sum of its tenants'; nil but for the tight scenario
 }
 
 // InstanceResult is one instance's decisions.
@@ -259,6 +266,9 @@ func (r *runner) result(end time.Time, calls *callSeries) *Result {
 	T := res.Elapsed.Seconds()
 	L := r.cfg.windowL()
 	res.Tenants = make([]TenantResult, nt)
+	if r.ledger != nil {
+		r.ledger.finish()
+	}
 	for i, t := range w.Tenants {
 		tr := TenantResult{
 			Name: t.Name, Class: t.Class, Rate: t.Quota.Rate, Burst: t.Quota.Burst,
@@ -281,7 +291,18 @@ func (r *runner) result(end time.Time, calls *callSeries) *Result {
 			res.Violations = append(res.Violations, Violation{Tenant: t.Name, Kind: "window",
 				Admitted: bound + ex, Bound: bound, From: from, To: to})
 		}
+		if r.ledger != nil {
+			denied := make([]bool, nb)
+			for b := range denied {
+				denied[b] = off[i][b] > adm[i][b]+deg[i][b]
+			}
+			a := r.ledger.account(i, r.accountT.Seconds(), denied, tr.Admitted, r.held[i])
+			tr.Account = &a
+		}
 		res.Tenants[i] = tr
+	}
+	if r.ledger != nil {
+		res.Account, res.AccountT = &Account{}, r.accountT
 	}
 
 	// Classes.
@@ -300,6 +321,12 @@ func (r *runner) result(end time.Time, calls *callSeries) *Result {
 			cr.Ideal += tr.Ideal
 			cr.OverAdmission += max(0, int64(math.Ceil(float64(tr.Admitted)-tr.Bound)))
 			cr.LeaseCalls += tr.LeaseCalls
+			if tr.Account != nil {
+				if cr.Account == nil {
+					cr.Account = &Account{}
+				}
+				cr.Account.add(tr.Account)
+			}
 			for b := 0; b < nb; b++ {
 				so[b] += off[ti][b]
 				sa[b] += adm[ti][b]
@@ -334,6 +361,11 @@ func (r *runner) result(end time.Time, calls *callSeries) *Result {
 			cr.MeanLease = leaseSum / float64(leaseN)
 		}
 		cr.P50, cr.P99 = percentile(lat[ci], 0.50), percentile(lat[ci], 0.99)
+		if cr.Account != nil {
+			cr.Account.OffHeld = r.offHeld(ci, len(c.Tenants))
+			res.Account.add(cr.Account)
+			res.Account.OffHeld += cr.Account.OffHeld
+		}
 		all = append(all, lat[ci]...)
 		res.Series.ClassOffered[ci], res.Series.ClassAdmitted[ci], res.Series.ClassDegraded[ci], res.Series.ClassLease[ci] = so, sa, sd, sl
 		res.Classes = append(res.Classes, cr)

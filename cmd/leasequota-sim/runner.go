@@ -46,6 +46,12 @@ type runner struct {
 	cpu   time.Duration
 	cpuOK bool
 	cpu0  cpuSample
+	// The account of the tight scenario (nil ledger for the others): the
+	// buckets followed through the script replies, its length T, and the
+	// leased tokens each tenant's instances held when it closed.
+	ledger   *bucketLedger
+	accountT time.Duration
+	held     []int64
 }
 
 // instance is one simulated service instance (one slot of the workload).
@@ -59,6 +65,7 @@ type instance struct {
 	// Written by the instance's lease sampler, read after it ends.
 	leaseSum []float64 // [class*nb + bucket] sum of lease targets sampled
 	leaseN   []int32   // number of samples added to leaseSum
+	heldSum  []float64 // [class*nb + bucket] sum of leased tokens held, sampled with leaseSum
 
 	// Set when the instance stops.
 	stats    leasequota.Stats
@@ -135,6 +142,9 @@ func newRunner(cfg Config, w *workload, be *backend) *runner {
 	}
 	r.step = max(minStep, (cfg.Duration / maxSeriesLen).Round(10*time.Millisecond))
 	r.nb = int((cfg.Duration + r.step - 1) / r.step)
+	if cfg.Scenario == "tight" {
+		r.ledger = newBucketLedger(w, r.keyIndex, r.step, r.nb, cfg.Refresh)
+	}
 	return r
 }
 
@@ -172,9 +182,11 @@ func (r *runner) run(ctx context.Context, prog *progress) (*Result, error) {
 	for s := range slots {
 		inst := &instance{slot: s}
 		inst.cc = newCallCounter(r.keyIndex, len(r.w.Tenants))
+		inst.cc.ledger = r.ledger
 		inst.client = r.be.newClient(inst.cc)
 		inst.leaseSum = make([]float64, nc*r.nb)
 		inst.leaseN = make([]int32, nc*r.nb)
+		inst.heldSum = make([]float64, nc*r.nb)
 		for k := 0; k < r.cfg.Workers; k++ {
 			ws := &workerStats{rng: rand.New(rand.NewPCG(r.cfg.Seed, uint64(s*maxWorkers+k)))}
 			for ti := k; ti < len(r.w.Tenants); ti += r.cfg.Workers {
@@ -202,6 +214,9 @@ func (r *runner) run(ctx context.Context, prog *progress) (*Result, error) {
 	r.cpu0 = r.be.redisCPU(ctx)
 	r.start = time.Now()
 	r.logs.start = r.start
+	if r.ledger != nil {
+		r.ledger.begin(r.start)
+	}
 	// Instances running at the end of the workload close together, once
 	// all their requests are done and the traffic was sampled, so that
 	// Close's traffic (returning leases) is counted apart.
@@ -227,6 +242,15 @@ func (r *runner) run(ctx context.Context, prog *progress) (*Result, error) {
 			}
 		}()
 	}
+	stopBusy := make(chan struct{})
+	var busy sync.WaitGroup
+	for range r.cfg.Busy {
+		busy.Add(1)
+		go func() {
+			defer busy.Done()
+			spin(stopBusy)
+		}()
+	}
 	samplerDone := make(chan struct{})
 	stopSampler := make(chan struct{})
 	go func() {
@@ -234,6 +258,9 @@ func (r *runner) run(ctx context.Context, prog *progress) (*Result, error) {
 		r.sampleCalls(ctx, calls, prog, stopSampler)
 	}()
 	working.Wait()
+	close(stopBusy)
+	busy.Wait()
+	r.closeAccount()
 	r.cpu, r.cpuOK = cpuSince(r.cpu0, r.be.redisCPU(ctx))
 	cpuEnd := cpuPoint{at: r.elapsed(), used: r.cpu}
 	r.be.setDown(false)
@@ -345,7 +372,7 @@ func (r *runner) work(ctx context.Context, slot int, lim *leasequota.Limiter, ws
 		last = now
 		wgt := r.w.Weight(slot, now)
 		for k, ti := range ws.tenants {
-			due[k] += r.w.Demand(ti, now) * wgt * dt.Seconds()
+			due[k] += r.w.Rate(ti, slot, now, wgt) * dt.Seconds()
 			cnt := int(due[k])
 			due[k] -= float64(cnt)
 			name := r.w.Tenants[ti].Name
@@ -433,6 +460,7 @@ func (r *runner) sampleLeases(inst *instance, lim *leasequota.Limiter, stop <-ch
 				continue
 			}
 			inst.leaseSum[t.Class*r.nb+b] += float64(info.Lease)
+			inst.heldSum[t.Class*r.nb+b] += float64(info.Tokens)
 			inst.leaseN[t.Class*r.nb+b]++
 		}
 	}
@@ -589,3 +617,23 @@ func (r *runner) snapshot() snapshot {
 	}
 	return s
 }
+
+// spin keeps a CPU busy until stop is closed (-busy): the Go scheduler
+// preempts it, as it would a request handler that computes.
+func spin(stop <-chan struct{}) {
+	x := uint64(1)
+	for {
+		select {
+		case <-stop:
+			spinSink.Add(x)
+			return
+		default:
+		}
+		for range 1 << 16 {
+			x = x*6364136223846793005 + 1442695040888963407
+		}
+	}
+}
+
+// spinSink keeps spin's arithmetic from being optimized away.
+var spinSink atomic.Uint64

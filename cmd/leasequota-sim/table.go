@@ -23,6 +23,10 @@ func writeSummary(out io.Writer, res *Result) {
 	}
 	writeClassTable(out, res)
 	fmt.Fprintln(out)
+	if res.Account != nil {
+		writeAccountTable(out, res)
+		fmt.Fprintln(out)
+	}
 	for _, l := range verdictLines(res) {
 		fmt.Fprintln(out, l)
 	}

@@ -30,6 +30,27 @@ var tiers = []tier{
 // fleet shapes: Rate 100, Burst 100, every tenant over its quota.
 var fleetTiers = []tier{{name: "fleet", rate: 100, burst: 100}}
 
+// tightTiers are the tight scenario's tenants (issue #16): bursts of 0.1 s
+// of rate, each shared by the first tightInstances instances, then the
+// low-rate tenants (20/s, burst 40) that every instance shares. Each tight
+// tier has a share of 2% of the tenants and at least one; low takes the
+// rest. Every tenant is offered 3x its quota.
+var tightTiers = []tier{
+	{name: "tight3000", rate: 3000, burst: 300, share: 0.02},
+	{name: "tight800", rate: 800, burst: 100, share: 0.02},
+	{name: "tight300", rate: 300, burst: 50, share: 0.02},
+	{name: "low20", rate: 20, burst: 40},
+}
+
+// The tight scenario's instances: the tight tenants' traffic goes to the
+// first tightInstances instances, a third each, and onOffSlot takes its
+// third only during on phases: onOffPhase on, onOffPhase off, on first.
+const (
+	tightInstances = 3
+	onOffSlot      = 2
+	onOffPhase     = 700 * time.Millisecond
+)
+
 // pattern is how a tenant's demand compares with its quota.
 type pattern int
 
@@ -57,6 +78,9 @@ type simTenant struct {
 	Quota   leasequota.Quota
 	Pattern pattern
 	Phase   time.Duration // offset of a bursty tenant's on/off cycle
+	// Tight is true for the tight scenario's tight tenants, served by the
+	// first tightInstances instances only.
+	Tight bool
 }
 
 // class is tenants of one tier and one demand pattern; the tables and
@@ -104,8 +128,11 @@ func newWorkload(cfg Config) *workload {
 	w := &workload{Scenario: cfg.Scenario, Duration: cfg.Duration, Load: cfg.Load}
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x5eed))
 	ts, patterns := tiers, 3
-	if cfg.Scenario == "fleet" {
+	switch cfg.Scenario {
+	case "fleet":
 		ts, patterns = fleetTiers, 1
+	case "tight":
+		ts, patterns = tightTiers, 1
 	}
 	counts := make([]int, len(ts))
 	left := cfg.Tenants
@@ -115,8 +142,8 @@ func newWorkload(cfg Config) *workload {
 			break
 		}
 		n := int(float64(cfg.Tenants)*t.share + 0.5)
-		if i == 0 && n == 0 {
-			n = 1 // always one large tenant
+		if n == 0 && (i == 0 || cfg.Scenario == "tight") {
+			n = 1 // always one large tenant, and one of each tight tier
 		}
 		n = min(n, left)
 		counts[i] = n
@@ -140,6 +167,7 @@ func newWorkload(cfg Config) *workload {
 				Quota:   leasequota.Quota{Rate: t.rate, Burst: t.burst},
 				Pattern: p,
 				Phase:   time.Duration(rng.Int64N(int64(burstyPeriod))),
+				Tight:   cfg.Scenario == "tight" && ti < len(ts)-1,
 			})
 			w.Classes[ci].Tenants = append(w.Classes[ci].Tenants, idx)
 		}
@@ -185,6 +213,24 @@ func (w *workload) Demand(i int, t time.Duration) float64 {
 	}
 	return f * tn.Quota.Rate * w.Load
 }
+
+// Rate returns tenant i's demand on instance slot s at time t, in
+// requests per second; wgt is Weight(s, t). In the tight scenario a tight
+// tenant's demand is split in thirds over the first tightInstances slots,
+// and onOffSlot's third is dropped (not moved) in its off phases; every
+// other tenant's demand is spread by Weight.
+func (w *workload) Rate(i, s int, t time.Duration, wgt float64) float64 {
+	if !w.Tenants[i].Tight {
+		return w.Demand(i, t) * wgt
+	}
+	if s >= tightInstances || (s == onOffSlot && !onPhase(t)) {
+		return 0
+	}
+	return w.Demand(i, t) / tightInstances
+}
+
+// onPhase reports whether onOffSlot serves the tight tenants at t.
+func onPhase(t time.Duration) bool { return t%(2*onOffPhase) < onOffPhase }
 
 // Weight returns the share of all traffic that instance slot s receives
 // at time t; the shares of the slots active at t add up to 1.
@@ -245,6 +291,13 @@ func (w *workload) Events() []event {
 			{Kind: "hot", Label: "instance 0 takes 70%", From: 0, To: w.frac(0.5)},
 			{Kind: "hot", Label: "instance 1 takes 70%", From: w.frac(0.5), To: w.Duration},
 		}
+	case "tight":
+		var ev []event
+		for from := onOffPhase; from < w.Duration; from += 2 * onOffPhase {
+			ev = append(ev, event{Kind: "off", Label: fmt.Sprintf("instance %d idle for the tight tenants", onOffSlot),
+				From: from, To: min(from+onOffPhase, w.Duration)})
+		}
+		return ev
 	}
 	return nil
 }
