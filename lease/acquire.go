@@ -280,7 +280,10 @@ func (c *Client) acquireCall(r Request) (call, error) {
 	if err := r.Validate(); err != nil {
 		return call{}, err
 	}
-	args := []interface{}{formatRate(r.Limits.Rate), strconv.FormatInt(r.Limits.Burst, 10), strconv.FormatInt(r.Want, 10)}
+	// Room for the seven arguments of the longest form, so the appends
+	// below do not move it.
+	args := make([]interface{}, 3, 7)
+	args[0], args[1], args[2] = formatRate(r.Limits.Rate), strconv.FormatInt(r.Limits.Burst, 10), strconv.FormatInt(r.Want, 10)
 	key := c.Key(r.Tenant)
 	keys := []string{key, InstancesKey(key), QuotaKey(key)}
 	if c.instance == "" {
@@ -290,7 +293,7 @@ func (c *Client) acquireCall(r Request) (call, error) {
 	if !(demand >= 0) || math.IsInf(demand, 0) {
 		demand = 0
 	}
-	args = append(args, c.instance, strconv.FormatInt(c.window.Milliseconds(), 10), strconv.FormatFloat(demand, 'f', -1, 64))
+	args = append(args, c.registry[0], c.registry[1], strconv.FormatFloat(demand, 'f', -1, 64))
 	if r.Reserve > 0 {
 		args = append(args, strconv.FormatInt(ceilMillis(r.Reserve), 10))
 	}

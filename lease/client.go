@@ -6,6 +6,7 @@ package lease
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -21,6 +22,11 @@ type Client struct {
 	window   time.Duration // how long an instance counts as active after an acquire
 	batch    int           // tenants per acquire script call in AcquireMany (WithBatch)
 	releases atomic.Uint64 // sequence of release ids, with instance
+
+	// registry is the acquire arguments that name this instance and its
+	// window (ARGV[4..5]), boxed once by NewClient: every acquire sends
+	// them, and boxing a string allocates.
+	registry [2]interface{}
 }
 
 // ReleaseDedupWindow is how long the release script remembers the ids of
@@ -79,6 +85,7 @@ func NewClient(s Scripter, prefix string, opts ...ClientOption) (*Client, error)
 	if c.instance != "" && c.window < time.Millisecond {
 		return nil, fmt.Errorf("%w: WithInstance window %v: want >= 1ms", ErrBadRequest, c.window)
 	}
+	c.registry = [2]interface{}{c.instance, strconv.FormatInt(c.window.Milliseconds(), 10)}
 	return c, nil
 }
 
