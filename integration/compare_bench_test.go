@@ -381,3 +381,19 @@ func commandCallsBut(info string, skip ...string) (int64, error) {
 	}
 	return total, nil
 }
+
+func TestCommandCallsBut(t *testing.T) {
+	info := "# Commandstats\r\n" +
+		"cmdstat_get:calls=1,usec=2,usec_per_call=2.00,rejected_calls=0,failed_calls=0\r\n" +
+		"cmdstat_info:calls=7,usec=58,usec_per_call=8.29,rejected_calls=0,failed_calls=0\r\n" +
+		"cmdstat_evalsha:calls=120,usec=114,usec_per_call=0.95,rejected_calls=0,failed_calls=0\r\n"
+	if n, err := commandCallsBut(info, "info"); n != 121 || err != nil {
+		t.Errorf("commandCallsBut(info) = %d, %v; want 121, nil", n, err)
+	}
+	if n, err := commandCallsBut(info); n != 128 || err != nil {
+		t.Errorf("commandCallsBut() = %d, %v; want 128, nil", n, err)
+	}
+	if _, err := commandCallsBut("cmdstat_get:calls=x,usec=2\r\n"); err == nil {
+		t.Error("commandCallsBut of a bad line: no error")
+	}
+}
