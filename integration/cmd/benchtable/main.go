@@ -8,8 +8,10 @@
 //
 // With -echo it copies its input to stdout as it reads it, the table
 // after. It exits with status 1 when the input has no comparison line or
-// reports a failure (a line starting FAIL, --- FAIL or panic:), after
-// printing what it has.
+// reports a failure (a line starting FAIL or panic:, or with --- FAIL),
+// after printing what it has. Under the table it names the limiters that
+// denied decisions (the benchmarks' denied/1k-dec), with the most of any
+// run.
 package main
 
 import (
@@ -104,7 +106,8 @@ func parse(r io.Reader, echo io.Writer) (*results, error) {
 			}
 		}
 		trimmed := strings.TrimSpace(line)
-		if strings.HasPrefix(trimmed, "FAIL") || strings.HasPrefix(trimmed, "--- FAIL") || strings.HasPrefix(trimmed, "panic:") {
+		// A failed sub-benchmark's "--- FAIL" follows its name on the line.
+		if strings.HasPrefix(trimmed, "FAIL") || strings.Contains(line, "--- FAIL") || strings.HasPrefix(trimmed, "panic:") {
 			res.failed = true
 		}
 		m := benchLineRE.FindStringSubmatch(line)
@@ -227,10 +230,30 @@ func (r *results) write(w io.Writer) error {
 		baseline, localRate,
 		r.ratio(familySerial, baseline, localRate, "ns/op"), procs, r.ratio(familyParallel, baseline, localRate, "ns/op"),
 		baseline, r.cell(familySerial, baseline, "allocs/op"), formatNum(goalLocalRatio))
+	for _, l := range r.limiters {
+		if most, family := r.most(l, "denied/1k-dec"); most > 0 {
+			fmt.Fprintf(b, "%s denied decisions: up to %s per 1,000 in a run (%s)\n", l, formatNum(most), family)
+		}
+	}
 	fmt.Fprintf(b, "closed loop, 64 goroutines, %s dec/s / %s dec/s: %s (issue #16's goal: >= %sx)\n",
 		baseline, redisRate, r.ratio(familyLoop, baseline, redisRate, "dec/s"), formatNum(goalLoopRatio))
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// most is the largest value of unit in any run of limiter, of any
+// family, and that run's family.
+func (r *results) most(limiter, unit string) (float64, string) {
+	var most float64
+	var family string
+	for _, f := range []string{familySerial, familyParallel, familyLoop} {
+		for _, run := range r.runs[f][limiter] {
+			if v := run[unit]; v > most {
+				most, family = v, f
+			}
+		}
+	}
+	return most, family
 }
 
 // cell is the median of a figure, formatted, or "-".

@@ -51,7 +51,7 @@ BenchmarkCompare/redis_rate-2         	 100	     40000 ns/op	      1000 redis-ca
 BenchmarkCompare/xtimerate-keyed-2    	 100	       300 ns/op	       0 B/op	       0 allocs/op
 BenchmarkCompare/leasequota-2         	 100	        30 ns/op	         0.5 redis-calls/1k-dec	         30 redis-cmds/1k-dec	         12 redis-cpu-µs/1k-dec	       0 B/op	       0 allocs/op
 BenchmarkCompare/redis_rate-2         	 100	     40000 ns/op	      1000 redis-calls/1k-dec	      3000 redis-cmds/1k-dec	     20000 redis-cpu-µs/1k-dec	     696 B/op	      22 allocs/op
-BenchmarkCompareParallel/leasequota-2 	 100	        25 ns/op	       0 B/op	       0 allocs/op
+BenchmarkCompareParallel/leasequota-2 	 100	        25 ns/op	         2.5 denied/1k-dec	       0 B/op	       0 allocs/op
 BenchmarkCompareParallel/xtimerate-keyed-2 	 100	       250 ns/op	       0 B/op	       0 allocs/op
 BenchmarkCompareClosedLoop/leasequota-2 	 100	       100 ns/op	   5000000 dec/s	       0 B/op	       0 allocs/op
 BenchmarkCompareClosedLoop/redis_rate-2 	 100	     50000 ns/op	     20000 dec/s	     870 B/op	      22 allocs/op
@@ -64,6 +64,9 @@ func TestMediansAndRatios(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := out.String()
+	if strings.Contains(got, "xtimerate-keyed denied") || strings.Contains(got, "redis_rate denied") {
+		t.Errorf("a limiter without denials is said to deny:\n%s", got)
+	}
 	for _, want := range []string{
 		// leasequota first though it came second; medians of 40, 90, 30
 		// and of 200, 400, 300; no closed-loop run of xtimerate-keyed.
@@ -73,6 +76,7 @@ func TestMediansAndRatios(t *testing.T) {
 		"Medians of 3 run(s) each",
 		"1 goroutine 0.13x, RunParallel (GOMAXPROCS 2) 0.1x; leasequota allocs/op 0 ",
 		"leasequota dec/s / redis_rate dec/s: 250x ",
+		"leasequota denied decisions: up to 2.50 per 1,000 in a run (BenchmarkCompareParallel)\n",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("output lacks %q:\n%s", want, got)
@@ -99,6 +103,7 @@ func TestFailures(t *testing.T) {
 		{"empty", "", "no BenchmarkCompare result"},
 		{"other benchmarks only", "BenchmarkAllow-2  100  30 ns/op  0 B/op  0 allocs/op\nPASS\n", "no BenchmarkCompare result"},
 		{"failed run", sample + "--- FAIL: BenchmarkCompare/redis_rate\nFAIL\n", "run failed"},
+		{"failed sub-benchmark", sample + "BenchmarkCompareParallel/leasequota-2  \t--- FAIL: BenchmarkCompareParallel/leasequota-2\nPASS\n", "run failed"},
 		{"panic", sample + "panic: boom\n", "run failed"},
 		{"bad metrics", "BenchmarkCompare/leasequota-2  100  30 ns/op  0\n", "odd number of fields"},
 	} {
