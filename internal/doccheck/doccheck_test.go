@@ -132,6 +132,7 @@ func TestRule(t *testing.T) {
 		{"# A\n\n`cd integration && go test -run '^$' -bench BenchmarkCompare . | go run ./cmd/nosuch` prints 3 ns\n", "no such directory"},
 		{"# A\n\n`cd integration && go test -bench NoSuch . | go run ./cmd/benchtable` prints 3 ns\n", "selects no benchmark"},
 		{"# A\n\n`go test -bench Allow . | sort` prints 3 ns\n", "only be piped into go run"},
+		{"# A\n\n`go test -bench Allow .`\n\n```\n| a | 3 ns |\n```\n", ""},
 	} {
 		problems := checkFile(root, "x.md", tc.md, make([]bool, len(notMeasured)))
 		got := strings.Join(problems, "\n")
@@ -277,7 +278,7 @@ func parseCommand(root, s string) (command, bool, error) {
 	if i := slices.Index(args, "|"); i >= 0 {
 		args, filter = args[:i], args[i+1:]
 	}
-	if filter != nil {
+	if filter != nil && isGoTest(args) {
 		return pipedGoTest(root, s, args, filter)
 	}
 	switch {
@@ -326,6 +327,12 @@ func pipedGoTest(root, s string, args, filter []string) (command, bool, error) {
 	}
 	cmd.text = s
 	return cmd, ok, err
+}
+
+// isGoTest reports whether args are go test ... or cd <dir> && go test ....
+func isGoTest(args []string) bool {
+	return len(args) >= 2 && args[0] == "go" && args[1] == "test" ||
+		len(args) >= 5 && args[0] == "cd" && args[2] == "&&" && args[3] == "go" && args[4] == "test"
 }
 
 // quoteWords quotes each word for shellWords, so that joined they split
