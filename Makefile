@@ -3,7 +3,9 @@
 # make test   - make sure a Redis can be had, then vet and run every test
 #               of every module (race detector on, integration tests
 #               included), and each fuzz target briefly
-# make bench  - run the benchmarks of every module
+# make bench  - run the benchmarks of every module, ending with issue
+#               #16's comparison table (integration's BenchmarkCompare
+#               families through integration/cmd/benchtable)
 # make simulation-long - 20,000 scenarios of the deterministic simulation
 #
 # Modules: the library (this directory) and three nested modules with
@@ -15,6 +17,9 @@ GO ?= go
 # with "context deadline exceeded" when a duration ends while a starved
 # worker is mid-call (golang/go#75804, fixed in Go 1.27).
 FUZZTIME ?= 100000x
+# -count of the comparison benchmarks that end make bench: the table
+# gives the median of each figure over the runs.
+COMPARECOUNT ?= 1
 
 .PHONY: demo test redis vet unit simulation simulation-long simulation-fleet integration sim grpc fuzz bench
 
@@ -65,5 +70,6 @@ fuzz:
 bench: redis
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 	cd grpcquota && $(GO) test -run '^$$' -bench . -benchmem ./...
-	cd integration && $(GO) test -run '^$$' -bench . -benchmem ./...
+	cd integration && $(GO) test -run '^$$' -bench . -skip '^BenchmarkCompare' -benchmem ./...
 	cd cmd/leasequota-sim && $(GO) test -run '^$$' -bench . -benchmem ./...
+	cd integration && $(GO) test -run '^$$' -bench '^BenchmarkCompare' -benchmem -count $(COMPARECOUNT) . | $(GO) run ./cmd/benchtable -echo

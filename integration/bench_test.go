@@ -46,17 +46,37 @@ func BenchmarkAllowOnRedis(b *testing.B) {
 // the harness's Redis (loopback), the cost leasequota keeps off the
 // request path.
 func BenchmarkRedisPerRequest(b *testing.B) {
-	c, err := lease.NewClient(redistest.Client(b), redistest.Prefix(b))
-	if err != nil {
-		b.Fatal(err)
-	}
-	lim := lease.Limits{Rate: redisBenchQuota.Rate, Burst: redisBenchQuota.Burst}
+	p := newPerRequestLimiter(b, redistest.Client(b), redistest.Prefix(b), redisBenchQuota)
 	ctx := context.Background()
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
-		g, err := c.Acquire(ctx, "t", lim, 1)
-		if err != nil || g.Granted != 1 {
-			b.Fatal(g, err)
+		if ok, err := p.allow(ctx, "t"); !ok {
+			b.Fatal("denied", err)
 		}
 	}
+}
+
+// perRequestLimiter is the per-request Lua limiter leasequota replaces:
+// every decision is one acquire script call for one token on the
+// tenant's bucket in Redis (lease.Client.Acquire). BenchmarkRedisPerRequest
+// and BenchmarkCompare's lua-per-request use it.
+type perRequestLimiter struct {
+	c   *lease.Client
+	lim lease.Limits
+}
+
+func newPerRequestLimiter(tb testing.TB, s lease.Scripter, prefix string, q leasequota.Quota) *perRequestLimiter {
+	tb.Helper()
+	c, err := lease.NewClient(s, prefix)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return &perRequestLimiter{c: c, lim: lease.Limits{Rate: q.Rate, Burst: q.Burst}}
+}
+
+// allow spends one token of tenant's bucket if it has one. A failed call
+// is a denial, with its error.
+func (p *perRequestLimiter) allow(ctx context.Context, tenant string) (bool, error) {
+	g, err := p.c.Acquire(ctx, tenant, p.lim, 1)
+	return err == nil && g.Granted == 1, err
 }

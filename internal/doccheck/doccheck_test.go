@@ -25,11 +25,13 @@
 //     - cd cmd/leasequota-sim && go run . ... (the simulator is a module
 //     of its own)
 //     - bash scripts/<file> ..., for a script of this repository
+//     - a go test command above piped into go run ./<dir> (a formatter
+//     of the same module, such as integration's cmd/benchtable)
 //  3. The command must be real: every package a go test names exists and
 //     has a benchmark that its -bench pattern selects (without -bench, a
 //     test that its -run pattern selects); a cd names a directory with a
 //     go.mod; a make target is in the Makefile; go run's directory and a
-//     script exist.
+//     script exist; so does the directory a pipe's go run names.
 //  4. Benchmark output quoted in a fenced block (a line "BenchmarkX-N ...")
 //     must come from a go test command of its section that runs BenchmarkX.
 //
@@ -44,6 +46,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -125,6 +128,11 @@ func TestRule(t *testing.T) {
 		{"# A\n\n`make simulation-fleet` logs 3 us\n", ""},
 		{"# A\n\n`bash scripts/redis-cost.sh 1000` prints 3 us\n", ""},
 		{"# A\n\n`bash scripts/nosuch.sh` prints 3 us\n", "nosuch.sh"},
+		{"# A\n\n`cd integration && go test -run '^$' -bench BenchmarkCompare -benchmem . | go run ./cmd/benchtable` prints 3 ns\n", ""},
+		{"# A\n\n`cd integration && go test -run '^$' -bench BenchmarkCompare . | go run ./cmd/nosuch` prints 3 ns\n", "no such directory"},
+		{"# A\n\n`cd integration && go test -bench NoSuch . | go run ./cmd/benchtable` prints 3 ns\n", "selects no benchmark"},
+		{"# A\n\n`go test -bench Allow . | sort` prints 3 ns\n", "only be piped into go run"},
+		{"# A\n\n`go test -bench Allow .`\n\n```\n| a | 3 ns |\n```\n", ""},
 	} {
 		problems := checkFile(root, "x.md", tc.md, make([]bool, len(notMeasured)))
 		got := strings.Join(problems, "\n")
@@ -265,6 +273,14 @@ func parseCommand(root, s string) (command, bool, error) {
 		return command{text: s}, true, nil
 	}
 	args := shellWords(s)
+	// A go test piped into a formatter: the go test prints the figures.
+	var filter []string
+	if i := slices.Index(args, "|"); i >= 0 {
+		args, filter = args[:i], args[i+1:]
+	}
+	if filter != nil && isGoTest(args) {
+		return pipedGoTest(root, s, args, filter)
+	}
 	switch {
 	case len(args) >= 2 && args[0] == "bash" && strings.HasPrefix(args[1], "scripts/"):
 		if _, err := os.Stat(filepath.Join(root, filepath.FromSlash(args[1]))); err != nil {
@@ -290,6 +306,43 @@ func parseCommand(root, s string) (command, bool, error) {
 		return goTest(dir, s, args[5:])
 	}
 	return command{}, false, nil
+}
+
+// pipedGoTest checks a go test command (args) piped into filter, which
+// must be go run ./<dir>, the directory in the go test's module.
+func pipedGoTest(root, s string, args, filter []string) (command, bool, error) {
+	dir := root
+	if len(args) >= 3 && args[0] == "cd" && args[2] == "&&" {
+		dir = filepath.Join(root, filepath.FromSlash(args[1]))
+	}
+	if len(filter) < 3 || filter[0] != "go" || filter[1] != "run" || !strings.HasPrefix(filter[2], "./") {
+		return command{}, false, fmt.Errorf("%q: a go test may only be piped into go run ./<dir>", s)
+	}
+	if st, err := os.Stat(filepath.Join(dir, filepath.FromSlash(filter[2]))); err != nil || !st.IsDir() {
+		return command{}, false, fmt.Errorf("%q: go run %s: no such directory", s, filter[2])
+	}
+	cmd, ok, err := parseCommand(root, strings.Join(quoteWords(args), " "))
+	if err == nil && ok && cmd.benches == nil {
+		return command{}, false, fmt.Errorf("%q: only a go test -bench may be piped", s)
+	}
+	cmd.text = s
+	return cmd, ok, err
+}
+
+// isGoTest reports whether args are go test ... or cd <dir> && go test ....
+func isGoTest(args []string) bool {
+	return len(args) >= 2 && args[0] == "go" && args[1] == "test" ||
+		len(args) >= 5 && args[0] == "cd" && args[2] == "&&" && args[3] == "go" && args[4] == "test"
+}
+
+// quoteWords quotes each word for shellWords, so that joined they split
+// back into the same words.
+func quoteWords(words []string) []string {
+	out := make([]string, len(words))
+	for i, w := range words {
+		out[i] = "'" + w + "'"
+	}
+	return out
 }
 
 // goTest checks a go test command with -bench, run in the module
