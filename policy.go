@@ -194,7 +194,9 @@ func (l *Limiter) decideAll(ctx context.Context, n int64, tenants []string, unti
 				d, best = md, mdAt
 			} else if best != held {
 				e := ts[best]
-				d = Decision{Allowed: true, Remaining: bestLeft, Quota: quotaOf(e), Reason: ReasonLeased}
+				lim := e.Limits()
+				d = Decision{Allowed: true, Remaining: bestLeft, FleetRemaining: fleetRemaining(e.Level(), bestLeft, lim.Burst),
+					Quota: *lim, Reason: ReasonLeased}
 			}
 			d.Tenant, d.RetryAfter, d.adm = tenants[best], 0, adm
 			return d, nil
