@@ -67,3 +67,29 @@ func TestAllowAllFleetRemaining(t *testing.T) {
 		t.Errorf("AllowN(tenant:x) = %+v, want Remaining 48, FleetRemaining 98 (50 in the bucket)", d)
 	}
 }
+
+// TestAllowAllFleetRemainingTie: of the tenants with the least Remaining,
+// AllowAll's decision is the one with the least FleetRemaining, whatever
+// their order.
+func TestAllowAllFleetRemainingTie(t *testing.T) {
+	store := setup(t)
+	quotas := map[string]leasequota.Quota{
+		"small": {Rate: 1e-6, Burst: 10, MinLease: 5, MaxLease: 5},
+		"large": {Rate: 1e-6, Burst: 100, MinLease: 5, MaxLease: 5},
+	}
+	l := newLimiter(t, store, leasequota.WithQuotaFunc(func(tenant string) leasequota.Quota { return quotas[tenant] }),
+		leasequota.WithRefreshInterval(time.Hour), leasequota.WithLeaseTTL(3*time.Hour),
+		leasequota.WithColdStartWait(10*time.Second))
+	ctx := context.Background()
+	for _, name := range []string{"small", "large"} {
+		if d := l.AllowN(ctx, name, 1); !d.Allowed || d.Remaining != 4 {
+			t.Fatalf("AllowN(%s) = %+v, want admitted from a lease of 5", name, d)
+		}
+	}
+	for i, order := range [][]string{{"large", "small"}, {"small", "large"}} {
+		d := l.AllowAll(ctx, 1, order...)
+		if want := int64(3 - i); !d.Allowed || d.Tenant != "small" || d.Remaining != want || d.FleetRemaining != 5+want {
+			t.Errorf("AllowAll(%q) = %+v, want decided by small, Remaining %d, FleetRemaining %d", order, d, want, 5+want)
+		}
+	}
+}

@@ -455,7 +455,7 @@ func (lim *limiter) setMetadata(ctx context.Context, d leasequota.Decision, keys
 	}
 	md := metadata.MD{MetadataPolicy: {value}}
 	if rate && valid && dec >= 0 {
-		md[MetadataRateLimit] = []string{middleware.RateLimitValue(lim.pols[dec].name, d.Remaining, t)}
+		md[MetadataRateLimit] = []string{middleware.RateLimitValue(lim.pols[dec].name, d.FleetRemaining, t)}
 	}
 	_ = setHeader(ctx, md) // fails only when headers were sent: not yet
 }

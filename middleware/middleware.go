@@ -446,7 +446,7 @@ func (h *handler) setFields(hdr http.Header, d leasequota.Decision, keys []strin
 		f := new(rateFields)
 		f.vals[0] = policy
 		hdr[headerPolicy] = f.vals[0:1:1]
-		f.vals[1] = f.rateLimit(quoted, min(max(d.Remaining, 0), maxSFInteger), t)
+		f.vals[1] = f.rateLimit(quoted, min(max(d.FleetRemaining, 0), maxSFInteger), t)
 		hdr[headerRateLimit] = f.vals[1:2:2]
 		return
 	}
@@ -461,7 +461,7 @@ func (h *handler) setFields(hdr http.Header, d leasequota.Decision, keys []strin
 		}
 		return
 	}
-	r := min(max(d.Remaining, 0), maxSFInteger)
+	r := min(max(d.FleetRemaining, 0), maxSFInteger)
 	var buf [96]byte
 	b := append(buf[:0], quoted...)
 	b = append(b, ";r="...)
