@@ -108,6 +108,13 @@
 // [WithLegacyHeaders] adds X-RateLimit-Limit (q), X-RateLimit-Remaining (r)
 // and X-RateLimit-Reset (t, as a delay in seconds, not a timestamp).
 //
+// The fields are set by assigning their canonical keys in the response's
+// http.Header. RateLimit-Policy's value slice is cached with the quota it
+// describes and shared by the responses that carry it: a handler may
+// replace, add to or delete the field (Header.Set, Add, Del), but must
+// not write into the slice. RateLimit's value is the one allocation per
+// admitted request.
+//
 // # Other outcomes
 //
 //   - A request whose cost is above the key's Burst can never be admitted:
