@@ -113,7 +113,7 @@
 // describes and shared by the responses that carry it: a handler may
 // replace, add to or delete the field (Header.Set, Add, Del), but must
 // not write into the slice. RateLimit's value is the one allocation per
-// admitted request.
+// admitted request (the legacy fields of WithLegacyHeaders add theirs).
 //
 // # Other outcomes
 //
