@@ -24,9 +24,10 @@ func (l *Limiter) Allow(tenant string) bool {
 // When this instance holds enough leased tokens for the tenant, AllowN is
 // one map read, two atomic loads (what Refund needs to know of the
 // spend: the lease's oldest grant and the syncer's last plan time), one
-// compare-and-swap and one atomic add (the decision count): no lock,
-// allocation, clock read or network call. Allow skips the two loads. Otherwise it
-// tells the syncer (without blocking) and:
+// compare-and-swap and one atomic add (the decision count), and one more
+// load for FleetRemaining (the global level last seen): no lock,
+// allocation, clock read or network call. Allow skips the three loads.
+// Otherwise it tells the syncer (without blocking) and:
 //   - on the tenant's first request here, waits for its first lease, up to
 //     WithColdStartWait and ctx;
 //   - when WithMaxWait is set, waits up to that long (and ctx) for a fresh
@@ -47,8 +48,8 @@ func (l *Limiter) AllowN(ctx context.Context, tenant string, n int64) Decision {
 			// Read before the spend, for Refund (see syncer.Syncer.Refund).
 			front, clock := t.Front(), l.sync.Clock()
 			if ok, left := t.Spend(n); ok {
-				return Decision{Allowed: true, Remaining: left, Quota: *lim, Reason: ReasonLeased, Tenant: tenant,
-					adm: admission{n: n, clock: clock, front: [maxRefundKeys]lease.GrantID{front}, keys: 1}}
+				return Decision{Allowed: true, Remaining: left, FleetRemaining: fleetRemaining(t.Level(), left, lim.Burst), Quota: *lim,
+					Reason: ReasonLeased, Tenant: tenant, adm: admission{n: n, clock: clock, front: [maxRefundKeys]lease.GrantID{front}, keys: 1}}
 			}
 		}
 	}

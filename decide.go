@@ -68,14 +68,14 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n
 		if waits == 0 {
 			front, clock := e.Front(), l.sync.Clock()
 			if ok, left := e.Spend(n); ok {
-				return Decision{Allowed: true, Remaining: left, Quota: *lim, Reason: ReasonLeased,
-					adm: leased(n, front, clock)}, nil
+				return Decision{Allowed: true, Remaining: left, FleetRemaining: fleetRemaining(e.Level(), left, lim.Burst), Quota: *lim,
+					Reason: ReasonLeased, adm: leased(n, front, clock)}, nil
 			}
 			cold = !e.Leased()
 		} else {
 			front, clock := e.Front(), l.sync.Clock()
 			if ok, left := e.SpendWaited(n); ok {
-				return l.admitted(e.Limits(), left, cold, leased(n, front, clock)), nil
+				return l.admitted(e, left, cold, leased(n, front, clock)), nil
 			}
 		}
 		if e.Failing() {
@@ -135,7 +135,7 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n
 		}
 		front, clock := e.Front(), l.sync.Clock()
 		if ok, left := e.SpendWaited(n); ok {
-			return l.admitted(e.Limits(), left, cold, leased(n, front, clock)), nil
+			return l.admitted(e, left, cold, leased(n, front, clock)), nil
 		}
 		if e.Failing() || e.Evicted() || l.closed.Load() {
 			continue // the top of the loop says what now
@@ -154,12 +154,14 @@ func leased(n int64, front lease.GrantID, clock int64) admission {
 	return admission{n: n, clock: clock, front: [maxRefundKeys]lease.GrantID{front}, keys: 1}
 }
 
-// admitted is the admission of a request that waited for its tokens and
+// admitted is the admission of a request that waited for e's tokens and
 // spent them, leaving left: cold says it waited for the tenant's first
-// lease here. lim is read after the wait: the lease call may have brought
-// a quota override.
-func (l *Limiter) admitted(lim *Quota, left int64, cold bool, adm admission) Decision {
-	d := Decision{Allowed: true, Remaining: left, Quota: *lim, Reason: ReasonRefilled, adm: adm}
+// lease here. The quota is read after the wait: the lease call may have
+// brought a quota override.
+func (l *Limiter) admitted(e *syncer.Tenant, left int64, cold bool, adm admission) Decision {
+	lim := e.Limits()
+	d := Decision{Allowed: true, Remaining: left, FleetRemaining: fleetRemaining(e.Level(), left, lim.Burst), Quota: *lim,
+		Reason: ReasonRefilled, adm: adm}
 	if cold {
 		d.Reason = ReasonColdStart
 	}

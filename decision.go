@@ -14,6 +14,18 @@ type Decision struct {
 	// Remaining is the number of tokens this instance can still spend now
 	// for the tenant without asking Redis (its leased tokens).
 	Remaining int64
+	// FleetRemaining estimates the tokens the whole fleet can still spend
+	// for the tenant: Remaining plus the global bucket's level as this
+	// instance's last successful lease call for the tenant left it
+	// (rounded down to whole tokens; zero before the first such call), at
+	// most Quota.Burst and never less than Remaining. It is what this
+	// instance knows without asking Redis: the bucket's refill since that
+	// call is not added, what other instances leased from the bucket since
+	// is not taken off, and the tokens they hold are not counted. A
+	// decision with no lease of the tenant behind it (by a failure mode,
+	// on invalid input) has it zero, like Remaining. The
+	// HTTP middleware and the gRPC interceptors send it as RateLimit's r.
+	FleetRemaining int64
 	// RetryAfter, when denied, estimates how long until n tokens could be
 	// admitted. It is zero when Allowed, and zero when n can never be
 	// admitted (see Reason).

@@ -88,7 +88,9 @@ func (l *Limiter) degraded(e *syncer.Tenant, n int64) Decision {
 
 // deny builds the denial of n tokens for e.
 func (l *Limiter) deny(e *syncer.Tenant, n int64) Decision {
-	d := Decision{Quota: quotaOf(e), Remaining: e.Held(), Reason: ReasonExhausted}
+	lim := e.Limits()
+	held := e.Held()
+	d := Decision{Quota: *lim, Remaining: held, FleetRemaining: fleetRemaining(e.Level(), held, lim.Burst), Reason: ReasonExhausted}
 	switch {
 	case l.closed.Load():
 		d.Reason = ReasonClosed

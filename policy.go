@@ -46,7 +46,8 @@ func Per(n int64, period time.Duration) Quota {
 // tenant is short after its turn, or its turn denied, AllowAll denies.
 //
 // Decision.Tenant names the tenant that decided: the one that denied or,
-// when allowed, the one with the least Remaining; Remaining, RetryAfter,
+// when allowed, the one with the least Remaining (of those, the one with
+// the least FleetRemaining); Remaining, FleetRemaining, RetryAfter,
 // Quota, Reason and Mode are its own. AllowAll makes no Redis call beyond
 // leasing each tenant, and allocates nothing for up to four tenants.
 //
@@ -157,7 +158,9 @@ func (l *Limiter) decideAll(ctx context.Context, n int64, tenants []string, unti
 	for {
 		l.turns.note(1)
 		adm := admission{n: n, clock: l.sync.Clock(), sum: sum, keys: int32(k)}
-		best, bestLeft := held, hd.Remaining
+		// The tenant with the least Remaining so far; of those, the one
+		// with the least FleetRemaining.
+		best, bestLeft, bestFleet := held, hd.Remaining, hd.FleetRemaining
 		short := -1
 		for i, e := range ts {
 			if i == held {
@@ -178,8 +181,11 @@ func (l *Limiter) decideAll(ctx context.Context, n int64, tenants []string, unti
 			if i < maxRefundKeys {
 				adm.front[i] = front
 			}
-			if best < 0 || left < bestLeft {
-				best, bestLeft = i, left
+			if best < 0 || left <= bestLeft {
+				fleet := fleetRemaining(e.Level(), left, e.Limits().Burst)
+				if best < 0 || left < bestLeft || fleet < bestFleet {
+					best, bestLeft, bestFleet = i, left, fleet
+				}
 			}
 		}
 		if short < 0 {
@@ -194,8 +200,8 @@ func (l *Limiter) decideAll(ctx context.Context, n int64, tenants []string, unti
 				// was leased, nothing is refundable.
 				d, best, adm = md, mdAt, admission{}
 			} else if best != held {
-				e := ts[best]
-				d = Decision{Allowed: true, Remaining: bestLeft, Quota: quotaOf(e), Reason: ReasonLeased}
+				d = Decision{Allowed: true, Remaining: bestLeft, FleetRemaining: bestFleet, Quota: quotaOf(ts[best]),
+					Reason: ReasonLeased}
 			}
 			d.Tenant, d.RetryAfter, d.adm = tenants[best], 0, adm
 			return d, nil

@@ -1,6 +1,10 @@
 package leasequota
 
-import "github.com/leasequota/leasequota/syncer"
+import (
+	"math"
+
+	"github.com/leasequota/leasequota/syncer"
+)
 
 // track returns the tenant, which the syncer tracks from now on; never an
 // evicted one. When the tenant's quota is invalid it returns the quota and
@@ -19,6 +23,18 @@ func (l *Limiter) track(tenant string) (*syncer.Tenant, Quota, error) {
 		return nil, q, err
 	}
 	return t, quotaOf(t), nil
+}
+
+// fleetRemaining is Decision.FleetRemaining of a decision that left left
+// tokens of a tenant's lease here, the tenant's global level as last seen
+// being level (syncer.Tenant.Level, >= 0) and its Burst burst: level +
+// left, at most burst, at least left.
+func fleetRemaining(level, left, burst int64) int64 {
+	f := level + left
+	if f < left { // overflow
+		f = math.MaxInt64
+	}
+	return max(min(f, burst), left)
 }
 
 // quotaOf returns the quota applied to t now, defaults resolved.

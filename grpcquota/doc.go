@@ -59,5 +59,8 @@
 // gives the fields of draft-ietf-httpapi-ratelimit-headers: with several
 // policies, "ratelimit-policy" lists every policy whose key's quota is
 // known and "ratelimit" is the deciding policy's (the one that refused,
-// or when admitted the one with the least remaining).
+// or when admitted the one with the least remaining). Its r is the
+// fleet-wide estimate Decision.FleetRemaining, as in the HTTP field: the
+// tokens this instance holds for the key plus those its last lease call
+// left in the global bucket, at most q.
 package grpcquota

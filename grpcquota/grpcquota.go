@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -427,7 +429,7 @@ func (lim *limiter) answer(ctx context.Context, method string, d leasequota.Deci
 		return internalError
 	}
 	if lim.cfg.metadata {
-		lim.setMetadata(ctx, d, keys, dec, rate, t, setHeader)
+		lim.setMetadata(ctx, &d, keys, dec, rate, t, setHeader)
 	}
 	if lim.cfg.shadow || dn.Status == nil {
 		return nil
@@ -440,24 +442,59 @@ func (lim *limiter) answer(ctx context.Context, method string, d leasequota.Deci
 // With one policy (keys nil) it sends nothing when d carries no quota.
 // With several, "ratelimit-policy" lists every policy whose key's quota
 // is known, and "ratelimit" is the deciding policy's (lim.pols[dec]); none
-// when dec < 0.
-func (lim *limiter) setMetadata(ctx context.Context, d leasequota.Decision, keys []string, dec int, rate bool, t int64,
+// when dec < 0. With one policy, the value slice of "ratelimit-policy" is
+// cached with the quota and shared by the calls that send it (gRPC copies
+// header metadata it is given into its own).
+func (lim *limiter) setMetadata(ctx context.Context, d *leasequota.Decision, keys []string, dec int, rate bool, t int64,
 	setHeader func(context.Context, metadata.MD) error) {
 	valid := d.Quota.Burst > 0 && d.Quota.Rate > 0
-	var value string
+	var policy []string
 	if keys == nil {
 		if !valid {
 			return
 		}
-		value = middleware.PolicyValue(lim.pols[0].name, d.Quota)
-	} else if value = lim.policyList(d, keys, dec); value == "" {
+		policy = lim.pols[0].member(&d.Quota).field
+	} else if value := lim.policyList(d, keys, dec); value != "" {
+		policy = []string{value}
+	} else {
 		return
 	}
-	md := metadata.MD{MetadataPolicy: {value}}
+	md := make(metadata.MD, 2)
+	md[MetadataPolicy] = policy
 	if rate && valid && dec >= 0 {
-		md[MetadataRateLimit] = []string{middleware.RateLimitValue(lim.pols[dec].name, d.Remaining, t)}
+		md[MetadataRateLimit] = rateLimitField(lim.pols[dec].rPrefix, min(max(d.FleetRemaining, 0), maxSFInteger), t)
 	}
 	_ = setHeader(ctx, md) // fails only when headers were sent: not yet
+}
+
+// maxSFInteger is the largest RFC 9651 Integer.
+const maxSFInteger = 999_999_999_999_999
+
+// rateField is a "ratelimit" value slice and the bytes of its value, when
+// they fit: one allocation of 64 bytes for both.
+type rateField struct {
+	val [1]string
+	buf [48]byte
+}
+
+// rateLimitField returns the "ratelimit" value rPrefix r;t=t (no t when
+// t < 0) as a metadata value slice, rPrefix being a policy's "name";r=:
+// middleware.RateLimitValue, in one allocation when it fits (names of up
+// to about 20 bytes). The value's bytes are never written again.
+func rateLimitField(rPrefix string, r, t int64) []string {
+	f := new(rateField)
+	b := append(f.buf[:0], rPrefix...)
+	b = strconv.AppendInt(b, r, 10)
+	if t >= 0 {
+		b = append(b, ";t="...)
+		b = strconv.AppendInt(b, min(t, maxSFInteger), 10)
+	}
+	if cap(b) == len(f.buf) && len(b) > 0 && &b[0] == &f.buf[0] {
+		f.val[0] = unsafe.String(&f.buf[0], len(b))
+	} else {
+		f.val[0] = string(b)
+	}
+	return f.val[:1:1]
 }
 
 // keyProblem says why a call has no key to be limited by.

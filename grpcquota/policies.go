@@ -3,6 +3,7 @@ package grpcquota
 import (
 	"context"
 	"strings"
+	"sync/atomic"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -170,17 +171,52 @@ func WithDenialHandler(f func(ctx context.Context, fullMethod string, d Denial) 
 // options (name only), or one of WithPolicy and WithPeerPolicy.
 type policy struct {
 	policySpec
-	missingErr  error // with several policies: ends a call without its key
-	reservedErr error // with several policies: ends a call whose key starts with a peer policy's prefix
+	missingErr  error  // with several policies: ends a call without its key
+	reservedErr error  // with several policies: ends a call whose key starts with a peer policy's prefix
+	rPrefix     string // the "ratelimit" value up to r's digits: "name";r=
+
+	// value caches the "ratelimit-policy" member of the last quota seen:
+	// most policies have one or a few quotas.
+	value atomic.Pointer[policyValue]
+}
+
+// policyValue is the "ratelimit-policy" member of a policy for one quota.
+type policyValue struct {
+	burst int64
+	rate  float64
+	// field is the member as a metadata value of its own (one policy):
+	// the slice is shared by every call that sends it, never written.
+	field []string
+}
+
+// member returns the "ratelimit-policy" member of p for quota q.
+func (p *policy) member(q *leasequota.Quota) *policyValue {
+	pv := p.value.Load()
+	if pv == nil || pv.burst != q.Burst || pv.rate != q.Rate {
+		pv = &policyValue{burst: q.Burst, rate: q.Rate, field: []string{middleware.PolicyValue(p.name, *q)}}
+		p.value.Store(pv)
+	}
+	return pv
+}
+
+// init sets the fields of p that derive from its spec.
+func (p *policy) init(sp policySpec) {
+	p.policySpec = sp
+	// RateLimitValue without t, less r's digit 0.
+	v := middleware.RateLimitValue(sp.name, 0, -1)
+	p.rPrefix = v[:len(v)-1]
 }
 
 func newPolicies(cfg *config) []policy {
 	if len(cfg.policies) == 0 {
-		return []policy{{policySpec: policySpec{name: cfg.policy}}}
+		pols := make([]policy, 1)
+		pols[0].init(policySpec{name: cfg.policy})
+		return pols
 	}
 	pols := make([]policy, len(cfg.policies))
 	for i, sp := range cfg.policies {
-		p := policy{policySpec: sp}
+		p := &pols[i]
+		p.init(sp)
 		if sp.peer {
 			p.missingErr = status.Errorf(codes.InvalidArgument,
 				"grpcquota: the call's peer address is unknown: it cannot be limited by policy %q", sp.name)
@@ -190,7 +226,6 @@ func newPolicies(cfg *config) []policy {
 			p.reservedErr = status.Errorf(codes.InvalidArgument,
 				"grpcquota: the call's key for policy %q must not start with a prefix reserved for peer addresses", sp.name)
 		}
-		pols[i] = p
 	}
 	return pols
 }
@@ -259,8 +294,9 @@ func (lim *limiter) reservedKey(k string) bool {
 // the member of each whose key's quota is known (the deciding one's from
 // d, the others' as the Limiter tracks them), in order, "" when none is.
 // It is the value the HTTP middleware gives RateLimit-Policy.
-func (lim *limiter) policyList(d leasequota.Decision, keys []string, dec int) string {
-	var b strings.Builder
+func (lim *limiter) policyList(d *leasequota.Decision, keys []string, dec int) string {
+	var buf [256]byte
+	b := buf[:0]
 	for i := range lim.pols {
 		q, ok := d.Quota, true
 		if i != dec {
@@ -269,12 +305,12 @@ func (lim *limiter) policyList(d leasequota.Decision, keys []string, dec int) st
 		if !ok || q.Burst <= 0 || q.Rate <= 0 {
 			continue
 		}
-		if b.Len() > 0 {
-			b.WriteString(", ")
+		if len(b) > 0 {
+			b = append(b, ", "...)
 		}
-		b.WriteString(middleware.PolicyValue(lim.pols[i].name, q))
+		b = append(b, lim.pols[i].member(&q).field[0]...)
 	}
-	return b.String()
+	return string(b)
 }
 
 // deny ends a refused call: with the error of WithDenialHandler, else (or

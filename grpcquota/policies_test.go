@@ -124,7 +124,7 @@ func TestPoliciesStacked(t *testing.T) {
 		key, d := hook.last(t)
 		want := map[string]member{"peer:127.0.0.1": peerP, "tenant:acme": tenantP}[key]
 		name, p := sfItem(t, md, grpcquota.MetadataRateLimit)
-		if want.name == "" || key != d.Tenant || name != want.name || p["r"] != d.Remaining || p["t"] != 0 {
+		if want.name == "" || key != d.Tenant || name != want.name || p["r"] != d.FleetRemaining || p["t"] != 0 {
 			t.Fatalf("ratelimit %q, hook %q %+v: want the deciding policy's, t=0", md.Get(grpcquota.MetadataRateLimit), key, d)
 		}
 	}
@@ -209,7 +209,9 @@ func TestPoliciesStream(t *testing.T) {
 		t.Fatalf("first stream: %v", err)
 	}
 	checkPolicies(t, md, peerP, tenantP)
-	if key, d := hook.last(t); key != d.Tenant || d.Remaining != 0 { // the tenant has no token left: least remaining
+	// The tenant has no token left here nor in its bucket (its Burst of 1
+	// leased): least remaining.
+	if key, d := hook.last(t); key != d.Tenant || d.Remaining != 0 || d.FleetRemaining != 0 {
 		t.Fatalf("hook saw %q %+v, want the deciding key with 0 remaining", key, d)
 	} else if name, p := sfItem(t, md, grpcquota.MetadataRateLimit); name != map[string]string{"peer:127.0.0.1": "peer", "tenant:a": "tenant"}[key] ||
 		p["r"] != 0 || p["t"] != 0 {

@@ -92,6 +92,42 @@ func remoteHost(s string) string {
 	return s
 }
 
+// ipv4Host returns the host of s when s is "a.b.c.d:port" with the
+// address in the canonical form netip.ParseAddr accepts for IPv4 (four
+// decimal fields of 0 to 255, without leading zeros) and no other colon,
+// and the address's bytes; ok is false for any other s. It is the common
+// RemoteAddr, parsed in one pass: ipKey's fast path. What it accepts,
+// remoteHost and netip.ParseAddr accept alike (FuzzIPv4Host).
+func ipv4Host(s string) (host string, a [4]byte, ok bool) {
+	i := 0
+	for f := range a {
+		if f > 0 {
+			if i >= len(s) || s[i] != '.' {
+				return "", a, false
+			}
+			i++
+		}
+		start, n := i, 0
+		for i < len(s) && i-start < 3 && s[i]-'0' <= 9 {
+			n = n*10 + int(s[i]-'0')
+			i++
+		}
+		if i == start || n > 255 || (i-start > 1 && s[start] == '0') {
+			return "", a, false
+		}
+		a[f] = byte(n)
+	}
+	if i >= len(s) || s[i] != ':' {
+		return "", a, false
+	}
+	for j := i + 1; j < len(s); j++ {
+		if s[j] == ':' {
+			return "", a, false
+		}
+	}
+	return s[:i], a, true
+}
+
 func contains(prefixes []netip.Prefix, a netip.Addr) bool {
 	for _, p := range prefixes {
 		if p.Contains(a) {

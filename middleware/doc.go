@@ -51,8 +51,9 @@
 // With several policies, RateLimit-Policy lists every policy whose key's
 // quota is known, in the order given, and RateLimit (and the legacy
 // fields) are those of the deciding policy: the one that refused, or,
-// when admitted, the one with the least remaining quota
-// (Decision.Tenant, which is also the key the decision hook receives):
+// when admitted, the one with the least quota remaining here (of those,
+// the least remaining in the fleet; Decision.Tenant, which is also the
+// key the decision hook receives):
 //
 //	RateLimit-Policy: "ip";q=10;w=1, "tenant";q=1000;w=60
 //	RateLimit: "tenant";r=0;t=3
@@ -84,11 +85,16 @@
 //   - w, the window in seconds: ceil(Burst/Rate), at least 1, the time the
 //     key's bucket takes to refill from empty. q/w approximates the
 //     sustained rate.
-//   - r, the remaining quota units: the tokens this instance holds for the
-//     key right now (Decision.Remaining), which it can admit without asking
-//     Redis. It is a lower bound: tokens still in Redis, or leased to other
-//     replicas, are not counted, so r=0 on a 2xx response does not mean
-//     the next request will be refused.
+//   - r, the remaining quota units, an estimate for the whole fleet
+//     (Decision.FleetRemaining): the tokens this instance holds for the key
+//     right now plus the tokens its last lease call for the key left in the
+//     global bucket in Redis, at most q. It is what this instance knows
+//     without asking Redis: the bucket's refill since that call is not
+//     added, and what other replicas leased since is not taken off, nor
+//     are the tokens they hold counted. So it is neither a bound above nor
+//     below; a client that paces itself by r slows down as the key's
+//     quota, not this replica's lease, runs low. X-RateLimit-Remaining is
+//     the same number.
 //   - t, seconds until quota is available: 0 when the request was
 //     admitted; when it was refused, the estimated wait for its cost,
 //     rounded up to whole seconds (at least 1).
@@ -101,6 +107,13 @@
 //
 // [WithLegacyHeaders] adds X-RateLimit-Limit (q), X-RateLimit-Remaining (r)
 // and X-RateLimit-Reset (t, as a delay in seconds, not a timestamp).
+//
+// The fields are set by assigning their canonical keys in the response's
+// http.Header. RateLimit-Policy's value slice is cached with the quota it
+// describes and shared by the responses that carry it: a handler may
+// replace, add to or delete the field (Header.Set, Add, Del), but must
+// not write into the slice. RateLimit's value is the one allocation per
+// admitted request (the legacy fields of WithLegacyHeaders add theirs).
 //
 // # Other outcomes
 //

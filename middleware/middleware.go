@@ -1,6 +1,7 @@
 package middleware
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -77,8 +78,12 @@ func New(l *leasequota.Limiter, opts ...Option) func(http.Handler) http.Handler 
 		if next == nil {
 			panic("middleware: nil http.Handler")
 		}
-		return &handler{l: l, cfg: cfg, next: next, pols: pols, multi: len(cfg.policies) > 0,
+		h := &handler{l: l, cfg: cfg, next: next, pols: pols, multi: len(cfg.policies) > 0, wait: cfg.maxWait,
 			missingDetail: missing, reservedDetail: reserved}
+		if cfg.shadow {
+			h.wait = 0 // never delay a request
+		}
+		return h
 	}
 }
 
@@ -108,14 +113,18 @@ type handler struct {
 	next  http.Handler
 	pols  []*policyState // the one policy of today's options, or those of WithPolicy and WithClientIPPolicy
 	multi bool           // pols are those of WithPolicy and WithClientIPPolicy
+	wait  time.Duration  // the bound on a request's wait for a lease: WithMaxWait, 0 in shadow mode
 
 	missingDetail, reservedDetail string // of the 400 answers of one policy, see keyProblems
+
+	list atomic.Pointer[listValue] // several policies: RateLimit-Policy for the last quotas seen
 }
 
 // policyState is a policy as the handler uses it.
 type policyState struct {
 	policySpec
 	quoted   string   // the name as an sf-string
+	rPrefix  string   // the RateLimit value up to r's digits: quoted;r=
 	violated []string // the problem's "violated-policies"
 	missing  string   // with several policies: the detail of the 400 answer to a request without its key
 
@@ -125,23 +134,27 @@ type policyState struct {
 }
 
 func newPolicyState(sp policySpec) *policyState {
-	return &policyState{policySpec: sp, quoted: quoteString(sp.name), violated: []string{sp.name}}
+	quoted := quoteString(sp.name)
+	return &policyState{policySpec: sp, quoted: quoted, rPrefix: quoted + ";r=", violated: []string{sp.name}}
 }
 
+// policyValue is the RateLimit-Policy member of a policy for one quota.
 type policyValue struct {
 	burst int64
 	rate  float64
-	value string
+	// field is the member as a field value of its own (one policy): the
+	// slice is shared by every response that carries it, never written.
+	field []string
 }
 
 // member returns the RateLimit-Policy member of p for quota q.
-func (p *policyState) member(q leasequota.Quota) string {
+func (p *policyState) member(q *leasequota.Quota) *policyValue {
 	pv := p.value.Load()
 	if pv == nil || pv.burst != q.Burst || pv.rate != q.Rate {
-		pv = &policyValue{burst: q.Burst, rate: q.Rate, value: string(appendPolicy(nil, p.quoted, q))}
+		pv = &policyValue{burst: q.Burst, rate: q.Rate, field: []string{string(appendPolicy(nil, p.quoted, *q))}}
 		p.value.Store(pv)
 	}
-	return pv.value
+	return pv
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -166,16 +179,30 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.noKey(w, r, problem, h.missingDetail, h.reservedDetail)
 		return
 	}
-	var d leasequota.Decision
-	if h.cfg.shadow {
-		d = h.l.AllowN(r.Context(), key, cost)
-	} else {
-		d = h.l.AllowNWithin(r.Context(), key, cost, h.cfg.maxWait)
+	// Limiter.AllowNWithin(ctx, key, cost, h.wait), written out so that
+	// an admission comes without a copy of the Decision through
+	// AllowNWithin's frame. With a wait of 0 (shadow mode), it is AllowN.
+	ctx := r.Context()
+	d := h.l.AllowN(ctx, key, cost)
+	if !d.Allowed && h.wait > 0 && d.Reason.Waitable() && d.RetryAfter <= h.wait {
+		h.waitFor(ctx, key, cost, &d)
 	}
 	if h.cfg.hook != nil {
 		h.cfg.hook(r, key, d)
 	}
-	h.answer(w, r, d, cost, nil, 0, key)
+	h.answer(w, r, &d, cost, nil, 0, key)
+}
+
+// waitFor is the wait of Limiter.AllowNWithin for d, AllowN's waitable
+// denial of cost tokens of key: it waits for them up to h.wait (and ctx)
+// as WaitN does, and replaces d with WaitN's decision unless the wait
+// ended without one.
+func (h *handler) waitFor(ctx context.Context, key string, cost int64, d *leasequota.Decision) {
+	wctx, cancel := context.WithTimeout(ctx, h.wait)
+	defer cancel()
+	if wd, err := h.l.WaitN(wctx, key, cost); err == nil || wd.Reason != 0 {
+		*d = wd
+	}
 }
 
 // noKey answers a request without a key (problem keyMissing) or with a
@@ -225,12 +252,8 @@ func (h *handler) serveMulti(w http.ResponseWriter, r *http.Request, cost int64)
 		}
 		keys = append(keys, k)
 	}
-	var d leasequota.Decision
-	if h.cfg.shadow {
-		d = h.l.AllowAll(r.Context(), cost, keys...)
-	} else {
-		d = h.l.AllowAllWithin(r.Context(), cost, h.cfg.maxWait, keys...)
-	}
+	// With a wait of 0 (shadow mode), AllowAllWithin is AllowAll.
+	d := h.l.AllowAllWithin(r.Context(), cost, h.wait, keys...)
 	dec := -1 // the deciding policy
 	for i, k := range keys {
 		if k == d.Tenant {
@@ -242,7 +265,7 @@ func (h *handler) serveMulti(w http.ResponseWriter, r *http.Request, cost int64)
 	if h.cfg.hook != nil {
 		h.cfg.hook(r, key, d)
 	}
-	h.answer(w, r, d, cost, keys, dec, key)
+	h.answer(w, r, &d, cost, keys, dec, key)
 }
 
 // reservedKey reports whether k, the key of a WithPolicy policy, starts
@@ -260,7 +283,7 @@ func (h *handler) reservedKey(k string) bool {
 // every policy (nil for a middleware of one policy), dec the index of the
 // deciding one among them (-1 when none decided, 0 with one policy), key
 // the deciding key.
-func (h *handler) answer(w http.ResponseWriter, r *http.Request, d leasequota.Decision, cost int64, keys []string, dec int, key string) {
+func (h *handler) answer(w http.ResponseWriter, r *http.Request, d *leasequota.Decision, cost int64, keys []string, dec int, key string) {
 	if d.Allowed {
 		if d.Mode != leasequota.FailDefault {
 			// Admitted by a failure mode, without a lease: nothing is
@@ -299,7 +322,7 @@ func (h *handler) answer(w http.ResponseWriter, r *http.Request, d leasequota.De
 		hdr := w.Header()
 		h.setFields(hdr, d, keys, dec, true, t)
 		hdr[headerRetryAfter] = []string{strconv.FormatInt(t, 10)}
-		h.deny(w, r, Denial{Status: http.StatusTooManyRequests, Policy: p.name, Key: key, Decision: d,
+		h.deny(w, r, Denial{Status: http.StatusTooManyRequests, Policy: p.name, Key: key, Decision: *d,
 			Detail: fmt.Sprintf("The quota of policy %q is exhausted; retry after %d s.", p.name, t)}, p.violated)
 	case leasequota.ReasonInvalidN:
 		if p == nil {
@@ -307,7 +330,7 @@ func (h *handler) answer(w http.ResponseWriter, r *http.Request, d leasequota.De
 			return
 		}
 		h.setFields(w.Header(), d, keys, dec, true, -1)
-		h.deny(w, r, Denial{Status: http.StatusTooManyRequests, Policy: p.name, Key: key, Decision: d,
+		h.deny(w, r, Denial{Status: http.StatusTooManyRequests, Policy: p.name, Key: key, Decision: *d,
 			Detail: fmt.Sprintf("This request costs %d quota units, more than the whole quota of %d of policy %q: it can never be admitted.",
 				cost, d.Quota.Burst, p.name)}, p.violated)
 	case leasequota.ReasonUnavailable, leasequota.ReasonClosed:
@@ -340,10 +363,10 @@ func (h *handler) deny(w http.ResponseWriter, r *http.Request, dn Denial, violat
 
 // unavailable answers 503 with Retry-After, the limiter being unable to
 // decide.
-func (h *handler) unavailable(w http.ResponseWriter, r *http.Request, d leasequota.Decision, key, what string) {
+func (h *handler) unavailable(w http.ResponseWriter, r *http.Request, d *leasequota.Decision, key, what string) {
 	t := retrySeconds(d.RetryAfter)
 	w.Header()[headerRetryAfter] = []string{strconv.FormatInt(t, 10)}
-	h.deny(w, r, Denial{Status: http.StatusServiceUnavailable, Key: key, Decision: d,
+	h.deny(w, r, Denial{Status: http.StatusServiceUnavailable, Key: key, Decision: *d,
 		Detail: fmt.Sprintf("%s; retry after %d s.", what, t)}, nil)
 }
 
@@ -384,6 +407,9 @@ func (h *handler) key(r *http.Request) (string, keyProblem) {
 // RemoteAddr that is not a trusted proxy) it is a substring of RemoteAddr
 // and costs no allocation. A RemoteAddr that is not an IP is its own key.
 func (h *handler) ipKey(r *http.Request) string {
+	if host, a4, ok := ipv4Host(r.RemoteAddr); ok && (len(h.cfg.trusted) == 0 || !contains(h.cfg.trusted, netip.AddrFrom4(a4))) {
+		return host
+	}
 	host := remoteHost(r.RemoteAddr)
 	a, err := netip.ParseAddr(host)
 	if err != nil {
@@ -412,122 +438,164 @@ func (h *handler) ipKey(r *http.Request) string {
 // whose key's quota is known (the deciding one's from d, the others' as
 // the Limiter tracks them), in order, and RateLimit and the legacy fields
 // are the deciding policy's (keys[dec]); none when dec < 0.
-func (h *handler) setFields(hdr http.Header, d leasequota.Decision, keys []string, dec int, rate bool, t int64) {
-	q := d.Quota
+//
+// The fields are set by assigning their canonical keys in hdr, not with
+// Header.Set. With one policy, RateLimit-Policy's value slice is cached
+// with the policy's quota and shared by the responses that carry it (a
+// handler may replace or delete the field, as Header.Set and Header.Del
+// do, but must not write into the slice); RateLimit's value and its slice
+// are one allocation.
+func (h *handler) setFields(hdr http.Header, d *leasequota.Decision, keys []string, dec int, rate bool, t int64) {
+	q := &d.Quota
 	valid := q.Burst > 0 && q.Rate > 0
-	var policy, quoted string
+	var (
+		policy []string
+		p      *policyState
+	)
 	if keys == nil {
 		if !valid {
 			return
 		}
-		policy, quoted = h.pols[0].member(q), h.pols[0].quoted
+		p = h.pols[0]
+		policy = p.member(q).field
 	} else {
-		if policy = h.policyList(d, keys, dec); policy == "" {
+		if policy = h.policyList(d, keys, dec); policy == nil {
 			return
 		}
 		if dec < 0 || !valid {
 			rate, valid = false, false
 		} else {
-			quoted = h.pols[dec].quoted
+			p = h.pols[dec]
 		}
 	}
+	hdr[headerPolicy] = policy
+	if !h.cfg.legacy {
+		if rate {
+			hdr[headerRateLimit] = rateLimitField(p.rPrefix, min(max(d.FleetRemaining, 0), maxSFInteger), t)
+		}
+		return
+	}
+	if !valid {
+		return
+	}
+	// The legacy fields: one allocation for their value slices.
 	n := 1
 	if rate {
 		n++
-	}
-	if h.cfg.legacy && valid {
-		n++
-		if rate {
-			n += 2
-		}
-	}
-	if n == 2 {
-		// The common case, RateLimit-Policy and RateLimit: one allocation.
-		f := new(rateFields)
-		f.vals[0] = policy
-		hdr[headerPolicy] = f.vals[0:1:1]
-		f.vals[1] = f.rateLimit(quoted, min(max(d.Remaining, 0), maxSFInteger), t)
-		hdr[headerRateLimit] = f.vals[1:2:2]
-		return
-	}
-	// One allocation for the value slices of every field.
-	vals := make([]string, n)
-	vals[0] = policy
-	hdr[headerPolicy] = vals[0:1:1]
-	if !rate {
-		if h.cfg.legacy && valid {
-			vals[1] = strconv.FormatInt(min(q.Burst, maxSFInteger), 10)
-			hdr[headerLegacyLimit] = vals[1:2:2]
-		}
-		return
-	}
-	r := min(max(d.Remaining, 0), maxSFInteger)
-	var buf [96]byte
-	b := append(buf[:0], quoted...)
-	b = append(b, ";r="...)
-	b = strconv.AppendInt(b, r, 10)
-	if t >= 0 {
-		b = append(b, ";t="...)
-		b = strconv.AppendInt(b, t, 10)
-	}
-	vals[1] = string(b)
-	hdr[headerRateLimit] = vals[1:2:2]
-	if h.cfg.legacy {
-		vals[2] = strconv.FormatInt(min(q.Burst, maxSFInteger), 10)
-		hdr[headerLegacyLimit] = vals[2:3:3]
-		vals[3] = strconv.FormatInt(r, 10)
-		hdr[headerLegacyRemaining] = vals[3:4:4]
 		if t >= 0 {
-			vals[4] = strconv.FormatInt(t, 10)
-			hdr[headerLegacyReset] = vals[4:5:5]
+			n++
 		}
+	}
+	vals := make([]string, n)
+	vals[0] = strconv.FormatInt(min(q.Burst, maxSFInteger), 10)
+	hdr[headerLegacyLimit] = vals[0:1:1]
+	if !rate {
+		return
+	}
+	r := min(max(d.FleetRemaining, 0), maxSFInteger)
+	hdr[headerRateLimit] = rateLimitField(p.rPrefix, r, t)
+	vals[1] = strconv.FormatInt(r, 10)
+	hdr[headerLegacyRemaining] = vals[1:2:2]
+	if t >= 0 {
+		vals[2] = strconv.FormatInt(t, 10)
+		hdr[headerLegacyReset] = vals[2:3:3]
 	}
 }
 
-// rateFields holds the values of RateLimit-Policy and RateLimit, and the
-// bytes of the RateLimit value when they fit: one allocation for both
-// fields.
-type rateFields struct {
-	vals [2]string
-	buf  [40]byte
+// rateField is the RateLimit field's value slice and the bytes of its
+// value, when they fit: one allocation of 64 bytes for both.
+type rateField struct {
+	val [1]string
+	buf [48]byte
 }
 
-// rateLimit returns the RateLimit value "quoted";r=r;t=t (no t when
-// t < 0). When it fits f.buf, the string shares f.buf's memory, which is
-// never written again (f is not reused).
-func (f *rateFields) rateLimit(quoted string, r, t int64) string {
-	b := append(f.buf[:0], quoted...)
-	b = append(b, ";r="...)
+// rateLimitField returns the RateLimit field value rPrefix r;t=t (no t
+// when t < 0) as a field's value slice, rPrefix being a policy's
+// "name";r=. The value's bytes share the slice's allocation when they fit
+// (names of up to about 20 bytes); they are never written again.
+func rateLimitField(rPrefix string, r, t int64) []string {
+	f := new(rateField)
+	b := append(f.buf[:0], rPrefix...)
 	b = strconv.AppendInt(b, r, 10)
 	if t >= 0 {
 		b = append(b, ";t="...)
 		b = strconv.AppendInt(b, t, 10)
 	}
 	if cap(b) == len(f.buf) && len(b) > 0 && &b[0] == &f.buf[0] {
-		return unsafe.String(&f.buf[0], len(b))
+		f.val[0] = unsafe.String(&f.buf[0], len(b))
+	} else {
+		f.val[0] = string(b)
 	}
-	return string(b)
+	return f.val[:1:1]
 }
 
-// policyList returns the RateLimit-Policy value of several policies: the
-// member of each whose key's quota is known, in order, "" when none is.
-func (h *handler) policyList(d leasequota.Decision, keys []string, dec int) string {
-	var buf [256]byte
-	b := buf[:0]
-	for i, p := range h.pols {
+// policyList returns the RateLimit-Policy field value of several
+// policies: the member of each whose key's quota is known, in order; nil
+// when none is. For up to maxStackKeys policies the value slice of the
+// last combination of quotas is cached and shared, as a policy's member
+// is.
+func (h *handler) policyList(d *leasequota.Decision, keys []string, dec int) []string {
+	var qs [maxStackKeys]quotaKey
+	cacheable := len(h.pols) <= len(qs)
+	quota := func(i int) (leasequota.Quota, bool) {
 		q, ok := d.Quota, true
 		if i != dec {
 			q, ok = h.l.TrackedQuota(keys[i])
 		}
-		if !ok || q.Burst <= 0 || q.Rate <= 0 {
-			continue
+		return q, ok && q.Burst > 0 && q.Rate > 0
+	}
+	if cacheable {
+		for i := range h.pols {
+			if q, ok := quota(i); ok {
+				qs[i] = quotaKey{q.Burst, q.Rate}
+			}
+		}
+		if lv := h.list.Load(); lv != nil && lv.qs == qs {
+			return lv.field
+		}
+	}
+	var buf [256]byte
+	b := buf[:0]
+	for i, p := range h.pols {
+		var q leasequota.Quota
+		if cacheable {
+			if qs[i].burst == 0 {
+				continue
+			}
+			q.Burst, q.Rate = qs[i].burst, qs[i].rate
+		} else {
+			var ok bool
+			if q, ok = quota(i); !ok {
+				continue
+			}
 		}
 		if len(b) > 0 {
 			b = append(b, ", "...)
 		}
-		b = append(b, p.member(q)...)
+		b = append(b, p.member(&q).field[0]...)
 	}
-	return string(b)
+	if len(b) == 0 {
+		return nil
+	}
+	field := []string{string(b)}
+	if cacheable {
+		h.list.Store(&listValue{qs: qs, field: field})
+	}
+	return field
+}
+
+// quotaKey is what a policy's RateLimit-Policy member depends on of its
+// quota; zero when the quota is unknown or invalid.
+type quotaKey struct {
+	burst int64
+	rate  float64
+}
+
+// listValue is the RateLimit-Policy field value of several policies for
+// their quotas qs.
+type listValue struct {
+	qs    [maxStackKeys]quotaKey
+	field []string // shared by every response that carries it, never written
 }
 
 func appendPolicy(b []byte, quoted string, q leasequota.Quota) []byte {

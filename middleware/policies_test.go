@@ -100,7 +100,7 @@ func TestPoliciesStacked(t *testing.T) {
 		rl := parseRateLimit(t, res.header)
 		d := hook.last(t)
 		want := map[string]policy{"ip:127.0.0.1": ipP, "tenant:acme": tenantP}[d.key]
-		if want.name == "" || rl.name != want.name || !rl.hasT || rl.t != 0 || rl.r != d.d.Remaining {
+		if want.name == "" || rl.name != want.name || !rl.hasT || rl.t != 0 || rl.r != d.d.FleetRemaining {
 			t.Fatalf("RateLimit %+v, hook %q %+v: want the deciding policy's, t=0", rl, d.key, d.d)
 		}
 	}

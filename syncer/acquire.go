@@ -102,6 +102,7 @@ func (s *Syncer) apply(ctx context.Context, t *Tenant, now time.Time, want int64
 		s.noteFleet(g.Instances)
 	}
 	t.emptyAt.Store(now.UnixNano() - int64(durationCeil(g.Tokens/t.Limits().Rate)))
+	t.level.Store(floorLevel(g.Tokens))
 	s.setRetry(t)
 	t.setFlag(flagLeased, true)
 	s.setFailing(t, false, nil)

@@ -17,8 +17,9 @@ import (
 // requests go through its methods: Spend on success, NoteMiss on a miss.
 // The syncer holds mu while it plans and calls Redis for the tenant.
 //
-// There is one per tenant, so it is packed: 240 bytes with its State (a
-// Go size class; 208 before reservations). Its name shares its bytes with the registry's map key.
+// There is one per tenant, so it is packed: 248 bytes with its State (in
+// the 256-byte size class; 240 before it kept the global level, 208 before
+// reservations). Its name shares its bytes with the registry's map key.
 type Tenant struct {
 	// tokens are the leased tokens requests spend from.
 	tokens bucket.Counter
@@ -44,6 +45,9 @@ type Tenant struct {
 	// (now - emptyAt) * rate tokens now. One number instead of a level and
 	// a time.
 	emptyAt atomic.Int64
+	// level is the global bucket's level, in whole tokens, as the last
+	// successful lease call reported it (after its grant): see Level.
+	level atomic.Int64
 
 	// fallback is the local bucket of the fallback mode, made on the first
 	// failure and retuned by the syncer while failures go on.
@@ -163,6 +167,13 @@ func (t *Tenant) Leased() bool { return t.flag(flagLeased) }
 // should look the tenant up again.
 func (t *Tenant) Evicted() bool { return t.flag(flagEvicted) }
 
+// Level returns the global bucket's level as this instance's last
+// successful lease call for the tenant reported it, after that call's
+// grant: rounded down to whole tokens, at least 0; zero before the first
+// one. It is not refilled since, nor lowered by what other instances
+// leased since. It is one atomic load, for the request path.
+func (t *Tenant) Level() int64 { return t.level.Load() }
+
 // Fallback returns the tenant's local fallback bucket, or nil when its
 // lease calls have not failed.
 func (t *Tenant) Fallback() *bucket.TokenBucket { return t.fallback.Load() }
@@ -197,6 +208,18 @@ func durationCeil(sec float64) time.Duration {
 		return math.MaxInt64
 	}
 	return time.Duration(ns)
+}
+
+// floorLevel rounds a bucket level reported by Redis down to whole
+// tokens, saturating: at least 0 (also for NaN), at most MaxInt64.
+func floorLevel(tokens float64) int64 {
+	switch {
+	case !(tokens > 0):
+		return 0
+	case tokens >= math.MaxInt64:
+		return math.MaxInt64
+	}
+	return int64(tokens)
 }
 
 // take collects what requests recorded since the last plan.
