@@ -72,15 +72,10 @@ func levelSource(lv lease.Level) string {
 }
 
 func inspectCmd(ctx context.Context, e *env, args []string) error {
-	fs := newFlags(e, "inspect", "inspect TENANT")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	tenant, err := tenantArg(fs)
+	tenant, cctx, cancel, err := tenantCall(ctx, e, "inspect", "inspect TENANT", args)
 	if err != nil {
 		return err
 	}
-	cctx, cancel := e.call(ctx)
 	defer cancel()
 	in, err := e.client.Inspect(cctx, tenant)
 	if err != nil {

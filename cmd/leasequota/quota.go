@@ -145,16 +145,27 @@ func flagNames(msg string) string {
 		"FailureMode", "-failure-mode", "Rate", "-rate", "Burst", "-burst").Replace(msg)
 }
 
-func quotaGet(ctx context.Context, e *env, args []string) error {
-	fs := newFlags(e, "quota get", "quota get TENANT")
+// tenantCall parses the flags of a subcommand that takes none but its one
+// TENANT argument, and returns the tenant and the context of its Redis
+// call, which cancel ends.
+func tenantCall(ctx context.Context, e *env, name, usage string, args []string) (string, context.Context, context.CancelFunc, error) {
+	fs := newFlags(e, name, usage)
 	if err := parseFlags(fs, args); err != nil {
-		return err
+		return "", nil, nil, err
 	}
 	tenant, err := tenantArg(fs)
 	if err != nil {
-		return err
+		return "", nil, nil, err
 	}
 	cctx, cancel := e.call(ctx)
+	return tenant, cctx, cancel, nil
+}
+
+func quotaGet(ctx context.Context, e *env, args []string) error {
+	tenant, cctx, cancel, err := tenantCall(ctx, e, "quota get", "quota get TENANT", args)
+	if err != nil {
+		return err
+	}
 	defer cancel()
 	o, err := e.client.GetOverride(cctx, tenant)
 	if err != nil {
@@ -179,15 +190,10 @@ func quotaGet(ctx context.Context, e *env, args []string) error {
 }
 
 func quotaDelete(ctx context.Context, e *env, args []string) error {
-	fs := newFlags(e, "quota delete", "quota delete TENANT")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	tenant, err := tenantArg(fs)
+	tenant, cctx, cancel, err := tenantCall(ctx, e, "quota delete", "quota delete TENANT", args)
 	if err != nil {
 		return err
 	}
-	cctx, cancel := e.call(ctx)
 	defer cancel()
 	res, err := e.client.AdminDeleteOverride(cctx, tenant)
 	if err != nil {
