@@ -5,10 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"strconv"
 	"strings"
 	"time"
-	"unsafe"
+
+	"github.com/leasequota/leasequota/internal/sfield"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -462,40 +462,13 @@ func (lim *limiter) setMetadata(ctx context.Context, d *leasequota.Decision, key
 	md := make(metadata.MD, 2)
 	md[MetadataPolicy] = policy
 	if rate && valid && dec >= 0 {
-		md[MetadataRateLimit] = rateLimitField(lim.pols[dec].rPrefix, min(max(d.FleetRemaining, 0), maxSFInteger), t)
+		md[MetadataRateLimit] = sfield.RateLimit(lim.pols[dec].rPrefix, min(max(d.FleetRemaining, 0), maxSFInteger), t)
 	}
 	_ = setHeader(ctx, md) // fails only when headers were sent: not yet
 }
 
 // maxSFInteger is the largest RFC 9651 Integer.
 const maxSFInteger = 999_999_999_999_999
-
-// rateField is a "ratelimit" value slice and the bytes of its value, when
-// they fit: one allocation of 64 bytes for both.
-type rateField struct {
-	val [1]string
-	buf [48]byte
-}
-
-// rateLimitField returns the "ratelimit" value rPrefix r;t=t (no t when
-// t < 0) as a metadata value slice, rPrefix being a policy's "name";r=:
-// middleware.RateLimitValue, in one allocation when it fits (names of up
-// to about 20 bytes). The value's bytes are never written again.
-func rateLimitField(rPrefix string, r, t int64) []string {
-	f := new(rateField)
-	b := append(f.buf[:0], rPrefix...)
-	b = strconv.AppendInt(b, r, 10)
-	if t >= 0 {
-		b = append(b, ";t="...)
-		b = strconv.AppendInt(b, min(t, maxSFInteger), 10)
-	}
-	if cap(b) == len(f.buf) && len(b) > 0 && &b[0] == &f.buf[0] {
-		f.val[0] = unsafe.String(&f.buf[0], len(b))
-	} else {
-		f.val[0] = string(b)
-	}
-	return f.val[:1:1]
-}
 
 // keyProblem says why a call has no key to be limited by.
 type keyProblem uint8

@@ -11,7 +11,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
-	"unsafe"
+
+	"github.com/leasequota/leasequota/internal/sfield"
 
 	"github.com/leasequota/leasequota"
 )
@@ -471,7 +472,7 @@ func (h *handler) setFields(hdr http.Header, d *leasequota.Decision, keys []stri
 	hdr[headerPolicy] = policy
 	if !h.cfg.legacy {
 		if rate {
-			hdr[headerRateLimit] = rateLimitField(p.rPrefix, min(max(d.FleetRemaining, 0), maxSFInteger), t)
+			hdr[headerRateLimit] = sfield.RateLimit(p.rPrefix, min(max(d.FleetRemaining, 0), maxSFInteger), t)
 		}
 		return
 	}
@@ -493,40 +494,13 @@ func (h *handler) setFields(hdr http.Header, d *leasequota.Decision, keys []stri
 		return
 	}
 	r := min(max(d.FleetRemaining, 0), maxSFInteger)
-	hdr[headerRateLimit] = rateLimitField(p.rPrefix, r, t)
+	hdr[headerRateLimit] = sfield.RateLimit(p.rPrefix, r, t)
 	vals[1] = strconv.FormatInt(r, 10)
 	hdr[headerLegacyRemaining] = vals[1:2:2]
 	if t >= 0 {
 		vals[2] = strconv.FormatInt(t, 10)
 		hdr[headerLegacyReset] = vals[2:3:3]
 	}
-}
-
-// rateField is the RateLimit field's value slice and the bytes of its
-// value, when they fit: one allocation of 64 bytes for both.
-type rateField struct {
-	val [1]string
-	buf [48]byte
-}
-
-// rateLimitField returns the RateLimit field value rPrefix r;t=t (no t
-// when t < 0) as a field's value slice, rPrefix being a policy's
-// "name";r=. The value's bytes share the slice's allocation when they fit
-// (names of up to about 20 bytes); they are never written again.
-func rateLimitField(rPrefix string, r, t int64) []string {
-	f := new(rateField)
-	b := append(f.buf[:0], rPrefix...)
-	b = strconv.AppendInt(b, r, 10)
-	if t >= 0 {
-		b = append(b, ";t="...)
-		b = strconv.AppendInt(b, t, 10)
-	}
-	if cap(b) == len(f.buf) && len(b) > 0 && &b[0] == &f.buf[0] {
-		f.val[0] = unsafe.String(&f.buf[0], len(b))
-	} else {
-		f.val[0] = string(b)
-	}
-	return f.val[:1:1]
 }
 
 // policyList returns the RateLimit-Policy field value of several
