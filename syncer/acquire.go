@@ -2,7 +2,6 @@ package syncer
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/leasequota/leasequota/bucket"
@@ -62,11 +61,6 @@ func (s *Syncer) apply(ctx context.Context, t *Tenant, now time.Time, want int64
 		s.errs.Add(1)
 		s.planner.Failed(&t.st, now)
 		t.retryAt.Store(t.st.at(t.st.notBefore))
-		if errors.Is(r.Err, ErrBusy) {
-			// Redis is up: the tenant is not failing, and no failure
-			// mode decides for it (busy.go).
-			return
-		}
 		rate, capacity := s.planner.FallbackRate(&t.st, *t.Limits(), now, s.fleetSize())
 		if fb := t.fallback.Load(); fb != nil {
 			fb.SetRate(now, rate)

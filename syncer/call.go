@@ -48,29 +48,21 @@ func (s *Syncer) call(ctx context.Context, op string, size int, f func(context.C
 	// A pipeline of many commands queues behind the others in Redis'
 	// single thread: give it time for its size (perCommand, a wide margin
 	// over what a script call costs) on top of the call deadline.
-	timeout := s.opts.CallTimeout + time.Duration(size)*perCommand
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	ctx, cancel := context.WithTimeout(ctx, s.opts.CallTimeout+time.Duration(size)*perCommand)
 	defer cancel()
 	ctx, span := s.opts.Telemetry.StartCall(ctx, op, size)
-	// run makes the call and tells a busy Redis from a silent one.
-	run := func() ([]lease.Result, error) {
-		s.calls.Add(1)
-		res, err := f(ctx)
-		if err == nil {
-			s.noteReply(s.opts.Now())
-		}
-		return res, s.busy(err, sent, timeout)
-	}
 	if s.opts.Cluster || s.closing() {
 		// Closing: the last returns are worth a try whatever the breaker
 		// says, or the tokens are lost for a refill.
-		res, err := run()
+		s.calls.Add(1)
+		res, err := f(ctx)
 		span.End(err)
 		return res, err
 	}
 	res, err = s.breaker.Execute(func() ([]lease.Result, error) {
-		res, err := run()
-		if err != nil && !errors.Is(err, ErrBusy) {
+		s.calls.Add(1)
+		res, err := f(ctx)
+		if err != nil {
 			s.lastErr.Store(&err)
 		}
 		return res, err

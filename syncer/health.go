@@ -71,8 +71,8 @@ func (s *Syncer) newBreaker(iv time.Duration) *gobreaker.CircuitBreaker[[]lease.
 			return c.ConsecutiveFailures >= breakerFailures
 		},
 		// Calls canceled because the limiter is closing say nothing
-		// about Redis; a busy Redis (ErrBusy) is up.
-		IsExcluded: func(err error) bool { return errors.Is(err, context.Canceled) || errors.Is(err, ErrBusy) },
+		// about Redis.
+		IsExcluded: func(err error) bool { return errors.Is(err, context.Canceled) },
 		OnStateChange: func(_ string, from, to gobreaker.State) {
 			if to == gobreaker.StateClosed {
 				// Redis answers again after calls failed in a row: an

@@ -136,10 +136,6 @@ type Syncer struct {
 	// ago its tokens were granted (see Refund).
 	clock atomic.Int64
 
-	// lastReply is when a call was last answered whole (unix nanoseconds;
-	// busy.go).
-	lastReply atomic.Int64
-
 	// refillDelay is how long the last urgent refill took (refilldelay.go).
 	refillDelay refillDelay
 
