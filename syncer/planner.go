@@ -255,6 +255,11 @@ type Input struct {
 	// Recovered says Redis answers again after the tenant's lease calls
 	// failed: the failure backoff no longer holds the call back.
 	Recovered bool
+	// Refunded says tokens refunded here go back to the tenant's bucket
+	// before this plan's acquire (a round makes its returns first): a
+	// wait for the bucket to refill no longer holds the call back (a
+	// failure backoff still does).
+	Refunded bool
 }
 
 // Action is what the planner wants done for a tenant.
@@ -482,7 +487,7 @@ func (p *Planner) Plan(st *State, lim quota.Quota, now time.Time, in Input) Acti
 	read := in.QuotaCheck && granted && st.failures == 0 &&
 		ns-st.at(st.lastActive) < int64(lim.LeaseTTL) &&
 		ns-st.at(st.lastGrant) >= int64(p.cfg.Interval)/4
-	if ns < st.at(st.notBefore) && !(in.Recovered && st.failures > 0) {
+	if ns < st.at(st.notBefore) && !(in.Recovered && st.failures > 0) && !(in.Refunded && st.failures == 0) {
 		// Calls are held back. A read takes no tokens, so it may go
 		// while the bucket refills (never during a failure backoff).
 		a.Read = read

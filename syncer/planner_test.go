@@ -1030,3 +1030,36 @@ func TestOverDemandDoesNotMultiplyCalls(t *testing.T) {
 		}
 	}
 }
+
+// TestRefundedEndsTheDryBucketWait: after a grant that found the bucket
+// dry, the planner holds the tenant's calls back until it refilled; a
+// refund returned to the bucket before the plan's acquire (Input.Refunded)
+// ends that wait, but not a failure's backoff.
+func TestRefundedEndsTheDryBucketWait(t *testing.T) {
+	lim := quota.Quota{Rate: 0.002, Burst: 2, MinLease: 1, MaxLease: 2, LeaseTTL: time.Minute}
+	p := NewPlanner(Config{}, testSeed)
+	var st State
+	now := pt0
+	p.Init(&st, "dry", now)
+	a := p.Plan(&st, lim, now, Input{Urgent: true, Need: 2})
+	if a.Acquire == 0 {
+		t.Fatal("cold start: no acquire")
+	}
+	p.Granted(&st, lim, now, a.Acquire, lease.Grant{Granted: 0, Tokens: 0, ServerTime: now}, 0)
+	if wait := st.NotBefore().Sub(now); wait < time.Minute {
+		t.Fatalf("after a dry grant the tenant waits %v, want the bucket's refill (minutes)", wait)
+	}
+	later := now.Add(time.Second)
+	if a := p.Plan(&st, lim, later, Input{Urgent: true, Need: 2}); a.Acquire != 0 {
+		t.Fatalf("acquire %d while the bucket refills", a.Acquire)
+	}
+	if a := p.Plan(&st, lim, later, Input{Urgent: true, Need: 2, Refunded: true}); a.Acquire == 0 {
+		t.Fatal("no acquire after a refund went back to the dry bucket")
+	}
+
+	// A failure's backoff holds, refund or not.
+	p.Failed(&st, later)
+	if a := p.Plan(&st, lim, later, Input{Urgent: true, Need: 2, Refunded: true}); a.Acquire != 0 {
+		t.Fatalf("acquire %d within a failure's backoff", a.Acquire)
+	}
+}

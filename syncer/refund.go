@@ -98,5 +98,9 @@ func (s *Syncer) Refund(t *Tenant, n int64, front lease.GrantID, clock int64) Re
 	s.pendingMu.Lock()
 	s.pending = append(s.pending, r)
 	s.pendingMu.Unlock()
+	// After the return is queued: a round that sees the flag also takes
+	// the return, and makes it before its acquires, so a plan that lets
+	// the tenant call while its bucket was dry finds the tokens there.
+	t.setFlag(flagRefunded, true)
 	return RefundReturned
 }

@@ -53,7 +53,7 @@ type Tenant struct {
 	// failure and retuned by the syncer while failures go on.
 	fallback atomic.Pointer[bucket.TokenBucket]
 
-	flags atomic.Uint32 // flagUrgent (requests, syncer), the rest by the syncer
+	flags atomic.Uint32 // flagUrgent and flagRefunded (requests, syncer), the rest by the syncer
 	// front is the ID of the oldest grant in the ledger (zero when it is
 	// empty or the ID unknown), published by the syncer after each change
 	// of the ledger. A request reads it before it spends: the tokens it
@@ -70,6 +70,11 @@ const (
 	flagFailing                    // the last lease call failed
 	flagLeased                     // a lease call has succeeded at least once
 	flagEvicted                    // removed from the syncer's tenants; never leased again
+	// flagRefunded: a refund of the tenant's tokens went to the syncer's
+	// pending returns (Refund) since the last round planned it. Set by
+	// requests, after the return is queued; taken by rounds only (see
+	// Input.Refunded).
+	flagRefunded
 )
 
 func (t *Tenant) setFlag(f uint32, on bool) (was bool) {
