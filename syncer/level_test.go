@@ -3,14 +3,12 @@ package syncer
 import (
 	"context"
 	"math"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
 	"github.com/leasequota/leasequota/lease"
-	"github.com/leasequota/leasequota/lease/memstore"
 	"github.com/leasequota/leasequota/quota"
 )
 
@@ -19,18 +17,7 @@ import (
 // the first, and not lowered by another instance's lease.
 func TestLevel(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	var clock atomic.Int64
-	clock.Store(time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
-	now := func() time.Time { return time.Unix(0, clock.Load()) }
-	store := memstore.New(memstore.WithClock(now))
-	mine, err := store.Instance("mine", time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	other, err := store.Instance("other", time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	now, advance, store, mine, other := MemstorePair(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
@@ -61,7 +48,7 @@ func TestLevel(t *testing.T) {
 	}
 
 	// Another instance's lease lowers the bucket, not this one's view.
-	clock.Add(int64(time.Millisecond))
+	advance(time.Millisecond)
 	res, err := other.AcquireMany(ctx, []lease.Request{{Tenant: name, Limits: quota.Bucket(lim), Want: 20}}, nil)
 	if err != nil || res[0].Err != nil || res[0].Grant.Granted != 20 {
 		t.Fatalf("the other instance's acquire: %v, %+v", err, res)

@@ -2,12 +2,10 @@ package syncer_test
 
 import (
 	"context"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/leasequota/leasequota/lease"
-	"github.com/leasequota/leasequota/lease/memstore"
 	"github.com/leasequota/leasequota/quota"
 	"github.com/leasequota/leasequota/syncer"
 )
@@ -18,19 +16,7 @@ import (
 // another instance drains the refilled bucket, everything goes back),
 // deterministic, without Redis and without waiting for the bucket.
 func TestSyncerOnMemstore(t *testing.T) {
-	var clock atomic.Int64 // ns since 1970
-	clock.Store(time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
-	now := func() time.Time { return time.Unix(0, clock.Load()) }
-	advance := func(d time.Duration) { clock.Add(int64(d)) }
-	store := memstore.New(memstore.WithClock(now))
-	mine, err := store.Instance("mine", time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	other, err := store.Instance("other", time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	now, advance, store, mine, other := syncer.MemstorePair(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 

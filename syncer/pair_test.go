@@ -1,0 +1,32 @@
+package syncer
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/leasequota/leasequota/lease"
+	"github.com/leasequota/leasequota/lease/memstore"
+)
+
+// MemstorePair is an in-process store and two instances of it ("mine"
+// and "other") on a clock the test moves (advance), which starts at
+// 2027-01-01:
+// the fixture of the tests that watch one instance's syncer while another
+// instance takes from the same buckets.
+func MemstorePair(t testing.TB) (now func() time.Time, advance func(time.Duration), store *memstore.Store, mine, other lease.Store) {
+	t.Helper()
+	var clock atomic.Int64 // ns since 1970
+	clock.Store(time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	now = func() time.Time { return time.Unix(0, clock.Load()) }
+	advance = func(d time.Duration) { clock.Add(int64(d)) }
+	store = memstore.New(memstore.WithClock(now))
+	var err error
+	if mine, err = store.Instance("mine", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if other, err = store.Instance("other", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	return now, advance, store, mine, other
+}
