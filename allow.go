@@ -3,8 +3,6 @@ package leasequota
 import (
 	"context"
 	"time"
-
-	"github.com/leasequota/leasequota/lease"
 )
 
 // Allow is AllowN(context.Background(), tenant, 1).Allowed.
@@ -49,7 +47,7 @@ func (l *Limiter) AllowN(ctx context.Context, tenant string, n int64) Decision {
 			front, clock := t.Front(), l.sync.Clock()
 			if ok, left := t.Spend(n); ok {
 				return Decision{Allowed: true, Remaining: left, FleetRemaining: fleetRemaining(t.Level(), left, lim.Burst), Quota: *lim,
-					Reason: ReasonLeased, Tenant: tenant, adm: admission{n: n, clock: clock, front: [maxRefundKeys]lease.GrantID{front}, keys: 1}}
+					Reason: ReasonLeased, Tenant: tenant, adm: leased(n, front, clock)}
 			}
 		}
 	}
