@@ -127,13 +127,9 @@ const minTTLSpan = 100 * time.Millisecond
 func (b BucketState) Level() Level {
 	if o := b.Override; o != nil {
 		lv := Level{Rate: o.Rate, Burst: o.Burst, Exact: true, Known: true}
-		switch {
-		case !b.Exists:
-			lv.Tokens, lv.Full = float64(o.Burst), true
-		case b.Now <= b.Updated:
-			lv.Tokens = min(b.Tokens, float64(o.Burst))
-		default:
-			lv.Tokens = min(b.Tokens+float64(b.Now-b.Updated)*o.Rate/1e6, float64(o.Burst))
+		lv.Tokens = float64(o.Burst) // a missing bucket is full
+		if b.Exists {
+			lv.Tokens = Refill(b.Tokens, b.Updated, max(b.Now, b.Updated), o.Rate, o.Burst)
 		}
 		lv.Full = lv.Tokens >= float64(o.Burst)
 		return lv
@@ -162,7 +158,7 @@ func (b BucketState) Level() Level {
 	case b.Now >= full:
 		lv.Tokens, lv.Full = float64(b.Burst), true
 	default:
-		lv.Tokens = b.Tokens + float64(b.Now-b.Updated)*lv.Rate/1e6
+		lv.Tokens = Refill(b.Tokens, b.Updated, b.Now, lv.Rate, b.Burst)
 	}
 	return lv
 }

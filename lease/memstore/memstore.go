@@ -227,16 +227,7 @@ func (b *bucket) refill(now int64, rate float64, burst int64) (tokens float64, m
 	if now <= b.ts {
 		now = b.ts + 1
 	}
-	// The operations and their order are the script's, so the results are
-	// the same float64s: tk + ((now - ts) * rate) / 1e6.
-	tokens = b.tk + float64(now-b.ts)*rate/1e6
-	if tokens > float64(burst) {
-		tokens = float64(burst)
-	}
-	if tokens < 0 {
-		tokens = 0
-	}
-	return tokens, false, now
+	return lease.Refill(b.tk, b.ts, now, rate, burst), false, now
 }
 
 // history is common.lua's history: b's level history if it was recorded
