@@ -149,8 +149,7 @@ local function acquire(key, ikey, qkey, o, clock, hasLength)
     return tokens -- the error reply
   end
   -- Record the level before the debit (see the header).
-  local h = history(state, now, burst)
-  history_push(h, now, tokens)
+  local h = history_at(state, now, burst, tokens)
 
   local instances = 0
   local share = nil       -- this instance's max-min fair share, tokens/s

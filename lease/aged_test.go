@@ -570,6 +570,54 @@ func TestQuotaChangeResetsHistory(t *testing.T) {
 	}
 }
 
+// TestFullBucketHistory: an acquire that finds its bucket full records
+// the history that pushing burst onto it gives (acquire.lua skips reading
+// it then: history_at in common.lua), also where an entry above the burst
+// survives the push and where the history is unknown or unreadable.
+func TestFullBucketHistory(t *testing.T) {
+	ctx := context.Background()
+	c, rdb := agedClient(t)
+	key := c.Key("t")
+	lim := Limits{Rate: 1e-9, Burst: 60} // refills nothing during the test
+	const past = int64(1_000_000)        // µs, an old bucket time
+	for _, tc := range []struct {
+		name   string
+		fields []string // the bucket, tk = burst
+		// want is the history after the acquire, given its time now.
+		want func(now int64) []peaks.Entry
+	}{
+		{"several entries below burst", []string{"hb", "60", "p1", "100:60", "p2", "200:50", "p3", "300:40"},
+			func(now int64) []peaks.Entry { return []peaks.Entry{{T: now, L: 60}} }},
+		{"oldest entry above burst", []string{"hb", "60", "p1", "100:100", "p2", "200:50"},
+			func(now int64) []peaks.Entry { return []peaks.Entry{{T: 100, L: 100}, {T: now, L: 60}} }},
+		{"recorded under a higher burst", []string{"hb", "100", "p1", "100:100"},
+			func(now int64) []peaks.Entry { return []peaks.Entry{{T: now, L: 100}} }},
+		{"recorded under a lower burst", []string{"hb", "50", "p1", "100:50"},
+			func(now int64) []peaks.Entry { return []peaks.Entry{{T: now, L: 60}} }},
+		{"unreadable entry", []string{"hb", "60", "p1", "x:100"},
+			func(now int64) []peaks.Entry { return []peaks.Entry{{T: now, L: 60}} }},
+		{"unreadable entry above burst", []string{"hb", "60", "p1", "100:100", "p2", "50:40"},
+			func(now int64) []peaks.Entry { return []peaks.Entry{{T: now, L: 60}} }},
+		{"no history", nil,
+			func(now int64) []peaks.Entry { return []peaks.Entry{{T: now, L: 60}} }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := rdb.Del(ctx, key).Err(); err != nil {
+				t.Fatal(err)
+			}
+			args := append([]string{"tk", "60", "ts", strconv.FormatInt(past, 10)}, tc.fields...)
+			if err := rdb.HSet(ctx, key, args).Err(); err != nil {
+				t.Fatal(err)
+			}
+			g, err := c.Acquire(ctx, "t", lim, 10)
+			if err != nil || g.Granted != 10 {
+				t.Fatalf("acquire: %+v, %v", g, err)
+			}
+			checkHistory(t, rdb, key, 60, tc.want(g.ServerTime.UnixMicro())...)
+		})
+	}
+}
+
 // TestAgedReturnsProperty drives one bucket that refills in real time with
 // random acquires, returns (of part or all of a grant, one at a time or
 // two in a pipeline, with ages that are upper bounds, sometimes far too
