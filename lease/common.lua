@@ -54,8 +54,13 @@ end
 
 -- read_override returns the override stored at qkey, as HMGET of r, b, min,
 -- max, ttl, mode, and its rate and burst (nil for none); or, for a corrupt
--- one, nil and an error reply.
+-- one, nil and an error reply. Most tenants have none: EXISTS answers for
+-- them with one integer, where HMGET's six nils, made into a Lua table,
+-- cost about 8k more instructions a call (callgrind).
 local function read_override(qkey)
+  if redis.call('EXISTS', qkey) == 0 then
+    return {}, nil, nil
+  end
   local q = redis.call('HMGET', qkey, 'r', 'b', 'min', 'max', 'ttl', 'mode')
   if not (q[1] and q[2]) then
     return q, nil, nil
