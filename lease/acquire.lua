@@ -112,6 +112,22 @@ local function sane_demand(v)
   return d
 end
 
+-- read_entry returns the last acquire (us), demand (tokens/s) and credit
+-- (tokens) of a registry entry, "last acquire:demand:credit"; nils for
+-- none, and for one that does not read or is older than cutoff (not this
+-- instance's any more).
+local function read_entry(mine, cutoff)
+  if not mine then
+    return nil, nil, nil
+  end
+  local s, d, c = string.match(mine, '^([^:]*):([^:]*):([^:]*)$')
+  local seen, demand, credit = tonumber(s), tonumber(d), tonumber(c)
+  if seen == nil or seen < cutoff or demand == nil then
+    return nil, nil, nil
+  end
+  return seen, demand, credit
+end
+
 -- acquire runs the acquire above for one tenant: its bucket, registry and
 -- override keys, its arguments at ARGV[o + 1 ..], the call's Redis TIME
 -- (clock, microseconds) and whether ARGV[o + 7] is the reserve length.
@@ -169,16 +185,6 @@ local function acquire(key, ikey, qkey, o, clock, hasLength)
     window = wms * 1000
     demand = sane_demand(ARGV[o + 6])
     local cutoff = now - window
-    -- This instance's entry, "last acquire (us):demand (tokens/s):credit
-    -- (tokens)"; one older than the window is not this instance's any more.
-    local mine = redis.call('HGET', ikey, id)
-    if mine then
-      local s, d, c = string.match(mine, '^([^:]*):([^:]*):([^:]*)$')
-      prevSeen, prevDemand, prevCredit = tonumber(s), tonumber(d), tonumber(c)
-      if prevSeen == nil or prevSeen < cutoff or prevDemand == nil then
-        prevSeen, prevDemand, prevCredit = nil, nil, nil
-      end
-    end
     -- The registry summary, so that most calls need not read every entry:
     -- "computed at (us):instances:total demand:water level", the level -1
     -- when every demand is met. It is recomputed from the entries when it
@@ -191,9 +197,26 @@ local function acquire(key, ikey, qkey, o, clock, hasLength)
       local a, b, c, d = string.match(state[13], '^([^:]*):([^:]*):([^:]*):([^:]*)$')
       st, sn, sd, sl = tonumber(a), tonumber(b), tonumber(c), tonumber(d)
     end
-    if prevSeen == nil or st == nil or sn == nil or sd == nil or sl == nil or
+    -- all: every entry, when the summary is recomputed. A summary too old
+    -- to use is recomputed whatever this instance's entry holds, so the
+    -- entry is then taken from all rather than read on its own (HGET).
+    local all = nil
+    if st == nil or sn == nil or sd == nil or sl == nil or
         sl ~= sl or sd ~= sd or st > now or now - st >= window * SUMMARY_AGE then
-      local all = redis.call('HGETALL', ikey)
+      all = redis.call('HGETALL', ikey)
+      for i = 1, #all, 2 do
+        if all[i] == id then
+          prevSeen, prevDemand, prevCredit = read_entry(all[i + 1], cutoff)
+          break
+        end
+      end
+    else
+      prevSeen, prevDemand, prevCredit = read_entry(redis.call('HGET', ikey, id), cutoff)
+      if prevSeen == nil then
+        all = redis.call('HGETALL', ikey)
+      end
+    end
+    if all then
       local demands = {demand}
       for i = 1, #all, 2 do
         if all[i] ~= id then
