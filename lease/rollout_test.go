@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,7 +24,10 @@ import (
 // e93ce47, before the registry summary (every acquire read and rewrote
 // the whole instance registry); v2 is main at c21efec, before the batch
 // form of acquire.lua (one tenant per call) and before quota.lua stored
-// the tenant's name with an override.
+// the tenant's name with an override; v3 is main at d243102, before the
+// lean acquire (it parsed the history of a full bucket, read a missing
+// override with HMGET and the registry entry before a stale summary's
+// recompute), whose fields and values this release writes the same.
 var (
 	//go:embed testdata/v1/common.lua
 	v1Common string
@@ -36,6 +41,12 @@ var (
 	v2Acquire string
 	//go:embed testdata/v2/release.lua
 	v2Release string
+	//go:embed testdata/v3/common.lua
+	v3Common string
+	//go:embed testdata/v3/acquire.lua
+	v3Acquire string
+	//go:embed testdata/v3/release.lua
+	v3Release string
 )
 
 // TestMixedFleetRollout runs clients of an earlier release and of this
@@ -48,19 +59,24 @@ var (
 // count from when their schedule lets them be spent, and only those
 // spendable by the end of the run.
 func TestMixedFleetRollout(t *testing.T) {
-	for _, old := range []struct{ name, common, acquire, release string }{
-		{"v1", v1Common, v1Acquire, v1Release},
-		{"v2", v2Common, v2Acquire, v2Release},
+	for _, old := range []struct {
+		name, common, acquire, release string
+		reply                          int // elements in its acquire's reply
+	}{
+		{"v1", v1Common, v1Acquire, v1Release, 6},
+		{"v2", v2Common, v2Acquire, v2Release, 6},
+		{"v3", v3Common, v3Acquire, v3Release, 9},
 	} {
 		t.Run(old.name, func(t *testing.T) {
-			mixedFleet(t, redis.NewScript(old.common+old.acquire), redis.NewScript(old.common+old.release))
+			mixedFleet(t, redis.NewScript(old.common+old.acquire), redis.NewScript(old.common+old.release), old.reply)
 		})
 	}
 }
 
-// mixedFleet runs old clients (their acquire and release scripts) and
-// this release's on one tenant; see TestMixedFleetRollout.
-func mixedFleet(t *testing.T, old, oldRelease *redis.Script) {
+// mixedFleet runs old clients (their acquire and release scripts, whose
+// acquire replies with reply elements) and this release's on one tenant;
+// see TestMixedFleetRollout.
+func mixedFleet(t *testing.T, old, oldRelease *redis.Script, reply int) {
 	ctx := context.Background()
 	rdb := redisserver.Client(t)
 	prefix := redisserver.Prefix(t)
@@ -108,7 +124,7 @@ func mixedFleet(t *testing.T, old, oldRelease *redis.Script) {
 				demand := 50 + rng.Float64()*250
 				v, err := old.Run(ctx, rdb, []string{key, InstancesKey(key), QuotaKey(key)},
 					formatRate(lim.Rate), lim.Burst, want, fmt.Sprintf("old-%d", i), window.Milliseconds(), demand).Slice()
-				if err != nil || len(v) != 6 {
+				if err != nil || len(v) != reply {
 					fail(fmt.Errorf("old client: %v, %v", v, err))
 					return
 				}
@@ -395,5 +411,145 @@ func TestOldClientKeepsFrozenBucket(t *testing.T) {
 		if alive := expires >= full; alive != tc.alive {
 			t.Errorf("H %v: the old client's TTL keeps the key until %.0f, the bucket is full at %.0f; want kept: %v", tc.horizon, expires, full, tc.alive)
 		}
+	}
+}
+
+// TestRolloutMatchesPreviousRelease runs one random sequence of acquires
+// and returns (each naming its grant) on two buckets: on one every call
+// is this release's, on the other each call is this release's or v3's at
+// random, as in a rolling upgrade. Each call must give what its twin gave
+// (granted, credited, tokens) and leave the same history (levels, and the calls that recorded them): the two
+// releases compute the same, so a mixed fleet's returns are credited
+// exactly as a fleet of either release would credit them, never more.
+// The buckets refill 1e-15 tokens a second, less than the last bit of
+// a level of a token or more, so that the twins' different call times
+// change no level but one near 0; returning
+// every open grant, the latest first, brings a bucket back to full, so
+// that acquires take acquire.lua's full-bucket way (history_at).
+func TestRolloutMatchesPreviousRelease(t *testing.T) {
+	ctx := context.Background()
+	rdb := redisserver.Client(t)
+	prefix := redisserver.Prefix(t)
+	newAcquire, newRelease := redis.NewScript(commonSource+acquireSource), redis.NewScript(commonSource+releaseSource)
+	oldAcquire, oldRelease := redis.NewScript(v3Common+v3Acquire), redis.NewScript(v3Common+v3Release)
+	const rate, burst = "1e-15", 100
+	num := func(v interface{}) float64 {
+		t.Helper()
+		f, err := strconv.ParseFloat(fmt.Sprint(v), 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	acquire := func(s *redis.Script, key string, want int64) (granted int64, tokens float64, now int64) {
+		t.Helper()
+		v, err := s.Run(ctx, rdb, []string{key, InstancesKey(key), QuotaKey(key)}, rate, burst, want).Slice()
+		if err != nil || len(v) != 9 {
+			t.Fatalf("acquire: %v, %v", v, err)
+		}
+		granted, _ = v[0].(int64)
+		now, _ = v[2].(int64)
+		return granted, num(v[1]), now
+	}
+	release := func(s *redis.Script, key string, amount, grant int64) (credited, tokens float64, now int64) {
+		t.Helper()
+		v, err := s.Run(ctx, rdb, []string{key, ReleasesKey(key), QuotaKey(key)}, rate, burst, amount, 0, uint32(grant)).Slice()
+		if err != nil || len(v) != 3 {
+			t.Fatalf("release: %v, %v", v, err)
+		}
+		now, _ = v[1].(int64)
+		return num(v[2]), num(v[0]), now
+	}
+	// calls maps each bucket's call times to the call's number (its
+	// twin's is the same), so that the histories compare by call.
+	calls := map[string]map[int64]int{}
+	n := 0
+	called := func(key string, now int64) {
+		if calls[key] == nil {
+			calls[key] = map[int64]int{}
+		}
+		calls[key][now] = n
+	}
+	type entry struct {
+		call  int
+		level float64
+	}
+	history := func(key string) []entry {
+		t.Helper()
+		h, _ := readHistory(t, rdb, key)
+		var l []entry
+		for _, e := range h.Entries() {
+			c, ok := calls[key][e.T]
+			if !ok {
+				t.Fatalf("%s: history entry %v at no call's time", key, e)
+			}
+			l = append(l, entry{c, e.L})
+		}
+		return l
+	}
+	type grant struct{ at, left int64 }
+	a, b := Key(prefix, "a"), Key(prefix, "b")
+	var onA, onB []*grant // the same step's grant on each bucket
+	rng := rand.New(rand.NewPCG(3, 5))
+	full, old := 0, 0
+	// pick returns this release's scripts or v3's, at random.
+	pick := func() (*redis.Script, *redis.Script) {
+		if rng.IntN(2) == 0 {
+			old++
+			return oldAcquire, oldRelease
+		}
+		return newAcquire, newRelease
+	}
+	give := func(step, i int, amount int64) {
+		t.Helper()
+		_, rel := pick()
+		c1, t1, n1 := release(newRelease, a, amount, onA[i].at)
+		c2, t2, n2 := release(rel, b, amount, onB[i].at)
+		n++
+		called(a, n1)
+		called(b, n2)
+		if c1 != c2 || math.Abs(t1-t2) > 1e-9 {
+			t.Fatalf("step %d: return %d: credited %v, %v left; its twin %v, %v", step, amount, c1, t1, c2, t2)
+		}
+		onA[i].left -= amount
+		onB[i].left -= amount
+	}
+	for step := 0; step < 600; step++ {
+		switch r := rng.IntN(10); {
+		case len(onA) == 0 || r < 5:
+			acq, _ := pick()
+			want := int64(rng.IntN(20))
+			g1, t1, n1 := acquire(newAcquire, a, want)
+			g2, t2, n2 := acquire(acq, b, want)
+			n++
+			called(a, n1)
+			called(b, n2)
+			if g1 != g2 || math.Abs(t1-t2) > 1e-9 {
+				t.Fatalf("step %d: acquire %d: granted %d, %v left; its twin %d, %v", step, want, g1, t1, g2, t2)
+			}
+			if t1+float64(g1) >= burst {
+				full++
+			}
+			onA, onB = append(onA, &grant{n1, g1}), append(onB, &grant{n2, g2})
+		case r < 8:
+			if i := rng.IntN(len(onA)); onA[i].left > 0 {
+				give(step, i, 1+rng.Int64N(onA[i].left))
+			}
+		default:
+			for i := len(onA) - 1; i >= 0; i-- {
+				if onA[i].left > 0 {
+					give(step, i, onA[i].left)
+				}
+			}
+		}
+		// Equal but for the refill of a bucket drained to 0, which
+		// takes its last bit.
+		if ha, hb := history(a), history(b); !slices.EqualFunc(ha, hb, func(x, y entry) bool { return x.call == y.call && math.Abs(x.level-y.level) <= 1e-9 }) {
+			t.Fatalf("step %d: history (call, level) %v; its twin %v", step, ha, hb)
+		}
+	}
+	t.Logf("%d acquires found their bucket full; %d calls of v3", full, old)
+	if full < 10 {
+		t.Fatalf("%d acquires found their bucket full: want the full-bucket way taken", full)
 	}
 }

@@ -1,0 +1,284 @@
+-- leasequota common: the functions every leasequota script uses. The Go
+-- side puts this file in front of acquire.lua, release.lua and quota.lua
+-- (Redis scripts cannot load one another), so they read one bucket, one
+-- override and one level history the same way.
+--
+-- A bucket is a hash {tk = tokens ("%.17g"), ts = when tk was computed
+-- (Redis TIME, microseconds; after the clock for a frozen bucket: tk
+-- tokens available now and no refill until ts, see acquire.lua), hb = the burst its level history was
+-- recorded under, p1, p2, ... = the history's entries, rg = the summary of
+-- the instance registry that acquire.lua keeps}. The history (see below, and the Go model in
+-- internal/peaks, which the tests hold these functions to) is what
+-- release.lua credits returned tokens against.
+
+local function bad(what)
+  return redis.error_reply('leasequota: bad argument: ' .. what)
+end
+
+-- x ~= x catches NaN; comparisons with math.huge catch infinities.
+local function rate_ok(x)
+  return x ~= nil and x == x and x > 0 and x ~= math.huge
+end
+
+local function whole(x, least)
+  return x ~= nil and x == x and x >= least and x ~= math.huge and x == math.floor(x)
+end
+
+-- check_limits returns the rate and burst given as the strings r and b,
+-- or nil and a bad-argument reply naming them with prefix (e.g. 'base ').
+local function check_limits(r, b, prefix)
+  local rate, burst = tonumber(r), tonumber(b)
+  if not rate_ok(rate) then
+    return nil, bad(prefix .. 'rate must be a finite number > 0, got ' .. tostring(r))
+  end
+  if not whole(burst, 1) then
+    return nil, bad(prefix .. 'burst must be an integer >= 1, got ' .. tostring(b))
+  end
+  return rate, burst
+end
+
+-- read_limits returns the rate and burst in ARGV[i] and ARGV[i + 1], as
+-- check_limits does.
+local function read_limits(i, prefix)
+  return check_limits(ARGV[i], ARGV[i + 1], prefix)
+end
+
+-- redis_now returns Redis TIME in microseconds: the only clock, so every
+-- instance sees the same time line. Redis 7 replicates scripts by their
+-- effects (the writes carry the computed values), so reading TIME before
+-- writing is safe.
+local function redis_now()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+-- read_override returns the override stored at qkey, as HMGET of r, b, min,
+-- max, ttl, mode, and its rate and burst (nil for none); or, for a corrupt
+-- one, nil and an error reply.
+local function read_override(qkey)
+  local q = redis.call('HMGET', qkey, 'r', 'b', 'min', 'max', 'ttl', 'mode')
+  if not (q[1] and q[2]) then
+    return q, nil, nil
+  end
+  local orate, oburst = tonumber(q[1]), tonumber(q[2])
+  if not rate_ok(orate) or not whole(oburst, 1) then
+    return nil, redis.error_reply('leasequota: corrupt quota ' .. qkey .. ': delete the key or set the quota again')
+  end
+  return q, orate, oburst
+end
+
+-- read_bucket returns the bucket at key: HMGET of its fields (above), its
+-- tokens refilled at rate up to burst as of now, whether the key is missing
+-- (never used, or expired because it had refilled to full: burst tokens),
+-- and the bucket's time for this call: now, or a microsecond after the last
+-- call on it when the clock has not moved past that (e.g. after a failover
+-- to a replica whose clock lags), so that the calls on a bucket have
+-- distinct, rising times. For a corrupt bucket it returns nil and an error
+-- reply.
+local function read_bucket(key, now, rate, burst)
+  -- s0 (state[12]) is a field of the previous layout of the level history
+  -- (two segments, s0, m0, s1, m1, with ta and mt): present only if a client
+  -- of that layout wrote the bucket since this one did (see history and
+  -- store). rg (state[13]) is the registry summary (acquire.lua).
+  local state = redis.call('HMGET', key, 'tk', 'ts', 'hb', 'p1', 'p2', 'p3', 'p4', 'p5', 'p6', 'p7', 'p8', 's0', 'rg')
+  if state[1] == false and state[2] == false then
+    return state, burst, true, now
+  end
+  local tk, ts = tonumber(state[1]), tonumber(state[2])
+  if tk == nil or ts == nil or tk ~= tk or ts ~= ts then
+    return nil, redis.error_reply('leasequota: corrupt bucket ' .. key .. ': delete the key to reset it')
+  end
+  -- A clock that went backwards refills nothing rather than going negative.
+  if now <= ts then
+    now = ts + 1
+  end
+  local tokens = tk + (now - ts) * rate / 1000000
+  if tokens > burst then
+    tokens = burst
+  end
+  if tokens < 0 then
+    tokens = 0
+  end
+  return state, tokens, false, now
+end
+
+-- The level history: a list of {t, l} (times in microseconds rising, levels
+-- falling strictly) where l bounds every level of the bucket since the
+-- previous entry's time, up to t. A call records the level it sees before
+-- its debit (between calls the level only rises, by refill, so that bounds
+-- it since the previous call). An entry is dropped once a later one is at
+-- least as high, so the highest level over (g, now] is the level of the
+-- first entry after g, or the level now if higher; the grant's own call at
+-- g, which saw its level before the debit, does not count. Beyond HISTORY
+-- entries, the two neighbours with the smallest drop merge into one with
+-- the later time and the higher level, which can only make a later credit
+-- smaller. Stored as one field per entry, p1 (the oldest) to p<n>, each
+-- "t:l": short values keep the hash in Redis's compact encoding.
+local HISTORY = 8
+
+-- parse_history reads the fields p1..p8 of a bucket read by read_bucket
+-- (state[4..11]): the list, or nil if they do not hold one.
+local function parse_history(state)
+  local h = {}
+  for i = 1, HISTORY do
+    local f = state[3 + i]
+    if not f then
+      break
+    end
+    local ts, ls = string.match(f, '^(%-?%d+):([^:]+)$')
+    local t, l = tonumber(ts), tonumber(ls)
+    if t == nil or l == nil or l ~= l or l == math.huge or l == -math.huge then
+      return nil
+    end
+    if #h > 0 and (t <= h[#h][1] or l >= h[#h][2]) then
+      return nil
+    end
+    h[#h + 1] = {t, l}
+  end
+  if #h == 0 then
+    return nil
+  end
+  return h
+end
+
+-- history_push records a call at now that saw level l before its debit.
+local function history_push(h, now, l)
+  while #h > 0 and h[#h][2] <= l do
+    table.remove(h)
+  end
+  if #h > 0 and h[#h][1] >= now then
+    return
+  end
+  h[#h + 1] = {now, l}
+  if #h > HISTORY then
+    local best = 1
+    for i = 2, #h - 1 do
+      if h[i][2] - h[i + 1][2] < h[best][2] - h[best + 1][2] then
+        best = i
+      end
+    end
+    h[best + 1][2] = h[best][2]
+    table.remove(h, best)
+  end
+end
+
+-- history_peak returns the highest level over (after, now], x being the
+-- level now.
+local function history_peak(h, after, x)
+  for i = 1, #h do
+    if h[i][1] > after then
+      if h[i][2] > x then
+        return h[i][2]
+      end
+      return x
+    end
+  end
+  return x
+end
+
+-- history_raise adds c to every entry after after (the bucket without the
+-- credited tokens granted was c higher since), then keeps only the entries
+-- above every later one.
+local function history_raise(h, after, c)
+  for i = #h, 1, -1 do
+    if h[i][1] <= after then
+      break
+    end
+    h[i][2] = h[i][2] + c
+  end
+  local kept = {h[#h]}
+  for i = #h - 1, 1, -1 do
+    if h[i][2] > kept[#kept][2] then
+      kept[#kept + 1] = h[i]
+    end
+  end
+  for i = 1, #kept do
+    h[i] = kept[#kept - i + 1]
+  end
+  for i = #h, #kept + 1, -1 do
+    h[i] = nil
+  end
+end
+
+-- history returns the level history of a bucket read by read_bucket. A
+-- history that is missing (a new key, or one an older version wrote),
+-- unreadable, recorded under another burst, or possibly stale (a client of
+-- the previous layout wrote the bucket since: its calls are not in it) has
+-- an unknown past: it starts as {{now, burst (or the old burst if
+-- higher)}}, so that nothing granted before now is credited.
+local function history(state, now, burst)
+  local hb = tonumber(state[3])
+  local h = parse_history(state)
+  if h == nil or hb ~= burst or state[12] then
+    local top = burst
+    if hb ~= nil and hb == hb and hb > top then
+      top = hb
+    end
+    return {{now, top}}
+  end
+  -- What the fields hold, so that store rewrites only the entries that
+  -- change (a call usually changes the last one or two).
+  local was = {}
+  for i = 1, #h do
+    was[i] = {h[i][1], h[i][2]}
+  end
+  state.was = was
+  return h
+end
+
+-- store writes the bucket's tokens as of now, its history h (deleting the
+-- entry fields of the bucket read as state that h no longer fills), the
+-- burst it was recorded under and the field-value pairs in extra (nil for
+-- none), and keeps the key until the bucket would be full again at rate,
+-- plus a second: a missing key means a full bucket, so expiring it then
+-- changes nothing. That time is now + (burst - tokens)/rate, and now (the
+-- bucket's time) may be ahead of clock, the Redis TIME of the call (a
+-- frozen bucket, see acquire.lua, or a clock that went back), so the TTL
+-- counted from clock, as PEXPIRE counts it, adds now - clock. Beyond
+-- ~31,700 years (and for an infinite quotient) the key is kept for ever:
+-- the number would not fit PEXPIRE, and any finite cap would refill early.
+local function store(key, tokens, now, rate, burst, h, state, extra, clock)
+  local args = {'tk', string.format('%.17g', tokens), 'ts', string.format('%d', now)}
+  if tonumber(state[3]) ~= burst then
+    args[#args + 1] = 'hb'
+    args[#args + 1] = string.format('%d', burst)
+  end
+  -- An entry that holds what the field holds is not written again (the
+  -- field's text is the %.17g of that number, which reads back exactly).
+  local was = state.was or {}
+  for i = 1, #h do
+    local w = was[i]
+    if not (w and w[1] == h[i][1] and w[2] == h[i][2]) then
+      args[#args + 1] = 'p' .. i
+      args[#args + 1] = string.format('%d:%.17g', h[i][1], h[i][2])
+    end
+  end
+  if extra then
+    for i = 1, #extra do
+      args[#args + 1] = extra[i]
+    end
+  end
+  redis.call('HSET', key, unpack(args))
+  local stale = {}
+  for i = #h + 1, HISTORY do
+    if state[3 + i] then
+      stale[#stale + 1] = 'p' .. i
+    end
+  end
+  if #stale > 0 then
+    redis.call('HDEL', key, unpack(stale))
+  end
+  -- The previous layout's history: deleted, so that a client of that
+  -- version finds none and credits nothing granted before its next call
+  -- (it does not see this version's calls), and so that this version
+  -- notices when it writes them again.
+  if state[12] then
+    redis.call('HDEL', key, 's0', 'm0', 's1', 'm1', 'ta', 'mt')
+  end
+  local ttl = math.ceil((now - clock) / 1000 + (burst - tokens) / rate * 1000) + 1000
+  if ttl < 1e15 then
+    redis.call('PEXPIRE', key, string.format('%d', ttl))
+  else
+    redis.call('PERSIST', key)
+  end
+end
