@@ -354,7 +354,7 @@ local function acquire(key, ikey, qkey, o, clock, hasLength)
   if summary then
     extra = {'rg', summary}
   end
-  store(key, tokens, stored, rate, burst, h, state, extra, clock)
+  local tk = store(key, tokens, stored, rate, burst, h, state, extra, clock)
 
   local shareOut = ''
   if share ~= nil then
@@ -364,7 +364,7 @@ local function acquire(key, ikey, qkey, o, clock, hasLength)
   if pace ~= nil then
     paceOut = string.format('%.17g', pace)
   end
-  return {granted, string.format('%.17g', tokens), now, instances, override, shareOut, reserved, paceOut, now - clock}
+  return {granted, tk, now, instances, override, shareOut, reserved, paceOut, now - clock}
 end
 
 if #KEYS == 3 then

@@ -121,6 +121,10 @@ end
 -- "t:l": short values keep the hash in Redis's compact encoding.
 local HISTORY = 8
 
+-- HISTORY_FIELDS are the entries' field names, made once rather than by
+-- 'p' .. i (a number formatted) for each field written.
+local HISTORY_FIELDS = {'p1', 'p2', 'p3', 'p4', 'p5', 'p6', 'p7', 'p8'}
+
 -- parse_history reads the fields p1..p8 of a bucket read by read_bucket
 -- (state[4..11]): the list, or nil if they do not hold one.
 local function parse_history(state)
@@ -271,8 +275,11 @@ end
 -- counted from clock, as PEXPIRE counts it, adds now - clock. Beyond
 -- ~31,700 years (and for an infinite quotient) the key is kept for ever:
 -- the number would not fit PEXPIRE, and any finite cap would refill early.
+-- It returns tk as written (the "%.17g" of tokens), which the scripts'
+-- replies repeat rather than format again.
 local function store(key, tokens, now, rate, burst, h, state, extra, clock)
-  local args = {'tk', string.format('%.17g', tokens), 'ts', string.format('%d', now)}
+  local tk = string.format('%.17g', tokens)
+  local args = {'tk', tk, 'ts', string.format('%d', now)}
   if tonumber(state[3]) ~= burst then
     args[#args + 1] = 'hb'
     args[#args + 1] = string.format('%d', burst)
@@ -283,7 +290,7 @@ local function store(key, tokens, now, rate, burst, h, state, extra, clock)
   for i = 1, #h do
     local w = was[i]
     if not (w and w[1] == h[i][1] and w[2] == h[i][2]) then
-      args[#args + 1] = 'p' .. i
+      args[#args + 1] = HISTORY_FIELDS[i]
       args[#args + 1] = string.format('%d:%.17g', h[i][1], h[i][2])
     end
   end
@@ -296,7 +303,7 @@ local function store(key, tokens, now, rate, burst, h, state, extra, clock)
   local stale = {}
   for i = #h + 1, HISTORY do
     if state[3 + i] then
-      stale[#stale + 1] = 'p' .. i
+      stale[#stale + 1] = HISTORY_FIELDS[i]
     end
   end
   if #stale > 0 then
@@ -315,4 +322,5 @@ local function store(key, tokens, now, rate, burst, h, state, extra, clock)
   else
     redis.call('PERSIST', key)
   end
+  return tk
 end

@@ -139,6 +139,6 @@ local tokens = x + credit
 if tokens > burst then
   tokens = burst
 end
-store(key, tokens, now, rate, burst, h, state, nil, clock)
+local tk = store(key, tokens, now, rate, burst, h, state, nil, clock)
 
-return {string.format('%.17g', tokens), now, string.format('%.17g', credit)}
+return {tk, now, string.format('%.17g', credit)}
