@@ -70,8 +70,15 @@ type RegistryCost struct {
 // measured 36.81, 82.89 and 165.35 (the smallest of 8 loaded runs).
 // AcquireFull is the script's acquire_registry_1 (buckets that exist, as
 // in a steady state); its acquire_full, on mostly new keys, was 53.82.
-// The scripts are those of the commit that last changed this table; when
-// lease/*.lua change, measure again and replace the figures here.
+// The scripts are those of the commit that last changed this table
+// (main at d243102); when lease/*.lua change, measure again and replace
+// the figures here. The lean acquire after it (history_at, EXISTS of the
+// override, no HGET before a summary's recompute, one format of the
+// tokens) executes 13 % fewer instructions per acquire (bash
+// scripts/acquire-parts.sh, under callgrind), but runs of this command on
+// 2026-12-01, at load average 2-4, could not tell the two apart (redis_rate's
+// unchanged script moved by up to 36 % between runs): the figures stay
+// until a quiet run, and overstate an acquire by about an eighth.
 var Measured = Table{
 	AcquireFull:     47.85,
 	AcquireHistory8: 68.66,
