@@ -42,9 +42,11 @@ unit:
 
 # The deterministic simulation of whole Limiters (sim_test.go), without
 # the race detector so that thousands of scenarios fit; unit runs 40 of
-# them with it.
+# them with it. Then syncer's simulations at their full simulated length,
+# which unit runs for a quarter of it under the race detector.
 simulation:
 	$(GO) test -count=1 -run '^TestSimulation$$' -sim.seeds=1500 .
+	$(GO) test -count=1 -run '^TestSim' ./syncer
 
 simulation-long:
 	$(GO) test -count=1 -timeout 30m -run '^TestSimulation$$' -sim.seeds=20000 .

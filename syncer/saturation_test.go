@@ -88,6 +88,10 @@ func (s *queueStore) ReleaseMany(ctx context.Context, reqs []lease.ReleaseReques
 // most of what Redis can lease, instead of a fleet that times out,
 // retries and stays in its failure mode while Redis is up.
 func TestSaturatedRedisServesItsCapacity(t *testing.T) {
+	// Parallel: it is a minute of CPU under the race detector, and the
+	// fake clock makes it indifferent to sharing the machine with the
+	// simulations.
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		const (
 			instances = 4
