@@ -11,30 +11,46 @@ import (
 // MaxInteger is the largest RFC 9651 Integer.
 const MaxInteger = 999_999_999_999_999
 
-// rateField is a field's one-value slice and the bytes of its value, when
-// they fit: one allocation of 64 bytes for both.
-type rateField struct {
+// field is a field's one-value slice and the bytes of its value, B being
+// a byte array: one allocation for both. Its size is a malloc size class
+// (48 or 64 bytes), so that no byte of the allocation is wasted on the
+// way to the next class.
+type field[B any] struct {
 	val [1]string
-	buf [48]byte
+	buf B
+}
+
+// newField returns the one-value slice of a new field[B] holding v, which
+// fits in B. The value's bytes are never written again, which is what
+// makes the string over them safe.
+func newField[B any](v []byte) []string {
+	f := new(field[B])
+	b := unsafe.Slice((*byte)(unsafe.Pointer(&f.buf)), len(v))
+	copy(b, v)
+	f.val[0] = unsafe.String(unsafe.SliceData(b), len(b))
+	return f.val[:1:1]
 }
 
 // RateLimit returns the value rPrefix r;t=t (no ";t=" when t < 0; t at
 // most MaxInteger) as a one-value slice, rPrefix being a policy's
-// `"name";r=`. The value's bytes share the slice's allocation when they
-// fit (names of up to about 20 bytes); they are never written again, which
-// is what makes the string over them safe.
+// `"name";r=`. Slice and value are one allocation, of 48 bytes for a value
+// of up to 32 bytes (`"default";r=` and 13 digits of r, with t=0) and of 64
+// for one of up to 48; a longer value (names of more than about 20 bytes)
+// is a second allocation.
 func RateLimit(rPrefix string, r, t int64) []string {
-	f := new(rateField)
-	b := append(f.buf[:0], rPrefix...)
+	// Built on the stack first: its length picks the allocation's size.
+	var tmp [64]byte
+	b := append(tmp[:0], rPrefix...)
 	b = strconv.AppendInt(b, r, 10)
 	if t >= 0 {
 		b = append(b, ";t="...)
 		b = strconv.AppendInt(b, min(t, MaxInteger), 10)
 	}
-	if cap(b) == len(f.buf) && len(b) > 0 && &b[0] == &f.buf[0] {
-		f.val[0] = unsafe.String(&f.buf[0], len(b))
-	} else {
-		f.val[0] = string(b)
+	switch {
+	case len(b) <= 32:
+		return newField[[32]byte](b)
+	case len(b) <= 48:
+		return newField[[48]byte](b)
 	}
-	return f.val[:1:1]
+	return []string{string(b)}
 }
