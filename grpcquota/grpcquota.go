@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"strings"
 	"time"
 
@@ -266,6 +267,10 @@ type limiter struct {
 	cfg   config
 	pols  []policy // the one policy of today's options, or those of WithPolicy and WithPeerPolicy
 	multi bool     // pols are those of WithPolicy and WithPeerPolicy
+	// wait bounds a call's wait for a lease: WithMaxWait, 0 in shadow
+	// mode (AllowNWithin and AllowAllWithin with a wait of 0 are AllowN
+	// and AllowAll).
+	wait time.Duration
 
 	missingErr, reservedErr error // end calls without a key (one policy), see keyErrors
 }
@@ -287,8 +292,12 @@ func newLimiter(l *leasequota.Limiter, opts []Option) *limiter {
 		panic(cfg.err)
 	}
 	missing, reserved := keyErrors(&cfg)
-	return &limiter{l: l, cfg: cfg, pols: newPolicies(&cfg), multi: len(cfg.policies) > 0,
+	lim := &limiter{l: l, cfg: cfg, pols: newPolicies(&cfg), multi: len(cfg.policies) > 0, wait: cfg.maxWait,
 		missingErr: missing, reservedErr: reserved}
+	if cfg.shadow {
+		lim.wait = 0 // never delay a call
+	}
+	return lim
 }
 
 // keyErrors returns the InvalidArgument errors that end a call without a
@@ -357,16 +366,13 @@ func (lim *limiter) admit(ctx context.Context, method string, setHeader func(con
 	if problem != keyOK {
 		return lim.noKey(ctx, method, problem, lim.missingErr, lim.reservedErr)
 	}
-	var d leasequota.Decision
-	if lim.cfg.shadow {
-		d = lim.l.AllowN(ctx, key, cost)
-	} else {
-		d = lim.l.AllowNWithin(ctx, key, cost, lim.cfg.maxWait)
-	}
+	// One call, its Decision written where it stays: answer takes it by
+	// pointer, as copies of it were a good part of an admission's cost.
+	d := lim.l.AllowNWithin(ctx, key, cost, lim.wait)
 	if lim.cfg.hook != nil {
 		lim.cfg.hook(ctx, method, key, d)
 	}
-	return lim.answer(ctx, method, d, cost, nil, 0, key, setHeader)
+	return lim.answer(ctx, method, &d, cost, nil, 0, key, setHeader)
 }
 
 // noKey ends a call without a key (problem keyMissing) or with a reserved
@@ -389,36 +395,42 @@ func (lim *limiter) noKey(ctx context.Context, method string, problem keyProblem
 // policy (nil with one policy), dec the index of the deciding one among
 // lim.pols (-1 when none decided, 0 with one policy), key the deciding
 // key.
-func (lim *limiter) answer(ctx context.Context, method string, d leasequota.Decision, cost int64, keys []string,
+func (lim *limiter) answer(ctx context.Context, method string, d *leasequota.Decision, cost int64, keys []string,
 	dec int, key string, setHeader func(context.Context, metadata.MD) error) error {
 	var p *policy
 	if dec >= 0 {
 		p = &lim.pols[dec]
 	}
+	if d.Allowed {
+		// Returned before dn is declared: zeroing a Denial, a Decision
+		// within, is no small part of an admission's cost. Admitted by a
+		// failure mode, without a lease, nothing is known of the remaining
+		// quota: no "ratelimit".
+		if lim.cfg.metadata {
+			lim.setMetadata(ctx, d, keys, dec, d.Mode == leasequota.FailDefault, 0, setHeader)
+		}
+		return nil
+	}
 	rate, t := true, int64(0) // what the rate limit metadata says
 	var dn Denial
 	switch {
-	case d.Allowed:
-		// Admitted by a failure mode, without a lease: nothing is known
-		// of the remaining quota.
-		rate = d.Mode == leasequota.FailDefault
 	case d.Reason.Waitable() && p != nil:
 		t = middleware.RetrySeconds(d.RetryAfter)
-		dn = Denial{Code: codes.ResourceExhausted, Policy: p.name, Key: key, Decision: d,
+		dn = Denial{Code: codes.ResourceExhausted, Policy: p.name, Key: key, Decision: *d,
 			Status: exhausted(d, p.name, fmt.Sprintf("quota of policy %q exhausted; retry after %v", p.name, roundUp(d.RetryAfter)), true)}
 	case d.Reason == leasequota.ReasonInvalidN && p != nil:
 		t = -1
-		dn = Denial{Code: codes.ResourceExhausted, Policy: p.name, Key: key, Decision: d,
+		dn = Denial{Code: codes.ResourceExhausted, Policy: p.name, Key: key, Decision: *d,
 			Status: exhausted(d, p.name, fmt.Sprintf("cost %d exceeds the whole quota of %d of policy %q: never admissible",
 				cost, d.Quota.Burst, p.name), false)}
 	case d.Reason == leasequota.ReasonUnavailable || d.Reason == leasequota.ReasonClosed:
 		rate = false
 		if lim.cfg.degraded == DegradedDeny {
-			dn = Denial{Code: codes.Unavailable, Key: key, Decision: d, Status: unavailable(d, "rate limiter unavailable")}
+			dn = Denial{Code: codes.Unavailable, Key: key, Decision: *d, Status: unavailable(d, "rate limiter unavailable")}
 		}
 	case d.Reason == leasequota.ReasonTooManyTenants:
 		rate = false
-		dn = Denial{Code: codes.Unavailable, Key: key, Decision: d, Status: unavailable(d, "rate limiter tracks too many clients")}
+		dn = Denial{Code: codes.Unavailable, Key: key, Decision: *d, Status: unavailable(d, "rate limiter tracks too many clients")}
 	default:
 		// ReasonInvalidQuota, ReasonDuplicateTenant (two policies gave
 		// one key), a refusal that names no policy (cannot happen), or a
@@ -429,7 +441,7 @@ func (lim *limiter) answer(ctx context.Context, method string, d leasequota.Deci
 		return internalError
 	}
 	if lim.cfg.metadata {
-		lim.setMetadata(ctx, &d, keys, dec, rate, t, setHeader)
+		lim.setMetadata(ctx, d, keys, dec, rate, t, setHeader)
 	}
 	if lim.cfg.shadow || dn.Status == nil {
 		return nil
@@ -505,7 +517,7 @@ func (lim *limiter) key(ctx context.Context, method string) (string, keyProblem)
 
 // unavailable returns the Unavailable status of a limiter that cannot
 // decide.
-func unavailable(d leasequota.Decision, msg string) *status.Status {
+func unavailable(d *leasequota.Decision, msg string) *status.Status {
 	st := status.New(codes.Unavailable, "grpcquota: "+msg)
 	if withDetails, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(roundUp(d.RetryAfter))}); err == nil {
 		st = withDetails
@@ -515,7 +527,7 @@ func unavailable(d leasequota.Decision, msg string) *status.Status {
 
 // exhausted returns the ResourceExhausted status of a refusal by the
 // policy named policy.
-func exhausted(d leasequota.Decision, policy, msg string, retry bool) *status.Status {
+func exhausted(d *leasequota.Decision, policy, msg string, retry bool) *status.Status {
 	st := status.New(codes.ResourceExhausted, "grpcquota: "+msg)
 	details := []protoadapt.MessageV1{&errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{{
 		Subject:     "policy:" + policy,
@@ -544,6 +556,11 @@ func PeerKey(ctx context.Context) string {
 		return ""
 	}
 	if a, ok := p.Addr.(*net.TCPAddr); ok {
+		if ip4 := a.IP.To4(); ip4 != nil {
+			// The common case, IPv4 or IPv4-mapped: the netip.Addr of its
+			// 4 bytes, without AddrPort's conversion and Unmap.
+			return netip.AddrFrom4([4]byte(ip4)).String()
+		}
 		if ap := a.AddrPort(); ap.Addr().IsValid() {
 			return ap.Addr().Unmap().WithZone("").String()
 		}
