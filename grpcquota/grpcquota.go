@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/netip"
 	"strings"
 	"time"
 
@@ -15,7 +13,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/protoadapt"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -271,6 +268,8 @@ type limiter struct {
 	// mode (AllowNWithin and AllowAllWithin with a wait of 0 are AllowN
 	// and AllowAll).
 	wait time.Duration
+	// peers holds the keys of recent IPv4 peers (PeerKey's).
+	peers peerKeys
 
 	missingErr, reservedErr error // end calls without a key (one policy), see keyErrors
 }
@@ -496,7 +495,7 @@ const (
 // is no KeyFunc.
 func (lim *limiter) key(ctx context.Context, method string) (string, keyProblem) {
 	if lim.cfg.keyFunc == nil {
-		if k := PeerKey(ctx); k != "" {
+		if k := peerKey(ctx, &lim.peers); k != "" {
 			return k, keyOK
 		}
 		return "", keyMissing
@@ -508,7 +507,7 @@ func (lim *limiter) key(ctx context.Context, method string) (string, keyProblem)
 	case k != "":
 		return k, keyOK
 	case prefix != "":
-		if p := PeerKey(ctx); p != "" {
+		if p := peerKey(ctx, &lim.peers); p != "" {
 			return prefix + p, keyOK
 		}
 	}
@@ -545,25 +544,4 @@ func exhausted(d *leasequota.Decision, policy, msg string, retry bool) *status.S
 // roundUp rounds a wait up to the millisecond, at least 1 ms.
 func roundUp(d time.Duration) time.Duration {
 	return max((d + time.Millisecond - 1).Truncate(time.Millisecond), time.Millisecond)
-}
-
-// PeerKey returns the key of a call by its peer: the IP address of a TCP
-// peer (IPv4-mapped addresses as IPv4), else the peer address's string,
-// "" without a peer.
-func PeerKey(ctx context.Context) string {
-	p, ok := peer.FromContext(ctx)
-	if !ok || p.Addr == nil {
-		return ""
-	}
-	if a, ok := p.Addr.(*net.TCPAddr); ok {
-		if ip4 := a.IP.To4(); ip4 != nil {
-			// The common case, IPv4 or IPv4-mapped: the netip.Addr of its
-			// 4 bytes, without AddrPort's conversion and Unmap.
-			return netip.AddrFrom4([4]byte(ip4)).String()
-		}
-		if ap := a.AddrPort(); ap.Addr().IsValid() {
-			return ap.Addr().Unmap().WithZone("").String()
-		}
-	}
-	return p.Addr.String()
 }

@@ -246,7 +246,7 @@ func (lim *limiter) admitAll(ctx context.Context, method string, cost int64, set
 		p := &lim.pols[i]
 		var k string
 		if p.peer {
-			if a := PeerKey(ctx); a != "" {
+			if a := peerKey(ctx, &lim.peers); a != "" {
 				k = p.peerPrefix + a
 			}
 		} else {
