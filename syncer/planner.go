@@ -135,7 +135,7 @@ type State struct {
 const (
 	flagGranted uint8 = 1 << iota // a lease call has succeeded at least once
 	flagRising                    // demand jumped: use fast while above slow
-	flagScarce                    // the last lease call got less than it asked for
+	flagScarce                    // the last lease call got less than it asked for, or left the bucket with less than it got
 )
 
 // stampOf returns ns as a stamp of st, rounded down.
@@ -500,8 +500,12 @@ func (p *Planner) Plan(st *State, lim quota.Quota, now time.Time, in Input) Acti
 		want = max(want, in.Need-held)
 	case held < int64(float64(st.target)*p.cfg.LowWatermark):
 		// Below the low watermark: prefetch now.
-	case scheduled && want > 0 && want*4 >= st.target:
-		// The regular refresh, when it is worth a call.
+	case scheduled && want > 0 && want*4 >= st.target && (st.flags&flagScarce == 0 || want*2 >= st.target):
+		// The regular refresh, when it is worth a call: a quarter of
+		// the target, or half of it for a scarce tenant, whose credit
+		// at Redis accrues slowly (a top-up of a few tokens each
+		// interval would turn its share into calls; the low watermark
+		// still refills it before it runs dry).
 	case read:
 		// The quota re-read: top up what is missing, if anything.
 	case reserve:
@@ -538,10 +542,13 @@ func (p *Planner) Granted(st *State, lim quota.Quota, now time.Time, asked int64
 	st.setClock(ns)
 	st.failures = 0
 	// Reserved tokens come later (Reserved): the lease gets the rest now.
-	// A tenant that needed a reservation stays scarce.
+	// A tenant that needed a reservation stays scarce, and so does one
+	// whose full grant left the bucket with less than it took: the next
+	// such call would not be served in full, and sizing the lease by the
+	// demand again would bring top-ups of a few tokens.
 	immediate := g.Immediate()
 	if asked > 0 {
-		if immediate < asked {
+		if immediate < asked || g.Tokens < float64(immediate) {
 			st.flags |= flagScarce
 		} else {
 			st.flags &^= flagScarce
