@@ -14,8 +14,9 @@ import (
 // three tokens. Before the planner kept such an instance scarce (Granted:
 // the bucket was left with less than the grant) and held back its
 // scheduled top-ups below half its lease target (Plan), it made 108.4
-// script calls per 1,000 decisions here; with them, 83.4 (the issue's
-// goal is 80), at the same 98.7-98.8 % of Burst + Rate·T.
+// script calls per 1,000 decisions here; with them, 83.4; with leases
+// of low-rate tenants sized in time as well (worthwhileLease), 71.1 (the
+// issue's goal is 80), at 98.5-98.8 % of Burst + Rate·T throughout.
 func TestSimLowRateTenantCalls(t *testing.T) {
 	t.Parallel()
 	tn := simTenant{name: "low20", lim: quota.Quota{Rate: 20, Burst: 40, MinLease: 1, MaxLease: 40, LeaseTTL: time.Second},
@@ -37,8 +38,8 @@ func TestSimLowRateTenantCalls(t *testing.T) {
 	perK := 1000 * float64(st.scripts[0]) / float64(st.demanded[0])
 	util := float64(st.admitted[0]) / (float64(tn.lim.Burst) + tn.lim.Rate*cfg.duration.Seconds())
 	t.Logf("%.1f script calls per 1,000 decisions, %.1f%% of Burst + Rate·T admitted", perK, 100*util)
-	if perK > 90 {
-		t.Errorf("%.1f script calls per 1,000 decisions, want at most 90", perK)
+	if perK > 80 {
+		t.Errorf("%.1f script calls per 1,000 decisions, want at most 80", perK)
 	}
 	if util < 0.95 {
 		t.Errorf("%.1f%% of Burst + Rate·T admitted, want at least 95%%", 100*util)
