@@ -178,6 +178,42 @@ func BenchmarkAllowParallel(b *testing.B) {
 	})
 }
 
+// BenchmarkAllowTenants is issue #16's measure of the hot path: Allow on
+// one goroutine over 1,024 tenants in turn, each holding its lease, next
+// to BenchmarkRateMutexMapTenants, the same loop through x/time/rate
+// limiters in a map behind a mutex. Run both in one command for the
+// ratio:
+//
+//	go test -run '^$' -bench 'Tenants$' -benchmem -count 5 .
+func BenchmarkAllowTenants(b *testing.B) {
+	l := benchLimiter(b)
+	names := tenantNames(1024)
+	for _, n := range names {
+		if !l.Allow(n) {
+			b.Fatal("first request denied")
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if !l.Allow(names[i&1023]) {
+			b.Fatal("denied")
+		}
+	}
+}
+
+// BenchmarkRateMutexMapTenants is BenchmarkAllowTenants's baseline.
+func BenchmarkRateMutexMapTenants(b *testing.B) {
+	r := &rateMutexMap{m: map[string]*rate.Limiter{}}
+	names := tenantNames(1024)
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		if !r.allow(names[i&1023]) {
+			b.Fatal("denied")
+		}
+	}
+}
+
 // rateMutexMap is the baseline: x/time/rate limiters per tenant in a map
 // behind a mutex.
 type rateMutexMap struct {

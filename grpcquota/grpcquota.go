@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"strings"
 	"time"
 
@@ -14,7 +13,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/protoadapt"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -266,6 +264,12 @@ type limiter struct {
 	cfg   config
 	pols  []policy // the one policy of today's options, or those of WithPolicy and WithPeerPolicy
 	multi bool     // pols are those of WithPolicy and WithPeerPolicy
+	// wait bounds a call's wait for a lease: WithMaxWait, 0 in shadow
+	// mode (AllowNWithin and AllowAllWithin with a wait of 0 are AllowN
+	// and AllowAll).
+	wait time.Duration
+	// peers holds the keys of recent IPv4 peers (PeerKey's).
+	peers peerKeys
 
 	missingErr, reservedErr error // end calls without a key (one policy), see keyErrors
 }
@@ -287,8 +291,12 @@ func newLimiter(l *leasequota.Limiter, opts []Option) *limiter {
 		panic(cfg.err)
 	}
 	missing, reserved := keyErrors(&cfg)
-	return &limiter{l: l, cfg: cfg, pols: newPolicies(&cfg), multi: len(cfg.policies) > 0,
+	lim := &limiter{l: l, cfg: cfg, pols: newPolicies(&cfg), multi: len(cfg.policies) > 0, wait: cfg.maxWait,
 		missingErr: missing, reservedErr: reserved}
+	if cfg.shadow {
+		lim.wait = 0 // never delay a call
+	}
+	return lim
 }
 
 // keyErrors returns the InvalidArgument errors that end a call without a
@@ -357,16 +365,13 @@ func (lim *limiter) admit(ctx context.Context, method string, setHeader func(con
 	if problem != keyOK {
 		return lim.noKey(ctx, method, problem, lim.missingErr, lim.reservedErr)
 	}
-	var d leasequota.Decision
-	if lim.cfg.shadow {
-		d = lim.l.AllowN(ctx, key, cost)
-	} else {
-		d = lim.l.AllowNWithin(ctx, key, cost, lim.cfg.maxWait)
-	}
+	// One call, its Decision written where it stays: answer takes it by
+	// pointer, as copies of it were a good part of an admission's cost.
+	d := lim.l.AllowNWithin(ctx, key, cost, lim.wait)
 	if lim.cfg.hook != nil {
 		lim.cfg.hook(ctx, method, key, d)
 	}
-	return lim.answer(ctx, method, d, cost, nil, 0, key, setHeader)
+	return lim.answer(ctx, method, &d, cost, nil, 0, key, setHeader)
 }
 
 // noKey ends a call without a key (problem keyMissing) or with a reserved
@@ -389,36 +394,42 @@ func (lim *limiter) noKey(ctx context.Context, method string, problem keyProblem
 // policy (nil with one policy), dec the index of the deciding one among
 // lim.pols (-1 when none decided, 0 with one policy), key the deciding
 // key.
-func (lim *limiter) answer(ctx context.Context, method string, d leasequota.Decision, cost int64, keys []string,
+func (lim *limiter) answer(ctx context.Context, method string, d *leasequota.Decision, cost int64, keys []string,
 	dec int, key string, setHeader func(context.Context, metadata.MD) error) error {
 	var p *policy
 	if dec >= 0 {
 		p = &lim.pols[dec]
 	}
+	if d.Allowed {
+		// Returned before dn is declared: zeroing a Denial, a Decision
+		// within, is no small part of an admission's cost. Admitted by a
+		// failure mode, without a lease, nothing is known of the remaining
+		// quota: no "ratelimit".
+		if lim.cfg.metadata {
+			lim.setMetadata(ctx, d, keys, dec, d.Mode == leasequota.FailDefault, 0, setHeader)
+		}
+		return nil
+	}
 	rate, t := true, int64(0) // what the rate limit metadata says
 	var dn Denial
 	switch {
-	case d.Allowed:
-		// Admitted by a failure mode, without a lease: nothing is known
-		// of the remaining quota.
-		rate = d.Mode == leasequota.FailDefault
 	case d.Reason.Waitable() && p != nil:
 		t = middleware.RetrySeconds(d.RetryAfter)
-		dn = Denial{Code: codes.ResourceExhausted, Policy: p.name, Key: key, Decision: d,
+		dn = Denial{Code: codes.ResourceExhausted, Policy: p.name, Key: key, Decision: *d,
 			Status: exhausted(d, p.name, fmt.Sprintf("quota of policy %q exhausted; retry after %v", p.name, roundUp(d.RetryAfter)), true)}
 	case d.Reason == leasequota.ReasonInvalidN && p != nil:
 		t = -1
-		dn = Denial{Code: codes.ResourceExhausted, Policy: p.name, Key: key, Decision: d,
+		dn = Denial{Code: codes.ResourceExhausted, Policy: p.name, Key: key, Decision: *d,
 			Status: exhausted(d, p.name, fmt.Sprintf("cost %d exceeds the whole quota of %d of policy %q: never admissible",
 				cost, d.Quota.Burst, p.name), false)}
 	case d.Reason == leasequota.ReasonUnavailable || d.Reason == leasequota.ReasonClosed:
 		rate = false
 		if lim.cfg.degraded == DegradedDeny {
-			dn = Denial{Code: codes.Unavailable, Key: key, Decision: d, Status: unavailable(d, "rate limiter unavailable")}
+			dn = Denial{Code: codes.Unavailable, Key: key, Decision: *d, Status: unavailable(d, "rate limiter unavailable")}
 		}
 	case d.Reason == leasequota.ReasonTooManyTenants:
 		rate = false
-		dn = Denial{Code: codes.Unavailable, Key: key, Decision: d, Status: unavailable(d, "rate limiter tracks too many clients")}
+		dn = Denial{Code: codes.Unavailable, Key: key, Decision: *d, Status: unavailable(d, "rate limiter tracks too many clients")}
 	default:
 		// ReasonInvalidQuota, ReasonDuplicateTenant (two policies gave
 		// one key), a refusal that names no policy (cannot happen), or a
@@ -429,7 +440,7 @@ func (lim *limiter) answer(ctx context.Context, method string, d leasequota.Deci
 		return internalError
 	}
 	if lim.cfg.metadata {
-		lim.setMetadata(ctx, &d, keys, dec, rate, t, setHeader)
+		lim.setMetadata(ctx, d, keys, dec, rate, t, setHeader)
 	}
 	if lim.cfg.shadow || dn.Status == nil {
 		return nil
@@ -484,7 +495,7 @@ const (
 // is no KeyFunc.
 func (lim *limiter) key(ctx context.Context, method string) (string, keyProblem) {
 	if lim.cfg.keyFunc == nil {
-		if k := PeerKey(ctx); k != "" {
+		if k := peerKey(ctx, &lim.peers); k != "" {
 			return k, keyOK
 		}
 		return "", keyMissing
@@ -496,7 +507,7 @@ func (lim *limiter) key(ctx context.Context, method string) (string, keyProblem)
 	case k != "":
 		return k, keyOK
 	case prefix != "":
-		if p := PeerKey(ctx); p != "" {
+		if p := peerKey(ctx, &lim.peers); p != "" {
 			return prefix + p, keyOK
 		}
 	}
@@ -505,7 +516,7 @@ func (lim *limiter) key(ctx context.Context, method string) (string, keyProblem)
 
 // unavailable returns the Unavailable status of a limiter that cannot
 // decide.
-func unavailable(d leasequota.Decision, msg string) *status.Status {
+func unavailable(d *leasequota.Decision, msg string) *status.Status {
 	st := status.New(codes.Unavailable, "grpcquota: "+msg)
 	if withDetails, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(roundUp(d.RetryAfter))}); err == nil {
 		st = withDetails
@@ -515,7 +526,7 @@ func unavailable(d leasequota.Decision, msg string) *status.Status {
 
 // exhausted returns the ResourceExhausted status of a refusal by the
 // policy named policy.
-func exhausted(d leasequota.Decision, policy, msg string, retry bool) *status.Status {
+func exhausted(d *leasequota.Decision, policy, msg string, retry bool) *status.Status {
 	st := status.New(codes.ResourceExhausted, "grpcquota: "+msg)
 	details := []protoadapt.MessageV1{&errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{{
 		Subject:     "policy:" + policy,
@@ -533,20 +544,4 @@ func exhausted(d leasequota.Decision, policy, msg string, retry bool) *status.St
 // roundUp rounds a wait up to the millisecond, at least 1 ms.
 func roundUp(d time.Duration) time.Duration {
 	return max((d + time.Millisecond - 1).Truncate(time.Millisecond), time.Millisecond)
-}
-
-// PeerKey returns the key of a call by its peer: the IP address of a TCP
-// peer (IPv4-mapped addresses as IPv4), else the peer address's string,
-// "" without a peer.
-func PeerKey(ctx context.Context) string {
-	p, ok := peer.FromContext(ctx)
-	if !ok || p.Addr == nil {
-		return ""
-	}
-	if a, ok := p.Addr.(*net.TCPAddr); ok {
-		if ap := a.AddrPort(); ap.Addr().IsValid() {
-			return ap.Addr().Unmap().WithZone("").String()
-		}
-	}
-	return p.Addr.String()
 }

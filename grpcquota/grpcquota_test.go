@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/leasequota/leasequota"
@@ -633,4 +634,29 @@ func TestPanics(t *testing.T) {
 		}
 	}()
 	grpcquota.UnaryServerInterceptor(nil)
+}
+
+// TestAdmissionAllocations: an admitted call keyed by its IPv4 peer
+// allocates nothing once the interceptor holds the peer's key. The count
+// is an average over many calls, rounded down, so that the few
+// allocations of the limiter's syncer, running meanwhile, do not make it
+// fail.
+func TestAdmissionAllocations(t *testing.T) {
+	leakCheck(t)
+	l := newLimiter(t, leasequota.WithDefaultQuota(leasequota.Quota{Rate: 1e9, Burst: 1 << 40}))
+	intercept := grpcquota.UnaryServerInterceptor(l)
+	ctx := peer.NewContext(context.Background(), &peer.Peer{Addr: &net.TCPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 1234}})
+	info := &grpc.UnaryServerInfo{FullMethod: "/test.Service/Call"}
+	handler := func(context.Context, any) (any, error) { return nil, nil }
+	if _, err := intercept(ctx, nil, info, handler); err != nil { // the key's first lease
+		t.Fatal(err)
+	}
+	var err error
+	n := testing.AllocsPerRun(1000, func() { _, err = intercept(ctx, nil, info, handler) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Errorf("an admitted call allocates %v times, want 0", n)
+	}
 }

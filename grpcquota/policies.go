@@ -246,7 +246,7 @@ func (lim *limiter) admitAll(ctx context.Context, method string, cost int64, set
 		p := &lim.pols[i]
 		var k string
 		if p.peer {
-			if a := PeerKey(ctx); a != "" {
+			if a := peerKey(ctx, &lim.peers); a != "" {
 				k = p.peerPrefix + a
 			}
 		} else {
@@ -260,12 +260,7 @@ func (lim *limiter) admitAll(ctx context.Context, method string, cost int64, set
 		}
 		keys = append(keys, k)
 	}
-	var d leasequota.Decision
-	if lim.cfg.shadow {
-		d = lim.l.AllowAll(ctx, cost, keys...)
-	} else {
-		d = lim.l.AllowAllWithin(ctx, cost, lim.cfg.maxWait, keys...)
-	}
+	d := lim.l.AllowAllWithin(ctx, cost, lim.wait, keys...)
 	dec := -1 // the deciding policy
 	for i, k := range keys {
 		if k == d.Tenant {
@@ -276,7 +271,7 @@ func (lim *limiter) admitAll(ctx context.Context, method string, cost int64, set
 	if lim.cfg.hook != nil {
 		lim.cfg.hook(ctx, method, d.Tenant, d)
 	}
-	return lim.answer(ctx, method, d, cost, keys, dec, d.Tenant, setHeader)
+	return lim.answer(ctx, method, &d, cost, keys, dec, d.Tenant, setHeader)
 }
 
 // reservedKey reports whether k, the key of a WithPolicy policy, starts

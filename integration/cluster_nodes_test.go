@@ -187,8 +187,12 @@ func TestClusterPausedMasterDelaysOnlyItsTenants(t *testing.T) {
 	t.Logf("live masters' %d tenants: admitted %.0f/s before the pause, %.0f/s during it (%.0f%%), %.0f/s after it; %d unavailable denials in all (%d lease commands of theirs ran out of their deadline); "+
 		"paused master's %d tenants: %d unavailable denials",
 		tenants-len(onVictim), rateBefore, rateDuring, 100*rateDuring/rateBefore, rateAfter, unav, sumValues(failed), len(onVictim), victimUnav)
-	if rateDuring < 0.8*rateBefore {
-		t.Errorf("live masters' tenants were admitted %.0f/s during the pause, %.0f/s before it: want at least 80%%", rateDuring, rateBefore)
+	// 80 % on a quiet machine; less on one that did not let this process
+	// run (the probe's share of wall time it was not late), as the
+	// pause's window can be starved more than the one before it.
+	if floor := min(0.8, utilizationFloor(probe, 0.8)); rateDuring < floor*rateBefore {
+		t.Errorf("live masters' tenants were admitted %.0f/s during the pause, %.0f/s before it: want at least %.0f%% (on what the machine delivered)",
+			rateDuring, rateBefore, 100*floor)
 	}
 	if victimUnav == 0 {
 		t.Errorf("the paused master's tenants were never denied as unavailable: was it paused?")

@@ -99,33 +99,32 @@ func remoteHost(s string) string {
 // RemoteAddr, parsed in one pass: ipKey's fast path. What it accepts,
 // remoteHost and netip.ParseAddr accept alike (FuzzIPv4Host).
 func ipv4Host(s string) (host string, a [4]byte, ok bool) {
-	i := 0
-	for f := range a {
-		if f > 0 {
-			if i >= len(s) || s[i] != '.' {
+	// One loop over the bytes, not one per field (whose variable length
+	// made its exit branch costly): field f is s[start:i], its value n.
+	f, n, start := 0, 0, 0
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if d := c - '0'; d <= 9 {
+			if i-start == 3 {
 				return "", a, false
 			}
-			i++
-		}
-		start, n := i, 0
-		for i < len(s) && i-start < 3 && s[i]-'0' <= 9 {
-			n = n*10 + int(s[i]-'0')
-			i++
+			n = n*10 + int(d)
+			continue
 		}
 		if i == start || n > 255 || (i-start > 1 && s[start] == '0') {
 			return "", a, false
 		}
 		a[f] = byte(n)
-	}
-	if i >= len(s) || s[i] != ':' {
-		return "", a, false
-	}
-	for j := i + 1; j < len(s); j++ {
-		if s[j] == ':' {
+		switch {
+		case c == '.' && f < 3:
+			f, n, start = f+1, 0, i+1
+		case c == ':' && f == 3 && strings.IndexByte(s[i+1:], ':') < 0:
+			return s[:i], a, true
+		default:
 			return "", a, false
 		}
 	}
-	return s[:i], a, true
+	return "", a, false
 }
 
 func contains(prefixes []netip.Prefix, a netip.Addr) bool {

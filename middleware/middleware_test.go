@@ -682,3 +682,30 @@ func TestTooManyKeys(t *testing.T) {
 		break
 	}
 }
+
+// TestAdmissionAllocations: an admitted request of one policy, keyed by
+// client IP, allocates once: RateLimit's value (RateLimit-Policy's is
+// cached, the key is a substring of RemoteAddr). The count is an average
+// over many requests, rounded down, so that the few allocations of the
+// limiter's syncer, running meanwhile, do not make it fail.
+func TestAdmissionAllocations(t *testing.T) {
+	leakCheck(t)
+	l := newLimiter(t, leasequota.WithDefaultQuota(leasequota.Quota{Rate: 1e9, Burst: 1 << 40}))
+	h := middleware.New(l)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	req := httptest.NewRequest(http.MethodGet, "/", nil)
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req) // the key's first lease
+	if rec.Code != http.StatusOK {
+		t.Fatalf("status %d", rec.Code)
+	}
+	n := testing.AllocsPerRun(1000, func() {
+		clear(rec.HeaderMap)
+		h.ServeHTTP(rec, req)
+	})
+	if rec.Code != http.StatusOK || rec.HeaderMap.Get("RateLimit") == "" {
+		t.Fatalf("status %d, header %v", rec.Code, rec.HeaderMap)
+	}
+	if n != 1 {
+		t.Errorf("an admitted request allocates %v times, want 1", n)
+	}
+}

@@ -135,7 +135,7 @@ type State struct {
 const (
 	flagGranted uint8 = 1 << iota // a lease call has succeeded at least once
 	flagRising                    // demand jumped: use fast while above slow
-	flagScarce                    // the last lease call got less than it asked for
+	flagScarce                    // the last lease call got less than it asked for, or left the bucket with less than it got
 )
 
 // stampOf returns ns as a stamp of st, rounded down.
@@ -403,6 +403,13 @@ func (p *Planner) coldTarget(lim quota.Quota) int64 {
 	return clamp(int64(math.Ceil(raw)), lim.MinLease, lim.MaxLease)
 }
 
+// worthwhileLease is the lease, in tokens, that a low-rate tenant's
+// calls aim for when its demand and burst allow (see Plan): leases sized
+// for two intervals of demand alone would take a call for every two or
+// three tokens such a tenant spends, against issue #16's goal of 80
+// calls or fewer per 1,000 decisions (12.5 tokens a call).
+const worthwhileLease = 16
+
 // ceilDiv returns a / b rounded up, for a >= 0 and b > 0.
 func ceilDiv(a, b int64) int64 { return a/b + min(a%b, 1) }
 
@@ -459,6 +466,16 @@ func (p *Planner) Plan(st *State, lim quota.Quota, now time.Time, in Input) Acti
 	granted := st.flags&flagGranted != 0
 	if granted {
 		st.target = p.target(lim, st.Demand())
+		if st.target > 0 && st.target < worthwhileLease {
+			// A low-rate tenant: its lease is sized in time as well,
+			// up to worthwhileLease tokens, as many as its demand
+			// spends in half the lease's usable lifetime (so that
+			// little expires) and within this instance's even share
+			// of the burst (so that fair shares do not move).
+			usable := lim.LeaseTTL - p.renewHorizon(lim)
+			timed := int64(math.Ceil(st.Demand() * usable.Seconds() / 2))
+			st.target = max(st.target, min(timed, worthwhileLease, ceilDiv(lim.Burst, int64(max(st.instances, 1))), lim.MaxLease))
+		}
 		if need := int64Of(st.needMax); st.target > 0 && need > st.target {
 			st.target = min(need, lim.MaxLease)
 		}
@@ -500,8 +517,12 @@ func (p *Planner) Plan(st *State, lim quota.Quota, now time.Time, in Input) Acti
 		want = max(want, in.Need-held)
 	case held < int64(float64(st.target)*p.cfg.LowWatermark):
 		// Below the low watermark: prefetch now.
-	case scheduled && want > 0 && want*4 >= st.target:
-		// The regular refresh, when it is worth a call.
+	case scheduled && want > 0 && want*4 >= st.target && (st.flags&flagScarce == 0 || want*2 >= st.target):
+		// The regular refresh, when it is worth a call: a quarter of
+		// the target, or half of it for a scarce tenant, whose credit
+		// at Redis accrues slowly (a top-up of a few tokens each
+		// interval would turn its share into calls; the low watermark
+		// still refills it before it runs dry).
 	case read:
 		// The quota re-read: top up what is missing, if anything.
 	case reserve:
@@ -538,10 +559,13 @@ func (p *Planner) Granted(st *State, lim quota.Quota, now time.Time, asked int64
 	st.setClock(ns)
 	st.failures = 0
 	// Reserved tokens come later (Reserved): the lease gets the rest now.
-	// A tenant that needed a reservation stays scarce.
+	// A tenant that needed a reservation stays scarce, and so does one
+	// whose full grant left the bucket with less than it took: the next
+	// such call would not be served in full, and sizing the lease by the
+	// demand again would bring top-ups of a few tokens.
 	immediate := g.Immediate()
 	if asked > 0 {
-		if immediate < asked {
+		if immediate < asked || g.Tokens < float64(immediate) {
 			st.flags |= flagScarce
 		} else {
 			st.flags &^= flagScarce

@@ -536,7 +536,9 @@ func TestFailedBackoff(t *testing.T) {
 }
 
 // TestTargetTracksDemand: the lease target is demand × Interval × Headroom,
-// clamped to [MinLease, MaxLease], and never above Burst.
+// clamped to [MinLease, MaxLease], and never above Burst; below
+// worthwhileLease tokens, at least the demand of half the lease's usable
+// lifetime, up to worthwhileLease and the burst (wantTarget).
 func TestTargetTracksDemand(t *testing.T) {
 	cases := []struct {
 		name   string
@@ -546,7 +548,9 @@ func TestTargetTracksDemand(t *testing.T) {
 		want   int64
 	}{
 		{"plain", Config{}, testLimits(), 1000, 200},
-		{"small", Config{}, testLimits(), 50, 10},
+		{"small", Config{}, testLimits(), 50, 16},
+		{"low rate", Config{}, quota.Quota{Rate: 20, Burst: 40, MinLease: 1, MaxLease: 40, LeaseTTL: time.Second}, 15, 6},
+		{"low rate, small burst", Config{}, quota.Quota{Rate: 20, Burst: 5, MinLease: 1, MaxLease: 5, LeaseTTL: time.Second}, 15, 5},
 		{"headroom 3", Config{Headroom: 3}, testLimits(), 1000, 300},
 		{"interval 1s", Config{Interval: time.Second}, quota.Quota{Rate: 1e4, Burst: 1e6, MinLease: 1, MaxLease: 5000, LeaseTTL: 10 * time.Second}, 100, 200},
 		{"clamped to MaxLease", Config{}, testLimits(), 1e5, 5000},
@@ -567,12 +571,24 @@ func TestTargetTracksDemand(t *testing.T) {
 			}
 			// And it follows a change of demand within a few half-lives.
 			r.run(c.demand/4, 5*time.Second, tick, nil)
-			quarter := min(max(int64(math.Ceil(c.demand/4*r.p.Config().Interval.Seconds()*r.p.Config().Headroom)), c.lim.MinLease), c.lim.MaxLease)
+			quarter := wantTarget(r.p.Config(), c.lim, c.demand/4)
 			if got := r.st.Target(); got < quarter*9/10 || got > quarter*11/10+1 {
 				t.Fatalf("target %d after demand fell to %v/s, want about %d", got, c.demand/4, quarter)
 			}
 		})
 	}
+}
+
+// wantTarget is the lease target of one instance at a steady demand, by
+// the rule Plan follows (written out again here, from its doc).
+func wantTarget(cfg Config, lim quota.Quota, demand float64) int64 {
+	t := min(max(int64(math.Ceil(demand*cfg.Interval.Seconds()*cfg.Headroom)), lim.MinLease), lim.MaxLease)
+	if t < worthwhileLease {
+		usable := lim.LeaseTTL - min(2*cfg.Interval, lim.LeaseTTL/2)
+		timed := int64(math.Ceil(demand * usable.Seconds() / 2))
+		t = max(t, min(timed, worthwhileLease, lim.Burst, lim.MaxLease))
+	}
+	return t
 }
 
 // TestIdleTenant: once demand stops, the target decays to zero within a

@@ -14,6 +14,8 @@ func TestRateLimit(t *testing.T) {
 		{`"default";r=`, 49, 3, `"default";r=49;t=3`},
 		{`"default";r=`, 0, -1, `"default";r=0`},
 		{`"p";r=`, 5, 1 << 62, `"p";r=5;t=999999999999999`},
+		// 33 to 48 bytes: the larger of the two field sizes.
+		{`"` + strings.Repeat("n", 20) + `";r=`, 1099511627776, 0, `"` + strings.Repeat("n", 20) + `";r=1099511627776;t=0`},
 		// Too long for the shared buffer: its own string.
 		{`"` + strings.Repeat("n", 60) + `";r=`, 7, 1, `"` + strings.Repeat("n", 60) + `";r=7;t=1`},
 	} {
@@ -22,7 +24,20 @@ func TestRateLimit(t *testing.T) {
 			t.Errorf("RateLimit(%q, %d, %d) = %q (cap %d), want [%q]", c.prefix, c.r, c.t, v, cap(v), c.want)
 		}
 	}
-	if n := testing.AllocsPerRun(100, func() { RateLimit(`"default";r=`, 123456, 7) }); n != 1 {
-		t.Errorf("RateLimit allocates %v times, want 1", n)
+	for _, prefix := range []string{`"default";r=`, `"` + strings.Repeat("n", 20) + `";r=`} {
+		if n := testing.AllocsPerRun(100, func() { RateLimit(prefix, 1099511627776, 7) }); n != 1 {
+			t.Errorf("RateLimit(%q, ...) allocates %v times, want 1", prefix, n)
+		}
+	}
+}
+
+var sink []string
+
+// BenchmarkRateLimit builds the value of an admitted request of the
+// middleware's benchmarks: 13 digits of r (their Burst is 2^40), t=0.
+func BenchmarkRateLimit(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		sink = RateLimit(`"default";r=`, 1099511627776, 0)
 	}
 }
