@@ -370,21 +370,29 @@ func mod(a, b int64) int64 {
 	return m
 }
 
-// target is the lease size for the given demand in tokens per second:
-// demand over Interval times Headroom, but no more than the demand over
-// what is left of a lease's lifetime once it starts being spent (a
-// replacement is fetched renewHorizon before the old lease expires, and
-// the old one is spent first), so that little expires unspent. An idle
-// tenant's target is zero, so it stops holding tokens.
-func (p *Planner) target(lim quota.Quota, demand float64) int64 {
+// target is the lease size for the given demand in tokens per second,
+// with instances active on the tenant: demand over Interval times
+// Headroom, but no more than the demand over what is left of a lease's
+// lifetime once it starts being spent (a replacement is fetched
+// renewHorizon before the old lease expires, and the old one is spent
+// first), so that little expires unspent. A target under worthwhileLease
+// (a low-rate tenant) is sized in time as well: as many tokens as the
+// demand spends in half that usable lifetime, up to worthwhileLease and
+// this instance's even share of the burst (so that fair shares do not
+// move). An idle tenant's target is zero, so it stops holding tokens.
+func (p *Planner) target(lim quota.Quota, demand float64, instances uint16) int64 {
 	usable := lim.LeaseTTL - p.renewHorizon(lim)
 	horizon := min(p.cfg.Interval.Seconds()*p.cfg.Headroom, usable.Seconds())
 	raw := demand * horizon
 	if raw < 0.05 { // less than one token every twenty intervals: idle
 		return 0
 	}
-	t := int64(math.Ceil(raw))
-	return clamp(t, lim.MinLease, lim.MaxLease)
+	t := clamp(int64(math.Ceil(raw)), lim.MinLease, lim.MaxLease)
+	if t < worthwhileLease {
+		timed := int64(math.Ceil(demand * usable.Seconds() / 2))
+		t = max(t, min(timed, worthwhileLease, ceilDiv(lim.Burst, int64(max(instances, 1))), lim.MaxLease))
+	}
+	return t
 }
 
 // renewHorizon is how long before a lease expires its replacement is
@@ -465,17 +473,7 @@ func (p *Planner) Plan(st *State, lim quota.Quota, now time.Time, in Input) Acti
 
 	granted := st.flags&flagGranted != 0
 	if granted {
-		st.target = p.target(lim, st.Demand())
-		if st.target > 0 && st.target < worthwhileLease {
-			// A low-rate tenant: its lease is sized in time as well,
-			// up to worthwhileLease tokens, as many as its demand
-			// spends in half the lease's usable lifetime (so that
-			// little expires) and within this instance's even share
-			// of the burst (so that fair shares do not move).
-			usable := lim.LeaseTTL - p.renewHorizon(lim)
-			timed := int64(math.Ceil(st.Demand() * usable.Seconds() / 2))
-			st.target = max(st.target, min(timed, worthwhileLease, ceilDiv(lim.Burst, int64(max(st.instances, 1))), lim.MaxLease))
-		}
+		st.target = p.target(lim, st.Demand(), st.instances)
 		if need := int64Of(st.needMax); st.target > 0 && need > st.target {
 			st.target = min(need, lim.MaxLease)
 		}
@@ -511,13 +509,17 @@ func (p *Planner) Plan(st *State, lim quota.Quota, now time.Time, in Input) Acti
 		return a
 	}
 	want := st.target - held
+	worth := int64(4) // a scheduled refresh asks for 1/worth of the target or more
+	if st.flags&flagScarce != 0 {
+		worth = 2
+	}
 	switch {
 	case in.Urgent && in.Need > held:
 		// A request is short: ask for at least what it needs.
 		want = max(want, in.Need-held)
 	case held < int64(float64(st.target)*p.cfg.LowWatermark):
 		// Below the low watermark: prefetch now.
-	case scheduled && want > 0 && want*4 >= st.target && (st.flags&flagScarce == 0 || want*2 >= st.target):
+	case scheduled && want > 0 && want*worth >= st.target:
 		// The regular refresh, when it is worth a call: a quarter of
 		// the target, or half of it for a scarce tenant, whose credit
 		// at Redis accrues slowly (a top-up of a few tokens each
