@@ -46,6 +46,8 @@ func (l *Limiter) AllowN(ctx context.Context, tenant string, n int64) Decision {
 			// Read before the spend, for Refund (see syncer.Syncer.Refund).
 			front, clock := t.Front(), l.sync.Clock()
 			if ok, left := t.Spend(n); ok {
+				// spent's Decision, written out: built through spent,
+				// AllowN measured 10-15 ns slower (BenchmarkAllowN).
 				return Decision{Allowed: true, Remaining: left, FleetRemaining: fleetRemaining(t.Level(), left, lim.Burst), Quota: *lim,
 					Reason: ReasonLeased, Tenant: tenant, adm: leased(n, front, clock)}
 			}

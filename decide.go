@@ -68,8 +68,7 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n
 		if waits == 0 {
 			front, clock := e.Front(), l.sync.Clock()
 			if ok, left := e.Spend(n); ok {
-				return Decision{Allowed: true, Remaining: left, FleetRemaining: fleetRemaining(e.Level(), left, lim.Burst), Quota: *lim,
-					Reason: ReasonLeased, adm: leased(n, front, clock)}, nil
+				return spent(e, lim, "", left, ReasonLeased, leased(n, front, clock)), nil
 			}
 			cold = !e.Leased()
 		} else {
@@ -159,13 +158,19 @@ func leased(n int64, front lease.GrantID, clock int64) admission {
 // lease here. The quota is read after the wait: the lease call may have
 // brought a quota override.
 func (l *Limiter) admitted(e *syncer.Tenant, left int64, cold bool, adm admission) Decision {
-	lim := e.Limits()
-	d := Decision{Allowed: true, Remaining: left, FleetRemaining: fleetRemaining(e.Level(), left, lim.Burst), Quota: *lim,
-		Reason: ReasonRefilled, adm: adm}
+	reason := ReasonRefilled
 	if cold {
-		d.Reason = ReasonColdStart
+		reason = ReasonColdStart
 	}
-	return l.count(d)
+	return l.count(spent(e, e.Limits(), "", left, reason, adm))
+}
+
+// spent is the admission adm of tokens spent from e's lease under the
+// quota lim, leaving left there; tenant names it (Decision.Tenant), or is
+// empty for a caller that names it later.
+func spent(e *syncer.Tenant, lim *Quota, tenant string, left int64, reason Reason, adm admission) Decision {
+	return Decision{Allowed: true, Remaining: left, FleetRemaining: fleetRemaining(e.Level(), left, lim.Burst), Quota: *lim,
+		Reason: reason, Tenant: tenant, adm: adm}
 }
 
 // gaveUp is the answer of a wait for e's tokens that ran out of time: for
