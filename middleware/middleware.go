@@ -1,7 +1,6 @@
 package middleware
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -180,30 +179,12 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.noKey(w, r, problem, h.missingDetail, h.reservedDetail)
 		return
 	}
-	// Limiter.AllowNWithin(ctx, key, cost, h.wait), written out so that
-	// an admission comes without a copy of the Decision through
-	// AllowNWithin's frame. With a wait of 0 (shadow mode), it is AllowN.
-	ctx := r.Context()
-	d := h.l.AllowN(ctx, key, cost)
-	if !d.Allowed && h.wait > 0 && d.Reason.Waitable() && d.RetryAfter <= h.wait {
-		h.waitFor(ctx, key, cost, &d)
-	}
+	// With a wait of 0 (shadow mode), AllowNWithin is AllowN.
+	d := h.l.AllowNWithin(r.Context(), key, cost, h.wait)
 	if h.cfg.hook != nil {
 		h.cfg.hook(r, key, d)
 	}
 	h.answer(w, r, &d, cost, nil, 0, key)
-}
-
-// waitFor is the wait of Limiter.AllowNWithin for d, AllowN's waitable
-// denial of cost tokens of key: it waits for them up to h.wait (and ctx)
-// as WaitN does, and replaces d with WaitN's decision unless the wait
-// ended without one.
-func (h *handler) waitFor(ctx context.Context, key string, cost int64, d *leasequota.Decision) {
-	wctx, cancel := context.WithTimeout(ctx, h.wait)
-	defer cancel()
-	if wd, err := h.l.WaitN(wctx, key, cost); err == nil || wd.Reason != 0 {
-		*d = wd
-	}
 }
 
 // noKey answers a request without a key (problem keyMissing) or with a
