@@ -464,7 +464,7 @@ func (lim *limiter) setMetadata(ctx context.Context, d *leasequota.Decision, key
 		if !valid {
 			return
 		}
-		policy = lim.pols[0].member(&d.Quota).field
+		policy = lim.pols[0].member(&d.Quota)
 	} else if value := lim.policyList(d, keys, dec); value != "" {
 		policy = []string{value}
 	} else {

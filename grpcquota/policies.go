@@ -3,13 +3,13 @@ package grpcquota
 import (
 	"context"
 	"strings"
-	"sync/atomic"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/leasequota/leasequota"
+	"github.com/leasequota/leasequota/internal/sfield"
 	"github.com/leasequota/leasequota/middleware"
 )
 
@@ -175,28 +175,13 @@ type policy struct {
 	reservedErr error  // with several policies: ends a call whose key starts with a peer policy's prefix
 	rPrefix     string // the "ratelimit" value up to r's digits: "name";r=
 
-	// value caches the "ratelimit-policy" member of the last quota seen:
-	// most policies have one or a few quotas.
-	value atomic.Pointer[policyValue]
+	value sfield.Member // the "ratelimit-policy" member of the last quota seen
 }
 
-// policyValue is the "ratelimit-policy" member of a policy for one quota.
-type policyValue struct {
-	burst int64
-	rate  float64
-	// field is the member as a metadata value of its own (one policy):
-	// the slice is shared by every call that sends it, never written.
-	field []string
-}
-
-// member returns the "ratelimit-policy" member of p for quota q.
-func (p *policy) member(q *leasequota.Quota) *policyValue {
-	pv := p.value.Load()
-	if pv == nil || pv.burst != q.Burst || pv.rate != q.Rate {
-		pv = &policyValue{burst: q.Burst, rate: q.Rate, field: []string{middleware.PolicyValue(p.name, *q)}}
-		p.value.Store(pv)
-	}
-	return pv
+// member returns the "ratelimit-policy" member of p for quota q, a
+// one-value slice shared by the calls that send it (never written).
+func (p *policy) member(q *leasequota.Quota) []string {
+	return p.value.Field(q.Burst, q.Rate, func() string { return middleware.PolicyValue(p.name, *q) })
 }
 
 // init sets the fields of p that derive from its spec.
@@ -303,7 +288,7 @@ func (lim *limiter) policyList(d *leasequota.Decision, keys []string, dec int) s
 		if len(b) > 0 {
 			b = append(b, ", "...)
 		}
-		b = append(b, lim.pols[i].member(&q).field[0]...)
+		b = append(b, lim.pols[i].member(&q)[0]...)
 	}
 	return string(b)
 }

@@ -128,9 +128,7 @@ type policyState struct {
 	violated []string // the problem's "violated-policies"
 	missing  string   // with several policies: the detail of the 400 answer to a request without its key
 
-	// value caches the RateLimit-Policy member of the last quota seen:
-	// most policies have one or a few quotas.
-	value atomic.Pointer[policyValue]
+	value sfield.Member // the RateLimit-Policy member of the last quota seen
 }
 
 func newPolicyState(sp policySpec) *policyState {
@@ -138,23 +136,10 @@ func newPolicyState(sp policySpec) *policyState {
 	return &policyState{policySpec: sp, quoted: quoted, rPrefix: quoted + ";r=", violated: []string{sp.name}}
 }
 
-// policyValue is the RateLimit-Policy member of a policy for one quota.
-type policyValue struct {
-	burst int64
-	rate  float64
-	// field is the member as a field value of its own (one policy): the
-	// slice is shared by every response that carries it, never written.
-	field []string
-}
-
-// member returns the RateLimit-Policy member of p for quota q.
-func (p *policyState) member(q *leasequota.Quota) *policyValue {
-	pv := p.value.Load()
-	if pv == nil || pv.burst != q.Burst || pv.rate != q.Rate {
-		pv = &policyValue{burst: q.Burst, rate: q.Rate, field: []string{string(appendPolicy(nil, p.quoted, *q))}}
-		p.value.Store(pv)
-	}
-	return pv
+// member returns the RateLimit-Policy member of p for quota q, a
+// one-value slice shared by the responses that carry it (never written).
+func (p *policyState) member(q *leasequota.Quota) []string {
+	return p.value.Field(q.Burst, q.Rate, func() string { return string(appendPolicy(nil, p.quoted, *q)) })
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -439,7 +424,7 @@ func (h *handler) setFields(hdr http.Header, d *leasequota.Decision, keys []stri
 			return
 		}
 		p = h.pols[0]
-		policy = p.member(q).field
+		policy = p.member(q)
 	} else {
 		if policy = h.policyList(d, keys, dec); policy == nil {
 			return
@@ -527,7 +512,7 @@ func (h *handler) policyList(d *leasequota.Decision, keys []string, dec int) []s
 		if len(b) > 0 {
 			b = append(b, ", "...)
 		}
-		b = append(b, p.member(&q).field[0]...)
+		b = append(b, p.member(&q)[0]...)
 	}
 	if len(b) == 0 {
 		return nil

@@ -41,3 +41,19 @@ func BenchmarkRateLimit(b *testing.B) {
 		sink = RateLimit(`"default";r=`, 1099511627776, 0)
 	}
 }
+
+func TestMemberFormatsOncePerQuota(t *testing.T) {
+	var m Member
+	calls := 0
+	format := func(s string) func() string { return func() string { calls++; return s } }
+	a := m.Field(10, 1, format("a"))
+	if b := m.Field(10, 1, format("b")); &b[0] != &a[0] || calls != 1 {
+		t.Fatalf("same quota: %q (formatted %d times), want the cached %q once", b, calls, a)
+	}
+	if c := m.Field(20, 1, format("c")); c[0] != "c" || calls != 2 {
+		t.Fatalf("another quota: %q (formatted %d times), want \"c\", formatted anew", c, calls)
+	}
+	if d := m.Field(20, 2, format("d")); d[0] != "d" || calls != 3 {
+		t.Fatalf("another rate: %q (formatted %d times), want \"d\"", d, calls)
+	}
+}
