@@ -36,7 +36,7 @@ const (
 )
 
 // maxSFInteger is the largest RFC 9651 Integer.
-const maxSFInteger = 999_999_999_999_999
+const maxSFInteger = sfield.MaxInteger
 
 // New returns middleware that limits each request by its key (the client
 // IP unless an option says otherwise) with l, or by the keys of the
@@ -558,13 +558,7 @@ func PolicyValue(name string, q leasequota.Quota) string {
 // name (printable ASCII): "name";r=remaining;t=t, without t when t < 0.
 // Use RetrySeconds for t.
 func RateLimitValue(name string, remaining, t int64) string {
-	b := append([]byte(quoteString(name)), ";r="...)
-	b = strconv.AppendInt(b, min(max(remaining, 0), maxSFInteger), 10)
-	if t >= 0 {
-		b = append(b, ";t="...)
-		b = strconv.AppendInt(b, min(t, maxSFInteger), 10)
-	}
-	return string(b)
+	return sfield.RateLimit(quoteString(name)+";r=", remaining, t)[0]
 }
 
 // RetrySeconds rounds a wait up to the whole seconds of Retry-After and
