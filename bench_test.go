@@ -57,6 +57,19 @@ func tenantNames(n int) []string {
 	return names
 }
 
+// leasedTenants returns n tenant names, each holding its lease in l (its
+// first request admitted).
+func leasedTenants(b *testing.B, l *leasequota.Limiter, n int) []string {
+	b.Helper()
+	names := tenantNames(n)
+	for _, name := range names {
+		if !l.Allow(name) {
+			b.Fatal("first request denied")
+		}
+	}
+	return names
+}
+
 func BenchmarkAllow(b *testing.B) {
 	benchAllow(b, benchLimiter(b))
 }
@@ -157,12 +170,7 @@ func (discardExporter) Shutdown(context.Context) error                          
 
 func BenchmarkAllowParallel(b *testing.B) {
 	l := benchLimiter(b)
-	names := tenantNames(1024)
-	for _, n := range names {
-		if !l.Allow(n) {
-			b.Fatal("first request denied")
-		}
-	}
+	names := leasedTenants(b, l, 1024)
 	var seq atomic.Int64
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -187,12 +195,7 @@ func BenchmarkAllowParallel(b *testing.B) {
 //	go test -run '^$' -bench 'Tenants$' -benchmem -count 5 .
 func BenchmarkAllowTenants(b *testing.B) {
 	l := benchLimiter(b)
-	names := tenantNames(1024)
-	for _, n := range names {
-		if !l.Allow(n) {
-			b.Fatal("first request denied")
-		}
-	}
+	names := leasedTenants(b, l, 1024)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
