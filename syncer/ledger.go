@@ -65,12 +65,21 @@ const maxBatches = 3
 // The ledger is small on purpose (there is one per tenant): stamps are
 // whole milliseconds after a base time, rounded down (so a batch looks
 // older than it is, never younger), a batch is in use while it holds
-// tokens, and a grant is known by its 32-bit ID only (see grantDelta for
-// how two are ordered).
+// tokens, a grant is known by its 32-bit ID only (see grantDelta for how
+// two are ordered), and the batches are allocated only while the ledger
+// holds tokens: a tenant whose lease expired or went back keeps a nil
+// pointer (8 bytes) instead of them (48).
 type Ledger struct {
-	base  int64             // unix nanoseconds; the times below are ms after it
-	left  [maxBatches]int64 // tokens of each batch, oldest grant first; 0 ends the list
-	stamp [maxBatches]stamp // local time of each batch (non-decreasing; see above)
+	base int64 // unix nanoseconds; the batches' stamps are ms after it
+	// b holds the batches, oldest grant first; nil when the ledger holds
+	// no tokens (a batch in use holds at least one).
+	b *batches
+}
+
+// batches are the batches of a Ledger that holds tokens.
+type batches struct {
+	left  [maxBatches]int64 // tokens of each batch; 0 ends the list
+	stamp [maxBatches]stamp // local time of each batch (non-decreasing; see Ledger)
 	// id is the GrantID of the oldest grant in each batch (zero when
 	// unknown, or when the batch merged an unknown one), for the return of
 	// its tokens to name (see lease.ReleaseRequest.Grant).
@@ -124,8 +133,11 @@ func (l *Ledger) init(ns int64) {
 
 // n returns the number of batches in use.
 func (l *Ledger) n() int {
+	if l.b == nil {
+		return 0
+	}
 	i := 0
-	for i < maxBatches && l.left[i] > 0 {
+	for i < maxBatches && l.b.left[i] > 0 {
 		i++
 	}
 	return i
@@ -133,7 +145,10 @@ func (l *Ledger) n() int {
 
 // Total returns the tokens the ledger accounts for.
 func (l *Ledger) Total() (total int64) {
-	for _, x := range l.left {
+	if l.b == nil {
+		return 0
+	}
+	for _, x := range l.b.left {
 		total += x
 	}
 	return total
@@ -148,12 +163,12 @@ func (l *Ledger) Sync(level int64) (spent int64) {
 	}
 	spent = total - level
 	rest := spent
-	for l.left[0] > 0 && rest > 0 {
-		if l.left[0] > rest {
-			l.left[0] -= rest
+	for l.b != nil && rest > 0 {
+		if l.b.left[0] > rest {
+			l.b.left[0] -= rest
 			break
 		}
-		rest -= l.left[0]
+		rest -= l.b.left[0]
 		l.shift()
 	}
 	return spent
@@ -161,7 +176,7 @@ func (l *Ledger) Sync(level int64) (spent int64) {
 
 // expiresAt returns the unix nanoseconds at which batch i expires.
 func (l *Ledger) expiresAt(i int, ttl time.Duration) int64 {
-	return l.at(l.stamp[i]) + int64(ttl)
+	return l.at(l.b.stamp[i]) + int64(ttl)
 }
 
 // Expire removes the batches whose time has come (stamped ttl or more
@@ -173,14 +188,14 @@ func (l *Ledger) expiresAt(i int, ttl time.Duration) int64 {
 func (l *Ledger) Expire(now time.Time, ttl time.Duration) (tokens int64, granted time.Time, id lease.GrantID) {
 	ns := now.UnixNano()
 	n := 0
-	for n < maxBatches && l.left[n] > 0 && ns >= l.expiresAt(n, ttl) {
-		tokens += l.left[n]
+	for n < l.n() && ns >= l.expiresAt(n, ttl) {
+		tokens += l.b.left[n]
 		n++
 	}
 	if n == 0 {
 		return 0, time.Time{}, 0
 	}
-	granted, id = time.Unix(0, l.at(l.stamp[0])), l.oldestID(n)
+	granted, id = time.Unix(0, l.at(l.b.stamp[0])), l.oldestID(n)
 	for range n {
 		l.shift()
 	}
@@ -197,27 +212,31 @@ func (l *Ledger) Add(granted time.Time, tokens int64, id lease.GrantID) {
 		return
 	}
 	l.init(granted.UnixNano())
+	if l.b == nil {
+		l.b = new(batches)
+	}
+	b := l.b
 	n := l.n()
 	if n == maxBatches {
 		// Merge the two oldest under the earlier stamp (the first's: stamps
 		// do not decrease) and the older of their grants.
-		l.id[1] = l.oldestID(2)
-		l.left[1] += l.left[0]
-		l.stamp[1] = l.stamp[0]
+		b.id[1] = l.oldestID(2)
+		b.left[1] += b.left[0]
+		b.stamp[1] = b.stamp[0]
 		l.shift()
 		n--
 	}
 	s := l.stampOf(granted.UnixNano())
 	i := n
-	for i > 0 && grantedBefore(s, id, l.stamp[i-1], l.id[i-1]) {
-		l.left[i], l.stamp[i], l.id[i] = l.left[i-1], l.stamp[i-1], l.id[i-1]
+	for i > 0 && grantedBefore(s, id, b.stamp[i-1], b.id[i-1]) {
+		b.left[i], b.stamp[i], b.id[i] = b.left[i-1], b.stamp[i-1], b.id[i-1]
 		i--
 	}
-	l.left[i], l.stamp[i], l.id[i] = tokens, s, id
+	b.left[i], b.stamp[i], b.id[i] = tokens, s, id
 	// A batch granted before a later-stamped one is stamped no later than
 	// it, so that it expires no later.
 	for j := n - 1; j >= 0; j-- {
-		l.stamp[j] = min(l.stamp[j], l.stamp[j+1])
+		b.stamp[j] = min(b.stamp[j], b.stamp[j+1])
 	}
 }
 
@@ -247,31 +266,33 @@ func grantDelta(sa stamp, ia lease.GrantID, sb stamp, ib lease.GrantID) int64 {
 	return local + int64(int32(uint32(ib-ia)-uint32(local)))
 }
 
-// oldestID returns the ID to name for a return of the first n batches:
-// the oldest of their grants, or zero when one of them is unknown (a known
-// ID might then be later than the unknown grant; with zero, Redis judges
-// the return by its age). The batches are in order of grant, but an
-// unknown grant, ordered by stamp, can come between two known ones out of
-// their order, so it compares them all rather than take the first.
+// oldestID returns the ID to name for a return of the first n batches
+// (n >= 1): the oldest of their grants, or zero when one of them is
+// unknown (a known ID might then be later than the unknown grant; with
+// zero, Redis judges the return by its age). The batches are in order of
+// grant, but an unknown grant, ordered by stamp, can come between two
+// known ones out of their order, so it compares them all rather than take
+// the first.
 func (l *Ledger) oldestID(n int) lease.GrantID {
+	b := l.b
 	k := 0
 	for i := range n {
-		if l.id[i] == 0 {
+		if b.id[i] == 0 {
 			return 0
 		}
-		if grantedBefore(l.stamp[i], l.id[i], l.stamp[k], l.id[k]) {
+		if grantedBefore(b.stamp[i], b.id[i], b.stamp[k], b.id[k]) {
 			k = i
 		}
 	}
-	return l.id[k]
+	return b.id[k]
 }
 
 // ExpiringBefore returns the tokens in batches that expire before t, given
 // the lease TTL ttl.
 func (l *Ledger) ExpiringBefore(t time.Time, ttl time.Duration) (tokens int64) {
 	ns := t.UnixNano()
-	for i := 0; i < maxBatches && l.left[i] > 0 && l.expiresAt(i, ttl) < ns; i++ {
-		tokens += l.left[i]
+	for i := 0; i < l.n() && l.expiresAt(i, ttl) < ns; i++ {
+		tokens += l.b.left[i]
 	}
 	return tokens
 }
@@ -282,18 +303,16 @@ func (l *Ledger) ExpiringBefore(t time.Time, ttl time.Duration) (tokens int64) {
 func (l *Ledger) Clear() (tokens int64, oldest time.Time, id lease.GrantID) {
 	tokens = l.Total()
 	if tokens > 0 {
-		oldest, id = time.Unix(0, l.at(l.stamp[0])), l.oldestID(l.n())
+		oldest, id = time.Unix(0, l.at(l.b.stamp[0])), l.oldestID(l.n())
 	}
-	l.left = [maxBatches]int64{}
-	l.stamp = [maxBatches]stamp{}
-	l.id = [maxBatches]lease.GrantID{}
+	l.b = nil
 	return tokens, oldest, id
 }
 
 // NextExpiry returns when the oldest batch expires, given the lease TTL
 // ttl, and false when the ledger is empty.
 func (l *Ledger) NextExpiry(ttl time.Duration) (time.Time, bool) {
-	if l.left[0] == 0 {
+	if l.b == nil {
 		return time.Time{}, false
 	}
 	return time.Unix(0, l.expiresAt(0, ttl)), true
@@ -302,26 +321,31 @@ func (l *Ledger) NextExpiry(ttl time.Duration) (time.Time, bool) {
 // frontID returns the ID of the oldest batch's grant, zero when the
 // ledger is empty or the ID unknown.
 func (l *Ledger) frontID() lease.GrantID {
-	if l.left[0] == 0 {
+	if l.b == nil {
 		return 0
 	}
-	return l.id[0]
+	return l.b.id[0]
 }
 
 // credit adds n > 0 tokens back to the oldest batch: the refund of tokens
 // spent from it (see Syncer.Refund). The ledger must not be empty.
 func (l *Ledger) credit(n int64) {
-	if n > 0 && l.left[0] > 0 {
-		l.left[0] += n
+	if n > 0 && l.b != nil {
+		l.b.left[0] += n
 	}
 }
 
-// shift drops the oldest batch.
+// shift drops the oldest batch, and the batches once none is left.
 func (l *Ledger) shift() {
-	copy(l.left[:], l.left[1:])
-	copy(l.stamp[:], l.stamp[1:])
-	copy(l.id[:], l.id[1:])
-	l.left[maxBatches-1], l.stamp[maxBatches-1], l.id[maxBatches-1] = 0, 0, 0
+	b := l.b
+	if b.left[1] == 0 {
+		l.b = nil
+		return
+	}
+	copy(b.left[:], b.left[1:])
+	copy(b.stamp[:], b.stamp[1:])
+	copy(b.id[:], b.id[1:])
+	b.left[maxBatches-1], b.stamp[maxBatches-1], b.id[maxBatches-1] = 0, 0, 0
 }
 
 // rebaseTo moves the base to ns, keeping every stamp's time (clamping
@@ -330,10 +354,8 @@ func (l *Ledger) shift() {
 func (l *Ledger) rebaseTo(ns int64) (shift int64) {
 	shift = (ns - l.base) / int64(time.Millisecond)
 	l.base += shift * int64(time.Millisecond)
-	for i := range l.stamp {
-		if l.left[i] > 0 {
-			l.stamp[i] = shiftStamp(l.stamp[i], shift)
-		}
+	for i := range l.n() {
+		l.b.stamp[i] = shiftStamp(l.b.stamp[i], shift)
 	}
 	return shift
 }

@@ -308,8 +308,8 @@ func TestLedgerGrantIDs(t *testing.T) {
 	for i := range maxBatches + 1 {
 		m.Add(at(1000*(i+1)), 1, lease.GrantID(i+1))
 	}
-	if m.id != [maxBatches]lease.GrantID{1, 3, 4} {
-		t.Fatalf("IDs after a merge %v, want [1 3 4]", m.id)
+	if m.batch().id != [maxBatches]lease.GrantID{1, 3, 4} {
+		t.Fatalf("IDs after a merge %v, want [1 3 4]", m.batch().id)
 	}
 	if n, _, id := m.Clear(); n != maxBatches+1 || id != 1 {
 		t.Fatalf("Clear after a merge = %d, %d; want %d, 1", n, id, maxBatches+1)
@@ -329,8 +329,8 @@ func TestLedgerGrantIDs(t *testing.T) {
 	refill, round := redisGrant(2001), redisGrant(2050)
 	o.Add(at(2000), 5, refill)
 	o.Add(at(1990), 3, round)
-	if o.id != [maxBatches]lease.GrantID{refill, round, 0} {
-		t.Fatalf("IDs %v, want [refill %d, round %d, 0]", o.id, refill, round)
+	if o.batch().id != [maxBatches]lease.GrantID{refill, round, 0} {
+		t.Fatalf("IDs %v, want [refill %d, round %d, 0]", o.batch().id, refill, round)
 	}
 	if next, _ := o.NextExpiry(0); !next.Equal(at(1990)) {
 		t.Fatalf("the front batch expires at +%v, want the round's earlier stamp +1.99s", next.Sub(lt0))
@@ -341,8 +341,8 @@ func TestLedgerGrantIDs(t *testing.T) {
 	if n, oldest, id := o.Clear(); n != 5 || !oldest.Equal(at(1990)) || id != refill {
 		t.Fatalf("Clear = %d, %v, %d; want 5, +1.99s, the refill's %d", n, oldest.Sub(lt0), id, refill)
 	}
-	if _, _, id := o.Clear(); id != 0 || o.id != [maxBatches]lease.GrantID{} {
-		t.Fatalf("Clear of an empty ledger named grant %d (IDs %v)", id, o.id)
+	if _, _, id := o.Clear(); id != 0 || o.batch().id != [maxBatches]lease.GrantID{} {
+		t.Fatalf("Clear of an empty ledger named grant %d (IDs %v)", id, o.batch().id)
 	}
 	// Once the older grant's tokens are spent, a return names the next.
 	o.Add(at(2000), 5, refill)
@@ -542,8 +542,8 @@ func TestLedgerProperties(t *testing.T) {
 					if i < len(m.live) {
 						want = m.live[i].id
 					}
-					if l.id[i] != want {
-						t.Fatalf("batch IDs %v; the model's batches %v", l.id, m.live)
+					if l.batch().id[i] != want {
+						t.Fatalf("batch IDs %v; the model's batches %v", l.batch().id, m.live)
 					}
 				}
 				// Same tokens at the same expiries as the model.
@@ -631,3 +631,12 @@ func (l *Ledger) expire0(now time.Time) int64 { n, _, _ := l.Expire(now, 0); ret
 func (l *Ledger) clear0() int64 { n, _, _ := l.Clear(); return n }
 
 func (l *Ledger) expiringBefore0(t time.Time) int64 { return l.ExpiringBefore(t, 0) }
+
+// batch returns a copy of the ledger's batches, all zero when it holds
+// none, for tests that look at its representation.
+func (l *Ledger) batch() batches {
+	if l.b == nil {
+		return batches{}
+	}
+	return *l.b
+}

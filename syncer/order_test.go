@@ -100,8 +100,8 @@ func TestLedgerUnknownGrantNamesNone(t *testing.T) {
 	for i := range maxBatches {
 		m.Add(at(2000+1000*i), 1, redisGrant(2001+1000*i))
 	}
-	if m.id[0] != 0 {
-		t.Fatalf("a batch merged from an unknown and a known grant names %d, want 0 (IDs %v)", m.id[0], m.id)
+	if m.batch().id[0] != 0 {
+		t.Fatalf("a batch merged from an unknown and a known grant names %d, want 0 (IDs %v)", m.batch().id[0], m.batch().id)
 	}
 }
 
@@ -131,8 +131,8 @@ func TestLedgerGrantOrderAcrossWraps(t *testing.T) {
 				l.Add(at(ms-30), 2, later)
 				l.Add(at(0), 1, older)
 			}
-			if l.id != [maxBatches]lease.GrantID{older, later, 0} {
-				t.Errorf("grants %v apart, %s: IDs %v, want [%d %d 0]", apart, order, l.id, older, later)
+			if l.batch().id != [maxBatches]lease.GrantID{older, later, 0} {
+				t.Errorf("grants %v apart, %s: IDs %v, want [%d %d 0]", apart, order, l.batch().id, older, later)
 			}
 		}
 		// A merge keeps the older, whichever batch is in front.
@@ -141,8 +141,8 @@ func TestLedgerGrantOrderAcrossWraps(t *testing.T) {
 		m.Add(at(ms-30), 1, later)
 		m.Add(at(ms), 1, redisGrant(10+ms+1))
 		m.Add(at(ms+1), 1, redisGrant(10+ms+2))
-		if m.id[0] != older {
-			t.Errorf("grants %v apart: the merged batch names %d, want the older %d", apart, m.id[0], older)
+		if m.batch().id[0] != older {
+			t.Errorf("grants %v apart: the merged batch names %d, want the older %d", apart, m.batch().id[0], older)
 		}
 	}
 }
@@ -303,9 +303,9 @@ func TestLedgerOrderProperties(t *testing.T) {
 					t.Fatalf("ledger Total %d, model %d", l.Total(), total())
 				}
 				// Expiry is FIFO: stamps never decrease along the list.
-				for i := 1; i < maxBatches && l.left[i] > 0; i++ {
-					if l.stamp[i] < l.stamp[i-1] {
-						t.Fatalf("stamps %v decrease", l.stamp)
+				for i := 1; i < maxBatches && l.batch().left[i] > 0; i++ {
+					if l.batch().stamp[i] < l.batch().stamp[i-1] {
+						t.Fatalf("stamps %v decrease", l.batch().stamp)
 					}
 				}
 			},

@@ -96,7 +96,8 @@ func (c Config) withDefaults() Config {
 // never seen; Planner.Init gives it its schedule. It is plain data, owned
 // by whoever holds the tenant's lock.
 //
-// There is one per tenant, so it is packed (144 bytes, 112 before reservations): times are stamps,
+// There is one per tenant, so it is packed (88 bytes; the ledger's batches
+// and the reservation are apart, nil while empty): times are stamps,
 // whole milliseconds after the ledger's base time (rounded down; moved to
 // a new base when the clock runs 12 days past it), rates and the largest
 // request are float32 (that one rounded up), and counts that cannot matter
@@ -124,7 +125,10 @@ type State struct {
 	failures   uint8   // lease calls failed in a row, saturating
 	flags      uint8
 
-	resv reservation // reserved tokens still to come (reserve.go)
+	// resv is what is left of the reservation (reserve.go); nil when no
+	// reserved token is to come, as for every tenant without
+	// Config.Reserve: 8 bytes here instead of 24.
+	resv *reservation
 	// dripLag is how long before they came due the reserved tokens the
 	// ledger holds were granted, at most (ms; see reservation): returns
 	// add it to their age. Zero once the ledger is empty.
@@ -155,8 +159,11 @@ func (st *State) setClock(ns int64) {
 		return
 	}
 	shift := st.ledger.rebaseTo(ns)
-	for _, s := range []*stamp{&st.next, &st.notBefore, &st.lastActive, &st.lastGrant, &st.needAt, &st.observed, &st.resv.start, &st.resv.granted} {
+	for _, s := range []*stamp{&st.next, &st.notBefore, &st.lastActive, &st.lastGrant, &st.needAt, &st.observed} {
 		*s = shiftStamp(*s, shift)
+	}
+	if r := st.resv; r != nil {
+		r.start, r.granted = shiftStamp(r.start, shift), shiftStamp(r.granted, shift)
 	}
 }
 
@@ -240,7 +247,7 @@ func (p *Planner) reserves(st *State) bool {
 		return false
 	}
 	d := st.Demand()
-	return d*p.cfg.Interval.Seconds() >= 1 && (st.resv.left > 0 || d > float64(st.grantRate))
+	return d*p.cfg.Interval.Seconds() >= 1 && (st.Reserved() > 0 || d > float64(st.grantRate))
 }
 
 // Input is what the edge observed of a tenant since the previous plan.
@@ -458,7 +465,7 @@ func (p *Planner) Plan(st *State, lim quota.Quota, now time.Time, in Input) Acti
 	// Reserved tokens that came due join the lease, as a batch of their
 	// own: they expire LeaseTTL after now, and a return of them names the
 	// grant that reserved them.
-	if n, id, granted := st.resv.take(st.stampOf(ns)); n > 0 {
+	if n, id, granted := st.takeDue(st.stampOf(ns)); n > 0 {
 		st.ledger.Add(now, n, id)
 		st.dripLag = max(st.dripLag, int32(st.stampOf(ns)-granted))
 		a.Drip = n
@@ -469,7 +476,7 @@ func (p *Planner) Plan(st *State, lim quota.Quota, now time.Time, in Input) Acti
 	// lifetime at most, or short leases would always look expiring.)
 	// Reserved tokens still to come count as held: they come without a
 	// call.
-	held := st.ledger.Total() - st.ledger.ExpiringBefore(now.Add(p.renewHorizon(lim)), lim.LeaseTTL) + int64(st.resv.left)
+	held := st.ledger.Total() - st.ledger.ExpiringBefore(now.Add(p.renewHorizon(lim)), lim.LeaseTTL) + st.Reserved()
 
 	granted := st.flags&flagGranted != 0
 	if granted {
@@ -717,7 +724,7 @@ func (p *Planner) Drained(st *State) (tokens int64, oldest time.Time, id lease.G
 	if tokens > 0 {
 		oldest = oldest.Add(-st.lag())
 	}
-	st.resv, st.dripLag = reservation{}, 0
+	st.resv, st.dripLag = nil, 0
 	return tokens, oldest, id
 }
 

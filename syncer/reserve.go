@@ -37,7 +37,8 @@ import (
 // the grants of the tokens it holds were made (State.dripLag), which a
 // return's age adds (Action.ExpiredGranted, Drained).
 //
-// The zero value is no reservation. 24 bytes: it is in every State.
+// A State holds one while tokens are to come (State.resv), and none
+// otherwise.
 type reservation struct {
 	start   stamp         // local time the first token's wait began (rounded up)
 	granted stamp         // when the oldest call whose tokens are to come was planned
@@ -70,6 +71,19 @@ func (r *reservation) take(now stamp) (tokens int64, id lease.GrantID, granted s
 		*r = reservation{}
 	}
 	return n, id, granted
+}
+
+// takeDue is take on st's reservation, which goes once none of its tokens
+// is left to come.
+func (st *State) takeDue(now stamp) (tokens int64, id lease.GrantID, granted stamp) {
+	if st.resv == nil {
+		return 0, 0, 0
+	}
+	tokens, id, granted = st.resv.take(now)
+	if st.resv.left <= 0 {
+		st.resv = nil
+	}
+	return tokens, id, granted
 }
 
 // at returns the stamp (rounded up) at which k tokens after start are
@@ -141,11 +155,19 @@ func (r *reservation) add(planned, start stamp, tokens int64, pace, rate float64
 
 // Reserved returns the tokens reserved for the tenant that are still to
 // come.
-func (s *State) Reserved() int64 { return int64(s.resv.left) }
+func (s *State) Reserved() int64 {
+	if s.resv == nil {
+		return 0
+	}
+	return int64(s.resv.left)
+}
 
 // NextDue returns when the next reserved token comes due, and false when
 // none is to come.
 func (s *State) NextDue() (time.Time, bool) {
+	if s.resv == nil {
+		return time.Time{}, false
+	}
 	at, ok := s.resv.next()
 	if !ok {
 		return time.Time{}, false
@@ -179,8 +201,12 @@ func (p *Planner) Reserved(st *State, lim quota.Quota, now, arrived time.Time, g
 		return
 	}
 	st.setClock(ns)
+	if st.resv == nil {
+		st.resv = new(reservation)
+	}
 	st.resv.add(st.stampOf(now.UnixNano()), st.stampCeil(ns+int64(max(g.Wait, 0))), g.Reserved, g.Pace, lim.Rate, g.ID())
 	if st.resv.left <= 0 {
+		st.resv = nil
 		return
 	}
 	// The next reservation's tokens will also wait behind what the
