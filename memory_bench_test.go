@@ -97,9 +97,9 @@ func BenchmarkTenantMemory(b *testing.B) {
 	b.Logf("%d tenants: %.0f B/tenant, %.1f allocs/tenant (growth of HeapAlloc after a full GC: live data only)",
 		tenants, perTenant, allocsPerTenant)
 	b.Logf("sizes: syncer.Tenant %d B (the registry entry; its size class is the allocation), of which syncer.State %d B "+
-		"(syncer.Ledger %d B); tenant name %.1f B on average (plus its size class rounding); "+
-		"registry map[string]*entry: 16 B key + 8 B value + 1 control byte per slot at up to 7/8 load, so 29-57 B per tenant "+
-		"(the read map is copied on growth: old and new live together until the next GC); "+
+		"(syncer.Ledger %d B; its batches, 48 B, only while a lease is held); tenant name %.1f B on average (plus its size class rounding); "+
+		"registry: a read table of 8 B pointer + 1 tag byte per slot at up to 7/8 load, so 10-21 B per tenant, "+
+		"and a Go map (16 B key + 8 B value + 1 control byte per slot) for the tenants added since its last copy; "+
 		"not per tenant: the syncer's record of a base quota (a Quota, %d B, and a pointer) shared by the tenants of one quota; "+
 		"only once Redis has failed for a tenant: bucket.TokenBucket %d B (its FailLocal fallback)",
 		unsafe.Sizeof(t), unsafe.Sizeof(st), unsafe.Sizeof(led), float64(nameBytes)/tenants,

@@ -2,7 +2,9 @@ package syncer
 
 import (
 	"errors"
+	"hash/maphash"
 	"iter"
+	"maps"
 	"sync"
 	"sync/atomic"
 
@@ -15,15 +17,16 @@ var ErrTooManyTenants = errors.New("syncer: too many tenants")
 
 // registry maps tenant names to their Tenants; the Syncer owns it and is
 // the only one to add or remove tenants. Lookups of known tenants take no
-// lock: they read an immutable map through an atomic pointer. New tenants
-// go to a dirty map under a mutex and are copied into a new read map once
-// the lookups that missed the read map have paid for the copy, so the copy
-// cost per tenant stays constant however many tenants there are.
+// lock: they read an immutable table through an atomic pointer. New tenants
+// go to a dirty map under a mutex and are copied into a new read table once
+// the lookups that missed the read table have paid for the copy, so the
+// copy cost per tenant stays constant however many tenants there are.
 //
 // A tenant is removed before it is marked evicted (Syncer.evict), so no
 // lookup ever returns an evicted tenant.
 type registry struct {
-	read atomic.Pointer[map[string]*Tenant] // never modified once stored
+	read atomic.Pointer[table] // never modified once stored
+	seed maphash.Seed          // of the tables' hashes; set by init
 
 	mu     sync.Mutex         // guards dirty and misses
 	dirty  map[string]*Tenant // tenants not yet in read
@@ -35,15 +38,18 @@ type registry struct {
 }
 
 func (r *registry) init() {
+	r.seed = maphash.MakeSeed()
 	r.dirty = map[string]*Tenant{}
-	m := map[string]*Tenant{}
-	r.read.Store(&m)
+	r.read.Store(newTable(0))
 }
 
-// load returns the tenant named name, or nil. It is the hot path: one map
-// read, no lock, no allocation, unless the tenant is new.
+// hash returns the hash of name in r's tables.
+func (r *registry) hash(name string) uint64 { return maphash.String(r.seed, name) }
+
+// load returns the tenant named name, or nil. It is the hot path: one
+// table lookup, no lock, no allocation, unless the tenant is new.
 func (r *registry) load(name string) *Tenant {
-	if t := (*r.read.Load())[name]; t != nil {
+	if t := r.read.Load().find(name, r.hash(name)); t != nil {
 		return t
 	}
 	return r.loadSlow(name)
@@ -55,7 +61,7 @@ func (r *registry) loadSlow(name string) *Tenant {
 	t := r.dirty[name]
 	if t == nil {
 		// Copied into read between our two looks.
-		t = (*r.read.Load())[name]
+		t = r.read.Load().find(name, r.hash(name))
 	}
 	r.missLocked()
 	return t
@@ -63,12 +69,13 @@ func (r *registry) loadSlow(name string) *Tenant {
 
 // loadOrStore returns the tenant named t.name, storing t if there is none.
 func (r *registry) loadOrStore(t *Tenant) (actual *Tenant, loaded bool) {
-	if got := (*r.read.Load())[t.name]; got != nil {
+	h := r.hash(t.name)
+	if got := r.read.Load().find(t.name, h); got != nil {
 		return got, true
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if got := (*r.read.Load())[t.name]; got != nil {
+	if got := r.read.Load().find(t.name, h); got != nil {
 		return got, true
 	}
 	if got := r.dirty[t.name]; got != nil {
@@ -87,18 +94,33 @@ func (r *registry) missLocked() {
 	if len(r.dirty) == 0 {
 		return
 	}
-	old := *r.read.Load()
-	if r.misses < len(r.dirty) || r.misses < len(old)/8 {
+	if r.misses < len(r.dirty) || r.misses < r.read.Load().n/8 {
 		return
 	}
-	m := make(map[string]*Tenant, len(old)+len(r.dirty))
-	for k, v := range old {
-		m[k] = v
+	r.rebuildLocked(nil)
+}
+
+// rebuildLocked stores a new read table with the tenants of read and
+// dirty but those in gone, and empties dirty. r.mu must be held.
+func (r *registry) rebuildLocked(gone map[*Tenant]bool) {
+	old := r.read.Load()
+	n := old.n + len(r.dirty)
+	for t := range gone {
+		if old.find(t.name, r.hash(t.name)) == t || r.dirty[t.name] == t {
+			n--
+		}
 	}
-	for k, v := range r.dirty {
-		m[k] = v
+	tb := newTable(n)
+	for _, src := range []iter.Seq[*Tenant]{old.all, maps.Values(r.dirty)} {
+		for t := range src {
+			if gone[t] {
+				r.evictedAdmits.Add(t.admits.Load())
+				continue
+			}
+			tb.add(t, r.hash(t.name))
+		}
 	}
-	r.read.Store(&m)
+	r.read.Store(tb)
 	r.dirty = map[string]*Tenant{}
 	r.misses = 0
 }
@@ -107,12 +129,12 @@ func (r *registry) missLocked() {
 func (r *registry) len() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return len(*r.read.Load()) + len(r.dirty)
+	return r.read.Load().n + len(r.dirty)
 }
 
 // all yields every tenant: those in read, then a snapshot of dirty.
 func (r *registry) all(yield func(*Tenant) bool) {
-	for _, t := range *r.read.Load() {
+	for t := range r.read.Load().all {
 		if !yield(t) {
 			return
 		}
@@ -130,8 +152,8 @@ func (r *registry) all(yield func(*Tenant) bool) {
 	}
 }
 
-// remove deletes the tenants ts. It copies the read map once for the whole
-// batch, merging dirty into it.
+// remove deletes the tenants ts. It copies the
+// read table once for the whole batch, merging dirty into it.
 func (r *registry) remove(ts []*Tenant) {
 	if len(ts) == 0 {
 		return
@@ -142,24 +164,11 @@ func (r *registry) remove(ts []*Tenant) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	old := *r.read.Load()
-	m := make(map[string]*Tenant, len(old)+len(r.dirty))
-	for _, src := range []map[string]*Tenant{old, r.dirty} {
-		for k, t := range src {
-			if gone[t] {
-				r.evictedAdmits.Add(t.admits.Load())
-				continue
-			}
-			m[k] = t
-		}
-	}
-	r.read.Store(&m)
-	r.dirty = map[string]*Tenant{}
-	r.misses = 0
+	r.rebuildLocked(gone)
 }
 
 // Tenant returns the tenant named name, or nil when the syncer does not
-// track it. It is the request path's lookup: one map read, no lock and no
+// track it. It is the request path's lookup: one table read, no lock and no
 // allocation for a known tenant. It never returns an evicted tenant that
 // was already removed, and a tenant is removed before it is marked
 // evicted.

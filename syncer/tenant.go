@@ -21,8 +21,8 @@ import (
 // size class of its own (TestRecordSizes). What only some tenants need is
 // allocated apart while they need it: the ledger's batches while tokens
 // are leased (48 bytes), a reservation while reserved tokens are to come
-// (24), the fallback bucket once Redis has failed. Its name shares its
-// bytes with the registry's map key.
+// (24), the fallback bucket once Redis has failed. Its name is the one
+// copy the registry has: its table holds the Tenant (see table).
 type Tenant struct {
 	// tokens are the leased tokens requests spend from.
 	tokens bucket.Counter
