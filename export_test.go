@@ -38,3 +38,7 @@ func SyncDeliver(l *Limiter) { l.sync.Deliver() }
 // Invalidate) in the caller, at l's clock: with WithManualSync, New starts
 // no refresher goroutine.
 func SyncQuotas(l *Limiter) { l.refreshQuotas(context.Background()) }
+
+// DormantTenants returns the number of l's tenants that are dormant
+// (syncer.Syncer.Dormant).
+func DormantTenants(l *Limiter) int { return l.sync.Dormant() }

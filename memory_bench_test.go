@@ -21,24 +21,33 @@ import (
 // BenchmarkTenantMemory measures the heap one tracked tenant costs: it
 // makes two waves of 100,000 tenants (one request each,
 // WithColdStartWait(0)) on the in-process store, lets the syncer lease
-// them and give the leases back when they expire, and divides the growth
-// of HeapAlloc (after a full GC) over the second wave by its tenants:
-// what the first wave made once (the syncer's reusable slices) is not a
-// per-tenant cost. The name bytes are part of it: the limiter keeps the
-// string it was given. The store's own state (the global buckets, which
-// live in Redis in production) is dropped before each measure
-// (droppable), so that only the limiter's heap counts.
+// them and give the leases back when they expire, and measures
+// HeapAlloc (after a full GC) twice a wave: once the first leases are
+// back (idle tenants, which keep their lease state for a while, and about
+// half of which then hold a renewed lease of a token, its ledger batches
+// included: B/tenant), and
+// once every tenant has gone dormant (idle for 16 half-lives of the
+// demand, 8 s by default: B/dormant-tenant; see syncer.Tenant). Each is
+// the growth over the second wave divided by its tenants, from the first
+// wave's dormant measure: what the first wave made once (the syncer's
+// reusable slices) is not a per-tenant cost. The name bytes are part of
+// it: the limiter keeps the string it was given. The store's own state
+// (the global buckets, which live in Redis in production) is dropped
+// before each measure (droppable), so that only the limiter's heap
+// counts. The idle timeout is 10 minutes, so that the first wave's
+// tenants stay tracked (by default they go after a minute).
 //
-// It reports B/tenant and allocs/tenant; the goal is <= 256 B/tenant. The
-// sizes of the structs that make up a tenant are logged, to show where
-// the bytes go.
+// It reports B/tenant, B/dormant-tenant and allocs/tenant; the goal is
+// <= 128 B per tracked tenant, which dormant tenants meet, and idle ones
+// within 8 s of their last request do not. The sizes of the structs that
+// make up a tenant are logged, to show where the bytes go.
 func BenchmarkTenantMemory(b *testing.B) {
 	const tenants = 100_000
 	ctx := context.Background()
 	q := leasequota.Quota{Rate: 1000, Burst: 1000}
 	coldLease := int64(q.Rate * leasequota.DefaultRefreshInterval.Seconds()) // each tenant's first lease
 
-	var perTenant, allocsPerTenant float64
+	var perTenant, perDormant, allocsPerTenant float64
 	var nameBytes int
 	b.ReportAllocs()
 	for b.Loop() {
@@ -48,7 +57,8 @@ func BenchmarkTenantMemory(b *testing.B) {
 		// 100,000 tenants at once may time out on a loaded machine (on
 		// Redis they do: integration.TestManyTenantsColdStartOnHealthyRedis).
 		l, err := leasequota.NewWithStore(store, leasequota.WithDefaultQuota(q),
-			leasequota.WithColdStartWait(0), leasequota.WithRedisTimeout(time.Second), leasequota.WithLogger(slog.New(slog.DiscardHandler)))
+			leasequota.WithColdStartWait(0), leasequota.WithRedisTimeout(time.Second), leasequota.WithLogger(slog.New(slog.DiscardHandler)),
+			leasequota.WithIdleTimeout(10*time.Minute))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -57,7 +67,15 @@ func BenchmarkTenantMemory(b *testing.B) {
 		// not count.
 		buf := make([]byte, 0, 32)
 		nameBytes = 0
-		wave := func(from int) (heap, mallocs uint64) {
+		measure := func() (heap, mallocs uint64) {
+			store.Drop() // the buckets would be in Redis: not the limiter's heap
+			var ms runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&ms)
+			return ms.HeapAlloc, ms.Mallocs
+		}
+		type point struct{ heap, mallocs uint64 }
+		wave := func(from int) (idle, dormant point) {
 			for i := from; i < from+tenants; i++ {
 				buf = strconv.AppendInt(append(buf[:0], "tenant-"...), int64(i), 10)
 				if from > 0 {
@@ -66,25 +84,26 @@ func BenchmarkTenantMemory(b *testing.B) {
 				l.AllowN(ctx, string(buf), 1)
 			}
 			settle(b, l, int64(from+tenants), coldLease)
-			store.Drop() // the buckets would be in Redis: not the limiter's heap
-			var ms runtime.MemStats
-			runtime.GC()
-			runtime.ReadMemStats(&ms)
-			return ms.HeapAlloc, ms.Mallocs
+			idle.heap, idle.mallocs = measure()
+			waitDormant(b, l)
+			dormant.heap, dormant.mallocs = measure()
+			return idle, dormant
 		}
-		heap1, mallocs1 := wave(0)
-		heap2, mallocs2 := wave(tenants)
+		_, dormant1 := wave(0)
+		idle2, dormant2 := wave(tenants)
 		if n := l.Tenants(); n != 2*tenants {
 			b.Fatalf("%d tenants tracked, want %d", n, 2*tenants)
 		}
-		perTenant = float64(int64(heap2)-int64(heap1)) / tenants
-		allocsPerTenant = float64(mallocs2-mallocs1) / tenants
+		perTenant = float64(int64(idle2.heap)-int64(dormant1.heap)) / tenants
+		perDormant = float64(int64(dormant2.heap)-int64(dormant1.heap)) / tenants
+		allocsPerTenant = float64(idle2.mallocs-dormant1.mallocs) / tenants
 		runtime.KeepAlive(l)
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		l.Close(cctx)
 		cancel()
 	}
 	b.ReportMetric(perTenant, "B/tenant")
+	b.ReportMetric(perDormant, "B/dormant-tenant")
 	b.ReportMetric(allocsPerTenant, "allocs/tenant")
 
 	var (
@@ -94,10 +113,11 @@ func BenchmarkTenantMemory(b *testing.B) {
 		tb  bucket.TokenBucket
 		lim leasequota.Quota
 	)
-	b.Logf("%d tenants: %.0f B/tenant, %.1f allocs/tenant (growth of HeapAlloc after a full GC: live data only)",
-		tenants, perTenant, allocsPerTenant)
-	b.Logf("sizes: syncer.Tenant %d B (the registry entry; its size class is the allocation), of which syncer.State %d B "+
-		"(syncer.Ledger %d B; its batches, 48 B, only while a lease is held); tenant name %.1f B on average (plus its size class rounding); "+
+	b.Logf("%d tenants: %.0f B/tenant idle, %.0f B/tenant dormant, %.1f allocs/tenant (growth of HeapAlloc after a full GC: live data only)",
+		tenants, perTenant, perDormant, allocsPerTenant)
+	b.Logf("sizes: syncer.Tenant %d B (the registry entry; its size class is the allocation; all a dormant tenant keeps); "+
+		"until dormant, its lease state (128 B with syncer.State, %d B, of which syncer.Ledger %d B; the ledger's batches, 48 B, only while a lease is held); "+
+		"tenant name %.1f B on average (plus its size class rounding); "+
 		"registry: a read table of 8 B pointer + 1 tag byte per slot at up to 7/8 load, so 10-21 B per tenant, "+
 		"and a Go map (16 B key + 8 B value + 1 control byte per slot) for the tenants added since its last copy; "+
 		"not per tenant: the syncer's record of a base quota (a Quota, %d B, and a pointer) shared by the tenants of one quota; "+
@@ -247,6 +267,18 @@ func settle(b *testing.B, l *leasequota.Limiter, tenants, coldLease int64) {
 			b.Fatalf("syncer not settled after 1 minute: %+v", st)
 		}
 		last = st.Calls
+		time.Sleep(100 * time.Millisecond) // polling interval; the deadline bounds the wait
+	}
+}
+
+// waitDormant waits until every tenant l tracks is dormant (see
+// syncer.Tenant).
+func waitDormant(b *testing.B, l *leasequota.Limiter) {
+	deadline := time.Now().Add(time.Minute)
+	for leasequota.DormantTenants(l) != l.Tenants() {
+		if time.Now().After(deadline) {
+			b.Fatalf("%d of %d tenants dormant after 1 minute", leasequota.DormantTenants(l), l.Tenants())
+		}
 		time.Sleep(100 * time.Millisecond) // polling interval; the deadline bounds the wait
 	}
 }

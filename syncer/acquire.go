@@ -57,18 +57,19 @@ func (s *Syncer) acquire(ctx context.Context, now time.Time, jobs []job) (tot te
 // apply records the result of a lease call for t, whose lock is held.
 func (s *Syncer) apply(ctx context.Context, t *Tenant, now time.Time, want int64, r lease.Result) {
 	s.requested.Add(want)
+	ls := t.lease.Load() // planned: not dormant
 	if r.Err != nil {
 		s.errs.Add(1)
-		s.planner.Failed(&t.st, now)
-		t.retryAt.Store(t.st.at(t.st.notBefore))
-		rate, capacity := s.planner.FallbackRate(&t.st, *t.Limits(), now, s.fleetSize())
-		if fb := t.fallback.Load(); fb != nil {
+		s.planner.Failed(&ls.st, now)
+		ls.retryAt.Store(ls.st.at(ls.st.notBefore))
+		rate, capacity := s.planner.FallbackRate(&ls.st, *t.Limits(), now, s.fleetSize())
+		if fb := ls.fallback.Load(); fb != nil {
 			fb.SetRate(now, rate)
 		} else {
 			// Start empty: the lease just spent was this instance's share.
 			fb = &bucket.TokenBucket{}
 			fb.Reset(now, capacity, rate, 0)
-			t.fallback.Store(fb)
+			ls.fallback.Store(fb)
 		}
 		s.setFailing(t, true, r.Err)
 		return
@@ -87,20 +88,20 @@ func (s *Syncer) apply(ctx context.Context, t *Tenant, now time.Time, want int64
 	level := t.tokens.Add(immediate)
 	s.granted.Add(g.Granted)
 	s.reserved.Add(g.Reserved)
-	s.planner.Granted(&t.st, *t.Limits(), now, want, g, level)
+	s.planner.Granted(&ls.st, *t.Limits(), now, want, g, level)
 	// The reservation's wait begins when the reply arrived, which is no
 	// earlier than Redis ran the call.
-	s.planner.Reserved(&t.st, *t.Limits(), now, s.opts.Now(), g)
+	s.planner.Reserved(&ls.st, *t.Limits(), now, s.opts.Now(), g)
 	t.publish()
 	if g.Instances > 0 {
 		s.noteFleet(g.Instances)
 	}
-	t.emptyAt.Store(now.UnixNano() - int64(durationCeil(g.Tokens/t.Limits().Rate)))
-	t.level.Store(floorLevel(g.Tokens))
+	ls.emptyAt.Store(now.UnixNano() - int64(durationCeil(g.Tokens/t.Limits().Rate)))
+	ls.level.Store(floorLevel(g.Tokens))
 	s.setRetry(t)
 	t.setFlag(flagLeased, true)
 	s.setFailing(t, false, nil)
-	t.fallback.Store(nil)
+	ls.fallback.Store(nil)
 	s.opts.Telemetry.LeaseGranted(ctx, t.name, want, g.Granted, level, g.Tokens)
 }
 
@@ -108,11 +109,12 @@ func (s *Syncer) apply(ctx context.Context, t *Tenant, now time.Time, want int64
 // lease call of their own: when the next reserved token comes due, or
 // when a lease call may be made, whichever is first.
 func (s *Syncer) setRetry(t *Tenant) {
-	at := t.st.at(t.st.notBefore)
-	if due, ok := t.st.NextDue(); ok {
+	ls := t.lease.Load()
+	at := ls.st.at(ls.st.notBefore)
+	if due, ok := ls.st.NextDue(); ok {
 		at = min(at, due.UnixNano())
 	}
-	t.retryAt.Store(at)
+	ls.retryAt.Store(at)
 }
 
 // setOverride applies the quota override a lease call reported for t

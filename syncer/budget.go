@@ -123,7 +123,7 @@ func (s *Syncer) roomFor(t *Tenant, now time.Time, read bool) bool {
 	if s.budget.take(1, read, now) == 1 {
 		return true
 	}
-	s.planner.Skipped(&t.st, now)
+	s.planner.Skipped(t.st(), now)
 	s.skipped.Add(1)
 	return false
 }

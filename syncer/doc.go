@@ -23,8 +23,10 @@
 //     dead or slow node delays only its own tenants. A caller that runs
 //     the loop's steps itself and needs them to replay (a deterministic
 //     simulation) sets Options.Driven (driven.go).
-//   - The tenants (tenant.go, registry.go, limits.go) are the state both
-//     halves share with the requests.
+//   - The tenants (tenant.go, registry.go, table.go, limits.go) are the
+//     state both halves share with the requests. A tenant idle long enough
+//     goes dormant (evict.go): it drops its State and what its lease calls
+//     said, and is revived when a request needs it planned.
 //
 // Scheduling. A tenant's regular refresh happens once per Interval at a
 // phase given by xxhash(tenant) modulo Interval, plus a random jitter, so

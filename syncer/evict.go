@@ -54,10 +54,87 @@ func (s *Syncer) evict(ts []*Tenant, now time.Time, releases []lease.ReleaseRequ
 // tokens back, if any. t.mu must be held.
 func (s *Syncer) drainLocked(t *Tenant, now time.Time) (lease.ReleaseRequest, bool) {
 	n := t.tokens.Drain()
-	_, oldest, id := s.planner.Drained(&t.st)
-	t.publish()
+	var (
+		oldest time.Time
+		id     lease.GrantID
+	)
+	if ls := t.lease.Load(); ls != nil {
+		_, oldest, id = s.planner.Drained(&ls.st)
+		t.publish()
+	}
 	if n <= 0 {
 		return lease.ReleaseRequest{}, false
 	}
 	return s.returnOf(t, n, now, oldest, id), true
+}
+
+// idleOrKept adds t, whose lock is held and which has no call planned, to
+// evict when it has been idle for Options.IdleTimeout at time now, and
+// reports whether it did; else, with Options.MaxTenants set, it lists t
+// for eviction by age (s.lru).
+func (s *Syncer) idleOrKept(t *Tenant, now time.Time, evict *[]*Tenant) bool {
+	active := t.lastActive()
+	if now.UnixNano()-active >= int64(s.opts.IdleTimeout) {
+		*evict = append(*evict, t)
+		return true
+	}
+	if s.opts.MaxTenants > 0 {
+		s.lru = append(s.lru, lruEntry{active: active, t: t})
+	}
+	return false
+}
+
+// dormant lets t go dormant (see Tenant) when it may at time now: its
+// lock is held and its plan called for nothing. Beyond what the planner
+// asks (Planner.Dormant), no request may be waiting for it to be planned
+// (a miss, a refund), its counter is empty, it has no fallback bucket,
+// and its bucket was full as last seen: a revived tenant's requests are
+// told so (Tenant.RetryAfter).
+func (s *Syncer) dormant(t *Tenant, now time.Time) {
+	ls := t.lease.Load()
+	lim := t.Limits()
+	if t.wakes() || ls.fallback.Load() != nil {
+		return
+	}
+	if at := ls.emptyAt.Load(); at != 0 && float64(now.UnixNano()-at)/1e9*lim.Rate < float64(lim.Burst) {
+		return
+	}
+	if !s.planner.Dormant(&ls.st, *lim, now) {
+		return
+	}
+	t.idleSince = ls.st.at(ls.st.lastActive)
+	t.lease.Store(nil)
+}
+
+// revive makes t's State anew, as for a tenant that leased before if t
+// did, when t is dormant. t's lock must be held.
+func (s *Syncer) revive(t *Tenant, now time.Time) {
+	if t.lease.Load() != nil {
+		return
+	}
+	ls := &leaseState{}
+	s.planner.Revive(&ls.st, t.name, now, t.idleSince, t.flag(flagLeased))
+	t.lease.Store(ls)
+}
+
+// wakes reports whether a dormant t has something to plan: a request
+// missed or refunded since its last plan, or its counter holds tokens
+// (given back by a multi-tenant decision, to be forfeited: Syncer.planWith).
+func (t *Tenant) wakes() bool {
+	return t.flags.Load()&(flagUrgent|flagRefunded) != 0 || t.miss.Load() != 0 || t.tokens.Load() != 0
+}
+
+// Dormant reports whether t is dormant (see Tenant): holding no lease
+// state until a request needs it planned.
+func (t *Tenant) Dormant() bool { return t.lease.Load() == nil }
+
+// Dormant returns the number of dormant tenants. It visits every tenant,
+// for introspection and tests.
+func (s *Syncer) Dormant() (n int) {
+	for t := range s.reg.all {
+		if t.Dormant() {
+			n++
+		}
+	}
+	return n
 }

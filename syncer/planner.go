@@ -325,12 +325,52 @@ func (p *Planner) Config() Config { return p.cfg }
 // time at that phase, plus jitter.
 func (p *Planner) Init(st *State, name string, now time.Time) {
 	ns := now.UnixNano()
-	h := xxhash.Sum64String(name)
-	*st = State{hash: uint32(h>>32) ^ uint32(h)}
+	*st = State{hash: hashOf(name)}
 	st.ledger.init(ns)
 	st.lastActive = st.stampOf(ns)
 	st.observed = st.lastActive
 	st.next = st.stampCeil(p.nextScheduled(st, ns))
+}
+
+// hashOf returns xxhash of a tenant's name folded to 32 bits: the hash
+// of its phase and jitter (State.hash).
+func hashOf(name string) uint32 {
+	h := xxhash.Sum64String(name)
+	return uint32(h>>32) ^ uint32(h)
+}
+
+// dormantHalfLives is how many of the demand's half-lives a tenant must
+// have been idle to go dormant (see Dormant): its estimates are down to
+// 2^-16 of what they were, about what a float32 average would keep.
+const dormantHalfLives = 16
+
+// Dormant reports whether st's tenant may drop its State at time now, lim
+// being its quota in force, and be revived later (Revive) with nothing
+// lost that a plan would use: it has been idle for dormantHalfLives
+// half-lives of the demand and for a lease lifetime (so that a quota
+// change would not have it re-read its quota), and holds no leased or
+// reserved token, no failure streak and no call held back. What it drops
+// beyond that: its demand and grant rate (2^-16 of their last values, or
+// less), the largest request (forgotten after four half-lives anyway),
+// the instances on the tenant and whether its bucket was scarce, both of
+// which the next grant says again.
+func (p *Planner) Dormant(st *State, lim quota.Quota, now time.Time) bool {
+	ns := now.UnixNano()
+	idle := max(dormantHalfLives*p.cfg.HalfLife, lim.LeaseTTL)
+	return st.ledger.Total() == 0 && st.resv == nil && st.failures == 0 &&
+		ns >= st.at(st.notBefore) && ns-st.at(st.lastActive) >= int64(idle)
+}
+
+// Revive prepares st for a dormant tenant named name at time now: as Init
+// does for a new tenant, but active last at lastActive (unix nanoseconds)
+// and, when granted, as having leased before, its last grant long ago.
+func (p *Planner) Revive(st *State, name string, now time.Time, lastActive int64, granted bool) {
+	p.Init(st, name, now)
+	st.lastActive = st.stampOf(lastActive)
+	if granted {
+		st.flags |= flagGranted
+		st.lastGrant = stampMin
+	}
 }
 
 // Phase returns the tenant's offset within the refresh interval:
@@ -704,12 +744,6 @@ func (p *Planner) FallbackRate(st *State, lim quota.Quota, now time.Time, fleet 
 	elapsed := float64(now.UnixNano()-st.at(st.lastGrant)) / 1e9
 	w := math.Exp2(-max(elapsed, 0) / p.cfg.FallbackHalfLife.Seconds())
 	return fair + (share-fair)*w, capacity
-}
-
-// Idle reports whether the tenant has been inactive (no tokens spent or
-// asked for) for at least d at time now.
-func (p *Planner) Idle(st *State, now time.Time, d time.Duration) bool {
-	return now.UnixNano()-st.at(st.lastActive) >= int64(d)
 }
 
 // Drained records that the counter was emptied (tokens returned on close

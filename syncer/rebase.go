@@ -35,4 +35,4 @@ func (s *Syncer) Rebase(t *Tenant, q quota.Quota) bool {
 // Hash returns xxhash of the tenant's name, folded to 32 bits, as the
 // planner's phase uses it: for callers that spread work over tenants
 // evenly (the limiter's quota refresh). It never changes.
-func (t *Tenant) Hash() uint32 { return t.st.hash }
+func (t *Tenant) Hash() uint32 { return hashOf(t.name) }

@@ -75,11 +75,12 @@ func (s *Syncer) Refund(t *Tenant, n int64, front lease.GrantID, clock int64) Re
 	}
 	if t.mu.TryLock() {
 		credited := false
-		if !t.flag(flagEvicted) && !s.closing() && t.st.ledger.frontID() == front {
+		// A dormant tenant's ledger is empty: front left it.
+		if ls := t.lease.Load(); ls != nil && !t.flag(flagEvicted) && !s.closing() && ls.st.ledger.frontID() == front {
 			level := t.tokens.Add(n)
 			// Spends the ledger accounted for already: give them back to
 			// its oldest batch, where the refunded tokens were spent from.
-			t.st.ledger.credit(level - t.st.ledger.Total())
+			ls.st.ledger.credit(level - ls.st.ledger.Total())
 			credited = true
 		}
 		t.mu.Unlock()

@@ -56,6 +56,12 @@ func (s *Syncer) round(ctx context.Context, tenants iter.Seq[*Tenant], quotaChec
 		if t.flag(flagEvicted) || !t.mu.TryLock() {
 			continue
 		}
+		if t.lease.Load() == nil && !t.wakes() {
+			// Dormant, and nothing to plan: only its idleness counts.
+			s.idleOrKept(t, now, &evict)
+			t.mu.Unlock()
+			continue
+		}
 		in := t.take(t.tokens.Load())
 		in.QuotaCheck = quotaCheck
 		// Rounds only: a refill makes no returns before its call.
@@ -65,13 +71,11 @@ func (s *Syncer) round(ctx context.Context, tenants iter.Seq[*Tenant], quotaChec
 			releases = append(releases, ret)
 		}
 		if (a.Acquire > 0 || a.Read) && s.roomFor(t, now, a.Read) {
-			jobs = append(jobs, job{t: t, want: a.Acquire, demand: s.planner.ReportedDemand(&t.st, now, a.Acquire), reserve: a.Reserve})
+			jobs = append(jobs, job{t: t, want: a.Acquire, demand: s.planner.ReportedDemand(t.st(), now, a.Acquire), reserve: a.Reserve})
 			continue // unlocked once the result is applied
 		}
-		if s.planner.Idle(&t.st, now, s.opts.IdleTimeout) {
-			evict = append(evict, t)
-		} else if track {
-			s.lru = append(s.lru, lruEntry{active: t.st.at(t.st.lastActive), t: t})
+		if !s.idleOrKept(t, now, &evict) {
+			s.dormant(t, now)
 		}
 		t.mu.Unlock()
 	}
@@ -152,9 +156,10 @@ func (s *Syncer) endRound(r *telemetry.Round) {
 // recorded (in), takes expired tokens back from the counter, and returns
 // the action and the release that returns the expired tokens, if any.
 func (s *Syncer) planWith(t *Tenant, now time.Time, in Input) (a Action, ret lease.ReleaseRequest, ok bool) {
+	s.revive(t, now)
 	defer t.publish()
 	s.noteClock(now)
-	if ex := in.Level - t.st.Held(); ex > 0 {
+	if ex := in.Level - t.st().Held(); ex > 0 {
 		// Tokens a multi-tenant decision gave back (Tenant.UnspendWaited) after
 		// this ledger had accounted for their spend: their grant is no
 		// longer known, so they cannot be kept (they might outlive their
@@ -164,7 +169,7 @@ func (s *Syncer) planWith(t *Tenant, now time.Time, in Input) (a Action, ret lea
 		s.forfeited.Add(taken)
 		in.Level = left
 	}
-	a = s.planner.Plan(&t.st, *t.Limits(), now, in)
+	a = s.planner.Plan(t.st(), *t.Limits(), now, in)
 	if a.Drip > 0 {
 		// Reserved tokens that came due: into the counter before the
 		// expiry below reads it (the ledger holds them already).
@@ -172,14 +177,14 @@ func (s *Syncer) planWith(t *Tenant, now time.Time, in Input) (a Action, ret lea
 		s.dripped.Add(a.Drip)
 		s.setRetry(t)
 	}
-	if in.Urgent && a.Acquire == 0 && now.Before(t.st.NotBefore()) {
+	if in.Urgent && a.Acquire == 0 && now.Before(t.st().NotBefore()) {
 		// Calls are held back (bucket dry or backoff): stay urgent, so the
 		// tick retries once allowed, without re-queueing on every miss.
 		t.setFlag(flagUrgent, true)
 	}
 	if a.Expire > 0 {
 		taken, left := t.tokens.Take(a.Expire)
-		s.planner.Expired(&t.st, taken, left)
+		s.planner.Expired(t.st(), taken, left)
 		s.expired.Add(taken)
 		s.opts.Telemetry.Expired(taken)
 		if taken > 0 {

@@ -17,12 +17,19 @@ import (
 // requests go through its methods: Spend on success, NoteMiss on a miss.
 // The syncer holds mu while it plans and calls Redis for the tenant.
 //
-// There is one per tenant, so it is packed: 192 bytes with its State, a
-// size class of its own (TestRecordSizes). What only some tenants need is
-// allocated apart while they need it: the ledger's batches while tokens
-// are leased (48 bytes), a reservation while reserved tokens are to come
-// (24), the fallback bucket once Redis has failed. Its name is the one
-// copy the registry has: its table holds the Tenant (see table).
+// There is one per tenant, so it is small: 80 bytes, what every tracked
+// tenant needs (its size class; TestRecordSizes). The rest of its lease,
+// the planner's State and what the last lease call said, is a leaseState
+// of its own (128 bytes), which a tenant drops when it goes dormant: idle
+// long enough that the planner's estimates carry nothing (see
+// Planner.Dormant), holding no token, reserved or leased, with no call
+// held back or failing. A dormant tenant is revived, its State made anew
+// as for a tenant that leased before, when a request or a refund needs it
+// planned. Allocated apart as well, while needed: the ledger's batches
+// while tokens are leased (48 bytes), a reservation while reserved tokens
+// are to come (24), the fallback bucket once Redis has failed. Its name
+// is the one copy the registry has: its table holds the Tenant (see
+// table).
 type Tenant struct {
 	// tokens are the leased tokens requests spend from.
 	tokens bucket.Counter
@@ -36,17 +43,45 @@ type Tenant struct {
 	// to the base). Swapped by the syncer, read by requests.
 	limits atomic.Pointer[limits]
 
-	// Written by requests on a miss, read and reset by the syncer (with
-	// flagUrgent).
-	missed atomic.Int64 // tokens denied since the last plan
-	need   atomic.Int64 // largest n denied since the last plan
+	flags atomic.Uint32 // flagUrgent and flagRefunded (requests, syncer), the rest by the syncer
+	// front is the ID of the oldest grant in the ledger (zero when it is
+	// empty or the ID unknown), published by the syncer after each change
+	// of the ledger. A request reads it before it spends: the tokens it
+	// spends come from that grant or a later one (see Refund).
+	front atomic.Uint32
 
+	// miss is what requests that missed recorded since the last plan,
+	// written by them (NoteMiss, with flagUrgent), taken and reset by the
+	// syncer (take): the tokens they were denied in its low 32 bits,
+	// saturating (a demand beyond 2^32-1 tokens between two plans, a few
+	// ms, counts as that much), and the largest n denied in its high 32,
+	// as a float32 rounded up (as State.needMax keeps it: a lease covers
+	// that much, exact up to 2^24).
+	miss atomic.Uint64
+
+	// lease is the rest of the tenant's lease, nil while the tenant is
+	// dormant. The syncer swaps it, holding mu; requests read what the
+	// syncer publishes in it.
+	lease atomic.Pointer[leaseState]
+
+	mu sync.Mutex // guards lease's State, the swap of lease, and idleSince; held across a lease call for this tenant
+	// idleSince is when a dormant tenant was last active (unix
+	// nanoseconds): its State's lastActive when it went dormant. Unused
+	// while lease is set (its State's is the one).
+	idleSince int64
+}
+
+// leaseState is the part of a Tenant that a dormant tenant drops (see
+// Tenant): what the last lease calls said, which requests read, and the
+// planner's State.
+type leaseState struct {
 	// Written by the syncer, read by requests.
 	retryAt atomic.Int64 // unix nanoseconds before which no lease call is made
 	// emptyAt is when the global bucket, as the last lease call saw it and
 	// refilling at the tenant's rate, was empty (unix nanoseconds): it holds
 	// (now - emptyAt) * rate tokens now. One number instead of a level and
-	// a time.
+	// a time. Zero when no lease call reported it since the State was
+	// made: a revived tenant's bucket was full when it went dormant.
 	emptyAt atomic.Int64
 	// level is the global bucket's level, in whole tokens, as the last
 	// successful lease call reported it (after its grant): see Level.
@@ -56,15 +91,7 @@ type Tenant struct {
 	// failure and retuned by the syncer while failures go on.
 	fallback atomic.Pointer[bucket.TokenBucket]
 
-	flags atomic.Uint32 // flagUrgent and flagRefunded (requests, syncer), the rest by the syncer
-	// front is the ID of the oldest grant in the ledger (zero when it is
-	// empty or the ID unknown), published by the syncer after each change
-	// of the ledger. A request reads it before it spends: the tokens it
-	// spends come from that grant or a later one (see Refund).
-	front atomic.Uint32
-
-	mu sync.Mutex // guards st; held across a lease call for this tenant
-	st State
+	st State // guarded by the Tenant's mu
 }
 
 // Tenant.flags.
@@ -95,7 +122,22 @@ func (t *Tenant) flag(f uint32) bool { return t.flags.Load()&f != 0 }
 func (t *Tenant) init(name string, lim *limits, p *Planner, now time.Time) {
 	t.name = name
 	t.limits.Store(lim)
-	p.Init(&t.st, name, now)
+	ls := &leaseState{}
+	p.Init(&ls.st, name, now)
+	t.lease.Store(ls)
+}
+
+// st returns t's planner State. t.mu must be held, and t not dormant (see
+// Syncer.revive).
+func (t *Tenant) st() *State { return &t.lease.Load().st }
+
+// lastActive returns when t was last active (unix nanoseconds), dormant or
+// not. t.mu must be held.
+func (t *Tenant) lastActive() int64 {
+	if ls := t.lease.Load(); ls != nil {
+		return ls.st.at(ls.st.lastActive)
+	}
+	return t.idleSince
 }
 
 // Name returns the tenant's name.
@@ -145,7 +187,7 @@ func (t *Tenant) Uncount() { t.admits.Add(-1) }
 
 // publish makes the ledger's oldest grant visible to requests (Front).
 // t.mu must be held.
-func (t *Tenant) publish() { t.front.Store(uint32(t.st.ledger.frontID())) }
+func (t *Tenant) publish() { t.front.Store(uint32(t.st().ledger.frontID())) }
 
 // Held returns the leased tokens the tenant holds now.
 func (t *Tenant) Held() int64 { return t.tokens.Load() }
@@ -160,8 +202,15 @@ func (t *Tenant) Limits() *quota.Quota { return &t.limits.Load().Quota }
 // blocks: the syncer picks the miss up on its next round, or at once when
 // woken.
 func (t *Tenant) NoteMiss(n int64) {
-	t.missed.Add(n)
-	raise(&t.need, n)
+	n = max(n, 0)
+	for {
+		cur := t.miss.Load()
+		missed := min(uint64(uint32(cur))+uint64(n), math.MaxUint32)
+		need := max(math.Float32frombits(uint32(cur>>32)), ceil32(n))
+		if t.miss.CompareAndSwap(cur, missed|uint64(math.Float32bits(need))<<32) {
+			break
+		}
+	}
 	t.setFlag(flagUrgent, true)
 }
 
@@ -180,11 +229,21 @@ func (t *Tenant) Evicted() bool { return t.flag(flagEvicted) }
 // grant: rounded down to whole tokens, at least 0; zero before the first
 // one. It is not refilled since, nor lowered by what other instances
 // leased since. It is one atomic load, for the request path.
-func (t *Tenant) Level() int64 { return t.level.Load() }
+func (t *Tenant) Level() int64 {
+	if ls := t.lease.Load(); ls != nil {
+		return ls.level.Load()
+	}
+	return 0 // dormant: no token is held, to spend and report with it
+}
 
 // Fallback returns the tenant's local fallback bucket, or nil when its
 // lease calls have not failed.
-func (t *Tenant) Fallback() *bucket.TokenBucket { return t.fallback.Load() }
+func (t *Tenant) Fallback() *bucket.TokenBucket {
+	if ls := t.lease.Load(); ls != nil {
+		return ls.fallback.Load()
+	}
+	return nil
+}
 
 // RetryAfter estimates how long after now a request for n tokens could
 // succeed: the time the global bucket needs to hold what this instance
@@ -195,15 +254,23 @@ func (t *Tenant) RetryAfter(now time.Time, n int64) time.Duration {
 	rate := t.Limits().Rate
 	// Tokens held here count toward n: only the rest must come from Redis.
 	n -= t.tokens.Load()
-	if at := t.emptyAt.Load(); at != 0 {
-		tokens := float64(now.UnixNano()-at) / 1e9 * rate
+	var emptyAt, retryAt int64
+	if ls := t.lease.Load(); ls != nil {
+		emptyAt, retryAt = ls.emptyAt.Load(), ls.retryAt.Load()
+	}
+	switch {
+	case emptyAt != 0:
+		tokens := float64(now.UnixNano()-emptyAt) / 1e9 * rate
 		if short := float64(n) - tokens; short > 0 {
 			wait = durationCeil(short / rate)
 		}
-	} else if n > 0 {
+	case t.Leased():
+		// Dormant, or revived since: the bucket was full then (see
+		// Syncer.dormant).
+	case n > 0:
 		wait = durationCeil(float64(n) / rate)
 	}
-	if r := time.Duration(t.retryAt.Load() - now.UnixNano()); r > wait {
+	if r := time.Duration(retryAt - now.UnixNano()); r > wait {
 		wait = r
 	}
 	return wait
@@ -232,10 +299,11 @@ func floorLevel(tokens float64) int64 {
 
 // take collects what requests recorded since the last plan.
 func (t *Tenant) take(level int64) Input {
+	miss := t.miss.Swap(0)
 	return Input{
 		Level:  level,
-		Missed: t.missed.Swap(0),
-		Need:   t.need.Swap(0),
+		Missed: int64(uint32(miss)),
+		Need:   int64Of(math.Float32frombits(uint32(miss >> 32))),
 		Urgent: t.setFlag(flagUrgent, false),
 	}
 }
@@ -248,6 +316,8 @@ type Snapshot struct {
 	Failures  int       // lease calls failed in a row
 	Instances int       // instances active on the tenant, as Redis last said
 	Next      time.Time // next scheduled refresh
+	// Of a dormant tenant (see Tenant) only Tokens is set (to 0 but for a
+	// moment after a multi-tenant decision gave tokens back).
 }
 
 // Snapshot returns the tenant's lease state as of its last plan. It takes
@@ -255,13 +325,19 @@ type Snapshot struct {
 func (t *Tenant) Snapshot() Snapshot {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	ls := t.lease.Load()
+	if ls == nil {
+		// Dormant: nothing planned, demanded or failed (Syncer.dormant).
+		return Snapshot{Tokens: t.tokens.Load()}
+	}
+	st := &ls.st
 	return Snapshot{
 		Tokens:    t.tokens.Load(),
-		Target:    t.st.target,
-		Demand:    t.st.Demand(),
-		Failures:  int(t.st.failures),
-		Instances: int(t.st.instances),
-		Next:      t.st.Next(),
+		Target:    st.target,
+		Demand:    st.Demand(),
+		Failures:  int(st.failures),
+		Instances: int(st.instances),
+		Next:      st.Next(),
 	}
 }
 
