@@ -22,9 +22,10 @@ func (l *Limiter) Allow(tenant string) bool {
 // When this instance holds enough leased tokens for the tenant, AllowN is
 // one map read, two atomic loads (what Refund needs to know of the
 // spend: the lease's oldest grant and the syncer's last plan time), one
-// compare-and-swap and one atomic add (the decision count), and one more
-// load for FleetRemaining (the global level last seen): no lock,
-// allocation, clock read or network call. Allow skips the three loads.
+// compare-and-swap and one atomic add (the decision count), and two more
+// loads for FleetRemaining (the tenant's lease state, and in it the global
+// level last seen): no lock, allocation, clock read or network call.
+// Allow skips the four loads.
 // Otherwise it tells the syncer (without blocking) and:
 //   - on the tenant's first request here, waits for its first lease, up to
 //     WithColdStartWait and ctx;
