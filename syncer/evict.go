@@ -84,13 +84,13 @@ func (s *Syncer) idleOrKept(t *Tenant, now time.Time, evict *[]*Tenant) bool {
 	return false
 }
 
-// dormant lets t go dormant (see Tenant) when it may at time now: its
+// sleep lets t go dormant (see Tenant) when it may at time now: its
 // lock is held and its plan called for nothing. Beyond what the planner
 // asks (Planner.Dormant), no request may be waiting for it to be planned
 // (a miss, a refund), its counter is empty, it has no fallback bucket,
 // and its bucket was full as last seen: a revived tenant's requests are
 // told so (Tenant.RetryAfter).
-func (s *Syncer) dormant(t *Tenant, now time.Time) {
+func (s *Syncer) sleep(t *Tenant, now time.Time) {
 	ls := t.lease.Load()
 	lim := t.Limits()
 	if t.wakes() || ls.fallback.Load() != nil {

@@ -75,7 +75,7 @@ func (s *Syncer) round(ctx context.Context, tenants iter.Seq[*Tenant], quotaChec
 			continue // unlocked once the result is applied
 		}
 		if !s.idleOrKept(t, now, &evict) {
-			s.dormant(t, now)
+			s.sleep(t, now)
 		}
 		t.mu.Unlock()
 	}

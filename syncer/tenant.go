@@ -266,7 +266,7 @@ func (t *Tenant) RetryAfter(now time.Time, n int64) time.Duration {
 		}
 	case t.Leased():
 		// Dormant, or revived since: the bucket was full then (see
-		// Syncer.dormant).
+		// Syncer.sleep).
 	case n > 0:
 		wait = durationCeil(float64(n) / rate)
 	}
@@ -327,7 +327,7 @@ func (t *Tenant) Snapshot() Snapshot {
 	defer t.mu.Unlock()
 	ls := t.lease.Load()
 	if ls == nil {
-		// Dormant: nothing planned, demanded or failed (Syncer.dormant).
+		// Dormant: nothing planned, demanded or failed (Syncer.sleep).
 		return Snapshot{Tokens: t.tokens.Load()}
 	}
 	st := &ls.st
