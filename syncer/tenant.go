@@ -53,8 +53,8 @@ type Tenant struct {
 	// miss is what requests that missed recorded since the last plan,
 	// written by them (NoteMiss, with flagUrgent), taken and reset by the
 	// syncer (take): the tokens they were denied in its low 32 bits,
-	// saturating (a demand beyond 2^32-1 tokens between two plans, a few
-	// ms, counts as that much), and the largest n denied in its high 32,
+	// saturating (a demand beyond 2^32-1 tokens between two plans, a
+	// quarter of the refresh interval apart, counts as that much), and the largest n denied in its high 32,
 	// as a float32 rounded up (as State.needMax keeps it: a lease covers
 	// that much, exact up to 2^24).
 	miss atomic.Uint64
@@ -227,13 +227,15 @@ func (t *Tenant) Evicted() bool { return t.flag(flagEvicted) }
 // Level returns the global bucket's level as this instance's last
 // successful lease call for the tenant reported it, after that call's
 // grant: rounded down to whole tokens, at least 0; zero before the first
-// one. It is not refilled since, nor lowered by what other instances
-// leased since. It is one atomic load, for the request path.
+// one, and while the tenant is dormant or since it was revived, until its
+// next grant (it holds no token meanwhile). It is not refilled since, nor
+// lowered by what other instances leased since. It is two atomic loads
+// (the lease state, then its level), for the request path.
 func (t *Tenant) Level() int64 {
 	if ls := t.lease.Load(); ls != nil {
 		return ls.level.Load()
 	}
-	return 0 // dormant: no token is held, to spend and report with it
+	return 0
 }
 
 // Fallback returns the tenant's local fallback bucket, or nil when its
