@@ -13,10 +13,11 @@ import (
 // than it can run within the calls' deadline, every call waits in its
 // queue, times out, and is sent again: the offered load never falls and
 // the fleet stays in its failure mode while Redis is up. With a window,
-// an instance whose calls time out sends fewer; the
-// tenants it did not serve stay due and go in a later round, the urgent
-// ones first. The window grows back by one command per window of
-// commands answered in time.
+// an instance whose calls come back slow (Syncer.congestedAfter) or time
+// out sends fewer, before the queue reaches the deadlines; the tenants it
+// did not serve stay due and go in a later round, the urgent ones first.
+// The window grows back by one command per window of commands answered
+// in time.
 //
 // It is pure bookkeeping with time passed in: safe for concurrent use, no
 // goroutine, no clock of its own.
@@ -26,6 +27,10 @@ type budget struct {
 	inFlight int       // commands taken and not yet done; guarded by mu
 	cutAt    time.Time // when the window was last cut; guarded by mu
 	cuts     int64     // cuts so far, for Stats; guarded by mu
+	// atOutage is the window when the circuit breaker last opened; the
+	// cuts of the probes' timeouts after it are undone when it closes
+	// (recovered). Guarded by mu.
+	atOutage float64
 }
 
 // The window's bounds. It starts where a round of the previous release
@@ -68,8 +73,8 @@ func (b *budget) take(n int, force bool, now time.Time) int {
 }
 
 // done records that a call of n commands taken at sent came back at now
-// (or failed then); late says it was congested: no reply within its
-// deadline. A late call cuts the
+// (or failed then); late says it was congested: its reply came slow, or
+// not within its deadline. A late call cuts the
 // window by half, at most once per round trip (the calls already in
 // flight when it was cut saw the same queue); a timely one grows it by
 // n / window, one command per window of commands.
@@ -91,14 +96,31 @@ func (b *budget) done(n int, sent, now time.Time, late bool) {
 	b.window = min(b.window+float64(n)/b.window, budgetMax)
 }
 
-// reset forgets the cuts: the window is back to budgetInitial and does not
-// bind until the next cut. The syncer calls it when the circuit breaker
-// closes after an outage.
-func (b *budget) reset() {
+// outage records the window as the circuit breaker opens (calls failed
+// in a row), for recovered.
+func (b *budget) outage() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.window = budgetInitial
-	b.cutAt = time.Time{}
+	b.atOutage = b.window
+}
+
+// recovered undoes the cuts made while the circuit breaker was open: the
+// window is back to what it was when the breaker opened, if it is
+// smaller. The syncer calls it when the breaker closes.
+//
+// Why: while the breaker is open, only its probes reach Redis, one an
+// interval, and in an outage (a failover, a restart) each times out and
+// cuts the window, though it said nothing of how busy Redis is: without
+// this, a Sentinel failover's recovery was held back for budgetCalm. But
+// the cuts made before the breaker opened stay: under saturation calls
+// time out in a row too, and a window that started over when the breaker
+// closed offered the saturated Redis a flood again (the queue model,
+// TestSaturatedRedisServesItsCapacity, went round that cycle every
+// second or two).
+func (b *budget) recovered() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.window = max(b.window, b.atOutage)
 }
 
 // binds reports whether the window limits takes at now: within

@@ -111,25 +111,49 @@ func TestBudgetProperties(t *testing.T) {
 	})
 }
 
-// TestBudgetReset: after reset the window is back to its start and does
-// not bind, whatever the cuts before.
-func TestBudgetReset(t *testing.T) {
+// TestBudgetRecovered: the cuts made while the breaker was open (its
+// probes' timeouts) are undone when it closes; those made before it
+// opened stay, and the window still binds.
+func TestBudgetRecovered(t *testing.T) {
 	var b budget
 	b.init()
 	t0 := time.Unix(0, 0)
-	for i := range 10 {
+	// Calls time out in a row: two cuts, then the breaker opens.
+	for i := range 2 {
 		at := t0.Add(time.Duration(i) * time.Second)
 		b.done(1, at, at.Add(time.Millisecond), true)
 	}
-	if got := b.take(budgetInitial, false, t0.Add(10*time.Second)); got >= budgetInitial {
-		t.Fatalf("after 10 cuts a take of %d granted %d: the window does not bind", budgetInitial, got)
+	b.outage()
+	before, _, _ := b.state()
+	if before != budgetInitial/4 {
+		t.Fatalf("after two cuts: window %v, want %d", before, budgetInitial/4)
 	}
-	b.reset()
-	if w, _, _ := b.state(); w != budgetInitial {
-		t.Fatalf("after reset: window %v, want %d", w, budgetInitial)
+	// The probes time out, one an interval.
+	for i := range 10 {
+		at := t0.Add(time.Duration(2+i) * time.Second)
+		b.done(1, at, at.Add(time.Millisecond), true)
 	}
-	if got := b.take(2*budgetInitial, false, t0.Add(10*time.Second)); got != 2*budgetInitial {
-		t.Fatalf("after reset a take of %d granted %d: the window still binds", 2*budgetInitial, got)
+	if w, _, _ := b.state(); w != budgetMin {
+		t.Fatalf("after the probes' cuts: window %v, want the floor %d", w, budgetMin)
+	}
+	b.recovered()
+	if w, _, _ := b.state(); w != before {
+		t.Fatalf("recovered: window %v, want %v, what it was when the breaker opened", w, before)
+	}
+	now := t0.Add(12 * time.Second)
+	if got := b.take(budgetInitial, false, now); got != int(before) {
+		t.Fatalf("recovered: a take of %d granted %d, want the window %v: it still binds", budgetInitial, got, before)
+	}
+	b.done(int(before), now, now, false)
+	// A window that grew since the breaker opened is not lowered.
+	b.outage()
+	for range 400 {
+		b.done(100, now, now, false)
+	}
+	grown, _, _ := b.state()
+	b.recovered()
+	if w, _, _ := b.state(); w != grown || grown <= before {
+		t.Fatalf("recovered after growing: window %v, want %v (> %v)", w, grown, before)
 	}
 }
 

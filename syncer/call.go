@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasequota/leasequota/lease"
+	"github.com/leasequota/leasequota/quota"
 )
 
 // perCommand is the time a pipeline gets for each of its commands on top
@@ -36,15 +37,19 @@ const (
 func (s *Syncer) call(ctx context.Context, op string, size int, f func(context.Context) ([]lease.Result, error)) (res []lease.Result, err error) {
 	sent := s.opts.Now()
 	defer func() {
-		// On a Redis Cluster a timeout says that one node is busy or
+		// On a Redis Cluster a slow call says that one node is busy or
 		// gone, not the others: the one window of the instance does not
 		// shrink there (a window per node is still to do).
-		s.budget.done(size, sent, s.opts.Now(), timedOut(err) && !s.opts.Cluster)
+		now := s.opts.Now()
+		s.budget.done(size, sent, now, !s.opts.Cluster && (timedOut(err) || now.Sub(sent) > s.congestedAfter(size)))
 	}()
 	if err := s.sem.Acquire(ctx, 1); err != nil {
 		return nil, err
 	}
 	defer s.sem.Release(1)
+	// The delay that tells congestion is Redis's (and the client's), not
+	// the wait for a slot among this syncer's own calls.
+	sent = s.opts.Now()
 	// A pipeline of many commands queues behind the others in Redis'
 	// single thread: give it time for its size (perCommand, a wide margin
 	// over what a script call costs) on top of the call deadline.
@@ -69,6 +74,27 @@ func (s *Syncer) call(ctx context.Context, op string, size int, f func(context.C
 	})
 	span.End(err)
 	return res, err
+}
+
+// congestedAfter is how long a call of size commands may take before its
+// delay counts as congestion (budget.done's late), though it was
+// answered: half its deadline, and at most a quarter of the default
+// lease TTL.
+//
+// Why a delay and not only a timeout: a lease lives LeaseTTL from when
+// its call was sent, so the time a reply spends queued in Redis is taken
+// from the lease's life; when the fleet offers Redis more than it runs,
+// replies come later and later, the tokens they bring expire unspent (and
+// their returns, to a bucket drained meanwhile, are forfeited), and the
+// calls that then time out put their tenants in the failure mode while
+// Redis is up. A window cut when replies slow down keeps Redis's queue
+// short before either happens.
+func (s *Syncer) congestedAfter(size int) time.Duration {
+	ttl := s.opts.Defaults.LeaseTTL
+	if ttl <= 0 {
+		ttl = quota.MinLeaseTTL(s.opts.Defaults.Interval)
+	}
+	return min(s.opts.CallTimeout+time.Duration(size)*perCommand, ttl/2) / 2
 }
 
 // timedOut reports whether err is a call's deadline or a network
