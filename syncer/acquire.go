@@ -61,6 +61,11 @@ func (s *Syncer) apply(ctx context.Context, t *Tenant, now time.Time, want int64
 		s.errs.Add(1)
 		s.planner.Failed(&t.st, now)
 		t.retryAt.Store(t.st.at(t.st.notBefore))
+		if s.busy(r.Err, s.opts.Now()) {
+			// Redis is busy, not down: the tenant backs off, and its
+			// requests are decided by its lease, not its failure mode.
+			return
+		}
 		rate, capacity := s.planner.FallbackRate(&t.st, *t.Limits(), now, s.fleetSize())
 		if fb := t.fallback.Load(); fb != nil {
 			fb.SetRate(now, rate)

@@ -34,14 +34,29 @@ type budget struct {
 }
 
 // The window's bounds. It starts where a round of the previous release
-// could go (maxInFlight pipelines of batchSize), and never falls below a
-// pipeline's worth of a small round, so that a busy Redis still serves
-// the most urgent tenants every round trip.
+// could go (maxInFlight pipelines of batchSize). It never falls below its
+// floor, this instance's share of budgetFleetFloor (budgetFloor), and at
+// least budgetMin, so that a busy Redis still serves the most urgent
+// tenants every round trip.
 const (
-	budgetMin     = 64
+	budgetMin     = 8
 	budgetInitial = maxInFlight * batchSize
 	budgetMax     = 1 << 20
+	// budgetFleetFloor is the most commands the instances of a fleet
+	// keep in flight together with every window at its floor: about 10 ms
+	// of a Redis thread at 40 µs an acquire. A floor of 64 for each
+	// instance, as before, was that for 4 instances, but 16 instances'
+	// floors made a queue of 1,024 commands, longer than the deadline of
+	// a call of one command (50 ms by default), and at 16 x 1,000 those
+	// calls, a cold tenant's first lease among them, timed out whatever
+	// the windows did.
+	budgetFleetFloor = 256
 )
+
+// budgetFloor is the floor of the window of one of instances instances.
+func budgetFloor(instances int) int {
+	return max(budgetMin, budgetFleetFloor/max(instances, 1))
+}
 
 func (b *budget) init() {
 	b.window = budgetInitial
@@ -74,11 +89,11 @@ func (b *budget) take(n int, force bool, now time.Time) int {
 
 // done records that a call of n commands taken at sent came back at now
 // (or failed then); late says it was congested: its reply came slow, or
-// not within its deadline. A late call cuts the
-// window by half, at most once per round trip (the calls already in
+// not within its deadline. A late call cuts the window by half, not
+// below floor (budgetFloor), at most once per round trip (the calls already in
 // flight when it was cut saw the same queue); a timely one grows it by
 // n / window, one command per window of commands.
-func (b *budget) done(n int, sent, now time.Time, late bool) {
+func (b *budget) done(n int, sent, now time.Time, late bool, floor int) {
 	if n <= 0 {
 		return
 	}
@@ -87,7 +102,7 @@ func (b *budget) done(n int, sent, now time.Time, late bool) {
 	b.inFlight = max(b.inFlight-n, 0)
 	if late {
 		if sent.After(b.cutAt) {
-			b.window = max(b.window/2, budgetMin)
+			b.window = max(b.window/2, float64(floor))
 			b.cutAt = now
 			b.cuts++
 		}

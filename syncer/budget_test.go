@@ -21,11 +21,11 @@ func TestBudgetAIMD(t *testing.T) {
 	if got := b.take(budgetInitial+5, false, t0); got != budgetInitial+5 {
 		t.Fatalf("take before any cut granted %d, want all %d", got, budgetInitial+5)
 	}
-	b.done(budgetInitial+5, t0, t0, false)
+	b.done(budgetInitial+5, t0, t0, false, budgetMin)
 	w0, _, _ := b.state()
 	// Two late calls sent before the cut: one cut.
-	b.done(1000, t0, t0.Add(60*time.Millisecond), true)
-	b.done(1000, t0, t0.Add(61*time.Millisecond), true)
+	b.done(1000, t0, t0.Add(60*time.Millisecond), true, budgetMin)
+	b.done(1000, t0, t0.Add(61*time.Millisecond), true, budgetMin)
 	w1, _, cuts := b.state()
 	if cuts != 1 || w1 != w0/2 {
 		t.Fatalf("after two late calls of one round trip: window %v, %d cuts; want %v, 1", w1, cuts, w0/2)
@@ -44,17 +44,17 @@ func TestBudgetAIMD(t *testing.T) {
 	if got := b.take(7, false, cut.Add(budgetCalm)); got != 7 {
 		t.Fatalf("take budgetCalm after the cut granted %d, want 7: the window no longer binds", got)
 	}
-	b.done(int(w1)+3+7, cut, cut, false)
+	b.done(int(w1)+3+7, cut, cut, false, budgetMin)
 	// A late call sent after the cut cuts again.
 	w2, _, _ := b.state()
-	b.done(1000, t0.Add(70*time.Millisecond), t0.Add(130*time.Millisecond), true)
+	b.done(1000, t0.Add(70*time.Millisecond), t0.Add(130*time.Millisecond), true, budgetMin)
 	if w, _, _ := b.state(); w != w2/2 {
 		t.Fatalf("after a later late call: window %v, want %v", w, w2/2)
 	}
 	// A window of timely commands adds one.
 	w0, _, _ = b.state()
 	for range int(w0) / 10 {
-		b.done(10, t0, t0.Add(time.Second), false)
+		b.done(10, t0, t0.Add(time.Second), false, budgetMin)
 	}
 	if w, _, _ := b.state(); w < w0+0.9 || w > w0+1.1 {
 		t.Fatalf("after a window of timely commands: %v, want about %v", w, w0+1)
@@ -62,7 +62,7 @@ func TestBudgetAIMD(t *testing.T) {
 	// Cuts stop at the floor.
 	for i := range 40 {
 		at := t0.Add(time.Duration(i+2) * time.Second)
-		b.done(1, at, at.Add(time.Millisecond), true)
+		b.done(1, at, at.Add(time.Millisecond), true, budgetMin)
 	}
 	if w, _, _ := b.state(); w != budgetMin {
 		t.Fatalf("after many cuts: window %v, want the floor %d", w, budgetMin)
@@ -94,7 +94,8 @@ func TestBudgetProperties(t *testing.T) {
 				i := rapid.IntRange(0, len(taken)-1).Draw(t, "which")
 				n := taken[i]
 				taken = append(taken[:i], taken[i+1:]...)
-				b.done(n, now.Add(-time.Duration(rapid.IntRange(0, 200).Draw(t, "rtt"))*time.Millisecond), now, rapid.Bool().Draw(t, "late"))
+				b.done(n, now.Add(-time.Duration(rapid.IntRange(0, 200).Draw(t, "rtt"))*time.Millisecond), now, rapid.Bool().Draw(t, "late"),
+					budgetFloor(rapid.IntRange(0, 100).Draw(t, "instances")))
 			}
 			w, in, _ := b.state()
 			sum := 0
@@ -121,7 +122,7 @@ func TestBudgetRecovered(t *testing.T) {
 	// Calls time out in a row: two cuts, then the breaker opens.
 	for i := range 2 {
 		at := t0.Add(time.Duration(i) * time.Second)
-		b.done(1, at, at.Add(time.Millisecond), true)
+		b.done(1, at, at.Add(time.Millisecond), true, budgetMin)
 	}
 	b.outage()
 	before, _, _ := b.state()
@@ -131,7 +132,7 @@ func TestBudgetRecovered(t *testing.T) {
 	// The probes time out, one an interval.
 	for i := range 10 {
 		at := t0.Add(time.Duration(2+i) * time.Second)
-		b.done(1, at, at.Add(time.Millisecond), true)
+		b.done(1, at, at.Add(time.Millisecond), true, budgetMin)
 	}
 	if w, _, _ := b.state(); w != budgetMin {
 		t.Fatalf("after the probes' cuts: window %v, want the floor %d", w, budgetMin)
@@ -144,11 +145,11 @@ func TestBudgetRecovered(t *testing.T) {
 	if got := b.take(budgetInitial, false, now); got != int(before) {
 		t.Fatalf("recovered: a take of %d granted %d, want the window %v: it still binds", budgetInitial, got, before)
 	}
-	b.done(int(before), now, now, false)
+	b.done(int(before), now, now, false, budgetMin)
 	// A window that grew since the breaker opened is not lowered.
 	b.outage()
 	for range 400 {
-		b.done(100, now, now, false)
+		b.done(100, now, now, false, budgetMin)
 	}
 	grown, _, _ := b.state()
 	b.recovered()
@@ -162,4 +163,16 @@ func (b *budget) bindsAt(now time.Time) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.binds(now)
+}
+
+// TestBudgetFloor: the instances' floors together stay about
+// budgetFleetFloor, and each at least budgetMin.
+func TestBudgetFloor(t *testing.T) {
+	for _, c := range []struct{ instances, want int }{
+		{0, 256}, {1, 256}, {4, 64}, {16, 16}, {32, 8}, {1000, budgetMin},
+	} {
+		if got := budgetFloor(c.instances); got != c.want {
+			t.Errorf("budgetFloor(%d) = %d, want %d", c.instances, got, c.want)
+		}
+	}
 }

@@ -41,7 +41,10 @@ func (s *Syncer) call(ctx context.Context, op string, size int, f func(context.C
 		// gone, not the others: the one window of the instance does not
 		// shrink there (a window per node is still to do).
 		now := s.opts.Now()
-		s.budget.done(size, sent, now, !s.opts.Cluster && (timedOut(err) || now.Sub(sent) > s.congestedAfter(size)))
+		if err == nil {
+			s.answered.Store(now.UnixNano())
+		}
+		s.budget.done(size, sent, now, !s.opts.Cluster && (timedOut(err) || now.Sub(sent) > s.congestedAfter(size)), budgetFloor(s.fleetSize()))
 	}()
 	if err := s.sem.Acquire(ctx, 1); err != nil {
 		return nil, err
@@ -90,11 +93,44 @@ func (s *Syncer) call(ctx context.Context, op string, size int, f func(context.C
 // Redis is up. A window cut when replies slow down keeps Redis's queue
 // short before either happens.
 func (s *Syncer) congestedAfter(size int) time.Duration {
-	ttl := s.opts.Defaults.LeaseTTL
-	if ttl <= 0 {
-		ttl = quota.MinLeaseTTL(s.opts.Defaults.Interval)
+	return min(s.opts.CallTimeout+time.Duration(size)*perCommand, s.leaseTTL()/2) / 2
+}
+
+// leaseTTL is the default lease TTL (Options.Defaults).
+func (s *Syncer) leaseTTL() time.Duration {
+	if ttl := s.opts.Defaults.LeaseTTL; ttl > 0 {
+		return ttl
 	}
-	return min(s.opts.CallTimeout+time.Duration(size)*perCommand, ttl/2) / 2
+	return quota.MinLeaseTTL(s.opts.Defaults.Interval)
+}
+
+// busy reports whether err, a failed call's at now, says that Redis is
+// busy rather than down: the call timed out, and Redis answered another
+// of this instance's calls in time within the last default lease TTL.
+// Such a failure is congestion (it cuts the call budget) but not an
+// outage: it neither counts towards the circuit breaker nor makes the
+// call's tenants failing, so no failure mode decides for them while Redis
+// answers; their requests are decided by their leases, as when the global
+// bucket is dry. A Redis that has answered nothing in time for a lease's
+// lifetime is taken for down, and its timeouts count again: a silent
+// Redis (a partition, a paused or blackholed server) opens the breaker
+// that much later than one that refuses connections.
+//
+// Why: calls time out together. When the fleet offers Redis more than it
+// runs, or the process is too busy to read the replies, each instance's
+// calls in flight time out in a row; counted as failures, they opened the
+// breaker, whose open state then failed every tenant's call at once and
+// put the fleet in its failure mode while Redis was up (BenchmarkFleet at
+// 16 x 1,000: most failed calls were the breaker's, failing in under a
+// millisecond). On a Redis Cluster a timeout says nothing of the other
+// nodes, and this instance's last answer may be another node's: a
+// timeout there is always a failure.
+func (s *Syncer) busy(err error, now time.Time) bool {
+	if s.opts.Cluster || !timedOut(err) {
+		return false
+	}
+	last := s.answered.Load()
+	return last != 0 && now.UnixNano()-last < int64(s.leaseTTL())
 }
 
 // timedOut reports whether err is a call's deadline or a network

@@ -96,6 +96,10 @@ type Syncer struct {
 	// before calling, call gives it back.
 	budget  budget
 	lastErr atomic.Pointer[error] // last error of a Redis call, for OnDegraded
+	// answered is when (Options.Now, unix nanoseconds) a call of this
+	// instance was last answered within its deadline; 0 before the
+	// first. It tells a busy Redis from a silent one (busy, call.go).
+	answered atomic.Int64
 
 	// Owned by the loop (Run and Round are not called concurrently).
 	lru         []lruEntry // reused by Round when MaxTenants is set
