@@ -27,14 +27,15 @@ const (
 )
 
 // call runs one Redis round trip of op (size commands) under the
-// concurrency bound, the call deadline and the circuit breaker, in a span.
+// concurrency bound, the call deadline (timeout, or callTimeout(size)
+// when 0) and the circuit breaker, in a span.
 // f's error must be a failure of the round trip as a whole (Redis not
 // answering), not an error reply about one tenant: only the former trips
 // the breaker.
 //
 // The size commands were taken from the call budget by the caller; they
 // go back when the call ends, and a call that timed out cuts the window.
-func (s *Syncer) call(ctx context.Context, op string, size int, f func(context.Context) ([]lease.Result, error)) (res []lease.Result, err error) {
+func (s *Syncer) call(ctx context.Context, op string, size int, timeout time.Duration, f func(context.Context) ([]lease.Result, error)) (res []lease.Result, err error) {
 	sent := s.opts.Now()
 	defer func() {
 		// On a Redis Cluster a slow call says that one node is busy or
@@ -53,10 +54,10 @@ func (s *Syncer) call(ctx context.Context, op string, size int, f func(context.C
 	// The delay that tells congestion is Redis's (and the client's), not
 	// the wait for a slot among this syncer's own calls.
 	sent = s.opts.Now()
-	// A pipeline of many commands queues behind the others in Redis'
-	// single thread: give it time for its size (perCommand, a wide margin
-	// over what a script call costs) on top of the call deadline.
-	ctx, cancel := context.WithTimeout(ctx, s.opts.CallTimeout+time.Duration(size)*perCommand)
+	if timeout <= 0 {
+		timeout = s.callTimeout(size)
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	ctx, span := s.opts.Telemetry.StartCall(ctx, op, size)
 	if s.opts.Cluster || s.closing() {
@@ -79,6 +80,14 @@ func (s *Syncer) call(ctx context.Context, op string, size int, f func(context.C
 	return res, err
 }
 
+// callTimeout is the deadline of a call of size commands: a pipeline of
+// many commands queues behind the others in Redis' single thread, so it
+// gets time for its size (perCommand, a wide margin over what a script
+// call costs) on top of Options.CallTimeout.
+func (s *Syncer) callTimeout(size int) time.Duration {
+	return s.opts.CallTimeout + time.Duration(size)*perCommand
+}
+
 // congestedAfter is how long a call of size commands may take before its
 // delay counts as congestion (budget.done's late), though it was
 // answered: half its deadline, and at most a quarter of the default
@@ -93,7 +102,7 @@ func (s *Syncer) call(ctx context.Context, op string, size int, f func(context.C
 // Redis is up. A window cut when replies slow down keeps Redis's queue
 // short before either happens.
 func (s *Syncer) congestedAfter(size int) time.Duration {
-	return min(s.opts.CallTimeout+time.Duration(size)*perCommand, s.leaseTTL()/2) / 2
+	return min(s.callTimeout(size), s.leaseTTL()/2) / 2
 }
 
 // leaseTTL is the default lease TTL (Options.Defaults).

@@ -121,7 +121,7 @@ func (s *Syncer) refillLocked(ctx context.Context, link trace.Link, t *Tenant, n
 			s.refillDelay.note(now, s.opts.Now())
 		}
 	}()
-	_, err := s.call(ctx, telemetry.OpAcquire, 1, func(ctx context.Context) ([]lease.Result, error) {
+	_, err := s.call(ctx, telemetry.OpAcquire, 1, 0, func(ctx context.Context) ([]lease.Result, error) {
 		r.Grant, r.Err = acquireOne(ctx, s.client, lease.Request{Tenant: t.name, Limits: t.bucket(), Want: a.Acquire, Demand: s.planner.ReportedDemand(&t.st, now, a.Acquire), Reserve: a.Reserve})
 		return nil, wholeFailure(r.Err)
 	})
