@@ -7,21 +7,32 @@ import (
 	"pgregory.net/rapid"
 )
 
-// TestBudgetAIMD: the window halves on a late call, once per round trip,
-// never below budgetMin; it grows by one command per window of timely
-// commands; take never grants beyond it unless forced.
+// TestBudgetAIMD: the window starts at budgetInitial and binds; until
+// the first late call it doubles every window of timely commands (the
+// slow start); it halves on a late call, once per round trip, never below
+// the floor; then it grows by one command per window of timely commands;
+// take never grants beyond it unless forced; it stops binding budgetCalm
+// after the start or the last cut.
 func TestBudgetAIMD(t *testing.T) {
 	var b budget
-	b.init()
 	t0 := time.Unix(0, 0)
+	b.init(t0)
 	if w, _, _ := b.state(); w != budgetInitial {
 		t.Fatalf("initial window %v, want %d", w, budgetInitial)
 	}
-	// No cut yet: the window does not bind.
-	if got := b.take(budgetInitial+5, false, t0); got != budgetInitial+5 {
-		t.Fatalf("take before any cut granted %d, want all %d", got, budgetInitial+5)
+	// The slow start: the window binds from the start.
+	if got := b.take(budgetInitial+5, false, t0); got != budgetInitial {
+		t.Fatalf("take at the start granted %d, want the window %d", got, budgetInitial)
 	}
-	b.done(budgetInitial+5, t0, t0, false, budgetMin)
+	b.done(budgetInitial, t0, t0.Add(time.Millisecond), false, budgetMin)
+	if w, _, _ := b.state(); w != 2*budgetInitial {
+		t.Fatalf("after a window of timely commands in the slow start: %v, want %d", w, 2*budgetInitial)
+	}
+	// Without a cut, the window stops binding budgetCalm after the start.
+	if got := b.take(100*budgetInitial, false, t0.Add(budgetCalm)); got != 100*budgetInitial {
+		t.Fatalf("take budgetCalm after the start granted %d, want all %d", got, 100*budgetInitial)
+	}
+	b.done(100*budgetInitial, t0, t0.Add(budgetCalm), false, budgetMin)
 	w0, _, _ := b.state()
 	// Two late calls sent before the cut: one cut.
 	b.done(1000, t0, t0.Add(60*time.Millisecond), true, budgetMin)
@@ -51,7 +62,7 @@ func TestBudgetAIMD(t *testing.T) {
 	if w, _, _ := b.state(); w != w2/2 {
 		t.Fatalf("after a later late call: window %v, want %v", w, w2/2)
 	}
-	// A window of timely commands adds one.
+	// After the first cut, a window of timely commands adds one.
 	w0, _, _ = b.state()
 	for range int(w0) / 10 {
 		b.done(10, t0, t0.Add(time.Second), false, budgetMin)
@@ -75,7 +86,7 @@ func TestBudgetAIMD(t *testing.T) {
 func TestBudgetProperties(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		var b budget
-		b.init()
+		b.init(time.Unix(0, 0))
 		now := time.Unix(0, 0)
 		var taken []int
 		for range rapid.IntRange(1, 200).Draw(t, "steps") {
@@ -117,8 +128,8 @@ func TestBudgetProperties(t *testing.T) {
 // opened stay, and the window still binds.
 func TestBudgetRecovered(t *testing.T) {
 	var b budget
-	b.init()
 	t0 := time.Unix(0, 0)
+	b.init(t0)
 	// Calls time out in a row: two cuts, then the breaker opens.
 	for i := range 2 {
 		at := t0.Add(time.Duration(i) * time.Second)
