@@ -34,7 +34,8 @@ const (
 // the breaker.
 //
 // The size commands were taken from the call budget by the caller; they
-// go back when the call ends, and a call that timed out cuts the window.
+// go back when the call ends, and a call that came back slow
+// (congestedAfter) or timed out cuts the window.
 func (s *Syncer) call(ctx context.Context, op string, size int, timeout time.Duration, f func(context.Context) ([]lease.Result, error)) (res []lease.Result, err error) {
 	sent := s.opts.Now()
 	defer func() {
