@@ -116,8 +116,10 @@ func (s *Syncer) leaseTTL() time.Duration {
 
 // busy reports whether err, a failed call's at now, says that Redis is
 // busy rather than down: the call timed out, and Redis answered another
-// of this instance's calls in time within the last default lease TTL (or
-// the syncer is younger than that).
+// of this instance's calls in time within the last default lease TTL.
+// Before its first answer a syncer cannot tell: a Redis down from the
+// start often shows as timeouts too (go-redis retries a refused dial
+// until the deadline), and those count.
 // Such a failure is congestion (it cuts the call budget) but not an
 // outage: it neither counts towards the circuit breaker nor makes the
 // call's tenants failing, so no failure mode decides for them while Redis
@@ -140,7 +142,8 @@ func (s *Syncer) busy(err error, now time.Time) bool {
 	if s.opts.Cluster || !timedOut(err) {
 		return false
 	}
-	return now.UnixNano()-s.answered.Load() < int64(s.leaseTTL())
+	last := s.answered.Load()
+	return last != 0 && now.UnixNano()-last < int64(s.leaseTTL())
 }
 
 // timedOut reports whether err is a call's deadline or a network

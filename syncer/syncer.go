@@ -97,7 +97,7 @@ type Syncer struct {
 	budget  budget
 	lastErr atomic.Pointer[error] // last error of a Redis call, for OnDegraded
 	// answered is when (Options.Now, unix nanoseconds) a call of this
-	// instance was last answered within its deadline, or when New ran.
+	// instance was last answered within its deadline; 0 before the first.
 	// It tells a busy Redis from a silent one (busy, call.go).
 	answered atomic.Int64
 
@@ -204,11 +204,6 @@ func New(client lease.Store, opts Options) *Syncer {
 	s.reg.init()
 	s.budget.init(opts.Now())
 	s.breaker = s.newBreaker(iv)
-	// A syncer starts as if Redis had just answered (see busy): the first
-	// leases of many tenants at once, which time out on a busy Redis, are
-	// congestion, not an outage; a Redis silent from the start is taken
-	// for down a lease TTL later.
-	s.answered.Store(opts.Now().UnixNano())
 	return s
 }
 
