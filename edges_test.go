@@ -460,3 +460,57 @@ func TestColdStartSkipsAWaitThatCannotEnd(t *testing.T) {
 		time.Sleep(10 * time.Millisecond) // polling; the deadline bounds it
 	}
 }
+
+// TestCloseGivesReturnsTheCallersTime: Close returns the leased tokens
+// within the time its ctx gives, not a lease call's deadline. With the
+// store holding every call 300 ms (six times WithRedisTimeout's 50 ms), a
+// Close given 5 s returns the tokens held, credited; a Close given no
+// deadline has only a call's, and forfeits them.
+func TestCloseGivesReturnsTheCallersTime(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		timeout time.Duration // of Close's ctx; 0: none
+	}{
+		{"ctx of 5s", 5 * time.Second},
+		{"ctx without deadline", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			store := faultySetup(t)
+			l, err := leasequota.NewWithStore(store, leasequota.WithLogger(testLogger(t)),
+				leasequota.WithRedisTimeout(50*time.Millisecond),
+				leasequota.WithDefaultQuota(leasequota.Quota{Rate: 1, Burst: 1000, MinLease: 50}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			if d := l.AllowN(ctx, "t", 1); !d.Allowed {
+				t.Fatalf("first request: %+v", d)
+			}
+			info, _ := l.Tenant("t")
+			if info.Tokens <= 0 {
+				t.Fatalf("holds %d tokens after its first lease", info.Tokens)
+			}
+			store.SetHook(faultstore.Delay(300 * time.Millisecond))
+			cctx := ctx
+			if tc.timeout > 0 {
+				var cancel context.CancelFunc
+				cctx, cancel = context.WithTimeout(ctx, tc.timeout)
+				defer cancel()
+			}
+			err = l.Close(cctx)
+			st := l.Stats()
+			t.Logf("Close: %v; held %d, stats %+v", err, info.Tokens, st)
+			if tc.timeout > 0 {
+				if err != nil || st.Returned < info.Tokens || st.Forfeited != 0 {
+					t.Errorf("Close with %v: %v, %d of %d tokens returned and credited, %d forfeited; want nil, all, 0",
+						tc.timeout, err, st.Returned, info.Tokens, st.Forfeited)
+				}
+				return
+			}
+			if err == nil || st.Forfeited < info.Tokens {
+				t.Errorf("Close without a deadline: %v, %d of %d tokens forfeited; want an error and all (the store holds calls past the call deadline)",
+					err, st.Forfeited, info.Tokens)
+			}
+		})
+	}
+}

@@ -223,7 +223,11 @@ func (l *Limiter) onDegraded(degraded bool, err error) {
 func (l *Limiter) Degraded() bool { return l.sync.Degraded() }
 
 // Close stops the syncer, waits for its goroutines, and returns every
-// unused leased token to Redis (bounded by ctx). It waits for a call of the
+// unused leased token to Redis (bounded by ctx). The returns get the time
+// ctx gives, or a lease call's deadline (WithRedisTimeout, plus 300 µs a
+// tenant) when ctx has no deadline or a shorter one: give a ctx with a
+// deadline of a few seconds, or tokens held when Redis is busy may be
+// forfeited (lost to the bucket until it refills). It waits for a call of the
 // WithQuotaFunc function that the limiter made to resolve a quota again
 // (WithQuotaRefresh, Invalidate) to return.
 //

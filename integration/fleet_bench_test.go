@@ -54,7 +54,8 @@ var fleetShapes = []fleetShape{{4, 100}, {8, 500}, {16, 1000}, {32, 2000}}
 //	failmode-dec       decisions made by the failure mode (Redis is up all along)
 //	lease-errors       failed lease calls (per tenant), summed over the limiters
 //	granted/adm        tokens the limiters' lease calls got, per admitted request
-//	                   (above 1: granted tokens expired or went back unspent)
+//	                   (above 1: granted tokens expired or went back unspent;
+//	                   the log accounts for them: expired, credited, forfeited, held)
 //	rr-dec/s           redis_rate decisions per second
 //	over-bound         tenants over the bound (must be 0)
 func BenchmarkFleet(b *testing.B) {
@@ -121,7 +122,8 @@ type fleetMetrics struct {
 	evalsha                   int64
 	lqSeconds, rrSeconds      float64
 	failMode, leaseErr, rrErr int64
-	granted                   int64
+	granted, returned         int64
+	forfeited, expired, held  int64
 	overBound                 int
 }
 
@@ -137,6 +139,10 @@ func (m *fleetMetrics) add(s fleetShape, r *fleetResult, rr *redisRateResult) {
 	m.failMode += r.load.failed
 	m.leaseErr += r.stats.Errors
 	m.granted += r.stats.Granted
+	m.returned += r.stats.Returned
+	m.forfeited += r.stats.Forfeited
+	m.expired += r.stats.Expired
+	m.held += r.held
 	m.overBound += len(r.overBound)
 	dec, _ := rr.load.totals()
 	m.rrDecisions += dec - rr.load.failed
@@ -175,6 +181,8 @@ func (m *fleetMetrics) report(b *testing.B) {
 	if m.rrErr > 0 {
 		b.Logf("redis_rate: %d calls failed", m.rrErr)
 	}
+	b.Logf("leasequota's granted tokens: %d granted, %d admitted, %d expired unspent; given back (expiry, eviction, Close): %d credited, %d forfeited; %d held unspent at the end",
+		m.granted, m.lqAdmitted, m.expired, m.returned, m.forfeited, m.held)
 	b.Logf("leasequota: %d admitted, Redis CPU %v, %d EVALSHA; redis_rate: %d decisions, Redis CPU %v",
 		m.lqAdmitted, m.lqCPU, m.evalsha, m.rrDecisions, m.rrCPU)
 }

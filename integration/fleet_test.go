@@ -269,6 +269,9 @@ func runFleet(tb testing.TB, srv *redistest.Server, s fleetShape, d time.Duratio
 		res.stats.Errors += st.Errors
 		res.stats.Requested += st.Requested
 		res.stats.Granted += st.Granted
+		res.stats.Returned += st.Returned
+		res.stats.Forfeited += st.Forfeited
+		res.stats.Expired += st.Expired
 	}
 	closeAll()
 	if closeErrs > 0 {

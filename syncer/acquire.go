@@ -31,7 +31,7 @@ func (s *Syncer) acquire(ctx context.Context, now time.Time, jobs []job) (tot te
 	for i, j := range jobs {
 		reqs[i] = lease.Request{Tenant: j.t.name, Limits: j.t.bucket(), Want: j.want, Demand: j.demand, Reserve: j.reserve}
 	}
-	results, err := s.call(ctx, telemetry.OpAcquire, len(reqs), func(ctx context.Context) ([]lease.Result, error) {
+	results, err := s.call(ctx, telemetry.OpAcquire, len(reqs), 0, func(ctx context.Context) ([]lease.Result, error) {
 		return s.client.AcquireMany(ctx, reqs, nil)
 	})
 	tot.Calls = 1
@@ -62,6 +62,11 @@ func (s *Syncer) apply(ctx context.Context, t *Tenant, now time.Time, want int64
 		s.errs.Add(1)
 		s.planner.Failed(&ls.st, now)
 		ls.retryAt.Store(ls.st.at(ls.st.notBefore))
+		if s.busy(r.Err, s.opts.Now()) {
+			// Redis is busy, not down: the tenant backs off, and its
+			// requests are decided by its lease, not its failure mode.
+			return
+		}
 		rate, capacity := s.planner.FallbackRate(&ls.st, *t.Limits(), now, s.fleetSize())
 		if fb := ls.fallback.Load(); fb != nil {
 			fb.SetRate(now, rate)
@@ -81,7 +86,7 @@ func (s *Syncer) apply(ctx context.Context, t *Tenant, now time.Time, want int64
 		// Evicted while the call was in flight: nobody will spend these.
 		// Reserved tokens are not returned: they are refill to come, not
 		// tokens Redis holds.
-		s.release(ctx, nil, []lease.ReleaseRequest{s.returnOf(t, immediate, s.opts.Now(), now, g.ID())})
+		s.release(ctx, nil, []lease.ReleaseRequest{s.returnOf(t, immediate, s.opts.Now(), now, g.ID())}, 0)
 		return
 	}
 	s.setOverride(t, g.Override)

@@ -7,16 +7,22 @@ import (
 
 // budget is the share of Redis one instance may load at a time: a window
 // of script calls (commands) in flight, moved as TCP moves its congestion
-// window (additive increase, multiplicative decrease).
+// window (a slow start, then additive increase, multiplicative decrease).
 //
 // Why: Redis runs every call on one thread, so when the fleet offers more
 // than it can run within the calls' deadline, every call waits in its
 // queue, times out, and is sent again: the offered load never falls and
 // the fleet stays in its failure mode while Redis is up. With a window,
-// an instance whose calls time out sends fewer; the
-// tenants it did not serve stay due and go in a later round, the urgent
-// ones first. The window grows back by one command per window of
-// commands answered in time.
+// an instance whose calls come back slow (Syncer.congestedAfter) or time
+// out sends fewer, before the queue reaches the deadlines; the tenants it
+// did not serve stay due and go in a later round, the urgent ones first.
+// The window grows back by one command per window of commands answered
+// in time. It starts small and doubles every window of commands answered
+// in time until the first late one (a slow start): a syncer that started
+// with a large window, beside many others doing the same with thousands
+// of new tenants each, queued seconds of calls in Redis before the first
+// late reply could cut it (BenchmarkFleet at 32 x 2,000: 527 calls
+// answered in time in the whole run).
 //
 // It is pure bookkeeping with time passed in: safe for concurrent use, no
 // goroutine, no clock of its own.
@@ -26,33 +32,60 @@ type budget struct {
 	inFlight int       // commands taken and not yet done; guarded by mu
 	cutAt    time.Time // when the window was last cut; guarded by mu
 	cuts     int64     // cuts so far, for Stats; guarded by mu
+	// calmAfter is when the window stops binding: budgetCalm after the
+	// start (init) or the last cut. Guarded by mu.
+	calmAfter time.Time
+	// slow is the slow start: no cut yet, and the window doubles every
+	// window of timely commands. Guarded by mu.
+	slow bool
+	// atOutage is the window when the circuit breaker last opened; the
+	// cuts of the probes' timeouts after it are undone when it closes
+	// (recovered). Guarded by mu.
+	atOutage float64
 }
 
-// The window's bounds. It starts where a round of the previous release
-// could go (maxInFlight pipelines of batchSize), and never falls below a
-// pipeline's worth of a small round, so that a busy Redis still serves
-// the most urgent tenants every round trip.
+// The window's bounds. It starts at budgetInitial and never falls below its
+// floor, this instance's share of budgetFleetFloor (budgetFloor), and at
+// least budgetMin, so that a busy Redis still serves the most urgent
+// tenants every round trip.
 const (
-	budgetMin     = 64
-	budgetInitial = maxInFlight * batchSize
+	budgetMin     = 8
+	budgetInitial = budgetFleetFloor
 	budgetMax     = 1 << 20
+	// budgetFleetFloor is the most commands the instances of a fleet
+	// keep in flight together with every window at its floor: about 10 ms
+	// of a Redis thread at 40 µs an acquire. A floor of 64 for each
+	// instance, as before, was that for 4 instances, but 16 instances'
+	// floors made a queue of 1,024 commands, longer than the deadline of
+	// a call of one command (50 ms by default), and at 16 x 1,000 those
+	// calls, a cold tenant's first lease among them, timed out whatever
+	// the windows did.
+	budgetFleetFloor = 256
 )
 
-func (b *budget) init() {
-	b.window = budgetInitial
+// budgetFloor is the floor of the window of one of instances instances.
+func budgetFloor(instances int) int {
+	return max(budgetMin, budgetFleetFloor/max(instances, 1))
 }
 
-// budgetCalm is how long after its last cut the window binds: a Redis
-// whose calls have not timed out for that long is not congested, and
-// then take grants whatever the window says, so that a healthy Redis
-// sees rounds as large as the syncer makes them (a flood of new tenants,
-// say) and no tenant waits on the window.
+// init starts the window at now, in its slow start.
+func (b *budget) init(now time.Time) {
+	b.window = budgetInitial
+	b.slow = true
+	b.calmAfter = now.Add(budgetCalm)
+}
+
+// budgetCalm is how long after the start or its last cut the window
+// binds: a Redis whose calls have not been late for that long is not
+// congested, and then take grants whatever the window says, so that a
+// healthy Redis sees rounds as large as the syncer makes them (a flood of
+// new tenants, say) and no tenant waits on the window.
 const budgetCalm = 5 * time.Second
 
 // take grants up to n commands of room in the window at time now and
 // returns how many; 0 when the window is full. Every grant must be
-// followed by done. The window binds only within budgetCalm of its last
-// cut. force grants n whatever the window says: for calls that must go
+// followed by done. The window binds only within budgetCalm of the start
+// or its last cut. force grants n whatever the window says: for calls that must go
 // (returns, a quota re-read), which still count as in flight.
 func (b *budget) take(n int, force bool, now time.Time) int {
 	if n <= 0 {
@@ -68,12 +101,13 @@ func (b *budget) take(n int, force bool, now time.Time) int {
 }
 
 // done records that a call of n commands taken at sent came back at now
-// (or failed then); late says it was congested: no reply within its
-// deadline. A late call cuts the
-// window by half, at most once per round trip (the calls already in
-// flight when it was cut saw the same queue); a timely one grows it by
-// n / window, one command per window of commands.
-func (b *budget) done(n int, sent, now time.Time, late bool) {
+// (or failed then); late says it was congested: its reply came slow, or
+// not within its deadline. A late call cuts the window by half, not
+// below floor (budgetFloor), at most once per round trip (the calls already in
+// flight when it was cut saw the same queue) and ends the slow start; a
+// timely one grows it by n in the slow start, else by n / window, one
+// command per window of commands.
+func (b *budget) done(n int, sent, now time.Time, late bool, floor int) {
 	if n <= 0 {
 		return
 	}
@@ -82,29 +116,52 @@ func (b *budget) done(n int, sent, now time.Time, late bool) {
 	b.inFlight = max(b.inFlight-n, 0)
 	if late {
 		if sent.After(b.cutAt) {
-			b.window = max(b.window/2, budgetMin)
+			b.window = max(b.window/2, float64(floor))
 			b.cutAt = now
+			b.calmAfter = now.Add(budgetCalm)
+			b.slow = false
 			b.cuts++
 		}
+		return
+	}
+	if b.slow {
+		b.window = min(b.window+float64(n), budgetMax)
 		return
 	}
 	b.window = min(b.window+float64(n)/b.window, budgetMax)
 }
 
-// reset forgets the cuts: the window is back to budgetInitial and does not
-// bind until the next cut. The syncer calls it when the circuit breaker
-// closes after an outage.
-func (b *budget) reset() {
+// outage records the window as the circuit breaker opens (calls failed
+// in a row), for recovered.
+func (b *budget) outage() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.window = budgetInitial
-	b.cutAt = time.Time{}
+	b.atOutage = b.window
+}
+
+// recovered undoes the cuts made while the circuit breaker was open: the
+// window is back to what it was when the breaker opened, if it is
+// smaller. The syncer calls it when the breaker closes.
+//
+// Why: while the breaker is open, only its probes reach Redis, one an
+// interval, and in an outage (a failover, a restart) each times out and
+// cuts the window, though it said nothing of how busy Redis is: without
+// this, a Sentinel failover's recovery was held back for budgetCalm. But
+// the cuts made before the breaker opened stay: under saturation calls
+// time out in a row too, and a window that started over when the breaker
+// closed offered the saturated Redis a flood again (the queue model,
+// TestSaturatedRedisServesItsCapacity, went round that cycle every
+// second or two).
+func (b *budget) recovered() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.window = max(b.window, b.atOutage)
 }
 
 // binds reports whether the window limits takes at now: within
-// budgetCalm of its last cut. b.mu must be held.
+// budgetCalm of the start or its last cut. b.mu must be held.
 func (b *budget) binds(now time.Time) bool {
-	return !b.cutAt.IsZero() && now.Sub(b.cutAt) < budgetCalm
+	return now.Before(b.calmAfter)
 }
 
 // state returns the window and the commands in flight.

@@ -7,25 +7,36 @@ import (
 	"pgregory.net/rapid"
 )
 
-// TestBudgetAIMD: the window halves on a late call, once per round trip,
-// never below budgetMin; it grows by one command per window of timely
-// commands; take never grants beyond it unless forced.
+// TestBudgetAIMD: the window starts at budgetInitial and binds; until
+// the first late call it doubles every window of timely commands (the
+// slow start); it halves on a late call, once per round trip, never below
+// the floor; then it grows by one command per window of timely commands;
+// take never grants beyond it unless forced; it stops binding budgetCalm
+// after the start or the last cut.
 func TestBudgetAIMD(t *testing.T) {
 	var b budget
-	b.init()
 	t0 := time.Unix(0, 0)
+	b.init(t0)
 	if w, _, _ := b.state(); w != budgetInitial {
 		t.Fatalf("initial window %v, want %d", w, budgetInitial)
 	}
-	// No cut yet: the window does not bind.
-	if got := b.take(budgetInitial+5, false, t0); got != budgetInitial+5 {
-		t.Fatalf("take before any cut granted %d, want all %d", got, budgetInitial+5)
+	// The slow start: the window binds from the start.
+	if got := b.take(budgetInitial+5, false, t0); got != budgetInitial {
+		t.Fatalf("take at the start granted %d, want the window %d", got, budgetInitial)
 	}
-	b.done(budgetInitial+5, t0, t0, false)
+	b.done(budgetInitial, t0, t0.Add(time.Millisecond), false, budgetMin)
+	if w, _, _ := b.state(); w != 2*budgetInitial {
+		t.Fatalf("after a window of timely commands in the slow start: %v, want %d", w, 2*budgetInitial)
+	}
+	// Without a cut, the window stops binding budgetCalm after the start.
+	if got := b.take(100*budgetInitial, false, t0.Add(budgetCalm)); got != 100*budgetInitial {
+		t.Fatalf("take budgetCalm after the start granted %d, want all %d", got, 100*budgetInitial)
+	}
+	b.done(100*budgetInitial, t0, t0.Add(budgetCalm), false, budgetMin)
 	w0, _, _ := b.state()
 	// Two late calls sent before the cut: one cut.
-	b.done(1000, t0, t0.Add(60*time.Millisecond), true)
-	b.done(1000, t0, t0.Add(61*time.Millisecond), true)
+	b.done(1000, t0, t0.Add(60*time.Millisecond), true, budgetMin)
+	b.done(1000, t0, t0.Add(61*time.Millisecond), true, budgetMin)
 	w1, _, cuts := b.state()
 	if cuts != 1 || w1 != w0/2 {
 		t.Fatalf("after two late calls of one round trip: window %v, %d cuts; want %v, 1", w1, cuts, w0/2)
@@ -44,17 +55,17 @@ func TestBudgetAIMD(t *testing.T) {
 	if got := b.take(7, false, cut.Add(budgetCalm)); got != 7 {
 		t.Fatalf("take budgetCalm after the cut granted %d, want 7: the window no longer binds", got)
 	}
-	b.done(int(w1)+3+7, cut, cut, false)
+	b.done(int(w1)+3+7, cut, cut, false, budgetMin)
 	// A late call sent after the cut cuts again.
 	w2, _, _ := b.state()
-	b.done(1000, t0.Add(70*time.Millisecond), t0.Add(130*time.Millisecond), true)
+	b.done(1000, t0.Add(70*time.Millisecond), t0.Add(130*time.Millisecond), true, budgetMin)
 	if w, _, _ := b.state(); w != w2/2 {
 		t.Fatalf("after a later late call: window %v, want %v", w, w2/2)
 	}
-	// A window of timely commands adds one.
+	// After the first cut, a window of timely commands adds one.
 	w0, _, _ = b.state()
 	for range int(w0) / 10 {
-		b.done(10, t0, t0.Add(time.Second), false)
+		b.done(10, t0, t0.Add(time.Second), false, budgetMin)
 	}
 	if w, _, _ := b.state(); w < w0+0.9 || w > w0+1.1 {
 		t.Fatalf("after a window of timely commands: %v, want about %v", w, w0+1)
@@ -62,7 +73,7 @@ func TestBudgetAIMD(t *testing.T) {
 	// Cuts stop at the floor.
 	for i := range 40 {
 		at := t0.Add(time.Duration(i+2) * time.Second)
-		b.done(1, at, at.Add(time.Millisecond), true)
+		b.done(1, at, at.Add(time.Millisecond), true, budgetMin)
 	}
 	if w, _, _ := b.state(); w != budgetMin {
 		t.Fatalf("after many cuts: window %v, want the floor %d", w, budgetMin)
@@ -75,7 +86,7 @@ func TestBudgetAIMD(t *testing.T) {
 func TestBudgetProperties(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		var b budget
-		b.init()
+		b.init(time.Unix(0, 0))
 		now := time.Unix(0, 0)
 		var taken []int
 		for range rapid.IntRange(1, 200).Draw(t, "steps") {
@@ -94,7 +105,8 @@ func TestBudgetProperties(t *testing.T) {
 				i := rapid.IntRange(0, len(taken)-1).Draw(t, "which")
 				n := taken[i]
 				taken = append(taken[:i], taken[i+1:]...)
-				b.done(n, now.Add(-time.Duration(rapid.IntRange(0, 200).Draw(t, "rtt"))*time.Millisecond), now, rapid.Bool().Draw(t, "late"))
+				b.done(n, now.Add(-time.Duration(rapid.IntRange(0, 200).Draw(t, "rtt"))*time.Millisecond), now, rapid.Bool().Draw(t, "late"),
+					budgetFloor(rapid.IntRange(0, 100).Draw(t, "instances")))
 			}
 			w, in, _ := b.state()
 			sum := 0
@@ -111,25 +123,49 @@ func TestBudgetProperties(t *testing.T) {
 	})
 }
 
-// TestBudgetReset: after reset the window is back to its start and does
-// not bind, whatever the cuts before.
-func TestBudgetReset(t *testing.T) {
+// TestBudgetRecovered: the cuts made while the breaker was open (its
+// probes' timeouts) are undone when it closes; those made before it
+// opened stay, and the window still binds.
+func TestBudgetRecovered(t *testing.T) {
 	var b budget
-	b.init()
 	t0 := time.Unix(0, 0)
-	for i := range 10 {
+	b.init(t0)
+	// Calls time out in a row: two cuts, then the breaker opens.
+	for i := range 2 {
 		at := t0.Add(time.Duration(i) * time.Second)
-		b.done(1, at, at.Add(time.Millisecond), true)
+		b.done(1, at, at.Add(time.Millisecond), true, budgetMin)
 	}
-	if got := b.take(budgetInitial, false, t0.Add(10*time.Second)); got >= budgetInitial {
-		t.Fatalf("after 10 cuts a take of %d granted %d: the window does not bind", budgetInitial, got)
+	b.outage()
+	before, _, _ := b.state()
+	if before != budgetInitial/4 {
+		t.Fatalf("after two cuts: window %v, want %d", before, budgetInitial/4)
 	}
-	b.reset()
-	if w, _, _ := b.state(); w != budgetInitial {
-		t.Fatalf("after reset: window %v, want %d", w, budgetInitial)
+	// The probes time out, one an interval.
+	for i := range 10 {
+		at := t0.Add(time.Duration(2+i) * time.Second)
+		b.done(1, at, at.Add(time.Millisecond), true, budgetMin)
 	}
-	if got := b.take(2*budgetInitial, false, t0.Add(10*time.Second)); got != 2*budgetInitial {
-		t.Fatalf("after reset a take of %d granted %d: the window still binds", 2*budgetInitial, got)
+	if w, _, _ := b.state(); w != budgetMin {
+		t.Fatalf("after the probes' cuts: window %v, want the floor %d", w, budgetMin)
+	}
+	b.recovered()
+	if w, _, _ := b.state(); w != before {
+		t.Fatalf("recovered: window %v, want %v, what it was when the breaker opened", w, before)
+	}
+	now := t0.Add(12 * time.Second)
+	if got := b.take(budgetInitial, false, now); got != int(before) {
+		t.Fatalf("recovered: a take of %d granted %d, want the window %v: it still binds", budgetInitial, got, before)
+	}
+	b.done(int(before), now, now, false, budgetMin)
+	// A window that grew since the breaker opened is not lowered.
+	b.outage()
+	for range 400 {
+		b.done(100, now, now, false, budgetMin)
+	}
+	grown, _, _ := b.state()
+	b.recovered()
+	if w, _, _ := b.state(); w != grown || grown <= before {
+		t.Fatalf("recovered after growing: window %v, want %v (> %v)", w, grown, before)
 	}
 }
 
@@ -138,4 +174,16 @@ func (b *budget) bindsAt(now time.Time) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.binds(now)
+}
+
+// TestBudgetFloor: the instances' floors together stay about
+// budgetFleetFloor, and each at least budgetMin.
+func TestBudgetFloor(t *testing.T) {
+	for _, c := range []struct{ instances, want int }{
+		{0, 256}, {1, 256}, {4, 64}, {16, 16}, {32, 8}, {1000, budgetMin},
+	} {
+		if got := budgetFloor(c.instances); got != c.want {
+			t.Errorf("budgetFloor(%d) = %d, want %d", c.instances, got, c.want)
+		}
+	}
 }

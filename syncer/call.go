@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasequota/leasequota/lease"
+	"github.com/leasequota/leasequota/quota"
 )
 
 // perCommand is the time a pipeline gets for each of its commands on top
@@ -26,29 +27,38 @@ const (
 )
 
 // call runs one Redis round trip of op (size commands) under the
-// concurrency bound, the call deadline and the circuit breaker, in a span.
+// concurrency bound, the call deadline (timeout, or callTimeout(size)
+// when 0) and the circuit breaker, in a span.
 // f's error must be a failure of the round trip as a whole (Redis not
 // answering), not an error reply about one tenant: only the former trips
 // the breaker.
 //
 // The size commands were taken from the call budget by the caller; they
-// go back when the call ends, and a call that timed out cuts the window.
-func (s *Syncer) call(ctx context.Context, op string, size int, f func(context.Context) ([]lease.Result, error)) (res []lease.Result, err error) {
+// go back when the call ends, and a call that came back slow
+// (congestedAfter) or timed out cuts the window.
+func (s *Syncer) call(ctx context.Context, op string, size int, timeout time.Duration, f func(context.Context) ([]lease.Result, error)) (res []lease.Result, err error) {
 	sent := s.opts.Now()
 	defer func() {
-		// On a Redis Cluster a timeout says that one node is busy or
+		// On a Redis Cluster a slow call says that one node is busy or
 		// gone, not the others: the one window of the instance does not
 		// shrink there (a window per node is still to do).
-		s.budget.done(size, sent, s.opts.Now(), timedOut(err) && !s.opts.Cluster)
+		now := s.opts.Now()
+		if err == nil {
+			s.answered.Store(now.UnixNano())
+		}
+		s.budget.done(size, sent, now, !s.opts.Cluster && (timedOut(err) || now.Sub(sent) > s.congestedAfter(size)), budgetFloor(s.fleetSize()))
 	}()
 	if err := s.sem.Acquire(ctx, 1); err != nil {
 		return nil, err
 	}
 	defer s.sem.Release(1)
-	// A pipeline of many commands queues behind the others in Redis'
-	// single thread: give it time for its size (perCommand, a wide margin
-	// over what a script call costs) on top of the call deadline.
-	ctx, cancel := context.WithTimeout(ctx, s.opts.CallTimeout+time.Duration(size)*perCommand)
+	// The delay that tells congestion is Redis's (and the client's), not
+	// the wait for a slot among this syncer's own calls.
+	sent = s.opts.Now()
+	if timeout <= 0 {
+		timeout = s.callTimeout(size)
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	ctx, span := s.opts.Telemetry.StartCall(ctx, op, size)
 	if s.opts.Cluster || s.closing() {
@@ -69,6 +79,71 @@ func (s *Syncer) call(ctx context.Context, op string, size int, f func(context.C
 	})
 	span.End(err)
 	return res, err
+}
+
+// callTimeout is the deadline of a call of size commands: a pipeline of
+// many commands queues behind the others in Redis' single thread, so it
+// gets time for its size (perCommand, a wide margin over what a script
+// call costs) on top of Options.CallTimeout.
+func (s *Syncer) callTimeout(size int) time.Duration {
+	return s.opts.CallTimeout + time.Duration(size)*perCommand
+}
+
+// congestedAfter is how long a call of size commands may take before its
+// delay counts as congestion (budget.done's late), though it was
+// answered: half its deadline, and at most a quarter of the default
+// lease TTL.
+//
+// Why a delay and not only a timeout: a lease lives LeaseTTL from when
+// its call was sent, so the time a reply spends queued in Redis is taken
+// from the lease's life; when the fleet offers Redis more than it runs,
+// replies come later and later, the tokens they bring expire unspent (and
+// their returns, to a bucket drained meanwhile, are forfeited), and the
+// calls that then time out put their tenants in the failure mode while
+// Redis is up. A window cut when replies slow down keeps Redis's queue
+// short before either happens.
+func (s *Syncer) congestedAfter(size int) time.Duration {
+	return min(s.callTimeout(size), s.leaseTTL()/2) / 2
+}
+
+// leaseTTL is the default lease TTL (Options.Defaults).
+func (s *Syncer) leaseTTL() time.Duration {
+	if ttl := s.opts.Defaults.LeaseTTL; ttl > 0 {
+		return ttl
+	}
+	return quota.MinLeaseTTL(s.opts.Defaults.Interval)
+}
+
+// busy reports whether err, a failed call's at now, says that Redis is
+// busy rather than down: the call timed out, and Redis answered another
+// of this instance's calls in time within the last default lease TTL.
+// Before its first answer a syncer cannot tell: a Redis down from the
+// start often shows as timeouts too (go-redis retries a refused dial
+// until the deadline), and those count.
+// Such a failure is congestion (it cuts the call budget) but not an
+// outage: it neither counts towards the circuit breaker nor makes the
+// call's tenants failing, so no failure mode decides for them while Redis
+// answers; their requests are decided by their leases, as when the global
+// bucket is dry. A Redis that has answered nothing in time for a lease's
+// lifetime is taken for down, and its timeouts count again: a silent
+// Redis (a partition, a paused or blackholed server) opens the breaker
+// that much later than one that refuses connections.
+//
+// Why: calls time out together. When the fleet offers Redis more than it
+// runs, or the process is too busy to read the replies, each instance's
+// calls in flight time out in a row; counted as failures, they opened the
+// breaker, whose open state then failed every tenant's call at once and
+// put the fleet in its failure mode while Redis was up (BenchmarkFleet at
+// 16 x 1,000: most failed calls were the breaker's, failing in under a
+// millisecond). On a Redis Cluster a timeout says nothing of the other
+// nodes, and this instance's last answer may be another node's: a
+// timeout there is always a failure.
+func (s *Syncer) busy(err error, now time.Time) bool {
+	if s.opts.Cluster || !timedOut(err) {
+		return false
+	}
+	last := s.answered.Load()
+	return last != 0 && now.UnixNano()-last < int64(s.leaseTTL())
 }
 
 // timedOut reports whether err is a call's deadline or a network

@@ -15,8 +15,9 @@
 //     acquire.go, release.go); plus urgent refills for a tenant whose
 //     requests ran short, coalesced with singleflight (refill.go). The
 //     circuit breaker and the failing tenants are in health.go; the call
-//     budget, a window of calls in flight that shrinks when calls time
-//     out, so that a saturated Redis is not offered more, in budget.go.
+//     budget, a window of calls in flight that shrinks when replies come
+//     slow or not at all, so that a saturated Redis is not offered more,
+//     in budget.go.
 //     On a Redis
 //     Cluster (Options.Cluster) a round sends each node's calls on their
 //     own (nodes.go, quotapoll.go) and does not wait for them, so that a

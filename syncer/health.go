@@ -71,15 +71,17 @@ func (s *Syncer) newBreaker(iv time.Duration) *gobreaker.CircuitBreaker[[]lease.
 			return c.ConsecutiveFailures >= breakerFailures
 		},
 		// Calls canceled because the limiter is closing say nothing
-		// about Redis.
-		IsExcluded: func(err error) bool { return errors.Is(err, context.Canceled) },
+		// about Redis, and a busy Redis is not down (busy).
+		IsExcluded: func(err error) bool { return errors.Is(err, context.Canceled) || s.busy(err, s.opts.Now()) },
 		OnStateChange: func(_ string, from, to gobreaker.State) {
-			if to == gobreaker.StateClosed {
-				// Redis answers again after calls failed in a row: an
-				// outage (a failover, a restart), whose timeouts said
-				// nothing of how busy Redis is, so the call budget starts
-				// over rather than hold the recovery back.
-				s.budget.reset()
+			switch {
+			case to == gobreaker.StateOpen && from == gobreaker.StateClosed:
+				s.budget.outage()
+			case to == gobreaker.StateClosed:
+				// Redis answers again after calls failed in a row: the
+				// probes' timeouts while it did not said nothing of how
+				// busy it is (budget.recovered).
+				s.budget.recovered()
 				s.broadcastRecovered()
 			}
 			if s.opts.OnDegraded == nil {

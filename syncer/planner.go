@@ -638,6 +638,21 @@ func (p *Planner) Granted(st *State, lim quota.Quota, now time.Time, asked int64
 	p.observe(st, ns, st.ledger.Sync(level-immediate))
 	st.ledger.Add(now, immediate, g.ID())
 	if g.Granted >= asked {
+		if st.flags&flagScarce != 0 && g.Share > 0 && g.Instances > 1 && immediate > 0 {
+			// Served in full from a scarce bucket that other instances
+			// share: the grant took the credit this instance's share
+			// had accrued, up to what it asked. Come back once the
+			// share has accrued the grant again (less an interval's
+			// accrual, and at least half), as after a partial grant: a
+			// call in between would find the credit short and bring a
+			// top-up of a few tokens. (Alone on a bucket, an instance's
+			// credit is the bucket's refill, which a short request may
+			// call for as soon as it holds what it needs.)
+			slack := g.Share * p.cfg.Interval.Seconds()
+			need := max(float64(immediate)-slack, float64(immediate)/2)
+			wait := min(max(durationCeil(need/g.Share), p.cfg.Interval/10), 24*time.Hour)
+			st.notBefore = st.stampCeil(ns + int64(wait) + p.jitter(st, ns, int64(p.cfg.Jitter)))
+		}
 		return
 	}
 	// The global bucket ran dry. Do not call again until it has refilled

@@ -1079,3 +1079,44 @@ func TestRefundedEndsTheDryBucketWait(t *testing.T) {
 		t.Fatalf("acquire %d within a failure's backoff", a.Acquire)
 	}
 }
+
+// TestScarceFullGrantWaitsForItsShare: one of 4 instances on a bucket
+// that the others keep short (Tokens below each grant), its share 25/s.
+// Its credit at Redis is larger than its lease target (the others left
+// some unused), so its calls are served in full, yet each leaves the
+// bucket short: it waits for its share to accrue what it took before
+// calling again, rather than calling every refresh for top-ups of a few
+// tokens. Its demand, twice its share, still gets the share.
+func TestScarceFullGrantWaitsForItsShare(t *testing.T) {
+	const instances = 4
+	lim := quota.Quota{Rate: 100, Burst: 100, MinLease: 1, MaxLease: 100, LeaseTTL: time.Second}
+	share := lim.Rate / instances // 25/s
+	r := newRig(Config{}, lim, "scarce")
+	credit := float64(lim.Burst)
+	last := r.now
+	var full, partial int
+	r.grant = func(want int64) (lease.Grant, bool) {
+		credit = min(float64(lim.Burst), credit+share*r.now.Sub(last).Seconds())
+		last = r.now
+		g := min(want, int64(credit))
+		credit -= float64(g)
+		if g < want {
+			partial++
+		} else {
+			full++
+		}
+		return lease.Grant{Granted: g, Tokens: 0.5, Instances: instances, Share: share, ServerTime: r.now}, true
+	}
+	r.run(2*share, 20*time.Second, tick, nil)
+	r.checkHeld(t)
+	perSec := float64(r.calls) / 20
+	t.Logf("%d calls (%.2f/s: %d served in full, %d in part), %d tokens acquired", r.calls, perSec, full, partial, r.acquired)
+	if want := share * 20 * 0.9; float64(r.acquired) < want {
+		t.Errorf("acquired %d over 20 s, want at least 90%% of its share, %.0f", r.acquired, want)
+	}
+	// 1.15 a second; 1.55 before full grants waited (12 of 31 calls
+	// served in full, the rest top-ups found short).
+	if perSec > 1.3*lim.Rate/float64(lim.Burst) {
+		t.Errorf("%.2f calls a second, want about Rate/Burst = %.2f", perSec, lim.Rate/float64(lim.Burst))
+	}
+}

@@ -99,7 +99,12 @@ func (s *Syncer) refillLocked(ctx context.Context, link trace.Link, t *Tenant, n
 		s.pending = append(s.pending, ret)
 		s.pendingMu.Unlock()
 	}
-	if a.Acquire == 0 && !a.Read || !s.roomFor(t, now, a.Read) {
+	if a.Acquire == 0 && !a.Read {
+		return nil
+	}
+	if !s.roomFor(t, now, a.Read) {
+		// Redis is busy (the call budget is full): no lease comes soon.
+		s.refillDelay.failed(now)
 		return nil
 	}
 	var links []trace.Link
@@ -109,8 +114,14 @@ func (s *Syncer) refillLocked(ctx context.Context, link trace.Link, t *Tenant, n
 	ctx, round := s.opts.Telemetry.StartRound(ctx, true, links...)
 	defer s.endRound(round)
 	var r lease.Result
-	defer func() { s.refillDelay.note(now, s.opts.Now()) }()
-	_, err := s.call(ctx, telemetry.OpAcquire, 1, func(ctx context.Context) ([]lease.Result, error) {
+	defer func() {
+		if r.Err != nil {
+			s.refillDelay.failed(s.opts.Now())
+		} else {
+			s.refillDelay.note(now, s.opts.Now())
+		}
+	}()
+	_, err := s.call(ctx, telemetry.OpAcquire, 1, 0, func(ctx context.Context) ([]lease.Result, error) {
 		r.Grant, r.Err = acquireOne(ctx, s.client, lease.Request{Tenant: t.name, Limits: t.bucket(), Want: a.Acquire, Demand: s.planner.ReportedDemand(t.st(), now, a.Acquire), Reserve: a.Reserve})
 		return nil, wholeFailure(r.Err)
 	})

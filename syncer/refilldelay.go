@@ -1,6 +1,7 @@
 package syncer
 
 import (
+	"math"
 	"sync/atomic"
 	"time"
 )
@@ -17,7 +18,8 @@ const refillDelayFresh = time.Second
 //
 // Why: on a saturated Redis, or in a process too busy to read replies in
 // time, an urgent refill takes longer than a cold tenant's request may
-// wait (WithColdStartWait). Every such request would then wait its whole
+// wait (WithColdStartWait), or times out, or finds no room in the call
+// budget. Every such request would then wait its whole
 // budget and be denied anyway; a load of many new tenants spends its time
 // in those waits. Knowing the last refill's delay, a cold request that
 // could not be served in time is denied at once instead (its tenant still
@@ -37,6 +39,14 @@ func (d *refillDelay) note(began, ended time.Time) {
 	d.at.Store(ended.UnixNano())
 }
 
+// failed records an urgent refill that ended at ended without a lease:
+// its call failed, or found no room in the call budget. It outlasts any
+// wait: while it is fresh, no cold request waits for the next one.
+func (d *refillDelay) failed(ended time.Time) {
+	d.took.Store(math.MaxInt64)
+	d.at.Store(ended.UnixNano())
+}
+
 // last returns the last urgent refill's delay, and false when none ended
 // within refillDelayFresh before now.
 func (d *refillDelay) last(now time.Time) (time.Duration, bool) {
@@ -48,7 +58,8 @@ func (d *refillDelay) last(now time.Time) (time.Duration, bool) {
 }
 
 // RefillOutlasts reports whether an urgent refill asked for at now would
-// likely take longer than wait: the last one did, and ended within a
+// likely take longer than wait: the last one did, or brought no lease
+// (its call failed, or Redis was too busy to take it), and ended within a
 // second. A request whose wait is shorter than that need not wait (see
 // refillDelay).
 func (s *Syncer) RefillOutlasts(wait time.Duration, now time.Time) bool {

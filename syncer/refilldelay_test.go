@@ -32,3 +32,22 @@ func TestRefillDelayIsFreshForASecond(t *testing.T) {
 		t.Errorf("after a refill that ended before it began: %v, %v; want 0, true", took, ok)
 	}
 }
+
+// TestFailedRefillOutlastsAnyWait: a refill that brought no lease speaks
+// for every wait while fresh, and for none after; a refill that succeeds
+// later replaces it.
+func TestFailedRefillOutlastsAnyWait(t *testing.T) {
+	var d refillDelay
+	t0 := time.Unix(1_000, 0)
+	d.failed(t0)
+	if took, ok := d.last(t0); !ok || took < time.Hour {
+		t.Fatalf("after a failed refill: %v, %v; want a delay longer than any wait", took, ok)
+	}
+	if _, ok := d.last(t0.Add(refillDelayFresh + time.Nanosecond)); ok {
+		t.Fatal("a failed refill still speaks after refillDelayFresh")
+	}
+	d.note(t0, t0.Add(time.Millisecond))
+	if took, ok := d.last(t0.Add(time.Millisecond)); !ok || took != time.Millisecond {
+		t.Fatalf("after a refill that succeeded: %v, %v; want 1ms, true", took, ok)
+	}
+}

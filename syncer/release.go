@@ -20,7 +20,7 @@ import (
 // Redis.
 func (s *Syncer) returnOf(t *Tenant, n int64, now, oldest time.Time, id lease.GrantID) lease.ReleaseRequest {
 	return lease.ReleaseRequest{Tenant: t.name, Limits: t.bucket(), Amount: n,
-		Age: max(now.Sub(oldest), 0) + s.opts.CallTimeout + perCommand*time.Duration(batchSize), Grant: id}
+		Age: max(now.Sub(oldest), 0) + s.callTimeout(batchSize), Grant: id}
 }
 
 // release returns tokens to Redis. Redis credits each return only with
@@ -28,8 +28,10 @@ func (s *Syncer) returnOf(t *Tenant, n int64, now, oldest time.Time, id lease.Gr
 // return); the rest, and tokens whose release fails, are forfeited: lost
 // to the global bucket until it refills, which costs utilization, never
 // the bound. It returns the tokens credited (rounded down), and counts a
-// call per pipeline in round (which may be nil).
-func (s *Syncer) release(ctx context.Context, round *telemetry.Round, reqs []lease.ReleaseRequest) (int64, error) {
+// call per pipeline in round (which may be nil). Each pipeline's deadline
+// is timeout, or its callTimeout when 0: a longer one must be in the
+// requests' Age (see returnOf).
+func (s *Syncer) release(ctx context.Context, round *telemetry.Round, reqs []lease.ReleaseRequest, timeout time.Duration) (int64, error) {
 	var (
 		errs     []error
 		returned int64
@@ -39,7 +41,7 @@ func (s *Syncer) release(ctx context.Context, round *telemetry.Round, reqs []lea
 		// Returns always go (or the tokens are lost for a refill), but
 		// they load Redis like the rest.
 		s.budget.take(len(chunk), true, s.opts.Now())
-		_, err := s.call(ctx, telemetry.OpRelease, len(chunk), func(ctx context.Context) ([]lease.Result, error) {
+		_, err := s.call(ctx, telemetry.OpRelease, len(chunk), timeout, func(ctx context.Context) ([]lease.Result, error) {
 			var whole error
 			answered := false
 			for i, res := range s.client.ReleaseMany(ctx, chunk) {
@@ -81,7 +83,8 @@ func (s *Syncer) release(ctx context.Context, round *telemetry.Round, reqs []lea
 // ReleaseAll drains every tenant's tokens and returns them to Redis. Call
 // it after Run has returned and Close, so nothing refills behind it. Its
 // calls bypass the circuit breaker: they are the last chance to return
-// the tokens.
+// the tokens. They get the time ctx gives, when it gives more than a
+// call's deadline.
 func (s *Syncer) ReleaseAll(ctx context.Context) error {
 	var reqs []lease.ReleaseRequest
 	now := s.opts.Now()
@@ -103,9 +106,23 @@ func (s *Syncer) ReleaseAll(ctx context.Context) error {
 	if len(reqs) == 0 {
 		return nil
 	}
+	// The returns get the caller's time, when it gives more than a
+	// call's deadline: tokens whose return times out are forfeited, and a
+	// limiter closing while Redis is busy would otherwise lose them all.
+	// Each request's Age grows by the extra time, as returnOf counts the
+	// standard deadline in it: the release may run that much later.
+	var timeout time.Duration
+	if dl, ok := ctx.Deadline(); ok {
+		if extra := dl.Sub(s.opts.Now()) - s.callTimeout(batchSize); extra > 0 {
+			timeout = s.callTimeout(batchSize) + extra
+			for i := range reqs {
+				reqs[i].Age += extra
+			}
+		}
+	}
 	ctx, round := s.opts.Telemetry.StartRound(ctx, false)
 	defer s.endRound(round)
 	var err error
-	round.Returned, err = s.release(ctx, round, reqs)
+	round.Returned, err = s.release(ctx, round, reqs, timeout)
 	return err
 }

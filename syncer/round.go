@@ -118,7 +118,7 @@ func (s *Syncer) round(ctx context.Context, tenants iter.Seq[*Tenant], quotaChec
 // totals for the round's span.
 func (s *Syncer) carryOut(ctx context.Context, now time.Time, w *nodeWork) (tot telemetry.Round) {
 	if len(w.releases) > 0 {
-		tot.Returned, _ = s.release(ctx, &tot, w.releases)
+		tot.Returned, _ = s.release(ctx, &tot, w.releases, 0)
 	}
 	if len(w.jobs) == 0 {
 		return tot

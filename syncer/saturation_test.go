@@ -186,17 +186,20 @@ func TestSaturatedRedisServesItsCapacity(t *testing.T) {
 		// Before the call budget, the same run admitted 34 % of the rate,
 		// and 390,103 lease calls failed after the start (4.3 per pair and
 		// second): every call waited in Redis's queue past its deadline.
-		// With it, runs vary with the goroutines' interleaving (which the
-		// bubble does not fix): 50-63 % admitted and 1.1-2.0 failed calls
-		// per pair and second over runs of this test. The limits sit
-		// between the two behaviours.
+		// With a window cut only by timeouts, 50-63 % admitted and 1.1-2.0
+		// failed calls per pair and second over runs (the goroutines'
+		// interleaving, which the bubble does not fix, varies them). With
+		// the window cut by slow replies too (congestedAfter), and not
+		// started over when the breaker closes: 98-100 % admitted and 0 to
+		// 192 failed calls after the start in 5 runs, with and without the
+		// race detector (0.002 per pair and second).
 		pairSeconds := steady * instances * tenants
-		if got := errs - errsAtWarmup; float64(got) > 3*pairSeconds {
-			t.Errorf("%d lease calls failed after the start, %.2f per pair and second (want at most 3): the instances keep offering what Redis cannot run in time",
+		if got := errs - errsAtWarmup; float64(got) > 0.05*pairSeconds {
+			t.Errorf("%d lease calls failed after the start, %.3f per pair and second (want at most 0.05): the instances keep offering what Redis cannot run in time",
 				got, float64(got)/pairSeconds)
 		}
-		if rate < 0.42 {
-			t.Errorf("%.0f%% of the tenants' rate admitted after the start, want at least 42%%", 100*rate)
+		if rate < 0.85 {
+			t.Errorf("%.0f%% of the tenants' rate admitted after the start, want at least 85%%", 100*rate)
 		}
 	})
 }

@@ -96,6 +96,10 @@ type Syncer struct {
 	// before calling, call gives it back.
 	budget  budget
 	lastErr atomic.Pointer[error] // last error of a Redis call, for OnDegraded
+	// answered is when (Options.Now, unix nanoseconds) a call of this
+	// instance was last answered within its deadline; 0 before the first.
+	// It tells a busy Redis from a silent one (busy, call.go).
+	answered atomic.Int64
 
 	// Owned by the loop (Run and Round are not called concurrently).
 	lru         []lruEntry // reused by Round when MaxTenants is set
@@ -198,7 +202,7 @@ func New(client lease.Store, opts Options) *Syncer {
 	}
 	s.fleet.Store(int64(max(opts.Instances, 0)))
 	s.reg.init()
-	s.budget.init()
+	s.budget.init(opts.Now())
 	s.breaker = s.newBreaker(iv)
 	return s
 }
