@@ -38,10 +38,10 @@ type budget struct {
 	// slow is the slow start: no cut yet, and the window doubles every
 	// window of timely commands. Guarded by mu.
 	slow bool
-	// atOutage is the window when the circuit breaker last opened; the
-	// cuts of the probes' timeouts after it are undone when it closes
-	// (recovered). Guarded by mu.
-	atOutage float64
+	// healthy is the window as of the last call answered in time (init's
+	// at first), and atOutage what it was when the circuit breaker last
+	// opened: the window recovered goes back to. Guarded by mu.
+	healthy, atOutage float64
 }
 
 // The window's bounds. It starts at budgetInitial and never falls below its
@@ -71,6 +71,7 @@ func budgetFloor(instances int) int {
 // init starts the window at now, in its slow start.
 func (b *budget) init(now time.Time) {
 	b.window = budgetInitial
+	b.healthy = budgetInitial
 	b.slow = true
 	b.calmAfter = now.Add(budgetCalm)
 }
@@ -126,30 +127,32 @@ func (b *budget) done(n int, sent, now time.Time, late bool, floor int) {
 	}
 	if b.slow {
 		b.window = min(b.window+float64(n), budgetMax)
-		return
+	} else {
+		b.window = min(b.window+float64(n)/b.window, budgetMax)
 	}
-	b.window = min(b.window+float64(n)/b.window, budgetMax)
+	b.healthy = b.window
 }
 
-// outage records the window as the circuit breaker opens (calls failed
-// in a row), for recovered.
+// outage records, as the circuit breaker opens (calls failed in a row),
+// the window as of the last call answered in time, for recovered.
 func (b *budget) outage() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.atOutage = b.window
+	b.atOutage = b.healthy
 }
 
-// recovered undoes the cuts made while the circuit breaker was open: the
-// window is back to what it was when the breaker opened, if it is
-// smaller. The syncer calls it when the breaker closes.
+// recovered undoes the cuts made since the last call answered in time
+// before the circuit breaker opened: the window is back to what it was
+// then, if it is smaller. The syncer calls it when the breaker closes.
 //
-// Why: while the breaker is open, only its probes reach Redis, one an
-// interval, and in an outage (a failover, a restart) each times out and
-// cuts the window, though it said nothing of how busy Redis is: without
-// this, a Sentinel failover's recovery was held back for budgetCalm. But
-// the cuts made before the breaker opened stay: under saturation calls
-// time out in a row too, and a window that started over when the breaker
-// closed offered the saturated Redis a flood again (the queue model,
+// Why: in an outage (a failover, a restart) every call times out, from
+// the first one after the outage began to the breaker's probes, one an
+// interval, and each cut the window, though none said anything of how
+// busy Redis is: without this, a Sentinel failover's recovery was held
+// back for budgetCalm (TestSentinelFailover). But the cuts made while
+// calls were still answered stay: under saturation calls time out in a
+// row too, and a window that started over when the breaker closed
+// offered the saturated Redis a flood again (the queue model,
 // TestSaturatedRedisServesItsCapacity, went round that cycle every
 // second or two).
 func (b *budget) recovered() {

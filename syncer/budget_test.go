@@ -123,44 +123,52 @@ func TestBudgetProperties(t *testing.T) {
 	})
 }
 
-// TestBudgetRecovered: the cuts made while the breaker was open (its
-// probes' timeouts) are undone when it closes; those made before it
-// opened stay, and the window still binds.
+// TestBudgetRecovered: the cuts made since the last call answered in
+// time before the breaker opened (an outage's timeouts, its probes') are
+// undone when it closes; those made while calls were still answered in
+// time stay, and the window still binds.
 func TestBudgetRecovered(t *testing.T) {
 	var b budget
 	t0 := time.Unix(0, 0)
 	b.init(t0)
-	// Calls time out in a row: two cuts, then the breaker opens.
-	for i := range 2 {
-		at := t0.Add(time.Duration(i) * time.Second)
+	// Saturation: two late calls, each followed by one in time.
+	at := t0
+	for range 2 {
+		at = at.Add(time.Second)
+		b.done(1, at, at.Add(time.Millisecond), true, budgetMin)
+		at = at.Add(time.Second)
+		b.done(1, at, at.Add(time.Millisecond), false, budgetMin)
+	}
+	before, _, _ := b.state()
+	if before > budgetInitial/4+1 {
+		t.Fatalf("after two cuts: window %v, want about %d", before, budgetInitial/4)
+	}
+	// An outage: every call times out, then the breaker opens, and its
+	// probes time out, one an interval.
+	for range 10 {
+		at = at.Add(time.Second)
 		b.done(1, at, at.Add(time.Millisecond), true, budgetMin)
 	}
 	b.outage()
-	before, _, _ := b.state()
-	if before != budgetInitial/4 {
-		t.Fatalf("after two cuts: window %v, want %d", before, budgetInitial/4)
-	}
-	// The probes time out, one an interval.
-	for i := range 10 {
-		at := t0.Add(time.Duration(2+i) * time.Second)
+	for range 5 {
+		at = at.Add(time.Second)
 		b.done(1, at, at.Add(time.Millisecond), true, budgetMin)
 	}
 	if w, _, _ := b.state(); w != budgetMin {
-		t.Fatalf("after the probes' cuts: window %v, want the floor %d", w, budgetMin)
+		t.Fatalf("after the outage's cuts: window %v, want the floor %d", w, budgetMin)
 	}
 	b.recovered()
 	if w, _, _ := b.state(); w != before {
-		t.Fatalf("recovered: window %v, want %v, what it was when the breaker opened", w, before)
+		t.Fatalf("recovered: window %v, want %v, what it was at the last call answered in time", w, before)
 	}
-	now := t0.Add(12 * time.Second)
-	if got := b.take(budgetInitial, false, now); got != int(before) {
+	if got := b.take(budgetInitial, false, at); got != int(before) {
 		t.Fatalf("recovered: a take of %d granted %d, want the window %v: it still binds", budgetInitial, got, before)
 	}
-	b.done(int(before), now, now, false, budgetMin)
-	// A window that grew since the breaker opened is not lowered.
+	b.done(int(before), at, at, false, budgetMin)
+	// A window that grew since is not lowered.
 	b.outage()
 	for range 400 {
-		b.done(100, now, now, false, budgetMin)
+		b.done(100, at, at, false, budgetMin)
 	}
 	grown, _, _ := b.state()
 	b.recovered()
