@@ -304,10 +304,16 @@ func tableCell(row, col string) string {
 // degraded, Redis calls fail, and the bound on leased admissions holds.
 func TestOutageRun(t *testing.T) {
 	cfg := shortConfig("outage")
-	cfg.Duration = 3 * time.Second
+	// The outage is the fifth of the run from 40 %: 1.2 s. A limiter
+	// takes Redis for down once it has answered nothing for a lease TTL
+	// (timeouts before that are a busy Redis, not an outage), then its
+	// breaker opens on the next failures: a lease TTL of 400 ms leaves
+	// the outage's second half to its failure modes.
+	cfg.Duration = 6 * time.Second
+	cfg.LeaseTTL = 400 * time.Millisecond
 	// Long enough that a loaded CI machine running the embedded Redis
 	// under the race detector does not time out before the outage, short
-	// enough that the outage is noticed within its 400ms window.
+	// enough that the outage is noticed within its 1.2 s.
 	cfg.Timeout = 400 * time.Millisecond
 	res := runSim(t, cfg)
 	checkResult(t, res)
@@ -321,14 +327,15 @@ func TestOutageRun(t *testing.T) {
 	// A loaded machine can still miss the 150ms deadline now and then
 	// (the CI run that failed here had one call of hundreds time out), so
 	// the test asks for few failures before the outage, at most 2% of the
-	// calls, and more during its 400ms than in the 800ms before it.
-	outage := int(1200 * time.Millisecond / res.Step)
+	// calls, and more during it than before it.
+	from, to := 2*cfg.Duration/5, 3*cfg.Duration/5
+	outage := int(from / res.Step)
 	var errsBefore, callsBefore, errsDuring int64
 	for b := 0; b < outage; b++ {
 		errsBefore += res.Series.Errors[b]
 		callsBefore += res.Series.Scripts[b]
 	}
-	for b := outage; b < int((1800*time.Millisecond+cfg.Timeout)/res.Step) && b < len(res.Series.Errors); b++ {
+	for b := outage; b < int((to+cfg.Timeout)/res.Step) && b < len(res.Series.Errors); b++ {
 		errsDuring += res.Series.Errors[b]
 	}
 	t.Logf("failed lease calls: %d of %d before the outage, %d during it", errsBefore, callsBefore, errsDuring)
