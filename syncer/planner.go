@@ -648,10 +648,7 @@ func (p *Planner) Granted(st *State, lim quota.Quota, now time.Time, asked int64
 			// top-up of a few tokens. (Alone on a bucket, an instance's
 			// credit is the bucket's refill, which a short request may
 			// call for as soon as it holds what it needs.)
-			slack := g.Share * p.cfg.Interval.Seconds()
-			need := max(float64(immediate)-slack, float64(immediate)/2)
-			wait := min(max(durationCeil(need/g.Share), p.cfg.Interval/10), 24*time.Hour)
-			st.notBefore = st.stampCeil(ns + int64(wait) + p.jitter(st, ns, int64(p.cfg.Jitter)))
+			p.holdBack(st, ns, durationCeil(p.accrued(float64(immediate), g.Share)/g.Share))
 		}
 		return
 	}
@@ -666,19 +663,14 @@ func (p *Planner) Granted(st *State, lim quota.Quota, now time.Time, asked int64
 	// each of them took a lease of the same size.
 	need := max(min(asked, st.target), 1)
 	var wait time.Duration
-	// A wait beyond a day is cut to a day: the call then finds out again.
 	if g.Share > 0 {
 		// Redis grants at most the credit this instance's share accrued,
-		// up to its share of the burst (its capacity): come back when all
-		// of it but an interval's accrual has built up, so that a late
-		// tick (ticks come every quarter interval, plus jitter, later on
-		// a busy machine) wastes no credit and the bucket does not fill
-		// up meanwhile, and at least half of it, so that each call takes
-		// a worthwhile grant: the calls of a starved tenant then follow
-		// its share, not its demand.
+		// up to its share of the burst (its capacity): come back when it
+		// has built up again (accrued), before the bucket fills up: the
+		// calls of a starved tenant then follow its share, not its
+		// demand.
 		capacity := float64(lim.Burst) * g.Share / lim.Rate
-		slack := g.Share * p.cfg.Interval.Seconds()
-		need = max(1, min(need, int64(max(capacity/2, capacity-slack))))
+		need = max(1, min(need, int64(p.accrued(capacity, g.Share))))
 		if g.Granted == 0 {
 			// Nothing at all: the credit is spent (say by a call whose
 			// reply was lost). A request may be waiting: come back once
@@ -693,6 +685,22 @@ func (p *Planner) Granted(st *State, lim quota.Quota, now time.Time, asked int64
 		}
 		wait = g.RetryAfter(turn, lim.Rate)
 	}
+	p.holdBack(st, ns, wait)
+}
+
+// accrued is how much of x tokens a share of the rate (tokens a second)
+// must have accrued again before the next call: all of it but an
+// interval's accrual, so that a late tick (ticks come every quarter
+// interval, plus jitter, later on a busy machine) wastes no credit, and
+// at least half, so that the call takes a worthwhile grant.
+func (p *Planner) accrued(x, share float64) float64 {
+	return max(x/2, x-share*p.cfg.Interval.Seconds())
+}
+
+// holdBack holds st's lease calls back for wait after ns (at least a
+// tenth of an interval; a wait beyond a day is cut to a day, and the call
+// then finds out again), plus the tenant's jitter.
+func (p *Planner) holdBack(st *State, ns int64, wait time.Duration) {
 	wait = min(max(wait, p.cfg.Interval/10), 24*time.Hour)
 	st.notBefore = st.stampCeil(ns + int64(wait) + p.jitter(st, ns, int64(p.cfg.Jitter)))
 }
