@@ -9,7 +9,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasequota/leasequota/lease"
-	"github.com/leasequota/leasequota/quota"
 )
 
 // perCommand is the time a pipeline gets for each of its commands on top
@@ -103,15 +102,7 @@ func (s *Syncer) callTimeout(size int) time.Duration {
 // Redis is up. A window cut when replies slow down keeps Redis's queue
 // short before either happens.
 func (s *Syncer) congestedAfter(size int) time.Duration {
-	return min(s.callTimeout(size), s.leaseTTL()/2) / 2
-}
-
-// leaseTTL is the default lease TTL (Options.Defaults).
-func (s *Syncer) leaseTTL() time.Duration {
-	if ttl := s.opts.Defaults.LeaseTTL; ttl > 0 {
-		return ttl
-	}
-	return quota.MinLeaseTTL(s.opts.Defaults.Interval)
+	return min(s.callTimeout(size), s.leaseTTL/2) / 2
 }
 
 // busy reports whether err, a failed call's at now, says that Redis is
@@ -143,7 +134,7 @@ func (s *Syncer) busy(err error, now time.Time) bool {
 		return false
 	}
 	last := s.answered.Load()
-	return last != 0 && now.UnixNano()-last < int64(s.leaseTTL())
+	return last != 0 && now.UnixNano()-last < int64(s.leaseTTL)
 }
 
 // timedOut reports whether err is a call's deadline or a network

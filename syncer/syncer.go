@@ -100,6 +100,10 @@ type Syncer struct {
 	// instance was last answered within its deadline; 0 before the first.
 	// It tells a busy Redis from a silent one (busy, call.go).
 	answered atomic.Int64
+	// leaseTTL is the default lease TTL, as Options.Defaults resolves it:
+	// how long a reply may take before it is congestion
+	// (congestedAfter), and Redis silent before it is down (busy).
+	leaseTTL time.Duration
 
 	// Owned by the loop (Run and Round are not called concurrently).
 	lru         []lruEntry // reused by Round when MaxTenants is set
@@ -204,6 +208,7 @@ func New(client lease.Store, opts Options) *Syncer {
 	s.reg.init()
 	s.budget.init(opts.Now())
 	s.breaker = s.newBreaker(iv)
+	s.leaseTTL = opts.Defaults.Resolve(quota.Quota{}).LeaseTTL
 	return s
 }
 
