@@ -196,7 +196,7 @@ func (p *Planner) Reserved(st *State, lim quota.Quota, now, arrived time.Time, g
 			span := time.Duration(min(g.Share, lim.Rate) * p.cfg.Reserve.Seconds() / lim.Rate * 1e9)
 			retry := max(g.Wait+min(span, lease.ReserveAhead)/2-lease.ReserveAhead, p.cfg.Interval)
 			st.setClock(ns)
-			st.notBefore = max(st.notBefore, st.stampCeil(ns+int64(retry)))
+			st.notBefore = max(st.notBefore, st.stampCeil(ns+int64(retry)), p.reserveSpacing(st, ns, g.Share, lim.Rate))
 		}
 		return
 	}
@@ -214,5 +214,30 @@ func (p *Planner) Reserved(st *State, lim quota.Quota, now, arrived time.Time, g
 	// that much before these run out, so that they follow on.
 	renew := st.at(st.resv.end()) - int64(max(g.Wait, 0)) - int64(2*p.cfg.Interval)
 	renew = max(renew, ns+int64(p.cfg.Interval))
-	st.notBefore = max(st.notBefore, st.stampCeil(renew))
+	st.notBefore = max(st.notBefore, st.stampCeil(renew), p.reserveSpacing(st, ns, g.Pace, lim.Rate))
+}
+
+// reserveSpacing returns the earliest stamp of the next reserving call
+// after one at ns (local time, nanoseconds) that reserved at pace (this
+// instance's fair share) from a bucket refilling at rate, or found no
+// room. The refill that reservations may take is shared: every instance
+// reserving on the tenant takes from the same second ahead of Redis's
+// clock (lease.ReserveAhead), which refills at the rate. This
+// instance's fair part of it accrues at its pace, so a reservation the
+// size it wants, pace times the length (or, capped, the whole second
+// ahead), accrues in T = min(length, ReserveAhead * rate/pace). Calling
+// sooner than half of T gets what others left, a few tokens at a time:
+// with 16 instances reserving 4 s each, calls renewing as their small
+// reservations ran out made 5.5 calls per instance per second, against
+// 1.2 without reservations (TestReservationsDoNotStorm). An instance
+// alone on the tenant (pace = rate) waits half a second at most, less
+// than its reservation lasts. The jitter (up to a quarter of T) keeps
+// the instances of a tenant from coming back together.
+func (p *Planner) reserveSpacing(st *State, ns int64, pace, rate float64) stamp {
+	if !(pace > 0) || !(rate > 0) {
+		return 0
+	}
+	t := min(p.cfg.Reserve.Seconds(), lease.ReserveAhead.Seconds()*rate/min(pace, rate))
+	half := int64(t / 2 * 1e9)
+	return st.stampCeil(ns + half + p.jitter(st, ns, half/2))
 }
