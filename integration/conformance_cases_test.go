@@ -1056,6 +1056,64 @@ func confCanceled(c *cx) {
 	}
 }
 
+// confReservationsHeld: an instance held to its share by the credit rule
+// (two instances, each asking 80/s of a rate of 100, the bucket under
+// half full) reserves its share over the length even though the bucket
+// could serve its want now; the whole tokens left stay in the bucket for
+// the other instance, which takes them at once (the bucket frozen: no
+// refill until ts), and an instance within its share does not reserve.
+func confReservationsHeld(c *cx) {
+	lim := lease.Limits{Rate: 100, Burst: 100}
+	views := map[string]lease.Store{"a": c.view("a", confWindow), "b": c.view("b", confWindow)}
+	var m confModel
+	reg := &confRegistry{}
+	acq := func(what, id string, want int64, demand float64) lease.Grant {
+		c.t.Helper()
+		res, err := views[id].AcquireMany(c.ctx, []lease.Request{{Tenant: "t", Limits: lim, Want: want, Demand: demand, Reserve: time.Second}}, nil)
+		if err != nil || res[0].Err != nil {
+			c.t.Fatalf("%s: %v, %+v", what, err, res)
+		}
+		g := res[0].Grant
+		at := us(g.ServerTime)
+		clock := at - g.Wait.Microseconds()
+		x := m.see(at, lim.Rate, lim.Burst)
+		granted := min(int64(math.Floor(x)), want)
+		_, share, granted := reg.acquire(id, confWindow.Milliseconds(), at, lim, demand, x, granted)
+		left := x - float64(granted)
+		r, pace, ts := reserve(at, clock, lim, want, granted, left, share, 1000, reg.held)
+		if r > 0 {
+			left = math.Floor(left)
+		}
+		m.store(ts, left, lim)
+		c.checkGrant(what, g, granted+r, left)
+		if g.Reserved != r || g.Pace != pace || g.Share != share {
+			c.t.Fatalf("%s: %+v; the model: %d reserved at %v (share %v)", what, g, r, pace, share)
+		}
+		c.checkStored("t", &m)
+		return g
+	}
+	// A full bucket serves whatever is asked: no credit rule, no
+	// reservation.
+	if g := acq("full bucket", "a", 60, 80); g.Reserved != 0 {
+		c.t.Fatalf("full bucket: %+v, want no reservation", g)
+	}
+	// b is held to its share of 50/s: it gets its want now and reserves
+	// 50 tokens over the second; the ~35 whole tokens left stay.
+	g := acq("held", "b", 5, 80)
+	if g.Reserved != 50 || g.Pace != 50 || g.Tokens < 30 {
+		c.t.Fatalf("held: %+v, want 50 reserved at 50/s and the whole tokens left in the bucket", g)
+	}
+	// a takes from them at once, within its credit.
+	if g := acq("the tokens kept", "a", 10, 80); g.Granted < 10 || g.Wait <= 0 {
+		c.t.Fatalf("the tokens kept: %+v, want 10 now from a frozen bucket", g)
+	}
+	// Within its share (demand 20 of a share 20), an instance does not
+	// reserve while the bucket can serve it.
+	if g := acq("within its share", "b", 1, 20); g.Reserved != 0 {
+		c.t.Fatalf("within its share: %+v, want no reservation", g)
+	}
+}
+
 // confReservations: a reservation's size (capped by the want, by
 // share over its length, capped by the room up to ReserveAhead past the
 // clock), the frozen bucket it leaves
@@ -1086,9 +1144,9 @@ func confReservations(c *cx) {
 		if h%time.Millisecond != 0 {
 			hms++
 		}
-		r, pace, ts := reserve(at, clock, lim, want, granted, left, share, hms)
+		r, pace, ts := reserve(at, clock, lim, want, granted, left, share, hms, reg.held)
 		if r > 0 {
-			left = 0
+			left = math.Floor(left)
 		}
 		m.store(ts, left, lim)
 		c.checkGrant(what, g, granted+r, left)

@@ -131,6 +131,9 @@ func (m *confModel) forget() { *m = confModel{} }
 type confRegistry struct {
 	entries map[string]confEntry
 	sum     *confSummary
+	// held says whether the last acquire's instance was held to its
+	// share by the credit rule (its demand above it): it may reserve.
+	held bool
 }
 
 type confEntry struct {
@@ -209,9 +212,11 @@ func (r *confRegistry) acquire(id string, windowMS, at int64, lim lease.Limits, 
 	if prev != nil {
 		credit = min(prev.credit+share*float64(max(at-prev.seen, 0))/1e6, capacity)
 	}
+	r.held = false
 	if r.sum.total > lim.Rate && x < float64(lim.Burst)/2 {
 		granted = min(granted, int64(math.Floor(credit)))
 		credit -= float64(granted)
+		r.held = demand > share
 	} else {
 		credit = capacity
 	}
@@ -238,14 +243,16 @@ func (r *confRegistry) fields() map[string]string {
 
 // reserve is the reservation of an acquire at the bucket's time at and
 // the store's clock, after an immediate grant of granted of want that
-// left tokens, by an instance of the given share with a reservation of
-// lms milliseconds: the tokens reserved, their pace, and the bucket's
-// time to store (at when nothing is reserved). Every operation is the
-// script's, in its order.
-func reserve(at, clock int64, lim lease.Limits, want, granted int64, tokens, share float64, lms int64) (int64, float64, int64) {
-	if lms <= 0 || !(share > 0) || want <= granted || tokens >= 1 {
+// left tokens, by an instance of the given share (held to it by the
+// credit rule, or not) with a reservation of lms milliseconds: the tokens
+// reserved, their pace, and the bucket's time to store (at when nothing
+// is reserved). The whole tokens left stay in the bucket. Every operation
+// is the script's, in its order.
+func reserve(at, clock int64, lim lease.Limits, want, granted int64, tokens, share float64, lms int64, held bool) (int64, float64, int64) {
+	if lms <= 0 || !(share > 0) || !(want > granted && tokens < 1 || held) {
 		return 0, 0, at
 	}
+	tokens -= math.Floor(tokens) // the whole tokens stay in the bucket
 	ahead := lease.ReserveAhead.Microseconds()
 	room := float64(clock+ahead-at)*lim.Rate/1e6 + tokens
 	r := math.Floor(min(share, lim.Rate) * float64(lms) / 1000)

@@ -766,6 +766,7 @@ func conformanceCases() []confCase {
 		{"bad arguments", confBadArguments},
 		{"canceled context", confCanceled},
 		{"reservations", confReservations},
+		{"reservations-held", confReservationsHeld},
 	}
 }
 

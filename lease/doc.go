@@ -39,11 +39,13 @@
 //
 // A bucket whose ts is after Redis's clock is frozen: tk tokens are
 // available now and nothing refills until ts. Request.Reserve (a length L)
-// lets a starved instance (the bucket cannot serve its Want now; it has a
-// registry entry and a fair share) commit part of the refill to itself:
+// lets a starved instance (it has a registry entry and a fair share, and
+// the bucket cannot serve its Want now, or the credit rule holds it to
+// its share while it asks for more) commit part of the refill to itself:
 // floor(Share*L) tokens, within the room up to ReserveAhead (1 s) after
 // Redis's clock, which the bucket produces one by one until the ts it is
-// frozen to. Grant.Reserved of Grant.Granted are such tokens; token k of
+// frozen to. The whole tokens the bucket held stay available to the
+// other instances. Grant.Reserved of Grant.Granted are such tokens; token k of
 // them may be spent from Grant.Wait + k/Grant.Pace after the reply (from
 // ServerTime + k/Pace in Redis time), Pace being the share (<= the rate),
 // so no token is spent before the bucket produced it, and the bound below

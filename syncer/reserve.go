@@ -196,7 +196,7 @@ func (p *Planner) Reserved(st *State, lim quota.Quota, now, arrived time.Time, g
 			span := time.Duration(min(g.Share, lim.Rate) * p.cfg.Reserve.Seconds() / lim.Rate * 1e9)
 			retry := max(g.Wait+min(span, lease.ReserveAhead)/2-lease.ReserveAhead, p.cfg.Interval)
 			st.setClock(ns)
-			st.notBefore = max(st.notBefore, st.stampCeil(ns+int64(retry)), p.reserveSpacing(st, ns, g.Share, lim.Rate))
+			st.notBefore = max(st.notBefore, st.stampCeil(ns+int64(retry)))
 		}
 		return
 	}
@@ -217,10 +217,10 @@ func (p *Planner) Reserved(st *State, lim quota.Quota, now, arrived time.Time, g
 	st.notBefore = max(st.notBefore, st.stampCeil(renew), p.reserveSpacing(st, ns, g.Pace, lim.Rate))
 }
 
-// reserveSpacing returns the earliest stamp of the next reserving call
-// after one at ns (local time, nanoseconds) that reserved at pace (this
-// instance's fair share) from a bucket refilling at rate, or found no
-// room. The refill that reservations may take is shared: every instance
+// reserveSpacing returns the earliest stamp of the next lease call after
+// one at ns (local time, nanoseconds) that reserved at pace (this
+// instance's fair share) from a bucket refilling at rate. The refill
+// that reservations may take is shared: every instance
 // reserving on the tenant takes from the same second ahead of Redis's
 // clock (lease.ReserveAhead), which refills at the rate. This
 // instance's fair part of it accrues at its pace, so a reservation the
@@ -229,10 +229,13 @@ func (p *Planner) Reserved(st *State, lim quota.Quota, now, arrived time.Time, g
 // sooner than half of T gets what others left, a few tokens at a time:
 // with 16 instances reserving 4 s each, calls renewing as their small
 // reservations ran out made 5.5 calls per instance per second, against
-// 1.2 without reservations (TestReservationsDoNotStorm). An instance
+// 1.2 without reservations (TestReservationsCutFleetCalls). An instance
 // alone on the tenant (pace = rate) waits half a second at most, less
 // than its reservation lasts. The jitter (up to a quarter of T) keeps
-// the instances of a tenant from coming back together.
+// the instances of a tenant from coming back together. A call that found
+// no room is not spaced so (its retry above is): it has no tokens
+// coming, and a request waiting on it (a WaitN through an outage) would
+// wait T/2 more (TestSimulation's seed 36).
 func (p *Planner) reserveSpacing(st *State, ns int64, pace, rate float64) stamp {
 	if !(pace > 0) || !(rate > 0) {
 		return 0

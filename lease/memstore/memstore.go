@@ -347,6 +347,7 @@ func (s *Store) acquire(in *Instance, r lease.Request) (lease.Grant, error) {
 	if float64(r.Want) < granted {
 		granted = float64(r.Want)
 	}
+	held := false // held to its fair share by the credit rule
 	if in.id != "" {
 		// While the demands exceed the rate and the bucket is less than
 		// half full, a grant is capped at the instance's credit.
@@ -355,6 +356,7 @@ func (s *Store) acquire(in *Instance, r lease.Request) (lease.Grant, error) {
 				granted = c
 			}
 			credit -= granted
+			held = demand > g.Share
 		} else {
 			credit = capacity
 		}
@@ -375,9 +377,12 @@ func (s *Store) acquire(in *Instance, r lease.Request) (lease.Grant, error) {
 	tokens -= granted
 	// A reservation (acquire.lua): the share over Reserve, within the
 	// refill up to lease.ReserveAhead after the clock, paced at the share,
-	// when the bucket cannot serve more now.
+	// when the bucket cannot serve more now or the instance is held to its
+	// share. The whole tokens left (keep) stay for the others.
 	stored := at
-	if lms := ceilMillis(r.Reserve); lms > 0 && in.id != "" && g.Share > 0 && float64(r.Want) > granted && tokens < 1 {
+	if lms := ceilMillis(r.Reserve); lms > 0 && in.id != "" && g.Share > 0 && ((float64(r.Want) > granted && tokens < 1) || held) {
+		keep := math.Floor(tokens)
+		tokens -= keep
 		ahead := lease.ReserveAhead.Microseconds()
 		room := float64(now+ahead-at)*rate/1e6 + tokens
 		pace := min(g.Share, rate)
@@ -396,9 +401,10 @@ func (s *Store) acquire(in *Instance, r lease.Request) (lease.Grant, error) {
 			g.Reserved = int64(reserved)
 			g.Pace = pace
 			granted += reserved
-			tokens = 0
+			tokens = keep
 		} else {
 			stored = at
+			tokens += keep
 		}
 	}
 	t.b.store(now, nowMS, tokens, stored, rate, burst, h)
