@@ -99,32 +99,53 @@ func remoteHost(s string) string {
 // RemoteAddr, parsed in one pass: ipKey's fast path. What it accepts,
 // remoteHost and netip.ParseAddr accept alike (FuzzIPv4Host).
 func ipv4Host(s string) (host string, a [4]byte, ok bool) {
-	// One loop over the bytes, not one per field (whose variable length
-	// made its exit branch costly): field f is s[start:i], its value n.
-	f, n, start := 0, 0, 0
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if d := c - '0'; d <= 9 {
-			if i-start == 3 {
-				return "", a, false
-			}
-			n = n*10 + int(d)
-			continue
+	// Field by field, each's one to three digits written out, then its
+	// separator: about a third fewer instructions than one loop over the
+	// bytes that asks of each whether it ends a field (callgrind, on the
+	// benchmarks' "192.0.2.1:1234").
+	i := 0
+	var sep byte = '.'
+	for f := range 4 {
+		if f == 3 {
+			sep = ':'
 		}
-		if i == start || n > 255 || (i-start > 1 && s[start] == '0') {
+		if i >= len(s) {
+			return "", a, false
+		}
+		n := uint(s[i] - '0')
+		if n > 9 {
+			return "", a, false
+		}
+		i++
+		if i < len(s) {
+			if d := uint(s[i] - '0'); d <= 9 {
+				if n == 0 { // a leading zero
+					return "", a, false
+				}
+				n = n*10 + d
+				i++
+				if i < len(s) {
+					if d := uint(s[i] - '0'); d <= 9 {
+						if n = n*10 + d; n > 255 {
+							return "", a, false
+						}
+						i++
+					}
+				}
+			}
+		}
+		if i >= len(s) || s[i] != sep { // also a fourth digit
 			return "", a, false
 		}
 		a[f] = byte(n)
-		switch {
-		case c == '.' && f < 3:
-			f, n, start = f+1, 0, i+1
-		case c == ':' && f == 3 && strings.IndexByte(s[i+1:], ':') < 0:
-			return s[:i], a, true
-		default:
+		i++
+	}
+	for j := i; j < len(s); j++ { // the port: no other colon
+		if s[j] == ':' {
 			return "", a, false
 		}
 	}
-	return "", a, false
+	return s[:i-1], a, true
 }
 
 func contains(prefixes []netip.Prefix, a netip.Addr) bool {
