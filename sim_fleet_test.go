@@ -59,6 +59,8 @@ import (
 
 var simFleet = flag.Bool("sim.fleet", false, "run the fleet-scale simulations at full size: 1,000 instances x 100,000 tenants, and the shapes 16 x 1,000 and 32 x 2,000")
 
+var simFleetReservation = flag.Duration("sim.fleet.reservation", 0, "the Limiters' WithReservation in TestFleetSimulation and TestFleetShapes (0: off, the default)")
+
 // fleetClass is a class of tenants by demand.
 type fleetClass struct {
 	name    string
@@ -94,7 +96,7 @@ func fleetFull() fleetShape {
 	return fleetShape{
 		name: "fleet", instances: 1000, tenants: 100_000, servers: 3,
 		quota:   leasequota.Quota{Rate: 10, Burst: 20},
-		classes: fleetClasses, seconds: 6, warmup: 2, seed: 1,
+		classes: fleetClasses, seconds: 6, warmup: 2, seed: 1, reservation: *simFleetReservation,
 	}
 }
 
@@ -112,7 +114,7 @@ func fleetDense(n, m int) fleetShape {
 		name: fmt.Sprintf("%dx%d", n, m), instances: n, tenants: m, servers: n,
 		quota:   leasequota.Quota{Rate: 100, Burst: 100},
 		classes: []fleetClass{{name: "over", share: 1, offered: 3}},
-		seconds: 5, warmup: 2, seed: 1,
+		seconds: 5, warmup: 2, seed: 1, reservation: *simFleetReservation,
 	}
 }
 
@@ -183,7 +185,7 @@ func TestReservationsCutFleetCalls(t *testing.T) {
 	} {
 		t.Run(fmt.Sprintf("%dx%d-%v", c.instances, c.tenants, c.reservation), func(t *testing.T) {
 			off := fleetDense(c.instances, c.tenants)
-			off.seconds, off.warmup = 14, 6
+			off.seconds, off.warmup, off.reservation = 14, 6, 0
 			on := off
 			on.reservation = c.reservation
 			ro, rr := runFleet(t, off), runFleet(t, on)
