@@ -105,7 +105,7 @@ func (c *Client) Release(ctx context.Context, tenant string, lim Limits, amount 
 		return Return{}, nil
 	}
 	cl := c.releaseCall(tenant, args, 0)
-	cmd := releaseScript.run(ctx, c.s, cl.keys, cl.args...)
+	cmd := releaseScript.run(ctx, c.s, cl.keys, cl.argv()...)
 	return parseRelease(cmd, amount)
 }
 
@@ -149,11 +149,11 @@ func (c *Client) releaseCall(tenant string, args []interface{}, grant GrantID) c
 	keys := []string{key, ReleasesKey(key), QuotaKey(key)}
 	args = append(args, strconv.FormatUint(uint64(grant), 10))
 	if c.instance == "" {
-		return call{keys: keys, args: args}
+		return newCall(keys, args...)
 	}
 	id := c.instance + ":" + strconv.FormatUint(c.releases.Add(1), 10)
 	args = append(args, id, strconv.FormatInt(ReleaseDedupWindow.Milliseconds(), 10))
-	return call{keys: keys, args: args}
+	return newCall(keys, args...)
 }
 
 func releaseArgs(lim Limits, amount int64, age time.Duration) ([]interface{}, error) {
