@@ -115,3 +115,43 @@ func TestKeyLen(t *testing.T) {
 		}
 	}
 }
+
+// plainRelease is how a release's call was built before the encoder,
+// with release id seq.
+func plainRelease(c *Client, r ReleaseRequest, seq uint64) call {
+	key := c.Key(r.Tenant)
+	args := []interface{}{formatRate(r.Limits.Rate), strconv.FormatInt(r.Limits.Burst, 10), strconv.FormatInt(r.Amount, 10),
+		strconv.FormatInt(ceilMillis(r.Age), 10), strconv.FormatUint(uint64(r.Grant), 10)}
+	if c.instance != "" {
+		args = append(args, c.instance+":"+strconv.FormatUint(seq, 10), strconv.FormatInt(ReleaseDedupWindow.Milliseconds(), 10))
+	}
+	return newCall([]string{key, ReleasesKey(key), QuotaKey(key)}, args...)
+}
+
+// TestEncodedReleasesAreThePlainOnes is TestEncoderSendsWhatPlainFormattingSends
+// for releases: the ids count up from the client's sequence, in order.
+func TestEncodedReleasesAreThePlainOnes(t *testing.T) {
+	reqs := []ReleaseRequest{
+		{Tenant: "a", Limits: Limits{Rate: 1e9, Burst: 1 << 30}, Amount: 10, Age: time.Second, Grant: 7},
+		{Tenant: "b", Limits: Limits{Rate: 1e9, Burst: 1 << 30}, Amount: 10, Age: 1500 * time.Microsecond, Grant: math.MaxUint32},
+		{Tenant: "c d{}", Limits: Limits{Rate: 0.25, Burst: 3}, Amount: 3, Age: 0},
+		{Tenant: strings.Repeat("long", 40), Limits: Limits{Rate: 0.25, Burst: MaxBurst}, Amount: 1, Age: time.Hour, Grant: 1},
+	}
+	sent := []int{0, 1, 2, 3}
+	for _, opts := range [][]ClientOption{nil, {WithInstance("i1", time.Minute)}} {
+		c, err := NewClient(fakeNil{}, "p:", opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.releases.Store(41)
+		got := c.releaseCalls(reqs, sent)
+		for j, r := range reqs {
+			want := plainRelease(c, r, 42+uint64(j))
+			releaseScript.fill(got[j])
+			releaseScript.fill(want)
+			if !reflect.DeepEqual(got[j].cmd, want.cmd) || !reflect.DeepEqual(got[j].keys, want.keys) {
+				t.Errorf("instance %q, release %d:\n got %#v\nwant %#v", c.instance, j, got[j].cmd, want.cmd)
+			}
+		}
+	}
+}

@@ -72,6 +72,40 @@ func BenchmarkAcquireRound(b *testing.B) {
 	}
 }
 
+// BenchmarkReleaseRound is BenchmarkAcquireRound for ReleaseMany: the
+// returns of a round, 1,000 tenants, "same" and "distinct" alike.
+func BenchmarkReleaseRound(b *testing.B) {
+	for _, shape := range []string{"same", "distinct"} {
+		b.Run(shape, func(b *testing.B) {
+			c := fakeRoundClient(b, 1)
+			reqs := make([]ReleaseRequest, roundTenants)
+			for i := range reqs {
+				reqs[i] = ReleaseRequest{Tenant: fmt.Sprintf("tenant-%05d", i), Limits: Limits{Rate: 1e9, Burst: 1 << 30}, Amount: 5,
+					Age: 1234 * time.Millisecond, Grant: GrantID(1e9 + i)}
+				if shape == "distinct" {
+					reqs[i].Limits = Limits{Rate: 1000 + float64(i)/8, Burst: 2000 + int64(i)}
+					reqs[i].Amount = 300 + int64(i)
+				}
+			}
+			ctx := context.Background()
+			round := func() {
+				for _, r := range c.ReleaseMany(ctx, reqs) {
+					if r.Err != nil {
+						b.Fatal(r.Err)
+					}
+				}
+			}
+			round() // dials the connection
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				round()
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/roundTenants, "ns/tenant")
+		})
+	}
+}
+
 // fakeRoundClient returns a Client with WithInstance and WithBatch(batch)
 // on a go-redis client of a fake server (serveCanned).
 func fakeRoundClient(b *testing.B, batch int) *Client {
@@ -103,8 +137,13 @@ func fakeRoundClient(b *testing.B, batch int) *Client {
 // share, nothing reserved, no pace, no wait.
 const cannedGrant = "*9\r\n:10\r\n$10\r\n1073741814\r\n:1764633600123456\r\n:1\r\n:0\r\n$9\r\n250000000\r\n:0\r\n$0\r\n\r\n:0\r\n"
 
+// cannedReturn is a reply of release.lua: the tokens after the return,
+// the time, 5 credited.
+const cannedReturn = "*3\r\n$10\r\n1073741819\r\n:1764633600123456\r\n$1\r\n5\r\n"
+
 // serveCanned answers conn's commands: EVALSHA with cannedGrant per
-// tenant (numkeys/3 of them; an array of them for a batch), anything else
+// tenant (numkeys/3 of them; an array of them for a batch), or with
+// cannedReturn when its second key is a ReleasesKey; anything else
 // (the connection's HELLO) with an error, which go-redis takes for a
 // server of RESP2. It allocates nothing per command, so the benchmark's
 // allocations are the client's.
@@ -119,6 +158,7 @@ func serveCanned(conn net.Conn) {
 			return
 		}
 		var nameLen, tenants int
+		release := false
 		for i := range n {
 			l, err := readRESPLen(r, '$')
 			if err != nil {
@@ -137,6 +177,8 @@ func serveCanned(conn net.Conn) {
 					keys = 10*keys + int(c-'0')
 				}
 				tenants = keys / 3
+			case 4:
+				release = len(arg) >= len(releasesSuffix) && string(arg[len(arg)-len(releasesSuffix):]) == releasesSuffix
 			}
 			if _, err := r.Discard(l + 2); err != nil {
 				return
@@ -145,6 +187,8 @@ func serveCanned(conn net.Conn) {
 		switch {
 		case string(name[:nameLen]) != "evalsha":
 			w.WriteString("-ERR unknown command\r\n")
+		case release:
+			w.WriteString(cannedReturn)
 		case tenants == 1:
 			w.WriteString(cannedGrant)
 		default:
