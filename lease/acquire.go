@@ -250,8 +250,9 @@ func (c *Client) acquireCalls(reqs []Request, sent []int) []call {
 }
 
 // acquireArgc returns the number of arguments a tenant has in a call of
-// n tenants, the first r: 3 without a registry, 6 with one, 7 with one
-// and a reservation length; a batch (n > 1) gives every tenant seven.
+// n tenants: in a call of its own (n = 1, r the tenant's request) 3
+// without a registry, 6 with one, 7 with one and a reservation length; in
+// a batch (n > 1) every tenant has seven.
 func (c *Client) acquireArgc(r Request, n int) int {
 	switch {
 	case n > 1:
