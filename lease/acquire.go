@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -167,7 +166,7 @@ func (c *Client) Acquire(ctx context.Context, tenant string, lim Limits, want in
 	if err != nil {
 		return Grant{}, err
 	}
-	cmd := acquireScript.run(ctx, c.s, cl.keys, cl.args...)
+	cmd := acquireScript.run(ctx, c.s, cl.keys, cl.argv()...)
 	return parseGrant(cmd, want)
 }
 
@@ -193,111 +192,132 @@ func (c *Client) AcquireMany(ctx context.Context, reqs []Request, results []Resu
 	} else {
 		results = make([]Result, len(reqs))
 	}
-	calls := make([]call, 0, len(reqs))
-	sent := make([]int, 0, len(reqs)) // sent[j] is the index in reqs of calls[j]
+	sent := make([]int, 0, len(reqs)) // the indexes in reqs of the valid requests
 	for i := range reqs {
 		results[i] = Result{}
-		cl, err := c.acquireCall(reqs[i])
-		if err != nil {
+		if err := reqs[i].Validate(); err != nil {
 			results[i].Err = err
 			continue
 		}
-		calls = append(calls, cl)
 		sent = append(sent, i)
 	}
-	if len(calls) == 0 {
+	if len(sent) == 0 {
 		return results, nil
 	}
-	if c.batch > 1 && len(calls) > 1 {
-		return results, c.acquireBatches(ctx, reqs, calls, sent, results)
-	}
-	cmds := acquireScript.runMany(ctx, c.s, calls)
-	for j, cmd := range cmds {
-		i := sent[j]
-		results[i].Grant, results[i].Err = parseGrant(cmd, reqs[i].Want)
+	cmds := acquireScript.runMany(ctx, c.s, c.acquireCalls(reqs, sent))
+	for k, cmd := range cmds {
+		lo := k * c.batch
+		group := sent[lo:min(lo+c.batch, len(sent))]
+		if len(group) == 1 {
+			i := group[0]
+			results[i].Grant, results[i].Err = parseGrant(cmd, reqs[i].Want)
+			continue
+		}
+		parseBatch(cmd, reqs, group, results)
 	}
 	return results, commonFailure(cmds)
 }
 
-// acquireBatches sends calls (calls[j] being reqs[sent[j]]'s) c.batch
-// tenants per script call (WithBatch; acquire.lua's batch form), and sets
-// each tenant's result from its element of its call's reply. It returns
-// what AcquireMany returns as its error.
-func (c *Client) acquireBatches(ctx context.Context, reqs []Request, calls []call, sent []int, results []Result) error {
-	batches := make([]call, 0, (len(calls)+c.batch-1)/c.batch)
-	for lo := 0; lo < len(calls); lo += c.batch {
-		hi := min(lo+c.batch, len(calls))
-		if hi-lo == 1 {
-			batches = append(batches, calls[lo])
-			continue
-		}
-		b := call{keys: make([]string, 0, 3*(hi-lo)), args: make([]interface{}, 0, 7*(hi-lo))}
-		for _, cl := range calls[lo:hi] {
-			b.keys = append(b.keys, cl.keys...)
-			b.args = append(b.args, cl.args...)
-			// A batch gives every tenant seven arguments: an empty id
-			// for one without a registry, an empty length for none.
-			for k := len(cl.args); k < 7; k++ {
-				b.args = append(b.args, "")
-			}
-		}
-		batches = append(batches, b)
-	}
-	cmds := acquireScript.runMany(ctx, c.s, batches)
-	for k, cmd := range cmds {
+// acquireCalls returns the script calls of the valid requests reqs[i],
+// i in sent: one per c.batch of them (WithBatch; acquire.lua's batch form
+// when there is more than one), in order. They are laid out by one
+// encoder.
+func (c *Client) acquireCalls(reqs []Request, sent []int) []call {
+	ncalls := (len(sent) + c.batch - 1) / c.batch
+	nargs, text := 0, 0
+	for k := range ncalls {
 		lo := k * c.batch
-		hi := min(lo+c.batch, len(calls))
-		if hi-lo == 1 {
-			i := sent[lo]
-			results[i].Grant, results[i].Err = parseGrant(cmd, reqs[i].Want)
-			continue
-		}
-		v, err := cmd.Result()
-		a, ok := v.([]interface{})
-		if err == nil && (!ok || len(a) != hi-lo) {
-			err = fmt.Errorf("%w: acquire: want a batch of %d replies, got %T %v", ErrBadReply, hi-lo, v, v)
-		}
-		for j := lo; j < hi; j++ {
-			i := sent[j]
-			if err != nil {
-				results[i].Err = scriptError("acquire", err)
-				continue
-			}
-			elem := a[j-lo]
-			if e, isErr := elem.(error); isErr {
-				results[i].Err = scriptError("acquire", e)
-				continue
-			}
-			results[i].Grant, results[i].Err = parseGrantReply(elem, reqs[i].Want)
-		}
+		hi := min(lo+c.batch, len(sent))
+		nargs += (hi - lo) * c.acquireArgc(reqs[sent[lo]], hi-lo)
 	}
-	return commonFailure(cmds)
+	for _, i := range sent {
+		text += 2*keyLen(c.prefix, reqs[i].Tenant) + len(instancesSuffix) + len(quotaSuffix) + numbersLen
+	}
+	e := newEncoder(3*len(sent), 3*ncalls+3*len(sent)+nargs, text)
+	calls := make([]call, ncalls)
+	for k := range calls {
+		lo := k * c.batch
+		hi := min(lo+c.batch, len(sent))
+		argc := c.acquireArgc(reqs[sent[lo]], hi-lo)
+		cl := e.call(3*(hi-lo), argc*(hi-lo))
+		argv := cl.argv()
+		for j := range hi - lo {
+			c.encodeAcquire(e, &reqs[sent[lo+j]], cl.keys[3*j:3*j+3], argv[argc*j:argc*(j+1)])
+		}
+		calls[k] = cl
+	}
+	return calls
 }
 
-// acquireCall returns the keys and arguments of one acquire: 3 of them
-// without a registry, 6 with one, 7 with one and a reservation length.
+// acquireArgc returns the number of arguments a tenant has in a call of
+// n tenants: in a call of its own (n = 1, r the tenant's request) 3
+// without a registry, 6 with one, 7 with one and a reservation length; in
+// a batch (n > 1) every tenant has seven.
+func (c *Client) acquireArgc(r Request, n int) int {
+	switch {
+	case n > 1:
+		return 7
+	case c.instance == "":
+		return 3
+	case r.Reserve > 0:
+		return 7
+	}
+	return 6
+}
+
+// encodeAcquire sets keys (3) and args to r's keys and arguments. Past
+// the arguments r has, args (a batch's seven) are "": an empty id for
+// one without a registry, an empty length for none.
+func (c *Client) encodeAcquire(e *encoder, r *Request, keys []string, args []interface{}) {
+	e.tenantKeys(keys, c.prefix, r.Tenant, instancesSuffix)
+	args[0], args[1], args[2] = e.float(&e.rate, r.Limits.Rate), e.int(&e.burst, r.Limits.Burst), e.int(&e.want, r.Want)
+	n := 3
+	if c.instance != "" {
+		demand := r.Demand
+		if !(demand >= 0) || math.IsInf(demand, 0) {
+			demand = 0
+		}
+		args[3], args[4], args[5] = c.registry[0], c.registry[1], e.float(&e.demand, demand)
+		n = 6
+		if r.Reserve > 0 {
+			args[6] = e.int(nil, ceilMillis(r.Reserve))
+			n = 7
+		}
+	}
+	for k := n; k < len(args); k++ {
+		args[k] = ""
+	}
+}
+
+// acquireCall validates r and returns the keys and arguments of its
+// acquire: 3 of them without a registry, 6 with one, 7 with one and a
+// reservation length.
 func (c *Client) acquireCall(r Request) (call, error) {
 	if err := r.Validate(); err != nil {
 		return call{}, err
 	}
-	// Room for the seven arguments of the longest form, so the appends
-	// below do not move it.
-	args := make([]interface{}, 3, 7)
-	args[0], args[1], args[2] = formatRate(r.Limits.Rate), strconv.FormatInt(r.Limits.Burst, 10), strconv.FormatInt(r.Want, 10)
-	key := c.Key(r.Tenant)
-	keys := []string{key, InstancesKey(key), QuotaKey(key)}
-	if c.instance == "" {
-		return call{keys: keys, args: args}, nil
+	return c.acquireCalls([]Request{r}, []int{0})[0], nil
+}
+
+// parseBatch sets the results of the tenants reqs[i], i in group, from
+// their elements of cmd's reply: acquire.lua's batch form.
+func parseBatch(cmd *redis.Cmd, reqs []Request, group []int, results []Result) {
+	v, err := cmd.Result()
+	a, ok := v.([]interface{})
+	if err == nil && (!ok || len(a) != len(group)) {
+		err = fmt.Errorf("%w: acquire: want a batch of %d replies, got %T %v", ErrBadReply, len(group), v, v)
 	}
-	demand := r.Demand
-	if !(demand >= 0) || math.IsInf(demand, 0) {
-		demand = 0
+	for j, i := range group {
+		if err != nil {
+			results[i].Err = scriptError("acquire", err)
+			continue
+		}
+		if e, isErr := a[j].(error); isErr {
+			results[i].Err = scriptError("acquire", e)
+			continue
+		}
+		results[i].Grant, results[i].Err = parseGrantReply(a[j], reqs[i].Want)
 	}
-	args = append(args, c.registry[0], c.registry[1], strconv.FormatFloat(demand, 'f', -1, 64))
-	if r.Reserve > 0 {
-		args = append(args, strconv.FormatInt(ceilMillis(r.Reserve), 10))
-	}
-	return call{keys: keys, args: args}, nil
 }
 
 // parseGrant decodes acquire.lua's reply {granted, "tokens", now_us}.

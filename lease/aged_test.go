@@ -129,16 +129,12 @@ func agedClient(t *testing.T, opts ...ClientOption) (*Client, *redis.Client) {
 // (an upper bound stays one), and the grant's ID after it.
 func TestReleaseArguments(t *testing.T) {
 	c, _ := agedClient(t)
-	args, err := releaseArgs(Limits{Rate: 1, Burst: 1}, 1, 1500*time.Microsecond)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rc := c.releaseCall("t", args, 12345); len(rc.args) != 5 || rc.args[3] != "2" || rc.args[4] != "12345" {
-		t.Errorf("release args %v: want age 2 (ms, rounded up), then the grant 12345", rc.args)
+	if rc := c.releaseCall(ReleaseRequest{Tenant: "t", Limits: Limits{Rate: 1, Burst: 1}, Amount: 1, Age: 1500 * time.Microsecond, Grant: 12345}); len(rc.argv()) != 5 || rc.argv()[3] != "2" || rc.argv()[4] != "12345" {
+		t.Errorf("release args %v: want age 2 (ms, rounded up), then the grant 12345", rc.argv())
 	}
 	cl, err := c.acquireCall(Request{Tenant: "t", Limits: Limits{Rate: 1, Burst: 1}, Want: 1})
-	if err != nil || len(cl.args) != 3 {
-		t.Errorf("acquire args %v, %v: want rate, burst and want only", cl.args, err)
+	if err != nil || len(cl.argv()) != 3 {
+		t.Errorf("acquire args %v, %v: want rate, burst and want only", cl.argv(), err)
 	}
 }
 

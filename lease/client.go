@@ -25,8 +25,10 @@ type Client struct {
 
 	// registry is the acquire arguments that name this instance and its
 	// window (ARGV[4..5]), boxed once by NewClient: every acquire sends
-	// them, and boxing a string allocates.
-	registry [2]interface{}
+	// them, and boxing a string allocates. releaseWindow is likewise the
+	// release argument ReleaseDedupWindow, in milliseconds.
+	registry      [2]interface{}
+	releaseWindow interface{}
 }
 
 // ReleaseDedupWindow is how long the release script remembers the ids of
@@ -86,6 +88,7 @@ func NewClient(s Scripter, prefix string, opts ...ClientOption) (*Client, error)
 		return nil, fmt.Errorf("%w: WithInstance window %v: want >= 1ms", ErrBadRequest, c.window)
 	}
 	c.registry = [2]interface{}{c.instance, strconv.FormatInt(c.window.Milliseconds(), 10)}
+	c.releaseWindow = strconv.FormatInt(ReleaseDedupWindow.Milliseconds(), 10)
 	return c, nil
 }
 

@@ -189,7 +189,7 @@ func (c *Client) ReadBuckets(ctx context.Context, keys []string) (states []Bucke
 	}
 	calls := make([]call, len(keys))
 	for i, k := range keys {
-		calls[i] = call{keys: inspectKeys(k), args: []interface{}{"0"}}
+		calls[i] = newCall(inspectKeys(k), "0")
 	}
 	cmds := inspectScript.runMany(ctx, c.s, calls)
 	if err := commonFailure(cmds); err != nil {

@@ -96,16 +96,12 @@ func TestReleaseDeduplicated(t *testing.T) {
 	if g, err := c.Acquire(ctx, "t", lim, 50); err != nil || g.Granted != 50 {
 		t.Fatalf("acquire: %+v, %v", g, err)
 	}
-	args, err := releaseArgs(lim, 10, ageSince(start))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl := c.releaseCall("t", args, 0)
-	first, err := parseRelease(releaseScript.run(ctx, rdb, cl.keys, cl.args...), 10)
+	cl := c.releaseCall(ReleaseRequest{Tenant: "t", Limits: lim, Amount: 10, Age: ageSince(start)})
+	first, err := parseRelease(releaseScript.run(ctx, rdb, cl.keys, cl.argv()...), 10)
 	if err != nil || math.Abs(first.Credited-10) > 1e-6 || math.Abs(first.Tokens-10) > 1e-6 {
 		t.Fatalf("release: %+v, %v; want 10 credited, 10 tokens", first, err)
 	}
-	again, err := parseRelease(releaseScript.run(ctx, rdb, cl.keys, cl.args...), 10)
+	again, err := parseRelease(releaseScript.run(ctx, rdb, cl.keys, cl.argv()...), 10)
 	if err != nil || again.Credited != 0 || math.Abs(again.Tokens-10) > 1e-6 {
 		t.Fatalf("replayed release: %+v, %v; want 0 credited, 10 tokens still", again, err)
 	}

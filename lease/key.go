@@ -47,21 +47,38 @@ const (
 // tenant otherwise. Key does not validate prefix; NewClient does.
 func Key(prefix, tenant string) string {
 	var b strings.Builder
+	b.Grow(keyLen(prefix, tenant))
+	writeKey(&b, prefix, tenant)
+	return b.String()
+}
+
+// keyLen returns len(Key(prefix, tenant)).
+func keyLen(prefix, tenant string) int {
+	if len(tenant) > maxLiteralTenant {
+		return len(prefix) + 2 + len(hashedTag) + hex.EncodedLen(sha256.Size)
+	}
+	n := len(prefix) + 2 + len(literalTag) + len(tenant)
+	for i := 0; i < len(tenant); i++ {
+		if !isLiteral(tenant[i]) {
+			n += 2 // %XX for the byte
+		}
+	}
+	return n
+}
+
+// writeKey writes Key(prefix, tenant) to b.
+func writeKey(b *strings.Builder, prefix, tenant string) {
+	b.WriteString(prefix)
+	b.WriteByte('{')
 	if len(tenant) > maxLiteralTenant {
 		sum := sha256.Sum256([]byte(tenant))
-		b.Grow(len(prefix) + 2 + len(hashedTag) + hex.EncodedLen(len(sum)))
-		b.WriteString(prefix)
-		b.WriteByte('{')
 		b.WriteString(hashedTag)
 		var h [2 * sha256.Size]byte
 		hex.Encode(h[:], sum[:])
 		b.Write(h[:])
 		b.WriteByte('}')
-		return b.String()
+		return
 	}
-	b.Grow(len(prefix) + 2 + len(literalTag) + 3*len(tenant))
-	b.WriteString(prefix)
-	b.WriteByte('{')
 	b.WriteString(literalTag)
 	const hexDigits = "0123456789ABCDEF"
 	for i := 0; i < len(tenant); i++ {
@@ -75,7 +92,6 @@ func Key(prefix, tenant string) string {
 		b.WriteByte(hexDigits[c&0x0f])
 	}
 	b.WriteByte('}')
-	return b.String()
 }
 
 // unescapeTenant undoes Key's percent-encoding of a tenant of at most 128
@@ -154,23 +170,31 @@ const NumSlots = keyslot.NumSlots
 // least one byte between them).
 func Slot(key string) uint16 { return keyslot.Of(key) }
 
+// The suffixes of the keys beside a tenant's bucket. They have no
+// braces, so all of a tenant's keys share its hash tag and cluster slot.
+const (
+	instancesSuffix = ":i"
+	quotaSuffix     = ":q"
+	releasesSuffix  = ":r"
+)
+
 // InstancesKey returns the key of the instance registry that goes with the
 // bucket at bucketKey: the same key with ":i" appended. The suffix has no
 // braces, so both keys share the tenant's hash tag and cluster slot.
 func InstancesKey(bucketKey string) string {
-	return bucketKey + ":i"
+	return bucketKey + instancesSuffix
 }
 
 // QuotaKey returns the key of the quota override that goes with the bucket
 // at bucketKey (":q" appended; same slot). See Client.SetOverride.
 func QuotaKey(bucketKey string) string {
-	return bucketKey + ":q"
+	return bucketKey + quotaSuffix
 }
 
 // ReleasesKey returns the key of the set of applied release ids that goes
 // with the bucket at bucketKey (":r" appended; same slot).
 func ReleasesKey(bucketKey string) string {
-	return bucketKey + ":r"
+	return bucketKey + releasesSuffix
 }
 
 // QuotaVersionKey returns the key of the counter that SetOverride and

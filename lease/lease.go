@@ -62,3 +62,8 @@ func (l Limits) Check() error {
 func formatRate(rate float64) string {
 	return strconv.FormatFloat(rate, 'f', -1, 64)
 }
+
+// appendRate appends rate to dst as formatRate writes it.
+func appendRate(dst []byte, rate float64) []byte {
+	return strconv.AppendFloat(dst, rate, 'f', -1, 64)
+}

@@ -97,15 +97,15 @@ type ReleaseResult struct {
 // credits 0). Either way, give back only tokens that were leased and not
 // spent, each at most once.
 func (c *Client) Release(ctx context.Context, tenant string, lim Limits, amount int64, age time.Duration) (Return, error) {
-	args, err := releaseArgs(lim, amount, age)
-	if err != nil {
+	r := ReleaseRequest{Tenant: tenant, Limits: lim, Amount: amount, Age: age}
+	if err := r.Validate(); err != nil {
 		return Return{}, err
 	}
 	if amount == 0 {
 		return Return{}, nil
 	}
-	cl := c.releaseCall(tenant, args, 0)
-	cmd := releaseScript.run(ctx, c.s, cl.keys, cl.args...)
+	cl := c.releaseCall(r)
+	cmd := releaseScript.run(ctx, c.s, cl.keys, cl.argv()...)
 	return parseRelease(cmd, amount)
 }
 
@@ -117,51 +117,65 @@ func (c *Client) Release(ctx context.Context, tenant string, lim Limits, amount 
 // and retries apply.
 func (c *Client) ReleaseMany(ctx context.Context, reqs []ReleaseRequest) []ReleaseResult {
 	res := make([]ReleaseResult, len(reqs))
-	calls := make([]call, 0, len(reqs))
-	sent := make([]int, 0, len(reqs))
+	sent := make([]int, 0, len(reqs)) // the indexes in reqs of the calls
 	for i := range reqs {
-		args, err := releaseArgs(reqs[i].Limits, reqs[i].Amount, reqs[i].Age)
-		if err != nil {
+		if err := reqs[i].Validate(); err != nil {
 			res[i].Err = err
 			continue
 		}
 		if reqs[i].Amount == 0 {
 			continue
 		}
-		calls = append(calls, c.releaseCall(reqs[i].Tenant, args, reqs[i].Grant))
 		sent = append(sent, i)
 	}
-	if len(calls) == 0 {
+	if len(sent) == 0 {
 		return res
 	}
-	for j, cmd := range releaseScript.runMany(ctx, c.s, calls) {
+	for j, cmd := range releaseScript.runMany(ctx, c.s, c.releaseCalls(reqs, sent)) {
 		i := sent[j]
 		res[i].Return, res[i].Err = parseRelease(cmd, reqs[i].Amount)
 	}
 	return res
 }
 
-// releaseCall returns the keys and arguments of one release (args from
-// releaseArgs): the grant the tokens come from (0 for unknown) and, with an
-// instance id, a fresh release id for deduplication.
-func (c *Client) releaseCall(tenant string, args []interface{}, grant GrantID) call {
-	key := c.Key(tenant)
-	keys := []string{key, ReleasesKey(key), QuotaKey(key)}
-	args = append(args, strconv.FormatUint(uint64(grant), 10))
-	if c.instance == "" {
-		return call{keys: keys, args: args}
-	}
-	id := c.instance + ":" + strconv.FormatUint(c.releases.Add(1), 10)
-	args = append(args, id, strconv.FormatInt(ReleaseDedupWindow.Milliseconds(), 10))
-	return call{keys: keys, args: args}
+// releaseCall returns the call of the valid release r.
+func (c *Client) releaseCall(r ReleaseRequest) call {
+	return c.releaseCalls([]ReleaseRequest{r}, []int{0})[0]
 }
 
-func releaseArgs(lim Limits, amount int64, age time.Duration) ([]interface{}, error) {
-	if err := (ReleaseRequest{Limits: lim, Amount: amount, Age: age}).Validate(); err != nil {
-		return nil, err
+// releaseCalls returns the calls of the valid releases reqs[i], i in
+// sent, laid out by one encoder (see acquireCalls). A release's arguments
+// are its rate, burst, amount, age in milliseconds (rounded up) and the
+// grant the tokens come from (0 for unknown) and, with an instance id, a
+// fresh release id for deduplication and how long it is remembered.
+func (c *Client) releaseCalls(reqs []ReleaseRequest, sent []int) []call {
+	argc := 5
+	if c.instance != "" {
+		argc = 7
 	}
-	return []interface{}{formatRate(lim.Rate), strconv.FormatInt(lim.Burst, 10), strconv.FormatInt(amount, 10),
-		strconv.FormatInt(ceilMillis(age), 10)}, nil
+	text := 0
+	for _, i := range sent {
+		text += 2*keyLen(c.prefix, reqs[i].Tenant) + len(releasesSuffix) + len(quotaSuffix) + numbersLen + len(c.instance) + 21
+	}
+	e := newEncoder(3*len(sent), len(sent)*(6+argc), text)
+	calls := make([]call, len(sent))
+	for j, i := range sent {
+		r := &reqs[i]
+		cl := e.call(3, argc)
+		e.tenantKeys(cl.keys, c.prefix, r.Tenant, releasesSuffix)
+		args := cl.argv()
+		args[0], args[1], args[2] = e.float(&e.rate, r.Limits.Rate), e.int(&e.burst, r.Limits.Burst), e.int(&e.amount, r.Amount)
+		args[3], args[4] = e.int(nil, ceilMillis(r.Age)), e.int(nil, int64(r.Grant))
+		if c.instance != "" {
+			start := e.text.Len()
+			e.text.WriteString(c.instance)
+			e.text.WriteByte(':')
+			e.text.Write(strconv.AppendUint(e.num[:0], c.releases.Add(1), 10))
+			args[5], args[6] = e.since(start), c.releaseWindow
+		}
+		calls[j] = cl
+	}
+	return calls
 }
 
 // parseRelease decodes release.lua's reply {"tokens", now_us, "credited"}

@@ -6,6 +6,7 @@ import (
 	_ "embed"
 	"encoding/hex"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -68,11 +69,15 @@ var (
 type script struct {
 	src string
 	sha string
+	// shaArg and srcArg are sha and src boxed once: a pipeline's commands
+	// carry one of them each, and boxing a string allocates.
+	shaArg, srcArg interface{}
 }
 
 func newScript(src string) *script {
 	sum := sha1.Sum([]byte(src))
-	return &script{src: src, sha: hex.EncodeToString(sum[:])}
+	sha := hex.EncodeToString(sum[:])
+	return &script{src: src, sha: sha, shaArg: sha, srcArg: src}
 }
 
 // isNoScript reports whether err is Redis saying it does not have the
@@ -145,10 +150,46 @@ func pause(ctx context.Context, attempt int) bool {
 	}
 }
 
-// call is one script invocation in a batch.
+// call is one script invocation in a pipeline.
 type call struct {
 	keys []string // all in one hash slot: the tenant's
-	args []interface{}
+	// cmd is the arguments of the command that runs the script: "evalsha",
+	// the digest, len(keys) and the keys (room that runPipeline fills in),
+	// then the script's arguments (argv). The command is built on it, so
+	// that a pipeline's commands can share one block (see encoder).
+	cmd []interface{}
+}
+
+// newCall returns the call of a script with keys and args.
+func newCall(keys []string, args ...interface{}) call {
+	cmd := make([]interface{}, 3+len(keys), 3+len(keys)+len(args))
+	return call{keys: keys, cmd: append(cmd, args...)}
+}
+
+// argv returns the script's arguments of cl.
+func (cl call) argv() []interface{} { return cl.cmd[3+len(cl.keys):] }
+
+// fill fills in the head of cl.cmd for EVALSHA of s: the name, the
+// digest, the number of keys and the keys.
+func (s *script) fill(cl call) {
+	cl.cmd[0], cl.cmd[1], cl.cmd[2] = "evalsha", s.shaArg, len(cl.keys)
+	for k, key := range cl.keys {
+		cl.cmd[3+k] = key
+	}
+}
+
+// command returns the command of cl (filled): EVALSHA, or with eval EVAL
+// of the source, which needs a command of its own. Like go-redis's
+// EvalSha, it routes by the first key.
+func (s *script) command(ctx context.Context, cl call, eval bool) *redis.Cmd {
+	args := cl.cmd
+	if eval {
+		args = slices.Clone(args)
+		args[0], args[1] = "eval", s.srcArg
+	}
+	cmd := redis.NewCmd(ctx, args...)
+	cmd.SetFirstKeyPos(3)
+	return cmd
 }
 
 // runMany runs the script once per call in one pipeline of EVALSHA, then
@@ -210,15 +251,24 @@ func (s *script) runMany(ctx context.Context, c Scripter, calls []call) []*redis
 // in a second pipeline, with EVAL, the calls that got NOSCRIPT; then,
 // after a short pause and up to maxTryAgain times, the calls that got
 // TRYAGAIN. Neither reply means the script ran.
+//
+// It queues commands it builds itself (the same ones that the pipeline's
+// EvalSha and Eval build) all at once: EvalSha would copy each call's
+// arguments into a slice of its own, with the digest boxed again, and
+// queueing one at a time grows the pipeline's slice as it goes.
 func (s *script) runPipeline(ctx context.Context, c Scripter, calls []call) []*redis.Cmd {
 	cmds := make([]*redis.Cmd, len(calls))
 	if len(calls) == 0 {
 		return cmds
 	}
-	pipe := c.Pipeline()
+	queued := make([]redis.Cmder, len(calls))
 	for i := range calls {
-		cmds[i] = pipe.EvalSha(ctx, s.sha, calls[i].keys, calls[i].args...)
+		s.fill(calls[i])
+		cmds[i] = s.command(ctx, calls[i], false)
+		queued[i] = cmds[i]
 	}
+	pipe := c.Pipeline()
+	_ = pipe.BatchProcess(ctx, queued...) // queues; a pipeline's errors come with Exec
 	_, _ = pipe.Exec(ctx)
 
 	for attempt := 0; ; attempt++ {
@@ -230,7 +280,8 @@ func (s *script) runPipeline(ctx context.Context, c Scripter, calls []call) []*r
 				if retry == nil {
 					retry = c.Pipeline()
 				}
-				cmds[i] = retry.Eval(ctx, s.src, calls[i].keys, calls[i].args...)
+				cmds[i] = s.command(ctx, calls[i], true)
+				_ = retry.Process(ctx, cmds[i])
 			case isTryAgain(cmd.Err()):
 				tryAgain = true
 			}
@@ -245,7 +296,8 @@ func (s *script) runPipeline(ctx context.Context, c Scripter, calls []call) []*r
 		pipe := c.Pipeline()
 		for i, cmd := range cmds {
 			if isTryAgain(cmd.Err()) {
-				cmds[i] = pipe.EvalSha(ctx, s.sha, calls[i].keys, calls[i].args...)
+				cmds[i] = s.command(ctx, calls[i], false)
+				_ = pipe.Process(ctx, cmds[i])
 			}
 		}
 		_, _ = pipe.Exec(ctx)

@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"slices"
 	"testing"
@@ -78,6 +79,12 @@ type fakePipe struct {
 
 func (p *fakePipe) queue(ctx context.Context, name, key string) *redis.Cmd {
 	cmd := redis.NewCmd(ctx, name, key)
+	p.enqueue(ctx, cmd, name, key)
+	return cmd
+}
+
+// enqueue queues cmd, which runs as name on key.
+func (p *fakePipe) enqueue(ctx context.Context, cmd *redis.Cmd, name, key string) {
 	p.names = append(p.names, name+" "+key)
 	p.queued = append(p.queued, func() {
 		r := p.f.exec(ctx, name, key)
@@ -87,7 +94,6 @@ func (p *fakePipe) queue(ctx context.Context, name, key string) *redis.Cmd {
 			cmd.SetVal(r.Val())
 		}
 	})
-	return cmd
 }
 
 func (p *fakePipe) EvalSha(ctx context.Context, sha string, keys []string, args ...interface{}) *redis.Cmd {
@@ -96,6 +102,41 @@ func (p *fakePipe) EvalSha(ctx context.Context, sha string, keys []string, args 
 
 func (p *fakePipe) Eval(ctx context.Context, src string, keys []string, args ...interface{}) *redis.Cmd {
 	return p.queue(ctx, "eval", keys[0])
+}
+
+// Process queues a script command built by hand, as lease does: name,
+// digest or source, numkeys, keys..., args....
+func (p *fakePipe) Process(ctx context.Context, c redis.Cmder) error {
+	cmd := c.(*redis.Cmd)
+	args := cmd.Args()
+	name, _ := args[0].(string)
+	switch name {
+	case "evalsha":
+		if args[1] != acquireScript.sha {
+			panic(fmt.Sprintf("unexpected digest %v", args[1]))
+		}
+	case "eval":
+		if args[1] != acquireScript.src {
+			panic("unexpected script")
+		}
+	default:
+		panic("unexpected command " + name)
+	}
+	if n, ok := args[2].(int); !ok || n < 1 || len(args) < 3+n {
+		panic(fmt.Sprintf("bad numkeys %v of %d arguments", args[2], len(args)))
+	}
+	key, _ := args[3].(string)
+	p.enqueue(ctx, cmd, name, key)
+	return nil
+}
+
+func (p *fakePipe) BatchProcess(ctx context.Context, cmds ...redis.Cmder) error {
+	for _, c := range cmds {
+		if err := p.Process(ctx, c); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (p *fakePipe) Exec(ctx context.Context) ([]redis.Cmder, error) {
@@ -153,7 +194,7 @@ func TestRunManyRetriesOnlyNoScript(t *testing.T) {
 	f := newFake()
 	f.loaded['a'] = true // node a has the script, node b lost it
 	f.failWith['c'] = fakeRedisError("ERR boom")
-	calls := []call{{keys: []string{"a1"}}, {keys: []string{"b1"}}, {keys: []string{"a2"}}, {keys: []string{"c1"}}, {keys: []string{"b2"}}}
+	calls := []call{newCall([]string{"a1"}), newCall([]string{"b1"}), newCall([]string{"a2"}), newCall([]string{"c1"}), newCall([]string{"b2"})}
 	cmds := acquireScript.runMany(ctx, f, calls)
 	if len(f.pipelines) != 2 {
 		t.Fatalf("%d pipelines, want 2: %q", len(f.pipelines), f.pipelines)
