@@ -175,6 +175,10 @@ func TestFleetShapes(t *testing.T) {
 // token an interval, kept it from reserving at all (Planner.reserves now
 // counts the tenant's instances): 1.00 times.
 func TestReservationsCutFleetCalls(t *testing.T) {
+	if raceEnabled {
+		// 80 s under the race detector; make simulation runs it without.
+		t.Skip("a long simulation: make simulation runs it without the race detector")
+	}
 	for _, c := range []struct {
 		instances, tenants int
 		reservation        time.Duration
