@@ -1056,6 +1056,29 @@ func confCanceled(c *cx) {
 	}
 }
 
+// checkReserving runs the model of an acquire of want by instance id
+// (reporting demand) with a reservation of lms milliseconds, which Redis
+// answered with g, on m and reg, and fails the case unless g is what the
+// model grants, reserves and leaves.
+func (c *cx) checkReserving(what string, g lease.Grant, m *confModel, reg *confRegistry, id string, lim lease.Limits, want int64, demand float64, lms int64) {
+	c.t.Helper()
+	at := us(g.ServerTime)
+	clock := at - g.Wait.Microseconds()
+	x := m.see(at, lim.Rate, lim.Burst)
+	granted := min(int64(math.Floor(x)), want)
+	_, share, granted := reg.acquire(id, confWindow.Milliseconds(), at, lim, demand, x, granted)
+	left := x - float64(granted)
+	r, pace, ts := reserve(at, clock, lim, want, granted, left, share, lms, reg.held)
+	if r > 0 {
+		left = math.Floor(left)
+	}
+	m.store(ts, left, lim)
+	c.checkGrant(what, g, granted+r, left)
+	if g.Reserved != r || g.Pace != pace || g.Share != share {
+		c.t.Fatalf("%s: %+v; the model: %d reserved at %v (share %v)", what, g, r, pace, share)
+	}
+}
+
 // confReservationsHeld: an instance held to its share by the credit rule
 // (two instances, each asking 80/s of a rate of 100, the bucket under
 // half full) reserves its share over the length even though the bucket
@@ -1074,21 +1097,7 @@ func confReservationsHeld(c *cx) {
 			c.t.Fatalf("%s: %v, %+v", what, err, res)
 		}
 		g := res[0].Grant
-		at := us(g.ServerTime)
-		clock := at - g.Wait.Microseconds()
-		x := m.see(at, lim.Rate, lim.Burst)
-		granted := min(int64(math.Floor(x)), want)
-		_, share, granted := reg.acquire(id, confWindow.Milliseconds(), at, lim, demand, x, granted)
-		left := x - float64(granted)
-		r, pace, ts := reserve(at, clock, lim, want, granted, left, share, 1000, reg.held)
-		if r > 0 {
-			left = math.Floor(left)
-		}
-		m.store(ts, left, lim)
-		c.checkGrant(what, g, granted+r, left)
-		if g.Reserved != r || g.Pace != pace || g.Share != share {
-			c.t.Fatalf("%s: %+v; the model: %d reserved at %v (share %v)", what, g, r, pace, share)
-		}
+		c.checkReserving(what, g, &m, reg, id, lim, want, demand, 1000)
 		c.checkStored("t", &m)
 		return g
 	}
@@ -1131,28 +1140,14 @@ func confReservations(c *cx) {
 			c.t.Fatalf("%s: %v, %+v", what, err, res)
 		}
 		g := res[0].Grant
-		at := us(g.ServerTime)
-		clock := at - g.Wait.Microseconds()
-		if g.Wait < 0 || m.live && at != max(clock, m.ts+1) {
+		if at, clock := us(g.ServerTime), us(g.ServerTime.Add(-g.Wait)); g.Wait < 0 || m.live && at != max(clock, m.ts+1) {
 			c.t.Fatalf("%s: bucket time %d, wait %v; the bucket's ts was %d", what, at, g.Wait, m.ts)
 		}
-		x := m.see(at, lim.Rate, lim.Burst)
-		granted := min(int64(math.Floor(x)), want)
-		_, share, granted := reg.acquire("a", confWindow.Milliseconds(), at, lim, 40, x, granted)
-		left := x - float64(granted)
 		hms := int64(h / time.Millisecond)
 		if h%time.Millisecond != 0 {
 			hms++
 		}
-		r, pace, ts := reserve(at, clock, lim, want, granted, left, share, hms, reg.held)
-		if r > 0 {
-			left = math.Floor(left)
-		}
-		m.store(ts, left, lim)
-		c.checkGrant(what, g, granted+r, left)
-		if g.Reserved != r || g.Pace != pace || g.Share != share {
-			c.t.Fatalf("%s: %+v; the model: %d reserved at %v (share %v)", what, g, r, pace, share)
-		}
+		c.checkReserving(what, g, &m, reg, "a", lim, want, 40, hms)
 		return g
 	}
 	acq("drain", 10, 100*time.Millisecond)
