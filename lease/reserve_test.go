@@ -325,6 +325,7 @@ func TestReservationsCutCalls(t *testing.T) {
 	}
 	calls := make([]int, len(cs))
 	full := make([]int, len(cs))
+	reserved := make([]int64, len(cs))
 	deadline := time.Now().Add(run)
 	var wg sync.WaitGroup
 	for i, c := range cs {
@@ -342,6 +343,7 @@ func TestReservationsCutCalls(t *testing.T) {
 				}
 				g := res[0].Grant
 				calls[i]++
+				reserved[i] += g.Reserved
 				if g.Reserved == 40 {
 					full[i]++
 				}
@@ -360,21 +362,27 @@ func TestReservationsCutCalls(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	t.Logf("calls %v, full reservations %v in %v", calls, full, run)
-	total := 0
-	defer func() {
-		if total > 48 {
-			t.Errorf("%d calls in all, want at most 48 (6 an instance; 136 without reservations)", total)
-		}
-	}()
+	t.Logf("calls %v, full reservations %v, tokens reserved %v in %v", calls, full, reserved, run)
+	total, fulls := 0, 0
 	for i := range cs {
 		// About one per 4 s reservation once they follow on (the first
 		// ones share a second of refill, so some come short), where
 		// without reservations it would be one per Burst/Rate/instances
-		// ... one per 0.5 s at least: 17 in the run.
-		if calls[i] > 8 || full[i] < 1 {
-			t.Errorf("instance %d: %d calls, %d full (40-token) reservations in %v; want <= 8 calls, >= 1 full", i, calls[i], full[i], run)
+		// ... one per 0.5 s at least: 17 in the run. Each reserves at
+		// least a full reservation's worth (its share over 4 s) in all;
+		// which of them come short varies with the machine's timing
+		// (two of eight got no full one under two busy loops), so full
+		// ones are counted over the instances.
+		if calls[i] > 10 || reserved[i] < 40 {
+			t.Errorf("instance %d: %d calls, %d tokens reserved in %v; want <= 10 calls (8 seen), >= 40 tokens", i, calls[i], reserved[i], run)
 		}
 		total += calls[i]
+		fulls += full[i]
+	}
+	if total > 48 {
+		t.Errorf("%d calls in all, want at most 48 (6 an instance; 136 without reservations)", total)
+	}
+	if fulls < len(cs)/2 {
+		t.Errorf("%d full (40-token) reservations in all, want at least %d", fulls, len(cs)/2)
 	}
 }
