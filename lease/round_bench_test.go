@@ -60,13 +60,7 @@ func BenchmarkAcquireRound(b *testing.B) {
 						}
 					}
 				}
-				round() // dials the connection
-				b.ReportAllocs()
-				b.ResetTimer()
-				for range b.N {
-					round()
-				}
-				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/roundTenants, "ns/tenant")
+				benchRounds(b, round)
 			})
 		}
 	}
@@ -95,15 +89,21 @@ func BenchmarkReleaseRound(b *testing.B) {
 					}
 				}
 			}
-			round() // dials the connection
-			b.ReportAllocs()
-			b.ResetTimer()
-			for range b.N {
-				round()
-			}
-			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/roundTenants, "ns/tenant")
+			benchRounds(b, round)
 		})
 	}
+}
+
+// benchRounds times round, one round of roundTenants tenants an op,
+// after an untimed one that dials the connection, and reports ns/tenant.
+func benchRounds(b *testing.B, round func()) {
+	round()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		round()
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/roundTenants, "ns/tenant")
 }
 
 // fakeRoundClient returns a Client with WithInstance and WithBatch(batch)
