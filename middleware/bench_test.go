@@ -1,12 +1,10 @@
 package middleware_test
 
 import (
-	"context"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"testing"
-	"time"
 
 	"github.com/leasequota/leasequota"
 	"github.com/leasequota/leasequota/lease/memstore"
@@ -145,13 +143,7 @@ func BenchmarkInProcessOverhead(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		b.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			if err := l.Close(ctx); err != nil {
-				b.Errorf("Close: %v", err)
-			}
-		})
+		closeAtEnd(b, l)
 		return l
 	})
 }

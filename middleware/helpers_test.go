@@ -75,6 +75,13 @@ func newLimiter(t testing.TB, opts ...leasequota.Option) *leasequota.Limiter {
 	if err != nil {
 		t.Fatal(err)
 	}
+	closeAtEnd(t, l)
+	return l
+}
+
+// closeAtEnd closes l when the test ends, giving its Close 5 s, and fails
+// the test if Close fails.
+func closeAtEnd(t testing.TB, l *leasequota.Limiter) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -82,7 +89,6 @@ func newLimiter(t testing.TB, opts ...leasequota.Option) *leasequota.Limiter {
 			t.Errorf("Close: %v", err)
 		}
 	})
-	return l
 }
 
 // deadLimiter returns a Limiter with quota q and failure mode mode on a
