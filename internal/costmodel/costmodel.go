@@ -78,7 +78,10 @@ type RegistryCost struct {
 // scripts/acquire-parts.sh, under callgrind), but runs of this command on
 // 2026-12-01, at load average 2-4, could not tell the two apart (redis_rate's
 // unchanged script moved by up to 36 % between runs): the figures stay
-// until a quiet run, and overstate an acquire by about an eighth.
+// until a quiet run, and overstate an acquire by about an eighth. The
+// reservation of an instance held to its share (7bd5f18) adds a
+// comparison to an acquire without a reservation length, and was not
+// measured either.
 var Measured = Table{
 	AcquireFull:     47.85,
 	AcquireHistory8: 68.66,
