@@ -449,6 +449,14 @@ func (p *Planner) target(lim quota.Quota, demand float64, instances uint16) int6
 	return t
 }
 
+// lifetimeDemand is what the demand spends over the usable part of a
+// lease's lifetime (see target), rounded up and at most MaxLease: the
+// most a lease should hold, or the rest expires unspent.
+func (p *Planner) lifetimeDemand(lim quota.Quota, demand float64) int64 {
+	usable := lim.LeaseTTL - p.renewHorizon(lim)
+	return int64(math.Ceil(min(demand*usable.Seconds(), float64(lim.MaxLease))))
+}
+
 // renewHorizon is how long before a lease expires its replacement is
 // fetched: two intervals, at most half the lease lifetime.
 func (p *Planner) renewHorizon(lim quota.Quota) time.Duration {
@@ -536,8 +544,11 @@ func (p *Planner) Plan(st *State, lim quota.Quota, now time.Time, in Input) Acti
 			// so ask for all of it, this instance's share of the burst
 			// (Burst over the instances, for the even split of an
 			// over-demanded tenant), rather than a lease sized for an
-			// interval of demand.
-			st.target = max(st.target, min(ceilDiv(lim.Burst, int64(max(st.instances, 1))), lim.MaxLease))
+			// interval of demand; but no more than the demand spends in
+			// a lease's usable lifetime: the rest would expire, and a
+			// full grant of it would hold the next call back until the
+			// share had accrued it all (Granted).
+			st.target = max(st.target, min(ceilDiv(lim.Burst, int64(max(st.instances, 1))), p.lifetimeDemand(lim, st.Demand())))
 			// With reservations, the call may also reserve this
 			// instance's fair share of the rate over their length
 			// (Redis sizes it), paced (see reserves).

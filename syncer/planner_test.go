@@ -1120,3 +1120,41 @@ func TestScarceFullGrantWaitsForItsShare(t *testing.T) {
 		t.Errorf("%.2f calls a second, want about Rate/Burst = %.2f", perSec, lim.Rate/float64(lim.Burst))
 	}
 }
+
+// TestScarceLeaseWithinLifetimeDemand: a scarce instance asks for its
+// share of the burst only as far as its demand spends it in a lease's
+// lifetime. Here 2 instances share Rate 500, Burst 1000, and this one
+// asks for 8 tokens a second, of leases of 400 ms (200 ms of them
+// usable): half the burst, 500 tokens, would expire all but a few, and a
+// full grant of them would hold its next call back until its share of
+// the rate (its demand, 8/s, under max-min fairness) had accrued them
+// again, a minute (TestSimulation's seed 682).
+func TestScarceLeaseWithinLifetimeDemand(t *testing.T) {
+	const instances, demand = 2, 8.0
+	lim := quota.Quota{Rate: 500, Burst: 1000, MinLease: 1, MaxLease: 500, LeaseTTL: 400 * time.Millisecond}
+	r := warm(t, Config{}, lim, demand) // the bucket full: not scarce
+	var most int64
+	calls, longest := []time.Time{r.now}, time.Duration(0)
+	r.grant = func(want int64) (lease.Grant, bool) {
+		most = max(most, want)
+		longest = max(longest, r.now.Sub(calls[len(calls)-1]))
+		calls = append(calls, r.now)
+		// Served in full, but the others leave the bucket short: the
+		// instance stays scarce.
+		return lease.Grant{Granted: want, Tokens: 0.5, Instances: instances, Share: demand, ServerTime: r.now}, true
+	}
+	r.calls, r.acquired, r.expired, r.spent = 0, 0, 0, 0
+	r.run(demand, 20*time.Second, tick, nil)
+	r.checkHeld(t)
+	t.Logf("%d calls, at most %d tokens asked, longest gap %v, %d tokens acquired, %d expired", r.calls, most, longest, r.acquired, r.expired)
+	usable := lim.LeaseTTL - min(2*r.p.Config().Interval, lim.LeaseTTL/2)
+	if want := int64(math.Ceil(2 * demand * usable.Seconds())); most > want {
+		t.Errorf("asked for %d tokens at once, want at most %d (twice the demand over a lease's usable lifetime)", most, want)
+	}
+	if longest > 2*time.Second {
+		t.Errorf("%v between calls, want at most 2 s", longest)
+	}
+	if r.spent < int64(0.9*demand*20) {
+		t.Errorf("spent %d of %.0f tokens asked for", r.spent, demand*20)
+	}
+}
