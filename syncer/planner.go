@@ -133,6 +133,9 @@ type State struct {
 	// ledger holds were granted, at most (ms; see reservation): returns
 	// add it to their age. Zero once the ledger is empty.
 	dripLag int32
+	// born is when the tenant was first seen (Init; Revive starts it
+	// again), for the slow demand average's weight (Planner.seen).
+	born stamp
 }
 
 // State.flags.
@@ -159,7 +162,7 @@ func (st *State) setClock(ns int64) {
 		return
 	}
 	shift := st.ledger.rebaseTo(ns)
-	for _, s := range []*stamp{&st.next, &st.notBefore, &st.lastActive, &st.lastGrant, &st.needAt, &st.observed} {
+	for _, s := range []*stamp{&st.next, &st.notBefore, &st.lastActive, &st.lastGrant, &st.needAt, &st.observed, &st.born} {
 		*s = shiftStamp(*s, shift)
 	}
 	if r := st.resv; r != nil {
@@ -184,7 +187,9 @@ func (s *State) NotBefore() time.Time { return time.Unix(0, s.at(s.notBefore)) }
 func (s *State) Next() time.Time { return time.Unix(0, s.at(s.next)) }
 
 // Demand returns the demand estimate in tokens per second as of the last
-// plan: the average with the configured HalfLife, except after a jump.
+// plan: the average with the configured HalfLife (for a tenant seen for
+// less than a few of them, its mean since: see seen), except after a
+// jump.
 // When the average over half an interval is at least jumpFactor times the
 // slow one, the estimate is the fast average until the slow one has caught
 // up with it: a jump shows in the lease within about two intervals, which
@@ -207,11 +212,27 @@ const jumpFactor = 3
 // noise (a few requests landing together).
 const jumpMin = 32
 
+// seen returns the weight that the slow demand average of st's tenant
+// has gathered by stamp s since the tenant was first seen (st.born):
+// 1 - 2^(-age/HalfLife), the age counted as an interval at least (the
+// first requests are an interval's demand, not an instant's), and 1 once
+// the rest would not show in a float32.
+func (p *Planner) seen(st *State, s stamp) float64 {
+	age := max(time.Duration(s-st.born)*time.Millisecond, p.cfg.Interval)
+	if age >= 32*p.cfg.HalfLife {
+		return 1
+	}
+	return 1 - math.Exp2(-age.Seconds()/p.cfg.HalfLife.Seconds())
+}
+
 // observe records count tokens asked for at ns.
 func (p *Planner) observe(st *State, ns int64, count int64) {
 	now := st.stampOf(ns)
 	dt := time.Duration(now-st.observed) * time.Millisecond
-	st.slow = float32(bucket.UpdateRate(float64(st.slow), count, dt, p.cfg.HalfLife))
+	// The slow average starts at zero, and for its first half-lives it
+	// leans toward that start: divided by the weight it has gathered
+	// (seen), it is the mean over the time the tenant has been seen.
+	st.slow = float32(bucket.UpdateRate(float64(st.slow)*p.seen(st, st.observed), count, dt, p.cfg.HalfLife) / p.seen(st, now))
 	st.fast = float32(bucket.UpdateRate(float64(st.fast), count, dt, p.cfg.Interval/2))
 	st.observed = max(st.observed, now)
 	fast, slow := float64(st.fast), float64(st.slow)
@@ -336,6 +357,7 @@ func (p *Planner) Init(st *State, name string, now time.Time) {
 	st.ledger.init(ns)
 	st.lastActive = st.stampOf(ns)
 	st.observed = st.lastActive
+	st.born = st.lastActive
 	st.next = st.stampCeil(p.nextScheduled(st, ns))
 }
 

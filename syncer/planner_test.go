@@ -1158,3 +1158,35 @@ func TestScarceLeaseWithinLifetimeDemand(t *testing.T) {
 		t.Errorf("spent %d of %.0f tokens asked for", r.spent, demand*20)
 	}
 }
+
+// TestDemandAtStart: a new tenant's demand estimate is the mean over the
+// time it has been seen, not an average that starts at zero and takes
+// seconds to reach the demand: after 300 ms of 15 tokens a second it is
+// about 15 (the plain average of half-life 500 ms: 5), so a low-rate
+// tenant's leases are sized for its demand from its first plans on, and
+// an instance does not make a call for every two or three tokens of its
+// first second (issue #16's low-rate tenants in the simulator: 1,517 of
+// 2,671 acquires of a 10 s run in its first second; 623 of 1,659 since). Later, it is the average as before.
+func TestDemandAtStart(t *testing.T) {
+	const demand = 15.0
+	lim := quota.Quota{Rate: 20, Burst: 40, MinLease: 1, MaxLease: 20, LeaseTTL: time.Second}
+	r := newRig(Config{}, lim, "new")
+	r.run(demand, 300*time.Millisecond, tick, nil)
+	if d := r.st.Demand(); d < 0.8*demand || d > 1.25*demand {
+		t.Errorf("demand %.2f/s after 300 ms of %v/s, want about %v", d, demand, demand)
+	}
+	calls := r.calls
+	r.run(demand, 700*time.Millisecond, tick, nil)
+	t.Logf("calls in the first 300 ms: %d, in the first second: %d, target %d", calls, r.calls, r.st.Target())
+	if want := wantTarget(r.p.Config(), lim, demand); r.st.Target() < want*9/10 {
+		t.Errorf("target %d after a second of %v/s, want about %d", r.st.Target(), demand, want)
+	}
+	// After many half-lives the correction is gone: a fall in demand
+	// shows as in the plain average.
+	r.run(demand, 20*time.Second, tick, nil)
+	r.run(demand/3, time.Second, tick, nil)
+	plain := demand/3 + (demand-demand/3)*math.Exp2(-2)
+	if d := r.st.Demand(); math.Abs(d-plain) > 0.1*plain {
+		t.Errorf("demand %.2f/s a second after it fell to %v/s, want the plain average's %.2f", d, demand/3, plain)
+	}
+}
