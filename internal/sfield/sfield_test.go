@@ -1,6 +1,7 @@
 package sfield
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -56,4 +57,51 @@ func TestMemberFormatsOncePerQuota(t *testing.T) {
 	if d := m.Field(20, 2, format("d")); d[0] != "d" || calls != 3 {
 		t.Fatalf("another rate: %q (formatted %d times), want \"d\"", d, calls)
 	}
+}
+
+// digitsOf returns what putDigits wrote for u: its significant digits.
+func digitsOf(u uint64) string {
+	var b [16]byte
+	i := putDigits(&b, u)
+	return string(b[i:])
+}
+
+func TestPutDigits(t *testing.T) {
+	for _, u := range []uint64{0, 1, 9, 10, 99, 100, 101, 9999, 10000, 99_999_999, 100_000_000, 100_000_001,
+		1 << 40, 123_456_789_012_345, MaxInteger, 9_999_999_999_999_999} {
+		if got, want := digitsOf(u), strconv.FormatUint(u, 10); got != want {
+			t.Errorf("putDigits(%d) wrote %q, want %q", u, got, want)
+		}
+	}
+	// Every value of each four-digit lane, in both halves of a word
+	// (the lanes are independent: digits8 splits all at once).
+	for x := range uint64(10000) {
+		for _, u := range []uint64{x, x * 10000, x*1e8 + x, x*1e12 + 99_999_999} {
+			if got, want := digitsOf(u), strconv.FormatUint(u, 10); got != want {
+				t.Fatalf("putDigits(%d) wrote %q, want %q", u, got, want)
+			}
+		}
+	}
+}
+
+// FuzzPutDigits holds putDigits to strconv below 1e16, and RateLimit to
+// the value written with strconv.
+func FuzzPutDigits(f *testing.F) {
+	for _, u := range []uint64{0, 7, 100, 1 << 40, MaxInteger, 1e16 - 1} {
+		f.Add(u, int64(u%20)-1)
+	}
+	f.Fuzz(func(t *testing.T, u uint64, tt int64) {
+		u %= 1e16
+		if got, want := digitsOf(u), strconv.FormatUint(u, 10); got != want {
+			t.Fatalf("putDigits(%d) wrote %q, want %q", u, got, want)
+		}
+		r := int64(u) - 5e15 // negatives too, clamped to 0
+		want := `"p";r=` + strconv.FormatInt(min(max(r, 0), MaxInteger), 10)
+		if tt >= 0 {
+			want += ";t=" + strconv.FormatInt(min(tt, MaxInteger), 10)
+		}
+		if v := RateLimit(`"p";r=`, r, tt); len(v) != 1 || v[0] != want {
+			t.Fatalf("RateLimit(%d, %d) = %q, want %q", r, tt, v, want)
+		}
+	})
 }
