@@ -139,6 +139,9 @@ func newPolicyState(sp policySpec) *policyState {
 // member returns the RateLimit-Policy member of p for quota q, a
 // one-value slice shared by the responses that carry it (never written).
 func (p *policyState) member(q *leasequota.Quota) []string {
+	if f := p.value.Cached(q.Burst, q.Rate); f != nil {
+		return f // without the closure and the call: 43 instructions less (callgrind)
+	}
 	return p.value.Field(q.Burst, q.Rate, func() string { return string(appendPolicy(nil, p.quoted, *q)) })
 }
 

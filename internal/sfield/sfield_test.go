@@ -45,6 +45,9 @@ func BenchmarkRateLimit(b *testing.B) {
 
 func TestMemberFormatsOncePerQuota(t *testing.T) {
 	var m Member
+	if f := m.Cached(10, 1); f != nil {
+		t.Fatalf("Cached of an empty Member = %q, want nil", f)
+	}
 	calls := 0
 	format := func(s string) func() string { return func() string { calls++; return s } }
 	a := m.Field(10, 1, format("a"))
@@ -56,6 +59,12 @@ func TestMemberFormatsOncePerQuota(t *testing.T) {
 	}
 	if d := m.Field(20, 2, format("d")); d[0] != "d" || calls != 3 {
 		t.Fatalf("another rate: %q (formatted %d times), want \"d\"", d, calls)
+	}
+	if f := m.Cached(20, 2); len(f) != 1 || f[0] != "d" {
+		t.Fatalf("Cached(20, 2) = %q, want the last member [\"d\"]", f)
+	}
+	if f := m.Cached(20, 1); f != nil {
+		t.Fatalf("Cached(20, 1) = %q, want nil: the last quota is another", f)
 	}
 }
 
