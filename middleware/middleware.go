@@ -123,17 +123,17 @@ type handler struct {
 // policyState is a policy as the handler uses it.
 type policyState struct {
 	policySpec
-	quoted   string   // the name as an sf-string
-	rPrefix  string   // the RateLimit value up to r's digits: quoted;r=
-	violated []string // the problem's "violated-policies"
-	missing  string   // with several policies: the detail of the 400 answer to a request without its key
+	quoted   string        // the name as an sf-string
+	rPrefix  sfield.Prefix // the RateLimit value up to r's digits: quoted;r=
+	violated []string      // the problem's "violated-policies"
+	missing  string        // with several policies: the detail of the 400 answer to a request without its key
 
 	value sfield.Member // the RateLimit-Policy member of the last quota seen
 }
 
 func newPolicyState(sp policySpec) *policyState {
 	quoted := quoteString(sp.name)
-	return &policyState{policySpec: sp, quoted: quoted, rPrefix: quoted + ";r=", violated: []string{sp.name}}
+	return &policyState{policySpec: sp, quoted: quoted, rPrefix: sfield.NewPrefix(quoted + ";r="), violated: []string{sp.name}}
 }
 
 // member returns the RateLimit-Policy member of p for quota q, a
@@ -183,7 +183,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			p := h.pols[0]
 			hdr := w.Header()
 			hdr[headerPolicy] = p.member(q)
-			hdr[headerRateLimit] = sfield.RateLimit(p.rPrefix, d.FleetRemaining, 0)
+			hdr[headerRateLimit] = p.rPrefix.RateLimit(d.FleetRemaining, 0)
 		}
 		h.next.ServeHTTP(w, r)
 		return
@@ -457,7 +457,7 @@ func (h *handler) setFields(hdr http.Header, d *leasequota.Decision, keys []stri
 	hdr[headerPolicy] = policy
 	if !h.cfg.legacy {
 		if rate {
-			hdr[headerRateLimit] = sfield.RateLimit(p.rPrefix, min(max(d.FleetRemaining, 0), maxSFInteger), t)
+			hdr[headerRateLimit] = p.rPrefix.RateLimit(min(max(d.FleetRemaining, 0), maxSFInteger), t)
 		}
 		return
 	}
@@ -479,7 +479,7 @@ func (h *handler) setFields(hdr http.Header, d *leasequota.Decision, keys []stri
 		return
 	}
 	r := min(max(d.FleetRemaining, 0), maxSFInteger)
-	hdr[headerRateLimit] = sfield.RateLimit(p.rPrefix, r, t)
+	hdr[headerRateLimit] = p.rPrefix.RateLimit(r, t)
 	vals[1] = strconv.FormatInt(r, 10)
 	hdr[headerLegacyRemaining] = vals[1:2:2]
 	if t >= 0 {

@@ -65,6 +65,67 @@ func RateLimit(rPrefix string, r, t int64) []string {
 	return []string{rPrefix + string(tail[i:end])}
 }
 
+// Prefix is a policy's RateLimit prefix, `"name";r=`, with its first 16
+// bytes as two words, for RateLimit's fast path. Make it with NewPrefix,
+// once per policy.
+type Prefix struct {
+	s      string
+	w0, w1 uint64 // s's first 16 bytes, little endian, zero past its end
+}
+
+// NewPrefix returns the Prefix of rPrefix, a policy's `"name";r=`.
+func NewPrefix(rPrefix string) Prefix {
+	var b [16]byte
+	copy(b[:], rPrefix)
+	return Prefix{s: rPrefix, w0: binary.LittleEndian.Uint64(b[0:]), w1: binary.LittleEndian.Uint64(b[8:])}
+}
+
+// String returns the prefix.
+func (p *Prefix) String() string { return p.s }
+
+// RateLimit is RateLimit(p.String(), r, t). For t of 0 to 9 (an
+// admission's t=0) and a value of up to 32 bytes (prefixes of up to 13
+// bytes, `"default";r=` is 12), it writes the value into the field in
+// five stores of whole words, the prefix's two, the digits' two and
+// ";t=t" (digits8 for the digits, shifted so that the first significant
+// one comes first): 164 instructions per request of the middleware's
+// benchmark under callgrind, digits included, against 230 for RateLimit
+// with its stack array and two copies (memmove 42) of the prefix and of
+// the digits.
+func (p *Prefix) RateLimit(r, t int64) []string {
+	u := uint64(min(max(r, 0), MaxInteger))
+	hi := u / 1e8
+	a, c := digits8(hi), digits8(u-hi*1e8)
+	lz := uint(bits.TrailingZeros64(a)) / 8 // the leading zero digits, as in putDigits
+	if hi == 0 {
+		lz = min(8+uint(bits.TrailingZeros64(c))/8, 15)
+	}
+	a, c = a|zeros, c|zeros
+	pl, nd := len(p.s), 16-int(lz)
+	n := pl + nd + len(";t=0")
+	if uint64(t) > 9 || pl > 16 || n > 32 {
+		return RateLimit(p.s, r, t)
+	}
+	// The 16 digit bytes shifted down by the lz leading zeros: the
+	// significant digits first, then zero bytes, which ";t=t" and the
+	// value's end cover.
+	var d0, d1 uint64
+	if s := lz * 8; lz < 8 {
+		d0, d1 = a>>s|c<<(64-s), c>>s
+	} else {
+		d0 = c >> (s - 64)
+	}
+	f := new(field[[32]byte])
+	b := &f.buf
+	binary.LittleEndian.PutUint64(b[0:], p.w0)
+	binary.LittleEndian.PutUint64(b[8:], p.w1)
+	binary.LittleEndian.PutUint64(b[pl:], d0)
+	binary.LittleEndian.PutUint64(b[pl+8:], d1)
+	binary.LittleEndian.PutUint32(b[pl+nd:], uint32(';')|uint32('t')<<8|uint32('=')<<16|uint32('0'+t)<<24)
+	f.val[0] = unsafe.String(&b[0], n)
+	return f.val[:1:1]
+}
+
 // putDigits writes the decimal digits of u < 1e16 into b, right-aligned
 // with leading zeros, and returns the index of the first significant one
 // (15 for u = 0, whose digit is "0").
