@@ -7,8 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/leasequota/leasequota/internal/sfield"
-
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -473,7 +471,7 @@ func (lim *limiter) setMetadata(ctx context.Context, d *leasequota.Decision, key
 	md := make(metadata.MD, 2)
 	md[MetadataPolicy] = policy
 	if rate && valid && dec >= 0 {
-		md[MetadataRateLimit] = sfield.RateLimit(lim.pols[dec].rPrefix, min(max(d.FleetRemaining, 0), maxSFInteger), t)
+		md[MetadataRateLimit] = lim.pols[dec].rPrefix.RateLimit(min(max(d.FleetRemaining, 0), maxSFInteger), t)
 	}
 	_ = setHeader(ctx, md) // fails only when headers were sent: not yet
 }

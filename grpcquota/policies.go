@@ -171,9 +171,9 @@ func WithDenialHandler(f func(ctx context.Context, fullMethod string, d Denial) 
 // options (name only), or one of WithPolicy and WithPeerPolicy.
 type policy struct {
 	policySpec
-	missingErr  error  // with several policies: ends a call without its key
-	reservedErr error  // with several policies: ends a call whose key starts with a peer policy's prefix
-	rPrefix     string // the "ratelimit" value up to r's digits: "name";r=
+	missingErr  error         // with several policies: ends a call without its key
+	reservedErr error         // with several policies: ends a call whose key starts with a peer policy's prefix
+	rPrefix     sfield.Prefix // the "ratelimit" value up to r's digits: "name";r=
 
 	value sfield.Member // the "ratelimit-policy" member of the last quota seen
 }
@@ -181,6 +181,9 @@ type policy struct {
 // member returns the "ratelimit-policy" member of p for quota q, a
 // one-value slice shared by the calls that send it (never written).
 func (p *policy) member(q *leasequota.Quota) []string {
+	if f := p.value.Cached(q.Burst, q.Rate); f != nil {
+		return f // without Field's closure
+	}
 	return p.value.Field(q.Burst, q.Rate, func() string { return middleware.PolicyValue(p.name, *q) })
 }
 
@@ -189,7 +192,7 @@ func (p *policy) init(sp policySpec) {
 	p.policySpec = sp
 	// RateLimitValue without t, less r's digit 0.
 	v := middleware.RateLimitValue(sp.name, 0, -1)
-	p.rPrefix = v[:len(v)-1]
+	p.rPrefix = sfield.NewPrefix(v[:len(v)-1])
 }
 
 func newPolicies(cfg *config) []policy {
