@@ -688,7 +688,7 @@ func (p *Planner) Granted(st *State, lim quota.Quota, now time.Time, asked int64
 			// top-up of a few tokens. (Alone on a bucket, an instance's
 			// credit is the bucket's refill, which a short request may
 			// call for as soon as it holds what it needs.)
-			p.holdBack(st, ns, durationCeil(p.accrued(float64(immediate), g.Share)/g.Share))
+			p.holdBack(st, ns, shareWait(lim, g.Share, p.accrued(float64(immediate), g.Share)))
 		}
 		return
 	}
@@ -717,7 +717,7 @@ func (p *Planner) Granted(st *State, lim quota.Quota, now time.Time, asked int64
 			// a token's worth has accrued, not a whole batch.
 			need = 1
 		}
-		wait = durationCeil(float64(need) / g.Share)
+		wait = shareWait(lim, g.Share, float64(need))
 	} else {
 		turn := need * int64(max(st.instances, 1))
 		if turn/int64(max(st.instances, 1)) != need { // overflow
@@ -726,6 +726,22 @@ func (p *Planner) Granted(st *State, lim quota.Quota, now time.Time, asked int64
 		wait = g.RetryAfter(turn, lim.Rate)
 	}
 	p.holdBack(st, ns, wait)
+}
+
+// shareWait is how long a share of the rate (tokens a second) takes to
+// accrue x tokens of credit at Redis, at most the bucket's fill time
+// Burst/Rate. An instance's credit is at most its share of the burst
+// (max(1, Burst * share/Rate), acquire.lua), which its share refills in
+// the fill time: a longer wait gains no credit, and it holds back the
+// call that would tell Redis this instance's demand now. A share that
+// small is a demand this instance reported low (a request now and then),
+// which the requests of now may have outgrown: without the cap, an
+// instance of a scarce tenant whose share was 0.05 a second got nothing
+// and was held back 20 s, its requests denied with that RetryAfter
+// (TestSmallShareWaitsAtMostTheFillTime). An instance whose demand did
+// stay that low calls at most once per fill time, as a starved pair does.
+func shareWait(lim quota.Quota, share, x float64) time.Duration {
+	return min(durationCeil(x/share), durationCeil(float64(lim.Burst)/lim.Rate))
 }
 
 // accrued is how much of x tokens a share of the rate (tokens a second)

@@ -1190,3 +1190,40 @@ func TestDemandAtStart(t *testing.T) {
 		t.Errorf("demand %.2f/s a second after it fell to %v/s, want the plain average's %.2f", d, demand/3, plain)
 	}
 }
+
+// TestSmallShareWaitsAtMostTheFillTime: an instance of a scarce tenant
+// whose share at Redis is tiny (the demand it reported was a request now
+// and then) gets nothing from a call, its credit spent. It comes back
+// within the bucket's fill time, Burst/Rate (1 s here), to report the
+// demand it has now, not after its share accrued a token (20 s); and no
+// more often than that while its share stays so small.
+func TestSmallShareWaitsAtMostTheFillTime(t *testing.T) {
+	lim := quota.Quota{Rate: 100, Burst: 100, MinLease: 1, MaxLease: 100, LeaseTTL: time.Second}
+	r := newRig(Config{}, lim, "trickle")
+	const share = 0.05
+	var calls []time.Time
+	r.grant = func(want int64) (lease.Grant, bool) {
+		calls = append(calls, r.now)
+		return lease.Grant{Granted: 0, Tokens: 30, Instances: 2, Share: share, ServerTime: r.now}, true
+	}
+	r.run(20, 10*time.Second, tick, nil)
+	if len(calls) < 2 {
+		t.Fatalf("%d calls in 10 s, want one about every second", len(calls))
+	}
+	var longest time.Duration
+	for i := 1; i < len(calls); i++ {
+		longest = max(longest, calls[i].Sub(calls[i-1]))
+	}
+	fill := time.Duration(float64(lim.Burst) / lim.Rate * float64(time.Second))
+	slack := r.p.Config().Jitter + tick
+	t.Logf("%d calls in 10 s, the longest gap %v (fill time %v)", len(calls), longest, fill)
+	if longest > fill+slack {
+		t.Errorf("%v between calls, want at most the fill time %v (+ jitter and a tick, %v)", longest, fill, slack)
+	}
+	if len(calls) > 12 {
+		t.Errorf("%d calls in 10 s, want about one per fill time", len(calls))
+	}
+	if d := r.st.NotBefore().Sub(r.now); d > fill+slack {
+		t.Errorf("the next call is held back %v, want at most %v", d, fill+slack)
+	}
+}
