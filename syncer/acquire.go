@@ -62,7 +62,7 @@ func (s *Syncer) apply(ctx context.Context, t *Tenant, now time.Time, want int64
 		s.errs.Add(1)
 		s.planner.Failed(&ls.st, now)
 		ls.retryAt.Store(ls.st.at(ls.st.notBefore))
-		if s.busy(r.Err, s.opts.Now()) {
+		if s.busy(ctx, r.Err, s.opts.Now(), t.name) {
 			// Redis is busy, not down: the tenant backs off, and its
 			// requests are decided by its lease, not its failure mode.
 			return
@@ -79,6 +79,7 @@ func (s *Syncer) apply(ctx context.Context, t *Tenant, now time.Time, want int64
 		s.setFailing(t, true, r.Err)
 		return
 	}
+	s.noteAnswered(ctx, t.name)
 	g := r.Grant
 	// Tokens for now; the reserved rest come due later (Planner.Reserved).
 	immediate := g.Immediate()

@@ -72,7 +72,9 @@ func (s *Syncer) newBreaker(iv time.Duration) *gobreaker.CircuitBreaker[[]lease.
 		},
 		// Calls canceled because the limiter is closing say nothing
 		// about Redis, and a busy Redis is not down (busy).
-		IsExcluded: func(err error) bool { return errors.Is(err, context.Canceled) || s.busy(err, s.opts.Now()) },
+		IsExcluded: func(err error) bool {
+			return errors.Is(err, context.Canceled) || s.busy(context.Background(), err, s.opts.Now(), "")
+		},
 		OnStateChange: func(_ string, from, to gobreaker.State) {
 			switch {
 			case to == gobreaker.StateOpen && from == gobreaker.StateClosed:

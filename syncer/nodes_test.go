@@ -452,3 +452,101 @@ func TestClusterRunEndDropsWaitingCalls(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// slowNodeStore is a lease.Store on nodes named by the tenant's first
+// letter ("a-1" lives on "a"), and a syncer.NodeLocator: a call to a node
+// set slow waits until its deadline, as a call to a live master does when
+// the process is too short of CPU to read its reply.
+type slowNodeStore struct {
+	lease.Store
+	mu   sync.Mutex
+	slow map[string]bool
+}
+
+func (s *slowNodeStore) NodeOf(_ context.Context, tenant string) (string, bool) {
+	return tenant[:1], true
+}
+
+func (s *slowNodeStore) setSlow(node string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.slow[node] = true
+}
+
+func (s *slowNodeStore) AcquireMany(ctx context.Context, reqs []lease.Request, results []lease.Result) ([]lease.Result, error) {
+	s.mu.Lock()
+	slow := s.slow[reqs[0].Tenant[:1]]
+	s.mu.Unlock()
+	if slow {
+		<-ctx.Done() // the call's deadline: a short CallTimeout
+		res := make([]lease.Result, len(reqs))
+		for i := range res {
+			res[i].Err = ctx.Err()
+		}
+		return res, ctx.Err()
+	}
+	return s.Store.AcquireMany(ctx, reqs, results)
+}
+
+// TestClusterTimeoutOnAnsweringNodeIsBusy: on a Redis Cluster, a call that
+// times out on a node that answered this instance within the default
+// lease TTL is that node busy, as on one Redis: its tenant backs off but
+// is not failing (no failure mode decides for it). A timeout on a node
+// that never answered, or not for a lease TTL, is a failure.
+func TestClusterTimeoutOnAnsweringNodeIsBusy(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	var clock atomic.Int64
+	clock.Store(time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	now := func() time.Time { return time.Unix(0, clock.Load()) }
+	view, err := memstore.New(memstore.WithClock(now)).Instance("me", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := &slowNodeStore{Store: view, slow: map[string]bool{}}
+	s := syncer.New(st, syncer.Options{
+		Planner:     syncer.NewPlanner(syncer.Config{Interval: 100 * time.Millisecond}, 1),
+		Now:         now,
+		Cluster:     true,
+		CallTimeout: 20 * time.Millisecond,
+	})
+	defer s.Close()
+	lim := quota.Quota{Rate: 1000, Burst: 1000, MinLease: 1, MaxLease: 100, LeaseTTL: time.Second}
+	track := func(name string) *syncer.Tenant {
+		tn, err := s.Track(name, lim)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tn
+	}
+	a1, a2, b1 := track("a-1"), track("a-2"), track("b-1")
+	// The default lease TTL here is 200 ms (twice the interval).
+	refill := func(after time.Duration, tn *syncer.Tenant) {
+		t.Helper()
+		clock.Add(int64(after))
+		<-s.Refill(context.Background(), tn, 1)
+	}
+
+	refill(0, a1)
+	if a1.Held() == 0 || a1.Failing() {
+		t.Fatalf("a-1: held %d, failing %v after node a answered", a1.Held(), a1.Failing())
+	}
+	st.setSlow("a")
+	st.setSlow("b")
+	refill(50*time.Millisecond, a2)
+	if a2.Held() != 0 {
+		t.Fatalf("a-2 holds %d tokens from a slow node", a2.Held())
+	}
+	if a2.Failing() {
+		t.Error("a-2 is failing after a timeout on node a, which answered a-1's call 50 ms before: want busy, not failing")
+	}
+	refill(0, b1)
+	if !b1.Failing() {
+		t.Error("b-1 is not failing after a timeout on node b, which never answered")
+	}
+	// Node a has not answered for over a lease TTL now (and a-2's backoff,
+	// at most the interval, is over): its timeouts count again.
+	refill(time.Second, a2)
+	if !a2.Failing() {
+		t.Error("a-2 is not failing after node a answered nothing for two lease TTLs")
+	}
+}

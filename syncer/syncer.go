@@ -100,6 +100,12 @@ type Syncer struct {
 	// instance was last answered within its deadline; 0 before the first.
 	// It tells a busy Redis from a silent one (busy, call.go).
 	answered atomic.Int64
+	// nodeAnswered is, in Cluster mode, when each node (NodeOf) last
+	// answered a lease call of this instance for one of its tenants in
+	// time: node address -> *atomic.Int64 (unix nanoseconds). It tells a
+	// busy node from a silent one, as answered does for one Redis (busy).
+	// A few entries: one per master address seen.
+	nodeAnswered sync.Map
 	// leaseTTL is the default lease TTL, as Options.Defaults resolves it:
 	// how long a reply may take before it is congestion
 	// (congestedAfter), and Redis silent before it is down (busy).
