@@ -67,8 +67,14 @@ func paced(stop *atomic.Bool, rate func(el float64) float64, f func()) {
 }
 
 // TestLowDemandFewCalls: 8 instances serve one tenant at a tenth of its
-// rate. Leases must cover the demand between refreshes (no denial) and
-// cost at most 2 script calls per 1,000 decisions.
+// rate. Leases must cover the demand between refreshes and cost at most 2
+// script calls per 1,000 decisions. A lease holds about two refresh
+// intervals of demand, so a denial means a refresh came that much late:
+// each must follow a stall of this process (the syncer's goroutine late
+// by a tick or more, as a loaded machine makes it; on a quiet one there
+// are none), or it fails the test. A clean clone's make test on
+// 2026-12-02 saw 19 denials within one half-second, under the race
+// detector; eight reruns, three of them beside two busy loops, none.
 func TestLowDemandFewCalls(t *testing.T) {
 	leakCheck(t)
 	const (
@@ -85,6 +91,10 @@ func TestLowDemandFewCalls(t *testing.T) {
 	var decisions, denied atomic.Int64
 	var byReason [16]atomic.Int64
 	var bySecond [8]atomic.Int64
+	var deniedMu sync.Mutex
+	var deniedAt []time.Time // the first 1,000 denials
+	probe := startStallProbe()
+	defer probe.Stop()
 	began := time.Now()
 	var wg sync.WaitGroup
 	for i := 0; i < instances*2; i++ {
@@ -98,6 +108,11 @@ func TestLowDemandFewCalls(t *testing.T) {
 					denied.Add(1)
 					byReason[d.Reason%16].Add(1)
 					bySecond[min(int(time.Since(began)/(500*time.Millisecond)), 7)].Add(1)
+					deniedMu.Lock()
+					if len(deniedAt) < 1000 {
+						deniedAt = append(deniedAt, time.Now())
+					}
+					deniedMu.Unlock()
 				}
 			})
 		}()
@@ -118,12 +133,30 @@ func TestLowDemandFewCalls(t *testing.T) {
 	time.Sleep(4 * time.Second) // the load runs (pacing)
 	stop.Store(true)
 	wg.Wait()
+	probe.Stop()
 	calls := scriptCalls(t, admin) - before
 	perK := float64(calls) / float64(decisions.Load()) * 1000
 	info, _ := ls[0].Tenant("low")
 	t.Logf("%d decisions, %d denied, %d script calls: %.2f per 1,000; lease %d, demand %.0f/s", decisions.Load(), denied.Load(), calls, perK, info.Lease, info.Demand)
+	// A denial is explained by a stall of at least a tick (a quarter
+	// interval) within the two intervals before it: the refresh that
+	// would have covered it was due then.
+	window, least := 2*leasequota.DefaultRefreshInterval, leasequota.DefaultRefreshInterval/4
+	var unexplained int
+	var worst time.Duration
+	for _, at := range deniedAt {
+		w := probe.worst(at.Add(-window), at)
+		if w < least {
+			unexplained++
+		}
+		worst = max(worst, w)
+	}
 	if denied.Load() != 0 {
-		t.Errorf("%d of %d requests denied at a tenth of the rate", denied.Load(), decisions.Load())
+		t.Logf("%s; %d of the first %d denials followed no stall of %v or more within %v (the longest stall before a denial: %v)",
+			probe, unexplained, len(deniedAt), least, window, worst)
+	}
+	if unexplained > 0 || denied.Load() > int64(len(deniedAt)) {
+		t.Errorf("%d of %d requests denied at a tenth of the rate, %d of them with this process running on time", denied.Load(), decisions.Load(), unexplained)
 	}
 	if perK > 2 {
 		t.Errorf("%.2f script calls per 1,000 decisions, want <= 2", perK)
