@@ -154,6 +154,24 @@ func within(d time.Duration, cond func() bool) bool {
 	return true
 }
 
+// fakeClock is a clock the test moves (Add) and the in-process store of
+// one instance, "me", that reads it.
+type fakeClock struct{ ns atomic.Int64 }
+
+func (c *fakeClock) Now() time.Time      { return time.Unix(0, c.ns.Load()) }
+func (c *fakeClock) Add(d time.Duration) { c.ns.Add(int64(d)) }
+
+func clockedView(t *testing.T) (*fakeClock, lease.Store) {
+	t.Helper()
+	c := &fakeClock{}
+	c.ns.Store(time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	view, err := memstore.New(memstore.WithClock(c.Now)).Instance("me", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, view
+}
+
 // TestClusterDeadNodeDelaysOnlyItsTenants drives a Cluster-mode syncer by
 // hand (Tick, Wait) on a store whose dead node's calls hang, the quota
 // version's among them: each Tick must return while those calls hang, the
@@ -167,14 +185,8 @@ func within(d time.Duration, cond func() bool) bool {
 // node's call (and with its quota version poll before that).
 func TestClusterDeadNodeDelaysOnlyItsTenants(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	var clock atomic.Int64 // ns since 1970
-	clock.Store(time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
-	now := func() time.Time { return time.Unix(0, clock.Load()) }
-	mem := memstore.New(memstore.WithClock(now))
-	view, err := mem.Instance("me", time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	clock, view := clockedView(t)
+	now := clock.Now
 	st := &nodeStore{Store: view, unblock: make(chan struct{})}
 	unblocked := false
 	unblock := func() {
@@ -281,7 +293,7 @@ func TestClusterDeadNodeDelaysOnlyItsTenants(t *testing.T) {
 			}
 			tn.NoteMiss(10)
 		}
-		clock.Add(int64(interval))
+		clock.Add(interval)
 		deadline := time.Now().Add(10 * time.Second)
 		for {
 			if !tick("a later round") {
@@ -334,13 +346,8 @@ func TestClusterDeadNodeDelaysOnlyItsTenants(t *testing.T) {
 // must hold its lease.
 func TestStandaloneRoundFinishesItsCalls(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	var clock atomic.Int64
-	clock.Store(time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
-	now := func() time.Time { return time.Unix(0, clock.Load()) }
-	view, err := memstore.New(memstore.WithClock(now)).Instance("me", time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	clock, view := clockedView(t)
+	now := clock.Now
 	st := &nodeStore{Store: view, unblock: make(chan struct{})}
 	s := syncer.New(st, syncer.Options{Planner: syncer.NewPlanner(syncer.Config{}, 1), Now: now, CallTimeout: time.Hour})
 	defer s.Close()
@@ -495,13 +502,8 @@ func (s *slowNodeStore) AcquireMany(ctx context.Context, reqs []lease.Request, r
 // that never answered, or not for a lease TTL, is a failure.
 func TestClusterTimeoutOnAnsweringNodeIsBusy(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	var clock atomic.Int64
-	clock.Store(time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
-	now := func() time.Time { return time.Unix(0, clock.Load()) }
-	view, err := memstore.New(memstore.WithClock(now)).Instance("me", time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	clock, view := clockedView(t)
+	now := clock.Now
 	st := &slowNodeStore{Store: view, slow: map[string]bool{}}
 	s := syncer.New(st, syncer.Options{
 		Planner:     syncer.NewPlanner(syncer.Config{Interval: 100 * time.Millisecond}, 1),
@@ -522,7 +524,7 @@ func TestClusterTimeoutOnAnsweringNodeIsBusy(t *testing.T) {
 	// The default lease TTL here is 200 ms (twice the interval).
 	refill := func(after time.Duration, tn *syncer.Tenant) {
 		t.Helper()
-		clock.Add(int64(after))
+		clock.Add(after)
 		<-s.Refill(context.Background(), tn, 1)
 	}
 
