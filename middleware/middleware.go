@@ -195,11 +195,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if q := &d.Quota; q.Burst > 0 && q.Rate > 0 {
 			p := h.pols[0]
 			hdr := w.Header()
-			policy := p.value.Cached(q.Burst, q.Rate) // member's common case, without its call
-			if policy == nil {
-				policy = p.member(q)
-			}
-			hdr[headerPolicy] = policy
+			hdr[headerPolicy] = p.member(q)
 			hdr[headerRateLimit] = p.rPrefix.RateLimit(d.FleetRemaining, 0)
 		}
 		h.next.ServeHTTP(w, r)

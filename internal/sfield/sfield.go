@@ -93,14 +93,7 @@ func (p *Prefix) String() string { return p.s }
 // with its stack array and two copies (memmove 42) of the prefix and of
 // the digits.
 func (p *Prefix) RateLimit(r, t int64) []string {
-	u := uint64(min(max(r, 0), MaxInteger))
-	hi := u / 1e8
-	a, c := digits8(hi), digits8(u-hi*1e8)
-	lz := uint(bits.TrailingZeros64(a)) / 8 // the leading zero digits, as in putDigits
-	if hi == 0 {
-		lz = min(8+uint(bits.TrailingZeros64(c))/8, 15)
-	}
-	a, c = a|zeros, c|zeros
+	a, c, lz := digits16(uint64(min(max(r, 0), MaxInteger)))
 	pl, nd := len(p.s), 16-int(lz)
 	n := pl + nd + len(";t=0")
 	if uint64(t) > 9 || pl > 16 || n > 32 {
@@ -135,16 +128,25 @@ func (p *Prefix) RateLimit(r, t int64) []string {
 // (Burst 1<<40) under callgrind, against 212 for strconv's rule of two
 // digits per division by 100, table look-ups and bounds checks included.
 func putDigits(b *[16]byte, u uint64) int {
+	a, c, lz := digits16(u)
+	binary.LittleEndian.PutUint64(b[0:], a)
+	binary.LittleEndian.PutUint64(b[8:], c)
+	return int(lz)
+}
+
+// digits16 returns the 16 decimal digits of u < 10^16 as ASCII in the
+// bytes of two words (the first eight in a, little endian: a's low byte
+// is the first digit), and how many of them are leading zeros, at most
+// 15 (zero itself has one digit). The leading zeros are the low zero
+// bytes of the digits before they are made ASCII: of a, then of c.
+func digits16(u uint64) (a, c uint64, lz uint) {
 	hi := u / 1e8
-	a, c := digits8(hi), digits8(u-hi*1e8)
-	binary.LittleEndian.PutUint64(b[0:], a|zeros)
-	binary.LittleEndian.PutUint64(b[8:], c|zeros)
-	// The leading zero digits are the low zero bytes of a, then of c.
-	lz := bits.TrailingZeros64(a) / 8
+	a, c = digits8(hi), digits8(u-hi*1e8)
+	lz = uint(bits.TrailingZeros64(a)) / 8
 	if hi == 0 {
-		lz = 8 + bits.TrailingZeros64(c)/8
+		lz = min(8+uint(bits.TrailingZeros64(c))/8, 15)
 	}
-	return min(lz, 15)
+	return a | zeros, c | zeros, lz
 }
 
 // zeros is '0' in each byte of a word.
