@@ -457,7 +457,7 @@ func mod(a, b int64) int64 {
 // this instance's even share of the burst (so that fair shares do not
 // move). An idle tenant's target is zero, so it stops holding tokens.
 func (p *Planner) target(lim quota.Quota, demand float64, instances uint16) int64 {
-	usable := lim.LeaseTTL - p.renewHorizon(lim)
+	usable := p.usableLifetime(lim)
 	horizon := min(p.cfg.Interval.Seconds()*p.cfg.Headroom, usable.Seconds())
 	raw := demand * horizon
 	if raw < 0.05 { // less than one token every twenty intervals: idle
@@ -475,8 +475,14 @@ func (p *Planner) target(lim quota.Quota, demand float64, instances uint16) int6
 // lease's lifetime (see target), rounded up and at most MaxLease: the
 // most a lease should hold, or the rest expires unspent.
 func (p *Planner) lifetimeDemand(lim quota.Quota, demand float64) int64 {
-	usable := lim.LeaseTTL - p.renewHorizon(lim)
-	return int64(math.Ceil(min(demand*usable.Seconds(), float64(lim.MaxLease))))
+	return int64(math.Ceil(min(demand*p.usableLifetime(lim).Seconds(), float64(lim.MaxLease))))
+}
+
+// usableLifetime is what is left of a lease's lifetime once it starts
+// being spent: a replacement is fetched renewHorizon before it expires,
+// and the old lease is spent first.
+func (p *Planner) usableLifetime(lim quota.Quota) time.Duration {
+	return lim.LeaseTTL - p.renewHorizon(lim)
 }
 
 // renewHorizon is how long before a lease expires its replacement is
