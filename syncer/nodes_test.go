@@ -485,7 +485,7 @@ func (s *slowNodeStore) AcquireMany(ctx context.Context, reqs []lease.Request, r
 	slow := s.slow[reqs[0].Tenant[:1]]
 	s.mu.Unlock()
 	if slow {
-		<-ctx.Done() // the call's deadline: a short CallTimeout
+		<-ctx.Done() // the call's deadline: CallTimeout
 		res := make([]lease.Result, len(reqs))
 		for i := range res {
 			res[i].Err = ctx.Err()
@@ -509,7 +509,9 @@ func TestClusterTimeoutOnAnsweringNodeIsBusy(t *testing.T) {
 		Planner:     syncer.NewPlanner(syncer.Config{Interval: 100 * time.Millisecond}, 1),
 		Now:         now,
 		Cluster:     true,
-		CallTimeout: 20 * time.Millisecond,
+		// Short, as a slow node's calls last that long, but wide of what
+		// an answering node's in-process call takes on a loaded machine.
+		CallTimeout: 250 * time.Millisecond,
 	})
 	defer s.Close()
 	lim := quota.Quota{Rate: 1000, Burst: 1000, MinLease: 1, MaxLease: 100, LeaseTTL: time.Second}
