@@ -112,8 +112,11 @@
 // http.Header. RateLimit-Policy's value slice is cached with the quota it
 // describes and shared by the responses that carry it: a handler may
 // replace, add to or delete the field (Header.Set, Add, Del), but must
-// not write into the slice. RateLimit's value is the one allocation per
-// admitted request (the legacy fields of WithLegacyHeaders add theirs).
+// not write into the slice. RateLimit's value and its slice are one of
+// the 21 fields of a 1 KB slab, which stays reachable while any of them
+// is: an admitted request costs a 21st of an allocation (the legacy
+// fields of WithLegacyHeaders add one of their own), and the slice, like
+// RateLimit-Policy's, must not be written into.
 //
 // # Other outcomes
 //
