@@ -108,10 +108,38 @@ var shards [1 << shardBits]slabShard
 // the calling goroutine's stack, so that a goroutine keeps to its shard
 // and goroutines spread over them. A field is handed out once, to one
 // caller, which writes it before it publishes it; it is never written
-// again.
+// again. Prefix.RateLimit writes its three lines out, as newField32 is
+// too large to be inlined.
 func newField32() *field[[32]byte] {
+	sh := shard()
+	f := sh.take()
+	if f == nil {
+		f = sh.next()
+	}
+	return f
+}
+
+// shard returns the shard of the calling goroutine: the one of its
+// stack's address.
+func shard() *slabShard {
 	var local byte
-	sh := &shards[uint64(uintptr(unsafe.Pointer(&local))>>12)*0x9e37_79b9_7f4a_7c15>>(64-shardBits)]
+	return &shards[uint64(uintptr(unsafe.Pointer(&local))>>12)*0x9e37_79b9_7f4a_7c15>>(64-shardBits)]
+}
+
+// take returns the next field of sh's slab, nil when it has none left (or
+// sh has no slab yet).
+func (sh *slabShard) take() *field[[32]byte] {
+	if s := sh.cur.Load(); s != nil {
+		if i := s.n.Add(1) - 1; i < slabLen {
+			return &s.f[i]
+		}
+	}
+	return nil
+}
+
+// next returns the first field of a new slab that it makes sh's, or a
+// field of the one another goroutine made meanwhile: take's fallback.
+func (sh *slabShard) next() *field[[32]byte] {
 	for {
 		s := sh.cur.Load()
 		if s != nil {
@@ -170,7 +198,11 @@ func (p *Prefix) RateLimit(r, t int64) []string {
 	} else {
 		d0 = c >> (s - 64)
 	}
-	f := newField32()
+	sh := shard() // newField32, inlined
+	f := sh.take()
+	if f == nil {
+		f = sh.next()
+	}
 	b := &f.buf
 	binary.LittleEndian.PutUint64(b[0:], p.w0)
 	binary.LittleEndian.PutUint64(b[8:], p.w1)
