@@ -192,11 +192,13 @@ func (p *Prefix) RateLimit(r, t int64) []string {
 	// The 16 digit bytes shifted down by the lz leading zeros: the
 	// significant digits first, then zero bytes, which ";t=t" and the
 	// value's end cover.
+	// Shifts by at most 63, written so (s&63, c<<1 shifted by 63-s for
+	// 64-s): without the compiler's masks for shifts of 64 or more.
 	var d0, d1 uint64
-	if s := lz * 8; lz < 8 {
-		d0, d1 = a>>s|c<<(64-s), c>>s
+	if s := lz * 8 & 63; lz < 8 {
+		d0, d1 = a>>s|c<<1<<((63-s)&63), c>>s
 	} else {
-		d0 = c >> (s - 64)
+		d0 = c >> s // lz*8 - 64
 	}
 	sh := shard() // newField32, inlined
 	f := sh.take()
@@ -208,7 +210,9 @@ func (p *Prefix) RateLimit(r, t int64) []string {
 	binary.LittleEndian.PutUint64(b[8:], p.w1)
 	binary.LittleEndian.PutUint64(b[pl:], d0)
 	binary.LittleEndian.PutUint64(b[pl+8:], d1)
-	binary.LittleEndian.PutUint32(b[pl+nd:], uint32(';')|uint32('t')<<8|uint32('=')<<16|uint32('0'+t)<<24)
+	// b[pl+nd:n], n <= 32 (checked above), unchecked by the compiler.
+	binary.LittleEndian.PutUint32((*[4]byte)(unsafe.Add(unsafe.Pointer(b), pl+nd))[:],
+		uint32(';')|uint32('t')<<8|uint32('=')<<16|uint32('0'+t)<<24)
 	f.val[0] = unsafe.String(&b[0], n)
 	return f.val[:1:1]
 }
