@@ -195,7 +195,11 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if q := &d.Quota; q.Burst > 0 && q.Rate > 0 {
 			p := h.pols[0]
 			hdr := w.Header()
-			hdr[headerPolicy] = p.member(q)
+			pol := p.value.Cached(q.Burst, q.Rate) // member's look-up, inlined
+			if pol == nil {
+				pol = p.member(q)
+			}
+			hdr[headerPolicy] = pol
 			hdr[headerRateLimit] = p.rPrefix.RateLimit(d.FleetRemaining, 0)
 		}
 		h.next.ServeHTTP(w, r)
