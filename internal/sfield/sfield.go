@@ -185,7 +185,16 @@ func (p *Prefix) String() string { return p.s }
 // RateLimit with its stack array and two copies (memmove 42) of the
 // prefix and of the digits.
 func (p *Prefix) RateLimit(r, t int64) []string {
-	a, c, lz := digits16(uint64(min(max(r, 0), MaxInteger)))
+	// digits16, written out: too large to be inlined, its call and the
+	// spills around it cost about 10 instructions.
+	u := uint64(min(max(r, 0), MaxInteger))
+	hi := u / 1e8
+	a, c := digits8(hi), digits8(u-hi*1e8)
+	lz := uint(bits.TrailingZeros64(a)) / 8
+	if hi == 0 {
+		lz = min(8+uint(bits.TrailingZeros64(c))/8, 15)
+	}
+	a, c = a|zeros, c|zeros
 	pl, nd := len(p.s), 16-int(lz)
 	n := pl + nd + len(";t=0")
 	if uint64(t) > 9 || pl > 16 || n > 32 {
