@@ -114,11 +114,12 @@
 // replace, add to or delete the field (Header.Set, Add, Del), but must
 // not write into the slice. RateLimit's value and its slice are one of
 // the 21 fields of a 1 KB slab, which stays reachable while any of them
-// is, when the value has up to 32 bytes (`"default";r=` and 15 digits
-// with t of 0 to 9; a policy name of up to 10 bytes with 13 digits): an
-// admitted request costs a 21st of an allocation (a longer value one of
-// its own; the legacy fields of WithLegacyHeaders add one), and the
-// slice, like RateLimit-Policy's, must not be written into.
+// is, when the value has up to 32 bytes (a policy name of up to 10 bytes
+// with 13 digits of r and t=0, "default" with 15): an admitted request
+// costs a 21st of an allocation (a longer value one of its own; the
+// legacy fields of WithLegacyHeaders add one). The field is handed out
+// once: RateLimit's slice, unlike RateLimit-Policy's, is the response's
+// own.
 //
 // # Other outcomes
 //
