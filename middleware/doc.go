@@ -112,14 +112,11 @@
 // http.Header. RateLimit-Policy's value slice is cached with the quota it
 // describes and shared by the responses that carry it: a handler may
 // replace, add to or delete the field (Header.Set, Add, Del), but must
-// not write into the slice. RateLimit's value and its slice are one of
-// the 21 fields of a 1 KB slab, which stays reachable while any of them
-// is, when the value has up to 32 bytes (a policy name of up to 10 bytes
-// with 13 digits of r and t=0, "default" with 15): an admitted request
-// costs a 21st of an allocation (a longer value one of its own; the
-// legacy fields of WithLegacyHeaders add one). The field is handed out
-// once: RateLimit's slice, unlike RateLimit-Policy's, is the response's
-// own.
+// not write into the slice. RateLimit's value and its slice are one
+// allocation, the response's own (a value of more than 48 bytes, a policy
+// name of more than about 20, takes two; the legacy fields of
+// WithLegacyHeaders add one): an admitted request of one policy allocates
+// once.
 //
 // # Other outcomes
 //

@@ -447,7 +447,7 @@ func (h *handler) ipKey(r *http.Request) string {
 // with the policy's quota and shared by the responses that carry it (a
 // handler may replace or delete the field, as Header.Set and Header.Del
 // do, but must not write into the slice); RateLimit's value and its slice
-// are one of a slab's fields (sfield), a 21st of an allocation.
+// are one allocation (sfield).
 func (h *handler) setFields(hdr http.Header, d *leasequota.Decision, keys []string, dec int, rate bool, t int64) {
 	q := &d.Quota
 	valid := q.Burst > 0 && q.Rate > 0

@@ -1,12 +1,11 @@
 // Package sfield builds the RateLimit field value that the middleware
 // (an HTTP header) and grpcquota (a metadata value) send, slice and value
-// in one field of a shared slab: the rule lives here, both call it.
+// in one allocation: the rule lives here, both call it.
 package sfield
 
 import (
 	"encoding/binary"
 	"math/bits"
-	"sync/atomic"
 	"unsafe"
 )
 
@@ -16,8 +15,7 @@ const MaxInteger = 999_999_999_999_999
 // field is a field's one-value slice and the bytes of its value, B being
 // a byte array: one block of memory for both. Its sizes are malloc size
 // classes (48 and 64 bytes), so that no byte of an allocation of its own
-// is wasted on the way to the next class; the 48-byte one is handed out
-// of slabs (newField32).
+// is wasted on the way to the next class.
 type field[B any] struct {
 	val [1]string
 	buf B
@@ -42,9 +40,8 @@ func fill[B any](f *field[B], prefix string, tail []byte) []string {
 // RateLimit returns the value rPrefix r;t=t (no ";t=" when t < 0; r and t
 // at most MaxInteger) as a one-value slice, rPrefix being a policy's
 // `"name";r=`. Slice and value are one block: for a value of up to 32
-// bytes (`"default";r=` and 13 digits of r, with t=0) a 48-byte field of a
-// slab (newField32), a 21st of an allocation; for one of up to 48 an
-// allocation of 64 bytes; a longer value (names of more than about 20
+// bytes (`"default";r=` and 13 digits of r, with t=0) an allocation of
+// 48 bytes; for one of up to 48 one of 64 bytes; a longer value (names of more than about 20
 // bytes) is a second allocation.
 func RateLimit(rPrefix string, r, t int64) []string {
 	// What follows rPrefix: r's digits, then ";t=" and t's. The digits of
@@ -66,93 +63,11 @@ func RateLimit(rPrefix string, r, t int64) []string {
 	}
 	switch n := len(rPrefix) + end - i; {
 	case n <= 32:
-		return fill(newField32(), rPrefix, tail[i:end])
+		return newField[[32]byte](rPrefix, tail[i:end])
 	case n <= 48:
 		return newField[[48]byte](rPrefix, tail[i:end])
 	}
 	return []string{rPrefix + string(tail[i:end])}
-}
-
-// slabLen is how many 48-byte fields a slab holds: 21, with its count, in
-// the 1,024-byte size class.
-const slabLen = 21
-
-// slab32 is a run of fields that newField32 hands out one by one, n being
-// how many were taken (or tried to be: n may pass slabLen).
-type slab32 struct {
-	f [slabLen]field[[32]byte]
-	n atomic.Uint32
-}
-
-// shardBits is log2 of the number of shards of slabs.
-const shardBits = 6
-
-// slabShard holds the slab being handed out in one shard, alone on its
-// cache line.
-type slabShard struct {
-	cur atomic.Pointer[slab32]
-	_   [64 - 8]byte
-}
-
-// shards spread the goroutines that make values over as many slabs, so
-// that they seldom share one's count: at most 1<<shardBits slabs (64 KB)
-// are kept, each reachable as long as it is being handed out or one of
-// its values is.
-var shards [1 << shardBits]slabShard
-
-// newField32 returns a new (zero) field[[32]byte], one of a slab's: one
-// allocation of 1 KB per 21 values instead of one of 48 B per value. A
-// value of a slab costs about 20 instructions and one atomic add, an
-// allocation of its own about 240 (callgrind: mallocgc and its heap bits),
-// sync.Pool's Get and Put about 145. The shard is chosen by the address of
-// the calling goroutine's stack, so that a goroutine keeps to its shard
-// and goroutines spread over them. A field is handed out once, to one
-// caller, which writes it before it publishes it; it is never written
-// again. Prefix.RateLimit writes its three lines out, as newField32 is
-// too large to be inlined.
-func newField32() *field[[32]byte] {
-	sh := shard()
-	f := sh.take()
-	if f == nil {
-		f = sh.next()
-	}
-	return f
-}
-
-// shard returns the shard of the calling goroutine: the one of its
-// stack's address.
-func shard() *slabShard {
-	var local byte
-	return &shards[uint64(uintptr(unsafe.Pointer(&local))>>12)*0x9e37_79b9_7f4a_7c15>>(64-shardBits)]
-}
-
-// take returns the next field of sh's slab, nil when it has none left (or
-// sh has no slab yet).
-func (sh *slabShard) take() *field[[32]byte] {
-	if s := sh.cur.Load(); s != nil {
-		if i := s.n.Add(1) - 1; i < slabLen {
-			return &s.f[i]
-		}
-	}
-	return nil
-}
-
-// next returns the first field of a new slab that it makes sh's, or a
-// field of the one another goroutine made meanwhile: take's fallback.
-func (sh *slabShard) next() *field[[32]byte] {
-	for {
-		s := sh.cur.Load()
-		if s != nil {
-			if i := s.n.Add(1) - 1; i < slabLen {
-				return &s.f[i]
-			}
-		}
-		ns := new(slab32)
-		ns.n.Store(1)
-		if sh.cur.CompareAndSwap(s, ns) {
-			return &ns.f[0]
-		}
-	}
 }
 
 // Prefix is a policy's RateLimit prefix, `"name";r=`, with its first 16
@@ -178,12 +93,10 @@ func (p *Prefix) String() string { return p.s }
 // bytes, `"default";r=` is 12), it writes the value into the field in
 // five stores of whole words, the prefix's two, the digits' two and
 // ";t=t" (digits8 for the digits, shifted so that the first significant
-// one comes first): about 170 instructions per request of the
-// middleware's benchmark under callgrind, digits (69) and taking the
-// slab's field included, its allocation not (164 when the field was an
-// allocation of its own, which was not counted here), against 230 for
-// RateLimit with its stack array and two copies (memmove 42) of the
-// prefix and of the digits.
+// one comes first): about 150 instructions of its own per request of the
+// middleware's benchmark under callgrind, digits (69) included, its one
+// allocation not, against 230 for RateLimit with its stack array and two
+// copies (memmove 42) of the prefix and of the digits.
 func (p *Prefix) RateLimit(r, t int64) []string {
 	// digits16, written out: too large to be inlined, its call and the
 	// spills around it cost about 10 instructions.
@@ -211,11 +124,7 @@ func (p *Prefix) RateLimit(r, t int64) []string {
 	} else {
 		d0 = c >> s // lz*8 - 64
 	}
-	sh := shard() // newField32, inlined
-	f := sh.take()
-	if f == nil {
-		f = sh.next()
-	}
+	f := new(field[[32]byte])
 	b := &f.buf
 	binary.LittleEndian.PutUint64(b[0:], p.w0)
 	binary.LittleEndian.PutUint64(b[8:], p.w1)
