@@ -112,8 +112,11 @@
 // http.Header. RateLimit-Policy's value slice is cached with the quota it
 // describes and shared by the responses that carry it: a handler may
 // replace, add to or delete the field (Header.Set, Add, Del), but must
-// not write into the slice. RateLimit's value is the one allocation per
-// admitted request (the legacy fields of WithLegacyHeaders add theirs).
+// not write into the slice. RateLimit's value and its slice are one
+// allocation, the response's own (a value of more than 48 bytes, a policy
+// name of more than about 20, takes two; the legacy fields of
+// WithLegacyHeaders add one): an admitted request of one policy allocates
+// once.
 //
 // # Other outcomes
 //

@@ -195,7 +195,11 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if q := &d.Quota; q.Burst > 0 && q.Rate > 0 {
 			p := h.pols[0]
 			hdr := w.Header()
-			hdr[headerPolicy] = p.member(q)
+			pol := p.value.Cached(q.Burst, q.Rate) // member's look-up, inlined
+			if pol == nil {
+				pol = p.member(q)
+			}
+			hdr[headerPolicy] = pol
 			hdr[headerRateLimit] = p.rPrefix.RateLimit(d.FleetRemaining, 0)
 		}
 		h.next.ServeHTTP(w, r)
@@ -443,7 +447,7 @@ func (h *handler) ipKey(r *http.Request) string {
 // with the policy's quota and shared by the responses that carry it (a
 // handler may replace or delete the field, as Header.Set and Header.Del
 // do, but must not write into the slice); RateLimit's value and its slice
-// are one allocation.
+// are one allocation (sfield).
 func (h *handler) setFields(hdr http.Header, d *leasequota.Decision, keys []string, dec int, rate bool, t int64) {
 	q := &d.Quota
 	valid := q.Burst > 0 && q.Rate > 0

@@ -684,8 +684,9 @@ func TestTooManyKeys(t *testing.T) {
 }
 
 // TestAdmissionAllocations: an admitted request of one policy, keyed by
-// client IP, allocates once: RateLimit's value (RateLimit-Policy's is
-// cached, the key is a substring of RemoteAddr). The count is an average
+// client IP, allocates once: RateLimit's value and its slice
+// (RateLimit-Policy's is cached, the key is a substring of RemoteAddr).
+// The count is an average
 // over many requests, rounded down, so that the few allocations of the
 // limiter's syncer, running meanwhile, do not make it fail.
 func TestAdmissionAllocations(t *testing.T) {
@@ -706,6 +707,6 @@ func TestAdmissionAllocations(t *testing.T) {
 		t.Fatalf("status %d, header %v", rec.Code, rec.HeaderMap)
 	}
 	if n != 1 {
-		t.Errorf("an admitted request allocates %v times, want 1", n)
+		t.Errorf("an admitted request allocates %v times, want 1 (the RateLimit value)", n)
 	}
 }
