@@ -506,9 +506,9 @@ func TestClusterTimeoutOnAnsweringNodeIsBusy(t *testing.T) {
 	now := clock.Now
 	st := &slowNodeStore{Store: view, slow: map[string]bool{}}
 	s := syncer.New(st, syncer.Options{
-		Planner:     syncer.NewPlanner(syncer.Config{Interval: 100 * time.Millisecond}, 1),
-		Now:         now,
-		Cluster:     true,
+		Planner: syncer.NewPlanner(syncer.Config{Interval: 100 * time.Millisecond}, 1),
+		Now:     now,
+		Cluster: true,
 		// Short, as a slow node's calls last that long, but wide of what
 		// an answering node's in-process call takes on a loaded machine.
 		CallTimeout: 250 * time.Millisecond,
