@@ -159,22 +159,24 @@ local function acquire(key, ikey, qkey, o, clock, hasLength)
   end
 
   -- The override, when one is stored, replaces the caller's rate and burst.
+  -- btext: the text burst was read from.
   local override = 0
+  local btext = ARGV[o + 2]
   local q, orate, oburst = read_override(qkey)
   if q == nil then
     return orate -- the error reply
   end
   if orate ~= nil then
-    rate, burst = orate, oburst
+    rate, burst, btext = orate, oburst, q[2]
     override = {q[1], q[2], q[3] or '0', q[4] or '0', q[5] or '0', q[6] or '0'}
   end
 
-  local state, tokens, _, now = read_bucket(key, clock, rate, burst)
+  local state, tokens, _, now = read_bucket(key, clock, rate, burst, btext)
   if state == nil then
     return tokens -- the error reply
   end
   -- Record the level before the debit (see the header).
-  local h = history_at(state, now, burst, tokens)
+  local h = history_at(state, now, burst, tokens, btext)
 
   local instances = 0
   local share = nil       -- this instance's max-min fair share, tokens/s
@@ -204,7 +206,11 @@ local function acquire(key, ikey, qkey, o, clock, hasLength)
     local st, sn, sd, sl = nil, nil, nil, nil
     if state[13] then
       local a, b, c, d = string.match(state[13], '^([^:]*):([^:]*):([^:]*):([^:]*)$')
-      st, sn, sd, sl = tonumber(a), tonumber(b), tonumber(c), tonumber(d)
+      st = tonumber(a)
+      -- A summary too old to use is recomputed, whatever the rest holds.
+      if st ~= nil and st <= now and now - st < window * SUMMARY_AGE then
+        sn, sd, sl = tonumber(b), tonumber(c), tonumber(d)
+      end
     end
     -- all: every entry, when the summary is recomputed. A summary too old
     -- to use is recomputed whatever this instance's entry holds, so the
@@ -227,21 +233,28 @@ local function acquire(key, ikey, qkey, o, clock, hasLength)
     end
     if all then
       local demands = {demand}
+      local stale = nil -- the entries to delete, in one HDEL
       for i = 1, #all, 2 do
         if all[i] ~= id then
           local s, d = string.match(all[i + 1], '^([^:]*):([^:]*)')
           local seen = tonumber(s)
           if seen == nil or seen < cutoff then
-            redis.call('HDEL', ikey, all[i])
+            stale = stale or {}
+            stale[#stale + 1] = all[i]
           else
             demands[#demands + 1] = sane_demand(d)
           end
         end
       end
+      if stale then
+        redis.call('HDEL', ikey, unpack(stale))
+      end
       -- Max-min fair share of the rate among the reported demands
       -- (water-filling): the smallest demands are met in full, the rest get
       -- the water level, an even split of what those left.
-      table.sort(demands)
+      if #demands > 1 then
+        table.sort(demands)
+      end
       local left = rate
       level = -1
       for k = 1, #demands do
@@ -256,7 +269,11 @@ local function acquire(key, ikey, qkey, o, clock, hasLength)
         end
       end
       instances = #demands
-      summary = string.format('%d:%d:%.17g:%.17g', now, instances, totalDemand, level)
+      if whole15(totalDemand) and whole15(level) then
+        summary = string.format('%d:%d:%d:%d', now, instances, totalDemand, level)
+      else
+        summary = string.format('%d:%d:%.17g:%.17g', now, instances, totalDemand, level)
+      end
     else
       instances, totalDemand, level = sn, sd, sl
     end
@@ -315,7 +332,13 @@ local function acquire(key, ikey, qkey, o, clock, hasLength)
     -- instance recomputes within SUMMARY_AGE of a window.
     if prevSeen == nil or credit ~= prevCredit or now - prevSeen >= window * ENTRY_AGE or
         math.abs(demand - prevDemand) > prevDemand / 4 then
-      redis.call('HSET', ikey, id, string.format('%d:%.17g:%.17g', now, demand, credit))
+      local entry
+      if whole15(demand) and whole15(credit) then
+        entry = string.format('%d:%d:%d', now, demand, credit)
+      else
+        entry = string.format('%d:%.17g:%.17g', now, demand, credit)
+      end
+      redis.call('HSET', ikey, id, entry)
     end
     if summary then
       redis.call('PEXPIRE', ikey, string.format('%d', window / 500))
@@ -376,11 +399,11 @@ local function acquire(key, ikey, qkey, o, clock, hasLength)
 
   local shareOut = ''
   if share ~= nil then
-    shareOut = string.format('%.17g', share)
+    shareOut = fmt17(share)
   end
   local paceOut = ''
   if pace ~= nil then
-    paceOut = string.format('%.17g', pace)
+    paceOut = fmt17(pace)
   end
   return {granted, tk, now, instances, override, shareOut, reserved, paceOut, now - clock}
 end

@@ -49,7 +49,27 @@ end
 -- writing is safe.
 local function redis_now()
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+  -- TIME's two strings are always numbers: arithmetic converts each once,
+  -- where tonumber converts twice (it checks, then converts).
+  return t[1] * 1000000 + t[2]
+end
+
+-- whole15 reports whether x is a whole number of at most 15 digits and
+-- not -0: one whose "%.17g" is its "%d", which costs a third as much
+-- (glibc formats a %g through multi-precision arithmetic). Most numbers
+-- stored are such (a full bucket's tokens and level, demands, credits,
+-- the water level -1).
+local function whole15(x)
+  return x % 1 == 0 and x < 1e15 and x > -1e15 and (x ~= 0 or 1 / x > 0)
+end
+
+-- fmt17 returns string.format('%.17g', x), the way every number that is
+-- not a time is stored: it reads back exactly.
+local function fmt17(x)
+  if whole15(x) then
+    return string.format('%d', x)
+  end
+  return string.format('%.17g', x)
 end
 
 -- read_override returns the override stored at qkey, as HMGET of r, b, min,
@@ -72,22 +92,56 @@ local function read_override(qkey)
   return q, orate, oburst
 end
 
--- read_bucket returns the bucket at key: HMGET of its fields (above), its
+-- read_bucket returns the bucket at key: its fields (above) as HMGET of tk,
+-- ts, hb, p1..p8, s0, rg would give them (false for a missing one), its
 -- tokens refilled at rate up to burst as of now, whether the key is missing
 -- (never used, or expired because it had refilled to full: burst tokens),
 -- and the bucket's time for this call: now, or a microsecond after the last
 -- call on it when the clock has not moved past that (e.g. after a failover
 -- to a replica whose clock lags), so that the calls on a bucket have
 -- distinct, rising times. For a corrupt bucket it returns nil and an error
--- reply.
-local function read_bucket(key, now, rate, burst)
+-- reply. state[14] is hb as a number (nil for none): burst when hb is
+-- btext, the text burst was read from (optional), without converting it
+-- again.
+local function read_bucket(key, now, rate, burst, btext)
   -- s0 (state[12]) is a field of the previous layout of the level history
   -- (two segments, s0, m0, s1, m1, with ta and mt): present only if a client
   -- of that layout wrote the bucket since this one did (see history and
   -- store). rg (state[13]) is the registry summary (acquire.lua).
-  local state = redis.call('HMGET', key, 'tk', 'ts', 'hb', 'p1', 'p2', 'p3', 'p4', 'p5', 'p6', 'p7', 'p8', 's0', 'rg')
+  -- HGETALL, not HMGET of the 13 fields: a bucket holds 5 of them (tk, ts,
+  -- hb, p1, rg) unless its history is longer, and HMGET looks each of the
+  -- 13 up in the hash and makes its reply a table grown 5 times; the
+  -- table made here at its size has room for state[14].
+  local state = {false, false, false, false, false, false, false, false, false, false, false, false, false, nil}
+  local all = redis.call('HGETALL', key)
+  for i = 1, #all, 2 do
+    local f = all[i]
+    local j
+    if f == 'tk' then j = 1
+    elseif f == 'ts' then j = 2
+    elseif f == 'hb' then j = 3
+    elseif f == 'p1' then j = 4
+    elseif f == 'rg' then j = 13
+    elseif f == 'p2' then j = 5
+    elseif f == 'p3' then j = 6
+    elseif f == 'p4' then j = 7
+    elseif f == 'p5' then j = 8
+    elseif f == 'p6' then j = 9
+    elseif f == 'p7' then j = 10
+    elseif f == 'p8' then j = 11
+    elseif f == 's0' then j = 12
+    end
+    if j then
+      state[j] = all[i + 1]
+    end
+  end
   if state[1] == false and state[2] == false then
     return state, burst, true, now
+  end
+  if btext ~= nil and state[3] == btext then
+    state[14] = burst
+  else
+    state[14] = tonumber(state[3])
   end
   local tk, ts = tonumber(state[1]), tonumber(state[2])
   if tk == nil or ts == nil or tk ~= tk or ts ~= ts then
@@ -125,90 +179,6 @@ local HISTORY = 8
 -- 'p' .. i (a number formatted) for each field written.
 local HISTORY_FIELDS = {'p1', 'p2', 'p3', 'p4', 'p5', 'p6', 'p7', 'p8'}
 
--- parse_history reads the fields p1..p8 of a bucket read by read_bucket
--- (state[4..11]): the list, or nil if they do not hold one.
-local function parse_history(state)
-  local h = {}
-  for i = 1, HISTORY do
-    local f = state[3 + i]
-    if not f then
-      break
-    end
-    local ts, ls = string.match(f, '^(%-?%d+):([^:]+)$')
-    local t, l = tonumber(ts), tonumber(ls)
-    if t == nil or l == nil or l ~= l or l == math.huge or l == -math.huge then
-      return nil
-    end
-    if #h > 0 and (t <= h[#h][1] or l >= h[#h][2]) then
-      return nil
-    end
-    h[#h + 1] = {t, l}
-  end
-  if #h == 0 then
-    return nil
-  end
-  return h
-end
-
--- history_push records a call at now that saw level l before its debit.
-local function history_push(h, now, l)
-  while #h > 0 and h[#h][2] <= l do
-    table.remove(h)
-  end
-  if #h > 0 and h[#h][1] >= now then
-    return
-  end
-  h[#h + 1] = {now, l}
-  if #h > HISTORY then
-    local best = 1
-    for i = 2, #h - 1 do
-      if h[i][2] - h[i + 1][2] < h[best][2] - h[best + 1][2] then
-        best = i
-      end
-    end
-    h[best + 1][2] = h[best][2]
-    table.remove(h, best)
-  end
-end
-
--- history_peak returns the highest level over (after, now], x being the
--- level now.
-local function history_peak(h, after, x)
-  for i = 1, #h do
-    if h[i][1] > after then
-      if h[i][2] > x then
-        return h[i][2]
-      end
-      return x
-    end
-  end
-  return x
-end
-
--- history_raise adds c to every entry after after (the bucket without the
--- credited tokens granted was c higher since), then keeps only the entries
--- above every later one.
-local function history_raise(h, after, c)
-  for i = #h, 1, -1 do
-    if h[i][1] <= after then
-      break
-    end
-    h[i][2] = h[i][2] + c
-  end
-  local kept = {h[#h]}
-  for i = #h - 1, 1, -1 do
-    if h[i][2] > kept[#kept][2] then
-      kept[#kept + 1] = h[i]
-    end
-  end
-  for i = 1, #kept do
-    h[i] = kept[#kept - i + 1]
-  end
-  for i = #h, #kept + 1, -1 do
-    h[i] = nil
-  end
-end
-
 -- history returns the level history of a bucket read by read_bucket. A
 -- history that is missing (a new key, or one an older version wrote),
 -- unreadable, recorded under another burst, or possibly stale (a client of
@@ -216,7 +186,34 @@ end
 -- an unknown past: it starts as {{now, burst (or the old burst if
 -- higher)}}, so that nothing granted before now is credited.
 local function history(state, now, burst)
-  local hb = tonumber(state[3])
+  -- parse_history reads the fields p1..p8 of a bucket read by read_bucket
+  -- (state[4..11]): the list, or nil if they do not hold one. (Made here,
+  -- not at the top, so that an acquire that takes the full-bucket way,
+  -- history_at, does not make it: a function made is an allocation.)
+  local function parse_history(state)
+    local h = {}
+    for i = 1, HISTORY do
+      local f = state[3 + i]
+      if not f then
+        break
+      end
+      local ts, ls = string.match(f, '^(%-?%d+):([^:]+)$')
+      local t, l = tonumber(ts), tonumber(ls)
+      if t == nil or l == nil or l ~= l or l == math.huge or l == -math.huge then
+        return nil
+      end
+      if #h > 0 and (t <= h[#h][1] or l >= h[#h][2]) then
+        return nil
+      end
+      h[#h + 1] = {t, l}
+    end
+    if #h == 0 then
+      return nil
+    end
+    return h
+  end
+
+  local hb = state[14]
   local h = parse_history(state)
   if h == nil or hb ~= burst or state[12] then
     local top = burst
@@ -226,10 +223,11 @@ local function history(state, now, burst)
     return {{now, top}}
   end
   -- What the fields hold, so that store rewrites only the entries that
-  -- change (a call usually changes the last one or two).
+  -- change (a call usually changes the last one or two): entry i's time
+  -- and level at 2i - 1 and 2i, in one table rather than one per entry.
   local was = {}
   for i = 1, #h do
-    was[i] = {h[i][1], h[i][2]}
+    was[2 * i - 1], was[2 * i] = h[i][1], h[i][2]
   end
   state.was = was
   return h
@@ -247,18 +245,45 @@ end
 -- quota), and parsing, copying and pushing the history was about a sixth
 -- of such a call's Redis CPU. An unreadable p1 or hb only takes the
 -- general way, which gives the same list.
-local function history_at(state, now, burst, l)
-  if l == burst and not ((tonumber(state[3]) or 0) > burst) then
+local function history_at(state, now, burst, l, btext)
+  if l == burst and not ((state[14] or 0) > burst) then
     local p1 = state[4]
     local top = nil
     if p1 then
-      local colon = string.find(p1, ':', 1, true)
-      top = colon and tonumber(string.sub(p1, colon + 1))
+      -- p1 ending in ":" .. btext holds the burst (what a full bucket
+      -- wrote), which is not above it: no need to convert it.
+      local at = btext and string.find(p1, btext, -#btext, true)
+      if not (at and at > 1 and string.byte(p1, at - 1) == 58) then
+        local colon = string.find(p1, ':', 1, true)
+        top = colon and tonumber(string.sub(p1, colon + 1))
+      end
     end
     if not (top and top > burst) then
       return {{now, burst}}
     end
   end
+  -- history_push records a call at now that saw level l before its debit.
+  -- (Made here, not at the top, as parse_history is in history.)
+  local function history_push(h, now, l)
+    while #h > 0 and h[#h][2] <= l do
+      table.remove(h)
+    end
+    if #h > 0 and h[#h][1] >= now then
+      return
+    end
+    h[#h + 1] = {now, l}
+    if #h > HISTORY then
+      local best = 1
+      for i = 2, #h - 1 do
+        if h[i][2] - h[i + 1][2] < h[best][2] - h[best + 1][2] then
+          best = i
+        end
+      end
+      h[best + 1][2] = h[best][2]
+      table.remove(h, best)
+    end
+  end
+
   local h = history(state, now, burst)
   history_push(h, now, l)
   return h
@@ -278,35 +303,46 @@ end
 -- It returns tk as written (the "%.17g" of tokens), which the scripts'
 -- replies repeat rather than format again.
 local function store(key, tokens, now, rate, burst, h, state, extra, clock)
-  local tk = string.format('%.17g', tokens)
-  local args = {'tk', tk, 'ts', string.format('%d', now)}
-  if tonumber(state[3]) ~= burst then
-    args[#args + 1] = 'hb'
-    args[#args + 1] = string.format('%d', burst)
+  local tk = fmt17(tokens)
+  -- Made at the size of a full bucket's call (tk, ts, p1 and rg), so that
+  -- it does not grow then.
+  local args = {'tk', tk, 'ts', string.format('%d', now), nil, nil, nil, nil}
+  local n = 4
+  if state[14] ~= burst then
+    args[n + 1] = 'hb'
+    args[n + 2] = string.format('%d', burst)
+    n = n + 2
   end
   -- An entry that holds what the field holds is not written again (the
   -- field's text is the %.17g of that number, which reads back exactly).
-  local was = state.was or {}
+  local was = state.was
   for i = 1, #h do
-    local w = was[i]
-    if not (w and w[1] == h[i][1] and w[2] == h[i][2]) then
-      args[#args + 1] = HISTORY_FIELDS[i]
-      args[#args + 1] = string.format('%d:%.17g', h[i][1], h[i][2])
+    local e = h[i]
+    if not (was and was[2 * i - 1] == e[1] and was[2 * i] == e[2]) then
+      args[n + 1] = HISTORY_FIELDS[i]
+      if whole15(e[2]) then
+        args[n + 2] = string.format('%d:%d', e[1], e[2])
+      else
+        args[n + 2] = string.format('%d:%.17g', e[1], e[2])
+      end
+      n = n + 2
     end
   end
   if extra then
     for i = 1, #extra do
-      args[#args + 1] = extra[i]
+      args[n + i] = extra[i]
     end
+    n = n + #extra
   end
-  redis.call('HSET', key, unpack(args))
-  local stale = {}
+  redis.call('HSET', key, unpack(args, 1, n))
+  local stale = nil
   for i = #h + 1, HISTORY do
     if state[3 + i] then
+      stale = stale or {}
       stale[#stale + 1] = HISTORY_FIELDS[i]
     end
   end
-  if #stale > 0 then
+  if stale then
     redis.call('HDEL', key, unpack(stale))
   end
   -- The previous layout's history: deleted, so that a client of that

@@ -50,6 +50,48 @@
 -- burst), so releasing into it changes nothing: the key is not created, the
 -- reply says the bucket holds burst tokens, and nothing is credited.
 
+-- The level history's functions that only a release needs (the list is
+-- common.lua's), here so that the other scripts do not make them on
+-- every call.
+
+-- history_peak returns the highest level over (after, now], x being the
+-- level now.
+local function history_peak(h, after, x)
+  for i = 1, #h do
+    if h[i][1] > after then
+      if h[i][2] > x then
+        return h[i][2]
+      end
+      return x
+    end
+  end
+  return x
+end
+
+-- history_raise adds c to every entry after after (the bucket without the
+-- credited tokens granted was c higher since), then keeps only the entries
+-- above every later one.
+local function history_raise(h, after, c)
+  for i = #h, 1, -1 do
+    if h[i][1] <= after then
+      break
+    end
+    h[i][2] = h[i][2] + c
+  end
+  local kept = {h[#h]}
+  for i = #h - 1, 1, -1 do
+    if h[i][2] > kept[#kept][2] then
+      kept[#kept + 1] = h[i]
+    end
+  end
+  for i = 1, #kept do
+    h[i] = kept[#kept - i + 1]
+  end
+  for i = #h, #kept + 1, -1 do
+    h[i] = nil
+  end
+end
+
 local rate, burst = read_limits(1, '')
 if rate == nil then
   return burst -- the error reply
@@ -67,22 +109,23 @@ if not whole(grant, 0) or grant >= 4294967296 then
   return bad('grant must be an integer in [0, 2^32), got ' .. tostring(ARGV[5]))
 end
 
+local btext = ARGV[2] -- the text burst was read from
 local q, orate, oburst = read_override(KEYS[3])
 if q == nil then
   return orate -- the error reply
 end
 if orate ~= nil then
-  rate, burst = orate, oburst
+  rate, burst, btext = orate, oburst, q[2]
 end
 
 local key = KEYS[1]
 local clock = redis_now()
-local state, x, missing, now = read_bucket(key, clock, rate, burst)
+local state, x, missing, now = read_bucket(key, clock, rate, burst, btext)
 if state == nil then
   return x -- the error reply
 end
 if missing then
-  return {string.format('%.17g', burst), now, '0'}
+  return {fmt17(burst), now, '0'}
 end
 
 local rid = ARGV[6]
@@ -94,7 +137,7 @@ if rid ~= nil and rid ~= '' then
   local rkey = KEYS[2]
   if redis.call('ZSCORE', rkey, rid) then
     -- Applied before: report the bucket, change nothing, credit nothing.
-    return {string.format('%.17g', x), now, '0'}
+    return {fmt17(x), now, '0'}
   end
   redis.call('ZADD', rkey, now, rid)
   redis.call('ZREMRANGEBYSCORE', rkey, '-inf', now - keep * 1000)
@@ -141,4 +184,4 @@ if tokens > burst then
 end
 local tk = store(key, tokens, now, rate, burst, h, state, nil, clock)
 
-return {tk, now, string.format('%.17g', credit)}
+return {tk, now, fmt17(credit)}

@@ -53,8 +53,12 @@ lease, out = sys.argv[1], sys.argv[2]
 full = open(lease + '/common.lua').read() + open(lease + '/acquire.lua').read()
 
 def variant(name, src, reps):
+    # A replacement whose alternatives end in None is made only where the
+    # script has one (a part that older scripts do not have).
     for alternatives, new in reps:
         for old in alternatives:
+            if old is None:
+                break
             if old in src:
                 src = src.replace(old, new)
                 break
@@ -63,6 +67,7 @@ def variant(name, src, reps):
     open('%s/%s.lua' % (out, name), 'w').write(src)
 
 history = ([
+    "  local h = history_at(state, now, burst, tokens, btext)",
     "  local h = history_at(state, now, burst, tokens)",
     "  local h = history(state, now, burst)\n  history_push(h, now, tokens)",
 ], "  local h = {}")
@@ -80,7 +85,8 @@ cases = [
     # no PEXPIRE of the registry (round only)
     ('no_registry_expire', [(["      redis.call('PEXPIRE', ikey, string.format('%d', window / 500))"], "      local _ = window")]),
     # the summary recomputed only when missing or this instance is new
-    ('no_summary_recompute', [(["or now - st >= window * SUMMARY_AGE then"], "then")]),
+    ('no_summary_recompute', [(["or now - st >= window * SUMMARY_AGE then"], "then"),
+                              (["st <= now and now - st < window * SUMMARY_AGE then", None], "true then")]),
     # the entry rewritten only when its credit or demand changed
     ('no_entry_rewrite', [(["now - prevSeen >= window * ENTRY_AGE or"], "")]),
 ]
