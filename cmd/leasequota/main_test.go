@@ -382,8 +382,12 @@ func TestTopFindsTheBusiestTenant(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Each idle bucket is 20 s from full, so that its key outlives the
+	// test however slowly it runs: with Rate 100, one token refilled in
+	// 10 ms and the key expired 1.01 s on, before the last step's
+	// "top -once" on a loaded machine.
 	for i := range 30 {
-		if _, err := inst.Acquire(ctx, fmt.Sprintf("idle-%d", i), lease.Limits{Rate: 100, Burst: 100}, 1); err != nil {
+		if _, err := inst.Acquire(ctx, fmt.Sprintf("idle-%d", i), lease.Limits{Rate: 1, Burst: 100}, 20); err != nil {
 			t.Fatal(err)
 		}
 	}
