@@ -173,7 +173,9 @@ func (l *Limiter) decideAll(ctx context.Context, n int64, tenants []string, unti
 				continue // front stays zero: nothing was leased
 			}
 			front := e.Front()
-			ok, left := e.SpendWaited(n)
+			// Spend counts the admission now (for n = 1 the spend is the
+			// count: no atomic add): a pass that ends short takes it back.
+			ok, left := e.Spend(n)
 			if !ok {
 				short = i
 				break
@@ -189,11 +191,6 @@ func (l *Limiter) decideAll(ctx context.Context, n int64, tenants []string, unti
 			}
 		}
 		if short < 0 {
-			for i, e := range ts {
-				if i != held && !byMode[i] {
-					e.CountAdmit()
-				}
-			}
 			d := hd
 			if best < 0 {
 				// Every tenant was admitted by its failure mode: nothing
@@ -213,6 +210,7 @@ func (l *Limiter) decideAll(ctx context.Context, n int64, tenants []string, unti
 				if i < maxRefundKeys {
 					front = adm.front[i]
 				}
+				ts[i].Uncount()
 				l.giveBack(ts[i], n, front, adm.clock)
 			}
 		}
@@ -261,8 +259,8 @@ func (l *Limiter) decideAll(ctx context.Context, n int64, tenants []string, unti
 }
 
 // giveBack returns n tokens that decideAll spent from e a moment ago
-// (SpendWaited; front and clock read before the spend, front zero when
-// not kept): into the lease at once while its oldest grant is unchanged
+// (Spend, whose count the caller takes back, or a turn's; front and
+// clock read before the spend, front zero when not kept): into the lease at once while its oldest grant is unchanged
 // (no batch left the ledger since the spend; if the syncer accounted for
 // the spend meanwhile, it forfeits the excess, see Tenant.Unspend), else
 // through Refund's path.

@@ -91,7 +91,7 @@ func (s *Syncer) apply(ctx context.Context, t *Tenant, now time.Time, want int64
 		return
 	}
 	s.setOverride(t, g.Override)
-	level := t.tokens.Add(immediate)
+	level := t.credit(immediate)
 	s.granted.Add(g.Granted)
 	s.reserved.Add(g.Reserved)
 	s.planner.Granted(&ls.st, *t.Limits(), now, want, g, level)

@@ -53,7 +53,7 @@ func (s *Syncer) evict(ts []*Tenant, now time.Time, releases []lease.ReleaseRequ
 // drainLocked empties t's counter and returns the release that gives its
 // tokens back, if any. t.mu must be held.
 func (s *Syncer) drainLocked(t *Tenant, now time.Time) (lease.ReleaseRequest, bool) {
-	n := t.tokens.Drain()
+	n := t.drain()
 	var (
 		oldest time.Time
 		id     lease.GrantID

@@ -77,7 +77,7 @@ func (s *Syncer) Refund(t *Tenant, n int64, front lease.GrantID, clock int64) Re
 		credited := false
 		// A dormant tenant's ledger is empty: front left it.
 		if ls := t.lease.Load(); ls != nil && !t.flag(flagEvicted) && !s.closing() && ls.st.ledger.frontID() == front {
-			level := t.tokens.Add(n)
+			level := t.credit(n)
 			// Spends the ledger accounted for already: give them back to
 			// its oldest batch, where the refunded tokens were spent from.
 			ls.st.ledger.credit(level - ls.st.ledger.Total())

@@ -2,7 +2,6 @@ package syncer
 
 import (
 	"errors"
-	"hash/maphash"
 	"iter"
 	"maps"
 	"sync"
@@ -26,7 +25,7 @@ var ErrTooManyTenants = errors.New("syncer: too many tenants")
 // lookup ever returns an evicted tenant.
 type registry struct {
 	read atomic.Pointer[table] // never modified once stored
-	seed maphash.Seed          // of the tables' hashes; set by init
+	key  hashKey               // of the tables' hashes (strHash); set by init
 
 	mu     sync.Mutex         // guards dirty and misses
 	dirty  map[string]*Tenant // tenants not yet in read
@@ -38,13 +37,13 @@ type registry struct {
 }
 
 func (r *registry) init() {
-	r.seed = maphash.MakeSeed()
+	r.key = newHashKey()
 	r.dirty = map[string]*Tenant{}
 	r.read.Store(newTable(0))
 }
 
 // hash returns the hash of name in r's tables.
-func (r *registry) hash(name string) uint64 { return maphash.String(r.seed, name) }
+func (r *registry) hash(name string) uint64 { return strHash(name, r.key) }
 
 // load returns the tenant named name, or nil. It is the hot path: one
 // table lookup, no lock, no allocation, unless the tenant is new.
@@ -114,7 +113,7 @@ func (r *registry) rebuildLocked(gone map[*Tenant]bool) {
 	for _, src := range []iter.Seq[*Tenant]{old.all, maps.Values(r.dirty)} {
 		for t := range src {
 			if gone[t] {
-				r.evictedAdmits.Add(t.admits.Load())
+				r.evictedAdmits.Add(t.Admitted())
 				continue
 			}
 			tb.add(t, r.hash(t.name))
@@ -204,7 +203,7 @@ func (s *Syncer) Tenants() iter.Seq[*Tenant] { return s.reg.all }
 func (s *Syncer) LeaseTotals() (admitted, held int64) {
 	admitted = s.reg.evictedAdmits.Load()
 	for t := range s.reg.all {
-		admitted += t.admits.Load()
+		admitted += t.Admitted()
 		held += t.tokens.Load()
 	}
 	return admitted, held

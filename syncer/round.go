@@ -165,7 +165,7 @@ func (s *Syncer) planWith(t *Tenant, now time.Time, in Input) (a Action, ret lea
 		// longer known, so they cannot be kept (they might outlive their
 		// lease) nor returned naming it. Forfeit them, as a failed return
 		// would.
-		taken, left := t.tokens.Take(ex)
+		taken, left := t.debit(ex)
 		s.forfeited.Add(taken)
 		in.Level = left
 	}
@@ -173,7 +173,7 @@ func (s *Syncer) planWith(t *Tenant, now time.Time, in Input) (a Action, ret lea
 	if a.Drip > 0 {
 		// Reserved tokens that came due: into the counter before the
 		// expiry below reads it (the ledger holds them already).
-		t.tokens.Add(a.Drip)
+		t.credit(a.Drip)
 		s.dripped.Add(a.Drip)
 		s.setRetry(t)
 	}
@@ -183,7 +183,7 @@ func (s *Syncer) planWith(t *Tenant, now time.Time, in Input) (a Action, ret lea
 		t.setFlag(flagUrgent, true)
 	}
 	if a.Expire > 0 {
-		taken, left := t.tokens.Take(a.Expire)
+		taken, left := t.debit(a.Expire)
 		s.planner.Expired(t.st(), taken, left)
 		s.expired.Add(taken)
 		s.opts.Telemetry.Expired(taken)

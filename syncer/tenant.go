@@ -2,6 +2,7 @@ package syncer
 
 import (
 	"math"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,8 +34,16 @@ import (
 type Tenant struct {
 	// tokens are the leased tokens requests spend from.
 	tokens bucket.Counter
-	// admits counts requests admitted from tokens without a wait (Spend).
-	admits atomic.Int64
+	// counted, less tokens, is the count of requests admitted from tokens
+	// without a wait (Spend; see Admitted), so that Spend(1), the hot
+	// path, is one compare-and-swap and nothing more. It is the tokens
+	// the syncer put in (leases, drips, refunds credited) less those it
+	// took out (expiries, forfeits, drains), less the tokens requests
+	// took beyond one per admission counted: a Spend of n > 1 takes n-1
+	// from it, SpendWaited n, Uncount 1, and UnspendWaited gives n back.
+	// What changes both does so between beginSync and endSync, so that
+	// Admitted reads the two as one.
+	counted atomic.Int64
 	// name is the tenant's name: its key in Redis and in the registry.
 	name string
 
@@ -43,7 +52,10 @@ type Tenant struct {
 	// to the base). Swapped by the syncer, read by requests.
 	limits atomic.Pointer[limits]
 
-	flags atomic.Uint32 // flagUrgent and flagRefunded (requests, syncer), the rest by the syncer
+	// flags: flagUrgent and flagRefunded (requests, syncer), the rest by
+	// the syncer; above them, the seqlock of tokens and counted (see
+	// syncBusy).
+	flags atomic.Uint32
 	// front is the ID of the oldest grant in the ledger (zero when it is
 	// empty or the ID unknown), published by the syncer after each change
 	// of the ledger. A request reads it before it spends: the tokens it
@@ -107,6 +119,77 @@ const (
 	flagRefunded
 )
 
+// Above the flags, Tenant.flags holds a seqlock of the changes of tokens
+// and counted that must look as one (see Admitted): the number of changes
+// under way (12 bits, from syncBusy) and of changes made (the top 12,
+// from syncDone, wrapping).
+const (
+	syncBusy uint32 = 1 << 8
+	syncDone uint32 = 1 << 20
+	syncMask uint32 = syncDone - syncBusy // the changes under way
+
+	_ int = int(syncBusy) - 2*int(flagRefunded) // the flags fit under syncBusy
+)
+
+// beginSync and endSync bracket a change of both tokens and counted
+// (credit, debit, drain, spendCounting, UnspendWaited): Admitted, reading
+// the two, retries while one is under way or if one ran meanwhile. A
+// Spend(1) changes tokens alone, and Uncount counted alone: each one
+// atomic operation, no bracket.
+func (t *Tenant) beginSync() { t.flags.Add(syncBusy) }
+func (t *Tenant) endSync()   { t.flags.Add(syncDone - syncBusy) }
+
+// credit puts n > 0 tokens into the counter for requests to spend (a
+// lease, a drip of reserved tokens, a refund credited to the lease) and
+// returns the tokens held.
+func (t *Tenant) credit(n int64) (level int64) {
+	if n <= 0 {
+		return t.tokens.Load()
+	}
+	t.beginSync()
+	level = t.tokens.Add(n)
+	t.counted.Add(n)
+	t.endSync()
+	return level
+}
+
+// debit takes up to max tokens out of the counter (expired or forfeited)
+// and returns how many it took and the tokens left.
+func (t *Tenant) debit(max int64) (taken, left int64) {
+	t.beginSync()
+	taken, left = t.tokens.Take(max)
+	t.counted.Add(-taken)
+	t.endSync()
+	return taken, left
+}
+
+// drain takes every token out of the counter and returns how many there
+// were.
+func (t *Tenant) drain() int64 {
+	t.beginSync()
+	n := t.tokens.Drain()
+	t.counted.Add(-n)
+	t.endSync()
+	return n
+}
+
+// Admitted returns the requests admitted from the tenant's lease without
+// a wait (Spend, less Uncount): exact, as of a moment during the call.
+// It retries while a change of both tokens and counted is under way,
+// which lasts a few atomic operations.
+func (t *Tenant) Admitted() int64 {
+	for {
+		f := t.flags.Load()
+		if f&syncMask == 0 {
+			c, n := t.counted.Load(), t.tokens.Load()
+			if (t.flags.Load()^f)&^(syncBusy-1) == 0 {
+				return c - n
+			}
+		}
+		runtime.Gosched()
+	}
+}
+
 func (t *Tenant) setFlag(f uint32, on bool) (was bool) {
 	if on {
 		return t.flags.Or(f)&f != 0
@@ -145,19 +228,33 @@ func (t *Tenant) Name() string { return t.name }
 
 // Spend spends n leased tokens if the tenant holds at least n, and counts
 // the admission. It returns whether it spent them and the tokens left (or,
-// when it did not, the tokens held). It is the hot path: one
-// compare-and-swap and one atomic add, no lock.
+// when it did not, the tokens held). It is the hot path: for n = 1 one
+// compare-and-swap, no lock: the tokens spent count the admission (see
+// counted). A larger n costs three atomic adds more (see spendCounting).
 func (t *Tenant) Spend(n int64) (ok bool, left int64) {
-	ok, left = t.tokens.TrySpend(n)
-	if ok {
-		t.admits.Add(1)
+	if n == 1 {
+		return t.SpendOne()
 	}
+	return t.spendCounting(n, n-1)
+}
+
+// SpendOne is Spend(1), small enough to be inlined into the request path:
+// the compare-and-swap alone.
+func (t *Tenant) SpendOne() (ok bool, left int64) { return t.tokens.TrySpend(1) }
+
+// spendCounting spends n tokens, of which extra count no admission.
+func (t *Tenant) spendCounting(n, extra int64) (ok bool, left int64) {
+	t.beginSync()
+	if ok, left = t.tokens.TrySpend(n); ok {
+		t.counted.Add(-extra)
+	}
+	t.endSync()
 	return ok, left
 }
 
 // SpendWaited is Spend for a request that waited for its tokens: the
 // caller counts the admission by its reason.
-func (t *Tenant) SpendWaited(n int64) (ok bool, left int64) { return t.tokens.TrySpend(n) }
+func (t *Tenant) SpendWaited(n int64) (ok bool, left int64) { return t.spendCounting(n, n) }
 
 // Front returns the ID of the oldest grant the tenant's leased tokens
 // come from, as the syncer last published it, or zero when unknown. Read
@@ -171,19 +268,21 @@ func (t *Tenant) Front() lease.GrantID { return lease.GrantID(t.front.Load()) }
 // accounted for the spend in between, the tokens exceed what its ledger
 // accounts for, and its next plan forfeits the excess (see
 // Syncer.planWith), so that no token outlives its lease.
+//
+// It does not change the count of admissions: for tokens that Spend took,
+// Uncount takes the admission back.
 func (t *Tenant) UnspendWaited(n int64) {
 	if n > 0 {
+		t.beginSync()
 		t.tokens.Add(n)
+		t.counted.Add(n)
+		t.endSync()
 	}
 }
 
-// CountAdmit counts an admission from the tenant's lease made with
-// SpendWaited, as Spend counts its own.
-func (t *Tenant) CountAdmit() { t.admits.Add(1) }
-
 // Uncount takes back the count of an admission Spend made, for a
 // multi-tenant decision that gave its tokens back.
-func (t *Tenant) Uncount() { t.admits.Add(-1) }
+func (t *Tenant) Uncount() { t.counted.Add(-1) }
 
 // publish makes the ledger's oldest grant visible to requests (Front).
 // t.mu must be held.
