@@ -98,16 +98,10 @@ func (p *Prefix) String() string { return p.s }
 // allocation not, against 230 for RateLimit with its stack array and two
 // copies (memmove 42) of the prefix and of the digits.
 func (p *Prefix) RateLimit(r, t int64) []string {
-	// digits16, written out: too large to be inlined, its call and the
-	// spills around it cost about 10 instructions.
-	u := uint64(min(max(r, 0), MaxInteger))
-	hi := u / 1e8
-	a, c := digits8(hi), digits8(u-hi*1e8)
-	lz := uint(bits.TrailingZeros64(a)) / 8
-	if hi == 0 {
-		lz = min(8+uint(bits.TrailingZeros64(c))/8, 15)
-	}
-	a, c = a|zeros, c|zeros
+	// digits16 is a call (too large to be inlined), about 10
+	// instructions with its spills; writing it out here would be a second
+	// copy of the rule.
+	a, c, lz := digits16(uint64(min(max(r, 0), MaxInteger)))
 	pl, nd := len(p.s), 16-int(lz)
 	n := pl + nd + len(";t=0")
 	if uint64(t) > 9 || pl > 16 || n > 32 {
