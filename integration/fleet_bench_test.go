@@ -51,6 +51,9 @@ var fleetShapes = []fleetShape{{4, 100}, {8, 500}, {16, 1000}, {32, 2000}}
 //	rr-redis-µs/dec    Redis CPU per decision, redis_rate
 //	lq/rr              the ratio of the two
 //	evalsha/s          EVALSHA calls per second during the leasequota load
+//	tenant-scripts/pair/s  tenants served by those calls (a batch serves
+//	                   several; counted by the EXISTS each runs), per
+//	                   (tenant, instance) pair and second
 //	failmode-dec       decisions made by the failure mode (Redis is up all along)
 //	lease-errors       failed lease calls (per tenant), summed over the limiters
 //	granted/adm        tokens the limiters' lease calls got, per admitted request
@@ -119,7 +122,8 @@ type fleetMetrics struct {
 	util, offeredX            float64
 	lqCPU, rrCPU              time.Duration
 	lqAdmitted, rrDecisions   int64
-	evalsha                   int64
+	evalsha, tenantScripts    int64
+	pairs                     int
 	lqSeconds, rrSeconds      float64
 	failMode, leaseErr, rrErr int64
 	granted, returned         int64
@@ -135,6 +139,8 @@ func (m *fleetMetrics) add(s fleetShape, r *fleetResult, rr *redisRateResult) {
 	m.lqAdmitted += adm
 	m.lqCPU += r.redisCPU
 	m.evalsha += r.evalsha
+	m.tenantScripts += r.exists
+	m.pairs = s.instances * s.tenants
 	m.lqSeconds += r.load.wall.Seconds()
 	m.failMode += r.load.failed
 	m.leaseErr += r.stats.Errors
@@ -171,6 +177,7 @@ func (m *fleetMetrics) report(b *testing.B) {
 		b.ReportMetric(lq/rr, "lq/rr")
 	}
 	b.ReportMetric(float64(m.evalsha)/m.lqSeconds, "evalsha/s")
+	b.ReportMetric(float64(m.tenantScripts)/m.lqSeconds/float64(m.pairs), "tenant-scripts/pair/s")
 	b.ReportMetric(float64(m.failMode)/n, "failmode-dec")
 	b.ReportMetric(float64(m.leaseErr)/n, "lease-errors")
 	if m.lqAdmitted > 0 {

@@ -167,7 +167,11 @@ type fleetResult struct {
 	// Redis's work during the load (INFO cpu and commandstats deltas).
 	redisCPU time.Duration
 	evalsha  int64
-	stats    leasequota.Stats // summed over the limiters
+	// exists counts the EXISTS commands run inside the scripts: one per
+	// tenant an acquire or release served (its override's), whether the
+	// script call served one tenant or a batch.
+	exists int64
+	stats  leasequota.Stats // summed over the limiters
 	// overBound lists the tenants that admitted more than
 	// Burst + Rate*elapsed.
 	overBound []string
@@ -245,7 +249,7 @@ func runFleet(tb testing.TB, srv *redistest.Server, s fleetShape, d time.Duratio
 	}
 	defer closeAll()
 
-	cpu0, calls0 := redisCPU(tb, admin), commandCalls(tb, admin, "evalsha")
+	cpu0, calls0, exists0 := redisCPU(tb, admin), commandCalls(tb, admin, "evalsha"), commandCalls(tb, admin, "exists")
 	start := redisTime(tb, admin)
 	load := driveFleet(ctx, s, d, func(ctx context.Context, inst, t int) (bool, bool) {
 		dec := lims[inst].AllowN(ctx, names[t], 1)
@@ -257,6 +261,7 @@ func runFleet(tb testing.TB, srv *redistest.Server, s fleetShape, d time.Duratio
 		elapsed:  end.Sub(start),
 		redisCPU: redisCPU(tb, admin) - cpu0,
 		evalsha:  commandCalls(tb, admin, "evalsha") - calls0,
+		exists:   commandCalls(tb, admin, "exists") - exists0,
 	}
 	for _, l := range lims {
 		for _, n := range names {
