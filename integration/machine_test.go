@@ -147,6 +147,22 @@ func utilizationFloor(p *stallProbe, busy float64) float64 {
 	return 0.9 * p.delivered()
 }
 
+// cores returns the CPU this process used over the probe's run, in cores
+// (CPU time over wall time).
+func (p *stallProbe) cores() float64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	end, cpu := p.ended, p.cpu
+	if end.IsZero() {
+		end, cpu = time.Now(), processCPU()-p.cpu0
+	}
+	wall := end.Sub(p.began)
+	if wall <= 0 {
+		return 0
+	}
+	return cpu.Seconds() / wall.Seconds()
+}
+
 // String summarizes what the machine delivered, for the test log.
 func (p *stallProbe) String() string {
 	p.mu.Lock()
