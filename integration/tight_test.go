@@ -157,7 +157,7 @@ func TestTightBurstsOnBusyCores(t *testing.T) {
 // stall probe cannot say what the machine delivered here, since the
 // test's own spinners delay every one of its wake-ups. Measured on the
 // 2-core machine (2026-12-02): 97.5-98.9 % of the bound with the process
-// using 1.92-1.96 cores, 96.0-97.7 % with -race (0.92-1.00 cores), and
+// using 1.01-1.96 cores, 92.4-97.7 % with -race (0.92-1.00 cores), and
 // 89.0-97.1 % with -race beside two busy loops and other work (0.39-0.66
 // cores); issue #16 reported 0.61 for the 3,000/s tenant of this shape.
 func tightFloor(cores float64) float64 {
