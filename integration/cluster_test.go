@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"math"
 	"net"
@@ -519,9 +520,18 @@ func (a admissions) checkUtilization(t *testing.T, check func(i int) bool, label
 	return least
 }
 
+// The size of TestClusterGlobalBound's run, which issue #16's figure of
+// the worst tenant on a cluster (60 tenants) takes from the command line:
+// go test -run 'TestClusterGlobalBound$' -cluster.tenants 60 -cluster.duration 20s -v .
+var (
+	clusterTenants  = flag.Int("cluster.tenants", 200, "tenants of TestClusterGlobalBound")
+	clusterDuration = flag.Duration("cluster.duration", 8*time.Second, "length of TestClusterGlobalBound's load")
+)
+
 // TestClusterGlobalBound is TestGlobalBound on a Redis Cluster: 4
-// limiters, each with its own ClusterClient, on 200 tenants spread over
-// the three masters, asking for twice each tenant's rate for 5 s. For
+// limiters, each with its own ClusterClient, on 200 tenants
+// (-cluster.tenants) spread over the three masters, asking for twice each
+// tenant's rate for 8 s (-cluster.duration). For
 // every tenant the admitted count must stay within Burst + Rate*elapsed
 // (Redis clock) and reach utilizationFloor of what the machine let the limiters have
 // of it (admissions.due: the bound from the bucket's creation, less what
@@ -540,15 +550,18 @@ func TestClusterGlobalBound(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	const (
 		instances  = 4
-		tenants    = 200
 		goroutines = 4
 		overDemand = 2.0
 	)
+	tenants := *clusterTenants
+	if tenants < 3 {
+		t.Fatalf("-cluster.tenants %d: want at least 3, one a master", tenants)
+	}
 	// 8 s, not 5: what the instances hold when the load stops counts as
 	// not admitted, and a starved instance leases its share of the burst
 	// at once (Burst/4 here), so that fixed loss, up to about a burst per
 	// tenant, took some tenants just under 90 % of a 5 s bound.
-	duration := 8 * time.Second
+	duration := *clusterDuration
 	ctx := context.Background()
 	prefix := redistest.Prefix(t)
 	// Rates from 50 to 249 tokens/s; bursts a second's worth, so that a
@@ -657,7 +670,7 @@ func TestClusterGlobalBound(t *testing.T) {
 	// each instance refreshes each active tenant about once per refresh
 	// interval (100ms), plus the refills its low watermark asks for.
 	perK := float64(calls) / float64(ld.decisions.Load()) * 1000
-	perInterval := float64(calls) / (instances * tenants * elapsed / leasequota.DefaultRefreshInterval.Seconds())
+	perInterval := float64(calls) / (float64(instances*tenants) * elapsed / leasequota.DefaultRefreshInterval.Seconds())
 	t.Logf("script calls: %d for %d decisions (%.1f per 1,000); %.2f per tenant, instance and refresh interval",
 		calls, ld.decisions.Load(), perK, perInterval)
 	if perInterval > 2 {
