@@ -522,7 +522,7 @@ func (a admissions) checkUtilization(t *testing.T, check func(i int) bool, label
 
 // The size of TestClusterGlobalBound's run, which issue #16's figure of
 // the worst tenant on a cluster (60 tenants) takes from the command line:
-// go test -run 'TestClusterGlobalBound$' -cluster.tenants 60 -cluster.duration 20s -v .
+// go test -run 'TestClusterGlobalBound$' -cluster.tenants=60 -cluster.duration=20s -v .
 var (
 	clusterTenants  = flag.Int("cluster.tenants", 200, "tenants of TestClusterGlobalBound")
 	clusterDuration = flag.Duration("cluster.duration", 8*time.Second, "length of TestClusterGlobalBound's load")
