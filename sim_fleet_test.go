@@ -125,6 +125,11 @@ func fleetDense(n, m int) fleetShape {
 const fleetBoundFactor = 2.0
 
 func TestFleetSimulation(t *testing.T) {
+	if raceEnabled {
+		// 6 s under the race detector, for code TestSimulation runs under
+		// it; make simulation runs it without.
+		t.Skip("a model of the fleet: make simulation runs it without the race detector")
+	}
 	shape := fleetSmall()
 	if *simFleet {
 		shape = fleetFull()
@@ -142,6 +147,10 @@ func TestFleetSimulation(t *testing.T) {
 // the ordinary test run, and with -sim.fleet the shapes of the
 // integration benchmarks, 16 x 1,000 and 32 x 2,000.
 func TestFleetShapes(t *testing.T) {
+	if raceEnabled {
+		// 15 s under the race detector; make simulation runs it without.
+		t.Skip("a model of the fleet: make simulation runs it without the race detector")
+	}
 	shapes := []fleetShape{fleetDense(4, 100), fleetDense(16, 200)}
 	if *simFleet {
 		shapes = []fleetShape{fleetDense(16, 1000), fleetDense(32, 2000)}
