@@ -278,8 +278,9 @@ func TestAgedReturnCredit(t *testing.T) {
 		// The credit is in the history: the bucket without those 10
 		// granted would have been 10 higher since. (The level 10, with
 		// the refill since the first grant, a fraction of a token, is
-		// recorded rounded up: 11, and 21 with the credit.)
-		checkHistory(t, rdb, c.Key("room"), 100, at(g0.ServerTime, 100), at(g1.ServerTime, 21))
+		// recorded rounded up to 8 significant bits: 10.0625, and 20.125
+		// with the credit.)
+		checkHistory(t, rdb, c.Key("room"), 100, at(g0.ServerTime, 100), at(g1.ServerTime, 20.125))
 	})
 
 	t.Run("credit capped by the peak", func(t *testing.T) {
@@ -287,10 +288,10 @@ func TestAgedReturnCredit(t *testing.T) {
 		waitBeyondAge(t, rdb)
 		start := time.Now()
 		acquire("peak", 95) // 95 -> 0, peak 95
-		// min(95, 100-96): 90 would have been lost to the cap, and the
+		// min(95, 100-95.5): 90 would have been lost to the cap, and the
 		// level 95 with the refill since (a fraction of a token) is
-		// recorded as 96, levels being rounded up to whole tokens.
-		release("peak", 95, ageSince(start), 4, 4)
+		// recorded as 95.5, levels being rounded up to 8 significant bits.
+		release("peak", 95, ageSince(start), 4.5, 4.5)
 	})
 
 	t.Run("an age reaching back to a higher level", func(t *testing.T) {
@@ -398,13 +399,13 @@ func TestOverlappingReturnsShareTheRoom(t *testing.T) {
 				rets[i] = r
 			}
 		}
-		// (4, not 5: the peak 95, with the refill since, a fraction of a
-		// token, is recorded rounded up to 96.)
-		if !near(rets[0].Credited, 4) || !near(rets[0].Tokens, 4) || rets[1].Credited != 0 || !near(rets[1].Tokens, 4) {
-			t.Fatalf("pipelined %v: returns %+v, want 4 credited then 0, 4 tokens", pipelined, rets)
+		// (4.5, not 5: the peak 95, with the refill since, a fraction of
+		// a token, is recorded rounded up to 95.5.)
+		if !near(rets[0].Credited, 4.5) || !near(rets[0].Tokens, 4.5) || rets[1].Credited != 0 || !near(rets[1].Tokens, 4.5) {
+			t.Fatalf("pipelined %v: returns %+v, want 4.5 credited then 0, 4.5 tokens", pipelined, rets)
 		}
-		if g, err := c.Acquire(ctx, tenant, lim, 0); err != nil || !near(g.Tokens, 4) {
-			t.Fatalf("pipelined %v: bucket %+v, %v; want 4", pipelined, g, err)
+		if g, err := c.Acquire(ctx, tenant, lim, 0); err != nil || !near(g.Tokens, 4.5) {
+			t.Fatalf("pipelined %v: bucket %+v, %v; want 4.5", pipelined, g, err)
 		}
 	}
 }

@@ -95,6 +95,38 @@ local function read_override(qkey)
   return q, orate, oburst
 end
 
+-- level_code returns the code of the grid value that level l (>= 0) rounds
+-- up to (see the level history below): 0 for 0; for l of 128 and more,
+-- ceil(l) + 4609 (whole tokens); below 128, 1 + 128(e + 29) + j for the
+-- grid value (128 + j)2^(e - 8) (j in 0..127, 8 significant bits: less
+-- than a 128th of the level above it) that l rounds up to, l being in
+-- [2^(e - 1), 2^e); 1 (the value 2^-30) for l below 2^-30. Codes rise with
+-- the values. code_level is the value of a code.
+local function level_code(l)
+  if l <= 0 then
+    return 0
+  end
+  if l >= 128 then
+    return math.ceil(l) + 4609
+  end
+  local _, e = math.frexp(l)
+  if e < -29 then
+    return 1
+  end
+  return (e + 29) * 128 + math.ceil(math.ldexp(l, 8 - e)) - 127
+end
+
+local function code_level(c)
+  if c <= 0 then
+    return 0
+  end
+  if c >= 4737 then
+    return c - 4609
+  end
+  local oct = math.floor((c - 1) / 128)
+  return math.ldexp(c - 1 - oct * 128 + 128, oct - 37)
+end
+
 -- full_history returns field h (see the level history below) of a bucket
 -- whose history is one entry, at its ts, at burst: what an acquire that
 -- finds its bucket full writes. Most acquires find that there and write
@@ -273,10 +305,16 @@ end
 -- Rounding, and why each is safe. A release credits burst - P, P the
 -- level of the first entry after the grant (or the level now): anything
 -- that makes P higher credits less, never more.
---   * Levels are whole tokens, rounded up: a level is pushed as ceil(l),
---     and a level raised by a credit (release.lua) is rounded up again.
---     Each entry still bounds the levels it stands for, only higher, so P
---     is the exact rule's or higher. (Two entries that rounding makes
+--   * Levels are rounded up to a grid (level_code, code_level): whole
+--     tokens from 128 up, 8 significant bits below (steps of at most a
+--     128th of the level: 0.5 token below 128, 1/32 below 8, ...; 0
+--     exactly). A level is pushed rounded up, and a level raised by a
+--     credit (release.lua) is rounded up again. Each entry still bounds
+--     the levels it stands for, only higher, so P is the exact rule's or
+--     higher, by less than a token and less than a 128th of P. (Whole
+--     tokens throughout would lose up to a token of every credit: a
+--     bucket of burst 2 drained to 1.5e-6 would be recorded at 1, and a
+--     refund of 2 tokens credited 1. Two entries that rounding makes
 --     equal keep the later one, as an equal later level always did: it
 --     answers every query the earlier answered, as high.)
 --   * Times are not rounded: each is stored exactly, in microseconds, as
@@ -297,14 +335,16 @@ end
 -- byte, low first, the high bit set on every byte but a number's last),
 -- in this order
 --   burst, z, d2 .. dn, g1 .. g(n-1), o
--- where burst is the burst the history was recorded under, z the oldest
--- (highest) level l1 as burst - l1 zigzagged (2(burst - l1) when l1 <=
--- burst, else 2(l1 - burst) - 1: it is above burst only after a quota
--- change lowered the burst), di = l(i-1) - li >= 1, gi = t(i+1) - ti >= 1
--- and o = ts - tn >= 0 (0 when the newest entry is the last call's). A
--- busy bucket's 8 entries, with drops under 128 tokens and calls under
--- 16 ms apart, take about 25 bytes, where p1..p8 took about 300; a full
--- bucket's one entry 4. Redis keeps a hash whose values are at most 64
+-- where burst is the burst the history was recorded under, the levels
+-- are their codes ci = level_code(li) (a whole level of 128 or more is
+-- li + 4609), z the oldest (highest) c1 against cb = level_code(burst),
+-- zigzagged (2(cb - c1) when c1 <= cb, else 2(c1 - cb) - 1: it is above
+-- burst only after a quota change lowered the burst), di = c(i-1) - ci
+-- >= 1, gi = t(i+1) - ti >= 1 and o = ts - tn >= 0 (0 when the newest
+-- entry is the last call's). A busy bucket's 8 entries, with drops under
+-- 128 tokens and calls under 16 ms apart, take about 25 bytes, where
+-- p1..p8 took about 300; a full bucket's one entry 3 or 4, the same bytes
+-- call after call (full_history). Redis keeps a hash whose values are at most 64
 -- bytes (hash-max-listpack-value) in its compact listpack encoding, hence
 -- HISTORY_BYTES.
 local HISTORY = 8
@@ -350,7 +390,7 @@ local function history(state, now, burst)
       end
       pt, pl = t, l
       -- Rounded up, an earlier entry no higher than this one goes.
-      l = math.ceil(l)
+      l = code_level(level_code(l))
       while #h > 0 and h[#h][2] <= l do
         table.remove(h)
       end
@@ -369,21 +409,21 @@ local function history(state, now, burst)
     if n < 1 or n > HISTORY or n ~= math.floor(n) then
       return nil
     end
-    local burst, z = v[1], v[2]
-    local l = burst - z / 2
+    local z = v[2]
+    local c = level_code(v[1]) - z / 2
     if z % 2 == 1 then
-      l = burst + (z + 1) / 2
+      c = level_code(v[1]) + (z + 1) / 2
     end
-    local h = {{0, l}}
+    local h = {{0, code_level(c)}}
     for i = 2, n do
       local d = v[i + 1]
       if d < 1 then
         return nil
       end
-      l = l - d
-      h[i] = {0, l}
+      c = c - d
+      h[i] = {0, code_level(c)}
     end
-    if l < 0 then
+    if c < 0 then
       return nil
     end
     local t = ts - v[2 * n + 1]
@@ -421,7 +461,7 @@ end
 -- history_at returns the level history of a bucket read by read_bucket
 -- after a call at now that saw level l before its debit: history() then
 -- history_push(). When l rounds up to the burst (the bucket refilled to
--- full, or nearly, or a missing key), that is {{now, burst}} unless an
+-- full, or within a token of it above 128, or a missing key), that is {{now, burst}} unless an
 -- entry higher than burst survives: a history recorded under a higher
 -- burst (hb > burst: unknown, it restarts at hb), or a known one whose
 -- oldest and highest entry is above burst (quota.lua restarts it at the
@@ -432,7 +472,9 @@ end
 -- was about a sixth of such a call's Redis CPU. An unreadable history
 -- only takes the general way, which gives the same list.
 local function history_at(state, now, burst, l, btext)
-  if l > burst - 1 and not ((state[14] or 0) > burst) then
+  -- l rounds up to burst: it is burst, or, above 128 (whole tokens), more
+  -- than burst - 1.
+  if (l == burst or (burst > 128 and l > burst - 1)) and not ((state[14] or 0) > burst) then
     local top = nil
     if state[3] or state[4] then
       local p1 = state[4]
@@ -453,10 +495,10 @@ local function history_at(state, now, burst, l, btext)
     end
   end
   -- history_push records a call at now that saw level l before its debit,
-  -- rounded up to a whole token (see the rounding above). (Made here, not
-  -- at the top, as parse_history is in history.)
+  -- rounded up to the grid (see the rounding above). (Made here, not at
+  -- the top, as parse_history is in history.)
   local function history_push(h, now, l)
-    l = math.ceil(l)
+    l = code_level(level_code(l))
     while #h > 0 and h[#h][2] <= l do
       table.remove(h)
     end
@@ -543,14 +585,16 @@ local function store(key, tokens, now, rate, burst, h, state, extra, clock)
       while true do
         local b = {}
         local n = put(b, 0, burst)
-        local top = h[1][2]
-        if top <= burst then
-          n = put(b, n, 2 * (burst - top))
+        local cb, c = level_code(burst), level_code(h[1][2])
+        if c <= cb then
+          n = put(b, n, 2 * (cb - c))
         else
-          n = put(b, n, 2 * (top - burst) - 1)
+          n = put(b, n, 2 * (c - cb) - 1)
         end
         for i = 2, #h do
-          n = put(b, n, h[i - 1][2] - h[i][2])
+          local ci = level_code(h[i][2])
+          n = put(b, n, c - ci)
+          c = ci
         end
         for i = 1, #h - 1 do
           n = put(b, n, h[i + 1][1] - h[i][1])

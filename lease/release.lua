@@ -75,9 +75,9 @@ local function history_raise(h, after, c)
     if h[i][1] <= after then
       break
     end
-    -- Rounded up to a whole token, as every level (common.lua): higher
-    -- only credits a later return less.
-    h[i][2] = math.ceil(h[i][2] + c)
+    -- Rounded up to the grid, as every level (common.lua): higher only
+    -- credits a later return less.
+    h[i][2] = code_level(level_code(h[i][2] + c))
   end
   local kept = {h[#h]}
   for i = #h - 1, 1, -1 do

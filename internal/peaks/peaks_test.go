@@ -115,9 +115,9 @@ func TestParse(t *testing.T) {
 	var h History
 	h.Reset(1_700_000_000_000_000, 100)
 	h.Push(1_700_000_000_000_100, 99)
-	h.Push(1_700_000_000_000_200, 0.1) // rounded up: 1
+	h.Push(1_700_000_000_000_200, 0.1) // rounded up: 205/2048
 	f := h.Fields()
-	if !slices.Equal(f, []string{"1700000000000000:100", "1700000000000100:99", "1700000000000200:1"}) {
+	if !slices.Equal(f, []string{"1700000000000000:100", "1700000000000100:99", "1700000000000200:0.10009765625"}) {
 		t.Fatalf("Fields = %q", f)
 	}
 	if got, ok := Parse(f); !ok || !slices.Equal(got.Entries(), h.Entries()) {
@@ -150,8 +150,8 @@ func TestHistoryNeverUnderestimates(t *testing.T) {
 		start := rapid.Float64Range(0, 100).Draw(t, "start")
 		h.Reset(0, start)
 		u.Reset(0, start)
-		all := []Entry{{0, start}}           // every call, raised as the model is
-		up := []Entry{{0, math.Ceil(start)}} // the same, rounded up as the model rounds
+		all := []Entry{{0, start}}       // every call, raised as the model is
+		up := []Entry{{0, Round(start)}} // the same, rounded up as the model rounds
 		now := int64(0)
 		merged := false
 		query := func(after int64, x float64) {
@@ -187,7 +187,7 @@ func TestHistoryNeverUnderestimates(t *testing.T) {
 				}
 				u.Push(now, l)
 				all = append(all, Entry{now, l})
-				up = append(up, Entry{now, math.Ceil(l)})
+				up = append(up, Entry{now, Round(l)})
 			},
 			"Raise": func(t *rapid.T) {
 				after := rapid.Int64Range(-1, now).Draw(t, "after")
@@ -197,7 +197,7 @@ func TestHistoryNeverUnderestimates(t *testing.T) {
 				for i := range all {
 					if all[i].T > after {
 						all[i].L += c
-						up[i].L = math.Ceil(up[i].L + c)
+						up[i].L = Round(up[i].L + c)
 					}
 				}
 			},
@@ -267,7 +267,7 @@ func TestPackFits(t *testing.T) {
 		"", "\x0a", "\x0a\x00", // no entry; an even count
 		"\x0a\x00\x00\x01\x00",                         // a drop of 0
 		"\x0a\x00\x01\x00\x00",                         // a gap of 0
-		"\x0a\x02\x0a\x01\x00",                         // a level below 0
+		"\x0a\x02\xcc\x21\x01\x00",                     // a level below 0 (a drop of 4300 codes: Code(10) is 4257)
 		"\x0a\x00\x80",                                 // cut off
 		"\xff\xff\xff\xff\xff\xff\xff\xff\x01\x00\x00", // 9 bytes
 		"\x80\x80\x80\x80\x80\x80\x80\x10\x00\x00",     // 2^53
@@ -276,4 +276,33 @@ func TestPackFits(t *testing.T) {
 			t.Errorf("Unpack(%q) accepted", bad)
 		}
 	}
+}
+
+// TestRound: Round rounds up, by less than a token and less than a 128th
+// of the level (below 2^-30: to 2^-30), keeps the grid's values (0, every
+// integer up to 2^52) as they are, and rises with the level; Code and
+// Level are each other's inverse on the grid.
+func TestRound(t *testing.T) {
+	for _, l := range []float64{0, 1, 2, 5, 100, 127, 128, 129, 1000, 1 << 40, Limit - 1} {
+		if Round(l) != l {
+			t.Errorf("Round(%v) = %v, want it kept", l, Round(l))
+		}
+	}
+	rapid.Check(t, func(t *rapid.T) {
+		l := rapid.Float64Range(0, 1e6).Draw(t, "l")
+		if rapid.Bool().Draw(t, "tiny") {
+			l = math.Ldexp(l, -rapid.IntRange(10, 60).Draw(t, "shift"))
+		}
+		r := Round(l)
+		if r < l || r-l >= 1 || (l >= 1.0/(1<<30) && r-l > l/128) || (l < 1.0/(1<<30) && r != 1.0/(1<<30) && l > 0) {
+			t.Fatalf("Round(%v) = %v", l, r)
+		}
+		if Level(Code(r)) != r || Code(r) != Code(l) {
+			t.Fatalf("Code(%v) = %d, Level = %v, Code(Round) = %d", l, Code(l), Level(Code(l)), Code(r))
+		}
+		m := l + rapid.Float64Range(0, 10).Draw(t, "more")
+		if Code(m) < Code(l) || Round(m) < r {
+			t.Fatalf("Round(%v) = %v below Round(%v) = %v", m, Round(m), l, r)
+		}
+	})
 }
