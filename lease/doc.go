@@ -19,8 +19,9 @@
 //	ts  when tk was computed: Redis TIME in microseconds, an integer
 //	h   the level history (see Returns) and the burst it was recorded
 //	    under, packed as base-128 varints: the burst, the oldest level,
-//	    each later level's drop, each entry's gap to the next (µs) and the
-//	    newest entry's distance back from ts (common.lua); at most 64 bytes
+//	    each later level's drop (levels as codes of their rounding, see
+//	    Returns), each entry's gap to the next (µs) and the newest entry's
+//	    distance back from ts (common.lua); at most 64 bytes
 //	rg  the instance registry's summary (acquire.lua)
 //
 // Clients of the previous release kept the history in hb (its burst) and
@@ -125,10 +126,11 @@
 // grants between them are then judged against the higher level, which
 // only credits less.
 //
-// Levels are kept rounded up to whole tokens (pushed, raised and restarted
-// as ceil): an entry still bounds the levels it stands for, only higher,
-// so P is the exact rule's or higher and a return is credited less (by
-// less than a token), never more. Times are kept exactly, in
+// Levels are kept rounded up (pushed, raised and restarted so) to whole
+// tokens from 128 up and to 8 significant bits below (down to 2^-30): an
+// entry still bounds the levels it stands for, only higher, so P is the
+// exact rule's or higher and a return is credited less (by less than a
+// token and less than a 128th of P), never more. Times are kept exactly, in
 // microseconds: an entry recorded later than its call would be safe too,
 // but the grant's own entry would then count, and tokens leased from a
 // full bucket would never come back. A history that would pack into more
