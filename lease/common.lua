@@ -123,8 +123,8 @@ local function code_level(c)
   if c >= 4737 then
     return c - 4609
   end
-  local oct = math.floor((c - 1) / 128)
-  return math.ldexp(c - 1 - oct * 128 + 128, oct - 37)
+  local j = (c - 1) % 128
+  return math.ldexp(j + 128, (c - 1 - j) / 128 - 37)
 end
 
 -- full_history returns field h (see the level history below) of a bucket
@@ -135,41 +135,41 @@ end
 local function full_history(burst)
   -- Up to 8 bytes of 7 bits (burst < 2^52) made into one string: one
   -- built byte by byte would be made (and hashed) once a byte, and a
-  -- table is an allocation.
+  -- table is an allocation. (x % 128 is an operator, math.floor a call.)
   if burst < 128 then
     return string.char(burst, 0, 0)
   end
   if burst >= 4503599627370496 then
     return nil
   end
-  local q1 = math.floor(burst / 128)
-  local b1 = burst - q1 * 128 + 128
+  local b1 = burst % 128
+  local q1 = (burst - b1) / 128
   if q1 < 128 then
-    return string.char(b1, q1, 0, 0)
+    return string.char(b1 + 128, q1, 0, 0)
   end
-  local q2 = math.floor(q1 / 128)
-  local b2 = q1 - q2 * 128 + 128
+  local b2 = q1 % 128
+  local q2 = (q1 - b2) / 128
   if q2 < 128 then
-    return string.char(b1, b2, q2, 0, 0)
+    return string.char(b1 + 128, b2 + 128, q2, 0, 0)
   end
-  local q3 = math.floor(q2 / 128)
-  local b3 = q2 - q3 * 128 + 128
+  local b3 = q2 % 128
+  local q3 = (q2 - b3) / 128
   if q3 < 128 then
-    return string.char(b1, b2, b3, q3, 0, 0)
+    return string.char(b1 + 128, b2 + 128, b3 + 128, q3, 0, 0)
   end
-  local q4 = math.floor(q3 / 128)
-  local b4 = q3 - q4 * 128 + 128
+  local b4 = q3 % 128
+  local q4 = (q3 - b4) / 128
   if q4 < 128 then
-    return string.char(b1, b2, b3, b4, q4, 0, 0)
+    return string.char(b1 + 128, b2 + 128, b3 + 128, b4 + 128, q4, 0, 0)
   end
   -- 2^35 and more, rarer.
   local b = {}
   local n = 0
   while burst >= 128 do
-    local q = math.floor(burst / 128)
+    local r = burst % 128
     n = n + 1
-    b[n] = burst - q * 128 + 128
-    burst = q
+    b[n] = r + 128
+    burst = (burst - r) / 128
   end
   b[n + 1], b[n + 2], b[n + 3] = burst, 0, 0
   return string.char(unpack(b, 1, n + 3))
@@ -189,7 +189,8 @@ end
 -- burst was read from, optional, without converting it again). state[15]
 -- is h as stored, state[16] its numbers (varints; nil for none, for an
 -- unreadable one and for the one a full bucket writes, full_history, which
--- state[18] then holds) and state[17] ts as a number.
+-- state[18] then holds) and state[17] ts as a number; history() puts the
+-- code of h's burst (level_code) in state[19].
 local function read_bucket(key, now, rate, burst, btext)
   -- hb and p1..p8 (state[3..11]) are the previous release's history (see
   -- history); s0 (state[12]) a field of the layout before it (two
@@ -199,8 +200,8 @@ local function read_bucket(key, now, rate, burst, btext)
   -- HGETALL, not HMGET of the 14 fields: a bucket holds 4 of them (tk, ts,
   -- h, rg), and HMGET looks each of the 14 up in the hash and makes its
   -- reply a table grown 5 times; the table made here at its size has room
-  -- for state[14..18].
-  local state = {false, false, false, false, false, false, false, false, false, false, false, false, false, nil, false, nil, nil, nil}
+  -- for state[14..19].
+  local state = {false, false, false, false, false, false, false, false, false, false, false, false, false, nil, false, nil, nil, nil, nil}
   local all = redis.call('HGETALL', key)
   for i = 1, #all, 2 do
     local f = all[i]
@@ -235,8 +236,11 @@ local function read_bucket(key, now, rate, burst, btext)
       state[14] = tonumber(state[3])
     end
   elseif state[15] then
-    -- h as a full bucket left it (most buckets): no need to read it.
-    state[18] = full_history(burst)
+    -- h as a full bucket left it (most buckets): no need to read it. (That
+    -- is at most 10 bytes: longer ones are not compared.)
+    if #state[15] <= 10 then
+      state[18] = full_history(burst)
+    end
     if state[15] == state[18] then
       state[14] = burst
     else
@@ -291,7 +295,8 @@ local function read_bucket(key, now, rate, burst, btext)
 end
 
 -- The level history: a list of {t, l} (times in microseconds rising, levels
--- falling strictly) where l bounds every level of the bucket since the
+-- falling strictly; an entry may hold level_code(l) third, so that it is
+-- not computed again) where l bounds every level of the bucket since the
 -- previous entry's time, up to t. A call records the level it sees before
 -- its debit (between calls the level only rises, by refill, so that bounds
 -- it since the previous call). An entry is dropped once a later one is at
@@ -367,85 +372,87 @@ local HISTORY_FIELDS = {'p1', 'p2', 'p3', 'p4', 'p5', 'p6', 'p7', 'p8'}
 -- unknown past, and kept every call of its own since; calls of this
 -- release since then are not in h, which is ignored.
 local function history(state, now, burst)
-  -- parse_history reads the fields p1..p8 of a bucket read by read_bucket
-  -- (state[4..11]): the list, levels rounded up, or nil if they do not
-  -- hold one. (Made here, not at the top, so that an acquire that takes
-  -- the full-bucket way, history_at, does not make it: a function made is
-  -- an allocation.)
-  local function parse_history(state)
-    local h = {}
-    local pt, pl = nil, nil -- the previous entry as stored
-    for i = 1, HISTORY do
-      local f = state[3 + i]
-      if not f then
-        break
-      end
-      local ts, ls = string.match(f, '^(%-?%d+):([^:]+)$')
-      local t, l = tonumber(ts), tonumber(ls)
-      if t == nil or l == nil or l ~= l or l == math.huge or l == -math.huge then
-        return nil
-      end
-      if pt and (t <= pt or l >= pl) then
-        return nil
-      end
-      pt, pl = t, l
-      -- Rounded up, an earlier entry no higher than this one goes.
-      l = code_level(level_code(l))
-      while #h > 0 and h[#h][2] <= l do
-        table.remove(h)
-      end
-      h[#h + 1] = {t, l}
-    end
-    if #h == 0 then
-      return nil
-    end
-    return h
-  end
-
-  -- unpack_history reads the numbers of h (read_bucket's state[16]; ts
-  -- is state[17]): the list, or nil if they do not hold one.
-  local function unpack_history(v, ts)
-    local n = (#v - 1) / 2
-    if n < 1 or n > HISTORY or n ~= math.floor(n) then
-      return nil
-    end
-    local z = v[2]
-    local c = level_code(v[1]) - z / 2
-    if z % 2 == 1 then
-      c = level_code(v[1]) + (z + 1) / 2
-    end
-    local h = {{0, code_level(c)}}
-    for i = 2, n do
-      local d = v[i + 1]
-      if d < 1 then
-        return nil
-      end
-      c = c - d
-      h[i] = {0, code_level(c)}
-    end
-    if c < 0 then
-      return nil
-    end
-    local t = ts - v[2 * n + 1]
-    h[n][1] = t
-    for i = n - 1, 1, -1 do
-      local gap = v[n + 1 + i]
-      if gap < 1 then
-        return nil
-      end
-      t = t - gap
-      h[i][1] = t
-    end
-    return h
-  end
-
   local hb = state[14]
   local h = nil
   if state[3] or state[4] then
+    -- parse_history reads the fields p1..p8 of a bucket read by read_bucket
+    -- (state[4..11]): the list, levels rounded up, or nil if they do not
+    -- hold one. (Made here, not at the top, so that a call that does not
+    -- read that layout does not make it: a function made is an
+    -- allocation.)
+    local function parse_history(state)
+      local h = {}
+      local pt, pl = nil, nil -- the previous entry as stored
+      for i = 1, HISTORY do
+        local f = state[3 + i]
+        if not f then
+          break
+        end
+        local ts, ls = string.match(f, '^(%-?%d+):([^:]+)$')
+        local t, l = tonumber(ts), tonumber(ls)
+        if t == nil or l == nil or l ~= l or l == math.huge or l == -math.huge then
+          return nil
+        end
+        if pt and (t <= pt or l >= pl) then
+          return nil
+        end
+        pt, pl = t, l
+        -- Rounded up, an earlier entry no higher than this one goes.
+        local c = level_code(l)
+        l = code_level(c)
+        while #h > 0 and h[#h][2] <= l do
+          table.remove(h)
+        end
+        h[#h + 1] = {t, l, c}
+      end
+      if #h == 0 then
+        return nil
+      end
+      return h
+    end
     h = parse_history(state)
   elseif state[15] and state[15] == state[18] then
     h = {{state[17], hb}}
   elseif state[16] then
+    -- unpack_history reads the numbers of h (read_bucket's state[16]; ts
+    -- is state[17]): the list, or nil if they do not hold one.
+    local function unpack_history(v, ts)
+      local n = (#v - 1) / 2
+      if n < 1 or n > HISTORY or n ~= math.floor(n) then
+        return nil
+      end
+      local z = v[2]
+      local c = level_code(v[1])
+      state[19] = c
+      if z % 2 == 1 then
+        c = c + (z + 1) / 2
+      else
+        c = c - z / 2
+      end
+      local h = {{0, code_level(c), c}}
+      for i = 2, n do
+        local d = v[i + 1]
+        if d < 1 then
+          return nil
+        end
+        c = c - d
+        h[i] = {0, code_level(c), c}
+      end
+      if c < 0 then
+        return nil
+      end
+      local t = ts - v[2 * n + 1]
+      h[n][1] = t
+      for i = n - 1, 1, -1 do
+        local gap = v[n + 1 + i]
+        if gap < 1 then
+          return nil
+        end
+        t = t - gap
+        h[i][1] = t
+      end
+      return h
+    end
     h = unpack_history(state[16], state[17])
   end
   if h == nil or hb ~= burst or state[12] then
@@ -498,14 +505,15 @@ local function history_at(state, now, burst, l, btext)
   -- rounded up to the grid (see the rounding above). (Made here, not at
   -- the top, as parse_history is in history.)
   local function history_push(h, now, l)
-    l = code_level(level_code(l))
+    local c = level_code(l)
+    l = code_level(c)
     while #h > 0 and h[#h][2] <= l do
       table.remove(h)
     end
     if #h > 0 and h[#h][1] >= now then
       return
     end
-    h[#h + 1] = {now, l}
+    h[#h + 1] = {now, l, c}
     if #h > HISTORY then
       local best = 1
       for i = 2, #h - 1 do
@@ -513,7 +521,7 @@ local function history_at(state, now, burst, l, btext)
           best = i
         end
       end
-      h[best + 1][2] = h[best][2]
+      h[best + 1][2], h[best + 1][3] = h[best][2], h[best][3]
       table.remove(h, best)
     end
   end
@@ -558,20 +566,6 @@ local function store(key, tokens, now, rate, burst, h, state, extra, clock)
       packed = full_history(burst)
     end
   else
-    -- put appends v, a whole number in [0, 2^53), to the bytes b[1..n] as a
-    -- varint (see the level history above) and returns the new n.
-    local function put(b, n, v)
-      while v >= 128 do
-        local q = math.floor(v / 128)
-        n = n + 1
-        b[n] = v - q * 128 + 128
-        v = q
-      end
-      n = n + 1
-      b[n] = v
-      return n
-    end
-
     -- pack_history returns the level history h (whole levels, times at or
     -- before ts), recorded under burst, as field h holds it (see above), or
     -- nil when burst or its oldest level is 2^52 or more: such a history is
@@ -582,17 +576,34 @@ local function store(key, tokens, now, rate, burst, h, state, extra, clock)
       if burst >= HISTORY_LIMIT or h[1][2] >= HISTORY_LIMIT then
         return nil
       end
+      -- The burst's code, which unpack_history made when it read h
+      -- recorded under this burst (state[19]).
+      local cb = state[14] == burst and state[19] or level_code(burst)
+      -- put appends x, a whole number in [0, 2^53), to the bytes b[1..n]
+      -- as a varint and returns the new n.
+      local function put(b, n, x)
+        while x >= 128 do
+          local r = x % 128 -- an operator, where math.floor is a call
+          n = n + 1
+          b[n] = r + 128
+          x = (x - r) / 128
+        end
+        n = n + 1
+        b[n] = x
+        return n
+      end
       while true do
         local b = {}
         local n = put(b, 0, burst)
-        local cb, c = level_code(burst), level_code(h[1][2])
+        -- An entry's code is its third element when the call knew it.
+        local c = h[1][3] or level_code(h[1][2])
         if c <= cb then
           n = put(b, n, 2 * (cb - c))
         else
           n = put(b, n, 2 * (c - cb) - 1)
         end
         for i = 2, #h do
-          local ci = level_code(h[i][2])
+          local ci = h[i][3] or level_code(h[i][2])
           n = put(b, n, c - ci)
           c = ci
         end
@@ -609,7 +620,7 @@ local function store(key, tokens, now, rate, burst, h, state, extra, clock)
             best = i
           end
         end
-        h[best + 1][2] = h[best][2]
+        h[best + 1][2], h[best + 1][3] = h[best][2], h[best][3]
         table.remove(h, best)
       end
     end

@@ -77,7 +77,8 @@ local function history_raise(h, after, c)
     end
     -- Rounded up to the grid, as every level (common.lua): higher only
     -- credits a later return less.
-    h[i][2] = code_level(level_code(h[i][2] + c))
+    local code = level_code(h[i][2] + c)
+    h[i][2], h[i][3] = code_level(code), code
   end
   local kept = {h[#h]}
   for i = #h - 1, 1, -1 do
