@@ -531,7 +531,7 @@ local function history_at(state, now, burst, l, btext)
   return h
 end
 
--- store writes the bucket's tokens as of now, its history h (levels whole,
+-- store writes the bucket's tokens as of now, its history h (levels on the grid,
 -- entries at or before now) recorded under burst, packed in h (not written
 -- again when it holds that already), and the field-value pairs in extra
 -- (nil for none); it deletes the previous layouts' fields (hb, p1..p8;
@@ -566,7 +566,7 @@ local function store(key, tokens, now, rate, burst, h, state, extra, clock)
       packed = full_history(burst)
     end
   else
-    -- pack_history returns the level history h (whole levels, times at or
+    -- pack_history returns the level history h (levels on the grid, times at or
     -- before ts), recorded under burst, as field h holds it (see above), or
     -- nil when burst or its oldest level is 2^52 or more: such a history is
     -- not kept. Past HISTORY_BYTES it merges h's neighbours with the smallest

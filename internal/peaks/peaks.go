@@ -155,12 +155,12 @@ func peak(e []Entry, after int64, x float64) float64 {
 	return x
 }
 
-// raise adds c to the entries of e after after (rounded up to the grid with ceil) and
-// keeps, in place, each entry above all later ones.
-func raise(e []Entry, after int64, c float64, ceil bool) []Entry {
+// raise adds c to the entries of e after after (rounded up to the grid
+// with round) and keeps, in place, each entry above all later ones.
+func raise(e []Entry, after int64, c float64, round bool) []Entry {
 	for i := len(e) - 1; i >= 0 && e[i].T > after; i-- {
 		e[i].L += c
-		if ceil {
+		if round {
 			e[i].L = Round(e[i].L)
 		}
 	}
