@@ -59,6 +59,9 @@ func (m *confModel) known(at int64, burst int64) {
 
 func (m *confModel) store(at int64, tokens float64, lim lease.Limits) {
 	m.live, m.tk, m.ts, m.hb, m.rate = true, tokens, at, lim.Burst, lim.Rate
+	// Packed into field h, merged until it fits (bursts here are below
+	// peaks.Limit: it is always kept).
+	m.h.Pack(at, lim.Burst)
 }
 
 // expiry is when the bucket expires if left alone (µs): a second after

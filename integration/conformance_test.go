@@ -166,20 +166,15 @@ func (c *cx) stored(tenant string) (tk float64, ts, hb int64, h []peaks.Entry, o
 	if f == nil {
 		return 0, 0, 0, nil, false
 	}
-	var err1, err2, err3 error
+	var err1, err2 error
 	tk, err1 = strconv.ParseFloat(f["tk"], 64)
 	ts, err2 = strconv.ParseInt(f["ts"], 10, 64)
-	hb, err3 = strconv.ParseInt(f["hb"], 10, 64)
-	if err := errors.Join(err1, err2, err3); err != nil {
+	if err := errors.Join(err1, err2); err != nil {
 		c.t.Fatalf("bucket of %q: %v: %v", tenant, f, err)
 	}
-	var fields []string
-	for i := 1; f["p"+strconv.Itoa(i)] != ""; i++ {
-		fields = append(fields, f["p"+strconv.Itoa(i)])
-	}
-	hist, okh := peaks.Parse(fields)
+	hist, hb, okh := peaks.Unpack(f["h"], ts)
 	if !okh {
-		c.t.Fatalf("bucket of %q: history %q does not parse", tenant, fields)
+		c.t.Fatalf("bucket of %q: history %q does not unpack", tenant, f["h"])
 	}
 	return tk, ts, hb, slices.Clone(hist.Entries()), true
 }
@@ -324,10 +319,20 @@ func memState(tenant string, st memstore.TenantState) confState {
 		s.Bucket = map[string]string{
 			"tk": fmt.Sprintf("%.17g", b.Tokens),
 			"ts": strconv.FormatInt(us(b.Time), 10),
-			"hb": strconv.FormatInt(b.Burst, 10),
 		}
-		for i, l := range b.History {
-			s.Bucket["p"+strconv.Itoa(i+1)] = fmt.Sprintf("%d:%.17g", us(l.Time), l.Tokens)
+		if len(b.History) > 0 {
+			// Packed as common.lua packs it (memstore has merged it to
+			// fit already).
+			var h peaks.History
+			h.Reset(us(b.History[0].Time), b.History[0].Tokens)
+			for _, l := range b.History[1:] {
+				h.Push(us(l.Time), l.Tokens)
+			}
+			v, ok := h.Pack(us(b.Time), b.Burst)
+			if !ok || h.Len() != len(b.History) {
+				panic(fmt.Sprintf("memstore's history %v under %d does not pack as it is", b.History, b.Burst))
+			}
+			s.Bucket["h"] = v
 		}
 		if r := b.Summary; r != nil {
 			s.Bucket["rg"] = fmt.Sprintf("%d:%d:%.17g:%.17g", us(r.At), r.Instances, r.Demand, r.Level)
@@ -403,8 +408,27 @@ func (sp *redisSpace) lag(tenant string, d time.Duration) int64 {
 	sp.mu.Lock()
 	sp.skewed[tenant] = true
 	sp.mu.Unlock()
-	ts, err := sp.rdb.HIncrBy(ctx, lease.Key(sp.prefix, tenant), "ts", d.Microseconds()).Result()
+	// ts moves ahead of the clock by d; the level history's times, which
+	// h holds as distances back from ts, stay where they were.
+	key := lease.Key(sp.prefix, tenant)
+	f, err := sp.rdb.HMGet(ctx, key, "ts", "h").Result()
 	if err != nil {
+		sp.t.Fatal(err)
+	}
+	ts, err := strconv.ParseInt(fmt.Sprint(f[0]), 10, 64)
+	if err != nil {
+		sp.t.Fatalf("lag: ts %v: %v", f[0], err)
+	}
+	h, burst, ok := peaks.Unpack(fmt.Sprint(f[1]), ts)
+	if !ok {
+		sp.t.Fatalf("lag: history %q does not unpack", f[1])
+	}
+	ts += d.Microseconds()
+	v, ok := h.Pack(ts, burst)
+	if !ok {
+		sp.t.Fatalf("lag: history %v does not pack", h.Entries())
+	}
+	if err := sp.rdb.HSet(ctx, key, "ts", ts, "h", v).Err(); err != nil {
 		sp.t.Fatal(err)
 	}
 	return ts

@@ -3,12 +3,14 @@ package integration
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasequota/leasequota/integration/redistest"
+	"github.com/leasequota/leasequota/internal/peaks"
 	"github.com/leasequota/leasequota/lease"
 )
 
@@ -59,18 +61,23 @@ func TestRedisMemoryPerBucket(t *testing.T) {
 		return cost{usage(k), usage(lease.InstancesKey(k)), usage(lease.QuotaKey(k)), usage(lease.ReleasesKey(k))}
 	}
 	total := func(c cost) int64 { return c.bucket + c.registry + c.override + c.releases }
-	historyLen := func(tenant string) int {
-		fields, err := rdb.HKeys(ctx, lease.Key(prefix, tenant)).Result()
+	// historyLen is the number of entries of the level history (field h)
+	// and its length in bytes.
+	historyLen := func(tenant string) (int, int) {
+		f, err := rdb.HMGet(ctx, lease.Key(prefix, tenant), "ts", "h").Result()
 		if err != nil {
 			t.Fatal(err)
 		}
-		n := 0
-		for _, f := range fields {
-			if len(f) == 2 && f[0] == 'p' && f[1] >= '1' && f[1] <= '9' {
-				n++
-			}
+		ts, err := strconv.ParseInt(fmt.Sprint(f[0]), 10, 64)
+		if err != nil {
+			t.Fatal(err)
 		}
-		return n
+		packed := fmt.Sprint(f[1])
+		h, _, ok := peaks.Unpack(packed, ts)
+		if !ok {
+			t.Fatalf("%s: history %q does not unpack", tenant, packed)
+		}
+		return h.Len(), len(packed)
 	}
 	acquire := func(tenant string, cs []*lease.Client, calls int, lim lease.Limits, want int64) {
 		for i := range calls {
@@ -100,20 +107,21 @@ func TestRedisMemoryPerBucket(t *testing.T) {
 	for _, c := range []struct {
 		name, tenant string
 		entries      int // history entries the shape makes
-		max          int64
+		bucket, max  int64
 	}{
-		{"full (4 instances)", "full", 1, 450},
-		{"busy (4 instances)", "busy", 8, 800},
-		{"worst (32 instances, override, release ids)", "wrst", 8, 2200},
+		{"full (4 instances)", "full", 1, 200, 400},
+		{"busy (4 instances)", "busy", 8, 200, 450},
+		{"worst (32 instances, override, release ids)", "wrst", 8, 232, 1700},
 	} {
-		m, n := measure(c.tenant), historyLen(c.tenant)
-		t.Logf("%s: %d B in all: bucket %d B (%d history entries), registry %d B, override %d B, release ids %d B",
-			c.name, total(m), m.bucket, n, m.registry, m.override, m.releases)
+		m := measure(c.tenant)
+		n, size := historyLen(c.tenant)
+		t.Logf("%s: %d B in all: bucket %d B (%d history entries in %d B), registry %d B, override %d B, release ids %d B",
+			c.name, total(m), m.bucket, n, size, m.registry, m.override, m.releases)
 		if n != c.entries {
 			t.Errorf("%s: %d history entries, want %d: the shape is not the one measured", c.name, n, c.entries)
 		}
-		if total(m) > c.max {
-			t.Errorf("%s: %d B, want at most %d B (docs/performance.md)", c.name, total(m), c.max)
+		if m.bucket > c.bucket || total(m) > c.max {
+			t.Errorf("%s: bucket %d B, %d B in all; want at most %d B and %d B (docs/performance.md)", c.name, m.bucket, total(m), c.bucket, c.max)
 		}
 	}
 }

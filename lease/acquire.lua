@@ -3,9 +3,9 @@
 -- KEYS[1]  bucket key, a hash:
 --            tk  tokens ("%.17g")
 --            ts  when tk was computed (Redis TIME, microseconds)
---            hb, p1..p8  the burst the level history was recorded under,
---                and its entries, that release.lua credits against (see
---                common.lua)
+--            h   the level history that release.lua credits against,
+--                and the burst it was recorded under, packed (common.lua;
+--                clients of the previous release kept it as hb, p1..p8)
 --            rg  the registry summary: "computed at (us):instances:total
 --                demand:water level", rewritten at most every 1/8 window
 -- ARGV[1]  rate: tokens added per second, a decimal number > 0

@@ -26,8 +26,8 @@
 -- bucket under an override is full at the override's burst, capped at the
 -- new one and stored. Then the bucket is stored at the new rate and burst
 -- (its TTL with them), with the level history restarted as quota.lua does
--- ({{now, max(old burst, new burst)}}, the old burst being the history's
--- hb when no override was stored).
+-- ({{now, max(old burst, new burst)}}, the old burst being the one the
+-- history was recorded under when no override was stored).
 --
 -- del. Without a stored override nothing changes. With one, the bucket is
 -- refilled at the override's rate up to now and capped at its burst (a
@@ -91,7 +91,7 @@ if op == 'set' then
       tokens = newBurst
     end
     local top = newBurst
-    local prev = oldBurst or tonumber(state[3])
+    local prev = oldBurst or state[14]
     if prev ~= nil and prev == prev and prev > top then
       top = prev
     end

@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"strconv"
@@ -28,42 +29,35 @@ func ageSince(start time.Time) time.Duration {
 	return time.Since(start) + ageMargin
 }
 
-// historyFields are the hash fields of a bucket's level history.
+// historyFields are the hash fields of the previous release's level
+// history.
 var historyFields = []string{"p1", "p2", "p3", "p4", "p5", "p6", "p7", "p8"}
 
 // readHistory returns the level history and the burst it was recorded
-// under, as stored in the bucket at key.
+// under, as stored in the bucket at key (field h; common.lua), and fails
+// if the previous release's fields are there too.
 func readHistory(t *testing.T, rdb *redis.Client, key string) (peaks.History, int64) {
 	t.Helper()
-	v, err := rdb.HMGet(context.Background(), key, append([]string{"hb"}, historyFields...)...).Result()
+	v, err := rdb.HMGet(context.Background(), key, append([]string{"h", "ts", "hb"}, historyFields...)...).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
-	hb, ok := v[0].(string)
+	packed, ok := v[0].(string)
 	if !ok {
-		t.Fatalf("%s: hb missing: %v", key, v)
+		t.Fatalf("%s: h missing: %v", key, v)
 	}
-	var fields []string
-	for i, x := range v[1:] {
-		f, ok := x.(string)
-		if !ok {
-			// The entries are p1..pn: none after the first missing.
-			for _, y := range v[2+i:] {
-				if y != nil {
-					t.Fatalf("%s: history fields with a gap: %v", key, v)
-				}
-			}
-			break
+	for i, x := range v[2:] {
+		if x != nil {
+			t.Fatalf("%s: a field of the previous layout is left: %v", key, append([]string{"hb"}, historyFields...)[i])
 		}
-		fields = append(fields, f)
 	}
-	h, ok := peaks.Parse(fields)
-	if !ok {
-		t.Fatalf("%s: history %q does not parse", key, fields)
-	}
-	b, err := strconv.ParseInt(hb, 10, 64)
+	ts, err := strconv.ParseInt(fmt.Sprint(v[1]), 10, 64)
 	if err != nil {
-		t.Fatalf("%s: hb %q: %v", key, hb, err)
+		t.Fatalf("%s: ts %v: %v", key, v[1], err)
+	}
+	h, b, ok := peaks.Unpack(packed, ts)
+	if !ok {
+		t.Fatalf("%s: history %q does not unpack", key, packed)
 	}
 	return h, b
 }
@@ -282,16 +276,22 @@ func TestAgedReturnCredit(t *testing.T) {
 		g1 := acquire("room", 10)                    // 10 -> 0, peak 10
 		release("room", 10, ageSince(start), 10, 10) // min(10, 100-10)
 		// The credit is in the history: the bucket without those 10
-		// granted would have been 10 higher since.
-		checkHistory(t, rdb, c.Key("room"), 100, at(g0.ServerTime, 100), at(g1.ServerTime, 20))
+		// granted would have been 10 higher since. (The level 10, with
+		// the refill since the first grant, a fraction of a token, is
+		// recorded rounded up to 8 significant bits: 10.0625, and 20.125
+		// with the credit.)
+		checkHistory(t, rdb, c.Key("room"), 100, at(g0.ServerTime, 100), at(g1.ServerTime, 20.125))
 	})
 
 	t.Run("credit capped by the peak", func(t *testing.T) {
 		acquire("peak", 5) // 100 -> 95
 		waitBeyondAge(t, rdb)
 		start := time.Now()
-		acquire("peak", 95)                        // 95 -> 0, peak 95
-		release("peak", 95, ageSince(start), 5, 5) // min(95, 100-95): 90 would have been lost to the cap
+		acquire("peak", 95) // 95 -> 0, peak 95
+		// min(95, 100-95.5): 90 would have been lost to the cap, and the
+		// level 95 with the refill since (a fraction of a token) is
+		// recorded as 95.5, levels being rounded up to 8 significant bits.
+		release("peak", 95, ageSince(start), 4.5, 4.5)
 	})
 
 	t.Run("an age reaching back to a higher level", func(t *testing.T) {
@@ -399,11 +399,13 @@ func TestOverlappingReturnsShareTheRoom(t *testing.T) {
 				rets[i] = r
 			}
 		}
-		if !near(rets[0].Credited, 5) || !near(rets[0].Tokens, 5) || rets[1].Credited != 0 || !near(rets[1].Tokens, 5) {
-			t.Fatalf("pipelined %v: returns %+v, want 5 credited then 0, 5 tokens", pipelined, rets)
+		// (4.5, not 5: the peak 95, with the refill since, a fraction of
+		// a token, is recorded rounded up to 95.5.)
+		if !near(rets[0].Credited, 4.5) || !near(rets[0].Tokens, 4.5) || rets[1].Credited != 0 || !near(rets[1].Tokens, 4.5) {
+			t.Fatalf("pipelined %v: returns %+v, want 4.5 credited then 0, 4.5 tokens", pipelined, rets)
 		}
-		if g, err := c.Acquire(ctx, tenant, lim, 0); err != nil || !near(g.Tokens, 5) {
-			t.Fatalf("pipelined %v: bucket %+v, %v; want 5", pipelined, g, err)
+		if g, err := c.Acquire(ctx, tenant, lim, 0); err != nil || !near(g.Tokens, 4.5) {
+			t.Fatalf("pipelined %v: bucket %+v, %v; want 4.5", pipelined, g, err)
 		}
 	}
 }
@@ -469,8 +471,8 @@ func TestUnknownHistoryCreditsNothing(t *testing.T) {
 		}
 		// Restarted: one entry, the others deleted.
 		checkHistory(t, rdb, key, 100, at(r.ServerTime, 100))
-		if n, err := rdb.HLen(ctx, key).Result(); err != nil || n != 4 {
-			t.Fatalf("%d fields after the restart (%v), want tk, ts, hb and p1", n, err)
+		if n, err := rdb.HLen(ctx, key).Result(); err != nil || n != 3 {
+			t.Fatalf("%d fields after the restart (%v), want tk, ts and h", n, err)
 		}
 	}
 
@@ -596,6 +598,23 @@ func TestFullBucketHistory(t *testing.T) {
 			func(now int64) []peaks.Entry { return []peaks.Entry{{T: now, L: 60}} }},
 		{"no history", nil,
 			func(now int64) []peaks.Entry { return []peaks.Entry{{T: now, L: 60}} }},
+		// This release's layout, h.
+		{"packed, several entries below burst", []string{"h", packed(past, 60, at3(100, 60), at3(200, 50), at3(300, 40))},
+			func(now int64) []peaks.Entry { return []peaks.Entry{{T: now, L: 60}} }},
+		{"packed, oldest entry above burst", []string{"h", packed(past, 60, at3(100, 100), at3(200, 50))},
+			func(now int64) []peaks.Entry { return []peaks.Entry{{T: 100, L: 100}, {T: now, L: 60}} }},
+		{"packed under a higher burst", []string{"h", packed(past, 100, at3(100, 100))},
+			func(now int64) []peaks.Entry { return []peaks.Entry{{T: now, L: 100}} }},
+		{"packed under a lower burst", []string{"h", packed(past, 50, at3(100, 50))},
+			func(now int64) []peaks.Entry { return []peaks.Entry{{T: now, L: 60}} }},
+		{"unreadable packed history", []string{"h", "\x80"},
+			func(now int64) []peaks.Entry { return []peaks.Entry{{T: now, L: 60}} }},
+		// Both: a client of the previous release wrote last, its fields
+		// are the history (h is stale).
+		{"previous layout over packed", []string{"h", packed(past, 60, at3(100, 100), at3(200, 50)), "hb", "60", "p1", "100:60"},
+			func(now int64) []peaks.Entry { return []peaks.Entry{{T: now, L: 60}} }},
+		{"previous layout above burst over packed", []string{"h", packed(past, 60, at3(100, 60)), "hb", "60", "p1", "100:100", "p2", "200:50"},
+			func(now int64) []peaks.Entry { return []peaks.Entry{{T: 100, L: 100}, {T: now, L: 60}} }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if err := rdb.Del(ctx, key).Err(); err != nil {
@@ -611,6 +630,85 @@ func TestFullBucketHistory(t *testing.T) {
 			}
 			checkHistory(t, rdb, key, 60, tc.want(g.ServerTime.UnixMicro())...)
 		})
+	}
+}
+
+// at3 is an entry of a history written by hand.
+func at3(t int64, l float64) peaks.Entry { return peaks.Entry{T: t, L: l} }
+
+// packed returns the field h of a bucket whose ts is ts holding the
+// history e (times rising, whole levels falling) recorded under burst.
+func packed(ts, burst int64, e ...peaks.Entry) string {
+	var h peaks.History
+	h.Reset(e[0].T, e[0].L)
+	for _, x := range e[1:] {
+		h.Push(x.T, x.L)
+	}
+	v, ok := h.Pack(ts, burst)
+	if !ok || h.Len() != len(e) {
+		panic(fmt.Sprintf("cannot pack %v under %d", e, burst))
+	}
+	return v
+}
+
+// TestPackedHistoryFits: a history whose packing would pass 64 bytes (the
+// longest value Redis keeps a hash compact with) is merged until it fits,
+// as the Go model does: entries 2^41 µs and more apart, of a burst of 2^50.
+func TestPackedHistoryFits(t *testing.T) {
+	ctx := context.Background()
+	c, rdb := agedClient(t)
+	key := c.Key("fits")
+	const burst = int64(1) << 50
+	var h peaks.History
+	h.Reset(0, float64(burst))
+	at := int64(0)
+	for i := 1; i < peaks.Max; i++ {
+		at += int64(1) << (40 + i)
+		h.Push(at, float64(burst-int64(i)<<(30+i)))
+	}
+	now := redisNow(t, rdb)
+	if at >= now {
+		t.Fatalf("the history's last entry %d is not before now %d", at, now)
+	}
+	v, ok := h.Pack(at, burst)
+	if !ok {
+		t.Fatal("not packed")
+	}
+	if err := rdb.HSet(ctx, key, "tk", "1000", "ts", strconv.FormatInt(at, 10), "h", v).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// The script itself: the client takes bursts up to 2^40.
+	acquire := redis.NewScript(commonSource + acquireSource)
+	run := func(key string, burst int64) (int64, float64) {
+		t.Helper()
+		v, err := acquire.Run(ctx, rdb, []string{key, InstancesKey(key), QuotaKey(key)}, "1e-9", burst, 10).Slice()
+		if err != nil || len(v) != 9 || v[0] != int64(10) {
+			t.Fatalf("acquire: %v, %v", v, err)
+		}
+		left, err := strconv.ParseFloat(fmt.Sprint(v[1]), 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v[2].(int64), left + 10
+	}
+	t1, level := run(key, burst) // level: 1000 and the refill since at
+	want, _, _ := peaks.Unpack(v, at)
+	want.Push(t1, level)
+	w, _ := want.Pack(t1, burst)
+	if want.Len() >= peaks.Max {
+		t.Fatalf("the model kept %d entries: the case must merge to fit", want.Len())
+	}
+	stored, err := rdb.HGet(ctx, key, "h").Result()
+	if err != nil || stored != w || len(stored) > peaks.MaxBytes {
+		t.Fatalf("h = %q (%d bytes), %v; want %q, the model's", stored, len(stored), err, w)
+	}
+	if enc, err := rdb.ObjectEncoding(ctx, key).Result(); err != nil || enc != "listpack" {
+		t.Fatalf("encoding %q, %v; want listpack", enc, err)
+	}
+	// A burst of 2^52 or more keeps no history.
+	run(c.Key("big"), peaks.Limit)
+	if n, err := rdb.HExists(ctx, c.Key("big"), "h").Result(); err != nil || n {
+		t.Fatalf("h stored under a burst of 2^52: %v, %v", n, err)
 	}
 }
 

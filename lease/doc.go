@@ -17,9 +17,16 @@
 //
 //	tk  tokens in the bucket, a float64 written with "%.17g" (exact round trip)
 //	ts  when tk was computed: Redis TIME in microseconds, an integer
-//	hb  the burst the level history was recorded under
-//	p1, p2, …, p8  the level history (see Returns), one entry "t:l" a field,
-//	    oldest first; fields past the last entry are absent
+//	h   the level history (see Returns) and the burst it was recorded
+//	    under, packed as base-128 varints: the burst, the oldest level,
+//	    each later level's drop (levels as codes of their rounding, see
+//	    Returns), each entry's gap to the next (µs) and the newest entry's
+//	    distance back from ts (common.lua); at most 64 bytes
+//	rg  the instance registry's summary (acquire.lua)
+//
+// Clients of the previous release kept the history in hb (its burst) and
+// p1..p8 (one entry "t:l" a field); see Returns for how the two share a
+// bucket.
 //
 // The only clock is the Redis server's TIME, read inside the scripts; a
 // client clock is never used, so instances with skewed clocks agree. If the
@@ -105,7 +112,7 @@
 // g; the rest would have been lost to the cap. Any upper bound of P is safe
 // (it only credits less).
 //
-// The bucket keeps a level history (p1… above, and internal/peaks, its Go
+// The bucket keeps a level history (h above, and internal/peaks, its Go
 // model): a short list of (time, level) where each level bounds the
 // bucket's levels since the previous entry's time. Every acquire records
 // the level it refilled to before its debit, at its time; between calls
@@ -118,6 +125,18 @@
 // drop merge into one entry with the later time and the higher level:
 // grants between them are then judged against the higher level, which
 // only credits less.
+//
+// Levels are kept rounded up (pushed, raised and restarted so) to whole
+// tokens from 128 up and to 8 significant bits below (down to 2^-30): an
+// entry still bounds the levels it stands for, only higher, so P is the
+// exact rule's or higher and a return is credited less (by less than a
+// token and less than a 128th of P), never more. Times are kept exactly, in
+// microseconds: an entry recorded later than its call would be safe too,
+// but the grant's own entry would then count, and tokens leased from a
+// full bucket would never come back. A history that would pack into more
+// than 64 bytes is merged as above until it fits, so that Redis keeps the
+// hash in its compact encoding; one of a burst (or oldest level) of 2^52
+// or more is not kept (an unknown past).
 //
 // A release is told an age, an upper bound of how long ago the returned
 // tokens were granted, and, optionally, the oldest grant they come from
@@ -135,14 +154,19 @@
 // whatever other instances acquired since.
 //
 // A missing key, a hash without history (written by an older version),
-// a history recorded under another burst (hb, or a quota change by
-// quota.lua), and one that a client of the previous layout (fields s0, m0,
-// s1, m1, ta, mt) may have missed calls of, because it wrote those fields
-// since, are an unknown past: the history restarts as one entry (now, at
-// least Burst), so nothing granted before can be credited. The scripts
-// delete the previous layout's fields, so such a client finds no history
-// and credits nothing granted before its next call either: during a
-// rollout, returns are credited less, never more.
+// a history recorded under another burst (or reset by a quota change by
+// quota.lua), and one that a client of the layout before the previous
+// (fields s0, m0, s1, m1, ta, mt) may have missed calls of, because it
+// wrote those fields since, are an unknown past: the history restarts as
+// one entry (now, at least Burst), so nothing granted before can be
+// credited. A client of the previous release (hb, p1..p8) writes p1 on
+// every call and does not know h: when hb or p1 is there, it wrote last,
+// and its p-history is read (levels rounded up; it covers every call since
+// that client found no p1 and restarted) and h ignored. The scripts delete
+// the older layouts' fields on every write, so such a client then finds
+// no history and credits nothing granted before its next call: during a
+// rollout, returns are credited less, never more
+// (TestRolloutCreditsNoMoreThanExact, TestMixedFleetRollout).
 //
 // After every release, then, the bucket holds exactly what a bucket that
 // never granted the credited tokens would hold: the credits are grants

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/leasequota/leasequota/internal/peaks"
 )
 
 // BucketState is a tenant's bucket as read at one instant of Redis's clock
@@ -37,16 +39,18 @@ type BucketState struct {
 	// the package doc).
 	Tokens  float64
 	Updated int64
-	// Burst is the burst the bucket was last written with (hb), 0 when
-	// not stored.
+	// Burst is the burst the level history was recorded under (in h,
+	// or hb), 0 when not stored.
 	Burst int64
 	// TTL is the key's remaining time to live, -1 when it has no expiry
 	// (0 when missing). Every write sets it to one second after the
 	// bucket would be full at the rate and burst of that write.
 	TTL time.Duration
 	// History is the level history release.lua credits returns against
-	// (p1..p8, oldest first): each entry bounds the bucket's level from
-	// the previous entry's time up to its own. Empty when none is stored.
+	// (field h, or p1..p8 when a client of the previous release wrote the
+	// bucket last; oldest first): each entry bounds the bucket's level
+	// from the previous entry's time up to its own. Empty when none is
+	// stored.
 	History []HistoryEntry
 	// Registry is the instance registry's summary (rg) as acquire.lua
 	// last computed it, nil when none is stored (no instance acquired
@@ -299,12 +303,26 @@ func (b *BucketState) parseBucket(h map[string]string) error {
 	if b.Updated, err = strconv.ParseInt(ts, 10, 64); err != nil {
 		return fmt.Errorf("ts: %w", err)
 	}
+	_, hasHb := h["hb"]
+	_, hasP1 := h["p1"]
+	if packed, ok := h["h"]; ok && !hasHb && !hasP1 {
+		// This release's layout (common.lua); hb and p1 are the previous
+		// release's, which a client of it wrote since when present.
+		hist, burst, ok := peaks.Unpack(packed, b.Updated)
+		if !ok {
+			return fmt.Errorf("h: %q is not a packed level history", packed)
+		}
+		b.Burst = burst
+		for _, e := range hist.Entries() {
+			b.History = append(b.History, HistoryEntry{At: e.T, Level: e.L})
+		}
+	}
 	if hb, ok := h["hb"]; ok {
 		if b.Burst, err = strconv.ParseInt(hb, 10, 64); err != nil {
 			return fmt.Errorf("hb: %w", err)
 		}
 	}
-	for i := 1; ; i++ {
+	for i := 1; hasP1 || hasHb; i++ {
 		p, ok := h["p"+strconv.Itoa(i)]
 		if !ok {
 			break

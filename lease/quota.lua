@@ -34,7 +34,7 @@
 --
 -- Every set and del (whatever the old and new burst) also makes the
 -- bucket's level history (common.lua) unknown before now: it restarts as
--- {{now, max(old burst, new burst)}} with hb = the new burst. Tokens granted
+-- {{now, max(old burst, new burst)}} recorded under the new burst. Tokens granted
 -- before the change are then never credited by release.lua (peaks measured
 -- under one cap say nothing about the room below another); grants after it
 -- are creditable as before.

@@ -2,8 +2,7 @@
 -- bucket, crediting only what the bucket would hold had they never been
 -- granted ("aged returns").
 --
--- KEYS[1]  bucket key, a hash {tk, ts, hb, p1..p8} (see acquire.lua and
---          common.lua)
+-- KEYS[1]  bucket key, a hash {tk, ts, h} (see acquire.lua and common.lua)
 -- ARGV[1]  rate: tokens added per second, a decimal number > 0
 -- ARGV[2]  burst: bucket capacity, an integer >= 1
 -- ARGV[3]  amount: tokens given back, an integer >= 0
@@ -69,14 +68,17 @@ local function history_peak(h, after, x)
 end
 
 -- history_raise adds c to every entry after after (the bucket without the
--- credited tokens granted was c higher since), then keeps only the entries
--- above every later one.
+-- credited tokens granted was c higher since), rounded up, then keeps only
+-- the entries above every later one.
 local function history_raise(h, after, c)
   for i = #h, 1, -1 do
     if h[i][1] <= after then
       break
     end
-    h[i][2] = h[i][2] + c
+    -- Rounded up to the grid, as every level (common.lua): higher only
+    -- credits a later return less.
+    local code = level_code(h[i][2] + c)
+    h[i][2], h[i][3] = code_level(code), code
   end
   local kept = {h[#h]}
   for i = #h - 1, 1, -1 do

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"math"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/leasequota/leasequota/internal/peaks"
 	"github.com/leasequota/leasequota/internal/redisserver"
 )
 
@@ -27,7 +27,10 @@ import (
 // the tenant's name with an override; v3 is main at d243102, before the
 // lean acquire (it parsed the history of a full bucket, read a missing
 // override with HMGET and the registry entry before a stale summary's
-// recompute), whose fields and values this release writes the same.
+// recompute), whose fields and values v4 writes the same; v4 is main at
+// 7eccc49, the last to keep the level history as hb and p1..p8 (one
+// "time:level" field an entry, levels exact) where this release packs it
+// in one field, h, levels rounded up to whole tokens.
 var (
 	//go:embed testdata/v1/common.lua
 	v1Common string
@@ -47,6 +50,12 @@ var (
 	v3Acquire string
 	//go:embed testdata/v3/release.lua
 	v3Release string
+	//go:embed testdata/v4/common.lua
+	v4Common string
+	//go:embed testdata/v4/acquire.lua
+	v4Acquire string
+	//go:embed testdata/v4/release.lua
+	v4Release string
 )
 
 // TestMixedFleetRollout runs clients of an earlier release and of this
@@ -66,6 +75,7 @@ func TestMixedFleetRollout(t *testing.T) {
 		{"v1", v1Common, v1Acquire, v1Release, 6},
 		{"v2", v2Common, v2Acquire, v2Release, 6},
 		{"v3", v3Common, v3Acquire, v3Release, 9},
+		{"v4", v4Common, v4Acquire, v4Release, 9},
 	} {
 		t.Run(old.name, func(t *testing.T) {
 			mixedFleet(t, redis.NewScript(old.common+old.acquire), redis.NewScript(old.common+old.release), old.reply)
@@ -414,25 +424,32 @@ func TestOldClientKeepsFrozenBucket(t *testing.T) {
 	}
 }
 
-// TestRolloutMatchesPreviousRelease runs one random sequence of acquires
-// and returns (each naming its grant) on two buckets: on one every call
-// is this release's, on the other each call is this release's or v3's at
-// random, as in a rolling upgrade. Each call must give what its twin gave
-// (granted, credited, tokens) and leave the same history (levels, and the calls that recorded them): the two
-// releases compute the same, so a mixed fleet's returns are credited
-// exactly as a fleet of either release would credit them, never more.
-// The buckets refill 1e-15 tokens a second, less than the last bit of
-// a level of a token or more, so that the twins' different call times
-// change no level but one near 0; returning
-// every open grant, the latest first, brings a bucket back to full, so
-// that acquires take acquire.lua's full-bucket way (history_at).
-func TestRolloutMatchesPreviousRelease(t *testing.T) {
+// TestRolloutCreditsNoMoreThanExact runs one random sequence of acquires
+// and returns (each naming its grant) on two buckets: on one every call is
+// this release's, on the other each call is this release's or v4's at
+// random, as in a rolling upgrade (v4 keeps the level history as hb and
+// p1..p8, exact; this release packs it in h, levels rounded up). Beside
+// each bucket runs the exact rule: a level history fed with every call's
+// level before its debit, never merged nor rounded, and raised by every
+// credit the bucket gave. Every return must be credited at most what the
+// exact rule gives on that bucket, so that the bound holds whichever
+// release wrote the history last; and the crossings must be as
+// common.lua says: a v4 call after this release's finds no history (the
+// fields hb and p1..p8 are gone) and credits nothing granted before it;
+// this release's call after v4's reads v4's fields (and deletes them), so
+// that returns of grants since v4 restarted its history are credited.
+// The buckets refill 300 tokens a second (a few hundredths of a token
+// between calls: levels with fractions, which this release rounds up),
+// and returning every open grant, the latest first, brings a bucket back
+// to full now and then, so that acquires take acquire.lua's full-bucket
+// way (history_at).
+func TestRolloutCreditsNoMoreThanExact(t *testing.T) {
 	ctx := context.Background()
 	rdb := redisserver.Client(t)
 	prefix := redisserver.Prefix(t)
 	newAcquire, newRelease := redis.NewScript(commonSource+acquireSource), redis.NewScript(commonSource+releaseSource)
-	oldAcquire, oldRelease := redis.NewScript(v3Common+v3Acquire), redis.NewScript(v3Common+v3Release)
-	const rate, burst = "1e-15", 100
+	oldAcquire, oldRelease := redis.NewScript(v4Common+v4Acquire), redis.NewScript(v4Common+v4Release)
+	const rate, burst = "300", 100
 	num := func(v interface{}) float64 {
 		t.Helper()
 		f, err := strconv.ParseFloat(fmt.Sprint(v), 64)
@@ -441,115 +458,148 @@ func TestRolloutMatchesPreviousRelease(t *testing.T) {
 		}
 		return f
 	}
-	acquire := func(s *redis.Script, key string, want int64) (granted int64, tokens float64, now int64) {
+	type bucket struct {
+		key      string
+		mixed    bool           // calls of v4 at random, else this release's only
+		exact    peaks.Unmerged // the exact rule's history of this bucket
+		started  bool
+		lastOld  bool     // the last call that wrote the bucket was v4's
+		grants   []*grant // open grants, oldest first
+		credited [2]float64
+		// credits by v4 of grants made before a call of this release
+		// that followed (must be 0), and by this release of grants made
+		// after v4 started its history (read from v4's fields)
+		crossOld, crossNew, crossNewCredited int
+	}
+	type side struct{ acquire, release *redis.Script }
+	sides := [2]side{{newAcquire, newRelease}, {oldAcquire, oldRelease}}
+	rng := rand.New(rand.NewPCG(3, 5))
+	// fields checks the layout the last call left: this release's h alone,
+	// or v4's hb and p1 (h may be left by an earlier call of this release).
+	fields := func(b *bucket) {
 		t.Helper()
-		v, err := s.Run(ctx, rdb, []string{key, InstancesKey(key), QuotaKey(key)}, rate, burst, want).Slice()
+		m, err := rdb.HGetAll(ctx, b.key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, h := m["h"]
+		_, hb := m["hb"]
+		_, p1 := m["p1"]
+		if b.lastOld && !(hb && p1) || !b.lastOld && (!h || hb || p1) {
+			t.Fatalf("%s: fields %v after a call of v4: %v", b.key, slices.Sorted(maps.Keys(m)), b.lastOld)
+		}
+	}
+	acquire := func(b *bucket, old bool, want int64) {
+		t.Helper()
+		s := sides[0]
+		if old {
+			s = sides[1]
+		}
+		v, err := s.acquire.Run(ctx, rdb, []string{b.key, InstancesKey(b.key), QuotaKey(b.key)}, rate, burst, want).Slice()
 		if err != nil || len(v) != 9 {
 			t.Fatalf("acquire: %v, %v", v, err)
 		}
-		granted, _ = v[0].(int64)
-		now, _ = v[2].(int64)
-		return granted, num(v[1]), now
+		granted, _ := v[0].(int64)
+		now, _ := v[2].(int64)
+		left := num(v[1])
+		if !b.started {
+			b.exact.Reset(now, burst)
+			b.started = true
+		}
+		b.exact.Push(now, left+float64(granted))
+		b.lastOld = old
+		b.grants = append(b.grants, &grant{at: now, left: granted})
+		fields(b)
 	}
-	release := func(s *redis.Script, key string, amount, grant int64) (credited, tokens float64, now int64) {
+	release := func(b *bucket, old bool, i int, amount int64) {
 		t.Helper()
-		v, err := s.Run(ctx, rdb, []string{key, ReleasesKey(key), QuotaKey(key)}, rate, burst, amount, 0, uint32(grant)).Slice()
+		s := sides[0]
+		if old {
+			s = sides[1]
+		}
+		g := b.grants[i]
+		v, err := s.release.Run(ctx, rdb, []string{b.key, ReleasesKey(b.key), QuotaKey(b.key)}, rate, burst, amount, 0, uint32(g.at)).Slice()
 		if err != nil || len(v) != 3 {
 			t.Fatalf("release: %v, %v", v, err)
 		}
-		now, _ = v[1].(int64)
-		return num(v[2]), num(v[0]), now
-	}
-	// calls maps each bucket's call times to the call's number (its
-	// twin's is the same), so that the histories compare by call.
-	calls := map[string]map[int64]int{}
-	n := 0
-	called := func(key string, now int64) {
-		if calls[key] == nil {
-			calls[key] = map[int64]int{}
+		now, _ := v[1].(int64)
+		credit, tokens := num(v[2]), num(v[0])
+		x := tokens - credit // the level before the credit
+		exact := min(float64(amount), max(burst-b.exact.Peak(g.at, x), 0))
+		if credit > exact+1e-9 {
+			t.Fatalf("%s: a return of %d granted at %d by %s: credited %v, the exact rule %v", b.key, amount, g.at, map[bool]string{true: "v4", false: "this release"}[old], credit, exact)
 		}
-		calls[key][now] = n
-	}
-	type entry struct {
-		call  int
-		level float64
-	}
-	history := func(key string) []entry {
-		t.Helper()
-		h, _ := readHistory(t, rdb, key)
-		var l []entry
-		for _, e := range h.Entries() {
-			c, ok := calls[key][e.T]
-			if !ok {
-				t.Fatalf("%s: history entry %v at no call's time", key, e)
+		if old && !b.lastOld && credit != 0 {
+			t.Fatalf("%s: v4 credited %v after a call of this release: want 0 (no history)", b.key, credit)
+		}
+		switch {
+		case old && !b.lastOld:
+			b.crossOld++
+		case !old && b.lastOld:
+			b.crossNew++
+			if credit > 0 {
+				b.crossNewCredited++
 			}
-			l = append(l, entry{c, e.L})
 		}
-		return l
-	}
-	type grant struct{ at, left int64 }
-	a, b := Key(prefix, "a"), Key(prefix, "b")
-	var onA, onB []*grant // the same step's grant on each bucket
-	rng := rand.New(rand.NewPCG(3, 5))
-	full, old := 0, 0
-	// pick returns this release's scripts or v3's, at random.
-	pick := func() (*redis.Script, *redis.Script) {
-		if rng.IntN(2) == 0 {
-			old++
-			return oldAcquire, oldRelease
+		b.exact.Raise(g.at, credit)
+		k := 0
+		if old {
+			k = 1
 		}
-		return newAcquire, newRelease
+		b.credited[k] += credit
+		b.lastOld = old
+		g.left -= amount
+		_ = now
+		fields(b)
 	}
-	give := func(step, i int, amount int64) {
-		t.Helper()
-		_, rel := pick()
-		c1, t1, n1 := release(newRelease, a, amount, onA[i].at)
-		c2, t2, n2 := release(rel, b, amount, onB[i].at)
-		n++
-		called(a, n1)
-		called(b, n2)
-		if c1 != c2 || math.Abs(t1-t2) > 1e-9 {
-			t.Fatalf("step %d: return %d: credited %v, %v left; its twin %v, %v", step, amount, c1, t1, c2, t2)
-		}
-		onA[i].left -= amount
-		onB[i].left -= amount
-	}
+	buckets := []*bucket{{key: Key(prefix, "new")}, {key: Key(prefix, "mixed"), mixed: true}}
+	full := 0
 	for step := 0; step < 600; step++ {
-		switch r := rng.IntN(10); {
-		case len(onA) == 0 || r < 5:
-			acq, _ := pick()
-			want := int64(rng.IntN(20))
-			g1, t1, n1 := acquire(newAcquire, a, want)
-			g2, t2, n2 := acquire(acq, b, want)
-			n++
-			called(a, n1)
-			called(b, n2)
-			if g1 != g2 || math.Abs(t1-t2) > 1e-9 {
-				t.Fatalf("step %d: acquire %d: granted %d, %v left; its twin %d, %v", step, want, g1, t1, g2, t2)
-			}
-			if t1+float64(g1) >= burst {
-				full++
-			}
-			onA, onB = append(onA, &grant{n1, g1}), append(onB, &grant{n2, g2})
-		case r < 8:
-			if i := rng.IntN(len(onA)); onA[i].left > 0 {
-				give(step, i, 1+rng.Int64N(onA[i].left))
-			}
-		default:
-			for i := len(onA) - 1; i >= 0; i-- {
-				if onA[i].left > 0 {
-					give(step, i, onA[i].left)
+		r := rng.IntN(10)
+		want := int64(rng.IntN(20))
+		pick := rng.IntN(1 << 20)
+		amount := rng.Int64()
+		for _, b := range buckets {
+			old := b.mixed && rng.IntN(2) == 0
+			switch {
+			case len(b.grants) == 0 || r < 5:
+				before := len(b.grants)
+				acquire(b, old, want)
+				if g := b.grants[before]; g.left > 0 {
+					if v, _ := rdb.HGet(ctx, b.key, "tk").Float64(); v+float64(g.left) >= burst-1e-9 {
+						full++
+					}
+				}
+			case r < 8:
+				if i := pick % len(b.grants); b.grants[i].left > 0 {
+					release(b, old, i, 1+amount%b.grants[i].left)
+				}
+			default:
+				for i := len(b.grants) - 1; i >= 0; i-- {
+					if b.grants[i].left > 0 {
+						release(b, b.mixed && rng.IntN(2) == 0, i, b.grants[i].left)
+					}
 				}
 			}
 		}
-		// Equal but for the refill of a bucket drained to 0, which
-		// takes its last bit.
-		if ha, hb := history(a), history(b); !slices.EqualFunc(ha, hb, func(x, y entry) bool { return x.call == y.call && math.Abs(x.level-y.level) <= 1e-9 }) {
-			t.Fatalf("step %d: history (call, level) %v; its twin %v", step, ha, hb)
+	}
+	for _, b := range buckets {
+		t.Logf("%s: credited %.0f by this release, %.0f by v4; v4 after this release %d times, this release after v4 %d times (%d credited)",
+			b.key, b.credited[0], b.credited[1], b.crossOld, b.crossNew, b.crossNewCredited)
+		if b.credited[0] == 0 {
+			t.Errorf("%s: this release credited nothing: the case does not test the rule", b.key)
 		}
 	}
-	t.Logf("%d acquires found their bucket full; %d calls of v3", full, old)
+	m := buckets[1]
+	if m.credited[1] == 0 || m.crossOld == 0 || m.crossNewCredited == 0 {
+		t.Errorf("mixed: want v4 to credit, v4 to follow this release, and this release to credit from v4's history")
+	}
+	t.Logf("%d acquires found their bucket full", full)
 	if full < 10 {
 		t.Fatalf("%d acquires found their bucket full: want the full-bucket way taken", full)
 	}
 }
+
+// grant is an open grant of TestRolloutCreditsNoMoreThanExact: its
+// bucket time (the grant's ID) and the tokens not yet returned.
+type grant struct{ at, left int64 }

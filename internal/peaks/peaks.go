@@ -1,5 +1,5 @@
 // Package peaks is the Go model of the level history that the lease
-// scripts keep in each bucket (the hash fields p1..p8, see lease/common.lua),
+// scripts keep in each bucket (the hash field h, see lease/common.lua),
 // for the tests that check the scripts against it and for the syncer's
 // simulation. It is pure: no clock, no I/O; times are Redis TIME in
 // microseconds, passed in.
@@ -39,6 +39,7 @@
 package peaks
 
 import (
+	"encoding/binary"
 	"math"
 	"strconv"
 	"strings"
@@ -63,10 +64,11 @@ type History struct {
 }
 
 // Reset makes h the history of a bucket whose past before now is unknown:
-// one entry (now, level), where level is at least the bucket's burst.
+// one entry (now, level), where level is at least the bucket's burst
+// (rounded up to the grid, Round, as every level).
 func (h *History) Reset(now int64, level float64) {
 	h.n = 1
-	h.e[0] = Entry{T: now, L: level}
+	h.e[0] = Entry{T: now, L: Round(level)}
 }
 
 // Entries returns h's entries, oldest first. The slice aliases h.
@@ -76,9 +78,10 @@ func (h *History) Entries() []Entry { return h.e[:h.n] }
 func (h *History) Len() int { return h.n }
 
 // Push records a call at now (not before the last entry's time) that saw
-// level l before its debit, and reports whether that merged two entries.
+// level l before its debit, rounded up to the grid (Round), and reports
+// whether that merged two entries.
 func (h *History) Push(now int64, l float64) (merged bool) {
-	h.n = len(push(h.e[:h.n], now, l)) // within the spare slot
+	h.n = len(push(h.e[:h.n], now, Round(l))) // within the spare slot
 	if h.n > Max {
 		h.merge()
 		return true
@@ -104,10 +107,11 @@ func (h *History) merge() {
 // now: the level of the first entry after after, or x if higher.
 func (h *History) Peak(after int64, x float64) float64 { return peak(h.Entries(), after, x) }
 
-// Raise adds c to every entry after after, then drops the entries that
-// are no longer higher than a later one (those before the raised ones, and
-// raised ones that rounding made equal).
-func (h *History) Raise(after int64, c float64) { h.n = len(raise(h.Entries(), after, c)) }
+// Raise adds c to every entry after after, rounding the sums up to the
+// grid (Round), then drops the entries that are no longer higher than a later
+// one (those before the raised ones, and raised ones that rounding made
+// equal).
+func (h *History) Raise(after int64, c float64) { h.n = len(raise(h.Entries(), after, c, true)) }
 
 // Unmerged is a history that never merges: entries are dropped only when
 // a later one is as high, so it answers every Peak exactly however long
@@ -120,14 +124,14 @@ type Unmerged struct {
 // Reset is History.Reset.
 func (u *Unmerged) Reset(now int64, level float64) { u.e = append(u.e[:0], Entry{T: now, L: level}) }
 
-// Push is History.Push, without the merge.
+// Push is History.Push, without the merge and the rounding.
 func (u *Unmerged) Push(now int64, l float64) { u.e = push(u.e, now, l) }
 
 // Peak is History.Peak.
 func (u *Unmerged) Peak(after int64, x float64) float64 { return peak(u.e, after, x) }
 
-// Raise is History.Raise.
-func (u *Unmerged) Raise(after int64, c float64) { u.e = raise(u.e, after, c) }
+// Raise is History.Raise, without the rounding.
+func (u *Unmerged) Raise(after int64, c float64) { u.e = raise(u.e, after, c, false) }
 
 // push drops the entries of e that level l at now dominates and appends
 // (now, l) unless an entry at the same time remains (it is higher).
@@ -151,11 +155,14 @@ func peak(e []Entry, after int64, x float64) float64 {
 	return x
 }
 
-// raise adds c to the entries of e after after and keeps, in place, each
-// entry above all later ones.
-func raise(e []Entry, after int64, c float64) []Entry {
+// raise adds c to the entries of e after after (rounded up to the grid
+// with round) and keeps, in place, each entry above all later ones.
+func raise(e []Entry, after int64, c float64, round bool) []Entry {
 	for i := len(e) - 1; i >= 0 && e[i].T > after; i-- {
 		e[i].L += c
+		if round {
+			e[i].L = Round(e[i].L)
+		}
 	}
 	if len(e) == 0 {
 		return e
@@ -185,7 +192,8 @@ func GrantTime(now, ageUS int64, id uint32) int64 {
 	return min(g, now-1)
 }
 
-// Fields returns h's entries as the bucket's fields p1, p2, ... hold them:
+// Fields returns h's entries as the previous release's fields p1, p2, ...
+// held them:
 // "t:l", the time as an integer and the level in the shortest form that
 // reads back exactly (the scripts write %.17g, which reads back the same).
 func (h *History) Fields() []string {
@@ -196,7 +204,8 @@ func (h *History) Fields() []string {
 	return f
 }
 
-// Parse reads the values of the fields p1, p2, ... of a bucket, up to the
+// Parse reads the values of the previous release's fields p1, p2, ... of a
+// bucket (levels as stored, not rounded), up to the
 // first missing one. It reports false for values that are not a valid
 // history: none, more than Max, a malformed entry, times not rising, levels
 // not falling, or a level that is not a finite number.
@@ -222,4 +231,143 @@ func Parse(fields []string) (History, bool) {
 		h.n++
 	}
 	return h, true
+}
+
+// MaxBytes is the most bytes a packed history takes (Pack merges entries
+// until it fits): Redis keeps a hash whose values are at most 64 bytes in
+// its compact encoding (hash-max-listpack-value).
+const MaxBytes = 64
+
+// Round returns the grid value that level l rounds up to: l itself when
+// it is on the grid, which is 0, the whole numbers from 128 up, and below
+// 128 the numbers of 8 significant bits, (128 + j)·2^(e-8) for j in
+// 0..127 (steps of at most a 128th of the level), down to 2^-30, which
+// every level below rounds up to. A level rounded up only credits a later
+// return less (see lease/common.lua).
+func Round(l float64) float64 { return Level(Code(l)) }
+
+// Code returns the code of Round(l): 0 for 0 (and below), ceil(l) + 4609
+// from 128 up, and below 128 1 + 128(e + 29) + j for (128 + j)·2^(e-8),
+// l in [2^(e-1), 2^e); 1 for l below 2^-30. Codes rise with the levels,
+// and the history packs levels as their codes.
+func Code(l float64) int64 {
+	if l <= 0 {
+		return 0
+	}
+	if l >= 128 {
+		return int64(math.Ceil(l)) + 4609
+	}
+	_, e := math.Frexp(l)
+	if e < -29 {
+		return 1
+	}
+	return int64(e+29)*128 + int64(math.Ceil(math.Ldexp(l, 8-e))) - 127
+}
+
+// Level is the level of code c (Code).
+func Level(c int64) float64 {
+	if c <= 0 {
+		return 0
+	}
+	if c >= 4737 {
+		return float64(c - 4609)
+	}
+	oct := (c - 1) / 128
+	return math.Ldexp(float64(c-1-oct*128+128), int(oct)-37)
+}
+
+// Limit is the least burst, or oldest level, whose history is not kept
+// (Pack): 2^52, so that every number packed is below 2^53 and exact.
+const Limit = 1 << 52
+
+// Pack returns h as the bucket's field h holds it, for a bucket whose ts
+// is ts (at or after every entry's time) and whose history is recorded
+// under burst; h's levels are on the grid (Push, Raise and Reset round
+// them up). The numbers, each a base-128 varint (7 bits a byte, low
+// first, the high bit set on all but a number's last byte), are burst; z,
+// the oldest level's code c1 = Code(l1) zigzagged against cb =
+// Code(burst): 2(cb - c1), or 2(c1 - cb) - 1 when l1 is above burst; the
+// drops c(i-1) - ci of the codes of the entries after the first; the gaps
+// t(i+1) - ti between the entries; and ts - tn, the newest entry's
+// distance to ts.
+// Beyond MaxBytes it merges h's neighbours with the smallest drop, as Push
+// does, until the packing fits (one entry always does). It reports false
+// (h unchanged) when burst or the oldest level is Limit or more: such a
+// history is not kept, and the next call finds an unknown past.
+func (h *History) Pack(ts, burst int64) (string, bool) {
+	if h.n == 0 || burst >= Limit || h.e[0].L >= Limit {
+		return "", false
+	}
+	for {
+		b := make([]byte, 0, 2*binary.MaxVarintLen64*(h.n+1))
+		b = binary.AppendUvarint(b, uint64(burst))
+		cb, c := Code(float64(burst)), Code(h.e[0].L)
+		if c <= cb {
+			b = binary.AppendUvarint(b, uint64(2*(cb-c)))
+		} else {
+			b = binary.AppendUvarint(b, uint64(2*(c-cb)-1))
+		}
+		for i := 1; i < h.n; i++ {
+			ci := Code(h.e[i].L)
+			b = binary.AppendUvarint(b, uint64(c-ci))
+			c = ci
+		}
+		for i := 0; i+1 < h.n; i++ {
+			b = binary.AppendUvarint(b, uint64(h.e[i+1].T-h.e[i].T))
+		}
+		b = binary.AppendUvarint(b, uint64(ts-h.e[h.n-1].T))
+		if len(b) <= MaxBytes || h.n == 1 {
+			return string(b), true
+		}
+		h.merge()
+	}
+}
+
+// Unpack reads the field h of a bucket whose ts is ts: the history and
+// the burst it was recorded under. It reports false for a value that is
+// not one Pack could have written: not a list of 2n + 1 varints below 2^53
+// with 1 <= n <= Max, a drop or a gap below 1, or a level below 0.
+func Unpack(v string, ts int64) (History, int64, bool) {
+	var nums []int64
+	for len(v) > 0 {
+		x, k := binary.Uvarint([]byte(v))
+		if k <= 0 || k > 8 || x >= 1<<53 {
+			return History{}, 0, false
+		}
+		nums = append(nums, int64(x))
+		v = v[k:]
+	}
+	n := (len(nums) - 1) / 2
+	if len(nums)%2 == 0 || n < 1 || n > Max {
+		return History{}, 0, false
+	}
+	burst, z := nums[0], nums[1]
+	c := Code(float64(burst)) - z/2
+	if z%2 == 1 {
+		c = Code(float64(burst)) + (z+1)/2
+	}
+	var h History
+	h.n = n
+	h.e[0].L = Level(c)
+	for i := 1; i < n; i++ {
+		if nums[i+1] < 1 {
+			return History{}, 0, false
+		}
+		c -= nums[i+1]
+		h.e[i].L = Level(c)
+	}
+	if c < 0 {
+		return History{}, 0, false
+	}
+	t := ts - nums[2*n]
+	h.e[n-1].T = t
+	for i := n - 2; i >= 0; i-- {
+		gap := nums[n+1+i]
+		if gap < 1 {
+			return History{}, 0, false
+		}
+		t -= gap
+		h.e[i].T = t
+	}
+	return h, burst, true
 }

@@ -1,6 +1,7 @@
 package peaks
 
 import (
+	"math"
 	"slices"
 	"testing"
 
@@ -113,10 +114,10 @@ func TestGrantTime(t *testing.T) {
 func TestParse(t *testing.T) {
 	var h History
 	h.Reset(1_700_000_000_000_000, 100)
-	h.Push(1_700_000_000_000_100, 99.5)
-	h.Push(1_700_000_000_000_200, 0.1)
+	h.Push(1_700_000_000_000_100, 99)
+	h.Push(1_700_000_000_000_200, 0.1) // rounded up: 205/2048
 	f := h.Fields()
-	if !slices.Equal(f, []string{"1700000000000000:100", "1700000000000100:99.5", "1700000000000200:0.1"}) {
+	if !slices.Equal(f, []string{"1700000000000000:100", "1700000000000100:99", "1700000000000200:0.10009765625"}) {
 		t.Fatalf("Fields = %q", f)
 	}
 	if got, ok := Parse(f); !ok || !slices.Equal(got.Entries(), h.Entries()) {
@@ -138,9 +139,10 @@ func TestParse(t *testing.T) {
 
 // TestHistoryNeverUnderestimates checks the model against the full list of
 // every call: for every query, Peak is at least the true highest level
-// (so no release is credited more than the cap allows), equal to it as
-// long as no merge happened, and the history stays ordered and small; an
-// Unmerged history answers every query exactly.
+// (so no release is credited more than the cap allows), equal to it with
+// the levels rounded up as the model rounds them as long as no merge
+// happened, and the history stays ordered and small and packs and unpacks
+// to itself; an Unmerged history answers every query exactly.
 func TestHistoryNeverUnderestimates(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		var h History
@@ -148,7 +150,8 @@ func TestHistoryNeverUnderestimates(t *testing.T) {
 		start := rapid.Float64Range(0, 100).Draw(t, "start")
 		h.Reset(0, start)
 		u.Reset(0, start)
-		all := []Entry{{0, start}} // every call, raised as the model is
+		all := []Entry{{0, start}}       // every call, raised as the model is
+		up := []Entry{{0, Round(start)}} // the same, rounded up as the model rounds
 		now := int64(0)
 		merged := false
 		query := func(after int64, x float64) {
@@ -165,8 +168,14 @@ func TestHistoryNeverUnderestimates(t *testing.T) {
 			if got < want {
 				t.Fatalf("Peak(%d, %v) = %v below the true %v; history %v", after, x, got, want, h.Entries())
 			}
-			if !merged && got != want {
-				t.Fatalf("Peak(%d, %v) = %v, want exactly %v without merges; history %v", after, x, got, want, h.Entries())
+			rounded := x
+			for _, e := range up {
+				if e.T > after {
+					rounded = max(rounded, e.L)
+				}
+			}
+			if !merged && got != rounded {
+				t.Fatalf("Peak(%d, %v) = %v, want exactly %v (%v rounded up) without merges; history %v", after, x, got, rounded, want, h.Entries())
 			}
 		}
 		t.Repeat(map[string]func(*rapid.T){
@@ -178,6 +187,7 @@ func TestHistoryNeverUnderestimates(t *testing.T) {
 				}
 				u.Push(now, l)
 				all = append(all, Entry{now, l})
+				up = append(up, Entry{now, Round(l)})
 			},
 			"Raise": func(t *rapid.T) {
 				after := rapid.Int64Range(-1, now).Draw(t, "after")
@@ -187,6 +197,7 @@ func TestHistoryNeverUnderestimates(t *testing.T) {
 				for i := range all {
 					if all[i].T > after {
 						all[i].L += c
+						up[i].L = Round(up[i].L + c)
 					}
 				}
 			},
@@ -206,7 +217,92 @@ func TestHistoryNeverUnderestimates(t *testing.T) {
 				if p, ok := Parse(h.Fields()); !ok || !slices.Equal(p.Entries(), e) {
 					t.Fatalf("Parse(Fields) = %v, %v; want %v", p.Entries(), ok, e)
 				}
+				ts := now + rapid.Int64Range(0, 1e7).Draw(t, "ts")
+				packed, ok := h.Pack(ts, 50) // levels above it too
+				if p, b, ok2 := Unpack(packed, ts); !ok || !ok2 || b != 50 || !slices.Equal(p.Entries(), e) {
+					t.Fatalf("Unpack(Pack) = %v, %d, %v, %v; want %v (packed %q)", p.Entries(), b, ok, ok2, e, packed)
+				}
 			},
 		})
+	})
+}
+
+// TestPackFits: a history whose packing passes MaxBytes is merged until it
+// fits, which only raises what Peak answers; a burst or oldest level of
+// Limit or more is not packed; and Unpack refuses what Pack never writes.
+func TestPackFits(t *testing.T) {
+	var h History
+	burst := int64(1) << 50
+	h.Reset(0, float64(burst))
+	at := int64(0)
+	for i := 1; i < Max; i++ {
+		at += int64(1) << (40 + i) // gaps of 6 to 7 bytes
+		h.Push(at, float64(burst-int64(i)<<(30+i)))
+	}
+	before := h
+	packed, ok := h.Pack(at, burst)
+	if !ok || len(packed) > MaxBytes || h.Len() >= before.Len() {
+		t.Fatalf("Pack: %d bytes, %v, %d entries of %d; want at most %d bytes, merged", len(packed), ok, h.Len(), before.Len(), MaxBytes)
+	}
+	got, b, ok := Unpack(packed, at)
+	if !ok || b != burst || !slices.Equal(got.Entries(), h.Entries()) {
+		t.Fatalf("Unpack = %v, %d, %v; want %v", got.Entries(), b, ok, h.Entries())
+	}
+	for _, e := range before.Entries() {
+		for _, after := range []int64{e.T - 1, e.T} {
+			if p, q := got.Peak(after, 0), before.Peak(after, 0); p < q {
+				t.Fatalf("Peak(%d) = %v after the merges, %v before", after, p, q)
+			}
+		}
+	}
+	var big History
+	big.Reset(5, Limit)
+	if _, ok := big.Pack(5, 10); ok {
+		t.Fatal("an oldest level of Limit packed")
+	}
+	if _, ok := h.Pack(at, Limit); ok {
+		t.Fatal("a burst of Limit packed")
+	}
+	for _, bad := range []string{
+		"", "\x0a", "\x0a\x00", // no entry; an even count
+		"\x0a\x00\x00\x01\x00",                         // a drop of 0
+		"\x0a\x00\x01\x00\x00",                         // a gap of 0
+		"\x0a\x02\xcc\x21\x01\x00",                     // a level below 0 (a drop of 4300 codes: Code(10) is 4257)
+		"\x0a\x00\x80",                                 // cut off
+		"\xff\xff\xff\xff\xff\xff\xff\xff\x01\x00\x00", // 9 bytes
+		"\x80\x80\x80\x80\x80\x80\x80\x10\x00\x00",     // 2^53
+	} {
+		if _, _, ok := Unpack(bad, 100); ok {
+			t.Errorf("Unpack(%q) accepted", bad)
+		}
+	}
+}
+
+// TestRound: Round rounds up, by less than a token and less than a 128th
+// of the level (below 2^-30: to 2^-30), keeps the grid's values (0, every
+// integer up to 2^52) as they are, and rises with the level; Code and
+// Level are each other's inverse on the grid.
+func TestRound(t *testing.T) {
+	for _, l := range []float64{0, 1, 2, 5, 100, 127, 128, 129, 1000, 1 << 40, Limit - 1} {
+		if Round(l) != l {
+			t.Errorf("Round(%v) = %v, want it kept", l, Round(l))
+		}
+	}
+	rapid.Check(t, func(t *rapid.T) {
+		l := rapid.Float64Range(0, 1e6).Draw(t, "l")
+		if rapid.Bool().Draw(t, "tiny") {
+			l = math.Ldexp(l, -rapid.IntRange(10, 60).Draw(t, "shift"))
+		}
+		r := Round(l)
+		if r < l || r-l >= 1 || (l >= 1.0/(1<<30) && r-l > l/128) || (l < 1.0/(1<<30) && r != 1.0/(1<<30) && l > 0) {
+			t.Fatalf("Round(%v) = %v", l, r)
+		}
+		if Level(Code(r)) != r || Code(r) != Code(l) {
+			t.Fatalf("Code(%v) = %d, Level = %v, Code(Round) = %d", l, Code(l), Level(Code(l)), Code(r))
+		}
+		m := l + rapid.Float64Range(0, 10).Draw(t, "more")
+		if Code(m) < Code(l) || Round(m) < r {
+			t.Fatalf("Round(%v) = %v below Round(%v) = %v", m, Round(m), l, r)
+		}
 	})
 }

@@ -77,12 +77,12 @@ type tenant struct {
 	override *lease.Override // never expires; never aliased outside the store
 }
 
-// bucket is the bucket hash {tk, ts, hb, p1..p8, rg}.
+// bucket is the bucket hash {tk, ts, h, rg}.
 type bucket struct {
 	live   bool    // the key exists; a missing bucket is a full one
 	tk     float64 // tokens as of ts
 	ts     int64   // the bucket's time of its last write, µs
-	hb     int64   // the burst h was recorded under
+	hb     int64   // the burst h was recorded under; 0: no history kept
 	h      peaks.History
 	expire int64    // the clock's ms after which the key is gone, or never
 	rg     *summary // the registry summary (field rg); nil when missing
@@ -254,6 +254,12 @@ func (b *bucket) history(at int64, burst int64) peaks.History {
 func (b *bucket) store(now, nowMS int64, tokens float64, at int64, rate float64, burst int64, h peaks.History) {
 	if !b.live {
 		b.rg = nil
+	}
+	// common.lua's store packs the history into field h, merging entries
+	// until it fits, and keeps none for a burst (or oldest level) of
+	// peaks.Limit or more: the next call finds an unknown past.
+	if _, ok := h.Pack(at, burst); !ok {
+		burst = 0
 	}
 	b.live, b.tk, b.ts, b.hb, b.h = true, tokens, at, burst, h
 	ttl := math.Ceil(float64(at-now)/1000+(float64(burst)-tokens)/rate*1000) + 1000

@@ -26,12 +26,13 @@ type TenantState struct {
 	Override       *lease.Override // nil when none
 }
 
-// BucketState is a tenant's bucket as stored: the hash fields tk, ts, hb,
-// p1..p8 and rg.
+// BucketState is a tenant's bucket as stored: the hash fields tk, ts, h
+// (the level history and its burst) and rg.
 type BucketState struct {
 	Tokens float64   // as of Time, not refilled since
 	Time   time.Time // the bucket's time of its last write (its last call)
-	// Burst is the burst History was recorded under.
+	// Burst is the burst History was recorded under; 0 with no history
+	// kept (a burst of peaks.Limit or more).
 	Burst int64
 	// History is the level history, oldest first: each level bounds the
 	// bucket's levels since the previous entry's time.
@@ -96,8 +97,10 @@ func (s *Store) Tenant(tenant string) TenantState {
 		if rg := t.b.rg; rg != nil {
 			b.Summary = &RegistrySummary{At: time.UnixMicro(rg.at), Instances: rg.n, Demand: rg.demand, Level: rg.level}
 		}
-		for _, e := range t.b.h.Entries() {
-			b.History = append(b.History, Level{Time: time.UnixMicro(e.T), Tokens: e.L})
+		if t.b.hb != 0 {
+			for _, e := range t.b.h.Entries() {
+				b.History = append(b.History, Level{Time: time.UnixMicro(e.T), Tokens: e.L})
+			}
 		}
 		st.Bucket = b
 	}
