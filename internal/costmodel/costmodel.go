@@ -60,42 +60,34 @@ type RegistryCost struct {
 //
 //	bash scripts/redis-cost.sh 100000
 //
-// on redis-server 7.0.15 on this project's 2-core machine (load average
-// 1.2-1.5, nothing else running): contention only adds, so the smallest
-// is the nearest to a quiet machine's. Runs varied by up to 1.6x. These
-// are the scripts after the registry summary (an acquire reads its own
-// registry entry and a summary kept in the bucket, not the whole
-// registry), so an acquire costs about the same whatever the instances:
-// 47.85 with 1, 48.93 with 16, 44.21 with 32; before it, the same script
-// measured 36.81, 82.89 and 165.35 (the smallest of 8 loaded runs).
-// AcquireFull is the script's acquire_registry_1 (buckets that exist, as
-// in a steady state); its acquire_full, on mostly new keys, was 53.82.
-// The scripts are those of the commit that last changed this table
-// (main at d243102); when lease/*.lua change, measure again and replace
-// the figures here. The lean acquire after it (history_at, EXISTS of the
-// override, no HGET before a summary's recompute, one format of the
-// tokens) executes 13 % fewer instructions per acquire (bash
-// scripts/acquire-parts.sh, under callgrind), but runs of this command on
-// 2026-12-01, at load average 2-4, could not tell the two apart (redis_rate's
-// unchanged script moved by up to 36 % between runs): the figures stay
-// until a quiet run, and overstate an acquire by about an eighth. The
-// reservation of an instance held to its share (7bd5f18) adds a
-// comparison to an acquire without a reservation length, and was not
-// measured either.
+// on redis-server 7.0.15 on this project's 2-core machine, nothing else
+// running (load average about 1), on 2026-12-02 at acf82eb: the scripts
+// with the level history packed in one field (lease/common.lua, h). That
+// machine then ran on a faster host than the table before this one was
+// measured on (the same command gave redis_rate's allowed decision 6.77
+// µs against 16.72, an acquire 14.17 against 47.85), so compare the
+// paths with each other and with redis_rate, not with older figures.
+// Contention only adds, so the smallest is the nearest to a quiet
+// machine's; runs varied by up to 1.6x. An acquire costs about the same
+// whatever the instances (the registry summary): 14.17 with 1, 14.33
+// with 16, 15.51 with 32. AcquireFull is the script's acquire_registry_1
+// (buckets that exist, as in a steady state); its acquire_full, on
+// mostly new keys, was 19.25. When lease/*.lua change, measure again and
+// replace the figures here.
 var Measured = Table{
-	AcquireFull:     47.85,
-	AcquireHistory8: 68.66,
-	AcquireEmpty:    43.99,
+	AcquireFull:     14.17,
+	AcquireHistory8: 23.39,
+	AcquireEmpty:    18.16,
 	AcquireRegistry: []RegistryCost{
-		{1, 47.85},
-		{16, 48.93},
-		{32, 44.21},
+		{1, 14.17},
+		{16, 14.33},
+		{32, 15.51},
 	},
-	Release:          18.93,
-	OverrideRead:     6.63,
-	VersionPoll:      0.22,
-	RedisRateAllowed: 16.72,
-	RedisRateDenied:  12.24,
+	Release:          6.35,
+	OverrideRead:     2.70,
+	VersionPoll:      0.08,
+	RedisRateAllowed: 6.77,
+	RedisRateDenied:  4.60,
 }
 
 // Acquire is the cost of one acquire that found instances active on the
