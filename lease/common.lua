@@ -127,6 +127,23 @@ local function code_level(c)
   return math.ldexp(j + 128, (c - 1 - j) / 128 - 37)
 end
 
+-- history_merge merges the two neighbouring entries of the level history h
+-- (at least 2 entries; see the level history below) whose levels differ
+-- least: the later one takes the earlier one's level and the earlier one
+-- goes. A level recorded higher, for a time, only credits a later return
+-- less. Both history_push (past HISTORY entries) and store (past
+-- HISTORY_BYTES) merge this way.
+local function history_merge(h)
+  local best = 1
+  for i = 2, #h - 1 do
+    if h[i][2] - h[i + 1][2] < h[best][2] - h[best + 1][2] then
+      best = i
+    end
+  end
+  h[best + 1][2], h[best + 1][3] = h[best][2], h[best][3]
+  table.remove(h, best)
+end
+
 -- full_history returns field h (see the level history below) of a bucket
 -- whose history is one entry, at its ts, at burst: what an acquire that
 -- finds its bucket full writes. Most acquires find that there and write
@@ -515,14 +532,7 @@ local function history_at(state, now, burst, l, btext)
     end
     h[#h + 1] = {now, l, c}
     if #h > HISTORY then
-      local best = 1
-      for i = 2, #h - 1 do
-        if h[i][2] - h[i + 1][2] < h[best][2] - h[best + 1][2] then
-          best = i
-        end
-      end
-      h[best + 1][2], h[best + 1][3] = h[best][2], h[best][3]
-      table.remove(h, best)
+      history_merge(h)
     end
   end
 
@@ -614,14 +624,7 @@ local function store(key, tokens, now, rate, burst, h, state, extra, clock)
         if n <= HISTORY_BYTES or #h == 1 then
           return string.char(unpack(b, 1, n))
         end
-        local best = 1
-        for i = 2, #h - 1 do
-          if h[i][2] - h[i + 1][2] < h[best][2] - h[best + 1][2] then
-            best = i
-          end
-        end
-        h[best + 1][2], h[best + 1][3] = h[best][2], h[best][3]
-        table.remove(h, best)
+        history_merge(h)
       end
     end
     packed = pack_history(h, now, burst)
