@@ -303,11 +303,30 @@ func (b *BucketState) parseBucket(h map[string]string) error {
 	if b.Updated, err = strconv.ParseInt(ts, 10, 64); err != nil {
 		return fmt.Errorf("ts: %w", err)
 	}
-	_, hasHb := h["hb"]
+	hb, hasHb := h["hb"]
 	_, hasP1 := h["p1"]
-	if packed, ok := h["h"]; ok && !hasHb && !hasP1 {
-		// This release's layout (common.lua); hb and p1 are the previous
-		// release's, which a client of it wrote since when present.
+	if hasHb || hasP1 {
+		// The previous release's layout: a client of it wrote the bucket
+		// last, and the scripts read these fields, not h (common.lua).
+		if hasHb {
+			if b.Burst, err = strconv.ParseInt(hb, 10, 64); err != nil {
+				return fmt.Errorf("hb: %w", err)
+			}
+		}
+		for i := 1; ; i++ {
+			p, ok := h["p"+strconv.Itoa(i)]
+			if !ok {
+				break
+			}
+			t, l, ok := strings.Cut(p, ":")
+			at, err1 := strconv.ParseInt(t, 10, 64)
+			level, err2 := strconv.ParseFloat(l, 64)
+			if !ok || err1 != nil || err2 != nil {
+				return fmt.Errorf("p%d: %q is not time:level", i, p)
+			}
+			b.History = append(b.History, HistoryEntry{At: at, Level: level})
+		}
+	} else if packed, ok := h["h"]; ok {
 		hist, burst, ok := peaks.Unpack(packed, b.Updated)
 		if !ok {
 			return fmt.Errorf("h: %q is not a packed level history", packed)
@@ -316,24 +335,6 @@ func (b *BucketState) parseBucket(h map[string]string) error {
 		for _, e := range hist.Entries() {
 			b.History = append(b.History, HistoryEntry{At: e.T, Level: e.L})
 		}
-	}
-	if hb, ok := h["hb"]; ok {
-		if b.Burst, err = strconv.ParseInt(hb, 10, 64); err != nil {
-			return fmt.Errorf("hb: %w", err)
-		}
-	}
-	for i := 1; hasP1 || hasHb; i++ {
-		p, ok := h["p"+strconv.Itoa(i)]
-		if !ok {
-			break
-		}
-		t, l, ok := strings.Cut(p, ":")
-		at, err1 := strconv.ParseInt(t, 10, 64)
-		level, err2 := strconv.ParseFloat(l, 64)
-		if !ok || err1 != nil || err2 != nil {
-			return fmt.Errorf("p%d: %q is not time:level", i, p)
-		}
-		b.History = append(b.History, HistoryEntry{At: at, Level: level})
 	}
 	if rg, ok := h["rg"]; ok {
 		s, err := parseSummary(rg)
