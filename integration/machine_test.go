@@ -147,16 +147,22 @@ func utilizationFloor(p *stallProbe, busy float64) float64 {
 	return 0.9 * p.delivered()
 }
 
-// cores returns the CPU this process used over the probe's run, in cores
-// (CPU time over wall time).
-func (p *stallProbe) cores() float64 {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+// spanLocked returns the wall time the probe ran over (so far, while it
+// runs) and the CPU this process used in it. p.mu must be held.
+func (p *stallProbe) spanLocked() (wall, cpu time.Duration) {
 	end, cpu := p.ended, p.cpu
 	if end.IsZero() {
 		end, cpu = time.Now(), processCPU()-p.cpu0
 	}
-	wall := end.Sub(p.began)
+	return end.Sub(p.began), cpu
+}
+
+// cores returns the CPU this process used over the probe's run, in cores
+// (CPU time over wall time).
+func (p *stallProbe) cores() float64 {
+	p.mu.Lock()
+	wall, cpu := p.spanLocked()
+	p.mu.Unlock()
 	if wall <= 0 {
 		return 0
 	}
@@ -166,11 +172,7 @@ func (p *stallProbe) cores() float64 {
 // String summarizes what the machine delivered, for the test log.
 func (p *stallProbe) String() string {
 	p.mu.Lock()
-	end, cpu := p.ended, p.cpu
-	if end.IsZero() {
-		end, cpu = time.Now(), processCPU()-p.cpu0
-	}
-	wall := end.Sub(p.began)
+	wall, _ := p.spanLocked()
 	var sum, worst time.Duration
 	for _, s := range p.stalls {
 		sum += s.late
@@ -179,7 +181,7 @@ func (p *stallProbe) String() string {
 	n, wakes := len(p.stalls), p.wakes
 	p.mu.Unlock()
 	return fmt.Sprintf("machine: this process used %.2f cores over %v; %d of %d probe wake-ups were >= %v late (%v in all, worst %v)",
-		cpu.Seconds()/wall.Seconds(), wall.Round(time.Millisecond), n, wakes, stallMin, sum.Round(time.Millisecond), worst.Round(time.Millisecond))
+		p.cores(), wall.Round(time.Millisecond), n, wakes, stallMin, sum.Round(time.Millisecond), worst.Round(time.Millisecond))
 }
 
 // processCPU returns the user and system CPU time this process used.
