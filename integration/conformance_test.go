@@ -403,6 +403,26 @@ func (sp *redisSpace) touch(tenant string) bool {
 	return !sp.skewed[tenant]
 }
 
+// bucketHistory reads the bucket at key's ts and its packed level
+// history h: the history, the burst it was recorded under, ts, and h as
+// stored.
+func bucketHistory(tb testing.TB, rdb redis.Cmdable, key string) (h peaks.History, burst, ts int64, packed string) {
+	tb.Helper()
+	f, err := rdb.HMGet(context.Background(), key, "ts", "h").Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if ts, err = strconv.ParseInt(fmt.Sprint(f[0]), 10, 64); err != nil {
+		tb.Fatalf("%s: ts %v: %v", key, f[0], err)
+	}
+	packed = fmt.Sprint(f[1])
+	h, burst, ok := peaks.Unpack(packed, ts)
+	if !ok {
+		tb.Fatalf("%s: history %q does not unpack", key, packed)
+	}
+	return h, burst, ts, packed
+}
+
 func (sp *redisSpace) lag(tenant string, d time.Duration) int64 {
 	ctx := context.Background()
 	sp.mu.Lock()
@@ -411,18 +431,7 @@ func (sp *redisSpace) lag(tenant string, d time.Duration) int64 {
 	// ts moves ahead of the clock by d; the level history's times, which
 	// h holds as distances back from ts, stay where they were.
 	key := lease.Key(sp.prefix, tenant)
-	f, err := sp.rdb.HMGet(ctx, key, "ts", "h").Result()
-	if err != nil {
-		sp.t.Fatal(err)
-	}
-	ts, err := strconv.ParseInt(fmt.Sprint(f[0]), 10, 64)
-	if err != nil {
-		sp.t.Fatalf("lag: ts %v: %v", f[0], err)
-	}
-	h, burst, ok := peaks.Unpack(fmt.Sprint(f[1]), ts)
-	if !ok {
-		sp.t.Fatalf("lag: history %q does not unpack", f[1])
-	}
+	h, burst, ts, _ := bucketHistory(sp.t, sp.rdb, key)
 	ts += d.Microseconds()
 	v, ok := h.Pack(ts, burst)
 	if !ok {

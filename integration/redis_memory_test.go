@@ -3,14 +3,12 @@ package integration
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasequota/leasequota/integration/redistest"
-	"github.com/leasequota/leasequota/internal/peaks"
 	"github.com/leasequota/leasequota/lease"
 )
 
@@ -64,19 +62,7 @@ func TestRedisMemoryPerBucket(t *testing.T) {
 	// historyLen is the number of entries of the level history (field h)
 	// and its length in bytes.
 	historyLen := func(tenant string) (int, int) {
-		f, err := rdb.HMGet(ctx, lease.Key(prefix, tenant), "ts", "h").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		ts, err := strconv.ParseInt(fmt.Sprint(f[0]), 10, 64)
-		if err != nil {
-			t.Fatal(err)
-		}
-		packed := fmt.Sprint(f[1])
-		h, _, ok := peaks.Unpack(packed, ts)
-		if !ok {
-			t.Fatalf("%s: history %q does not unpack", tenant, packed)
-		}
+		h, _, _, packed := bucketHistory(t, rdb, lease.Key(prefix, tenant))
 		return h.Len(), len(packed)
 	}
 	acquire := func(tenant string, cs []*lease.Client, calls int, lim lease.Limits, want int64) {
