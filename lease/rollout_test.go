@@ -30,7 +30,8 @@ import (
 // recompute), whose fields and values v4 writes the same; v4 is main at
 // 7eccc49, the last to keep the level history as hb and p1..p8 (one
 // "time:level" field an entry, levels exact) where this release packs it
-// in one field, h, levels rounded up to whole tokens.
+// in one field, h, levels rounded up to a grid (whole tokens from 128 up,
+// 8 significant bits below).
 var (
 	//go:embed testdata/v1/common.lua
 	v1Common string
@@ -522,7 +523,6 @@ func TestRolloutCreditsNoMoreThanExact(t *testing.T) {
 		if err != nil || len(v) != 3 {
 			t.Fatalf("release: %v, %v", v, err)
 		}
-		now, _ := v[1].(int64)
 		credit, tokens := num(v[2]), num(v[0])
 		x := tokens - credit // the level before the credit
 		exact := min(float64(amount), max(burst-b.exact.Peak(g.at, x), 0))
@@ -549,7 +549,6 @@ func TestRolloutCreditsNoMoreThanExact(t *testing.T) {
 		b.credited[k] += credit
 		b.lastOld = old
 		g.left -= amount
-		_ = now
 		fields(b)
 	}
 	buckets := []*bucket{{key: Key(prefix, "new")}, {key: Key(prefix, "mixed"), mixed: true}}
