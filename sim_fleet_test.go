@@ -61,6 +61,8 @@ var simFleet = flag.Bool("sim.fleet", false, "run the fleet-scale simulations at
 
 var simFleetReservation = flag.Duration("sim.fleet.reservation", 0, "the Limiters' WithReservation in TestFleetSimulation and TestFleetShapes (0: off, the default)")
 
+var simFleetSeconds = flag.Int("sim.fleet.seconds", 0, "TestFleetShapes's simulated seconds, the last two thirds the steady state (0: each shape's own, 5 with 2 of warm-up)")
+
 // fleetClass is a class of tenants by demand.
 type fleetClass struct {
 	name    string
@@ -156,6 +158,9 @@ func TestFleetShapes(t *testing.T) {
 		shapes = []fleetShape{fleetDense(16, 1000), fleetDense(32, 2000)}
 	}
 	for _, sh := range shapes {
+		if n := *simFleetSeconds; n > 0 {
+			sh.seconds, sh.warmup = n, max(n/3, 1)
+		}
 		t.Run(sh.name, func(t *testing.T) {
 			r := runFleet(t, sh)
 			r.log(t)

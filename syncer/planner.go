@@ -633,7 +633,7 @@ func (p *Planner) Plan(st *State, lim quota.Quota, now time.Time, in Input) Acti
 		return a
 	}
 	if reserve {
-		a.Reserve = p.cfg.Reserve
+		a.Reserve = p.reserveLength(st, now.UnixNano())
 	}
 	a.Acquire = min(want, lim.Burst)
 	return a

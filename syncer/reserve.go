@@ -217,6 +217,23 @@ func (p *Planner) Reserved(st *State, lim quota.Quota, now, arrived time.Time, g
 	st.notBefore = max(st.notBefore, st.stampCeil(renew), p.reserveSpacing(st, ns, g.Pace, lim.Rate))
 }
 
+// reserveLength returns the reservation length of a lease call planned at
+// ns (local time, nanoseconds): Config.Reserve, but for the first
+// reservation of a run of them (none of its tokens still to come), which
+// is between half of it and all of it, by the jitter. The instances of a
+// tenant that start together (a fleet restarted, a tenant's traffic
+// arriving everywhere at once) would otherwise renew together for as long
+// as they keep reserving: all of them at the same moment, sharing the
+// second of refill ahead that reservations may take (lease.ReserveAhead),
+// most of them finding little or none of it.
+func (p *Planner) reserveLength(st *State, ns int64) time.Duration {
+	if st.resv != nil {
+		return p.cfg.Reserve
+	}
+	half := p.cfg.Reserve / 2
+	return p.cfg.Reserve - time.Duration(p.jitter(st, ns, int64(half)))
+}
+
 // reserveSpacing returns the earliest stamp of the next lease call after
 // one at ns (local time, nanoseconds) that reserved at pace (this
 // instance's fair share) from a bucket refilling at rate. The refill

@@ -231,3 +231,34 @@ func TestReservationSurvivesRebase(t *testing.T) {
 		t.Errorf("reserving call planned at %v after the rebase, %v before", time.Unix(0, g), time.Unix(0, granted))
 	}
 }
+
+// TestFirstReservationLengthSpread: the first reservation of a run asks
+// for between half the configured length and all of it, spread over the
+// tenants (and over instances, by the planner's seed), so that instances
+// that start reserving together do not renew together; a renewal, while
+// reserved tokens are still to come, asks for the whole length.
+func TestFirstReservationLengthSpread(t *testing.T) {
+	const length = 4 * time.Second
+	lim := testLimits()
+	p := NewPlanner(Config{Reserve: length}, testSeed)
+	shortest, longest := length, time.Duration(0)
+	for i := range 200 {
+		var st State
+		p.Init(&st, "tenant-"+string(rune('a'+i%26))+string(rune('a'+i/26)), pt0)
+		got := p.reserveLength(&st, pt0.UnixNano())
+		if got < length/2 || got > length {
+			t.Fatalf("first reservation of %d asks for %v, want within [%v, %v]", i, got, length/2, length)
+		}
+		shortest, longest = min(shortest, got), max(longest, got)
+		p.Reserved(&st, lim, pt0, pt0, lease.Grant{Granted: 10, Reserved: 10, Pace: 1, ServerTime: pt0})
+		if st.Reserved() == 0 {
+			t.Fatal("no reservation recorded")
+		}
+		if got := p.reserveLength(&st, pt0.Add(time.Second).UnixNano()); got != length {
+			t.Fatalf("renewal of %d asks for %v, want %v", i, got, length)
+		}
+	}
+	if longest-shortest < length/4 {
+		t.Errorf("first reservations of 200 tenants asked for %v to %v: not spread", shortest, longest)
+	}
+}
