@@ -181,10 +181,10 @@ func WithRefreshInterval(d time.Duration) Option {
 // instance calls Redis about once per d instead of once per Burst/Rate,
 // whatever its demand (docs/performance.md, "Reservations"). A token
 // reserved this way may come due up to d after the bucket refilled it,
-// and a second more behind other instances' reservations: the window
-// bound's L is LeaseTTL + d + 1s (docs/design.md).
+// and up to 990 ms more behind other instances' reservations: the window
+// bound's L is LeaseTTL + d + 990ms (docs/design.md).
 //
-// Rollout: Redis commits a bucket's refill at most a second ahead of its
+// Rollout: Redis commits a bucket's refill at most 990 ms ahead of its
 // clock (lease.ReserveAhead), which instances of earlier releases read
 // safely, whatever d: no two-phase rollout is needed. At most
 // MaxReservation.

@@ -15,8 +15,12 @@ import (
 // committed to reservations (acquire.lua's RESERVE_AHEAD). Clients of
 // releases before reservations keep a bucket's key a second past what
 // they think full, which covers a bucket frozen up to a second ahead: so
-// reservations are safe in a fleet that still runs them.
-const ReserveAhead = time.Second
+// reservations are safe in a fleet that still runs them. It is 10 ms
+// short of that second: Redis keeps a key's expiry in milliseconds,
+// counted from the millisecond of the script that set it, so such a
+// client's second can end up to a millisecond before the second after
+// its clock in microseconds (TestOldClientKeepsFrozenBucket).
+const ReserveAhead = 990 * time.Millisecond
 
 // Grant is the outcome of one acquire on a tenant's global bucket.
 type Grant struct {

@@ -76,8 +76,10 @@
 -- Rollout. Older versions (no reservations) keep a frozen bucket's
 -- commitment, but set its TTL to (burst - tokens)/rate + 1 s from the
 -- clock, ignoring that ts is ahead: the key outlives the time the bucket is
--- full again only while ts is at most 1 s after the clock. Hence
--- RESERVE_AHEAD is 1000 ms: safe in a mixed fleet whatever L.
+-- full again only while ts is at most 1 s after the clock, less up to a
+-- millisecond (Redis keeps the expiry in whole milliseconds, from the
+-- millisecond the call ran in). Hence RESERVE_AHEAD is 990 ms: safe in a
+-- mixed fleet whatever L.
 --
 -- A batch: with 3n keys (n >= 2), the script acquires for n tenants in one
 -- call, tenant i's keys being KEYS[3i-2..3i] and its arguments
@@ -108,7 +110,7 @@ local SUMMARY_AGE = 1 / 8
 -- RESERVE_AHEAD is how far ahead of Redis's clock a bucket's refill may be
 -- committed to reservations, in milliseconds (see the header: what older
 -- versions read safely).
-local RESERVE_AHEAD = 1000
+local RESERVE_AHEAD = 990
 local ENTRY_AGE = 1 / 4
 
 -- sane_demand returns a reported demand as a number >= 0: what is not one

@@ -49,7 +49,7 @@
 // lets a starved instance (it has a registry entry and a fair share, and
 // the bucket cannot serve its Want now, or the credit rule holds it to
 // its share while it asks for more) commit part of the refill to itself:
-// floor(Share*L) tokens, within the room up to ReserveAhead (1 s) after
+// floor(Share*L) tokens, within the room up to ReserveAhead (990 ms) after
 // Redis's clock, which the bucket produces one by one until the ts it is
 // frozen to. The whole tokens the bucket held stay available to the
 // other instances. Grant.Reserved of Grant.Granted are such tokens; token k of
@@ -65,9 +65,10 @@
 //
 // Rollout: clients of earlier releases keep a frozen bucket's ts, but set
 // its TTL to (burst - tokens)/rate + 1 s from the clock, which keeps the
-// key until the bucket is full only while ts is at most a second ahead:
-// hence ReserveAhead, whatever L. TestOldClientKeepsFrozenBucket shows
-// both sides.
+// key until the bucket is full only while ts is at most a second ahead,
+// less the millisecond Redis may round the expiry down by: hence
+// ReserveAhead, 10 ms short of a second, whatever L.
+// TestOldClientKeepsFrozenBucket shows both sides.
 //
 // Returns: release.lua credits returned tokens into tk, available at once,
 // also on a frozen bucket. That is right for tokens that exist (granted at

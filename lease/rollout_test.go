@@ -362,15 +362,24 @@ func TestMixedFleetListOverrides(t *testing.T) {
 // keeps the key until the bucket would be full again as long as ts is at
 // most a second after the clock: its TTL is (burst - tokens)/rate + 1 s
 // from the clock, and the bucket is full at ts + (burst - tk)/rate. With
-// ts 2 s ahead the key would go a second early, and a missing key is a
-// full bucket: burst tokens a second before they exist. Hence
-// ReserveAhead, 1 s, whatever the length of a reservation.
+// ts twice ReserveAhead ahead the key would go about a second early, and a
+// missing key is a full bucket: burst tokens a second before they exist.
+// Hence ReserveAhead, whatever the length of a reservation. It is 10 ms
+// short of the second: Redis keeps the expiry in whole milliseconds from
+// the millisecond the old client's call ran in, so with ts a full second
+// ahead the key could go up to a millisecond early (this test failed so
+// on a loaded machine when ReserveAhead was 1 s). The expiry is read as
+// Redis keeps it (PEXPIRETIME), not as a TTL counted from a clock read
+// before it.
 func TestOldClientKeepsFrozenBucket(t *testing.T) {
 	ctx := context.Background()
 	rdb := redisserver.Client(t)
 	prefix := redisserver.Prefix(t)
 	old := redis.NewScript(v2Common + v2Acquire)
-	lim := Limits{Rate: 10, Burst: 10}
+	// A rate at which the room up to ReserveAhead holds hundreds of
+	// tokens, so that a reservation freezes the bucket to within a few
+	// milliseconds of clock + ReserveAhead: the edge a mixed fleet relies on.
+	lim := Limits{Rate: 1000, Burst: 1000}
 	for _, tc := range []struct {
 		horizon time.Duration // how far ahead of the clock the bucket is frozen
 		alive   bool
@@ -381,13 +390,13 @@ func TestOldClientKeepsFrozenBucket(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		acquireOne(t, c, Request{Tenant: tenant, Limits: lim, Want: 10, Demand: 10})
+		acquireOne(t, c, Request{Tenant: tenant, Limits: lim, Want: lim.Burst, Demand: lim.Rate})
 		if tc.horizon == ReserveAhead {
-			// The most a reservation commits: alone (share 10 = the
+			// The most a reservation commits: alone (its share the
 			// rate), 10 s of it, capped by the room up to ReserveAhead.
-			g := acquireOne(t, c, Request{Tenant: tenant, Limits: lim, Want: 100, Demand: 10, Reserve: 10 * time.Second})
-			if g.Reserved < 9 {
-				t.Fatalf("reservation %+v, want about 10 tokens", g)
+			g := acquireOne(t, c, Request{Tenant: tenant, Limits: lim, Want: 100 * lim.Burst, Demand: lim.Rate, Reserve: 10 * time.Second})
+			if want := int64(0.98 * lim.Rate * ReserveAhead.Seconds()); g.Reserved < want {
+				t.Fatalf("reservation %+v, want at least %d tokens", g, want)
 			}
 		} else {
 			// What a longer ReserveAhead would leave.
@@ -413,12 +422,18 @@ func TestOldClientKeepsFrozenBucket(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ms := pttl(t, rdb, key)
-		// The key lives at least until before + ms (PTTL was read after
-		// TIME); the bucket is full at ts2 + (burst - tk)/rate.
-		expires := float64(before.UnixMicro()) + float64(ms)*1000
+		at, err := rdb.Do(ctx, "PEXPIRETIME", key).Int64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if at < 0 {
+			t.Fatalf("H %v: PEXPIRETIME %d: the key has no expiry", tc.horizon, at)
+		}
+		// The key lives until at (unix ms); the bucket is full at ts2 +
+		// (burst - tk)/rate.
+		expires := float64(at) * 1000
 		full := float64(ts2) + (float64(lim.Burst)-tk)/lim.Rate*1e6
-		t.Logf("H %v: key lives >= %.0f ms past the time the bucket is full (ts %.0f ms ahead)", tc.horizon, (expires-full)/1000, float64(ts2-before.UnixMicro())/1000)
+		t.Logf("H %v: key lives %.3f ms past the time the bucket is full (ts %.0f ms ahead)", tc.horizon, (expires-full)/1000, float64(ts2-before.UnixMicro())/1000)
 		if alive := expires >= full; alive != tc.alive {
 			t.Errorf("H %v: the old client's TTL keeps the key until %.0f, the bucket is full at %.0f; want kept: %v", tc.horizon, expires, full, tc.alive)
 		}

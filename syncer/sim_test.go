@@ -347,7 +347,7 @@ func (b *simBucket) acquire(now int64, lim lease.Limits, want int64, inst int, d
 
 // simReserveAhead is how far ahead of the clock acquire.lua commits a
 // bucket's refill to reservations at most (µs): its RESERVE_AHEAD.
-const simReserveAhead = 1_000_000
+const simReserveAhead = 990_000
 
 // ahead returns the bucket's refill committed to reservations and not yet
 // produced at now: tokens debited that do not exist yet.
