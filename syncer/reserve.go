@@ -195,6 +195,10 @@ func (p *Planner) Reserved(st *State, lim quota.Quota, now, arrived time.Time, g
 			// than a jump in demand, reserves at most the rate.)
 			span := time.Duration(min(g.Share, lim.Rate) * p.cfg.Reserve.Seconds() / lim.Rate * 1e9)
 			retry := max(g.Wait+min(span, lease.ReserveAhead)/2-lease.ReserveAhead, p.cfg.Interval)
+			// The others that found no room wait too: each comes back at
+			// its own turn among them, not all at once.
+			others := int64(max(g.Instances-1, 0))
+			retry += time.Duration(p.jitter(st, ns, min(others*int64(span), int64(p.cfg.Reserve))))
 			st.setClock(ns)
 			st.notBefore = max(st.notBefore, st.stampCeil(ns+int64(retry)))
 		}

@@ -262,3 +262,35 @@ func TestFirstReservationLengthSpread(t *testing.T) {
 		t.Errorf("first reservations of 200 tenants asked for %v to %v: not spread", shortest, longest)
 	}
 }
+
+// TestNoRoomRetriesSpread: instances of a tenant that found no room for a
+// reservation (the refill committed up to ReserveAhead, a grant of
+// nothing with a wait) come back each at its own turn among the others
+// that wait, over up to the others' spans (capped at the length), not all
+// at the moment the refill has caught up by half a span.
+func TestNoRoomRetriesSpread(t *testing.T) {
+	const instances = 16
+	lim := quota.Quota{Rate: 100, Burst: 100, MinLease: 1, MaxLease: 100, LeaseTTL: time.Second}
+	length := 4 * time.Second
+	share := lim.Rate / instances
+	span := time.Duration(share * length.Seconds() / lim.Rate * 1e9) // 250 ms
+	wait := lease.ReserveAhead
+	base := max(wait+span/2-lease.ReserveAhead, 100*time.Millisecond)
+	first, last := time.Duration(math.MaxInt64), time.Duration(0)
+	for i := range 100 {
+		// Each a planner of its own (its instance's seed), on one tenant.
+		p := NewPlanner(Config{Reserve: length}, testSeed+uint64(i))
+		var st State
+		p.Init(&st, "contended", pt0)
+		st.flags |= flagScarce
+		p.Reserved(&st, lim, pt0, pt0, lease.Grant{Share: share, Wait: wait, Instances: instances, ServerTime: pt0})
+		at := time.Duration(st.at(st.notBefore) - pt0.UnixNano())
+		if at < base || at > base+length+time.Millisecond {
+			t.Fatalf("instance %d retries after %v, want within [%v, %v]", i, at, base, base+length)
+		}
+		first, last = min(first, at), max(last, at)
+	}
+	if spread := last - first; spread < length/2 {
+		t.Errorf("100 instances retry from %v to %v after finding no room: spread %v, want at least %v", first, last, spread, length/2)
+	}
+}
