@@ -196,10 +196,16 @@ func TestReservationsCutFleetCalls(t *testing.T) {
 	for _, c := range []struct {
 		instances, tenants int
 		reservation        time.Duration
+		// most is the largest ratio of calls with reservations to calls
+		// without that passes: measured 0.34, 0.36 and 0.52 since the
+		// first reservations and the no-room retries are spread (0.58,
+		// 0.37 and 0.53 before; docs/performance.md, "First reservations
+		// spread"), with a margin for changes that move them a little.
+		most float64
 	}{
-		{16, 50, 4 * time.Second},
-		{32, 25, 2 * time.Second},
-		{4, 100, 2 * time.Second},
+		{16, 50, 4 * time.Second, 0.45},
+		{32, 25, 2 * time.Second, 0.45},
+		{4, 100, 2 * time.Second, 0.6},
 	} {
 		t.Run(fmt.Sprintf("%dx%d-%v", c.instances, c.tenants, c.reservation), func(t *testing.T) {
 			off := fleetDense(c.instances, c.tenants)
@@ -213,8 +219,8 @@ func TestReservationsCutFleetCalls(t *testing.T) {
 			so, sr := ro.scriptsPerSec(), rr.scriptsPerSec()
 			t.Logf("%d x %d, steady state: without reservations %.0f script runs/s, %.1f%% of Rate; with %v reservations %.0f/s (%.2fx), %.1f%%",
 				c.instances, c.tenants, so, 100*uo, c.reservation, sr, sr/so, 100*ur)
-			if sr > 0.7*so {
-				t.Errorf("with %v reservations %.0f script runs/s, %.2fx the %.0f/s without; want <= 0.7x", c.reservation, sr, sr/so, so)
+			if sr > c.most*so {
+				t.Errorf("with %v reservations %.0f script runs/s, %.2fx the %.0f/s without; want <= %.2fx", c.reservation, sr, sr/so, so, c.most)
 			}
 			if ur < 0.95*uo {
 				t.Errorf("with %v reservations the tenants admitted %.1f%% of Rate in the steady state, against %.1f%% without; want >= 0.95x", c.reservation, 100*ur, 100*uo)
