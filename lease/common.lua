@@ -387,8 +387,30 @@ local HISTORY_FIELDS = {'p1', 'p2', 'p3', 'p4', 'p5', 'p6', 'p7', 'p8'}
 -- from those fields, levels rounded up: that client found no p1 when it
 -- first wrote (store deletes them), so it started its history then as an
 -- unknown past, and kept every call of its own since; calls of this
--- release since then are not in h, which is ignored.
-local function history(state, now, burst)
+-- release since then are not in h, which is ignored. With l, it then
+-- records a call at now that saw level l before its debit (history_at).
+local function history(state, now, burst, l)
+  -- history_push records a call at t that saw level v before its debit,
+  -- rounded up to the grid (see the rounding above): the one rule for
+  -- adding an entry, which the previous layout's entries are read by too.
+  -- (Made here, not at the top, so that an acquire that takes the
+  -- full-bucket way, history_at, does not make it: a function made is an
+  -- allocation.)
+  local function history_push(h, t, v)
+    local c = level_code(v)
+    v = code_level(c)
+    while #h > 0 and h[#h][2] <= v do
+      table.remove(h)
+    end
+    if #h > 0 and h[#h][1] >= t then
+      return
+    end
+    h[#h + 1] = {t, v, c}
+    if #h > HISTORY then
+      history_merge(h)
+    end
+  end
+
   local hb = state[14]
   local h = nil
   if state[3] or state[4] then
@@ -414,13 +436,9 @@ local function history(state, now, burst)
           return nil
         end
         pt, pl = t, l
-        -- Rounded up, an earlier entry no higher than this one goes.
-        local c = level_code(l)
-        l = code_level(c)
-        while #h > 0 and h[#h][2] <= l do
-          table.remove(h)
-        end
-        h[#h + 1] = {t, l, c}
+        -- Rounded up, an earlier entry no higher than this one goes (the
+        -- times rise, and there are at most HISTORY: nothing merges).
+        history_push(h, t, l)
       end
       if #h == 0 then
         return nil
@@ -477,14 +495,17 @@ local function history(state, now, burst)
     if hb ~= nil and hb == hb and hb > top then
       top = hb
     end
-    return {{now, top}}
+    h = {{now, top}}
+  end
+  if l then
+    history_push(h, now, l)
   end
   return h
 end
 
 -- history_at returns the level history of a bucket read by read_bucket
--- after a call at now that saw level l before its debit: history() then
--- history_push(). When l rounds up to the burst (the bucket refilled to
+-- after a call at now that saw level l before its debit: history() with
+-- l. When l rounds up to the burst (the bucket refilled to
 -- full, or within a token of it above 128, or a missing key), that is {{now, burst}} unless an
 -- entry higher than burst survives: a history recorded under a higher
 -- burst (hb > burst: unknown, it restarts at hb), or a known one whose
@@ -518,27 +539,7 @@ local function history_at(state, now, burst, l, btext)
       return {{now, burst}}
     end
   end
-  -- history_push records a call at now that saw level l before its debit,
-  -- rounded up to the grid (see the rounding above). (Made here, not at
-  -- the top, as parse_history is in history.)
-  local function history_push(h, now, l)
-    local c = level_code(l)
-    l = code_level(c)
-    while #h > 0 and h[#h][2] <= l do
-      table.remove(h)
-    end
-    if #h > 0 and h[#h][1] >= now then
-      return
-    end
-    h[#h + 1] = {now, l, c}
-    if #h > HISTORY then
-      history_merge(h)
-    end
-  end
-
-  local h = history(state, now, burst)
-  history_push(h, now, l)
-  return h
+  return history(state, now, burst, l)
 end
 
 -- store writes the bucket's tokens as of now, its history h (levels on the grid,
