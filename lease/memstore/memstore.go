@@ -82,7 +82,7 @@ type bucket struct {
 	live   bool    // the key exists; a missing bucket is a full one
 	tk     float64 // tokens as of ts
 	ts     int64   // the bucket's time of its last write, µs
-	hb     int64   // the burst h was recorded under; 0: no history kept
+	hb     int64   // the burst h was recorded under
 	h      peaks.History
 	expire int64    // the clock's ms after which the key is gone, or never
 	rg     *summary // the registry summary (field rg); nil when missing
@@ -256,11 +256,10 @@ func (b *bucket) store(now, nowMS int64, tokens float64, at int64, rate float64,
 		b.rg = nil
 	}
 	// common.lua's store packs the history into field h, merging entries
-	// until it fits, and keeps none for a burst (or oldest level) of
-	// peaks.Limit or more: the next call finds an unknown past.
-	if _, ok := h.Pack(at, burst); !ok {
-		burst = 0
-	}
+	// until it fits. (It keeps none for a burst, or an oldest level, of
+	// peaks.Limit or more, which a valid quota never reaches: Burst is at
+	// most lease.MaxBurst, and no level is above the burst; TestExpiry.)
+	h.Pack(at, burst)
 	b.live, b.tk, b.ts, b.hb, b.h = true, tokens, at, burst, h
 	ttl := math.Ceil(float64(at-now)/1000+(float64(burst)-tokens)/rate*1000) + 1000
 	if ttl < 1e15 {

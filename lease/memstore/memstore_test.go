@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasequota/leasequota/internal/peaks"
 	"github.com/leasequota/leasequota/lease"
 	"github.com/leasequota/leasequota/lease/memstore"
 )
@@ -184,6 +185,14 @@ func TestExpiry(t *testing.T) {
 	acquire(t, v, "slow", lease.Limits{Rate: 1e-6, Burst: 1_000_000}, 1_000_000, 0)
 	if b := s.Tenant("slow").Bucket; b == nil || !b.Expires.IsZero() {
 		t.Fatalf("slow bucket %+v, want one that never expires", b)
+	}
+
+	// Every bucket keeps its level history: common.lua keeps none for a
+	// burst, or an oldest level, of peaks.Limit or more, which no valid
+	// quota reaches (no level is above the larger of the old and the new
+	// burst), so the store does not model that case.
+	if lease.MaxBurst >= peaks.Limit {
+		t.Fatalf("lease.MaxBurst %d reaches peaks.Limit %d: bursts whose history is not kept", int64(lease.MaxBurst), int64(peaks.Limit))
 	}
 }
 

@@ -31,8 +31,7 @@ type TenantState struct {
 type BucketState struct {
 	Tokens float64   // as of Time, not refilled since
 	Time   time.Time // the bucket's time of its last write (its last call)
-	// Burst is the burst History was recorded under; 0 with no history
-	// kept (a burst of peaks.Limit or more).
+	// Burst is the burst History was recorded under.
 	Burst int64
 	// History is the level history, oldest first: each level bounds the
 	// bucket's levels since the previous entry's time.
