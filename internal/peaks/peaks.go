@@ -329,13 +329,13 @@ func (h *History) Pack(ts, burst int64) (string, bool) {
 // with 1 <= n <= Max, a drop or a gap below 1, or a level below 0.
 func Unpack(v string, ts int64) (History, int64, bool) {
 	var nums []int64
-	for len(v) > 0 {
-		x, k := binary.Uvarint([]byte(v))
+	for b := []byte(v); len(b) > 0; {
+		x, k := binary.Uvarint(b)
 		if k <= 0 || k > 8 || x >= 1<<53 {
 			return History{}, 0, false
 		}
 		nums = append(nums, int64(x))
-		v = v[k:]
+		b = b[k:]
 	}
 	n := (len(nums) - 1) / 2
 	if len(nums)%2 == 0 || n < 1 || n > Max {
