@@ -161,8 +161,12 @@ func (p *stallProbe) spanLocked() (wall, cpu time.Duration) {
 // (CPU time over wall time).
 func (p *stallProbe) cores() float64 {
 	p.mu.Lock()
-	wall, cpu := p.spanLocked()
-	p.mu.Unlock()
+	defer p.mu.Unlock()
+	return coresOf(p.spanLocked())
+}
+
+// coresOf is cpu over wall, in cores (0 for no wall time).
+func coresOf(wall, cpu time.Duration) float64 {
 	if wall <= 0 {
 		return 0
 	}
@@ -172,7 +176,7 @@ func (p *stallProbe) cores() float64 {
 // String summarizes what the machine delivered, for the test log.
 func (p *stallProbe) String() string {
 	p.mu.Lock()
-	wall, _ := p.spanLocked()
+	wall, cpu := p.spanLocked()
 	var sum, worst time.Duration
 	for _, s := range p.stalls {
 		sum += s.late
@@ -181,7 +185,7 @@ func (p *stallProbe) String() string {
 	n, wakes := len(p.stalls), p.wakes
 	p.mu.Unlock()
 	return fmt.Sprintf("machine: this process used %.2f cores over %v; %d of %d probe wake-ups were >= %v late (%v in all, worst %v)",
-		p.cores(), wall.Round(time.Millisecond), n, wakes, stallMin, sum.Round(time.Millisecond), worst.Round(time.Millisecond))
+		coresOf(wall, cpu), wall.Round(time.Millisecond), n, wakes, stallMin, sum.Round(time.Millisecond), worst.Round(time.Millisecond))
 }
 
 // processCPU returns the user and system CPU time this process used.
