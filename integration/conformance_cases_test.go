@@ -710,6 +710,51 @@ func confHalfFull(c *cx) {
 	}
 }
 
+// confCreditSpan: a starved instance's credit may accrue for half the
+// caller's window, up to a quarter of the burst, when that is more than
+// its share of the burst.
+func confCreditSpan(c *cx) {
+	lim := lease.Limits{Rate: 10, Burst: 100} // a fill time of 10 s
+	windows := map[string]time.Duration{"a": time.Minute, "b": 24 * time.Second, "c": confWindow, "d": confWindow, "e": confWindow}
+	plain := c.view("", 0)
+	views := map[string]lease.Store{}
+	var m confModel
+	reg := &confRegistry{}
+	acq := func(id string, want int64) lease.Grant {
+		c.t.Helper()
+		v, demand := plain, 0.0
+		if id != "" {
+			v, demand = views[id], 100
+		}
+		g := c.acquire(v, "t", lim, want, demand)
+		x := m.see(us(g.ServerTime), lim.Rate, lim.Burst)
+		granted := min(int64(math.Floor(x)), want)
+		if id != "" {
+			_, _, granted = reg.acquire(id, windows[id].Milliseconds(), us(g.ServerTime), lim, demand, x, granted)
+		}
+		m.store(us(g.ServerTime), x-float64(granted), lim)
+		c.checkGrant(fmt.Sprintf("%q asks %d", id, want), g, granted, m.tk)
+		return g
+	}
+	for _, id := range []string{"a", "b", "c", "d", "e"} {
+		views[id] = c.view(id, windows[id])
+		acq(id, 0) // demands of 100/s each: shares of 2/s once all are in
+	}
+	acq("", 51) // 49 left: scarce
+	// b's share of the burst is 20 tokens; 12 s (half its window) of its
+	// share, 24, is more, and under a quarter of the burst.
+	if g := acq("b", 50); g.Granted != 24 {
+		c.t.Fatalf("b asks 50 of 49 while scarce: %d, want its credit of 12 s at 2/s, 24", g.Granted)
+	}
+	// a's half window, 30 s at 2/s, is capped at a quarter of the burst.
+	if g := acq("a", 50); g.Granted != 25 {
+		c.t.Fatalf("a asks 50 of 25 while scarce: %d, want its credit of a quarter of the burst, 25", g.Granted)
+	}
+	if got := c.sp.state("t").Registry; !reflect.DeepEqual(got, reg.fields()) {
+		c.t.Fatalf("registry %v;\nthe model's %v", got, reg.fields())
+	}
+}
+
 // confInstanceWindow: an instance counts as active within the caller's
 // window of its last acquire; an older entry is dropped.
 func confInstanceWindow(c *cx) {

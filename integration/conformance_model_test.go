@@ -210,7 +210,7 @@ func (r *confRegistry) acquire(id string, windowMS, at int64, lim lease.Limits, 
 	if r.sum.level >= 0 {
 		share = min(share, r.sum.level)
 	}
-	capacity := max(float64(lim.Burst)*share/lim.Rate, 1)
+	capacity := max(float64(lim.Burst)*share/lim.Rate, min(share*window/2e6, float64(lim.Burst)/4), 1)
 	credit := capacity
 	if prev != nil {
 		credit = min(prev.credit+share*float64(max(at-prev.seen, 0))/1e6, capacity)

@@ -791,6 +791,7 @@ func conformanceCases() []confCase {
 		{"fair shares", confFairShares},
 		{"registry summary", confRegistrySummary},
 		{"half full", confHalfFull},
+		{"credit span", confCreditSpan},
 		{"instance window", confInstanceWindow},
 		{"expiry", confExpiry},
 		{"release into a missing bucket", confReleaseMissing},

@@ -14,7 +14,8 @@
 -- KEYS[2], ARGV[4], ARGV[5], ARGV[6]  optional instance registry: a hash
 --          {instance id = "last acquire (microseconds):demand (tokens/s):
 --          credit (tokens)"} next to the bucket, the caller's id, the window
---          in milliseconds within which an instance counts as active, and
+--          in milliseconds within which an instance counts as active (and
+--          for half of which its credit may accrue: the credit span), and
 --          the caller's demand. An entry is rewritten when its credit or
 --          (by more than a quarter) its demand changes, and at least every
 --          1/4 window; the shares come from the summary rg, recomputed
@@ -284,8 +285,19 @@ local function acquire(key, ikey, qkey, o, clock, hasLength)
       share = level
     end
     -- The credit accrues at the share, up to the instance's share of the
-    -- burst; a new instance starts full.
+    -- burst or, when more, half a window of the share but at most a
+    -- quarter of the burst: a starved instance may then call once per
+    -- half window rather than once per fill time (burst/rate), each call
+    -- taking more, while the instances together still come for the
+    -- bucket's tokens before it is half full. A new instance starts full.
     capacity = burst * share / rate
+    local span = share * window / 2000000
+    if span > burst / 4 then
+      span = burst / 4
+    end
+    if capacity < span then
+      capacity = span
+    end
     if capacity < 1 then
       capacity = 1
     end

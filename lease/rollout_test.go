@@ -29,9 +29,11 @@ import (
 // override with HMGET and the registry entry before a stale summary's
 // recompute), whose fields and values v4 writes the same; v4 is main at
 // 7eccc49, the last to keep the level history as hb and p1..p8 (one
-// "time:level" field an entry, levels exact) where this release packs it
+// "time:level" field an entry, levels exact) where later releases pack it
 // in one field, h, levels rounded up to a grid (whole tokens from 128 up,
-// 8 significant bits below).
+// 8 significant bits below); v5 is main at 3eff625, the last whose
+// credit was at most an instance's share of the burst (this release's
+// may accrue for half the caller's window: the credit span).
 var (
 	//go:embed testdata/v1/common.lua
 	v1Common string
@@ -57,6 +59,12 @@ var (
 	v4Acquire string
 	//go:embed testdata/v4/release.lua
 	v4Release string
+	//go:embed testdata/v5/common.lua
+	v5Common string
+	//go:embed testdata/v5/acquire.lua
+	v5Acquire string
+	//go:embed testdata/v5/release.lua
+	v5Release string
 )
 
 // TestMixedFleetRollout runs clients of an earlier release and of this
@@ -67,7 +75,12 @@ var (
 // the tenant twice, next to another tenant, and reserve with a horizon
 // of a second (the most a mixed fleet allows): their reserved tokens
 // count from when their schedule lets them be spent, and only those
-// spendable by the end of the run.
+// spendable by the end of the run. Their registry window is three times
+// the old clients' (the root package's is six lease lifetimes where the
+// releases before the credit span had two), long enough that their
+// credit may accrue past their share of the burst (acquire.lua's credit
+// span), while the old clients' shorter window drops their entries
+// sooner.
 func TestMixedFleetRollout(t *testing.T) {
 	for _, old := range []struct {
 		name, common, acquire, release string
@@ -77,6 +90,7 @@ func TestMixedFleetRollout(t *testing.T) {
 		{"v2", v2Common, v2Acquire, v2Release, 6},
 		{"v3", v3Common, v3Acquire, v3Release, 9},
 		{"v4", v4Common, v4Acquire, v4Release, 9},
+		{"v5", v5Common, v5Acquire, v5Release, 9},
 	} {
 		t.Run(old.name, func(t *testing.T) {
 			mixedFleet(t, redis.NewScript(old.common+old.acquire), redis.NewScript(old.common+old.release), old.reply)
@@ -173,7 +187,7 @@ func mixedFleet(t *testing.T, old, oldRelease *redis.Script, reply int) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c, err := NewClient(rdb, prefix, WithInstance(fmt.Sprintf("new-%d", i), window), WithBatch(3))
+			c, err := NewClient(rdb, prefix, WithInstance(fmt.Sprintf("new-%d", i), 3*window), WithBatch(3))
 			if err != nil {
 				fail(err)
 				return

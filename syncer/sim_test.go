@@ -24,7 +24,7 @@ package syncer_test
 // Close). The model of release.lua credits a return only with what the
 // bucket would hold had the tokens never been granted (its level history,
 // internal/peaks, the Go model the lease tests hold the scripts to). The
-// model of acquire.lua keeps its instance registry (window 2*LeaseTTL +
+// model of acquire.lua keeps its instance registry (window 6*LeaseTTL +
 // Interval, as the root package configures it), so grants carry
 // Grant.Instances and the planner's turn-taking after a partial grant is
 // exercised. Not mirrored: the circuit breaker, eviction, telemetry, the
@@ -659,8 +659,13 @@ func newSim(cfg simConfig) *sim {
 	for _, t := range cfg.tenants {
 		s.lim = append(s.lim, t.lim)
 		maxTTL = max(maxTTL, t.lim.LeaseTTL)
-		// The root package's registry window: 2*LeaseTTL + Interval.
-		b := simBucket{created: -1, seen: make([]int64, cfg.instances), demand: make([]float64, cfg.instances), window: (2*t.lim.LeaseTTL + pc.Interval).Milliseconds() * 1000}
+		// The root package's registry window (its registryWindow): 6 *
+		// LeaseTTL + Interval, 2 * LeaseTTL + Interval with reservations.
+		window := 6*t.lim.LeaseTTL + pc.Interval
+		if pc.Reserve > 0 {
+			window = 2*t.lim.LeaseTTL + pc.Interval
+		}
+		b := simBucket{created: -1, seen: make([]int64, cfg.instances), demand: make([]float64, cfg.instances), window: window.Milliseconds() * 1000}
 		b.forget()
 		s.redis = append(s.redis, b)
 	}

@@ -333,7 +333,7 @@ func (s *Store) acquire(in *Instance, r lease.Request) (lease.Grant, error) {
 		if rg.level >= 0 && g.Share > rg.level {
 			g.Share = rg.level
 		}
-		capacity = float64(burst) * g.Share / rate
+		capacity = max(float64(burst)*g.Share/rate, min(g.Share*window/2e6, float64(burst)/4))
 		if capacity < 1 {
 			capacity = 1
 		}

@@ -214,22 +214,24 @@ func TestFairShares(t *testing.T) {
 	if g := acquire(t, a, "t", lim, 300, 150); g.Granted != 300 || g.Share != 80 {
 		t.Fatalf("a asks 300 with a credit of 800: %+v", g)
 	}
-	// b's credit is 200 (20% of the burst); a's is 500 now.
+	// b's credit is 250: a quarter of the burst, which is more than its
+	// share of the burst (200) and less than its share over half its
+	// window (600). a's is 500 now.
 	if g := acquire(t, b, "t", lim, 10, 20); g.Granted != 0 {
 		t.Fatalf("b asks 10 of an empty bucket: %+v", g)
 	}
-	c.Add(1010 * time.Millisecond) // 101 tokens; a's credit +80.8, b's +20.2 (capped at 200)
+	c.Add(1010 * time.Millisecond) // 101 tokens; a's credit +80.8, b's +20.2 (capped at 250)
 	if g := acquire(t, a, "t", lim, 100, 150); g.Granted != 100 {
 		t.Fatalf("a asks 100 with credit 580.8: %+v", g)
 	}
 	reg := s.Tenant("t").Instances
-	if math.Abs(reg["a"].Credit-480.8) > 1e-3 || reg["b"].Credit != 200 || reg["a"].Demand != 150 {
-		t.Fatalf("registry %+v, want a's credit about 480 and b's 200", reg)
+	if math.Abs(reg["a"].Credit-480.8) > 1e-3 || reg["b"].Credit != 250 || reg["a"].Demand != 150 {
+		t.Fatalf("registry %+v, want a's credit about 480 and b's 250", reg)
 	}
 	// b's credit caps its grant while scarce.
 	c.Add(3 * time.Second)
-	if g := acquire(t, b, "t", lim, 250, 20); g.Granted != 200 {
-		t.Fatalf("b asks 250 of 300 with credit 200: %+v", g)
+	if g := acquire(t, b, "t", lim, 280, 20); g.Granted != 250 {
+		t.Fatalf("b asks 280 of 300 with credit 250: %+v", g)
 	}
 	// An entry older than the caller's window is dropped; the demand the
 	// caller cannot use counts as 0.
