@@ -712,7 +712,7 @@ func (p *Planner) Granted(st *State, lim quota.Quota, now time.Time, asked int64
 			// top-up of a few tokens. (Alone on a bucket, an instance's
 			// credit is the bucket's refill, which a short request may
 			// call for as soon as it holds what it needs.)
-			p.holdBack(st, ns, p.spread(st, lim, g.Share, ns, wasScarce, p.shareWait(lim, g.Share, p.accrued(float64(immediate), g.Share))))
+			p.holdBack(st, ns, p.spread(st, lim, g.Share, ns, !wasScarce, p.shareWait(lim, g.Share, p.accrued(float64(immediate), g.Share))))
 		}
 		return
 	}
@@ -733,25 +733,22 @@ func (p *Planner) Granted(st *State, lim quota.Quota, now time.Time, asked int64
 		// again (accrued), before the bucket fills up: the calls of a
 		// starved tenant then follow its share, not its demand.
 		need = max(1, min(need, int64(p.accrued(p.creditCap(lim, g.Share), g.Share))))
-		switch {
-		case g.Granted == 0:
+		if g.Granted == 0 {
 			// Nothing at all: the credit is spent (say by a call whose
 			// reply was lost). A request may be waiting: come back once
 			// a token's worth has accrued, not a whole batch, and within
 			// the fill time (see shareWait).
 			wait = min(p.shareWait(lim, g.Share, 1), durationCeil(float64(lim.Burst)/lim.Rate))
-		case g.Tokens < 1 && p.spans(lim, g.Share):
-			// The bucket ran dry before the credit did: other
-			// instances came just before, as they do when a tenant's
-			// instances start together. Come back at a random point
-			// of the wait, so that they stop coming together: waiting
-			// it out, the instances of the fleet simulation's tenants
-			// came back together two seconds after their start, their
-			// buckets having filled and spilled in between.
-			wait = p.shareWait(lim, g.Share, float64(need))
-			wait -= time.Duration(p.jitter(st, ns, int64(wait)))
-		default:
-			wait = p.spread(st, lim, g.Share, ns, wasScarce, p.shareWait(lim, g.Share, float64(need)))
+		} else {
+			// A bucket that ran dry before the credit did (Tokens < 1)
+			// means other instances came just before, as they do when
+			// a tenant's instances start together: the wait is spread
+			// as a run's first is. Waited out, the instances of the
+			// fleet simulation's tenants came back together two
+			// seconds after their start, their buckets having filled
+			// and spilled in between.
+			first := !wasScarce || g.Tokens < 1
+			wait = p.spread(st, lim, g.Share, ns, first, p.shareWait(lim, g.Share, float64(need)))
 		}
 	} else {
 		turn := need * int64(max(st.instances, 1))
@@ -764,19 +761,22 @@ func (p *Planner) Granted(st *State, lim quota.Quota, now time.Time, asked int64
 }
 
 // shareWait is how long a share of the rate (tokens a second) takes to
-// accrue x tokens of credit at Redis, at most the time it takes to accrue
-// the most credit Redis keeps (creditCap), and at most the bucket's fill
-// time Burst/Rate when that credit is not more than a share of the burst:
-// a longer wait gains no credit, and it holds back the call that would
-// tell Redis this instance's demand now. A share that small is a demand
-// this instance reported low (a request now and then), which the requests
-// of now may have outgrown: without the cap, an instance of a scarce
-// tenant whose share was 0.05 a second got nothing and was held back 20
-// s, its requests denied with that RetryAfter
-// (TestSmallShareWaitsAtMostTheFillTime). An instance whose demand did
-// stay that low calls at most once per fill time, as a starved pair does.
+// accrue x tokens of credit at Redis, at most the bucket's fill time
+// Burst/Rate, in which any share accrues its share of the burst, or the
+// time the share takes to accrue its credit span (creditSpan) when that
+// is longer: a longer wait gains no credit, and it holds back the call
+// that would tell Redis this instance's demand now. A share so small that
+// its floor of a token is all its credit is a demand this instance
+// reported low (a request now and then), which the requests of now may
+// have outgrown: without the cap, an instance of a scarce tenant whose
+// share was 0.05 a second got nothing and was held back 20 s, its
+// requests denied with that RetryAfter
+// (TestSmallShareWaitsAtMostTheFillTime; and 15 s after a grant of a
+// token, TestSmallSharePartialGrantWaitsAtMostTheFillTime, while the cap
+// counted that floor). An instance whose demand did stay that low calls
+// at most once per fill time, or per half window, as a starved pair does.
 func (p *Planner) shareWait(lim quota.Quota, share, x float64) time.Duration {
-	return min(durationCeil(x/share), max(durationCeil(float64(lim.Burst)/lim.Rate), durationCeil(p.creditCap(lim, share)/share)))
+	return min(durationCeil(x/share), max(durationCeil(float64(lim.Burst)/lim.Rate), durationCeil(p.creditSpan(lim, share)/share)))
 }
 
 // creditCap is the most credit, in tokens, that Redis lets an instance
@@ -793,21 +793,27 @@ func (p *Planner) shareWait(lim quota.Quota, share, x float64) time.Duration {
 // the calls of few instances frequent enough that the bucket does not
 // fill (the credit rule gives way once it is half full) while they wait.
 func (p *Planner) creditCap(lim quota.Quota, share float64) float64 {
-	span := min(share*p.cfg.Window.Seconds()/2, float64(lim.Burst)/4)
-	return max(float64(lim.Burst)*share/lim.Rate, span, 1)
+	return max(float64(lim.Burst)*share/lim.Rate, p.creditSpan(lim, share), 1)
 }
 
-// spans reports whether a share's credit may accrue past its share of
+// creditSpan is the credit span of a share (tokens a second): what it
+// accrues over half the registry window, up to a quarter of the burst, in
+// tokens (see creditCap).
+func (p *Planner) creditSpan(lim quota.Quota, share float64) float64 {
+	return min(share*p.cfg.Window.Seconds()/2, float64(lim.Burst)/4)
+}
+
+// spans reports whether a share's credit span is more than its share of
 // the burst (creditCap): a tenant on more than 4 instances, or this
 // instance's share small beside the others'.
 func (p *Planner) spans(lim quota.Quota, share float64) bool {
-	return p.creditCap(lim, share) > float64(lim.Burst)*share/lim.Rate
+	return p.creditSpan(lim, share) > float64(lim.Burst)*share/lim.Rate
 }
 
 // spread shortens a wait for a share's credit that spans (see spans) at
-// random, by the tenant's jitter: the first of a scarce run (the tenant
-// was not scarce before: wasScarce false) to any point of it, later ones
-// by up to an eighth. Instances that start together, as every instance
+// random, by the tenant's jitter: the first of a scarce run (first: the
+// tenant was not scarce before, or the bucket ran dry before the credit
+// did) to any point of it, later ones by up to an eighth. Instances that start together, as every instance
 // of a fleet does when a tenant's traffic arrives everywhere at once,
 // would otherwise come back together for as long as they are starved,
 // each finding the bucket emptied by the others before it: in the fleet
@@ -817,14 +823,14 @@ func (p *Planner) spans(lim quota.Quota, share float64) bool {
 // so a wait that is already spread loses an eighth at most. A wait within
 // the fill time is left as it is: spread, with 4 instances, it cost
 // TestClusterGlobalBound a point of utilization.
-func (p *Planner) spread(st *State, lim quota.Quota, share float64, ns int64, wasScarce bool, wait time.Duration) time.Duration {
+func (p *Planner) spread(st *State, lim quota.Quota, share float64, ns int64, first bool, wait time.Duration) time.Duration {
 	switch {
 	case !p.spans(lim, share):
 		return wait
-	case wasScarce:
-		return wait - time.Duration(p.jitter(st, ns, int64(wait/8)))
-	default:
+	case first:
 		return wait - time.Duration(p.jitter(st, ns, int64(wait)))
+	default:
+		return wait - time.Duration(p.jitter(st, ns, int64(wait/8)))
 	}
 }
 

@@ -1227,3 +1227,36 @@ func TestSmallShareWaitsAtMostTheFillTime(t *testing.T) {
 		t.Errorf("the next call is held back %v, want at most %v", d, fill+slack)
 	}
 }
+
+// TestSmallSharePartialGrantWaitsAtMostTheFillTime: as
+// TestSmallShareWaitsAtMostTheFillTime, but each call gets a token of the
+// ten it asks for (the bucket holds that much), and the planner knows the
+// registry window (Config.Window, as the limiter sets it). The credit
+// Redis keeps for a share that small is its floor of a token, which the
+// share takes 20 s to accrue; the credit span (half the window, 3.05 s)
+// is not the instance's to wait for either: it comes back within the
+// fill time, or half the window at most.
+func TestSmallSharePartialGrantWaitsAtMostTheFillTime(t *testing.T) {
+	lim := quota.Quota{Rate: 100, Burst: 100, MinLease: 1, MaxLease: 100, LeaseTTL: time.Second}
+	window := 6*lim.LeaseTTL + 100*time.Millisecond
+	r := newRig(Config{Window: window}, lim, "trickle")
+	const share = 0.05
+	var calls []time.Time
+	r.grant = func(want int64) (lease.Grant, bool) {
+		calls = append(calls, r.now)
+		return lease.Grant{Granted: min(want, 1), Tokens: 0.5, Instances: 20, Share: share, ServerTime: r.now}, true
+	}
+	r.run(20, 20*time.Second, tick, nil)
+	if len(calls) < 2 {
+		t.Fatalf("%d calls in 20 s, want several", len(calls))
+	}
+	var longest time.Duration
+	for i := 1; i < len(calls); i++ {
+		longest = max(longest, calls[i].Sub(calls[i-1]))
+	}
+	most := max(time.Duration(float64(lim.Burst)/lim.Rate*float64(time.Second)), window/2) + r.p.Config().Jitter + tick
+	t.Logf("%d calls in 20 s, the longest gap %v (at most %v)", len(calls), longest, most)
+	if longest > most {
+		t.Errorf("%v between calls, want at most %v: the fill time or half the window, not the 20 s a token of credit takes", longest, most)
+	}
+}
