@@ -47,6 +47,27 @@ type Config struct {
 	Window time.Duration
 }
 
+// RegistryWindow is the instance registry's window a limiter sends with
+// its lease calls (lease.WithInstance) and gives its planner
+// (Config.Window): how long an instance counts as active on a tenant
+// after its last acquire, six lease lifetimes and a refresh interval. A
+// busy instance re-acquires at least once per lease lifetime; a starved
+// one at least once per half window, as its credit at Redis accrues for
+// that long (creditCap), so it stays counted between its calls with a
+// margin of as much again. With two lease lifetimes and an interval, the
+// window before, instances of a starved tenant called once per fill
+// time, more than twice as often (TestReservationsCutFleetCalls). With
+// reservations (reserve > 0) the window stays that: they space a
+// starved instance's calls themselves, and with the longer window 16
+// instances x 50 tenants with 4 s ones used 94.8 % of the rate instead of
+// 98.7 % (TestReservationsCutFleetCalls).
+func RegistryWindow(leaseTTL, interval, reserve time.Duration) time.Duration {
+	if reserve > 0 {
+		return 2*leaseTTL + interval
+	}
+	return 6*leaseTTL + interval
+}
+
 // DefaultConfig returns the defaults that zero fields of a Config take.
 func DefaultConfig() Config {
 	return Config{

@@ -659,12 +659,8 @@ func newSim(cfg simConfig) *sim {
 	for _, t := range cfg.tenants {
 		s.lim = append(s.lim, t.lim)
 		maxTTL = max(maxTTL, t.lim.LeaseTTL)
-		// The root package's registry window (its registryWindow): 6 *
-		// LeaseTTL + Interval, 2 * LeaseTTL + Interval with reservations.
-		window := 6*t.lim.LeaseTTL + pc.Interval
-		if pc.Reserve > 0 {
-			window = 2*t.lim.LeaseTTL + pc.Interval
-		}
+		// The registry window the root package sends.
+		window := syncer.RegistryWindow(t.lim.LeaseTTL, pc.Interval, pc.Reserve)
 		b := simBucket{created: -1, seen: make([]int64, cfg.instances), demand: make([]float64, cfg.instances), window: window.Milliseconds() * 1000}
 		b.forget()
 		s.redis = append(s.redis, b)
