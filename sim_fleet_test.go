@@ -175,9 +175,10 @@ func TestFleetShapes(t *testing.T) {
 // (tenant, instance) pair and second in the steady state, and the
 // reservations' utilization to within 5 % of none's. With reservations an
 // instance held to its share reserves it over their length and calls
-// about once per length. Without, a starved instance calls about once
-// per half registry window (its credit at Redis accrues for that long:
-// Planner.creditCap) when its share of the burst is less, as it is with
+// about once per length. Without, a starved instance calls at most half
+// a registry window apart (its credit at Redis accrues for that long:
+// Planner.creditCap; 1.6 to 1.9 s apart here) when its share of the
+// burst is less, as it is with
 // more than 4 instances on a tenant of a second's burst: then
 // reservations save few calls or none (32 x 25 with 2 s ones makes more,
 // each instance's reservation being smaller than its credit), and cost
