@@ -1210,10 +1210,7 @@ func TestSmallShareWaitsAtMostTheFillTime(t *testing.T) {
 	if len(calls) < 2 {
 		t.Fatalf("%d calls in 10 s, want one about every second", len(calls))
 	}
-	var longest time.Duration
-	for i := 1; i < len(calls); i++ {
-		longest = max(longest, calls[i].Sub(calls[i-1]))
-	}
+	longest := longestGap(calls)
 	fill := time.Duration(float64(lim.Burst) / lim.Rate * float64(time.Second))
 	slack := r.p.Config().Jitter + tick
 	t.Logf("%d calls in 10 s, the longest gap %v (fill time %v)", len(calls), longest, fill)
@@ -1250,13 +1247,19 @@ func TestSmallSharePartialGrantWaitsAtMostTheFillTime(t *testing.T) {
 	if len(calls) < 2 {
 		t.Fatalf("%d calls in 20 s, want several", len(calls))
 	}
-	var longest time.Duration
-	for i := 1; i < len(calls); i++ {
-		longest = max(longest, calls[i].Sub(calls[i-1]))
-	}
+	longest := longestGap(calls)
 	most := max(time.Duration(float64(lim.Burst)/lim.Rate*float64(time.Second)), window/2) + r.p.Config().Jitter + tick
 	t.Logf("%d calls in 20 s, the longest gap %v (at most %v)", len(calls), longest, most)
 	if longest > most {
 		t.Errorf("%v between calls, want at most %v: the fill time or half the window, not the 20 s a token of credit takes", longest, most)
 	}
+}
+
+// longestGap is the longest time between two successive calls.
+func longestGap(calls []time.Time) time.Duration {
+	var longest time.Duration
+	for i := 1; i < len(calls); i++ {
+		longest = max(longest, calls[i].Sub(calls[i-1]))
+	}
+	return longest
 }
