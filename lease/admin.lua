@@ -26,7 +26,7 @@
 -- bucket under an override is full at the override's burst, capped at the
 -- new one and stored. Then the bucket is stored at the new rate and burst
 -- (its TTL with them), with the level history restarted as quota.lua does
--- ({{now, max(old burst, new burst)}}, the old burst being the one the
+-- (one entry (now, max(old burst, new burst)), the old burst being the one the
 -- history was recorded under when no override was stored).
 --
 -- del. Without a stored override nothing changes. With one, the bucket is
@@ -95,7 +95,7 @@ if op == 'set' then
     if prev ~= nil and prev == prev and prev > top then
       top = prev
     end
-    store(key, tokens, now, newRate, newBurst, {{now, top}}, state, nil, clock)
+    store(key, tokens, now, newRate, newBurst, {now, level_code(top)}, state, nil, clock)
     out = string.format('%.17g', tokens)
   end
   redis.call('DEL', qkey)
@@ -116,7 +116,7 @@ local state, tokens, _, now = read_bucket(key, clock, oldRate, oldBurst)
 if state == nil then
   return tokens -- the error reply
 end
-store(key, tokens, now, oldRate, oldBurst, {{now, oldBurst}}, state, nil, clock)
+store(key, tokens, now, oldRate, oldBurst, {now, level_code(oldBurst)}, state, nil, clock)
 redis.call('PERSIST', key)
 redis.call('DEL', qkey)
 return {string.format('%.17g', tokens), now, 1}

@@ -34,7 +34,7 @@
 --
 -- Every set and del (whatever the old and new burst) also makes the
 -- bucket's level history (common.lua) unknown before now: it restarts as
--- {{now, max(old burst, new burst)}} recorded under the new burst. Tokens granted
+-- one entry (now, max(old burst, new burst)) recorded under the new burst. Tokens granted
 -- before the change are then never credited by release.lua (peaks measured
 -- under one cap say nothing about the room below another); grants after it
 -- are creditable as before.
@@ -97,7 +97,7 @@ local top = oldBurst
 if newBurst > top then
   top = newBurst
 end
-store(key, tokens, now, newRate, newBurst, {{now, top}}, state, nil, clock)
+store(key, tokens, now, newRate, newBurst, {now, level_code(top)}, state, nil, clock)
 
 if op == 'set' then
   redis.call('DEL', qkey)

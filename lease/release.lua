@@ -56,10 +56,11 @@
 -- history_peak returns the highest level over (after, now], x being the
 -- level now.
 local function history_peak(h, after, x)
-  for i = 1, #h do
-    if h[i][1] > after then
-      if h[i][2] > x then
-        return h[i][2]
+  for i = 1, #h / 2 do
+    if h[2 * i - 1] > after then
+      local l = code_level(h[2 * i])
+      if l > x then
+        return l
       end
       return x
     end
@@ -71,26 +72,29 @@ end
 -- credited tokens granted was c higher since), rounded up, then keeps only
 -- the entries above every later one.
 local function history_raise(h, after, c)
-  for i = #h, 1, -1 do
-    if h[i][1] <= after then
+  local n = #h / 2
+  for i = n, 1, -1 do
+    if h[2 * i - 1] <= after then
       break
     end
     -- Rounded up to the grid, as every level (common.lua): higher only
     -- credits a later return less.
-    local code = level_code(h[i][2] + c)
-    h[i][2], h[i][3] = code_level(code), code
+    h[2 * i] = level_code(code_level(h[2 * i]) + c)
   end
-  local kept = {h[#h]}
-  for i = #h - 1, 1, -1 do
-    if h[i][2] > kept[#kept][2] then
-      kept[#kept + 1] = h[i]
+  -- Kept: from the newest back, each entry above the last kept (codes rise
+  -- with the levels), moved to the end of h, then shifted to its front.
+  local k = n -- the oldest kept is entry k
+  for i = n - 1, 1, -1 do
+    if h[2 * i] > h[2 * k] then
+      k = k - 1
+      h[2 * k - 1], h[2 * k] = h[2 * i - 1], h[2 * i]
     end
   end
-  for i = 1, #kept do
-    h[i] = kept[#kept - i + 1]
+  for i = 1, n - k + 1 do
+    h[2 * i - 1], h[2 * i] = h[2 * (k + i - 1) - 1], h[2 * (k + i - 1)]
   end
-  for i = #h, #kept + 1, -1 do
-    h[i] = nil
+  for j = 2 * n, 2 * (n - k + 1) + 1, -1 do
+    h[j] = nil
   end
 end
 
