@@ -24,7 +24,9 @@
 #               the registry summary and the caller's entry fresh (window
 #               an hour): the entry is read, not written
 #   steady/16   the same with 16 instances in the registry
-#   round/1     as BenchmarkSyncRound (window 2.1 s, rounds 0.5 s apart):
+#   round/1     as BenchmarkSyncRound with -syncround.window=2.1s (rounds
+#               0.5 s apart; with the Limiter's window, its default, the
+#               rounds take the steady/1 path):
 #               the tenant's last call more than a quarter window ago, so
 #               the summary is recomputed (HGETALL, sort, PEXPIRE of the
 #               registry) and the entry rewritten
