@@ -445,6 +445,9 @@ type fleetSecond struct {
 	admitted int64
 	denied   int64
 	byClass  []int64 // admitted, by class
+	// Where the tokens that Redis made and no request spent are: leased
+	// (granted, not spent nor credited back), and in the buckets.
+	leased, stored float64
 }
 
 // fleetResult is what a run reports.
@@ -621,7 +624,7 @@ func fleetBubble(t *testing.T, sh fleetShape) *fleetResult {
 			net.mu.Lock()
 			sec := fleetSecond{at: time.Since(start), counts: net.counts, classes: append([]costmodel.Counts(nil), net.byClass...), asked: net.asked, given: net.given,
 				admitted: admitted, denied: denied, byClass: append([]int64(nil), byClass...)}
-			r.checkBound(time.Since(start), net.store)
+			sec.leased, sec.stored = r.checkBound(time.Since(start), net.store)
 			net.mu.Unlock()
 			if want := time.Duration(ms+1) * step; sec.at != want {
 				r.failf("the fake clock is at %v after %v of steps: the driver waited", sec.at, want)
@@ -654,7 +657,7 @@ func (r *fleetResult) failf(format string, args ...any) {
 
 // checkBound checks every tenant's bound at elapsed since the start (the
 // caller holds the net's lock).
-func (r *fleetResult) checkBound(elapsed time.Duration, store *memstore.Store) {
+func (r *fleetResult) checkBound(elapsed time.Duration, store *memstore.Store) (leased, stored float64) {
 	q := r.shape.quota
 	bound := float64(q.Burst) + q.Rate*elapsed.Seconds()
 	now := time.Now() // the bubble's clock, the store's
@@ -663,9 +666,15 @@ func (r *fleetResult) checkBound(elapsed time.Duration, store *memstore.Store) {
 		// Reserved refill not produced yet was granted but does not
 		// exist: the bucket frozen until its time holds it.
 		var ahead float64
+		level := float64(q.Burst) // a missing key is a full bucket
 		if b := store.Tenant("t" + strconv.Itoa(k)).Bucket; b != nil && b.Time.After(now) {
 			ahead = max(b.Time.Sub(now).Seconds()*q.Rate-b.Tokens, 0)
+			level = b.Tokens
+		} else if b != nil {
+			level = min(b.Tokens+now.Sub(b.Time).Seconds()*q.Rate, float64(q.Burst))
 		}
+		leased += float64(tn.granted) - tn.credited - ahead - float64(tn.admitted)
+		stored += level
 		if float64(tn.admitted) > float64(tn.granted)-tn.credited-ahead+1e-6 {
 			r.failf("at %v tenant t%d admitted %d from leases, more than granted %d - credited %.3f - reserved ahead %.3f", elapsed, k, tn.admitted, tn.granted, tn.credited, ahead)
 		}
@@ -673,6 +682,7 @@ func (r *fleetResult) checkBound(elapsed time.Duration, store *memstore.Store) {
 			r.failf("at %v tenant t%d was granted %d - credited %.3f - reserved ahead %.3f, past Burst + Rate*T = %.1f", elapsed, k, tn.granted, tn.credited, ahead, bound)
 		}
 	}
+	return leased, stored
 }
 
 func (r *fleetResult) check(t *testing.T) {
@@ -750,9 +760,10 @@ func (r *fleetResult) log(t *testing.T) {
 			cap := float64(r.classN[c]) * (float64(q.Burst) + q.Rate*elapsed)
 			fmt.Fprintf(&util, " %s %.1f%%", cl.name, 100*float64(sec.byClass[c])/cap)
 		}
-		t.Logf("  t=%ds: scripts %d/s (acquire %d, of them empty %d; release %d; override %d), version polls %d/s, round trips %d/s, admitted %d/s, denied %d/s; utilization so far:%s",
+		all := float64(len(r.tenants)) * (float64(q.Burst) + q.Rate*elapsed)
+		t.Logf("  t=%ds: scripts %d/s (acquire %d, of them empty %d; release %d; override %d), version polls %d/s, round trips %d/s, admitted %d/s, denied %d/s; utilization so far:%s; unspent now: %.0f leased and %.0f in the buckets, %.1f%% and %.1f%% of Burst + Rate*T",
 			s+1, d.Scripts(), d.AcquireTotal(), d.EmptyTotal(), d.Releases, d.OverrideReads+d.OverrideWrites, d.VersionPolls, d.RoundTrips,
-			sec.admitted-prev.admitted, sec.denied-prev.denied, util.String())
+			sec.admitted-prev.admitted, sec.denied-prev.denied, util.String(), sec.leased, sec.stored, 100*sec.leased/all, 100*sec.stored/all)
 		prev = sec
 	}
 	st := r.steady()
