@@ -651,6 +651,40 @@ func packed(ts, burst int64, e ...peaks.Entry) string {
 	return v
 }
 
+// TestLevelRoundingToTheBurst: a call that finds its bucket below the
+// burst by less than a step of the level grid (59.8 of 60, rounded up to
+// 60) takes the general way (history_at skips reading the history only
+// for a level of exactly the burst), and the push of that level, equal
+// to the oldest entry's once rounded, drops every entry: one entry at
+// the burst is left, as for a full bucket (the Go model's Push does the
+// same). Kept, the oldest entry and the new one would be packed with a
+// drop of 0, which reads back as no history.
+func TestLevelRoundingToTheBurst(t *testing.T) {
+	ctx := context.Background()
+	c, rdb := agedClient(t)
+	key := c.Key("t")
+	lim := Limits{Rate: 1e-9, Burst: 60} // refills nothing during the test
+	now, err := rdb.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The bucket's time a second before Redis's clock: a billionth of a
+	// token refilled since, not the 1.8 tokens since 1970.
+	past := now.UnixMicro() - 1_000_000
+	if peaks.Round(59.8) != 60 {
+		t.Fatalf("59.8 rounds up to %v, want 60: the test needs a level within a grid step of the burst", peaks.Round(59.8))
+	}
+	if err := rdb.HSet(ctx, key, "tk", "59.8", "ts", strconv.FormatInt(past, 10),
+		"h", packed(past, 60, at3(past-300, 60), at3(past-200, 50), at3(past-100, 40))).Err(); err != nil {
+		t.Fatal(err)
+	}
+	g, err := c.Acquire(ctx, "t", lim, 10)
+	if err != nil || g.Granted != 10 {
+		t.Fatalf("acquire: %+v, %v", g, err)
+	}
+	checkHistory(t, rdb, key, 60, at3(g.ServerTime.UnixMicro(), 60))
+}
+
 // TestPackedHistoryFits: a history whose packing would pass 64 bytes (the
 // longest value Redis keeps a hash compact with) is merged until it fits,
 // as the Go model does: entries 2^41 µs and more apart, of a burst of 2^50.
