@@ -487,7 +487,10 @@ func (a admissions) checkUtilization(t *testing.T, check func(i int) bool, label
 		// lost about a lease each with no call failing or re-sent that the
 		// trace saw, each time with a data race in go-redis (two of its
 		// per-node goroutines reading a reply into the same command: a
-		// command in two nodes' batches, run twice). It costs utilization,
+		// command in two nodes' batches, run twice). The cause was
+		// go-redis sending a node's whole batch again when its first
+		// command got TRYAGAIN; lease now puts a read of one key first
+		// (TestClusterTryAgainRunsEachAcquireOnce). It costs utilization,
 		// not the bound.
 		switch {
 		case l.unreplied > l.timedOut+l.resent+1:

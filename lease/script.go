@@ -201,7 +201,7 @@ func (s *script) command(ctx context.Context, cl call, eval bool) *redis.Cmd {
 func (s *script) runMany(ctx context.Context, c Scripter, calls []call) []*redis.Cmd {
 	cr, ok := c.(clusterRouter)
 	if !ok {
-		return s.runPipeline(ctx, c, calls)
+		return s.runPipeline(ctx, c, calls, false)
 	}
 	// go-redis splits a cluster pipeline per node, but when a node cannot
 	// be reached it retries that node's commands with a backoff and, when
@@ -215,7 +215,7 @@ func (s *script) runMany(ctx context.Context, c Scripter, calls []call) []*redis
 	}
 	var cmds []*redis.Cmd
 	if len(groups) == 1 {
-		cmds = s.runPipeline(ctx, c, calls)
+		cmds = s.runPipeline(ctx, c, calls, true)
 	} else {
 		cmds = make([]*redis.Cmd, len(calls))
 		var wg sync.WaitGroup
@@ -227,7 +227,7 @@ func (s *script) runMany(ctx context.Context, c Scripter, calls []call) []*redis
 				for j, i := range idx {
 					sub[j] = calls[i]
 				}
-				for j, cmd := range s.runPipeline(ctx, c, sub) {
+				for j, cmd := range s.runPipeline(ctx, c, sub, true) {
 					cmds[idx[j]] = cmd
 				}
 			}()
@@ -252,14 +252,36 @@ func (s *script) runMany(ctx context.Context, c Scripter, calls []call) []*redis
 // after a short pause and up to maxTryAgain times, the calls that got
 // TRYAGAIN. Neither reply means the script ran.
 //
+// With guarded (a ClusterClient), each pipeline starts with EXISTS of
+// the first call's first key, a read of one key, which never gets
+// TRYAGAIN. When the first command of a node's batch gets a reply that
+// go-redis retries (TRYAGAIN among them: a script of several keys on a
+// migrating slot), go-redis sends the whole batch again on each of its
+// redirects, scripts that ran included, and a command it had already
+// redirected (MOVED, ASK) goes to two nodes at once: acquires that were
+// granted ran up to four times, their buckets losing those tokens
+// (TestClusterTryAgainRunsEachAcquireOnce, in the integration module).
+// The batches of a call's other nodes, when its calls span several (a
+// stale slot map), are not guarded; runMany sends one pipeline per
+// master.
+//
 // It queues commands it builds itself (the same ones that the pipeline's
 // EvalSha and Eval build) all at once: EvalSha would copy each call's
 // arguments into a slice of its own, with the digest boxed again, and
 // queueing one at a time grows the pipeline's slice as it goes.
-func (s *script) runPipeline(ctx context.Context, c Scripter, calls []call) []*redis.Cmd {
+func (s *script) runPipeline(ctx context.Context, c Scripter, calls []call, guarded bool) []*redis.Cmd {
 	cmds := make([]*redis.Cmd, len(calls))
 	if len(calls) == 0 {
 		return cmds
+	}
+	// pipeline starts a pipeline whose first command is the call's (see
+	// guarded above).
+	pipeline := func(first call) redis.Pipeliner {
+		p := c.Pipeline()
+		if guarded {
+			p.Exists(ctx, first.keys[0])
+		}
+		return p
 	}
 	queued := make([]redis.Cmder, len(calls))
 	for i := range calls {
@@ -267,7 +289,7 @@ func (s *script) runPipeline(ctx context.Context, c Scripter, calls []call) []*r
 		cmds[i] = s.command(ctx, calls[i], false)
 		queued[i] = cmds[i]
 	}
-	pipe := c.Pipeline()
+	pipe := pipeline(calls[0])
 	_ = pipe.BatchProcess(ctx, queued...) // queues; a pipeline's errors come with Exec
 	_, _ = pipe.Exec(ctx)
 
@@ -278,7 +300,7 @@ func (s *script) runPipeline(ctx context.Context, c Scripter, calls []call) []*r
 			switch {
 			case isNoScript(cmd.Err()):
 				if retry == nil {
-					retry = c.Pipeline()
+					retry = pipeline(calls[i])
 				}
 				cmds[i] = s.command(ctx, calls[i], true)
 				_ = retry.Process(ctx, cmds[i])
@@ -293,9 +315,12 @@ func (s *script) runPipeline(ctx context.Context, c Scripter, calls []call) []*r
 		if !tryAgain || attempt >= maxTryAgain || !pause(ctx, attempt) {
 			return cmds
 		}
-		pipe := c.Pipeline()
+		var pipe redis.Pipeliner
 		for i, cmd := range cmds {
 			if isTryAgain(cmd.Err()) {
+				if pipe == nil {
+					pipe = pipeline(calls[i])
+				}
 				cmds[i] = s.command(ctx, calls[i], false)
 				_ = pipe.Process(ctx, cmds[i])
 			}
