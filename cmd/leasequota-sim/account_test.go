@@ -214,9 +214,14 @@ func TestTightRun(t *testing.T) {
 			t.Errorf("%s: bucket %v above the burst %d, or no acquire seen (%d)", tr.Name, a.Bucket, tr.Burst, a.Acquires)
 		}
 		// With every reply seen the bucket is followed exactly: what is
-		// left is the leases in flight when the account closed.
-		if a.Unseen+a.Dropped == 0 && math.Abs(a.Unaccounted) > 0.05*a.Bound {
-			t.Errorf("%s: unaccounted %.1f of %.1f with every reply seen", tr.Name, a.Unaccounted, a.Bound)
+		// left is the leases in flight when the account closed, granted
+		// between reading Held and closing it. On a busy machine that
+		// window can hold a lease call or two, which for a low-rate tenant
+		// is more than 5 % of its bound (make test beside two busy loops:
+		// low20-010 6.0 of 81.0, one lease), so the margin is also half a
+		// burst.
+		if margin := max(0.05*a.Bound, float64(tr.Burst)/2); a.Unseen+a.Dropped == 0 && math.Abs(a.Unaccounted) > margin {
+			t.Errorf("%s: unaccounted %.1f of %.1f with every reply seen (margin %.1f)", tr.Name, a.Unaccounted, a.Bound, margin)
 		}
 	}
 	var text bytes.Buffer
