@@ -177,7 +177,7 @@ func TestFleetShapes(t *testing.T) {
 // instance held to its share reserves it over their length and calls
 // about once per length. Without, a starved instance calls at most half
 // a registry window apart (its credit at Redis accrues for that long:
-// Planner.creditCap; 1.6 to 1.9 s apart here) when its share of the
+// lease.CreditCap; 1.6 to 1.9 s apart here) when its share of the
 // burst is less, as it is with
 // more than 4 instances on a tenant of a second's burst: then
 // reservations save few calls or none (32 x 25 with 2 s ones makes more,

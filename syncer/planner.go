@@ -802,7 +802,7 @@ func (p *Planner) shareWait(lim quota.Quota, share, x float64) time.Duration {
 
 // creditCap is the most credit, in tokens, that Redis lets an instance
 // whose fair share is share (tokens a second) accrue while the credit
-// rule holds grants to it (acquire.lua, which computes it the same way):
+// rule holds grants to it (lease.CreditCap, acquire.lua's rule):
 // its share of the burst, or, when more, its share over half the
 // registry window (Config.Window) up to a quarter of the burst; a token
 // at least. With half a window of credit a starved instance calls about
@@ -814,14 +814,14 @@ func (p *Planner) shareWait(lim quota.Quota, share, x float64) time.Duration {
 // the calls of few instances frequent enough that the bucket does not
 // fill (the credit rule gives way once it is half full) while they wait.
 func (p *Planner) creditCap(lim quota.Quota, share float64) float64 {
-	return max(float64(lim.Burst)*share/lim.Rate, p.creditSpan(lim, share), 1)
+	return lease.CreditCap(lim.Burst, lim.Rate, share, p.cfg.Window)
 }
 
 // creditSpan is the credit span of a share (tokens a second): what it
 // accrues over half the registry window, up to a quarter of the burst, in
 // tokens (see creditCap).
 func (p *Planner) creditSpan(lim quota.Quota, share float64) float64 {
-	return min(share*p.cfg.Window.Seconds()/2, float64(lim.Burst)/4)
+	return lease.CreditSpan(lim.Burst, share, p.cfg.Window)
 }
 
 // spans reports whether a share's credit span is more than its share of

@@ -1235,7 +1235,7 @@ func TestSmallShareWaitsAtMostTheFillTime(t *testing.T) {
 // fill time, or half the window at most.
 func TestSmallSharePartialGrantWaitsAtMostTheFillTime(t *testing.T) {
 	lim := quota.Quota{Rate: 100, Burst: 100, MinLease: 1, MaxLease: 100, LeaseTTL: time.Second}
-	window := 6*lim.LeaseTTL + 100*time.Millisecond
+	window := RegistryWindow(lim.LeaseTTL, 100*time.Millisecond, 0)
 	r := newRig(Config{Window: window}, lim, "trickle")
 	const share = 0.05
 	var calls []time.Time

@@ -333,10 +333,7 @@ func (s *Store) acquire(in *Instance, r lease.Request) (lease.Grant, error) {
 		if rg.level >= 0 && g.Share > rg.level {
 			g.Share = rg.level
 		}
-		capacity = max(float64(burst)*g.Share/rate, min(g.Share*window/2e6, float64(burst)/4))
-		if capacity < 1 {
-			capacity = 1
-		}
+		capacity = lease.CreditCap(burst, rate, g.Share, time.Duration(in.windowMS)*time.Millisecond)
 		if prev == nil {
 			credit = capacity
 		} else {
