@@ -16,7 +16,9 @@
 // bucket together make exactly Rate tokens a second, and an instance
 // renews its share about once a period, whatever its demand. The instance
 // (Lease) accrues its share locally, at most s*Hold tokens, and drops what
-// it has not spent when the share ends, is released or is replaced.
+// it has not spent when the share ends, is released or is replaced;
+// LocalWindow maps a share into the instance's clock so that a slow reply
+// only shortens it.
 //
 // The bound. From a start with no share in force, tokens issued (taken
 // from the bucket, or spent from a share) in [0, T] are at most

@@ -40,10 +40,10 @@ type shape struct {
 // outcome is what a run did, over all tenants.
 type outcome struct {
 	calls
-	admitted        []float64 // per instance
-	firstAdmit      []int64   // per instance: the latest of its tenants' first admissions, µs; -1 when a tenant had none
-	bound           float64   // Burst + Rate*T, summed over the tenants
-	issuedMax       float64   // the largest issued/(Burst + Rate*T) of a tenant
+	admitted   []float64 // per instance
+	firstAdmit []int64   // per instance: the latest of its tenants' first admissions, µs; -1 when a tenant had none
+	bound      float64   // Burst + Rate*T, summed over the tenants
+	issuedMax  float64   // the largest issued/(Burst + Rate*T) of a tenant
 }
 
 func (o outcome) total() (sum float64) {
@@ -192,7 +192,6 @@ func sum(xs []float64) (s float64) {
 	}
 	return s
 }
-
 
 // plan is one script call of an instance for a tenant, at its scheduled
 // time, and sets its next: it returns the tokens issued by the call (taken
