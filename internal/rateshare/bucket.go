@@ -170,3 +170,26 @@ func (b *Bucket) drop(p Params, instance string) {
 		b.Booked = max(0, b.Booked-sh.Rate)
 	}
 }
+
+// ExpireAt returns the earliest time (µs) at which the store may drop the
+// bucket's key: when no share is in force any more and the bucket has
+// refilled to Burst. A key dropped then and made again, full, by the next
+// call (NewBucket) is the bucket it replaced, so an expiry never makes a
+// token; one dropped earlier would refill a bucket that shares still draw
+// on, or one that was not full. A script would set the key's TTL to this
+// time (plus the margin today's scripts keep).
+func (b *Bucket) ExpireAt(p Params) int64 {
+	c := *b
+	c.Shares = nil // advance deletes from the map: the copy goes without it
+	t := c.At
+	if c.Committed > 0 || c.Booked > 0 {
+		// The last share in force ends with the epoch after Epoch at the
+		// latest (booked), or with Epoch's.
+		t = p.EpochEnd(c.Epoch)
+		if c.Booked > 0 {
+			t = p.EpochEnd(c.Epoch + 1)
+		}
+		c.advance(p, t)
+	}
+	return t + int64(math.Ceil((p.Burst-c.Tokens)/p.Rate*1e6))
+}

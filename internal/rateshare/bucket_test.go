@@ -248,3 +248,46 @@ func TestHoldCapsTheShare(t *testing.T) {
 		t.Errorf("after the epoch ended: want nothing held and no share in force")
 	}
 }
+
+// TestExpireAtIsWhenNothingIsLost: after random grants, takes and
+// releases, the bucket at ExpireAt is full with no share in force (so a
+// key dropped then and made again full is the same bucket), and a
+// microsecond earlier it was not both.
+func TestExpireAtIsWhenNothingIsLost(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		p := Params{
+			Rate:   rapid.Float64Range(0.5, 1000).Draw(rt, "rate"),
+			Burst:  rapid.Float64Range(1, 1000).Draw(rt, "burst"),
+			Period: time.Duration(rapid.Int64Range(int64(time.Millisecond), int64(20*time.Second)).Draw(rt, "period")),
+			Hold:   time.Second,
+		}
+		p.Phase = time.Duration(rapid.Int64Range(0, int64(p.Period)-1).Draw(rt, "phase"))
+		now := rapid.Int64Range(-100*sec, 100*sec).Draw(rt, "start")
+		b := NewBucket(p, now)
+		for range rapid.IntRange(0, 20).Draw(rt, "calls") {
+			now += rapid.Int64Range(0, 3*sec).Draw(rt, "dt")
+			name := rapid.SampledFrom([]string{"a", "b", "c"}).Draw(rt, "instance")
+			switch rapid.IntRange(0, 2).Draw(rt, "op") {
+			case 0:
+				b.Take(p, now, rapid.Float64Range(0, p.Burst).Draw(rt, "want"))
+			case 1:
+				b.GrantShare(p, now, name, rapid.Float64Range(0, p.Rate).Draw(rt, "share"))
+			case 2:
+				b.ReleaseShare(p, now, name, b.Shares[name])
+			}
+		}
+		at := b.ExpireAt(p)
+		before := *b
+		before.Shares = nil
+		before.advance(p, at-1)
+		after := *b
+		after.Shares = nil
+		after.advance(p, at)
+		if after.Committed != 0 || after.Booked != 0 || math.Abs(after.Tokens-p.Burst) > 1e-9*p.Burst {
+			rt.Fatalf("at ExpireAt %d: level %v of %v, shares %v and %v in force; want full, none", at, after.Tokens, p.Burst, after.Committed, after.Booked)
+		}
+		if at-1 > b.At && before.Committed == 0 && before.Booked == 0 && before.Tokens >= p.Burst && b.Tokens < p.Burst {
+			rt.Fatalf("a microsecond before ExpireAt %d the bucket was already full, with no share in force", at)
+		}
+	})
+}
