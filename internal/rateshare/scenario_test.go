@@ -55,6 +55,7 @@ func (o outcome) total() (sum float64) {
 
 // calls counts the script calls of a run by kind.
 type calls struct {
+	first    int64 // an instance's first, which registers it and asks for no share
 	fresh    int64 // of an instance without a share in force
 	renewals int64 // of an instance renewing the share in force
 	releases int64 // that released a share
@@ -66,6 +67,7 @@ type pair struct {
 	stash      float64 // tokens taken from the bucket, not spent
 	stashUntil int64   // when they expire (a LeaseTTL after the take)
 	next       int64   // the next call
+	registered bool    // it made its first call
 	acc        float64 // offered requests accumulated, not yet arrived
 }
 
@@ -132,25 +134,27 @@ func run(t *testing.T, s shape) outcome {
 		}
 		var issued float64
 		demands := make([]float64, s.instances)
+		// The registry: the demand each instance reported at its last
+		// call (none before its first), as its entry would hold it. A call
+		// reports the caller's demand now, and its fair share is computed
+		// from the others' reports.
+		reported := make([]float64, s.instances)
 		for now := int64(0); now < end; now += step {
-			// The registry: every instance that has joined, with its demand.
 			for i := range demands {
 				demands[i] = 0
 				if now >= joinAt(i) {
 					demands[i] = s.demand(i, now)
 				}
 			}
-			var fair []float64
 			for i := range pairs {
 				pr := &pairs[i]
 				if now < joinAt(i) {
 					continue
 				}
 				if now >= pr.next {
-					if fair == nil {
-						fair = waterFill(p.grantable(), demands)
-					}
-					issued += plan(p, b, pr, names[i], now, demands[i], fair[i], rng, s.spread, &o.calls)
+					reported[i] = demands[i]
+					fair := waterFill(p.grantable(), reported)[i]
+					issued += plan(p, b, pr, names[i], now, demands[i], fair, rng, s.spread, &o.calls)
 				}
 				pr.acc += demands[i] * float64(step) / 1e6
 				for pr.acc >= 1 {
@@ -218,6 +222,19 @@ func plan(p Params, b *Bucket, pr *pair, name string, now int64, demand, fair fl
 		pr.next = now + leaseTTL
 		return 0
 	}
+	if !pr.registered {
+		// The first call registers the instance's demand and takes
+		// tokens only: a share asked for now would be sized by a registry
+		// that does not hold the instances starting with it yet (the
+		// first of a fleet would get the whole rate for a period). The
+		// second call, a LeaseTTL later, asks for the share.
+		c.first++
+		pr.registered = true
+		taken := b.Take(p, now, math.Ceil(demand*float64(leaseTTL)/1e6))
+		pr.stash, pr.stashUntil = taken, now+leaseTTL
+		pr.next = now + leaseTTL + jitter
+		return taken
+	}
 	if pr.lease.Active(now) {
 		c.renewals++
 	} else {
@@ -250,14 +267,14 @@ func plan(p Params, b *Bucket, pr *pair, name string, now int64, demand, fair fl
 // calls per pair and second.
 func report(t *testing.T, name string, s shape, o outcome) (util, perPair float64) {
 	t.Helper()
-	calls := float64(o.fresh + o.renewals + o.releases)
+	calls := float64(o.first + o.fresh + o.renewals + o.releases)
 	secs := float64(s.seconds)
 	util = o.total() / o.bound
 	perPair = calls / secs / float64(s.instances*s.tenants)
 	price := costmodel.Measured
 	ratio := calls * price.Acquire(s.instances, false) / (o.total() * price.RedisRateAllowed)
-	t.Logf("%s: %d instances x %d tenants, %d s: %.1f script calls/s (%.1f without a share in force, %.1f renewals, %.1f releases), %.3f per pair and second; admitted %.0f/s, utilization %.3f of Burst + Rate*T (most issued by one tenant %.3f); est. Redis CPU %.3fx redis_rate's",
-		name, s.instances, s.tenants, s.seconds, calls/secs, float64(o.fresh)/secs, float64(o.renewals)/secs, float64(o.releases)/secs, perPair,
+	t.Logf("%s: %d instances x %d tenants, %d s: %.1f script calls/s (%.1f first, %.1f without a share in force, %.1f renewals, %.1f releases), %.3f per pair and second; admitted %.0f/s, utilization %.3f of Burst + Rate*T (most issued by one tenant %.3f); est. Redis CPU %.3fx redis_rate's",
+		name, s.instances, s.tenants, s.seconds, calls/secs, float64(o.first)/secs, float64(o.fresh)/secs, float64(o.renewals)/secs, float64(o.releases)/secs, perPair,
 		o.total()/secs, util, o.issuedMax, ratio)
 	return util, perPair
 }
@@ -281,7 +298,7 @@ func fleetShape(instances, seconds int, offered float64) shape {
 func TestFleetShapesWithShares(t *testing.T) {
 	for _, c := range []struct {
 		instances, seconds int
-	}{{16, 8}, {16, 20}, {32, 8}} {
+	}{{16, 8}, {16, 20}, {16, 60}, {32, 8}} {
 		s := fleetShape(c.instances, c.seconds, 3)
 		util, perPair := report(t, fmt.Sprintf("%dx, 3x offered", c.instances), s, run(t, s))
 		if util < 0.95 {
