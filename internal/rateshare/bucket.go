@@ -7,9 +7,10 @@ import "math"
 // store's clock (µs); a time before the bucket's is taken as the
 // bucket's (no time passes), as the scripts treat a clock that goes back.
 // The zero value is an empty bucket at time 0 with no share in force;
-// NewBucket returns a full one. Its fields are exported to be read (as
-// an inspection of the store would); only the methods change them. A Bucket is not safe for concurrent use:
-// the store runs one call at a time.
+// NewBucket returns a full one. Its fields are exported to be read, as an
+// inspection of the store would read them; only the methods change them.
+// A Bucket is not safe for concurrent use: the store runs one call at a
+// time.
 type Bucket struct {
 	Tokens float64 // whole and fractional tokens available at At
 	At     int64   // the bucket's time, µs
@@ -18,8 +19,9 @@ type Bucket struct {
 	// Booked the sum of those in force in the epoch after it, tokens/s.
 	Committed, Booked float64
 	// Lost counts the tokens the bucket made while full, which it could
-	// not hold: with what was taken, what it holds, and what the shares
-	// made, they add up to Burst + Rate*T (TestBoundProperty).
+	// not hold. What was taken from the bucket, what it holds, what it
+	// lost and what the shares made add up to Burst + Rate*T
+	// (TestBoundProperty).
 	Lost float64
 	// Shares are the shares in force by instance, as the instance
 	// registry's entries would hold them: a second grant to an instance

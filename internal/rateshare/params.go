@@ -10,7 +10,10 @@ import (
 // ErrInvalidParams is returned, wrapped, by Params.Validate.
 var ErrInvalidParams = errors.New("rateshare: invalid params")
 
-// Params are a tenant's quota and the shape of its shares.
+// Params are a tenant's quota and the shape of its shares. The methods of
+// Params, Bucket and Lease take valid Params (Validate) and do not check
+// them again: a client would validate a tenant's once, as it validates a
+// quota.
 type Params struct {
 	// Rate is the tenant's quota, tokens per second; Burst the bucket's
 	// capacity. Both > 0.
