@@ -59,6 +59,12 @@ type calls struct {
 	fresh    int64 // of an instance without a share in force
 	renewals int64 // of an instance renewing the share in force
 	releases int64 // that released a share
+	// belowFull counts the calls (other than releases) that found the
+	// bucket below Burst, where today's acquire maintains the level
+	// history (costmodel prices it as AcquireHistory8); tookBelowFull
+	// those of them that took tokens, the calls whose returns the history
+	// is for.
+	belowFull, tookBelowFull int64
 }
 
 // pair is an instance's state for one tenant.
@@ -212,6 +218,14 @@ func sum(xs []float64) (s float64) {
 // a LeaseTTL.
 func plan(p Params, b *Bucket, pr *pair, name string, now int64, demand, fair float64, rng *rand.Rand, spread time.Duration, c *calls) float64 {
 	jitter := rng.Int64N(micros(spread) + 1)
+	if demand > 0 && b.Level(p, now) < p.Burst {
+		c.belowFull++ // a call below follows
+		defer func(tk float64) {
+			if b.Tokens < tk {
+				c.tookBelowFull++
+			}
+		}(b.Tokens)
+	}
 	if demand == 0 {
 		// Nothing to serve: release the share in force, if any (a call),
 		// and look again a LeaseTTL later (locally, no call).
@@ -272,10 +286,18 @@ func report(t *testing.T, name string, s shape, o outcome) (util, perPair float6
 	util = o.total() / o.bound
 	perPair = calls / secs / float64(s.instances*s.tenants)
 	price := costmodel.Measured
-	ratio := calls * price.Acquire(s.instances, false) / (o.total() * price.RedisRateAllowed)
-	t.Logf("%s: %d instances x %d tenants, %d s: %.1f script calls/s (%.1f first, %.1f without a share in force, %.1f renewals, %.1f releases), %.3f per pair and second; admitted %.0f/s, utilization %.3f of Burst + Rate*T (most issued by one tenant %.3f); est. Redis CPU %.3fx redis_rate's",
+	cpu := calls * price.Acquire(s.instances, false)
+	ratio := cpu / (o.total() * price.RedisRateAllowed)
+	// The calls that found the bucket below Burst priced with a full
+	// level history, as the fleet simulation prices them: all of them
+	// (today's script), or only those that took tokens (a share path that
+	// keeps the history only for what can be returned).
+	extra := price.AcquireHistory8 - price.AcquireFull
+	ratioAll := (cpu + float64(o.belowFull)*extra) / (o.total() * price.RedisRateAllowed)
+	ratioTook := (cpu + float64(o.tookBelowFull)*extra) / (o.total() * price.RedisRateAllowed)
+	t.Logf("%s: %d instances x %d tenants, %d s: %.1f script calls/s (%.1f first, %.1f without a share in force, %.1f renewals, %.1f releases), %.3f per pair and second; admitted %.0f/s, utilization %.3f of Burst + Rate*T (most issued by one tenant %.3f); est. Redis CPU %.3fx redis_rate's; with the level history priced on the %.0f%% of calls that found the bucket below Burst %.3fx, on the %.0f%% that took tokens too %.3fx",
 		name, s.instances, s.tenants, s.seconds, calls/secs, float64(o.first)/secs, float64(o.fresh)/secs, float64(o.renewals)/secs, float64(o.releases)/secs, perPair,
-		o.total()/secs, util, o.issuedMax, ratio)
+		o.total()/secs, util, o.issuedMax, ratio, 100*float64(o.belowFull)/calls, ratioAll, 100*float64(o.tookBelowFull)/calls, ratioTook)
 	return util, perPair
 }
 
