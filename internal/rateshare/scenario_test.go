@@ -1,6 +1,7 @@
 package rateshare
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -31,8 +32,10 @@ type shape struct {
 	period   time.Duration
 	headroom float64
 	hold     time.Duration
-	// spread is how far after an epoch boundary the instances renew,
-	// each at a time of its own drawn in [0, spread).
+	// spread spreads the calls: an instance's first call comes within
+	// it of its start, a renewal within it before the share's end, a
+	// retry within it after an epoch's end, each at a time drawn in
+	// [0, spread].
 	spread time.Duration
 	seed   uint64
 }
@@ -86,7 +89,7 @@ func waterFill(capacity float64, demands []float64) []float64 {
 	for i := range idx {
 		idx[i] = i
 	}
-	slices.SortFunc(idx, func(a, b int) int { return cmpFloat(demands[a], demands[b]) })
+	slices.SortFunc(idx, func(a, b int) int { return cmp.Compare(demands[a], demands[b]) })
 	out := make([]float64, len(demands))
 	left := capacity
 	for k, i := range idx {
@@ -94,16 +97,6 @@ func waterFill(capacity float64, demands []float64) []float64 {
 		left -= out[i]
 	}
 	return out
-}
-
-func cmpFloat(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // run runs s and checks the bound for every tenant.
