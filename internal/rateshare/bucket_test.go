@@ -114,6 +114,22 @@ type issue struct {
 	n  float64
 }
 
+// drawParams draws valid Params.
+func drawParams(rt *rapid.T) Params {
+	p := Params{
+		Rate:     rapid.Float64Range(0.5, 1000).Draw(rt, "rate"),
+		Burst:    rapid.Float64Range(1, 1000).Draw(rt, "burst"),
+		Period:   time.Duration(rapid.Int64Range(int64(time.Millisecond), int64(20*time.Second)).Draw(rt, "period")),
+		Headroom: rapid.Float64Range(0, 0.99).Draw(rt, "headroom"),
+		Hold:     time.Duration(rapid.Int64Range(int64(time.Millisecond), int64(3*time.Second)).Draw(rt, "hold")),
+	}
+	p.Phase = time.Duration(rapid.Int64Range(0, int64(p.Period)-1).Draw(rt, "phase"))
+	if err := p.Validate(); err != nil {
+		rt.Fatalf("drawn params: %v", err)
+	}
+	return p
+}
+
 // TestBoundProperty drives a bucket and a few instances' leases through
 // random calls, including a clock that goes back, regrants and repeated
 // releases, and checks every token issued against the bound: at most
@@ -121,17 +137,7 @@ type issue struct {
 // window of length W.
 func TestBoundProperty(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
-		p := Params{
-			Rate:     rapid.Float64Range(0.5, 1000).Draw(rt, "rate"),
-			Burst:    rapid.Float64Range(1, 1000).Draw(rt, "burst"),
-			Period:   time.Duration(rapid.Int64Range(int64(time.Millisecond), int64(20*time.Second)).Draw(rt, "period")),
-			Headroom: rapid.Float64Range(0, 0.99).Draw(rt, "headroom"),
-			Hold:     time.Duration(rapid.Int64Range(int64(time.Millisecond), int64(3*time.Second)).Draw(rt, "hold")),
-		}
-		p.Phase = time.Duration(rapid.Int64Range(0, int64(p.Period)-1).Draw(rt, "phase"))
-		if err := p.Validate(); err != nil {
-			rt.Fatalf("drawn params: %v", err)
-		}
+		p := drawParams(rt)
 		names := []string{"a", "b", "c"}
 		leases := make([]Lease, len(names))
 		old := make([][]Share, len(names)) // the shares each held before
@@ -257,13 +263,7 @@ func TestHoldCapsTheShare(t *testing.T) {
 // safe).
 func TestExpireAtIsWhenNothingIsLost(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
-		p := Params{
-			Rate:   rapid.Float64Range(0.5, 1000).Draw(rt, "rate"),
-			Burst:  rapid.Float64Range(1, 1000).Draw(rt, "burst"),
-			Period: time.Duration(rapid.Int64Range(int64(time.Millisecond), int64(20*time.Second)).Draw(rt, "period")),
-			Hold:   time.Second,
-		}
-		p.Phase = time.Duration(rapid.Int64Range(0, int64(p.Period)-1).Draw(rt, "phase"))
+		p := drawParams(rt)
 		now := rapid.Int64Range(-100*sec, 100*sec).Draw(rt, "start")
 		b := NewBucket(p, now)
 		for range rapid.IntRange(0, 20).Draw(rt, "calls") {
