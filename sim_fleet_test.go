@@ -671,7 +671,7 @@ func (r *fleetResult) checkBound(elapsed time.Duration, store *memstore.Store) (
 			ahead = max(b.Time.Sub(now).Seconds()*q.Rate-b.Tokens, 0)
 			level = b.Tokens
 		} else if b != nil {
-			level = min(b.Tokens+now.Sub(b.Time).Seconds()*q.Rate, float64(q.Burst))
+			level = lease.Refill(b.Tokens, b.Time.UnixMicro(), now.UnixMicro(), q.Rate, q.Burst)
 		}
 		leased += float64(tn.granted) - tn.credited - ahead - float64(tn.admitted)
 		stored += level
