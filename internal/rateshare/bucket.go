@@ -17,6 +17,9 @@ type Bucket struct {
 	Epoch  int64   // the epoch of At: Committed's
 	// Committed is S, the sum of the shares in force in Epoch, and
 	// Booked the sum of those in force in the epoch after it, tokens/s.
+	// Both follow from Shares; they are kept, as a script would keep them
+	// in the bucket, so that a call reads two numbers, not every
+	// instance's entry.
 	Committed, Booked float64
 	// Lost counts the tokens the bucket made while full, which it could
 	// not hold. What was taken from the bucket, what it holds, what it
@@ -38,13 +41,12 @@ func NewBucket(p Params, now int64) *Bucket {
 
 // Share is a grant of a rate: Rate tokens a second from From until Until
 // (µs): the end of the epoch it was granted in, or of the epoch after it
-// when it was granted in the second half of its epoch (Booked), so that
+// when it was granted in the second half of its epoch (booked), so that
 // every share lasts between half a Period and one and a half. The zero
 // Share grants nothing.
 type Share struct {
 	Rate        float64
 	From, Until int64
-	Booked      bool // Until is the end of the epoch after From's
 }
 
 // advance refills b up to now, a piece per epoch: at Rate - Committed
@@ -83,7 +85,8 @@ func (b *Bucket) fill(p Params, t int64, rate float64) {
 	b.At = t
 }
 
-// Level returns the tokens available at now without changing b's level.
+// Level advances b to now, as any call does, and returns the tokens it
+// holds then.
 func (b *Bucket) Level(p Params, now int64) float64 {
 	b.advance(p, now)
 	return b.Tokens
@@ -128,7 +131,7 @@ func (b *Bucket) GrantShare(p Params, now int64, instance string, want float64) 
 	if !(s > 0) || p.capOf(s) < 1 {
 		return Share{}
 	}
-	sh := Share{Rate: s, From: b.At, Until: end, Booked: booked}
+	sh := Share{Rate: s, From: b.At, Until: end}
 	if b.Shares == nil {
 		b.Shares = make(map[string]Share)
 	}

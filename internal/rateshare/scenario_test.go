@@ -211,13 +211,18 @@ func sum(xs []float64) (s float64) {
 // a LeaseTTL.
 func plan(p Params, b *Bucket, pr *pair, name string, now int64, demand, fair float64, rng *rand.Rand, spread time.Duration, c *calls) float64 {
 	jitter := rng.Int64N(micros(spread) + 1)
-	if demand > 0 && b.Level(p, now) < p.Burst {
+	below := demand > 0 && b.Level(p, now) < p.Burst
+	if below {
 		c.belowFull++ // a call below follows
-		defer func(tk float64) {
-			if b.Tokens < tk {
-				c.tookBelowFull++
-			}
-		}(b.Tokens)
+	}
+	// take takes up to w tokens from the bucket, counting the call when
+	// it took some from a bucket below Burst.
+	take := func(w float64) float64 {
+		g := b.Take(p, now, w)
+		if g > 0 && below {
+			c.tookBelowFull++
+		}
+		return g
 	}
 	if demand == 0 {
 		// Nothing to serve: release the share in force, if any (a call),
@@ -237,7 +242,7 @@ func plan(p Params, b *Bucket, pr *pair, name string, now int64, demand, fair fl
 		// second call, a LeaseTTL later, asks for the share.
 		c.first++
 		pr.registered = true
-		taken := b.Take(p, now, math.Ceil(demand*float64(leaseTTL)/1e6))
+		taken := take(math.Ceil(demand * float64(leaseTTL) / 1e6))
 		pr.stash, pr.stashUntil = taken, now+leaseTTL
 		pr.next = now + leaseTTL + jitter
 		return taken
@@ -251,7 +256,7 @@ func plan(p Params, b *Bucket, pr *pair, name string, now int64, demand, fair fl
 	var taken float64
 	if excess := demand - pr.lease.Share.Rate; excess > 0 {
 		if w := math.Ceil(excess * float64(leaseTTL) / 1e6); w >= 1 {
-			taken = b.Take(p, now, w)
+			taken = take(w)
 			pr.stash, pr.stashUntil = pr.stash+taken, now+leaseTTL
 		}
 	}
