@@ -1253,3 +1253,70 @@ func confReservations(c *cx) {
 		}
 	})
 }
+
+// confShares: a bucket with rate shares recorded (field sh, which this
+// release honours and a later one writes) refills at the rate less the
+// shares in force until their epochs end, the booked part for an epoch
+// more, then at the whole rate (lease.RefillShares); every call writes the
+// record as it moved on, and drops it once nothing is in force; a release
+// refills the same way before it credits; a reservation is not made while
+// shares are in force.
+func confShares(c *cx) {
+	v := c.view("a", confWindow)
+	lim := lease.Limits{Rate: 1000, Burst: 1000}
+	g := c.acquire(v, "t", lim, 1000, 0)
+	at, tokens := us(g.ServerTime), g.Tokens
+	const period = 150_000 // µs
+	sh := lease.Shares{Epoch: (at - 40_000) / period, Committed: 600, Booked: 250, Period: period, Phase: 40_000}
+	c.sp.setShares("t", sh)
+	for step := 0; sh.InForce(); step++ {
+		if step > 10 {
+			c.t.Fatalf("shares %+v still in force after %d steps of 40 ms", sh, step)
+		}
+		c.sp.advance(40 * time.Millisecond)
+		var got float64
+		var now int64
+		what := fmt.Sprintf("step %d", step)
+		switch step % 3 {
+		case 1:
+			r := c.release(v, "t", lim, 1, time.Hour, 0)
+			now = us(r.ServerTime)
+			level, left := lease.RefillShares(tokens, at, now, lim.Rate, lim.Burst, sh)
+			if want := min(level+r.Credited, float64(lim.Burst)); r.Tokens != want {
+				c.t.Fatalf("%s: release left %v, credited %v; the rule: %v before, %v after", what, r.Tokens, r.Credited, level, want)
+			}
+			got, sh = r.Tokens, left
+		default:
+			res, err := v.AcquireMany(c.ctx, []lease.Request{{Tenant: "t", Limits: lim, Want: 5, Demand: 5000, Reserve: time.Second}}, nil)
+			if err != nil || res[0].Err != nil {
+				c.t.Fatalf("%s: acquire: %v %+v", what, err, res)
+			}
+			g := res[0].Grant
+			now = us(g.ServerTime)
+			level, left := lease.RefillShares(tokens, at, now, lim.Rate, lim.Burst, sh)
+			if want := min(5, math.Floor(level)); float64(g.Granted) != want && left.InForce() {
+				c.t.Fatalf("%s: granted %d of %v, want %v and no reservation (%+v)", what, g.Granted, level, want, g)
+			}
+			if left.InForce() && (g.Reserved != 0 || g.Tokens != level-float64(g.Granted)) {
+				c.t.Fatalf("%s: %+v; the rule: %v before the grant, no reservation", what, g, level)
+			}
+			if g.Reserved != 0 { // no share in force any more: the tokens left are the reservation's
+				return
+			}
+			got, sh = g.Tokens, left
+		}
+		stored := c.sp.state("t").Bucket["sh"]
+		if (sh.InForce() && stored != sh.String()) || (!sh.InForce() && stored != "") {
+			c.t.Fatalf("%s: sh %q, the rule leaves %+v", what, stored, sh)
+		}
+		// The key is kept until the bucket is full after the shares end,
+		// plus a second, counted from the call (no bucket here is frozen).
+		until, full := lease.Settled(got, now, lim.Rate, lim.Burst, sh)
+		ttl := int64(math.Ceil(float64(until-now)/1000+(float64(lim.Burst)-full)/lim.Rate*1000)) + 1000
+		ms, then := c.sp.pttl("t", "")
+		if lo := ttl - (us(then)-now)/1000 - 2; ms < lo || ms > ttl+1 {
+			c.t.Fatalf("%s: PTTL %d ms, the rule %d ms from the call, %v before the read", what, ms, ttl, then.Sub(time.UnixMicro(now)))
+		}
+		at, tokens = now, got
+	}
+}

@@ -239,7 +239,7 @@ func (r *confRegistry) fields() map[string]string {
 	}
 	f := map[string]string{}
 	for id, e := range r.entries {
-		f[id] = fmt.Sprintf("%d:%.17g:%.17g", e.seen, e.demand, e.credit)
+		f[id] = fmt.Sprintf("%d:%.17g:%.17g:", e.seen, e.demand, e.credit)
 	}
 	return f
 }

@@ -116,6 +116,10 @@ type confSpace interface {
 	// Redis's cannot, so the bucket's time moves ahead instead, and the
 	// shadow no longer follows the tenant.
 	lag(tenant string, d time.Duration) int64
+	// setShares records sh as the rate shares in force in tenant's bucket
+	// (field sh, as a release that grants shares writes it), which must
+	// exist: an HSET on Redis, memstore.Store.SetShares in memory.
+	setShares(tenant string, sh lease.Shares)
 	// final checks the keyspace at the end of a case.
 	final()
 }
@@ -281,6 +285,11 @@ func (sp *memSpace) state(tenant string) confState {
 	return memState(tenant, sp.s.Tenant(tenant))
 }
 func (sp *memSpace) final() {}
+func (sp *memSpace) setShares(tenant string, sh lease.Shares) {
+	if err := sp.s.SetShares(tenant, sh); err != nil {
+		sp.t.Fatal(err)
+	}
+}
 
 func (sp *memSpace) lag(tenant string, d time.Duration) int64 {
 	sp.clock.add(-d)
@@ -337,11 +346,15 @@ func memState(tenant string, st memstore.TenantState) confState {
 		if r := b.Summary; r != nil {
 			s.Bucket["rg"] = fmt.Sprintf("%d:%d:%.17g:%.17g", us(r.At), r.Instances, r.Demand, r.Level)
 		}
+		if b.Shares != (lease.Shares{}) {
+			s.Bucket["sh"] = b.Shares.String()
+		}
 	}
 	if len(st.Instances) > 0 {
 		s.Registry = map[string]string{}
 		for id, r := range st.Instances {
-			s.Registry[id] = fmt.Sprintf("%d:%.17g:%.17g", us(r.Seen), r.Demand, r.Credit)
+			// The fourth field, the share held: none in this release.
+			s.Registry[id] = fmt.Sprintf("%d:%.17g:%.17g:", us(r.Seen), r.Demand, r.Credit)
 		}
 	}
 	if len(st.Releases) > 0 {
@@ -461,6 +474,16 @@ func (sp *redisSpace) newView(id string, window time.Duration) (lease.Store, err
 		return nil, merr
 	}
 	return &shadowed{sp: sp, real: c, mem: m}, nil
+}
+
+func (sp *redisSpace) setShares(tenant string, sh lease.Shares) {
+	if err := sp.rdb.HSet(context.Background(), lease.Key(sp.prefix, tenant), "sh", sh.String()).Err(); err != nil {
+		sp.t.Fatal(err)
+	}
+	sp.clock.set(sp.serverTime())
+	if err := sp.shadow.SetShares(tenant, sh); err != nil {
+		sp.t.Fatal(err)
+	}
 }
 
 func (sp *redisSpace) advance(d time.Duration) { time.Sleep(d) }
@@ -801,6 +824,7 @@ func conformanceCases() []confCase {
 		{"canceled context", confCanceled},
 		{"reservations", confReservations},
 		{"reservations-held", confReservationsHeld},
+		{"rate shares", confShares},
 	}
 }
 

@@ -8,12 +8,16 @@
 --                clients of the previous release kept it as hb, p1..p8)
 --            rg  the registry summary: "computed at (us):instances:total
 --                demand:water level", rewritten at most every 1/8 window
+--            sh  the rate shares in force, when a later release granted
+--                some: "epoch:committed:booked:period:phase" (common.lua;
+--                this release refills and keeps the key by them, grants
+--                none, and reserves nothing while one is in force)
 -- ARGV[1]  rate: tokens added per second, a decimal number > 0
 -- ARGV[2]  burst: bucket capacity, an integer >= 1
 -- ARGV[3]  want: tokens requested, an integer >= 0 (0 only refills and reads)
 -- KEYS[2], ARGV[4], ARGV[5], ARGV[6]  optional instance registry: a hash
 --          {instance id = "last acquire (microseconds):demand (tokens/s):
---          credit (tokens)"} next to the bucket, the caller's id, the window
+--          credit (tokens):share (tokens/s; see ENTRY_SHARE)"} next to the bucket, the caller's id, the window
 --          in milliseconds within which an instance counts as active (and
 --          for half of which its credit may accrue: the credit span), and
 --          the caller's demand. An entry is rewritten when its credit or
@@ -114,6 +118,18 @@ local SUMMARY_AGE = 1 / 8
 local RESERVE_AHEAD = 990
 local ENTRY_AGE = 1 / 4
 
+-- ENTRY_SHARE is the fourth field of the entries this release writes: the
+-- rate share the instance holds, tokens/s (docs/design.md, "Rate
+-- shares"), empty for none, as in every entry of this release (a byte:
+-- two took the registry of 32 instances a jemalloc size class up,
+-- TestRedisMemoryPerBucket). The field says the instance's client
+-- honours the shares recorded in a bucket (common.lua); a release that
+-- grants shares refuses them while a live entry lacks it. Earlier
+-- releases read the other instances' entries by their first two fields;
+-- one that finds its own entry with four fields (after a downgrade) takes
+-- itself for a new instance for one call, and writes its entry again.
+local ENTRY_SHARE = ''
+
 -- sane_demand returns a reported demand as a number >= 0: what is not one
 -- (missing, NaN, negative, infinite) counts as 0.
 local function sane_demand(v)
@@ -125,14 +141,18 @@ local function sane_demand(v)
 end
 
 -- read_entry returns the last acquire (us), demand (tokens/s) and credit
--- (tokens) of a registry entry, "last acquire:demand:credit"; nils for
--- none, and for one that does not read or is older than cutoff (not this
--- instance's any more).
+-- (tokens) of a registry entry, "last acquire:demand:credit:share" (an
+-- earlier release's has no share: see ENTRY_SHARE); nils for none, and for
+-- one that does not read or is older than cutoff (not this instance's any
+-- more).
 local function read_entry(mine, cutoff)
   if not mine then
     return nil, nil, nil
   end
-  local s, d, c = string.match(mine, '^([^:]*):([^:]*):([^:]*)$')
+  local s, d, c = string.match(mine, '^([^:]*):([^:]*):([^:]*):[^:]*$')
+  if s == nil then
+    s, d, c = string.match(mine, '^([^:]*):([^:]*):([^:]*)$')
+  end
   local seen, demand, credit = tonumber(s), tonumber(d), tonumber(c)
   if seen == nil or seen < cutoff or demand == nil then
     return nil, nil, nil
@@ -348,9 +368,9 @@ local function acquire(key, ikey, qkey, o, clock, hasLength)
         math.abs(demand - prevDemand) > prevDemand / 4 then
       local entry
       if whole15(demand) and whole15(credit) then
-        entry = string.format('%d:%d:%d', now, demand, credit)
+        entry = string.format('%d:%d:%d:' .. ENTRY_SHARE, now, demand, credit)
       else
-        entry = string.format('%d:%.17g:%.17g', now, demand, credit)
+        entry = string.format('%d:%.17g:%.17g:' .. ENTRY_SHARE, now, demand, credit)
       end
       redis.call('HSET', ikey, id, entry)
     end
@@ -369,7 +389,9 @@ local function acquire(key, ikey, qkey, o, clock, hasLength)
   local reserved = 0
   local pace = nil
   local stored = now
-  if length > 0 and share ~= nil and share > 0 and ((want > granted and tokens < 1) or held) then
+  -- Not while a share is in force (state[21]): the bucket then makes less
+  -- than rate, which a reservation's schedule assumes.
+  if length > 0 and share ~= nil and share > 0 and not state[21] and ((want > granted and tokens < 1) or held) then
     local keep = math.floor(tokens)
     tokens = tokens - keep
     local room = (clock + RESERVE_AHEAD * 1000 - now) * rate / 1000000 + tokens

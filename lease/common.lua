@@ -199,9 +199,104 @@ local function full_history(burst)
   return string.char(unpack(b, 1, n + 3))
 end
 
+-- Rate shares (docs/design.md, "Rate shares"; lease.Shares in Go, which
+-- these functions are held to). A bucket may record the shares in force
+-- in field sh, "epoch:committed:booked:period:phase": the epoch of ts, the
+-- sum of the shares in force in it and the part of that sum booked into
+-- the epoch after it (tokens/s), and the epochs' length and offset (µs;
+-- epoch e is [e*period + phase, (e+1)*period + phase)). The bucket refills
+-- at the rate less the shares in force, so that the two together make the
+-- rate. This release grants no share; it honours a record that a later
+-- one writes: every refill and every TTL goes through these functions.
+
+-- EPOCH_TIME bounds the epochs' times (2^53 µs), so that every boundary
+-- is a double computed exactly.
+local EPOCH_TIME = 9007199254740992
+
+-- read_shares returns field sh as a table {epoch, committed, booked,
+-- period, phase}, or nil for one that does not read or is out of range
+-- (lease.ParseShares checks the same).
+local function read_shares(v)
+  local a, b, c, d, e = string.match(v, '^([^:]*):([^:]*):([^:]*):([^:]*):([^:]*)$')
+  local ep, sc, sb, per, ph = tonumber(a), tonumber(b), tonumber(c), tonumber(d), tonumber(e)
+  if not (sc and sb and whole(per, 1000) and per <= EPOCH_TIME and whole(ph, 0) and ph < per) then
+    return nil
+  end
+  local lim = math.floor(EPOCH_TIME / per) - 2
+  if not (ep and ep == math.floor(ep) and ep <= lim and ep >= -lim and
+      sc >= 0 and sc ~= math.huge and sb >= 0 and sb <= sc) then
+    return nil
+  end
+  return {ep, sc, sb, per, ph}
+end
+
+-- refill_shares returns the level of a bucket that held tokens at from
+-- (µs), refilled up to burst as of to (>= from), and the shares in force
+-- then (nil for none): at rate less the shares in force in each epoch (at
+-- least 0), then, once none is, at rate; at an epoch's end only its booked
+-- part stays in force. sh (nil for none) is not changed. At most three
+-- pieces, whatever the time between (lease.RefillShares).
+local function refill_shares(tokens, from, to, rate, burst, sh)
+  local ep, sc, sb = 0, 0, 0
+  if sh then
+    ep, sc, sb = sh[1], sh[2], sh[3]
+  end
+  while true do
+    -- One piece: at rate until to when nothing is in force (fin nil),
+    -- else at rate less the shares until to or the epoch's end.
+    local left, stop, fin = rate, to, nil
+    if sc > 0 or sb > 0 then
+      left = rate - sc
+      if left < 0 then
+        left = 0
+      end
+      fin = (ep + 1) * sh[4] + sh[5]
+      if to >= fin then
+        stop = fin
+      end
+    end
+    -- A record from before the bucket's time (a client that does not
+    -- honour shares wrote the bucket since) refills nothing for the time
+    -- it missed: that client refilled at the whole rate already.
+    if stop > from then
+      tokens = tokens + (stop - from) * left / 1000000
+      if tokens > burst then
+        tokens = burst
+      end
+      if tokens < 0 then
+        tokens = 0
+      end
+      from = stop
+    end
+    if fin == nil then
+      return tokens, nil
+    end
+    if to < fin then
+      return tokens, {ep, sc, sb, sh[4], sh[5]}
+    end
+    ep, sc, sb = ep + 1, sb, 0
+  end
+end
+
+-- settled returns when a bucket holding tokens at its time at, with the
+-- shares sh in force (nil for none), has none in force any more (at, when
+-- none is), and its level then (lease.Settled).
+local function settled(tokens, at, rate, burst, sh)
+  if sh == nil then
+    return at, tokens
+  end
+  local t = (sh[1] + 1) * sh[4] + sh[5]
+  if sh[3] > 0 then
+    t = t + sh[4]
+  end
+  local level = refill_shares(tokens, at, t, rate, burst, sh)
+  return t, level
+end
+
 -- read_bucket returns the bucket at key: its fields (below) as HMGET of tk,
 -- ts, hb, p1..p8, s0, rg would give them (false for a missing one), its
--- tokens refilled at rate up to burst as of now, whether the key is missing
+-- tokens refilled up to burst as of now (at rate less the shares in force:
+-- refill_shares), whether the key is missing
 -- (never used, or expired because it had refilled to full: burst tokens),
 -- and the bucket's time for this call: now, or a microsecond after the last
 -- call on it when the clock has not moved past that (e.g. after a failover
@@ -214,7 +309,9 @@ end
 -- is h as stored, state[16] its numbers (varints; nil for none, for an
 -- unreadable one and for the one a full bucket writes, full_history, which
 -- state[18] then holds) and state[17] ts as a number; history() puts the
--- code of h's burst (level_code) in state[19].
+-- code of h's burst (level_code) in state[19]. state[20] is field sh as
+-- stored (false for none) and state[21] the shares in force as of the
+-- call's time (nil for none), which store writes back.
 local function read_bucket(key, now, rate, burst, btext)
   -- hb and p1..p8 (state[3..11]) are the previous release's history (see
   -- history); s0 (state[12]) a field of the layout before it (two
@@ -225,7 +322,7 @@ local function read_bucket(key, now, rate, burst, btext)
   -- h, rg), and HMGET looks each of the 14 up in the hash and makes its
   -- reply a table grown 5 times; the table made here at its size has room
   -- for state[14..19].
-  local state = {false, false, false, false, false, false, false, false, false, false, false, false, false, nil, false, nil, nil, nil, nil}
+  local state = {false, false, false, false, false, false, false, false, false, false, false, false, false, nil, false, nil, nil, nil, nil, false, nil}
   local all = redis.call('HGETALL', key)
   for i = 1, #all, 2 do
     local f = all[i]
@@ -244,6 +341,7 @@ local function read_bucket(key, now, rate, burst, btext)
     elseif f == 'p7' then j = 10
     elseif f == 'p8' then j = 11
     elseif f == 's0' then j = 12
+    elseif f == 'sh' then j = 20
     end
     if j then
       state[j] = all[i + 1]
@@ -305,17 +403,19 @@ local function read_bucket(key, now, rate, burst, btext)
     return nil, redis.error_reply('leasequota: corrupt bucket ' .. key .. ': delete the key to reset it')
   end
   state[17] = ts
+  local sh = nil
+  if state[20] then
+    sh = read_shares(state[20])
+    if sh == nil then
+      return nil, redis.error_reply('leasequota: corrupt bucket ' .. key .. ': bad shares field sh: delete the key to reset it')
+    end
+  end
   -- A clock that went backwards refills nothing rather than going negative.
   if now <= ts then
     now = ts + 1
   end
-  local tokens = tk + (now - ts) * rate / 1000000
-  if tokens > burst then
-    tokens = burst
-  end
-  if tokens < 0 then
-    tokens = 0
-  end
+  local tokens
+  tokens, state[21] = refill_shares(tk, ts, now, rate, burst, sh)
   return state, tokens, false, now
 end
 
@@ -571,7 +671,11 @@ end
 -- nothing. That time is now + (burst - tokens)/rate, and now (the bucket's
 -- time) may be ahead of clock, the Redis TIME of the call (a frozen
 -- bucket, see acquire.lua, or a clock that went back), so the TTL counted
--- from clock, as PEXPIRE counts it, adds now - clock. Beyond ~31,700 years
+-- from clock, as PEXPIRE counts it, adds now - clock. With shares in force
+-- (state[21], which it writes back as sh, or deletes when none is left) the
+-- bucket refills at less than rate until they end: the key is kept until
+-- the bucket would be full after that (settled), since a key made again
+-- is a full bucket with no share in force. Beyond ~31,700 years
 -- (and for an infinite quotient) the key is kept for ever: the number
 -- would not fit PEXPIRE, and any finite cap would refill early. It
 -- returns tk as written (the "%.17g" of tokens), which the scripts'
@@ -654,6 +758,18 @@ local function store(key, tokens, now, rate, burst, h, state, extra, clock)
   elseif state[15] then
     gone = {'h'}
   end
+  local sh = state[21]
+  if sh then
+    local v = string.format('%d:%s:%s:%d:%d', sh[1], fmt17(sh[2]), fmt17(sh[3]), sh[4], sh[5])
+    if v ~= state[20] then
+      args[n + 1] = 'sh'
+      args[n + 2] = v
+      n = n + 2
+    end
+  elseif state[20] then
+    gone = gone or {}
+    gone[#gone + 1] = 'sh'
+  end
   if extra then
     for i = 1, #extra do
       args[n + i] = extra[i]
@@ -680,7 +796,8 @@ local function store(key, tokens, now, rate, burst, h, state, extra, clock)
   if gone then
     redis.call('HDEL', key, unpack(gone))
   end
-  local ttl = math.ceil((now - clock) / 1000 + (burst - tokens) / rate * 1000) + 1000
+  local until_, level = settled(tokens, now, rate, burst, sh)
+  local ttl = math.ceil((until_ - clock) / 1000 + (burst - level) / rate * 1000) + 1000
   if ttl < 1e15 then
     redis.call('PEXPIRE', key, string.format('%d', ttl))
   else

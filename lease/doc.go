@@ -23,6 +23,9 @@
 //	    Returns), each entry's gap to the next (µs) and the newest entry's
 //	    distance back from ts (common.lua); at most 64 bytes
 //	rg  the instance registry's summary (acquire.lua)
+//	sh  the rate shares in force, "epoch:committed:booked:period:phase"
+//	    (Shares; see Rate shares), only when a release that grants them
+//	    wrote it: this one honours it and writes none
 //
 // Clients of the previous release kept the history in hb (its burst) and
 // p1..p8 (one entry "t:l" a field); see Returns for how the two share a
@@ -38,9 +41,34 @@
 // A missing key is a full bucket (Burst tokens). Every write sets the key
 // to expire one second after the bucket would have refilled to full (at
 // ts + (burst - tk)/rate, counted from Redis's clock, which a frozen
-// bucket's ts is ahead of), so an idle tenant's key disappears exactly
-// when forgetting it changes nothing. (When that is beyond ~31,700 years,
-// for tiny rates, the key is kept.)
+// bucket's ts is ahead of; with rate shares in force, from when they end:
+// Settled), so an idle tenant's key disappears exactly when forgetting it
+// changes nothing. (When that is beyond ~31,700 years, for tiny rates, the
+// key is kept.)
+//
+// # Rate shares
+//
+// A share is a grant of a rate rather than of tokens: s tokens a second
+// until the end of an epoch, which its holder accrues locally. Epoch e is
+// [e*period + phase, (e+1)*period + phase) of Redis's clock; a share
+// granted in an epoch's second half runs to the end of the next one
+// (booked). A bucket that records shares in force (sh) refills at the
+// rate less them, at least 0 a second, piece by piece across epochs: at an
+// epoch's end only the booked part stays in force, and once none is, the
+// record is dropped and the bucket refills at the whole rate
+// (RefillShares). The two together make the rate, so the bound below
+// holds with the shares' tokens counted as granted (internal/rateshare's
+// model, whose bound is a property test, holds RefillShares and Settled
+// to the bit). Every script refills and sets the TTL so; this release
+// grants no share, and makes no reservation while one is in force (a
+// reservation assumes the whole rate). Each registry entry this release
+// writes has a fourth field, the share the instance holds (empty: none), which
+// says its client honours a record of shares; earlier releases read the
+// other instances' entries by their first two fields, and a release that
+// grants shares is to refuse them while a live entry lacks the fourth
+// (docs/design.md, "Rate shares"). A record in a bucket that an earlier
+// release wrote since (ts after the record's epoch) refills nothing for
+// the epochs it missed: that client refilled them at the whole rate.
 //
 // # Reservations
 //

@@ -58,6 +58,10 @@ type BucketState struct {
 	Registry *RegistrySummary
 	// Override is the tenant's quota override, nil when none is stored.
 	Override *Override
+	// Shares are the rate shares in force as of Updated (field sh), the
+	// zero Shares when none is recorded. This release grants none; it
+	// honours a record that a later release writes (see Shares).
+	Shares Shares
 }
 
 // HistoryEntry is one entry of a bucket's level history: the level was at
@@ -83,6 +87,9 @@ type InstanceEntry struct {
 	LastAcquire int64   // Redis time of its last entry write, microseconds
 	Demand      float64 // tokens/s, as it reported
 	Credit      float64 // its fair-share credit, tokens
+	// Shares reports an entry written by a client that honours rate
+	// shares (this release and later); false for an earlier release's.
+	Shares bool
 }
 
 // Inspection is everything Redis holds for one tenant (Client.Inspect).
@@ -118,22 +125,23 @@ type Level struct {
 const minTTLSpan = 100 * time.Millisecond
 
 // Level returns the bucket's level at b.Now. With an override stored it
-// refills the stored level at the override's rate, capped at its burst,
-// as the scripts do. Without one, the services' rate is not stored, and
+// refills the stored level at the override's rate less the shares in
+// force (RefillShares), capped at its burst, as the scripts do. Without one, the services' rate is not stored, and
 // it is estimated from the key's TTL, which the last write set to one
 // second after the bucket would be full at the rate of that write:
 // full at F = Now + TTL - 1 s, so rate = (Burst - Tokens)/(F - Updated),
 // and the level refills linearly from Tokens at Updated to Burst at F.
 // That is exact up to the TTL's rounding (below 1% when the bucket is
 // more than 100 ms from full), and unknown for a key without a TTL, a
-// bucket at its burst (its rate does not show) or a missing bucket
-// without an override (full, at a burst not stored).
+// bucket at its burst (its rate does not show), a bucket with shares in
+// force (its TTL counts from when they end) or a missing bucket without
+// an override (full, at a burst not stored).
 func (b BucketState) Level() Level {
 	if o := b.Override; o != nil {
 		lv := Level{Rate: o.Rate, Burst: o.Burst, Exact: true, Known: true}
 		lv.Tokens = float64(o.Burst) // a missing bucket is full
 		if b.Exists {
-			lv.Tokens = Refill(b.Tokens, b.Updated, max(b.Now, b.Updated), o.Rate, o.Burst)
+			lv.Tokens, _ = RefillShares(b.Tokens, b.Updated, max(b.Now, b.Updated), o.Rate, o.Burst, b.Shares)
 		}
 		lv.Full = lv.Tokens >= float64(o.Burst)
 		return lv
@@ -146,7 +154,9 @@ func (b BucketState) Level() Level {
 		lv.Tokens, lv.Known, lv.Full = float64(b.Burst), true, true
 		return lv
 	}
-	if b.TTL <= 0 || b.Burst <= 0 {
+	if b.TTL <= 0 || b.Burst <= 0 || b.Shares.InForce() {
+		// With shares in force the TTL counts from when they end, and the
+		// refill until then is not at the rate: no estimate.
 		return lv
 	}
 	full := b.Now + (b.TTL - time.Second).Microseconds()
@@ -336,6 +346,11 @@ func (b *BucketState) parseBucket(h map[string]string) error {
 			b.History = append(b.History, HistoryEntry{At: e.T, Level: e.L})
 		}
 	}
+	if sh, ok := h["sh"]; ok {
+		if b.Shares, err = ParseShares(sh); err != nil {
+			return fmt.Errorf("sh: %w", err)
+		}
+	}
 	if rg, ok := h["rg"]; ok {
 		s, err := parseSummary(rg)
 		if err != nil {
@@ -362,11 +377,13 @@ func parseSummary(rg string) (RegistrySummary, error) {
 	return RegistrySummary{At: at, Instances: n, Demand: d, WaterLevel: w}, nil
 }
 
-// parseInstance reads a registry entry: "last acquire:demand:credit".
+// parseInstance reads a registry entry: "last acquire:demand:credit",
+// and a fourth field when written by a client that honours rate shares
+// (acquire.lua), which InstanceEntry.Shares reports.
 func parseInstance(id, entry string) (InstanceEntry, error) {
 	f := strings.Split(entry, ":")
-	if len(f) != 3 {
-		return InstanceEntry{}, fmt.Errorf("entry %q of %q: want 3 fields", entry, id)
+	if len(f) != 3 && len(f) != 4 {
+		return InstanceEntry{}, fmt.Errorf("entry %q of %q: want 3 or 4 fields", entry, id)
 	}
 	at, err1 := strconv.ParseInt(f[0], 10, 64)
 	d, err2 := strconv.ParseFloat(f[1], 64)
@@ -374,7 +391,7 @@ func parseInstance(id, entry string) (InstanceEntry, error) {
 	if err1 != nil || err2 != nil || err3 != nil {
 		return InstanceEntry{}, fmt.Errorf("entry %q of %q: a field is not a number", entry, id)
 	}
-	return InstanceEntry{ID: id, LastAcquire: at, Demand: d, Credit: c}, nil
+	return InstanceEntry{ID: id, LastAcquire: at, Demand: d, Credit: c, Shares: len(f) == 4}, nil
 }
 
 // replyHash reads an HGETALL reply (field, value, ...) as a map.

@@ -33,7 +33,9 @@ import (
 // in one field, h, levels rounded up to a grid (whole tokens from 128 up,
 // 8 significant bits below); v5 is main at 3eff625, the last whose
 // credit was at most an instance's share of the burst (this release's
-// may accrue for half the caller's window: the credit span).
+// may accrue for half the caller's window: the credit span); v6 is main
+// at d6ce5ab, the last to neither honour a bucket's record of rate shares
+// (field sh) nor write registry entries of four fields.
 var (
 	//go:embed testdata/v1/common.lua
 	v1Common string
@@ -65,6 +67,12 @@ var (
 	v5Acquire string
 	//go:embed testdata/v5/release.lua
 	v5Release string
+	//go:embed testdata/v6/common.lua
+	v6Common string
+	//go:embed testdata/v6/acquire.lua
+	v6Acquire string
+	//go:embed testdata/v6/release.lua
+	v6Release string
 )
 
 // TestMixedFleetRollout runs clients of an earlier release and of this
@@ -91,6 +99,7 @@ func TestMixedFleetRollout(t *testing.T) {
 		{"v3", v3Common, v3Acquire, v3Release, 9},
 		{"v4", v4Common, v4Acquire, v4Release, 9},
 		{"v5", v5Common, v5Acquire, v5Release, 9},
+		{"v6", v6Common, v6Acquire, v6Release, 9},
 	} {
 		t.Run(old.name, func(t *testing.T) {
 			mixedFleet(t, redis.NewScript(old.common+old.acquire), redis.NewScript(old.common+old.release), old.reply)
@@ -632,3 +641,88 @@ func TestRolloutCreditsNoMoreThanExact(t *testing.T) {
 // grant is an open grant of TestRolloutCreditsNoMoreThanExact: its
 // bucket time (the grant's ID) and the tokens not yet returned.
 type grant struct{ at, left int64 }
+
+// TestV6BesideShareAwareClients: the first release that honours rate
+// shares beside v6, the last that does not, on one tenant. v6 reads this
+// release's registry entries (four fields) as the other instances' and
+// counts them; finding its own entry so (after a downgrade), it takes
+// itself for a new instance once and writes its entry again, as three
+// fields. This release reads v6's three-field entries. A record of shares
+// (sh, which no release writes yet) is left as it is by v6, which refills
+// past it: what the rollout's order must rule out before shares are
+// granted (docs/design.md, "Rate shares"), shown here as it is.
+func TestV6BesideShareAwareClients(t *testing.T) {
+	ctx := context.Background()
+	rdb := redisserver.Client(t)
+	prefix := redisserver.Prefix(t)
+	old := redis.NewScript(v6Common + v6Acquire)
+	const tenant = "mixed"
+	key := Key(prefix, tenant)
+	ikey := InstancesKey(key)
+	lim := Limits{Rate: 100, Burst: 100}
+	const window = time.Minute
+	oldAcquire := func(id string, want int64) []any {
+		t.Helper()
+		r, err := old.Run(ctx, rdb, []string{key, ikey, QuotaKey(key)}, formatRate(lim.Rate), lim.Burst, want, id, window.Milliseconds(), 10).Slice()
+		if err != nil {
+			t.Fatalf("v6 acquire as %q: %v", id, err)
+		}
+		return r
+	}
+	entry := func(id string) string {
+		t.Helper()
+		v, err := rdb.HGet(ctx, ikey, id).Result()
+		if err != nil {
+			t.Fatalf("entry of %q: %v", id, err)
+		}
+		return v
+	}
+	a, err := NewClient(rdb, prefix, WithInstance("a", window))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := acquireOne(t, a, Request{Tenant: tenant, Limits: lim, Want: 10, Demand: 10})
+	if f := strings.Split(entry("a"), ":"); len(f) != 4 || f[3] != "" {
+		t.Fatalf("this release's entry %q, want four fields, the share empty", entry("a"))
+	}
+	// v6 as another instance counts a, and writes three fields.
+	if r := oldAcquire("b", 10); r[3] != int64(2) {
+		t.Fatalf("v6 as b counted %v instances, want 2 (a's four-field entry read)", r[3])
+	}
+	if f := strings.Split(entry("b"), ":"); len(f) != 3 {
+		t.Fatalf("v6's entry %q, want three fields", entry("b"))
+	}
+	// This release reads b's entry (the registry summary, recomputed by a
+	// new instance, counts it).
+	c, err := NewClient(rdb, prefix, WithInstance("c", window))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g2 := acquireOne(t, c, Request{Tenant: tenant, Limits: lim, Want: 1, Demand: 10}); g2.Instances != 3 {
+		t.Fatalf("this release as c counted %d instances, want 3", g2.Instances)
+	}
+	// A downgrade: v6 as a, whose entry has four fields.
+	if r := oldAcquire("a", 1); r[3] != int64(3) {
+		t.Fatalf("v6 as a after a downgrade counted %v instances, want 3", r[3])
+	}
+	if f := strings.Split(entry("a"), ":"); len(f) != 3 {
+		t.Fatalf("v6 as a rewrote its entry as %q, want three fields", entry("a"))
+	}
+	// A record of shares: v6 keeps it as it is and refills at the whole
+	// rate; this release then refills from v6's write at the rate less it.
+	now := g.ServerTime.UnixMicro()
+	sh := Shares{Epoch: now / 60_000_000, Committed: 50, Period: 60_000_000}
+	if err := rdb.HSet(ctx, key, "sh", sh.String()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	oldAcquire("b", lim.Burst) // drained: what refills next shows the rate
+	if v, _ := rdb.HGet(ctx, key, "sh").Result(); v != sh.String() {
+		t.Fatalf("v6 left sh %q, want %q as it was", v, sh.String())
+	}
+	tk, _ := rdb.HGet(ctx, key, "tk").Float64()
+	ts, _ := rdb.HGet(ctx, key, "ts").Int64()
+	g3 := acquireOne(t, c, Request{Tenant: tenant, Limits: lim, Want: 0, Demand: 10})
+	if want, _ := RefillShares(tk, ts, g3.ServerTime.UnixMicro(), lim.Rate, lim.Burst, sh); g3.Tokens != want || want >= float64(lim.Burst) {
+		t.Fatalf("after v6: %v tokens, RefillShares from v6's write says %v (below the burst)", g3.Tokens, want)
+	}
+}

@@ -31,6 +31,7 @@ type inspectJSON struct {
 	Instances []instanceJSON `json:"instances"`
 	History   []historyJSON  `json:"history"`
 	Releases  int64          `json:"releases_remembered"`
+	Shares    *sharesJSON    `json:"shares"` // null when none is in force
 }
 
 type levelJSON struct {
@@ -53,6 +54,16 @@ type instanceJSON struct {
 	LastAcquire int64   `json:"last_acquire_us"`
 	Demand      float64 `json:"demand_per_s"`
 	Credit      float64 `json:"credit"`
+	Shares      bool    `json:"honours_shares"` // written by a client that honours rate shares
+}
+
+// sharesJSON is the rate shares a bucket records in force (lease.Shares).
+type sharesJSON struct {
+	Epoch     int64   `json:"epoch"`
+	Committed float64 `json:"committed_per_s"`
+	Booked    float64 `json:"booked_per_s"`
+	PeriodUs  int64   `json:"period_us"`
+	PhaseUs   int64   `json:"phase_us"`
 }
 
 type historyJSON struct {
@@ -125,6 +136,9 @@ func toInspectJSON(in lease.Inspection, lv lease.Level) inspectJSON {
 	for _, h := range in.History {
 		out.History = append(out.History, historyJSON(h))
 	}
+	if sh := in.Shares; sh.InForce() {
+		out.Shares = &sharesJSON{sh.Epoch, sh.Committed, sh.Booked, sh.Period, sh.Phase}
+	}
 	return out
 }
 
@@ -162,10 +176,18 @@ func printInspection(e *env, in lease.Inspection, lv lease.Level) {
 		if in.Updated > in.Now {
 			fmt.Fprintf(w, "\tfrozen: its refill is reserved until then\n")
 		}
+		if sh := in.Shares; sh.InForce() {
+			fmt.Fprintf(w, "rate shares\t%s/s in force, %s/s of it booked into the next epoch (epoch %d of %v)\n",
+				formatFloat(sh.Committed), formatFloat(sh.Booked), sh.Epoch, time.Duration(sh.Period)*time.Microsecond)
+		}
 		if in.TTL < 0 {
 			fmt.Fprintf(w, "key expiry\tnone (the next lease call of a service sets it)\n")
 		} else {
-			fmt.Fprintf(w, "key expiry\tin %v (a second after it would be full)\n", in.TTL)
+			full := "a second after it would be full"
+			if in.Shares.InForce() {
+				full += ", its shares ended"
+			}
+			fmt.Fprintf(w, "key expiry\tin %v (%s)\n", in.TTL, full)
 		}
 	}
 	if in.Override != nil {

@@ -331,12 +331,32 @@ func TestInspectCommand(t *testing.T) {
 	if in.Registry == nil || in.Registry.Instances != 2 || len(in.History) == 0 {
 		t.Errorf("registry %+v, history %+v", in.Registry, in.History)
 	}
+	if !in.Instances[0].Shares || in.Shares != nil {
+		t.Errorf("instances %+v, shares %+v: want entries that honour shares, none in force", in.Instances, in.Shares)
+	}
 	c.mustRun("quota", "set", "-rate", "5", "-burst", "300", "acme")
 	text := c.mustRun("inspect", "acme")
 	for _, want := range []string{"tokens now", "(the override's rate 5/s)", "override     rate 5/s, burst 300", "pod-1", "pod-2", "level history"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("inspect text lacks %q:\n%s", want, text)
 		}
+	}
+	// A record of rate shares (which no release writes yet): shown, and
+	// the level refills at the override's rate less the shares.
+	now, err := rdb.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh := lease.Shares{Epoch: now.UnixMicro() / 60e6, Committed: 4, Booked: 1, Period: 60e6}
+	if err := rdb.HSet(ctx, lc.Key("acme"), "sh", sh.String()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	in = decode[inspectJSON](t, c.mustRun("-json", "inspect", "acme"))
+	if in.Shares == nil || in.Shares.Committed != 4 || in.Shares.Booked != 1 || in.Shares.PeriodUs != 60e6 {
+		t.Errorf("shares %+v, want %+v", in.Shares, sh)
+	}
+	if text := c.mustRun("inspect", "acme"); !strings.Contains(text, "rate shares  4/s in force, 1/s of it booked") {
+		t.Errorf("inspect text lacks the shares:\n%s", text)
 	}
 	if in := decode[inspectJSON](t, c.mustRun("-json", "inspect", "nobody")); in.Exists || !in.Level.Full || in.Level.Tokens != nil {
 		t.Errorf("inspect of an unknown tenant = %+v", in)

@@ -1,8 +1,10 @@
 // Package rateshare is a model of a lease of a rate share, the protocol
 // issue #15 asks to evaluate before it is built: a pure, deterministic
 // core (no goroutines, clocks or I/O; time is a parameter, in
-// microseconds of the store's clock). Nothing of the Limiter, the scripts
-// or lease/memstore uses it yet.
+// microseconds of the store's clock). The scripts and lease/memstore
+// honour a bucket's record of shares by its rules (lease.RefillShares and
+// lease.Settled, held to Bucket by property tests); nothing grants a
+// share yet.
 //
 // Today an instance leases batches of tokens. A starved (tenant,
 // instance) pair therefore calls Redis once per batch, and what it holds
@@ -32,7 +34,7 @@
 // and Booked would be fields of its hash, each instance's share a field
 // of its registry entry), the rollout (a client of today's scripts
 // refills a bucket at the full Rate, so it must not share a bucket that
-// has shares in force; docs/design.md, "Rate shares: a model"), and a
+// has shares in force; docs/design.md, "Rate shares"), and a
 // Limiter's planner. scenario_test.go runs fleets of instances against
 // the model with a planner of a few lines, to measure script calls,
 // utilization and fairness before choosing (docs/performance.md, "Rate

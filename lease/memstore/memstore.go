@@ -84,8 +84,9 @@ type bucket struct {
 	ts     int64   // the bucket's time of its last write, µs
 	hb     int64   // the burst h was recorded under
 	h      peaks.History
-	expire int64    // the clock's ms after which the key is gone, or never
-	rg     *summary // the registry summary (field rg); nil when missing
+	expire int64        // the clock's ms after which the key is gone, or never
+	rg     *summary     // the registry summary (field rg); nil when missing
+	sh     lease.Shares // the rate shares in force as of ts (field sh); zero when none
 }
 
 // summary is the registry summary acquire.lua keeps in the bucket: the
@@ -216,18 +217,20 @@ func (t *tenant) limits(lim lease.Limits) (float64, int64) {
 	return lim.Rate, lim.Burst
 }
 
-// refill is common.lua's read_bucket: the tokens of b at rate, capped at
-// burst, as of a call at now; whether the bucket is missing; and the
-// bucket's time of the call (now, or a microsecond after its last call if
-// the clock has not moved past it).
-func (b *bucket) refill(now int64, rate float64, burst int64) (tokens float64, missing bool, at int64) {
+// refill is common.lua's read_bucket: the tokens of b at rate less the
+// shares in force, capped at burst, as of a call at now; whether the
+// bucket is missing; the bucket's time of the call (now, or a microsecond
+// after its last call if the clock has not moved past it); and the shares
+// in force then, which store keeps.
+func (b *bucket) refill(now int64, rate float64, burst int64) (tokens float64, missing bool, at int64, sh lease.Shares) {
 	if !b.live {
-		return float64(burst), true, now
+		return float64(burst), true, now, lease.Shares{}
 	}
 	if now <= b.ts {
 		now = b.ts + 1
 	}
-	return lease.Refill(b.tk, b.ts, now, rate, burst), false, now
+	tokens, sh = lease.RefillShares(b.tk, b.ts, now, rate, burst, b.sh)
+	return tokens, false, now, sh
 }
 
 // history is common.lua's history: b's level history if it was recorded
@@ -247,11 +250,13 @@ func (b *bucket) history(at int64, burst int64) peaks.History {
 }
 
 // store is common.lua's store: the bucket holds tokens as of at, with
-// history h recorded under burst, and is kept until it would have refilled
-// to full at rate, plus a second (for ever beyond ~31,700 years): at +
-// (burst - tokens)/rate + 1 s, at being at or after now, the clock of the
-// call (µs; nowMS in ms), from which the TTL is counted.
-func (b *bucket) store(now, nowMS int64, tokens float64, at int64, rate float64, burst int64, h peaks.History) {
+// history h recorded under burst and the shares sh in force, and is kept
+// until it would have refilled to full at rate once no share is in force
+// (lease.Settled: at, when none is), plus a second (for ever beyond
+// ~31,700 years): settled + (burst - level then)/rate + 1 s, at being at
+// or after now, the clock of the call (µs; nowMS in ms), from which the
+// TTL is counted.
+func (b *bucket) store(now, nowMS int64, tokens float64, at int64, rate float64, burst int64, h peaks.History, sh lease.Shares) {
 	if !b.live {
 		b.rg = nil
 	}
@@ -260,8 +265,9 @@ func (b *bucket) store(now, nowMS int64, tokens float64, at int64, rate float64,
 	// peaks.Limit or more, which a valid quota never reaches: Burst is at
 	// most lease.MaxBurst, and no level is above the burst; TestExpiry.)
 	h.Pack(at, burst)
-	b.live, b.tk, b.ts, b.hb, b.h = true, tokens, at, burst, h
-	ttl := math.Ceil(float64(at-now)/1000+(float64(burst)-tokens)/rate*1000) + 1000
+	b.live, b.tk, b.ts, b.hb, b.h, b.sh = true, tokens, at, burst, h, sh
+	until, level := lease.Settled(tokens, at, rate, burst, sh)
+	ttl := math.Ceil(float64(until-now)/1000+(float64(burst)-level)/rate*1000) + 1000
 	if ttl < 1e15 {
 		b.expire = nowMS + int64(ttl)
 	} else {
@@ -279,7 +285,7 @@ func (s *Store) acquire(in *Instance, r lease.Request) (lease.Grant, error) {
 	}
 	t := s.writable(r.Tenant, nowMS)
 	rate, burst := t.limits(r.Limits)
-	tokens, _, at := t.b.refill(now, rate, burst)
+	tokens, _, at, sh := t.b.refill(now, rate, burst)
 	// Record the level before the debit.
 	h := t.b.history(at, burst)
 	h.Push(at, tokens)
@@ -382,7 +388,7 @@ func (s *Store) acquire(in *Instance, r lease.Request) (lease.Grant, error) {
 	// when the bucket cannot serve more now or the instance is held to its
 	// share. The whole tokens left (keep) stay for the others.
 	stored := at
-	if lms := ceilMillis(r.Reserve); lms > 0 && in.id != "" && g.Share > 0 && ((float64(r.Want) > granted && tokens < 1) || held) {
+	if lms := ceilMillis(r.Reserve); lms > 0 && in.id != "" && g.Share > 0 && !sh.InForce() && ((float64(r.Want) > granted && tokens < 1) || held) {
 		keep := math.Floor(tokens)
 		tokens -= keep
 		ahead := lease.ReserveAhead.Microseconds()
@@ -409,7 +415,7 @@ func (s *Store) acquire(in *Instance, r lease.Request) (lease.Grant, error) {
 			tokens += keep
 		}
 	}
-	t.b.store(now, nowMS, tokens, stored, rate, burst, h)
+	t.b.store(now, nowMS, tokens, stored, rate, burst, h, sh)
 	if fresh != nil {
 		t.b.rg = fresh
 	}
@@ -435,7 +441,7 @@ func (s *Store) release(r lease.ReleaseRequest, rid string) (lease.Return, error
 		return lease.Return{Tokens: float64(burst), ServerTime: time.UnixMicro(now)}, nil
 	}
 	t = s.writable(r.Tenant, nowMS)
-	x, _, at := t.b.refill(now, rate, burst)
+	x, _, at, sh := t.b.refill(now, rate, burst)
 	if rid != "" {
 		if t.rel.applied(rid) {
 			// Applied before: report the bucket, change nothing.
@@ -459,7 +465,7 @@ func (s *Store) release(r lease.ReleaseRequest, rid string) (lease.Return, error
 	if tokens > float64(burst) {
 		tokens = float64(burst)
 	}
-	t.b.store(now, nowMS, tokens, at, rate, burst, h)
+	t.b.store(now, nowMS, tokens, at, rate, burst, h, sh)
 	return lease.Return{Credited: credit, Tokens: tokens, ServerTime: time.UnixMicro(at)}, nil
 }
 
@@ -508,13 +514,13 @@ func (s *Store) setQuota(name string, base lease.Limits, o *lease.Override) (flo
 	// Refill at the quota in force until now, cap at the new burst, and
 	// start the history anew: no free refill, no loss below the new cap,
 	// and no credit for grants before the change.
-	tokens, _, at := t.b.refill(now, oldRate, oldBurst)
+	tokens, _, at, sh := t.b.refill(now, oldRate, oldBurst)
 	if tokens > float64(newBurst) {
 		tokens = float64(newBurst)
 	}
 	var h peaks.History
 	h.Reset(at, float64(max(oldBurst, newBurst)))
-	t.b.store(now, nowMS, tokens, at, newRate, newBurst, h)
+	t.b.store(now, nowMS, tokens, at, newRate, newBurst, h, sh)
 	t.override = copyOverride(o)
 	s.version++
 	return tokens, nil

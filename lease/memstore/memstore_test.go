@@ -522,3 +522,45 @@ func TestZeroInstanceFails(t *testing.T) {
 		t.Errorf("Instance of a nil Store: %v", err)
 	}
 }
+
+// TestSetShares: a record of rate shares slows the bucket's refill until
+// its epochs end and keeps the key until the bucket is full after them;
+// a bad record, or one for a missing bucket, is refused and changes
+// nothing; the zero Shares removes it.
+func TestSetShares(t *testing.T) {
+	s, c := newStore(t)
+	v := view(t, s, "", 0)
+	lim := lease.Limits{Rate: 100, Burst: 100}
+	sh := lease.Shares{Epoch: start.UnixMicro() / 10e6, Committed: 60, Period: 10e6}
+	if err := s.SetShares("t", sh); !errors.Is(err, memstore.ErrNoBucket) {
+		t.Fatalf("SetShares of a missing bucket = %v, want ErrNoBucket", err)
+	}
+	acquire(t, v, "t", lim, 100, 0)
+	if err := s.SetShares("t", lease.Shares{Committed: 1, Period: 999}); !errors.Is(err, lease.ErrBadShares) {
+		t.Fatalf("SetShares of a bad record = %v, want ErrBadShares", err)
+	}
+	if got := s.Tenant("t").Bucket.Shares; got != (lease.Shares{}) {
+		t.Fatalf("a refused record was kept: %+v", got)
+	}
+	if err := s.SetShares("t", sh); err != nil {
+		t.Fatal(err)
+	}
+	c.Add(time.Second)
+	// 1 s at 100 - 60 tokens a second. The epoch (start is a whole 10 s)
+	// ends 10 s after start, when the bucket, at 40 a second, is full
+	// already: the key is kept until then, plus a second.
+	if g := acquire(t, v, "t", lim, 0, 0); g.Tokens != 40 {
+		t.Fatalf("after 1 s with 60/s of shares: %v tokens, want 40", g.Tokens)
+	}
+	st := s.Tenant("t").Bucket
+	if st.Shares != sh || !st.Expires.Equal(start.Add(11*time.Second)) {
+		t.Fatalf("bucket %+v, want the record kept and the key until 11 s after start", st)
+	}
+	if err := s.SetShares("t", lease.Shares{}); err != nil {
+		t.Fatal(err)
+	}
+	c.Add(100 * time.Millisecond)
+	if g := acquire(t, v, "t", lim, 0, 0); g.Tokens != 50 {
+		t.Fatalf("record removed: %v tokens after 100 ms, want 50", g.Tokens)
+	}
+}

@@ -1,6 +1,8 @@
 package memstore
 
 import (
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/leasequota/leasequota/lease"
@@ -43,6 +45,9 @@ type BucketState struct {
 	// Summary is the instance registry's summary that acquires keep in
 	// the bucket (field rg), nil when none.
 	Summary *RegistrySummary
+	// Shares are the rate shares in force as of Time (field sh): zero
+	// when none is recorded (see SetShares).
+	Shares lease.Shares
 }
 
 // RegistrySummary is what an acquire last computed from every entry of
@@ -92,7 +97,7 @@ func (s *Store) Tenant(tenant string) TenantState {
 	}
 	st := TenantState{Override: copyOverride(t.override)}
 	if t.b.live {
-		b := &BucketState{Tokens: t.b.tk, Time: time.UnixMicro(t.b.ts), Burst: t.b.hb, Expires: expiry(t.b.expire)}
+		b := &BucketState{Tokens: t.b.tk, Time: time.UnixMicro(t.b.ts), Burst: t.b.hb, Expires: expiry(t.b.expire), Shares: t.b.sh}
 		if rg := t.b.rg; rg != nil {
 			b.Summary = &RegistrySummary{At: time.UnixMicro(rg.at), Instances: rg.n, Demand: rg.demand, Level: rg.level}
 		}
@@ -126,4 +131,36 @@ func expiry(ms int64) time.Time {
 		return time.Time{}
 	}
 	return time.UnixMilli(ms)
+}
+
+// ErrNoBucket is returned, wrapped, by SetShares for a tenant whose bucket
+// is missing.
+var ErrNoBucket = errors.New("memstore: no bucket")
+
+// SetShares records sh as the rate shares in force in tenant's bucket, as
+// an HSET of the bucket's field sh would in Redis (its time, tokens and
+// expiry unchanged). This release's stores grant no share and honour
+// what a later release records (lease.Shares): SetShares lets a test or a
+// simulation put such a record in place. The zero Shares removes it. It
+// returns an error wrapping lease.ErrBadShares for shares out of range,
+// and one wrapping ErrNoBucket when the bucket is missing (a missing
+// bucket is full, with no share in force).
+func (s *Store) SetShares(tenant string, sh lease.Shares) error {
+	if sh != (lease.Shares{}) {
+		if err := sh.Validate(); err != nil {
+			return err
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, nowMS, err := s.clock()
+	if err != nil {
+		return err
+	}
+	t := s.lookup(tenant, nowMS)
+	if t == nil || !t.b.live {
+		return fmt.Errorf("%w: tenant %.64q", ErrNoBucket, tenant)
+	}
+	t.b.sh = sh
+	return nil
 }
