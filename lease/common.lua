@@ -213,23 +213,6 @@ end
 -- is a double computed exactly.
 local EPOCH_TIME = 9007199254740992
 
--- read_shares returns field sh as a table {epoch, committed, booked,
--- period, phase}, or nil for one that does not read or is out of range
--- (lease.ParseShares checks the same).
-local function read_shares(v)
-  local a, b, c, d, e = string.match(v, '^([^:]*):([^:]*):([^:]*):([^:]*):([^:]*)$')
-  local ep, sc, sb, per, ph = tonumber(a), tonumber(b), tonumber(c), tonumber(d), tonumber(e)
-  if not (sc and sb and whole(per, 1000) and per <= EPOCH_TIME and whole(ph, 0) and ph < per) then
-    return nil
-  end
-  local lim = math.floor(EPOCH_TIME / per) - 2
-  if not (ep and ep == math.floor(ep) and ep <= lim and ep >= -lim and
-      sc >= 0 and sc ~= math.huge and sb >= 0 and sb <= sc) then
-    return nil
-  end
-  return {ep, sc, sb, per, ph}
-end
-
 -- refill_shares returns the level of a bucket that held tokens at from
 -- (µs), refilled up to burst as of to (>= from), and the shares in force
 -- then (nil for none): at rate less the shares in force in each epoch (at
@@ -276,21 +259,6 @@ local function refill_shares(tokens, from, to, rate, burst, sh)
     end
     ep, sc, sb = ep + 1, sb, 0
   end
-end
-
--- settled returns when a bucket holding tokens at its time at, with the
--- shares sh in force (nil for none), has none in force any more (at, when
--- none is), and its level then (lease.Settled).
-local function settled(tokens, at, rate, burst, sh)
-  if sh == nil then
-    return at, tokens
-  end
-  local t = (sh[1] + 1) * sh[4] + sh[5]
-  if sh[3] > 0 then
-    t = t + sh[4]
-  end
-  local level = refill_shares(tokens, at, t, rate, burst, sh)
-  return t, level
 end
 
 -- read_bucket returns the bucket at key: its fields (below) as HMGET of tk,
@@ -405,10 +373,19 @@ local function read_bucket(key, now, rate, burst, btext)
   state[17] = ts
   local sh = nil
   if state[20] then
-    sh = read_shares(state[20])
-    if sh == nil then
+    -- sh as a table {epoch, committed, booked, period, phase}, checked as
+    -- lease.ParseShares checks it (EPOCH_TIME: above).
+    local a, b, c, d, e = string.match(state[20], '^([^:]*):([^:]*):([^:]*):([^:]*):([^:]*)$')
+    local ep, sc, sb, per, ph = tonumber(a), tonumber(b), tonumber(c), tonumber(d), tonumber(e)
+    local lim = 0
+    if whole(per, 1000) and per <= EPOCH_TIME then
+      lim = math.floor(EPOCH_TIME / per) - 2
+    end
+    if not (lim > 0 and whole(ph, 0) and ph < per and ep and ep == math.floor(ep) and ep <= lim and ep >= -lim and
+        sc and sc >= 0 and sc ~= math.huge and sb and sb >= 0 and sb <= sc) then
       return nil, redis.error_reply('leasequota: corrupt bucket ' .. key .. ': bad shares field sh: delete the key to reset it')
     end
+    sh = {ep, sc, sb, per, ph}
   end
   -- A clock that went backwards refills nothing rather than going negative.
   if now <= ts then
@@ -674,7 +651,7 @@ end
 -- from clock, as PEXPIRE counts it, adds now - clock. With shares in force
 -- (state[21], which it writes back as sh, or deletes when none is left) the
 -- bucket refills at less than rate until they end: the key is kept until
--- the bucket would be full after that (settled), since a key made again
+-- the bucket would be full after that (lease.Settled), since a key made again
 -- is a full bucket with no share in force. Beyond ~31,700 years
 -- (and for an infinite quotient) the key is kept for ever: the number
 -- would not fit PEXPIRE, and any finite cap would refill early. It
@@ -796,7 +773,16 @@ local function store(key, tokens, now, rate, burst, h, state, extra, clock)
   if gone then
     redis.call('HDEL', key, unpack(gone))
   end
-  local until_, level = settled(tokens, now, rate, burst, sh)
+  -- When the shares in force end (the end of the epoch, or of the next
+  -- one when some are booked into it) and the level then: lease.Settled.
+  local until_, level = now, tokens
+  if sh then
+    until_ = (sh[1] + 1) * sh[4] + sh[5]
+    if sh[3] > 0 then
+      until_ = until_ + sh[4]
+    end
+    level = refill_shares(tokens, now, until_, rate, burst, sh)
+  end
   local ttl = math.ceil((until_ - clock) / 1000 + (burst - level) / rate * 1000) + 1000
   if ttl < 1e15 then
     redis.call('PEXPIRE', key, string.format('%d', ttl))
