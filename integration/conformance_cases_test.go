@@ -1320,3 +1320,118 @@ func confShares(c *cx) {
 		at, tokens = now, got
 	}
 }
+
+// confShareGrants: instances ask for rate shares (lease.ShareAsk) and end
+// them (lease.ShareEnd). Each grant is min(the caller's fair share, what
+// the shares in force leave of rate*(1 - headroom)), until the end of the
+// epoch (or of the next one in its second half), and the bucket records
+// it and refills at the rate less it; an instance's share is replaced
+// when it asks again, ended only by its own From, and gone with its
+// epoch. Every reply and record is held to lease.GrantShare, Drop and
+// RefillShares from the state before the call; the values that do not
+// depend on the clock are fixed too.
+func confShareGrants(c *cx) {
+	lim := lease.Limits{Rate: 100, Burst: 100}
+	terms := lease.ShareTerms{Period: time.Second, Hold: 500 * time.Millisecond, Headroom: 0.1}
+	views := map[string]lease.Store{"a": c.view("a", confWindow), "b": c.view("b", confWindow), "c": c.view("c", confWindow)}
+	held := map[string]lease.RateShare{}
+	var rec lease.Shares
+	var tk float64
+	var at int64
+	call := func(id string, op lease.ShareOp, from time.Time, want int64) lease.Grant {
+		c.t.Helper()
+		res, err := views[id].AcquireMany(c.ctx, []lease.Request{{Tenant: "t", Limits: lim, Want: want, Demand: 60,
+			Share: op, ShareTerms: terms, ShareFrom: from}}, nil)
+		if err != nil || res[0].Err != nil {
+			c.t.Fatalf("%s: %v %+v", id, err, res)
+		}
+		g := res[0].Grant
+		now := us(g.ServerTime)
+		level, sh := float64(lim.Burst), lease.Shares{}
+		if at != 0 {
+			level, sh = lease.RefillShares(tk, at, now, lim.Rate, lim.Burst, rec)
+		}
+		mine := held[id]
+		if !sh.Holds(mine) {
+			mine = lease.RateShare{}
+		}
+		if mine.Held() && (op == lease.ShareAsk || op == lease.ShareEnd && mine.From.Equal(from)) {
+			sh, mine = sh.Drop(mine), lease.RateShare{}
+		}
+		if op == lease.ShareAsk {
+			sh, mine = lease.GrantShare(sh, now, terms, lim.Rate, g.Share)
+		}
+		if g.RateShare != mine || g.Tokens != level-float64(g.Granted) {
+			c.t.Fatalf("%s op %d: share %+v, %v tokens; the rules: %+v, %v", id, op, g.RateShare, g.Tokens, mine, level-float64(g.Granted))
+		}
+		stored := c.sp.state("t").Bucket["sh"]
+		if (sh.InForce() && stored != sh.String()) || (!sh.InForce() && stored != "") {
+			c.t.Fatalf("%s op %d: sh %q, the rules %+v", id, op, stored, sh)
+		}
+		if e := c.sp.state("t").Registry[id]; !strings.HasSuffix(e, ":"+mine.String()) || strings.Count(e, ":") != 3 {
+			c.t.Fatalf("%s: entry %q, want its share %q as the fourth field", id, e, mine.String())
+		}
+		held[id], rec, tk, at = mine, sh, g.Tokens, now
+		return g
+	}
+	// The epochs are put so that the first call is 30 % into one: a's
+	// share is asked in its first half, b's 300 ms later in its second,
+	// booked into the next epoch (unless the calls take 200 ms: the
+	// rules still hold).
+	first := us(call("a", lease.ShareKeep, time.Time{}, 0).ServerTime)
+	period := terms.Period.Microseconds()
+	terms.Phase = time.Duration(((first-period*30/100)%period+period)%period) * time.Microsecond
+	call("b", lease.ShareKeep, time.Time{}, 0)
+	// a's fair share of 100 among demands of 60 and 60 is 50, all of
+	// which the 90 grantable leave; b then gets the 40 left.
+	if g := call("a", lease.ShareAsk, time.Time{}, 0); g.RateShare.Rate != 50 || !g.RateShare.From.Equal(g.ServerTime) {
+		c.t.Fatalf("a's share %+v, want 50 from the call", g.RateShare)
+	}
+	c.sp.advance(300 * time.Millisecond)
+	if g := call("b", lease.ShareAsk, time.Time{}, 0); g.RateShare.Rate != 40 {
+		c.t.Fatalf("b's share %+v, want the 40 left", g.RateShare)
+	}
+	if rec.Booked != 40 {
+		c.t.Logf("b's share not booked into the next epoch: %+v", rec)
+	}
+	// c's fair share is a third, and nothing is left: none.
+	if g := call("c", lease.ShareAsk, time.Time{}, 0); g.RateShare.Held() {
+		c.t.Fatalf("c's share %+v, want none", g.RateShare)
+	}
+	// Tokens are still taken from what the bucket holds.
+	call("c", lease.ShareKeep, time.Time{}, 5)
+	// An end naming another share ends nothing; b's own ends it (and its
+	// booked part); again, nothing; then a's.
+	call("a", lease.ShareEnd, held["a"].From.Add(time.Microsecond), 0)
+	if !held["a"].Held() {
+		c.t.Fatalf("an end of another From ended a's share")
+	}
+	bFrom := held["b"].From
+	call("b", lease.ShareEnd, bFrom, 0)
+	call("b", lease.ShareEnd, bFrom, 0)
+	call("a", lease.ShareEnd, held["a"].From, 0)
+	// Asked again: granted again (booked, in the epoch's second half).
+	call("b", lease.ShareAsk, time.Time{}, 0)
+	call("a", lease.ShareAsk, time.Time{}, 0)
+	call("a", lease.ShareAsk, time.Time{}, 0) // replaced
+	if !rec.InForce() || rec.Booked == 0 {
+		c.t.Logf("no share booked into the next epoch: %+v", rec)
+	}
+	// Past the last share's end every share has ended, and the record is
+	// gone.
+	var last time.Time
+	for _, h := range held {
+		if h.Until.After(last) {
+			last = h.Until
+		}
+	}
+	c.sp.advance(last.Sub(time.UnixMicro(at)) + 10*time.Millisecond)
+	for _, id := range []string{"a", "b", "c"} {
+		if g := call(id, lease.ShareKeep, time.Time{}, 0); g.RateShare.Held() {
+			c.t.Fatalf("%s holds %+v past the last share's end", id, g.RateShare)
+		}
+	}
+	if rec.InForce() {
+		c.t.Fatalf("record %+v past the last share's end", rec)
+	}
+}

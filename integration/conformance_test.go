@@ -353,8 +353,8 @@ func memState(tenant string, st memstore.TenantState) confState {
 	if len(st.Instances) > 0 {
 		s.Registry = map[string]string{}
 		for id, r := range st.Instances {
-			// The fourth field, the share held: none in this release.
-			s.Registry[id] = fmt.Sprintf("%d:%.17g:%.17g:", us(r.Seen), r.Demand, r.Credit)
+			// The fourth field is the rate share granted last.
+			s.Registry[id] = fmt.Sprintf("%d:%.17g:%.17g:", us(r.Seen), r.Demand, r.Credit) + r.Share.String()
 		}
 	}
 	if len(st.Releases) > 0 {
@@ -825,6 +825,7 @@ func conformanceCases() []confCase {
 		{"reservations", confReservations},
 		{"reservations-held", confReservationsHeld},
 		{"rate shares", confShares},
+		{"rate share grants", confShareGrants},
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -56,6 +57,11 @@ type Grant struct {
 	// reservation (or Redis's clock went back). A reservation's schedule
 	// starts Wait after the reply arrives.
 	Wait time.Duration
+	// RateShare is the rate share the caller holds after the call
+	// (Request.Share; none without WithInstance): it may spend RateShare.Rate
+	// tokens a second of it from From until Until, in Redis's clock, on
+	// top of Granted.
+	RateShare RateShare
 }
 
 // Immediate returns the tokens g granted at once: Granted less Reserved.
@@ -134,10 +140,17 @@ type Request struct {
 	// (Grant.Reserved, Grant.Pace). It is sent in whole milliseconds,
 	// rounded up. Without WithInstance it has no effect and is not sent.
 	Reserve time.Duration
+	// Share is what the acquire does with the caller's rate share: kept
+	// (ShareKeep, the zero value), asked for on ShareTerms (ShareAsk), or
+	// ended if it was granted at ShareFrom (ShareEnd). Without
+	// WithInstance it has no effect and is not sent.
+	Share      ShareOp
+	ShareTerms ShareTerms
+	ShareFrom  time.Time
 }
 
-// Validate reports whether r can be sent: valid Limits, Want >= 0 and
-// Reserve >= 0. Errors wrap ErrBadRequest and name the field. Every Store
+// Validate reports whether r can be sent: valid Limits, Want >= 0,
+// Reserve >= 0, a known Share and, with ShareAsk, valid ShareTerms. Errors wrap ErrBadRequest and name the field. Every Store
 // checks it before touching a bucket, so an invalid request changes
 // nothing.
 func (r Request) Validate() error {
@@ -149,6 +162,17 @@ func (r Request) Validate() error {
 	}
 	if r.Reserve < 0 {
 		return fmt.Errorf("%w: Reserve %v: must be >= 0", ErrBadRequest, r.Reserve)
+	}
+	switch r.Share {
+	case ShareKeep:
+	case ShareAsk:
+		return r.ShareTerms.Validate()
+	case ShareEnd:
+		if r.ShareFrom.UnixMicro() < 0 {
+			return fmt.Errorf("%w: ShareFrom %v: before 1970", ErrBadRequest, r.ShareFrom)
+		}
+	default:
+		return fmt.Errorf("%w: Share %d: not a ShareOp", ErrBadRequest, r.Share)
 	}
 	return nil
 }
@@ -255,14 +279,17 @@ func (c *Client) acquireCalls(reqs []Request, sent []int) []call {
 
 // acquireArgc returns the number of arguments a tenant has in a call of
 // n tenants: in a call of its own (n = 1, r the tenant's request) 3
-// without a registry, 6 with one, 7 with one and a reservation length; in
-// a batch (n > 1) every tenant has seven.
+// without a registry, 6 with one, 7 with one and a reservation length, 8
+// with one and a share operation; in a batch (n > 1) every tenant has
+// eight.
 func (c *Client) acquireArgc(r Request, n int) int {
 	switch {
 	case n > 1:
-		return 7
+		return 8
 	case c.instance == "":
 		return 3
+	case r.Share != ShareKeep:
+		return 8
 	case r.Reserve > 0:
 		return 7
 	}
@@ -270,8 +297,8 @@ func (c *Client) acquireArgc(r Request, n int) int {
 }
 
 // encodeAcquire sets keys (3) and args to r's keys and arguments. Past
-// the arguments r has, args (a batch's seven) are "": an empty id for
-// one without a registry, an empty length for none.
+// the arguments r has, args (a batch's eight) are "": an empty id for
+// one without a registry, an empty length and share operation for none.
 func (c *Client) encodeAcquire(e *encoder, r *Request, keys []string, args []interface{}) {
 	e.tenantKeys(keys, c.prefix, r.Tenant, instancesSuffix)
 	args[0], args[1], args[2] = e.float(&e.rate, r.Limits.Rate), e.int(&e.burst, r.Limits.Burst), e.int(&e.want, r.Want)
@@ -287,10 +314,27 @@ func (c *Client) encodeAcquire(e *encoder, r *Request, keys []string, args []int
 			args[6] = e.int(nil, ceilMillis(r.Reserve))
 			n = 7
 		}
+		if r.Share != ShareKeep {
+			if n == 6 {
+				args[6] = ""
+			}
+			args[7] = shareArg(r)
+			n = 8
+		}
 	}
 	for k := n; k < len(args); k++ {
 		args[k] = ""
 	}
+}
+
+// shareArg returns acquire.lua's share operation for r's Share (not
+// ShareKeep): "A<period>:<phase>:<hold>:<headroom>" or "R<from>".
+func shareArg(r *Request) string {
+	if r.Share == ShareEnd {
+		return "R" + strconv.FormatInt(r.ShareFrom.UnixMicro(), 10)
+	}
+	t := r.ShareTerms
+	return fmt.Sprintf("A%d:%d:%d:%s", t.Period.Microseconds(), t.Phase.Microseconds(), t.Hold.Microseconds(), formatRate(t.Headroom))
 }
 
 // acquireCall validates r and returns the keys and arguments of its
@@ -337,10 +381,10 @@ func parseGrant(cmd *redis.Cmd, want int64) (Grant, error) {
 // reply of a call for one tenant, or its element of a batch's.
 func parseGrantReply(v interface{}, want int64) (Grant, error) {
 	a, ok := v.([]interface{})
-	// Fewer than nine elements: a reply of an older script, without the
-	// reservation (and the share, and the override).
-	if !ok || len(a) < 4 || len(a) > 9 {
-		return Grant{}, fmt.Errorf("%w: acquire: want a 9-element array, got %T %v", ErrBadReply, v, v)
+	// Fewer than ten elements: a reply of an older script, without the
+	// rate share (and the reservation, the share, the override).
+	if !ok || len(a) < 4 || len(a) > 10 {
+		return Grant{}, fmt.Errorf("%w: acquire: want a 10-element array, got %T %v", ErrBadReply, v, v)
 	}
 	granted, err := replyInt(a[0])
 	if err != nil {
@@ -400,6 +444,15 @@ func parseGrantReply(v interface{}, want int64) (Grant, error) {
 			return Grant{}, fmt.Errorf("%w: acquire: wait: %v %w", ErrBadReply, a[8], err)
 		}
 		g.Wait = time.Duration(wait) * time.Microsecond
+	}
+	if len(a) >= 10 {
+		str, ok := a[9].(string)
+		if !ok {
+			return Grant{}, fmt.Errorf("%w: acquire: rate share: %T %v", ErrBadReply, a[9], a[9])
+		}
+		if g.RateShare, err = parseRateShare(str); err != nil {
+			return Grant{}, fmt.Errorf("%w: acquire: rate share: %w", ErrBadReply, err)
+		}
 	}
 	return g, nil
 }

@@ -8,17 +8,18 @@
 --                clients of the previous release kept it as hb, p1..p8)
 --            rg  the registry summary: "computed at (us):instances:total
 --                demand:water level", rewritten at most every 1/8 window
---            sh  the rate shares in force, when a later release granted
---                some: "epoch:committed:booked:period:phase" (common.lua;
---                this release refills and keeps the key by them, grants
---                none, and reserves nothing while one is in force)
+--            sh  the rate shares in force: "epoch:committed:booked:
+--                period:phase" (common.lua; SHARES below); no
+--                reservation is made while one is in force
+--            ol  when the last recompute of rg saw a live registry entry
+--                of a client that does not honour shares (SHARES)
 -- ARGV[1]  rate: tokens added per second, a decimal number > 0
 -- ARGV[2]  burst: bucket capacity, an integer >= 1
 -- ARGV[3]  want: tokens requested, an integer >= 0 (0 only refills and reads)
 -- KEYS[2], ARGV[4], ARGV[5], ARGV[6]  optional instance registry: a hash
 --          {instance id = "last acquire (microseconds):demand (tokens/s):
---          credit (tokens):share (tokens/s; see ENTRY_SHARE)"} next to the bucket, the caller's id, the window
---          in milliseconds within which an instance counts as active (and
+--          credit (tokens):share (see SHARES)"} next to the bucket, the
+--          caller's id, the window in milliseconds within which an instance counts as active (and
 --          for half of which its credit may accrue: the credit span), and
 --          the caller's demand. An entry is rewritten when its credit or
 --          (by more than a quarter) its demand changes, and at least every
@@ -30,9 +31,12 @@
 --          KEYS[2] is always passed (so that KEYS[3] has a fixed place) but
 --          only touched when ARGV[4] is a non-empty id.
 -- ARGV[7]  optional reservation length L, milliseconds, a finite number
---          >= 0; missing, '' or 0: no reservation. The single form thus
---          takes 3, 6 or 7 arguments (7 without a registry: ARGV[4..6] =
---          '' '' '').
+--          >= 0; missing, '' or 0: no reservation.
+-- ARGV[8]  optional share operation (SHARES): '' or missing keeps the
+--          caller's share as it is, 'R<from>' ends it, 'A<period>:
+--          <phase>:<hold>:<headroom>' asks for one; needs ARGV[4]. The
+--          single form thus takes 3, 6, 7 or 8 arguments (ARGV[4..6] =
+--          '' '' '' without a registry, ARGV[7] = '' without a length).
 -- KEYS[3]  quota override (QuotaKey), a hash {r = rate, b = burst, min, max,
 --          ttl (ns), mode} written by quota.lua, never expiring. When it holds
 --          r and b they replace ARGV[1] and ARGV[2]: the override is the one
@@ -40,13 +44,15 @@
 --
 -- Returns {granted (integer), tokens left ("%.17g" string), now (microseconds,
 -- integer), active instances (integer; 0 without a registry), override,
--- share, reserved, pace, wait}, where override is 0 when no override is
+-- share, reserved, pace, wait, rate share}, where override is 0 when no override is
 -- stored, else the array of strings {r, b, min, max, ttl, mode} as stored,
 -- share is the caller's max-min fair share of the rate (tokens/s, "%.17g")
 -- among the active instances' demands, or "" without a registry, reserved
 -- (integer) is the part of granted that is a reservation, pace its pace
 -- (tokens/s, "%.17g"; "" when reserved is 0) and wait (integer, µs) is
--- now - clock, how far the bucket's time is ahead of Redis TIME.
+-- now - clock, how far the bucket's time is ahead of Redis TIME, and
+-- rate share the caller's share after the call, "rate/from/until" as its
+-- entry holds it, or "" for none (SHARES).
 -- Tokens are returned as a string because Redis truncates Lua numbers to integers.
 --
 -- Reservations ("paced grants"). A bucket whose ts is after the clock is
@@ -88,8 +94,8 @@
 --
 -- A batch: with 3n keys (n >= 2), the script acquires for n tenants in one
 -- call, tenant i's keys being KEYS[3i-2..3i] and its arguments
--- ARGV[7i-6..7i] (always seven: an empty id for no registry, an empty
--- length for none). It returns an
+-- ARGV[8i-7..8i] (always eight: an empty id for no registry, an empty
+-- length and share operation for none). It returns an
 -- array of n replies, each the reply above or tenant i's error reply, so
 -- that one tenant's bad argument or corrupt key fails that tenant alone.
 -- Every tenant is acquired for exactly as a call of its own would be, at
@@ -118,17 +124,29 @@ local SUMMARY_AGE = 1 / 8
 local RESERVE_AHEAD = 990
 local ENTRY_AGE = 1 / 4
 
--- ENTRY_SHARE is the fourth field of the entries this release writes: the
--- rate share the instance holds, tokens/s (docs/design.md, "Rate
--- shares"), empty for none, as in every entry of this release (a byte:
--- two took the registry of 32 instances a jemalloc size class up,
--- TestRedisMemoryPerBucket). The field says the instance's client
--- honours the shares recorded in a bucket (common.lua); a release that
--- grants shares refuses them while a live entry lacks it. Earlier
--- releases read the other instances' entries by their first two fields;
--- one that finds its own entry with four fields (after a downgrade) takes
--- itself for a new instance for one call, and writes its entry again.
-local ENTRY_SHARE = ''
+-- SHARES. An instance may hold a rate share (common.lua, "Rate shares";
+-- docs/design.md): rate tokens a second from the call that granted it
+-- until the end of the bucket's epoch, or of the next one when granted in
+-- an epoch's second half (booked). Its registry entry's fourth field holds
+-- it, "rate/from/until" (tokens/s as "%.17g", then µs), empty for none:
+-- every entry this release writes has the field, which says its client
+-- honours a bucket's record of shares. Earlier releases read the other
+-- instances' entries by their first two fields; one that finds its own
+-- entry with four fields (after a downgrade) takes itself for a new
+-- instance for one call, and writes its entry again with three. The
+-- field costs a byte when empty (two took the registry of 32 instances a
+-- jemalloc size class up, TestRedisMemoryPerBucket). A call asks for a
+-- share with ARGV[o + 8] = 'A<period>:<phase>:<hold>:<headroom>': the
+-- share it held, if any, ends, and it is granted min(its max-min fair
+-- share, rate*(1 - headroom) - the shares in force), none when that could
+-- not hold a token over hold (share*hold < 1 s), until the end of the
+-- record's epoch (the epochs of period and phase when no share is in
+-- force); 'R<from>' ends the share granted at from, if it holds it still.
+-- No share is granted while a live entry has three fields (a client of
+-- an earlier release, which would refill past the shares): the recompute
+-- of the summary sees them, and keeps the bucket's field ol (the time it
+-- last saw one) until a recompute sees none. An instance that holds a
+-- share accrues its fair-share credit at its fair share less its share.
 
 -- sane_demand returns a reported demand as a number >= 0: what is not one
 -- (missing, NaN, negative, infinite) counts as 0.
@@ -141,30 +159,31 @@ local function sane_demand(v)
 end
 
 -- read_entry returns the last acquire (us), demand (tokens/s) and credit
--- (tokens) of a registry entry, "last acquire:demand:credit:share" (an
--- earlier release's has no share: see ENTRY_SHARE); nils for none, and for
--- one that does not read or is older than cutoff (not this instance's any
--- more).
+-- (tokens) of a registry entry, "last acquire:demand:credit:share", and
+-- its share as written (an earlier release's entry has none: nil; see
+-- SHARES); nils for none, and for one that does not read or is older
+-- than cutoff (not this instance's any more).
 local function read_entry(mine, cutoff)
   if not mine then
-    return nil, nil, nil
+    return nil, nil, nil, nil
   end
-  local s, d, c = string.match(mine, '^([^:]*):([^:]*):([^:]*):[^:]*$')
+  local s, d, c, r = string.match(mine, '^([^:]*):([^:]*):([^:]*):([^:]*)$')
   if s == nil then
     s, d, c = string.match(mine, '^([^:]*):([^:]*):([^:]*)$')
   end
   local seen, demand, credit = tonumber(s), tonumber(d), tonumber(c)
   if seen == nil or seen < cutoff or demand == nil then
-    return nil, nil, nil
+    return nil, nil, nil, nil
   end
-  return seen, demand, credit
+  return seen, demand, credit, r
 end
 
 -- acquire runs the acquire above for one tenant: its bucket, registry and
 -- override keys, its arguments at ARGV[o + 1 ..], the call's Redis TIME
--- (clock, microseconds) and whether ARGV[o + 7] is the reserve length.
+-- (clock, microseconds) and how many arguments it has (3 to 8: ARGV[o + 7]
+-- is the reserve length, ARGV[o + 8] the share's operation).
 -- It returns the tenant's reply or its error reply.
-local function acquire(key, ikey, qkey, o, clock, hasLength)
+local function acquire(key, ikey, qkey, o, clock, nargs)
   local rate, burst = check_limits(ARGV[o + 1], ARGV[o + 2], '')
   if rate == nil then
     return burst -- the error reply
@@ -174,10 +193,37 @@ local function acquire(key, ikey, qkey, o, clock, hasLength)
     return bad('want must be an integer >= 0, got ' .. tostring(ARGV[o + 3]))
   end
   local length = 0 -- the reserve length, milliseconds
-  if hasLength and ARGV[o + 7] ~= '' then
+  if nargs >= 7 and ARGV[o + 7] ~= '' then
     length = tonumber(ARGV[o + 7])
     if length == nil or length ~= length or length < 0 or length == math.huge then
       return bad('reserve length must be a finite number >= 0 (ms), got ' .. tostring(ARGV[o + 7]))
+    end
+  end
+  -- The share's operation (see SHARES): '' keeps the share held as it is,
+  -- 'R<from>' ends the one granted at from, 'A<period>:<phase>:<hold>:
+  -- <headroom>' asks for one (µs, µs, µs, a fraction), replacing it.
+  local op, from, terms = '', nil, nil
+  if nargs >= 8 and ARGV[o + 8] ~= '' then
+    local a = ARGV[o + 8]
+    op = string.sub(a, 1, 1)
+    if op == 'R' then
+      from = tonumber(string.sub(a, 2))
+      if not whole(from, 0) then
+        return bad('share release must be R<from, µs>, got ' .. a)
+      end
+    elseif op == 'A' then
+      local pe, ph, ho, hr = string.match(a, '^A([^:]*):([^:]*):([^:]*):([^:]*)$')
+      pe, ph, ho, hr = tonumber(pe), tonumber(ph), tonumber(ho), tonumber(hr)
+      if not (whole(pe, 1000) and pe <= EPOCH_TIME / 4 and whole(ph, 0) and ph < pe and whole(ho, 1000) and
+          ho ~= math.huge and hr and hr >= 0 and hr < 1) then
+        return bad('share ask must be A<period>:<phase>:<hold>:<headroom> (period >= 1000 µs, phase in [0, period), hold >= 1000 µs, headroom in [0, 1)), got ' .. a)
+      end
+      terms = {pe, ph, ho, hr}
+    else
+      return bad('share operation must be empty, R<from> or A<terms>, got ' .. a)
+    end
+    if ARGV[o + 4] == nil or ARGV[o + 4] == '' then
+      return bad('a share needs an instance id')
     end
   end
 
@@ -209,8 +255,11 @@ local function acquire(key, ikey, qkey, o, clock, hasLength)
   local id = ARGV[o + 4]
   local demand = 0
   local window = 0        -- the registry window, microseconds
-  local prevSeen, prevDemand, prevCredit = nil, nil, nil
+  local prevSeen, prevDemand, prevCredit, prevMine = nil, nil, nil, nil
   local summary = nil     -- the registry summary to store, when recomputed
+  local older = nil       -- whether the recompute met an earlier release's live entry
+  local mine = nil        -- the rate share this instance holds: {rate, from, until}
+  local mineText = ''     -- and as its entry's fourth field holds it
   if id ~= nil and id ~= '' then
     local wms = tonumber(ARGV[o + 5])
     if wms == nil or wms ~= wms or wms < 1 or wms == math.huge then
@@ -244,12 +293,12 @@ local function acquire(key, ikey, qkey, o, clock, hasLength)
       all = redis.call('HGETALL', ikey)
       for i = 1, #all, 2 do
         if all[i] == id then
-          prevSeen, prevDemand, prevCredit = read_entry(all[i + 1], cutoff)
+          prevSeen, prevDemand, prevCredit, prevMine = read_entry(all[i + 1], cutoff)
           break
         end
       end
     else
-      prevSeen, prevDemand, prevCredit = read_entry(redis.call('HGET', ikey, id), cutoff)
+      prevSeen, prevDemand, prevCredit, prevMine = read_entry(redis.call('HGET', ikey, id), cutoff)
       if prevSeen == nil then
         all = redis.call('HGETALL', ikey)
       end
@@ -259,13 +308,16 @@ local function acquire(key, ikey, qkey, o, clock, hasLength)
       local stale = nil -- the entries to delete, in one HDEL
       for i = 1, #all, 2 do
         if all[i] ~= id then
-          local s, d = string.match(all[i + 1], '^([^:]*):([^:]*)')
+          local s, d, r = string.match(all[i + 1], '^([^:]*):([^:]*):[^:]*(:?)')
           local seen = tonumber(s)
           if seen == nil or seen < cutoff then
             stale = stale or {}
             stale[#stale + 1] = all[i]
           else
             demands[#demands + 1] = sane_demand(d)
+            if r == '' then
+              older = true -- three fields: a client that does not honour shares
+            end
           end
         end
       end
@@ -304,14 +356,90 @@ local function acquire(key, ikey, qkey, o, clock, hasLength)
     if level >= 0 and share > level then
       share = level
     end
+    -- The rate share this instance holds, while it is in force: its
+    -- entry's "rate/from/until" (SHARES), until after the start of the
+    -- record's epoch.
+    local sh = state[21]
+    if prevMine and prevMine ~= '' and sh then
+      local r, f, u = string.match(prevMine, '^([^/]*)/([^/]*)/([^/]*)$')
+      r, f, u = tonumber(r), tonumber(f), tonumber(u)
+      if r and f and u and r > 0 and u > sh[1] * sh[4] + sh[5] then
+        mine, mineText = {r, f, u}, prevMine
+      end
+    end
+    if mine and (op == 'A' or (op == 'R' and mine[2] == from)) then
+      -- Ended (or to be replaced): out of the sums in force, and out of
+      -- the part booked when it runs past the record's epoch.
+      local sc, sb = sh[2] - mine[1], sh[3]
+      if mine[3] > (sh[1] + 1) * sh[4] + sh[5] then
+        sb = sb - mine[1]
+      end
+      if sc < 0 then
+        sc = 0
+      end
+      if sb < 0 then
+        sb = 0
+      end
+      if sb > sc then
+        sb = sc
+      end
+      sh = {sh[1], sc, sb, sh[4], sh[5]}
+      if sc <= 0 then
+        sh = nil
+      end
+      mine, mineText = nil, ''
+    end
+    -- Granted out of what the shares in force leave of rate*(1 - headroom),
+    -- at most the fair share, until the end of the epoch, or of the next
+    -- one in the epoch's second half (booked); none while an earlier
+    -- release's client is active (older, or the bucket's ol from the last
+    -- recompute), or when it could not hold a token (share*hold < 1).
+    if op == 'A' and not older and not (all == nil and state[22]) then
+      if sh == nil then
+        local ep = math.floor((now - terms[2]) / terms[1])
+        if ep * terms[1] + terms[2] > now then
+          ep = ep - 1
+        elseif (ep + 1) * terms[1] + terms[2] <= now then
+          ep = ep + 1
+        end
+        sh = {ep, 0, 0, terms[1], terms[2]}
+      end
+      local fin = (sh[1] + 1) * sh[4] + sh[5]
+      local s = rate * (1 - terms[4]) - sh[2]
+      if share < s then
+        s = share
+      end
+      if s > 0 and s * terms[3] / 1000000 >= 1 then
+        local u = fin
+        if 2 * (fin - now) < sh[4] then
+          u = fin + sh[4]
+          sh[3] = sh[3] + s
+        end
+        sh[2] = sh[2] + s
+        mine = {s, now, u}
+        mineText = fmt17(s) .. '/' .. string.format('%d/%d', now, u)
+      elseif sh[2] <= 0 then
+        sh = nil
+      end
+    end
+    state[21] = sh
     -- The credit accrues at the share, up to the instance's share of the
     -- burst or, when more, half a window of the share but at most a
     -- quarter of the burst: a starved instance may then call once per
     -- half window rather than once per fill time (burst/rate), each call
     -- taking more, while the instances together still come for the
     -- bucket's tokens before it is half full. A new instance starts full.
-    capacity = burst * share / rate
-    local span = share * window / 2000000
+    -- With a rate share held, what the credit follows is the rest of the
+    -- fair share: the bucket refills at the rate less the shares.
+    local cshare = share
+    if mine then
+      cshare = share - mine[1]
+      if cshare < 0 then
+        cshare = 0
+      end
+    end
+    capacity = burst * cshare / rate
+    local span = cshare * window / 2000000
     if span > burst / 4 then
       span = burst / 4
     end
@@ -328,7 +456,7 @@ local function acquire(key, ikey, qkey, o, clock, hasLength)
       if since < 0 then
         since = 0
       end
-      credit = prevCredit + share * since / 1000000
+      credit = prevCredit + cshare * since / 1000000
       if credit > capacity then
         credit = capacity
       end
@@ -365,12 +493,12 @@ local function acquire(key, ikey, qkey, o, clock, hasLength)
     -- hash is kept for two windows from each summary, which any active
     -- instance recomputes within SUMMARY_AGE of a window.
     if prevSeen == nil or credit ~= prevCredit or now - prevSeen >= window * ENTRY_AGE or
-        math.abs(demand - prevDemand) > prevDemand / 4 then
+        math.abs(demand - prevDemand) > prevDemand / 4 or mineText ~= (prevMine or '') then
       local entry
       if whole15(demand) and whole15(credit) then
-        entry = string.format('%d:%d:%d:' .. ENTRY_SHARE, now, demand, credit)
+        entry = string.format('%d:%d:%d:', now, demand, credit) .. mineText
       else
-        entry = string.format('%d:%.17g:%.17g:' .. ENTRY_SHARE, now, demand, credit)
+        entry = string.format('%d:%.17g:%.17g:', now, demand, credit) .. mineText
       end
       redis.call('HSET', ikey, id, entry)
     end
@@ -430,8 +558,14 @@ local function acquire(key, ikey, qkey, o, clock, hasLength)
   local extra = nil
   if summary then
     extra = {'rg', summary}
+    if older then
+      extra[3], extra[4] = 'ol', string.format('%d', now)
+    end
   end
   local tk = store(key, tokens, stored, rate, burst, h, state, extra, clock)
+  if summary and not older and state[22] then
+    redis.call('HDEL', key, 'ol')
+  end
 
   local shareOut = ''
   if share ~= nil then
@@ -441,15 +575,15 @@ local function acquire(key, ikey, qkey, o, clock, hasLength)
   if pace ~= nil then
     paceOut = fmt17(pace)
   end
-  return {granted, tk, now, instances, override, shareOut, reserved, paceOut, now - clock}
+  return {granted, tk, now, instances, override, shareOut, reserved, paceOut, now - clock, mineText}
 end
 
 if #KEYS == 3 then
-  return acquire(KEYS[1], KEYS[2], KEYS[3], 0, redis_now(), #ARGV == 7)
+  return acquire(KEYS[1], KEYS[2], KEYS[3], 0, redis_now(), #ARGV)
 end
 local n = #KEYS / 3
-if n < 2 or n ~= math.floor(n) or #ARGV ~= 7 * n then
-  return bad('a batch wants 3 keys and 7 arguments per tenant, got ' .. #KEYS .. ' keys and ' .. #ARGV .. ' arguments')
+if n < 2 or n ~= math.floor(n) or #ARGV ~= 8 * n then
+  return bad('a batch wants 3 keys and 8 arguments per tenant, got ' .. #KEYS .. ' keys and ' .. #ARGV .. ' arguments')
 end
 local clock = redis_now()
 local replies = {}
@@ -458,7 +592,7 @@ for i = 1, n do
   -- would end the whole call, after the earlier tenants' writes: caught,
   -- it is that tenant's error reply alone. Its reads come first, so it
   -- has written nothing then.
-  local ok, r = pcall(acquire, KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i], 7 * (i - 1), clock, true)
+  local ok, r = pcall(acquire, KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i], 8 * (i - 1), clock, 8)
   if not ok then
     if type(r) == 'table' and r.err then
       r = redis.error_reply(r.err)

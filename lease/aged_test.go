@@ -716,7 +716,7 @@ func TestPackedHistoryFits(t *testing.T) {
 	run := func(key string, burst int64) (int64, float64) {
 		t.Helper()
 		v, err := acquire.Run(ctx, rdb, []string{key, InstancesKey(key), QuotaKey(key)}, "1e-9", burst, 10).Slice()
-		if err != nil || len(v) != 9 || v[0] != int64(10) {
+		if err != nil || len(v) != 10 || v[0] != int64(10) {
 			t.Fatalf("acquire: %v, %v", v, err)
 		}
 		left, err := strconv.ParseFloat(fmt.Sprint(v[1]), 64)

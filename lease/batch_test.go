@@ -172,7 +172,7 @@ func TestBatchAfterScriptFlush(t *testing.T) {
 }
 
 // TestBatchArguments: WithBatch wants n >= 1, and the script refuses a
-// batch whose keys and arguments do not come in threes and sevens.
+// batch whose keys and arguments do not come in threes and eights.
 func TestBatchArguments(t *testing.T) {
 	for _, n := range []int{0, -1} {
 		if _, err := NewClient(redisserver.Client(t), "p:", WithBatch(n)); !errors.Is(err, ErrBadRequest) {
@@ -187,10 +187,10 @@ func TestBatchArguments(t *testing.T) {
 		args []interface{}
 	}{
 		{[]string{p + "a", p + "ai", p + "aq", p + "b"}, []interface{}{1, 10, 1}},
-		{[]string{p + "a", p + "ai", p + "aq", p + "b", p + "bi", p + "bq"}, []interface{}{1, 10, 1, "", "", "", "", 1, 10, 1}},
+		{[]string{p + "a", p + "ai", p + "aq", p + "b", p + "bi", p + "bq"}, []interface{}{1, 10, 1, "", "", "", "", "", 1, 10, 1}},
 	} {
 		err := rdb.Eval(ctx, acquireScript.src, tc.keys, tc.args...).Err()
-		if err == nil || !strings.Contains(err.Error(), "a batch wants 3 keys and 7 arguments per tenant") {
+		if err == nil || !strings.Contains(err.Error(), "a batch wants 3 keys and 8 arguments per tenant") {
 			t.Errorf("%d keys, %d arguments: %v", len(tc.keys), len(tc.args), err)
 		}
 	}

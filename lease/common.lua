@@ -279,7 +279,8 @@ end
 -- state[18] then holds) and state[17] ts as a number; history() puts the
 -- code of h's burst (level_code) in state[19]. state[20] is field sh as
 -- stored (false for none) and state[21] the shares in force as of the
--- call's time (nil for none), which store writes back.
+-- call's time (nil for none), which store writes back; state[22] is field
+-- ol (acquire.lua's SHARES), false for none.
 local function read_bucket(key, now, rate, burst, btext)
   -- hb and p1..p8 (state[3..11]) are the previous release's history (see
   -- history); s0 (state[12]) a field of the layout before it (two
@@ -290,7 +291,7 @@ local function read_bucket(key, now, rate, burst, btext)
   -- h, rg), and HMGET looks each of the 14 up in the hash and makes its
   -- reply a table grown 5 times; the table made here at its size has room
   -- for state[14..19].
-  local state = {false, false, false, false, false, false, false, false, false, false, false, false, false, nil, false, nil, nil, nil, nil, false, nil}
+  local state = {false, false, false, false, false, false, false, false, false, false, false, false, false, nil, false, nil, nil, nil, nil, false, nil, false}
   local all = redis.call('HGETALL', key)
   for i = 1, #all, 2 do
     local f = all[i]
@@ -310,6 +311,7 @@ local function read_bucket(key, now, rate, burst, btext)
     elseif f == 'p8' then j = 11
     elseif f == 's0' then j = 12
     elseif f == 'sh' then j = 20
+    elseif f == 'ol' then j = 22
     end
     if j then
       state[j] = all[i + 1]

@@ -57,18 +57,32 @@
 // epoch's end only the booked part stays in force, and once none is, the
 // record is dropped and the bucket refills at the whole rate
 // (RefillShares). The two together make the rate, so the bound below
-// holds with the shares' tokens counted as granted (internal/rateshare's
-// model, whose bound is a property test, holds RefillShares and Settled
-// to the bit). Every script refills and sets the TTL so; this release
-// grants no share, and makes no reservation while one is in force (a
-// reservation assumes the whole rate). Each registry entry this release
-// writes has a fourth field, the share the instance holds (empty: none), which
-// says its client honours a record of shares; earlier releases read the
-// other instances' entries by their first two fields, and a release that
-// grants shares is to refuse them while a live entry lacks the fourth
-// (docs/design.md, "Rate shares"). A record in a bucket that an earlier
-// release wrote since (ts after the record's epoch) refills nothing for
-// the epochs it missed: that client refilled them at the whole rate.
+// holds with each share's rate over the time it is held counted as
+// granted (internal/rateshare's model, whose bound is a property test,
+// holds RefillShares and Settled to the bit, and lease/memstore's grants
+// and ends to its own). Every script refills and sets the TTL so, and an
+// acquire makes no reservation while a share is in force (a reservation
+// assumes the whole rate).
+//
+// An acquire asks for a share with Request.Share = ShareAsk on
+// ShareTerms (it needs WithInstance): the share the caller held ends, and
+// it is granted min(its max-min fair share, what the shares in force
+// leave of the rate less ShareTerms.Headroom), none when that could not
+// hold a token over ShareTerms.Hold; Grant.RateShare says what it holds
+// after any call. ShareEnd ends the share granted at ShareFrom, if still
+// held. The share is kept in the caller's registry entry, as its fourth
+// field ("rate/from/until", empty for none), which every entry of this
+// release has: it says that the client honours a record of shares.
+// Earlier releases read the other instances' entries by their first two
+// fields; and since a client of one refills past the shares in force, no
+// share is granted while a live entry lacks the fourth field (the bucket
+// keeps ol while the registry's summary last saw one). That guard is
+// not a proof (an earlier client that starts while shares are in force
+// refills past them until they end): shares are to be asked for only
+// once every client of a fleet runs this release or a later one. A record
+// in a bucket that an earlier release wrote since (ts after the record's
+// epoch) refills nothing for the epochs it missed: that client refilled
+// them at the whole rate. The Limiter does not ask for shares yet.
 //
 // # Reservations
 //

@@ -24,22 +24,28 @@ func plainAcquire(c *Client, r Request) call {
 			demand = 0
 		}
 		args = append(args, c.instance, strconv.FormatInt(c.window.Milliseconds(), 10), strconv.FormatFloat(demand, 'f', -1, 64))
-		if r.Reserve > 0 {
-			args = append(args, strconv.FormatInt(ceilMillis(r.Reserve), 10))
+		if r.Reserve > 0 || r.Share != ShareKeep {
+			args = append(args, "")
+			if r.Reserve > 0 {
+				args[len(args)-1] = strconv.FormatInt(ceilMillis(r.Reserve), 10)
+			}
+		}
+		if r.Share != ShareKeep {
+			args = append(args, shareArg(&r))
 		}
 	}
 	return newCall(keys, args...)
 }
 
 // plainBatch is a batch's call as it was built: the tenants' keys, then
-// their arguments, each padded to seven with "".
+// their arguments, each padded to eight with "".
 func plainBatch(calls []call) call {
 	var keys []string
 	var args []interface{}
 	for _, cl := range calls {
 		keys = append(keys, cl.keys...)
 		args = append(args, cl.argv()...)
-		for k := len(cl.argv()); k < 7; k++ {
+		for k := len(cl.argv()); k < 8; k++ {
 			args = append(args, "")
 		}
 	}

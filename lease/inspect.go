@@ -90,6 +90,9 @@ type InstanceEntry struct {
 	// Shares reports an entry written by a client that honours rate
 	// shares (this release and later); false for an earlier release's.
 	Shares bool
+	// RateShare is the rate share it was granted last (in force while
+	// the bucket's Shares hold it: BucketState.Shares.Holds).
+	RateShare RateShare
 }
 
 // Inspection is everything Redis holds for one tenant (Client.Inspect).
@@ -391,7 +394,14 @@ func parseInstance(id, entry string) (InstanceEntry, error) {
 	if err1 != nil || err2 != nil || err3 != nil {
 		return InstanceEntry{}, fmt.Errorf("entry %q of %q: a field is not a number", entry, id)
 	}
-	return InstanceEntry{ID: id, LastAcquire: at, Demand: d, Credit: c, Shares: len(f) == 4}, nil
+	e := InstanceEntry{ID: id, LastAcquire: at, Demand: d, Credit: c, Shares: len(f) == 4}
+	if e.Shares {
+		var err error
+		if e.RateShare, err = parseRateShare(f[3]); err != nil {
+			return InstanceEntry{}, fmt.Errorf("entry %q of %q: %w", entry, id, err)
+		}
+	}
+	return e, nil
 }
 
 // replyHash reads an HGETALL reply (field, value, ...) as a map.

@@ -64,7 +64,7 @@ func TestReserveArguments(t *testing.T) {
 		}
 		// In a batch, the tenant alone fails.
 		v, err := acquireScript.run(ctx, rdb, append(append([]string{}, keys...), key+"2", key+"2i", key+"2q"),
-			"1", "10", "1", "", "", "", h, "1", "10", "1", "", "", "", "").Result()
+			"1", "10", "1", "", "", "", h, "", "1", "10", "1", "", "", "", "", "").Result()
 		a, ok := v.([]interface{})
 		if err != nil || !ok || len(a) != 2 {
 			t.Fatalf("batch with horizon %q: %v, %v", h, v, err)

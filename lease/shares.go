@@ -6,16 +6,16 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"time"
 )
 
-// Rate shares (docs/design.md, "Rate shares"): a share is a grant of a
-// rate, s tokens a second until the end of an epoch, which its holder
-// accrues locally. A bucket records the sum of the shares in force and
-// refills at the rest of the rate, so that the two together make exactly
-// the rate and the bound holds. This release's scripts honour such a
-// record (field sh) in every refill and in the key's TTL, and write none:
-// the step that grants shares needs every client of a fleet to honour
-// them first.
+// Rate shares (the package doc, "Rate shares"; docs/design.md): a share
+// is a grant of a rate, s tokens a second until the end of an epoch, which
+// its holder accrues locally. A bucket records the sum of the shares in
+// force and refills at the rest of the rate, so that the two together
+// make exactly the rate and the bound holds. The functions here are the
+// scripts' rules in Go, in their operations and order, which
+// lease/memstore and the operator's view of a bucket call.
 
 // ErrBadShares is returned, wrapped, by ParseShares for a field that does
 // not read as Shares.
@@ -155,4 +155,164 @@ func Settled(tokens float64, at int64, rate float64, burst int64, s Shares) (int
 	}
 	level, _ := RefillShares(tokens, at, t, rate, burst, s)
 	return t, level
+}
+
+// ShareOp is what an acquire does with the caller's rate share
+// (Request.Share; see Rate shares in the package doc). A share needs the
+// instance registry: a Client without WithInstance sends no operation.
+type ShareOp uint8
+
+const (
+	// ShareKeep leaves the share the caller holds, if any, as it is: the
+	// zero value, which sends nothing.
+	ShareKeep ShareOp = iota
+	// ShareAsk ends the share the caller holds, if any, and asks for one
+	// on Request.ShareTerms: min(its max-min fair share, what the shares
+	// in force leave of the rate less the headroom), until the end of the
+	// bucket's epoch, or of the next one in an epoch's second half. None
+	// is granted while a client of an earlier release is active on the
+	// tenant (its registry entry has three fields), nor one that could
+	// not hold a token over Hold.
+	ShareAsk
+	// ShareEnd ends the share granted at Request.ShareFrom, if the caller
+	// holds it still: a repeated or late end ends nothing.
+	ShareEnd
+)
+
+// ShareTerms are the shape of the shares a client asks for (ShareAsk).
+// They are sent in whole microseconds, rounded down.
+type ShareTerms struct {
+	// Period is the length of an epoch, Phase (in [0, Period)) offsets its
+	// boundaries from Redis's clock's zero: a hash of the tenant, so that
+	// the tenants of a fleet do not renew together. A bucket's epochs are
+	// those of the terms its first share was granted on, while any share
+	// is in force.
+	Period, Phase time.Duration
+	// Hold is how long the holder lets its share accrue unspent: a share
+	// too small to hold a token over it (Rate*Hold < 1) is not granted. It
+	// is the L of the window bound, Burst + Rate*(W + L). At least 1 ms.
+	Hold time.Duration
+	// Headroom, in [0, 1), is the part of the rate never granted as
+	// shares: the bucket keeps refilling at least at Headroom*Rate, for
+	// bursts and for instances that arrive while shares are in force.
+	Headroom float64
+}
+
+// Validate returns an error wrapping ErrBadRequest that names the first
+// field of t out of range, or nil.
+func (t ShareTerms) Validate() error {
+	p, ph, h := t.Period.Microseconds(), t.Phase.Microseconds(), t.Hold.Microseconds()
+	switch {
+	case p < 1000 || p > maxEpochTime/4:
+		return fmt.Errorf("%w: ShareTerms.Period %v, want from 1ms to 2^51µs", ErrBadRequest, t.Period)
+	case ph < 0 || ph >= p:
+		return fmt.Errorf("%w: ShareTerms.Phase %v, want in [0, Period)", ErrBadRequest, t.Phase)
+	case h < 1000:
+		return fmt.Errorf("%w: ShareTerms.Hold %v, want at least 1ms", ErrBadRequest, t.Hold)
+	case !(t.Headroom >= 0 && t.Headroom < 1):
+		return fmt.Errorf("%w: ShareTerms.Headroom %v, want in [0, 1)", ErrBadRequest, t.Headroom)
+	}
+	return nil
+}
+
+// RateShare is a rate share held: Rate tokens a second from From until
+// Until (the bucket's times, Redis's clock). The zero RateShare is none.
+type RateShare struct {
+	Rate        float64
+	From, Until time.Time
+}
+
+// Held reports whether s is a share (Rate > 0).
+func (s RateShare) Held() bool { return s.Rate > 0 }
+
+// String returns s as a registry entry's fourth field holds it,
+// "rate/from/until" (µs), or "" for none.
+func (s RateShare) String() string {
+	if !s.Held() {
+		return ""
+	}
+	return fmt.Sprintf("%.17g/%d/%d", s.Rate, s.From.UnixMicro(), s.Until.UnixMicro())
+}
+
+// parseRateShare reads a registry entry's fourth field: "" is none.
+func parseRateShare(v string) (RateShare, error) {
+	if v == "" {
+		return RateShare{}, nil
+	}
+	f := strings.Split(v, "/")
+	if len(f) != 3 {
+		return RateShare{}, fmt.Errorf("share %q: want rate/from/until", v)
+	}
+	r, err1 := strconv.ParseFloat(f[0], 64)
+	from, err2 := strconv.ParseInt(f[1], 10, 64)
+	until, err3 := strconv.ParseInt(f[2], 10, 64)
+	if err := errors.Join(err1, err2, err3); err != nil || !(r > 0) || math.IsInf(r, 0) || until <= from {
+		return RateShare{}, fmt.Errorf("share %q: want rate > 0, from < until", v)
+	}
+	return RateShare{Rate: r, From: time.UnixMicro(from), Until: time.UnixMicro(until)}, nil
+}
+
+// start returns when the epoch Epoch starts (µs).
+func (s Shares) start() int64 { return s.Epoch*s.Period + s.Phase }
+
+// Holds reports whether r, a share an instance's entry records, is among
+// the shares s has in force: it runs past the start of s's epoch.
+func (s Shares) Holds(r RateShare) bool {
+	return s.InForce() && r.Held() && r.Until.UnixMicro() > s.start()
+}
+
+// Drop returns s without r, a share it holds (Holds): out of Committed,
+// and out of Booked when r runs past s's epoch; the zero Shares when
+// nothing is left in force. It is acquire.lua's, in its operations and
+// order.
+func (s Shares) Drop(r RateShare) Shares {
+	sc, sb := s.Committed-r.Rate, s.Booked
+	if r.Until.UnixMicro() > s.end(0) {
+		sb -= r.Rate
+	}
+	sc, sb = max(sc, 0), max(sb, 0)
+	if sb > sc {
+		sb = sc
+	}
+	if sc <= 0 {
+		return Shares{}
+	}
+	s.Committed, s.Booked = sc, sb
+	return s
+}
+
+// GrantShare returns s with a share granted at now (µs, the bucket's time
+// of the call, in s's epoch) on terms t, and the share: min(fair, what s
+// leaves of rate*(1 - t.Headroom)), until the end of s's epoch, or of the
+// next one when granted in its second half (then booked too); none (the
+// zero RateShare, and s unchanged) when that could not hold a token over
+// t.Hold. Without shares in force s takes the epochs of t. It is
+// acquire.lua's, in its operations and order.
+func GrantShare(s Shares, now int64, t ShareTerms, rate, fair float64) (Shares, RateShare) {
+	if !s.InForce() {
+		per, ph := t.Period.Microseconds(), t.Phase.Microseconds()
+		ep := (now - ph) / per
+		if (now-ph)%per < 0 {
+			ep-- // floor, not truncation
+		}
+		s = Shares{Epoch: ep, Period: per, Phase: ph}
+	}
+	fin := s.end(0)
+	sr := rate*(1-t.Headroom) - s.Committed
+	if fair < sr {
+		sr = fair
+	}
+	if sr > 0 && sr*float64(t.Hold.Microseconds())/1e6 >= 1 {
+		until := fin
+		if 2*(fin-now) < s.Period {
+			until = fin + s.Period
+			s.Booked += sr
+		}
+		s.Committed += sr
+		return s, RateShare{Rate: sr, From: time.UnixMicro(now), Until: time.UnixMicro(until)}
+	}
+	if s.Committed <= 0 {
+		return Shares{}, RateShare{}
+	}
+	return s, RateShare{}
 }

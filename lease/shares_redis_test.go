@@ -182,3 +182,189 @@ func TestCorruptSharesField(t *testing.T) {
 		}
 	}
 }
+
+// TestShareArguments: acquire.lua refuses a share operation it cannot
+// read, or one without an instance id, naming it, and writes nothing.
+func TestShareArguments(t *testing.T) {
+	ctx := context.Background()
+	_, rdb, _ := setup(t)
+	key := redisserver.Prefix(t) + "{t}"
+	keys := []string{key, key + ":i", key + ":q"}
+	for _, tc := range []struct{ id, op, want string }{
+		{"a", "X", "share operation must be"},
+		{"a", "R", "share release must be"},
+		{"a", "R-1", "share release must be"},
+		{"a", "Rx", "share release must be"},
+		{"a", "A1000:0:1000", "share ask must be"},
+		{"a", "A999:0:1000:0", "share ask must be"},
+		{"a", "A1000:1000:1000:0", "share ask must be"},
+		{"a", "A1000:0:999:0", "share ask must be"},
+		{"a", "A1000:0:1000:1", "share ask must be"},
+		{"a", "A1000:0:1000:-0.1", "share ask must be"},
+		{"a", "A1000:0:1000:nan", "share ask must be"},
+		{"a", "A4503599627370497:0:1000:0", "share ask must be"},
+		{"", "A1000:0:1000:0", "a share needs an instance id"},
+	} {
+		err := acquireScript.run(ctx, rdb, keys, "1", "10", "1", tc.id, "1000", "1", "", tc.op).Err()
+		if !redis.HasErrorPrefix(err, "leasequota: bad argument: "+tc.want) {
+			t.Errorf("id %q, share %q: %v, want %q", tc.id, tc.op, err, tc.want)
+		}
+	}
+	if n, err := rdb.Exists(ctx, keys...).Result(); err != nil || n != 0 {
+		t.Errorf("refused calls wrote %d keys (%v)", n, err)
+	}
+	// Request.Validate names the field before anything is sent.
+	for _, r := range []Request{
+		{Share: ShareAsk, ShareTerms: ShareTerms{Period: time.Second, Phase: time.Second, Hold: time.Second}},
+		{Share: ShareAsk, ShareTerms: ShareTerms{Period: time.Second, Hold: time.Microsecond}},
+		{Share: ShareAsk, ShareTerms: ShareTerms{Period: time.Second, Hold: time.Second, Headroom: 1}},
+		{Share: ShareEnd},
+		{Share: ShareOp(9)},
+	} {
+		r.Tenant, r.Limits = "t", Limits{Rate: 1, Burst: 1}
+		if err := r.Validate(); !errors.Is(err, ErrBadRequest) || !strings.Contains(err.Error(), "Share") {
+			t.Errorf("Validate(%+v) = %v, want ErrBadRequest naming the share", r, err)
+		}
+	}
+}
+
+// TestSharesRefusedBesideAnEarlierRelease: while a client of v6 (which
+// refills past a record of shares) has a live registry entry, no share
+// is granted, and the bucket says why (ol); once its entry is out of the
+// window, a recompute of the summary clears ol and shares are granted.
+func TestSharesRefusedBesideAnEarlierRelease(t *testing.T) {
+	ctx := context.Background()
+	_, rdb, _ := setup(t)
+	prefix := redisserver.Prefix(t)
+	const tenant = "guarded"
+	key := Key(prefix, tenant)
+	const window = 400 * time.Millisecond
+	lim := Limits{Rate: 100, Burst: 100}
+	old := redis.NewScript(v6Common + v6Acquire)
+	if err := old.Run(ctx, rdb, []string{key, InstancesKey(key), QuotaKey(key)}, formatRate(lim.Rate), lim.Burst, 1, "old", window.Milliseconds(), 10).Err(); err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewClient(rdb, prefix, WithInstance("new", window))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ask := Request{Tenant: tenant, Limits: lim, Demand: 50, Share: ShareAsk,
+		ShareTerms: ShareTerms{Period: time.Second, Hold: 500 * time.Millisecond}}
+	if g := acquireOne(t, c, ask); g.RateShare.Held() || g.Instances != 2 {
+		t.Fatalf("beside v6: %+v, want no share, 2 instances", g)
+	}
+	if n, _ := rdb.HExists(ctx, key, "ol").Result(); !n {
+		t.Fatalf("no ol in the bucket beside v6's entry")
+	}
+	// Past the window v6's entry is stale: the next recompute (the
+	// summary is then older than an eighth of the window) drops it.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		time.Sleep(window / 4)
+		g := acquireOne(t, c, ask)
+		if g.RateShare.Held() {
+			if g.Instances != 1 || g.RateShare.Rate != 50 {
+				t.Fatalf("after v6 left: %+v, want 1 instance and a share of 50", g)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no share granted 10 s after v6 left: %+v", g)
+		}
+	}
+	if n, _ := rdb.HExists(ctx, key, "ol").Result(); n {
+		t.Fatalf("ol still in the bucket once v6 left")
+	}
+}
+
+// TestSharesBesideStep1: clients of v7 (which honour a record of shares
+// and grant none) and of this release (asking for, renewing and ending
+// shares of 100 ms epochs, with demands that jump) take one tenant's
+// tokens for 1.5 s, in random
+// turns: everything issued, tokens granted by either and each share's
+// rate over the time it was held, stays within Burst + Rate*T, and shares
+// are granted (v7's entries have four fields).
+func TestSharesBesideStep1(t *testing.T) {
+	ctx := context.Background()
+	_, rdb, _ := setup(t)
+	prefix := redisserver.Prefix(t)
+	const tenant = "step1"
+	key := Key(prefix, tenant)
+	const window = 2 * time.Second
+	lim := Limits{Rate: 500, Burst: 50}
+	old := redis.NewScript(v7Common + v7Acquire)
+	news := make([]*Client, 4)
+	for i := range news {
+		c, err := NewClient(rdb, prefix, WithInstance(fmt.Sprint("new", i), window))
+		if err != nil {
+			t.Fatal(err)
+		}
+		news[i] = c
+	}
+	held := make([]RateShare, len(news))
+	r := rand.New(rand.NewPCG(7, 7))
+	var first, last int64
+	var issued float64
+	shares := 0
+	accrued := func(s RateShare, end int64) float64 {
+		return s.Rate * float64(max(0, min(end, s.Until.UnixMicro())-s.From.UnixMicro())) / 1e6
+	}
+	seen := func(at int64) {
+		if first == 0 {
+			first = at
+		}
+		last = max(last, at)
+	}
+	stop := time.Now().Add(1500 * time.Millisecond)
+	for time.Now().Before(stop) {
+		want := int64(r.IntN(20))
+		if i := r.IntN(6); i < 2 {
+			v, err := old.Run(ctx, rdb, []string{key, InstancesKey(key), QuotaKey(key)}, formatRate(lim.Rate), lim.Burst, want, fmt.Sprint("old", i), window.Milliseconds(), 300).Slice()
+			if err != nil || len(v) < 3 {
+				t.Fatalf("v7 acquire: %v %v", v, err)
+			}
+			issued += float64(v[0].(int64))
+			seen(v[2].(int64))
+			continue
+		} else {
+			i -= 2
+			// Demands that jump, so that fair shares come from summaries
+			// that are behind them: only the cap on what the shares in
+			// force leave keeps their sum within the rate.
+			req := Request{Tenant: tenant, Limits: lim, Want: want, Demand: float64(r.IntN(1000))}
+			switch r.IntN(4) {
+			case 0:
+				req.Share, req.ShareTerms = ShareAsk, ShareTerms{Period: 100 * time.Millisecond, Phase: 37 * time.Millisecond, Hold: 200 * time.Millisecond, Headroom: 0.1}
+			case 1:
+				if held[i].Held() {
+					req.Share, req.ShareFrom = ShareEnd, held[i].From
+				}
+			}
+			g := acquireOne(t, news[i], req)
+			at := g.ServerTime.UnixMicro()
+			seen(at)
+			issued += float64(g.Granted)
+			if g.RateShare != held[i] {
+				if held[i].Held() {
+					issued += accrued(held[i], at)
+				}
+				held[i] = g.RateShare
+				if g.RateShare.Held() {
+					shares++
+				}
+			}
+		}
+	}
+	total := issued
+	for _, h := range held {
+		total += accrued(h, last)
+	}
+	bound := float64(lim.Burst) + lim.Rate*float64(last-first)/1e6
+	t.Logf("issued %.1f of Burst + Rate*T = %.1f over %v; %d shares granted", total, bound, time.Duration(last-first)*time.Microsecond, shares)
+	if total > bound+1e-6*bound {
+		t.Fatalf("issued %v, above Burst + Rate*T = %v", total, bound)
+	}
+	if shares == 0 {
+		t.Fatalf("no share granted beside v7")
+	}
+}

@@ -39,6 +39,9 @@
 #               entries read, pushed, merged and partly rewritten
 #   reserve     starved, with a reservation length of 2 s (ARGV[7]), 1.2 s
 #               after the last call: the refill a second ahead is free again
+#   share/ask   16 instances holding rate shares, one asking again (ARGV[8];
+#               scripts that grant shares only)
+#   share/take  the same, one taking 10 tokens, its share kept
 #
 # A trivial script (return 1) with the same keys and arguments is the
 # floor: the transport, the dispatch and the KEYS/ARGV tables.
@@ -203,4 +206,15 @@ STARVED = ['10', '100', '50']
 path('starved', lambda t: [STARVED + ['i%d' % (i % 4), '3600000', '100'] for i in range(8)], lambda t: STARVED + ['i0', '3600000', '100'])
 path('history8', lambda t: [['1', '1000000000', '10', 'bench', '3600000', '100']] * 12, lambda t: ['1', '1000000000', '10', 'bench', '3600000', '100'])
 path('reserve', lambda t: [STARVED + ['i%d' % (i % 4), '3600000', '100', '2000'] for i in range(8)], lambda t: STARVED + ['i0', '3600000', '100', '2000'], sleep=1.2)
+# Rate shares (scripts that grant them: ARGV[8]). 16 instances of demand
+# 100 each hold shares of a tenant of rate 1000 (epochs of 10 s, a hold of
+# 0.5 s, a headroom of 0.1): share/ask is i0 asking again (its share ended
+# and granted anew, its entry and the bucket's record rewritten), as an
+# instance renews once a period; share/take is i0 taking 10 tokens with
+# the shares in force, its share kept.
+if src.count('ARGV[o + 8]'):
+    SHARED = ['1000', '1000']
+    TERMS = 'A10000000:0:500000:0.1'
+    path('share/ask', lambda t: [SHARED + ['0', 'i%d' % i, '3600000', '100', '', TERMS] for i in range(16)], lambda t: SHARED + ['0', 'i0', '3600000', '100', '', TERMS])
+    path('share/take', lambda t: [SHARED + ['0', 'i%d' % i, '3600000', '100', '', TERMS] for i in range(16)], lambda t: SHARED + ['10', 'i0', '3600000', '100'])
 EOF

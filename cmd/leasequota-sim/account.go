@@ -214,10 +214,11 @@ func (l *bucketLedger) begin(start time.Time) {
 
 // observe reads a command's reply after it ran. Only lease scripts on a
 // tenant's bucket count: EVAL or EVALSHA with 3 keys per tenant (bucket,
-// registry or dedup set, override), acquire.lua's 7 arguments per tenant
-// (want the third) or release.lua's (amount the third), and replies of
-// 9 elements (acquire: granted, tokens, now, ...), of 3 (release: tokens,
-// now, credited) or, for a batch of acquires, one such reply per tenant.
+// registry or dedup set, override), the same number of arguments per
+// tenant (acquire.lua's 8, want the third, or release.lua's, amount the
+// third), and replies of 10 elements (acquire: granted, tokens, now, ...;
+// 9 from scripts before rate shares), of 3 (release: tokens, now,
+// credited) or, for a batch, one such reply per tenant.
 func (l *bucketLedger) observe(cmd redis.Cmder) {
 	args := cmd.Args()
 	if len(args) < 6 {
@@ -256,7 +257,7 @@ func (l *bucketLedger) observe(cmd redis.Cmder) {
 		case reply != nil:
 			v, _ = reply[k].([]interface{})
 		}
-		e, ok := parseEvent(v, argv, 7*k)
+		e, ok := parseEvent(v, argv, len(argv)/n*k)
 		if !ok {
 			l.tenants[ti].note(func(tl *tenantLedger) { tl.unseen++ })
 			continue
@@ -271,7 +272,7 @@ func parseEvent(v []interface{}, argv []interface{}, o int) (bucketEvent, bool) 
 	var e bucketEvent
 	var ok1, ok2, ok3, ok4 bool
 	switch len(v) {
-	case 9:
+	case 9, 10:
 		e.granted, ok1 = asInt(v[0])
 		e.tokens, ok2 = asFloat(v[1])
 		e.at, ok3 = asInt(v[2])

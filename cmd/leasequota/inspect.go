@@ -55,6 +55,13 @@ type instanceJSON struct {
 	Demand      float64 `json:"demand_per_s"`
 	Credit      float64 `json:"credit"`
 	Shares      bool    `json:"honours_shares"` // written by a client that honours rate shares
+	// RateShare is the share it was granted last, null for none.
+	RateShare *struct {
+		Rate    float64 `json:"rate_per_s"`
+		FromUs  int64   `json:"from_us"`
+		UntilUs int64   `json:"until_us"`
+		InForce bool    `json:"in_force"`
+	} `json:"rate_share"`
 }
 
 // sharesJSON is the rate shares a bucket records in force (lease.Shares).
@@ -131,7 +138,16 @@ func toInspectJSON(in lease.Inspection, lv lease.Level) inspectJSON {
 		}{r.At, r.Instances, r.Demand, r.WaterLevel}
 	}
 	for _, i := range in.Instances {
-		out.Instances = append(out.Instances, instanceJSON(i))
+		j := instanceJSON{ID: i.ID, LastAcquire: i.LastAcquire, Demand: i.Demand, Credit: i.Credit, Shares: i.Shares}
+		if r := i.RateShare; r.Held() {
+			j.RateShare = &struct {
+				Rate    float64 `json:"rate_per_s"`
+				FromUs  int64   `json:"from_us"`
+				UntilUs int64   `json:"until_us"`
+				InForce bool    `json:"in_force"`
+			}{r.Rate, r.From.UnixMicro(), r.Until.UnixMicro(), in.Shares.Holds(r)}
+		}
+		out.Instances = append(out.Instances, j)
 	}
 	for _, h := range in.History {
 		out.History = append(out.History, historyJSON(h))
@@ -210,9 +226,13 @@ func printInspection(e *env, in lease.Inspection, lv lease.Level) {
 	if len(in.Instances) > 0 {
 		fmt.Fprintln(e.stdout, "\ninstance registry:")
 		w = tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(w, "  INSTANCE\tLAST ACQUIRE\tDEMAND/S\tCREDIT")
+		fmt.Fprintln(w, "  INSTANCE\tLAST ACQUIRE\tDEMAND/S\tCREDIT\tRATE SHARE")
 		for _, i := range in.Instances {
-			fmt.Fprintf(w, "  %s\t%s\t%s\t%s\n", printable(i.ID), ago(i.LastAcquire, in.Now), formatFloat(i.Demand), formatFloat(i.Credit))
+			share := "-"
+			if r := i.RateShare; r.Held() && in.Shares.Holds(r) {
+				share = fmt.Sprintf("%s/s for %v", formatFloat(r.Rate), time.Duration(r.Until.UnixMicro()-in.Now)*time.Microsecond)
+			}
+			fmt.Fprintf(w, "  %s\t%s\t%s\t%s\t%s\n", printable(i.ID), ago(i.LastAcquire, in.Now), formatFloat(i.Demand), formatFloat(i.Credit), share)
 		}
 		w.Flush()
 	}

@@ -358,6 +358,24 @@ func TestInspectCommand(t *testing.T) {
 	if text := c.mustRun("inspect", "acme"); !strings.Contains(text, "rate shares  4/s in force, 1/s of it booked") {
 		t.Errorf("inspect text lacks the shares:\n%s", text)
 	}
+	// An instance holding a rate share: shown with it, in force.
+	inst, err := lease.NewClient(rdb, c.prefix, lease.WithInstance("pod-9", 10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := inst.AcquireMany(ctx, []lease.Request{{Tenant: "beta", Limits: lim, Demand: 4, Share: lease.ShareAsk,
+		ShareTerms: lease.ShareTerms{Period: time.Minute, Hold: time.Second}}}, nil)
+	if err != nil || res[0].Err != nil || res[0].Grant.RateShare.Rate != 4 {
+		t.Fatalf("share: %+v, %v", res, err)
+	}
+	in = decode[inspectJSON](t, c.mustRun("-json", "inspect", "beta"))
+	if len(in.Instances) != 1 || in.Instances[0].RateShare == nil || in.Instances[0].RateShare.Rate != 4 || !in.Instances[0].RateShare.InForce ||
+		in.Shares == nil || in.Shares.Committed != 4 {
+		t.Errorf("inspect of a share held: instances %+v, shares %+v", in.Instances, in.Shares)
+	}
+	if text := c.mustRun("inspect", "beta"); !strings.Contains(text, "RATE SHARE") || !strings.Contains(text, "4/s for ") {
+		t.Errorf("inspect text lacks the share held:\n%s", text)
+	}
 	if in := decode[inspectJSON](t, c.mustRun("-json", "inspect", "nobody")); in.Exists || !in.Level.Full || in.Level.Tokens != nil {
 		t.Errorf("inspect of an unknown tenant = %+v", in)
 	}

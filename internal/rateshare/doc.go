@@ -2,9 +2,9 @@
 // issue #15 asks to evaluate before it is built: a pure, deterministic
 // core (no goroutines, clocks or I/O; time is a parameter, in
 // microseconds of the store's clock). The scripts and lease/memstore
-// honour a bucket's record of shares by its rules (lease.RefillShares and
-// lease.Settled, held to Bucket by property tests); nothing grants a
-// share yet.
+// honour a bucket's record of shares and grant shares on request by its
+// rules (lease.RefillShares, Settled, GrantShare and Drop, held to Bucket
+// by property tests); the Limiter asks for none yet.
 //
 // Today an instance leases batches of tokens. A starved (tenant,
 // instance) pair therefore calls Redis once per batch, and what it holds

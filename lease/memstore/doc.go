@@ -14,12 +14,13 @@
 //
 //   - The bucket: tokens, the bucket's time of its last call, the burst
 //     its level history was recorded under and the history itself (at most
-//     8 entries, as lease/common.lua keeps it). Every write keeps it until
-//     it would have refilled to full, plus a second; after that it is
-//     missing, which means full.
+//     8 entries, as lease/common.lua keeps it), and the rate shares in
+//     force (lease.Shares). Every write keeps it until it would have
+//     refilled to full once no share is in force, plus a second; after
+//     that it is missing, which means full.
 //   - The instance registry: instance id → last acquire, reported demand,
-//     fair-share credit; kept for twice the instance's window after an
-//     acquire that registers.
+//     fair-share credit, the rate share granted last; kept for twice the
+//     instance's window after an acquire that registers.
 //   - The applied release ids, kept for lease.ReleaseDedupWindow.
 //   - The quota override, which never expires.
 //
@@ -74,6 +75,10 @@
 //   - Expired state is dropped when a call touches it and by a sweep
 //     amortized over writes, rather than by Redis's background expiry;
 //     either way it is invisible once expired.
+//   - No client of an earlier release: every registry entry honours rate
+//     shares, so no share is refused for one (acquire.lua's field ol).
+//     SetShares writes a bucket's record of shares as a test would with
+//     HSET on Redis.
 //   - ListOverrides lists the overrides stored when it starts, each once,
 //     sorted by tenant, each named (the store keeps every name); SCAN on
 //     Redis lists in no order, may list one twice, and names an override

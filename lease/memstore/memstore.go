@@ -118,6 +118,7 @@ type registration struct {
 	seen   int64 // the bucket's time of the instance's last acquire, µs
 	demand float64
 	credit float64
+	share  lease.RateShare // the rate share it was granted last (the entry's fourth field)
 }
 
 // releases is the sorted set of applied release ids, by the bucket's time
@@ -339,12 +340,30 @@ func (s *Store) acquire(in *Instance, r lease.Request) (lease.Grant, error) {
 		if rg.level >= 0 && g.Share > rg.level {
 			g.Share = rg.level
 		}
-		capacity = lease.CreditCap(burst, rate, g.Share, time.Duration(in.windowMS)*time.Millisecond)
+		// The rate share the instance holds while it is in force; asked
+		// for, it ends and a new one is granted; ended when named. (No
+		// client of an earlier release shares a Store, so none is ever
+		// refused for one: acquire.lua's ol.)
+		if prev != nil && sh.Holds(prev.share) {
+			g.RateShare = prev.share
+		}
+		if g.RateShare.Held() && (r.Share == lease.ShareAsk || r.Share == lease.ShareEnd && g.RateShare.From.UnixMicro() == r.ShareFrom.UnixMicro()) {
+			sh, g.RateShare = sh.Drop(g.RateShare), lease.RateShare{}
+		}
+		if r.Share == lease.ShareAsk {
+			sh, g.RateShare = lease.GrantShare(sh, at, r.ShareTerms, rate, g.Share)
+		}
+		// The credit follows the fair share less the rate share held.
+		cshare := g.Share
+		if g.RateShare.Held() {
+			cshare = max(g.Share-g.RateShare.Rate, 0)
+		}
+		capacity = lease.CreditCap(burst, rate, cshare, time.Duration(in.windowMS)*time.Millisecond)
 		if prev == nil {
 			credit = capacity
 		} else {
 			since := max(at-prev.seen, 0)
-			credit = prev.credit + g.Share*float64(since)/1e6
+			credit = prev.credit + cshare*float64(since)/1e6
 			if credit > capacity {
 				credit = capacity
 			}
@@ -372,11 +391,11 @@ func (s *Store) acquire(in *Instance, r lease.Request) (lease.Grant, error) {
 		// computes, and at least every entryAge of the window; the hash is
 		// kept two windows from each recomputed summary.
 		if prev == nil || credit != prev.credit || float64(at-prev.seen) >= window*entryAge ||
-			math.Abs(demand-prev.demand) > prev.demand/4 {
+			math.Abs(demand-prev.demand) > prev.demand/4 || g.RateShare.String() != prev.share.String() {
 			if t.reg.entries == nil {
 				t.reg.entries = map[string]registration{}
 			}
-			t.reg.entries[in.id] = registration{seen: at, demand: demand, credit: credit}
+			t.reg.entries[in.id] = registration{seen: at, demand: demand, credit: credit, share: g.RateShare}
 		}
 		if fresh != nil && len(t.reg.entries) > 0 {
 			t.reg.expire = nowMS + 2*in.windowMS

@@ -2,12 +2,14 @@ package memstore_test
 
 import (
 	"context"
+	"math"
 	"strconv"
 	"testing"
 	"time"
 
 	"pgregory.net/rapid"
 
+	"github.com/leasequota/leasequota/internal/rateshare"
 	"github.com/leasequota/leasequota/lease"
 	"github.com/leasequota/leasequota/lease/memstore"
 )
@@ -135,6 +137,139 @@ func TestNetGrantsBoundedProperty(t *testing.T) {
 							t.Fatalf("grants %d..%d: %v net of credits in %vs, above Burst + Rate*T = %v", i, j, net, span, bound)
 						}
 					}
+				}
+			},
+		})
+	})
+}
+
+// TestSharesAreTheModel runs memstore's shares beside internal/rateshare's
+// Bucket, the model whose bound and token identity are property tests,
+// on one tenant with fixed terms: every grant, renewal and end of a share
+// that memstore makes is made on the model at the same time, and the
+// tokens memstore grants are taken from it; the share granted, the sums
+// in force (and booked) and the level must agree after every call, to
+// within rounding (the model sums its shares anew once none is left).
+// And the bound itself, on memstore's replies alone: everything issued
+// from the first call, every token granted plus each share's rate over
+// the time it was held (from its From until its Until, or until the call
+// that replaced or ended it), is at most Burst + Rate*T.
+func TestSharesAreTheModel(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		ctx := context.Background()
+		c := newClock()
+		s := memstore.New(memstore.WithClock(c.Now))
+		lim := lease.Limits{
+			Rate:  rapid.Float64Range(10, 1000).Draw(t, "rate"),
+			Burst: rapid.Int64Range(1, 500).Draw(t, "burst"),
+		}
+		period := time.Duration(rapid.Int64Range(1, 5_000).Draw(t, "period ms")) * time.Millisecond
+		terms := lease.ShareTerms{
+			Period:   period,
+			Phase:    time.Duration(rapid.Int64Range(0, period.Microseconds()-1).Draw(t, "phase µs")) * time.Microsecond,
+			Hold:     time.Duration(rapid.Int64Range(100, 3_000).Draw(t, "hold ms")) * time.Millisecond,
+			Headroom: rapid.Float64Range(0, 0.5).Draw(t, "headroom"),
+		}
+		p := rateshare.Params{Rate: lim.Rate, Burst: float64(lim.Burst), Period: terms.Period, Phase: terms.Phase, Headroom: terms.Headroom, Hold: terms.Hold}
+		var model *rateshare.Bucket // made full at the first call, as a missing key is
+		type holder struct {
+			id    string
+			v     lease.Store
+			share lease.RateShare
+		}
+		hs := make([]*holder, rapid.IntRange(2, 4).Draw(t, "instances"))
+		for i := range hs {
+			id := strconv.Itoa(i)
+			v, err := s.Instance(id, time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			hs[i] = &holder{id: id, v: v}
+		}
+		near := func(a, b, scale float64) bool { return math.Abs(a-b) <= 1e-9*(1+scale) }
+		var first, last int64 // the bucket's times of the first and the last call, µs
+		var issued float64    // tokens granted, and the accruals of shares no longer held
+		accrued := func(r lease.RateShare, end int64) float64 {
+			return r.Rate * float64(max(0, min(end, r.Until.UnixMicro())-r.From.UnixMicro())) / 1e6
+		}
+		diverged := false // at a share on the edge of Hold: the two go apart from then on
+		t.Repeat(map[string]func(*rapid.T){
+			"advance": func(t *rapid.T) {
+				// Steps of parts of a period, so that shares are asked in
+				// both halves of epochs and live across their ends.
+				d := rapid.SampledFrom([]time.Duration{0, time.Microsecond, period / 4, period / 3, period / 2, period, 3 * period}).Draw(t, "step")
+				c.Add(d)
+			},
+			"acquire": func(t *rapid.T) {
+				if diverged {
+					return
+				}
+				h := rapid.SampledFrom(hs).Draw(t, "instance")
+				req := lease.Request{Tenant: "t", Limits: lim, ShareTerms: terms,
+					Want:   rapid.Int64Range(0, lim.Burst).Draw(t, "want"),
+					Demand: rapid.Float64Range(lim.Rate/4, 2*lim.Rate).Draw(t, "demand"),
+					Share:  rapid.SampledFrom([]lease.ShareOp{lease.ShareKeep, lease.ShareAsk, lease.ShareAsk, lease.ShareEnd}).Draw(t, "op"),
+				}
+				if req.Share == lease.ShareEnd {
+					req.ShareFrom = c.Now()
+					if h.share.Held() && rapid.Bool().Draw(t, "its own From") {
+						req.ShareFrom = h.share.From
+					}
+				}
+				res, err := h.v.AcquireMany(ctx, []lease.Request{req}, nil)
+				if err != nil || res[0].Err != nil {
+					t.Fatalf("acquire %+v: %v, %v", req, err, res[0].Err)
+				}
+				g := res[0].Grant
+				at := g.ServerTime.UnixMicro()
+				if model == nil {
+					model = rateshare.NewBucket(p, at)
+				}
+				level := model.Level(p, at)
+				var want rateshare.Share
+				switch req.Share {
+				case lease.ShareAsk:
+					want = model.GrantShare(p, at, h.id, g.Share)
+				case lease.ShareEnd:
+					model.ReleaseShare(p, at, h.id, rateshare.Share{Rate: h.share.Rate, From: req.ShareFrom.UnixMicro(), Until: h.share.Until.UnixMicro()})
+				}
+				// Granted or not may differ only where the share would hold
+				// one token over Hold to within rounding.
+				edge := math.Abs(max(g.RateShare.Rate, want.Rate)*terms.Hold.Seconds()-1) < 1e-9
+				if req.Share == lease.ShareAsk && (g.RateShare.Held() != (want.Rate > 0) && !edge ||
+					g.RateShare.Held() && want.Rate > 0 && (!near(g.RateShare.Rate, want.Rate, lim.Rate) ||
+						g.RateShare.From.UnixMicro() != want.From || g.RateShare.Until.UnixMicro() != want.Until)) {
+					t.Fatalf("granted %+v, the model %+v", g.RateShare, want)
+				}
+				if g.RateShare.Held() != (want.Rate > 0) && req.Share == lease.ShareAsk {
+					diverged = true
+					return
+				}
+				model.Tokens -= float64(g.Granted)
+				if first == 0 {
+					first = at
+				}
+				last = at
+				issued += float64(g.Granted)
+				if h.share.Held() && g.RateShare != h.share {
+					issued += accrued(h.share, at)
+				}
+				h.share = g.RateShare
+				sh := s.Tenant("t").Bucket.Shares
+				if !near(g.Tokens+float64(g.Granted), level, float64(lim.Burst)) || !near(sh.Committed, model.Committed, lim.Rate) || !near(sh.Booked, model.Booked, lim.Rate) {
+					t.Fatalf("at %d: level %v, shares %+v; the model's %v, %v and %v", at, g.Tokens+float64(g.Granted), sh, level, model.Committed, model.Booked)
+				}
+			},
+			"": func(t *rapid.T) {
+				total := issued
+				for _, h := range hs {
+					if h.share.Held() {
+						total += accrued(h.share, last)
+					}
+				}
+				bound := float64(lim.Burst) + lim.Rate*float64(last-first)/1e6
+				if total > bound+1e-6*(1+bound) {
+					t.Fatalf("issued %v (tokens and shares) by %d µs, above Burst + Rate*T = %v", total, last-first, bound)
 				}
 			},
 		})

@@ -80,6 +80,9 @@ type Registration struct {
 	Seen   time.Time // the bucket's time of its last acquire
 	Demand float64   // the demand it reported, tokens/s
 	Credit float64   // its fair-share credit after that acquire, tokens
+	// Share is the rate share it was granted last, as its entry records
+	// it (in force only while the bucket's Shares hold it).
+	Share lease.RateShare
 }
 
 // Tenant returns what s keeps for tenant as of its clock now. A clock out
@@ -111,7 +114,7 @@ func (s *Store) Tenant(tenant string) TenantState {
 	if len(t.reg.entries) > 0 {
 		st.Instances = make(map[string]Registration, len(t.reg.entries))
 		for id, e := range t.reg.entries {
-			st.Instances[id] = Registration{Seen: time.UnixMicro(e.seen), Demand: e.demand, Credit: e.credit}
+			st.Instances[id] = Registration{Seen: time.UnixMicro(e.seen), Demand: e.demand, Credit: e.credit, Share: e.share}
 		}
 		st.InstancesExpire = expiry(t.reg.expire)
 	}
