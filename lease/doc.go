@@ -24,8 +24,9 @@
 //	    distance back from ts (common.lua); at most 64 bytes
 //	rg  the instance registry's summary (acquire.lua)
 //	sh  the rate shares in force, "epoch:committed:booked:period:phase"
-//	    (Shares; see Rate shares), only when a release that grants them
-//	    wrote it: this one honours it and writes none
+//	    (Shares; see Rate shares), only while some are
+//	ol  when the registry's summary last saw a live entry of a client
+//	    that does not honour shares (see Rate shares), only while one does
 //
 // Clients of the previous release kept the history in hb (its burst) and
 // p1..p8 (one entry "t:l" a field); see Returns for how the two share a
