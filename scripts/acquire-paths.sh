@@ -16,6 +16,10 @@
 # this script sets, and the waits below advance it instead of sleeping:
 # every run then takes the same paths (the starved and reserving ones
 # otherwise depend on how long the set-up took under callgrind).
+# ACQUIRE_PATHS_FCALL=1 loads the scripts as a Redis Function library
+# instead (FUNCTION LOAD: common.lua's functions made once, at load,
+# acquire.lua's body the function) and calls it with FCALL, to measure
+# what a script's functions cost when EVALSHA makes them on every call.
 #
 # The paths, each measured over one call per tenant after a set-up:
 #
@@ -121,12 +125,23 @@ if fake:
     src = src.replace("redis.call('TIME')", "redis.call('HMGET', 'fakeclock', 's', 'us')")
 acq = c.do('SCRIPT', 'LOAD', src)
 triv = c.do('SCRIPT', 'LOAD', 'return 1')
+FCALL = os.environ.get('ACQUIRE_PATHS_FCALL')
+if FCALL:
+    common = open(lease + '/common.lua').read()
+    body = open(lease + '/acquire.lua').read()
+    if fake:
+        common = common.replace("redis.call('TIME')", "redis.call('HMGET', 'fakeclock', 's', 'us')")
+    lib = '#!lua name=lqbench\n' + common + '\nredis.register_function("lq_acquire", function(KEYS, ARGV)\n' + body + '\nend)\nredis.register_function("lq_trivial", function(KEYS, ARGV) return 1 end)\n'
+    c.do('FUNCTION', 'LOAD', 'REPLACE', lib)
+    acq, triv = 'lq_acquire', 'lq_trivial'
 
 def keys(t):
     k = '{%s}' % t
     return [k, k + ':i', k + ':q']
 
 def call(sha, t, args):
+    if FCALL:
+        return ['FCALL', sha, 3] + keys(t) + list(args)
     return ['EVALSHA', sha, 3] + keys(t) + list(args)
 
 def run(cmds):
@@ -161,7 +176,7 @@ def measure(cmds):
             shutil.move(dumps[-1], os.path.join(keep, 'cg.' + current.replace('/', '_')))
         else:
             os.remove(dumps[-1])
-    inner = sum(v for k, v in stats.items() if k not in ('evalsha', 'config|resetstat'))
+    inner = sum(v for k, v in stats.items() if k not in ('evalsha', 'fcall', 'config|resetstat', 'function|load'))
     return ir / len(cmds), inner / len(cmds), stats
 
 FULL = ['1e9', '1073741824', '10']
@@ -174,6 +189,8 @@ def path(name, setup, args_of, sleep=0.0, sha=None, n=None):
     current = name
     global clock
     c.do('FLUSHALL')
+    if FCALL:
+        c.do('FUNCTION', 'LOAD', 'REPLACE', lib)
     clock += 10000000
     set_clock()
     n = n or tenants
@@ -189,7 +206,7 @@ def path(name, setup, args_of, sleep=0.0, sha=None, n=None):
     elif sleep:
         time.sleep(sleep)
     ir, inner, stats = measure([call(sha or acq, t, args_of(t)) for t in ts])
-    cmds = ' '.join('%s %.2f' % (k, v / n) for k, v in sorted(stats.items()) if k not in ('evalsha', 'config|resetstat'))
+    cmds = ' '.join('%s %.2f' % (k, v / n) for k, v in sorted(stats.items()) if k not in ('evalsha', 'fcall', 'config|resetstat', 'function|load'))
     results.append((name, ir))
     print('%-10s %8.0f instructions per call  %.2f commands per call: %s' % (name, ir, inner, cmds), flush=True)
 
