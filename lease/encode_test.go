@@ -30,8 +30,13 @@ func plainAcquire(c *Client, r Request) call {
 				args[len(args)-1] = strconv.FormatInt(ceilMillis(r.Reserve), 10)
 			}
 		}
-		if r.Share != ShareKeep {
-			args = append(args, shareArg(&r))
+		switch r.Share {
+		case ShareAsk:
+			t := r.ShareTerms
+			args = append(args, "A"+strconv.FormatInt(int64(t.Period/time.Microsecond), 10)+":"+strconv.FormatInt(int64(t.Phase/time.Microsecond), 10)+
+				":"+strconv.FormatInt(int64(t.Hold/time.Microsecond), 10)+":"+strconv.FormatFloat(t.Headroom, 'f', -1, 64))
+		case ShareEnd:
+			args = append(args, "R"+strconv.FormatInt(r.ShareFrom.UnixMicro(), 10))
 		}
 	}
 	return newCall(keys, args...)
@@ -56,7 +61,9 @@ func plainBatch(calls []call) call {
 // (one encoder for the whole pipeline, numbers shared between tenants)
 // are those of building each on its own, in every form: without and with
 // a registry, with a reservation, batched (WithBatch) with a last call of
-// one tenant, for tenants whose keys escape or hash their names, and for
+// one tenant, with share operations (sent only with a registry; a hold
+// of a fraction of a microsecond rounded down), for tenants whose keys
+// escape or hash their names, and for
 // numbers that repeat, that differ only in sign (-0) and that are not
 // sent as given (a NaN demand is sent as 0).
 func TestEncoderSendsWhatPlainFormattingSends(t *testing.T) {
@@ -70,8 +77,12 @@ func TestEncoderSendsWhatPlainFormattingSends(t *testing.T) {
 		{Tenant: "g", Limits: Limits{Rate: MaxRate, Burst: 1}, Want: 1, Demand: 123.456789012345678, Reserve: time.Second},
 		{Tenant: "h", Limits: Limits{Rate: MaxRate, Burst: 1}, Want: 1, Demand: 123.456789012345678},
 		{Tenant: "i", Limits: Limits{Rate: 2, Burst: 2}, Want: 2, Demand: 2, Reserve: time.Second},
+		{Tenant: "j", Limits: Limits{Rate: 2, Burst: 2}, Want: 0, Demand: 2, Share: ShareAsk,
+			ShareTerms: ShareTerms{Period: 10 * time.Second, Phase: 1234567 * time.Microsecond, Hold: 500*time.Millisecond + 999, Headroom: 0.1}},
+		{Tenant: "k", Limits: Limits{Rate: 2, Burst: 2}, Want: 1, Demand: 2, Reserve: time.Second, Share: ShareEnd, ShareFrom: time.UnixMicro(1_800_000_000_123_456)},
+		{Tenant: "l", Limits: Limits{Rate: 2, Burst: 2}, Want: 1, Demand: 2, Share: ShareKeep, ShareFrom: time.UnixMicro(5)},
 	}
-	sent := []int{0, 1, 2, 3, 4, 5, 6, 7, 8}
+	sent := []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}
 	for _, opts := range [][]ClientOption{
 		nil,
 		{WithBatch(4)},
