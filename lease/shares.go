@@ -84,8 +84,8 @@ func (s Shares) Validate() error {
 // compute every boundary exactly.
 const maxEpochTime = 1 << 53
 
-// check reports what of s is out of range (common.lua's read_shares
-// checks the same).
+// check reports what of s is out of range (common.lua's read_bucket
+// checks the same of field sh).
 func (s Shares) check() error {
 	switch {
 	case !(s.Committed >= 0) || math.IsInf(s.Committed, 0):
@@ -224,6 +224,12 @@ type RateShare struct {
 
 // Held reports whether s is a share (Rate > 0).
 func (s RateShare) Held() bool { return s.Rate > 0 }
+
+// Equal reports whether s and o are the same share, to the microsecond
+// (the store's unit), as their String would tell.
+func (s RateShare) Equal(o RateShare) bool {
+	return s.Rate == o.Rate && s.From.UnixMicro() == o.From.UnixMicro() && s.Until.UnixMicro() == o.Until.UnixMicro()
+}
 
 // String returns s as a registry entry's fourth field holds it,
 // "rate/from/until" (µs), or "" for none.

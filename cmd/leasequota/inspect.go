@@ -50,18 +50,20 @@ type storedJS struct {
 }
 
 type instanceJSON struct {
-	ID          string  `json:"id"`
-	LastAcquire int64   `json:"last_acquire_us"`
-	Demand      float64 `json:"demand_per_s"`
-	Credit      float64 `json:"credit"`
-	Shares      bool    `json:"honours_shares"` // written by a client that honours rate shares
-	// RateShare is the share it was granted last, null for none.
-	RateShare *struct {
-		Rate    float64 `json:"rate_per_s"`
-		FromUs  int64   `json:"from_us"`
-		UntilUs int64   `json:"until_us"`
-		InForce bool    `json:"in_force"`
-	} `json:"rate_share"`
+	ID          string         `json:"id"`
+	LastAcquire int64          `json:"last_acquire_us"`
+	Demand      float64        `json:"demand_per_s"`
+	Credit      float64        `json:"credit"`
+	Shares      bool           `json:"honours_shares"` // written by a client that honours rate shares
+	RateShare   *rateShareJSON `json:"rate_share"`     // the share it was granted last, null for none
+}
+
+// rateShareJSON is an instance's rate share (lease.RateShare).
+type rateShareJSON struct {
+	Rate    float64 `json:"rate_per_s"`
+	FromUs  int64   `json:"from_us"`
+	UntilUs int64   `json:"until_us"`
+	InForce bool    `json:"in_force"` // the bucket's record still holds it
 }
 
 // sharesJSON is the rate shares a bucket records in force (lease.Shares).
@@ -140,12 +142,7 @@ func toInspectJSON(in lease.Inspection, lv lease.Level) inspectJSON {
 	for _, i := range in.Instances {
 		j := instanceJSON{ID: i.ID, LastAcquire: i.LastAcquire, Demand: i.Demand, Credit: i.Credit, Shares: i.Shares}
 		if r := i.RateShare; r.Held() {
-			j.RateShare = &struct {
-				Rate    float64 `json:"rate_per_s"`
-				FromUs  int64   `json:"from_us"`
-				UntilUs int64   `json:"until_us"`
-				InForce bool    `json:"in_force"`
-			}{r.Rate, r.From.UnixMicro(), r.Until.UnixMicro(), in.Shares.Holds(r)}
+			j.RateShare = &rateShareJSON{r.Rate, r.From.UnixMicro(), r.Until.UnixMicro(), in.Shares.Holds(r)}
 		}
 		out.Instances = append(out.Instances, j)
 	}

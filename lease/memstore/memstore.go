@@ -391,7 +391,7 @@ func (s *Store) acquire(in *Instance, r lease.Request) (lease.Grant, error) {
 		// computes, and at least every entryAge of the window; the hash is
 		// kept two windows from each recomputed summary.
 		if prev == nil || credit != prev.credit || float64(at-prev.seen) >= window*entryAge ||
-			math.Abs(demand-prev.demand) > prev.demand/4 || g.RateShare.String() != prev.share.String() {
+			math.Abs(demand-prev.demand) > prev.demand/4 || !g.RateShare.Equal(prev.share) {
 			if t.reg.entries == nil {
 				t.reg.entries = map[string]registration{}
 			}
