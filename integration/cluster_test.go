@@ -378,20 +378,24 @@ type admissions struct {
 	final      []tenantCounts
 	ledgers    []bucketLedger // from the test's leaseTrace
 	unoffered  time.Duration  // demand.unoffered
+	// held is what the limiters held of each tenant's leases, unspent,
+	// when the load stopped (heldBy): debited from the bucket, and spent
+	// had the run gone on.
+	held []float64
 	// floor is the least share of what is due that checkUtilization
 	// wants admitted: utilizationFloor of the run's stall probe.
 	floor float64
 }
 
-func newAdmissions(names []string, quota func(int) leasequota.Quota, start, end time.Time, final []tenantCounts, tr *leaseTrace, ld *demand) admissions {
-	return admissions{names: names, quota: quota, start: start, end: end, elapsed: end.Sub(start).Seconds(), final: final, unoffered: ld.unoffered(), floor: 0.9,
+func newAdmissions(names []string, quota func(int) leasequota.Quota, start, end time.Time, final []tenantCounts, held []float64, tr *leaseTrace, ld *demand) admissions {
+	return admissions{names: names, quota: quota, start: start, end: end, elapsed: end.Sub(start).Seconds(), final: final, held: held, unoffered: ld.unoffered(), floor: 0.9,
 		ledgers: tr.ledgers(len(names), end, func(i int) (float64, float64) { return quota(i).Rate, float64(quota(i).Burst) })}
 }
 
 // breakdown tells where the bounds of the tenants for which check holds
 // went, from the bucket ledgers.
 func (a admissions) breakdown(check func(i int) bool) string {
-	var bound, admitted, unspent, before, overflow, unreplied, left float64
+	var bound, admitted, held, unspent, before, overflow, unreplied, left float64
 	for i := range a.names {
 		if !check(i) {
 			continue
@@ -403,16 +407,17 @@ func (a admissions) breakdown(check func(i int) bool) string {
 			before += a.bound(i) // never leased
 			continue
 		}
-		unspent += l.granted - l.credited - float64(a.final[i].admitted)
+		held += a.held[i]
+		unspent += l.granted - l.credited - float64(a.final[i].admitted) - a.held[i]
 		before += q.Rate * max(l.first.Sub(a.start).Seconds(), 0)
 		overflow += l.overflow
 		unreplied += l.unreplied
 		left += a.left(i)
 	}
 	pc := func(x float64) string { return fmt.Sprintf("%.1f%%", 100*x/bound) }
-	return fmt.Sprintf("of the bounds (%.0f tokens): admitted %s, leased and not spent (held at the end, or given back) %s, "+
+	return fmt.Sprintf("of the bounds (%.0f tokens): admitted %s, held by the limiters when the load stopped %s, leased and not spent otherwise (given back, or expired) %s, "+
 		"refill before each bucket's first lease call %s, refill lost while a bucket was full %s, taken by calls whose replies came too late %s, "+
-		"left in the buckets at the end %s", bound, pc(admitted), pc(unspent), pc(before), pc(overflow), pc(unreplied), pc(left))
+		"left in the buckets at the end %s", bound, pc(admitted), pc(held), pc(unspent), pc(before), pc(overflow), pc(unreplied), pc(left))
 }
 
 // bound is tenant i's bound, Burst + Rate*elapsed.
@@ -426,8 +431,11 @@ func (a admissions) bound(i int) float64 {
 // lease call, as the design's invariant counts it: the test's start, before
 // the load, only serves the upper bound as a safe earlier time), less the
 // tokens still in the bucket at the end (left: the limiters had not taken
-// them yet, which depends on when the machine last ran their syncers), and
-// less what the machine kept from the limiters (shortfall). What remains
+// them yet, which depends on when the machine last ran their syncers), less
+// what the limiters held unspent when the load stopped (held: taken from
+// the bucket, and spent had the load gone on; how much depends on the
+// moment the run ends, within a lease of the tenant's), and less what the
+// machine kept from the limiters (shortfall). What remains
 // is what the limiters took from the bucket or let go to waste while it
 // was full: admitting 90% of it, they wasted at most a tenth. It is 0 for
 // a tenant never leased.
@@ -436,7 +444,23 @@ func (a admissions) due(i int) float64 {
 	if l.first.IsZero() {
 		return 0
 	}
-	return float64(q.Burst) + q.Rate*max(a.end.Sub(l.first).Seconds(), 0) - a.left(i) - a.shortfall(i)
+	return float64(q.Burst) + q.Rate*max(a.end.Sub(l.first).Seconds(), 0) - a.left(i) - a.held[i] - a.shortfall(i)
+}
+
+// heldBy returns, per tenant, the leased tokens the limiters hold unspent
+// now. Call it after the load stops and before the test reads the Redis
+// clock that ends the run, so that what it counts was taken from the
+// buckets within the run.
+func heldBy(limiters []*leasequota.Limiter, names []string) []float64 {
+	held := make([]float64, len(names))
+	for _, l := range limiters {
+		for i, n := range names {
+			if info, ok := l.Tenant(n); ok {
+				held[i] += float64(info.Tokens)
+			}
+		}
+	}
+	return held
 }
 
 // left is what tenant i's bucket held at the end, as its replies show it.
@@ -606,6 +630,7 @@ func TestClusterGlobalBound(t *testing.T) {
 	time.Sleep(duration) // the length of the run, not a wait for a condition
 	ld.Stop()
 	probe.Stop()
+	held := heldBy(limiters, names)
 	end := redisClock(t, nodes[0])
 	elapsed := end.Sub(start).Seconds()
 	final := ld.snap()
@@ -624,7 +649,7 @@ func TestClusterGlobalBound(t *testing.T) {
 	all := func(int) bool { return true }
 	failedCmds := checkFailures(t, tr, probe, globalBoundTimeout, all, nil, nil)
 	checkUnavailable(t, ld, tr, failedCmds, all)
-	adm := newAdmissions(names, quota, start, end, final, tr, ld)
+	adm := newAdmissions(names, quota, start, end, final, held, tr, ld)
 	adm.floor = utilizationFloor(probe, 0.8)
 	var worst, least float64 = 0, math.Inf(1)
 	var leastName string
@@ -839,6 +864,7 @@ func runClusterFailover(t *testing.T, c *redistest.Cluster, partial bool) {
 	ld.Stop()
 	probe.Stop()
 	run.stopped = time.Now()
+	held := heldBy(limiters, names)
 	run.end = redisClock(t, survivor)
 	run.final = ld.snap()
 	closeAll()
@@ -857,7 +883,7 @@ func runClusterFailover(t *testing.T, c *redistest.Cluster, partial bool) {
 	failedCmds := checkFailures(t, tr, probe, failoverTimeout, live, []string{victim.Addr}, clusterDown)
 	checkUnavailable(t, ld, tr, failedCmds, live)
 	elapsed := run.end.Sub(run.start).Seconds()
-	adm := newAdmissions(names, quota, run.start, run.end, run.final, tr, ld)
+	adm := newAdmissions(names, quota, run.start, run.end, run.final, held, tr, ld)
 	adm.floor = utilizationFloor(probe, 0.8)
 	// The run after recovery, less its end if the load fell behind then.
 	window := (run.stopped.Sub(run.settledAt) - adm.unoffered).Seconds()
@@ -1106,6 +1132,7 @@ func TestClusterReshard(t *testing.T) {
 	time.Sleep(3 * time.Second)
 	ld.Stop()
 	probe.Stop()
+	held := heldBy(limiters, names)
 	end := redisClock(t, toNode)
 	final := ld.snap()
 	var stats leasequota.Stats
@@ -1144,7 +1171,7 @@ func TestClusterReshard(t *testing.T) {
 		return false
 	})
 	checkUnavailable(t, ld, tr, failedCmds, all)
-	adm := newAdmissions(names, quota, start, end, final, tr, ld)
+	adm := newAdmissions(names, quota, start, end, final, held, tr, ld)
 	// redis-cli's migration of 1,500 slots competes for the same cores,
 	// which the probe of this process does not see: with two busy loops
 	// beside it two runs delivered 0.27 and 0.24 and admitted 0.17 and
