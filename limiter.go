@@ -114,6 +114,11 @@ func newLimiter(cfg config, b Backend, cluster bool) (*Limiter, error) {
 		l.instance = hex.EncodeToString(id[:])
 	}
 	window := syncer.RegistryWindow(cfg.leaseTTL, cfg.refreshInterval, cfg.reservation)
+	if cfg.sharePeriod > 0 {
+		// An instance holding a share calls about once a period: it
+		// stays counted between its renewals, with a margin.
+		window = max(window, 2*cfg.sharePeriod)
+	}
 	store, err := b.Instance(l.instance, window)
 	if err != nil {
 		if !errors.Is(err, ErrInvalidOption) {
@@ -150,7 +155,8 @@ func newLimiter(cfg config, b Backend, cluster bool) (*Limiter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("leasequota: creating instruments: %w", err)
 	}
-	planner := syncer.NewPlanner(syncer.Config{Interval: cfg.refreshInterval, Reserve: cfg.reservation, Window: window}, seed)
+	planner := syncer.NewPlanner(syncer.Config{Interval: cfg.refreshInterval, Reserve: cfg.reservation, Window: window,
+		SharePeriod: cfg.sharePeriod, ShareHeadroom: cfg.shareHeadroom}, seed)
 	l.sync = syncer.New(store, syncer.Options{
 		Planner:     planner,
 		CallTimeout: cfg.redisTimeout,

@@ -27,6 +27,9 @@ const (
 	DefaultReservation = 0
 	// MaxReservation is the longest WithReservation accepts.
 	MaxReservation = time.Minute
+	// MinSharePeriod and MaxSharePeriod bound WithRateShares' period.
+	MinSharePeriod = time.Second
+	MaxSharePeriod = time.Hour
 )
 
 // An Option configures a Limiter in New.
@@ -49,6 +52,8 @@ type config struct {
 	failureMode     FailureMode
 	maxTenants      int
 	reservation     time.Duration
+	sharePeriod     time.Duration // WithRateShares; 0: off
+	shareHeadroom   float64
 	// now is the clock every decision, schedule and lease lifetime is
 	// read from (time.Now; tests inject their own).
 	now func() time.Time
@@ -198,6 +203,42 @@ func WithReservation(d time.Duration) Option {
 	return func(c *config) { c.reservation = d }
 }
 
+// WithRateShares turns rate shares on (off by default; docs/design.md,
+// "Rate shares"). While a tenant is scarce (its instances together ask for
+// more than its Rate), each instance asks Redis for a share of the rate:
+// its max-min fair share, out of what the shares in force leave of
+// Rate*(1 - headroom), until the end of the tenant's current epoch of
+// period (or of the next one, when asked for in an epoch's second half;
+// the epochs of each tenant are offset by a hash of its name). The
+// tenant's global bucket refills at the rate less the shares, and the
+// instance hands its share to requests here at that pace, each token no
+// earlier than the share accrued it in Redis's clock. So an instance of a
+// scarce tenant calls Redis about once a period for it, to renew its
+// share, whatever its demand, instead of once per lease; tokens beyond
+// the share (bursts, the headroom's refill) come from the bucket as
+// leases do, on those calls. The bound holds exactly: the bucket and the
+// shares make Rate tokens a second together. A token accrued here expires
+// after the tenant's LeaseTTL, which stays the window bound's L.
+//
+// What it costs: a share follows the demands as Redis last summed them,
+// so it lags a change of demand by up to one and a half periods (a
+// renewal asks again); an instance that arrives while the shares in force
+// hold all of Rate*(1 - headroom) gets tokens from the headroom's refill
+// and the burst only, until the others renew; and the instance registry's
+// window grows to two periods, so an instance that left is counted for
+// that long. A share held when an instance closes stays in force in Redis
+// until its epoch ends, unspent.
+//
+// Rollout: every instance sharing the tenants must run a release that
+// honours shares (this one, or the release before it) before any turns
+// shares on; Redis grants no share while an instance of an earlier
+// release is active on the tenant. It replaces WithReservation: setting
+// both is an error. period is in [MinSharePeriod, MaxSharePeriod], 0 for
+// off; headroom in [0, 1).
+func WithRateShares(period time.Duration, headroom float64) Option {
+	return func(c *config) { c.sharePeriod, c.shareHeadroom = period, headroom }
+}
+
 // WithColdStartWait bounds how long a tenant's first request on this
 // instance waits for its first lease (default 100ms; 0 means do not
 // wait, deny at once while the lease is fetched). The request's ctx bounds
@@ -295,6 +336,15 @@ func (c *config) validate() error {
 	}
 	if c.reservation < 0 || c.reservation > MaxReservation {
 		return fmt.Errorf("%w: WithReservation(%v): want 0 to %v", ErrInvalidOption, c.reservation, MaxReservation)
+	}
+	if c.sharePeriod != 0 && (c.sharePeriod < MinSharePeriod || c.sharePeriod > MaxSharePeriod) {
+		return fmt.Errorf("%w: WithRateShares(%v, ...): want a period of 0 (off) or %v to %v", ErrInvalidOption, c.sharePeriod, MinSharePeriod, MaxSharePeriod)
+	}
+	if !(c.shareHeadroom >= 0 && c.shareHeadroom < 1) {
+		return fmt.Errorf("%w: WithRateShares(..., %v): want a headroom in [0, 1)", ErrInvalidOption, c.shareHeadroom)
+	}
+	if c.sharePeriod > 0 && c.reservation > 0 {
+		return fmt.Errorf("%w: WithRateShares and WithReservation: rate shares replace reservations, set one", ErrInvalidOption)
 	}
 	if c.expectedInstances < 0 {
 		return fmt.Errorf("%w: WithExpectedInstances(%d): want >= 0", ErrInvalidOption, c.expectedInstances)

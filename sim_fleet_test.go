@@ -61,6 +61,8 @@ var simFleet = flag.Bool("sim.fleet", false, "run the fleet-scale simulations at
 
 var simFleetReservation = flag.Duration("sim.fleet.reservation", 0, "the Limiters' WithReservation in TestFleetSimulation and TestFleetShapes (0: off, the default)")
 
+var simFleetShares = flag.Duration("sim.fleet.shares", 0, "the Limiters' WithRateShares period in TestFleetSimulation and TestFleetShapes (0: off, the default)")
+
 var simFleetSeconds = flag.Int("sim.fleet.seconds", 0, "TestFleetShapes's simulated seconds, the last two thirds the steady state (0: each shape's own, 5 with 2 of warm-up)")
 
 // fleetClass is a class of tenants by demand.
@@ -81,8 +83,10 @@ type fleetShape struct {
 	seconds   int // simulated, warm-up included
 	warmup    int // first seconds left out of the steady-state figures
 	seed      uint64
-	// reservation is the Limiters' WithReservation (0: off, the default).
+	// reservation is the Limiters' WithReservation (0: off, the default),
+	// sharePeriod their WithRateShares' period (0: off, the default).
 	reservation time.Duration
+	sharePeriod time.Duration
 }
 
 // The fleet: Rate 10/s and Burst 20 for every tenant, each on 3 of the
@@ -98,7 +102,7 @@ func fleetFull() fleetShape {
 	return fleetShape{
 		name: "fleet", instances: 1000, tenants: 100_000, servers: 3,
 		quota:   leasequota.Quota{Rate: 10, Burst: 20},
-		classes: fleetClasses, seconds: 6, warmup: 2, seed: 1, reservation: *simFleetReservation,
+		classes: fleetClasses, seconds: 6, warmup: 2, seed: 1, reservation: *simFleetReservation, sharePeriod: *simFleetShares,
 	}
 }
 
@@ -116,7 +120,7 @@ func fleetDense(n, m int) fleetShape {
 		name: fmt.Sprintf("%dx%d", n, m), instances: n, tenants: m, servers: n,
 		quota:   leasequota.Quota{Rate: 100, Burst: 100},
 		classes: []fleetClass{{name: "over", share: 1, offered: 3}},
-		seconds: 5, warmup: 2, seed: 1, reservation: *simFleetReservation,
+		seconds: 5, warmup: 2, seed: 1, reservation: *simFleetReservation, sharePeriod: *simFleetShares,
 	}
 }
 
@@ -258,9 +262,42 @@ type fleetTenant struct {
 	class    int
 	offered  float64 // requests per second, over all its instances
 	servers  int
-	admitted int64 // from leases
+	admitted int64 // from leases and rate shares
 	granted  int64
 	credited float64
+	// shares are the rate shares the store last reported each instance
+	// (by view) holds on the tenant, shareDone what shares no longer held
+	// issued (see issuedBy).
+	shares    map[*fleetView]lease.RateShare
+	shareDone float64
+}
+
+// noteShare records that the store reported at its time at that v holds
+// rs (none: the zero RateShare). The net's lock must be held.
+func (tn *fleetTenant) noteShare(v *fleetView, rs lease.RateShare, at time.Time) {
+	old, ok := tn.shares[v]
+	if ok && old.Equal(rs) {
+		return
+	}
+	if ok {
+		tn.shareDone += issuedBy(old, at)
+		delete(tn.shares, v)
+	}
+	if rs.Held() {
+		if tn.shares == nil {
+			tn.shares = map[*fleetView]lease.RateShare{}
+		}
+		tn.shares[v] = rs
+	}
+}
+
+// shareIssued is what the tenant's rate shares issued by now.
+func (tn *fleetTenant) shareIssued(now time.Time) float64 {
+	sum := tn.shareDone
+	for _, sh := range tn.shares {
+		sum += issuedBy(sh, now)
+	}
+	return sum
 }
 
 type fleetPair struct {
@@ -324,6 +361,9 @@ type fleetNet struct {
 	byClass []costmodel.Counts // the acquires and releases of each class's tenants
 	asked   int64
 	given   int64
+	// The calls' rate share operations: asks, ends, and asks the store
+	// granted a share for.
+	shareAsks, shareEnds, sharesGranted int64
 }
 
 func (n *fleetNet) Instance(id string, window time.Duration) (lease.Store, error) {
@@ -381,6 +421,16 @@ func (v *fleetView) AcquireMany(ctx context.Context, reqs []lease.Request, resul
 		n.asked += reqs[i].Want
 		n.given += r.Grant.Granted
 		tn.granted += r.Grant.Granted
+		switch reqs[i].Share {
+		case lease.ShareAsk:
+			n.shareAsks++
+			if r.Grant.RateShare.Held() {
+				n.sharesGranted++
+			}
+		case lease.ShareEnd:
+			n.shareEnds++
+		}
+		tn.noteShare(v, r.Grant.RateShare, r.Grant.ServerTime)
 	}
 	return out, err
 }
@@ -460,6 +510,8 @@ type fleetResult struct {
 	outside int64         // admitted without a lease (must be 0)
 	fails   []string
 	real    time.Duration
+	// The rate share operations of the run's calls (fleetNet's).
+	shareAsks, shareEnds, sharesGranted int64
 }
 
 // fleetHash mixes its arguments into a seeded 64-bit hash (splitmix64).
@@ -545,6 +597,7 @@ func fleetBubble(t *testing.T, sh fleetShape) *fleetResult {
 			leasequota.WithLogger(slog.New(slog.DiscardHandler)),
 			leasequota.WithDefaultQuota(sh.quota),
 			leasequota.WithReservation(sh.reservation),
+			leasequota.WithRateShares(sh.sharePeriod, 0),
 		)
 		if err != nil {
 			t.Fatal(err)
@@ -645,6 +698,7 @@ func fleetBubble(t *testing.T, sh fleetShape) *fleetResult {
 	}
 	net.mu.Lock()
 	r.checkBound(time.Since(start), net.store)
+	r.shareAsks, r.shareEnds, r.sharesGranted = net.shareAsks, net.shareEnds, net.sharesGranted
 	net.mu.Unlock()
 	return r
 }
@@ -671,15 +725,18 @@ func (r *fleetResult) checkBound(elapsed time.Duration, store *memstore.Store) (
 			ahead = max(b.Time.Sub(now).Seconds()*q.Rate-b.Tokens, 0)
 			level = b.Tokens
 		} else if b != nil {
-			level = lease.Refill(b.Tokens, b.Time.UnixMicro(), now.UnixMicro(), q.Rate, q.Burst)
+			level, _ = lease.RefillShares(b.Tokens, b.Time.UnixMicro(), now.UnixMicro(), q.Rate, q.Burst, b.Shares)
 		}
-		leased += float64(tn.granted) - tn.credited - ahead - float64(tn.admitted)
+		shared := tn.shareIssued(now)
+		leased += float64(tn.granted) + shared - tn.credited - ahead - float64(tn.admitted)
 		stored += level
-		if float64(tn.admitted) > float64(tn.granted)-tn.credited-ahead+1e-6 {
-			r.failf("at %v tenant t%d admitted %d from leases, more than granted %d - credited %.3f - reserved ahead %.3f", elapsed, k, tn.admitted, tn.granted, tn.credited, ahead)
+		if float64(tn.admitted) > float64(tn.granted)+shared-tn.credited-ahead+1e-6 {
+			r.failf("at %v tenant t%d admitted %d from leases and rate shares, more than granted %d + issued by rate shares %.3f - credited %.3f - reserved ahead %.3f",
+				elapsed, k, tn.admitted, tn.granted, shared, tn.credited, ahead)
 		}
-		if float64(tn.granted)-tn.credited-ahead > bound+1e-6 {
-			r.failf("at %v tenant t%d was granted %d - credited %.3f - reserved ahead %.3f, past Burst + Rate*T = %.1f", elapsed, k, tn.granted, tn.credited, ahead, bound)
+		if float64(tn.granted)+shared-tn.credited-ahead > bound+1e-6 {
+			r.failf("at %v tenant t%d was granted %d + issued by rate shares %.3f - credited %.3f - reserved ahead %.3f, past Burst + Rate*T = %.1f",
+				elapsed, k, tn.granted, shared, tn.credited, ahead, bound)
 		}
 	}
 	return leased, stored
@@ -772,9 +829,9 @@ func (r *fleetResult) log(t *testing.T) {
 	cost := tab.Cost(st.counts)
 	perAdmitted := cost.Total() / float64(st.admitted)
 	base := tab.Baseline(st.admitted, st.denied) / float64(st.admitted)
-	t.Logf("%s steady state (%gs): %.0f script runs/s (bound formula %.0f/s: ratio %.2f), %.0f admitted/s, tokens asked %d granted %d (%.1f%%)",
+	t.Logf("%s steady state (%gs): %.0f script runs/s (bound formula %.0f/s: ratio %.2f), %.0f admitted/s, tokens asked %d granted %d (%.1f%%); over the run, rate shares asked for %d, granted %d, ended %d",
 		sh.name, secs, r.scriptsPerSec(), r.boundPerSec(), r.scriptsPerSec()/r.boundPerSec(), float64(st.admitted)/secs,
-		st.asked, st.given, 100*float64(st.given)/float64(max(1, st.asked)))
+		st.asked, st.given, 100*float64(st.given)/float64(max(1, st.asked)), r.shareAsks, r.sharesGranted, r.shareEnds)
 	for c, cl := range sh.classes {
 		k := st.classes[c]
 		ck := tab.Cost(k)

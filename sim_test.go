@@ -110,7 +110,8 @@ func TestSimulation(t *testing.T) {
 		first, seeds = *simSeed, 1
 	}
 	var calls [numSimOps]int64
-	var admitted int64
+	var admitted, sharesGranted int64
+	var shared float64
 	for seed := first; seed < first+seeds; seed++ {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			var r simResult
@@ -126,9 +127,15 @@ func TestSimulation(t *testing.T) {
 				calls[i] += r.calls[i]
 			}
 			admitted += r.admitted
+			shared += r.shared
+			sharesGranted += r.sharesGranted
 		})
 	}
-	t.Logf("%d scenarios: %d admitted from leases; store calls: %s", seeds, admitted, opCounts(calls))
+	t.Logf("%d scenarios: %d admitted from leases and rate shares; %d rate shares granted, issuing %.0f tokens; store calls: %s",
+		seeds, admitted, sharesGranted, shared, opCounts(calls))
+	if *simSeed == 0 && seeds >= 8 && sharesGranted == 0 {
+		t.Errorf("no scenario granted a rate share: the runs do not exercise them")
+	}
 }
 
 // TestSimulationReplay runs each scenario twice and checks that the two
@@ -215,6 +222,10 @@ type simResult struct {
 	trace    string // hash of the trace, when tracing
 	lines    []string
 	events   simEvents // what happened, for the replay test's coverage
+	// shared is what the scenario's rate shares issued (their rate over
+	// the time they were held), sharesGranted how many were granted.
+	shared        float64
+	sharesGranted int64
 }
 
 // simEvents counts a scenario's disruptive events.
@@ -253,6 +264,57 @@ type simTenant struct {
 	admitted int64
 	granted  int64
 	credited float64
+	// shares are the rate shares the store last reported each instance
+	// (by id) holds on the tenant, and shareDone what shares no longer
+	// held issued (their rate over the time they were held): tokens the
+	// bucket did not refill, which the instances may spend.
+	shares        map[string]lease.RateShare
+	shareDone     float64
+	sharesGranted int64
+}
+
+// issuedBy returns what rate share sh issued by time at: its rate over
+// the part of [From, Until) before at.
+func issuedBy(sh lease.RateShare, at time.Time) float64 {
+	if sh.Until.Before(at) {
+		at = sh.Until
+	}
+	d := at.Sub(sh.From)
+	return sh.Rate * max(d, 0).Seconds()
+}
+
+// noteShare records that the store reported, at its time at, that
+// instance id holds rs on the tenant (the zero RateShare: none). A share
+// it held before and holds no more ended at at (replaced, or ended by
+// the call), or before, at its Until. s.mu must be held.
+func (tn *simTenant) noteShare(id string, rs lease.RateShare, at time.Time) {
+	old, ok := tn.shares[id]
+	if ok && old.Equal(rs) {
+		return
+	}
+	if ok {
+		tn.shareDone += issuedBy(old, at)
+		delete(tn.shares, id)
+	}
+	if rs.Held() {
+		if rs.From.Equal(at) {
+			tn.sharesGranted++
+		}
+		if tn.shares == nil {
+			tn.shares = map[string]lease.RateShare{}
+		}
+		tn.shares[id] = rs
+	}
+}
+
+// shareIssued returns what the tenant's rate shares issued by now.
+// s.mu must be held.
+func (tn *simTenant) shareIssued(now time.Time) float64 {
+	sum := tn.shareDone
+	for _, sh := range tn.shares {
+		sum += issuedBy(sh, now)
+	}
+	return sum
 }
 
 type simAdmit struct {
@@ -268,8 +330,10 @@ type sim struct {
 	end      time.Time
 	interval time.Duration
 	leaseTTL time.Duration
-	// reservation is the scenario's WithReservation (0: off).
+	// reservation is the scenario's WithReservation (0: off), and
+	// sharePeriod its WithRateShares' period (0: off).
 	reservation time.Duration
+	sharePeriod time.Duration
 	timeout     time.Duration
 	maxDelay    time.Duration // of one leg of a call
 	lossPPM     uint64        // replies lost per million calls
@@ -391,6 +455,13 @@ func runScenario(t *testing.T, seed uint64, tracing bool) simResult {
 	// Reservations: off (the default), short, or two seconds.
 	s.reservation = []time.Duration{0, 10 * s.interval, 2 * time.Second}[rng.IntN(3)]
 	s.opts = append(s.opts, leasequota.WithReservation(s.reservation))
+	// Rate shares, which replace reservations: in half of the scenarios
+	// without them, drawn from a stream of their own so that the rest of
+	// a scenario is what it was before shares.
+	if srng := rand.New(rand.NewPCG(seed, 0x5ba7e5)); s.reservation == 0 && srng.IntN(2) == 0 {
+		s.sharePeriod = []time.Duration{time.Second, 2 * time.Second}[srng.IntN(2)]
+		s.opts = append(s.opts, leasequota.WithRateShares(s.sharePeriod, []float64{0, 0.1}[srng.IntN(2)]))
+	}
 	s.net = &simNet{s: s, store: memstore.New()}
 
 	insts := make([]*simInstance, instances)
@@ -593,9 +664,9 @@ func (s *sim) admit(tenant string, n int64) {
 	tn := s.byName[tenant]
 	tn.admits = append(tn.admits, simAdmit{at: now, n: n})
 	tn.admitted += n
-	if float64(tn.admitted) > float64(tn.granted)-tn.credited+1e-6 {
-		s.fails = append(s.fails, fmt.Sprintf("seed %d at %v: tenant %s admitted %d from leases, more than granted %d - credited %.3f",
-			s.seed, now, tenant, tn.admitted, tn.granted, tn.credited))
+	if shared := tn.shareIssued(time.Now()); float64(tn.admitted) > float64(tn.granted)+shared-tn.credited+1e-6 {
+		s.fails = append(s.fails, fmt.Sprintf("seed %d at %v: tenant %s admitted %d from leases, more than granted %d + issued by rate shares %.3f - credited %.3f",
+			s.seed, now, tenant, tn.admitted, tn.granted, shared, tn.credited))
 	}
 	if bound := float64(tn.maxBurst) + tn.maxRate*now.Seconds(); float64(tn.admitted) > bound+1e-6 {
 		s.fails = append(s.fails, fmt.Sprintf("seed %d at %v: tenant %s admitted %d, past Burst + Rate*T = %.1f",
@@ -656,6 +727,8 @@ func (s *sim) finish(insts []*simInstance) simResult {
 	}
 	for _, tn := range s.tenants {
 		r.admitted += tn.admitted
+		r.shared += tn.shareIssued(time.Now())
+		r.sharesGranted += tn.sharesGranted
 		fmt.Fprintf(&b, "%s:admitted=%d,granted=%d ", tn.name, tn.admitted, tn.granted)
 	}
 	fmt.Fprintf(&b, "calls: %s", opCounts(r.calls))
@@ -1021,7 +1094,9 @@ func (v *simView) AcquireMany(ctx context.Context, reqs []lease.Request, results
 			k := v.id + "/" + reqs[i].Tenant
 			v.n.grants[k] = append(v.n.grants[k], r.Grant)
 			v.n.s.mu.Lock()
-			v.n.s.byName[reqs[i].Tenant].granted += r.Grant.Granted
+			tn := v.n.s.byName[reqs[i].Tenant]
+			tn.granted += r.Grant.Granted
+			tn.noteShare(v.id, r.Grant.RateShare, r.Grant.ServerTime)
 			v.n.s.mu.Unlock()
 		}
 	})
@@ -1053,8 +1128,8 @@ func fmtResult(r lease.Result) string {
 	if g.Override != nil {
 		o = fmt.Sprintf("%+v", *g.Override)
 	}
-	return fmt.Sprintf("granted=%d tokens=%g at=%d instances=%d share=%g override=%s",
-		g.Granted, g.Tokens, g.ServerTime.UnixMicro(), g.Instances, g.Share, o)
+	return fmt.Sprintf("granted=%d tokens=%g at=%d instances=%d share=%g override=%s rateshare=%s",
+		g.Granted, g.Tokens, g.ServerTime.UnixMicro(), g.Instances, g.Share, o, g.RateShare)
 }
 
 func (v *simView) ReleaseMany(ctx context.Context, reqs []lease.ReleaseRequest) []lease.ReleaseResult {
@@ -1111,12 +1186,27 @@ func (v *simView) checkNames(reqs []lease.ReleaseRequest) {
 			continue
 		}
 		at := gs[i].ServerTime
+		// Tokens granted from then on: leased, and accrued from the rate
+		// shares granted from then on (a return of a share's tokens
+		// names the grant that granted it, its From).
 		var since int64
-		for _, g := range gs {
+		shared := 0.0
+		for j, g := range gs {
 			if !g.ServerTime.Before(at) {
 				since += g.Granted
 			}
+			if rs := g.RateShare; rs.Held() && rs.From.Equal(g.ServerTime) && !rs.From.Before(at) {
+				end := time.Now()
+				for _, h := range gs[j+1:] {
+					if !h.RateShare.Equal(rs) {
+						end = h.ServerTime
+						break
+					}
+				}
+				shared += issuedBy(rs, end)
+			}
 		}
+		since += int64(shared + 1e-9)
 		for _, p := range v.n.named[k] {
 			if !p.grant.Before(at) {
 				since -= p.amount

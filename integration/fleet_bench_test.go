@@ -19,6 +19,14 @@ var fleetDuration = flag.Duration("fleet.duration", 8*time.Second,
 var fleetReservation = flag.Duration("fleet.reservation", leasequota.DefaultReservation,
 	"the limiters' WithReservation in BenchmarkFleet (0: reservations off)")
 
+var fleetShares = flag.Duration("fleet.shares", 0,
+	"the limiters' WithRateShares period in BenchmarkFleet (0: rate shares off, the default), with -fleet.headroom")
+
+var fleetHeadroom = flag.Float64("fleet.headroom", 0, "the limiters' WithRateShares headroom in BenchmarkFleet, with -fleet.shares")
+
+var fleetWarmup = flag.Duration("fleet.warmup", 0,
+	"the first part of each BenchmarkFleet load that the steady-state metrics (steady-*) leave out (0: none, and no steady-state metrics)")
+
 var fleetTimeout = flag.Duration("fleet.timeout", leasequota.DefaultRefreshInterval/2,
 	"the limiters' WithRedisTimeout in BenchmarkFleet (the default is the library's for its default refresh interval)")
 
@@ -37,7 +45,8 @@ var fleetShapes = []fleetShape{{4, 100}, {8, 500}, {16, 1000}, {32, 2000}}
 // load goroutines calling it synchronously (so its offered rate is what
 // round trips allow; its cost per decision is the point).
 //
-// The limiters reserve with -fleet.reservation, time their Redis calls
+// The limiters reserve with -fleet.reservation (or ask for rate shares of
+// -fleet.shares' period and -fleet.headroom), time their Redis calls
 // out after -fleet.timeout and let a cold tenant's request wait up to
 // -fleet.coldwait (each by default the library's).
 // One op is one full run of both; run it with -benchtime 1x. It fails
@@ -61,6 +70,14 @@ var fleetShapes = []fleetShape{{4, 100}, {8, 500}, {16, 1000}, {32, 2000}}
 //	                   the log accounts for them: expired, credited, forfeited, held)
 //	rr-dec/s           redis_rate decisions per second
 //	over-bound         tenants over the bound (must be 0)
+//
+// With -fleet.warmup, the same after the warm-up (the steady state):
+//
+//	steady-lq-µs/adm   Redis CPU per admitted request, leasequota
+//	steady-lq/rr       its ratio to redis_rate's per decision (over the whole run)
+//	steady-evalsha/s, steady-tenant-scripts/pair/s   as above
+//	steady-admitted/rate  admitted per second over Σ Rate (1: every
+//	                   tenant admitted its rate)
 func BenchmarkFleet(b *testing.B) {
 	srv := redistest.StartServer(b)
 	for _, s := range fleetShapes {
@@ -68,6 +85,7 @@ func BenchmarkFleet(b *testing.B) {
 			var m fleetMetrics
 			for i := 0; i < b.N; i++ {
 				r := runFleet(b, srv, s, *fleetDuration, slog.New(slog.DiscardHandler), leasequota.WithReservation(*fleetReservation),
+					leasequota.WithRateShares(*fleetShares, *fleetHeadroom),
 					leasequota.WithRedisTimeout(*fleetTimeout), leasequota.WithColdStartWait(*fleetColdWait))
 				for _, o := range r.overBound {
 					b.Errorf("bound violated: %s (Burst %d + Rate %d * %v)", o, fleetBurst, fleetRate, r.elapsed)
@@ -123,12 +141,13 @@ type fleetMetrics struct {
 	lqCPU, rrCPU              time.Duration
 	lqAdmitted, rrDecisions   int64
 	evalsha, tenantScripts    int64
-	pairs                     int
+	pairs, tenants            int
 	lqSeconds, rrSeconds      float64
 	failMode, leaseErr, rrErr int64
 	granted, returned         int64
 	forfeited, expired, held  int64
 	overBound                 int
+	steady                    fleetSteady // summed over the runs
 }
 
 func (m *fleetMetrics) add(s fleetShape, r *fleetResult, rr *redisRateResult) {
@@ -140,7 +159,7 @@ func (m *fleetMetrics) add(s fleetShape, r *fleetResult, rr *redisRateResult) {
 	m.lqCPU += r.redisCPU
 	m.evalsha += r.evalsha
 	m.tenantScripts += r.exists
-	m.pairs = s.instances * s.tenants
+	m.pairs, m.tenants = s.instances*s.tenants, s.tenants
 	m.lqSeconds += r.load.wall.Seconds()
 	m.failMode += r.load.failed
 	m.leaseErr += r.stats.Errors
@@ -150,6 +169,11 @@ func (m *fleetMetrics) add(s fleetShape, r *fleetResult, rr *redisRateResult) {
 	m.expired += r.stats.Expired
 	m.held += r.held
 	m.overBound += len(r.overBound)
+	m.steady.redisCPU += r.steady.redisCPU
+	m.steady.evalsha += r.steady.evalsha
+	m.steady.exists += r.steady.exists
+	m.steady.admitted += r.steady.admitted
+	m.steady.wall += r.steady.wall
 	dec, _ := rr.load.totals()
 	m.rrDecisions += dec - rr.load.failed
 	m.rrErr += rr.load.failed
@@ -184,6 +208,18 @@ func (m *fleetMetrics) report(b *testing.B) {
 		b.ReportMetric(float64(m.granted)/float64(m.lqAdmitted), "granted/adm")
 	}
 	b.ReportMetric(float64(m.rrDecisions)/m.rrSeconds, "rr-dec/s")
+	if st := m.steady; st.wall > 0 && st.admitted > 0 {
+		// After -fleet.warmup: redis_rate's cost per decision does not
+		// depend on the warm-up (one script call each).
+		slq := us(st.redisCPU, st.admitted)
+		b.ReportMetric(slq, "steady-lq-µs/adm")
+		if rr > 0 {
+			b.ReportMetric(slq/rr, "steady-lq/rr")
+		}
+		b.ReportMetric(float64(st.evalsha)/st.wall.Seconds(), "steady-evalsha/s")
+		b.ReportMetric(float64(st.exists)/st.wall.Seconds()/float64(m.pairs), "steady-tenant-scripts/pair/s")
+		b.ReportMetric(float64(st.admitted)/st.wall.Seconds()/(fleetRate*float64(m.tenants)), "steady-admitted/rate")
+	}
 	b.ReportMetric(float64(m.overBound)/n, "over-bound")
 	if m.rrErr > 0 {
 		b.Logf("redis_rate: %d calls failed", m.rrErr)

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 
 	"github.com/leasequota/leasequota"
 	"github.com/leasequota/leasequota/integration/redistest"
+	"github.com/leasequota/leasequota/lease"
 )
 
 // The fleet shapes of issue #15: N instances share T tenants of Rate 100
@@ -179,6 +181,22 @@ type fleetResult struct {
 	// held is the leased tokens the limiters held unspent when the load
 	// ended: debited from the buckets, never admitted.
 	held int64
+	// steady is the part of the run after its warm-up (runFleet's
+	// warmup; zero without one).
+	steady fleetSteady
+	// sharesInForce counts the tenants whose buckets recorded rate
+	// shares (field sh) when the load ended.
+	sharesInForce int
+}
+
+// fleetSteady is what a fleet run measured after its warm-up: Redis's
+// work (INFO cpu and commandstats deltas) and the requests admitted, over
+// the wall time from the warm-up's end to the load's.
+type fleetSteady struct {
+	redisCPU        time.Duration
+	evalsha, exists int64
+	admitted        int64
+	wall            time.Duration
 }
 
 // bound is a tenant's most admissions in the run.
@@ -251,10 +269,29 @@ func runFleet(tb testing.TB, srv *redistest.Server, s fleetShape, d time.Duratio
 
 	cpu0, calls0, exists0 := redisCPU(tb, admin), commandCalls(tb, admin, "evalsha"), commandCalls(tb, admin, "exists")
 	start := redisTime(tb, admin)
-	load := driveFleet(ctx, s, d, func(ctx context.Context, inst, t int) (bool, bool) {
-		dec := lims[inst].AllowN(ctx, names[t], 1)
-		return dec.Allowed, dec.Mode != leasequota.FailDefault || dec.Reason == leasequota.ReasonUnavailable
-	})
+	// The steady state: Redis's counters and the admissions at the end of
+	// the warm-up, taken by a timer of the run's schedule.
+	var admitted atomic.Int64
+	loaded := make(chan fleetLoad, 1)
+	go func() {
+		loaded <- driveFleet(ctx, s, d, func(ctx context.Context, inst, t int) (bool, bool) {
+			dec := lims[inst].AllowN(ctx, names[t], 1)
+			if dec.Allowed {
+				admitted.Add(1)
+			}
+			return dec.Allowed, dec.Mode != leasequota.FailDefault || dec.Reason == leasequota.ReasonUnavailable
+		})
+	}()
+	var warm fleetSteady
+	var warmAt time.Time
+	if w := *fleetWarmup; w > 0 && w < d {
+		time.Sleep(w) // the run's schedule: the warm-up's end, not a wait for a condition
+		warmAt = time.Now()
+		warm = fleetSteady{redisCPU: redisCPU(tb, admin), evalsha: commandCalls(tb, admin, "evalsha"),
+			exists: commandCalls(tb, admin, "exists"), admitted: admitted.Load()}
+	}
+	load := <-loaded
+	ended := time.Now()
 	end := redisTime(tb, admin)
 	res := fleetResult{
 		load:     load,
@@ -262,6 +299,21 @@ func runFleet(tb testing.TB, srv *redistest.Server, s fleetShape, d time.Duratio
 		redisCPU: redisCPU(tb, admin) - cpu0,
 		evalsha:  commandCalls(tb, admin, "evalsha") - calls0,
 		exists:   commandCalls(tb, admin, "exists") - exists0,
+	}
+	if !warmAt.IsZero() {
+		res.steady = fleetSteady{redisCPU: redisCPU(tb, admin) - warm.redisCPU, evalsha: commandCalls(tb, admin, "evalsha") - warm.evalsha,
+			exists: commandCalls(tb, admin, "exists") - warm.exists, admitted: admitted.Load() - warm.admitted, wall: ended.Sub(warmAt)}
+	}
+	pipe := admin.Pipeline()
+	shares := make([]*redis.StringCmd, len(names))
+	for i, n := range names {
+		shares[i] = pipe.HGet(ctx, lease.Key(prefix, n), "sh")
+	}
+	pipe.Exec(ctx) // redis.Nil for a bucket without shares
+	for _, c := range shares {
+		if v, err := c.Result(); err == nil && v != "" {
+			res.sharesInForce++
+		}
 	}
 	for _, l := range lims {
 		for _, n := range names {
@@ -368,6 +420,48 @@ func TestFleet(t *testing.T) {
 		r.utilization(), r.deliveredUtilization(), r.stats.Calls, r.stats.Errors, r.evalsha, r.load.failed, r.held, float64(r.held)/float64(s.tenants))
 	for _, o := range r.overBound {
 		t.Errorf("bound violated: %s (Burst %d + Rate %d * %v)", o, fleetBurst, fleetRate, r.elapsed)
+	}
+	if u, floor := r.deliveredUtilization(), min(0.75, utilizationFloor(probe, 0.8)); u < floor {
+		t.Errorf("utilization %.3f of what the offered load could have had, want >= %.3f", u, floor)
+	}
+}
+
+// TestFleetRateShares runs TestFleet's shape, 4 instances x 100 tenants
+// offered 3x their quota, with rate shares of a 2 s period, for 8 s on
+// real Redis: no tenant may admit more than Burst + Rate*elapsed, shares
+// must be in force on the buckets when the load ends, and after the
+// first seconds (each instance's first call registers it; the second asks
+// for a share) the instances call Redis about once a period per tenant,
+// under half the calls of TestFleet's leases of tokens over the same
+// time. (The bound over many seeded schedules is the root package's
+// TestSimulation, with shares in half of its scenarios.)
+func TestFleetRateShares(t *testing.T) {
+	srv := redistest.Shared(t)
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	s := fleetShape{instances: 4, tenants: 100}
+	probe := startStallProbe()
+	old := *fleetWarmup
+	*fleetWarmup = 4 * time.Second
+	defer func() { *fleetWarmup = old }()
+	r := runFleet(t, srv, s, 8*time.Second, redistest.Logger(t), leasequota.WithRedisTimeout(time.Second), leasequota.WithRateShares(2*time.Second, 0))
+	probe.Stop()
+	t.Log(probe)
+	pairs := float64(s.instances * s.tenants)
+	perPair := float64(r.steady.exists) / r.steady.wall.Seconds() / pairs
+	t.Logf("utilization %.3f of Σ(Burst + Rate·elapsed), %.3f of what the load could have had; %d of %d tenants with shares in force at the end; after 4 s, %.3f scripts a pair and second, admitted %.3f of the rate",
+		r.utilization(), r.deliveredUtilization(), r.sharesInForce, s.tenants, perPair,
+		float64(r.steady.admitted)/r.steady.wall.Seconds()/(fleetRate*float64(s.tenants)))
+	for _, o := range r.overBound {
+		t.Errorf("bound violated: %s (Burst %d + Rate %d * %v)", o, fleetBurst, fleetRate, r.elapsed)
+	}
+	if r.sharesInForce < s.tenants/2 {
+		t.Errorf("%d of %d tenants had rate shares in force when the load ended, want most", r.sharesInForce, s.tenants)
+	}
+	// One renewal a period (0.5 a pair and second) and the calls of the
+	// pairs that got no share yet; leases of tokens make 1.3 here
+	// (BenchmarkFleet/4x100).
+	if perPair > 0.8 {
+		t.Errorf("%.3f scripts a pair and second after the warm-up, want about one a period (0.5)", perPair)
 	}
 	if u, floor := r.deliveredUtilization(), min(0.75, utilizationFloor(probe, 0.8)); u < floor {
 		t.Errorf("utilization %.3f of what the offered load could have had, want >= %.3f", u, floor)

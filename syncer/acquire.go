@@ -29,7 +29,8 @@ func (s *Syncer) acquire(ctx context.Context, now time.Time, jobs []job) (tot te
 	}()
 	reqs := make([]lease.Request, len(jobs))
 	for i, j := range jobs {
-		reqs[i] = lease.Request{Tenant: j.t.name, Limits: j.t.bucket(), Want: j.want, Demand: j.demand, Reserve: j.reserve}
+		reqs[i] = lease.Request{Tenant: j.t.name, Limits: j.t.bucket(), Want: j.want, Demand: j.demand, Reserve: j.reserve,
+			Share: j.share, ShareTerms: j.shareTerms, ShareFrom: j.shareFrom}
 	}
 	results, err := s.call(ctx, telemetry.OpAcquire, len(reqs), 0, func(ctx context.Context) ([]lease.Result, error) {
 		return s.client.AcquireMany(ctx, reqs, nil)
@@ -42,7 +43,7 @@ func (s *Syncer) acquire(ctx context.Context, now time.Time, jobs []job) (tot te
 		} else {
 			r = results[i]
 		}
-		s.apply(ctx, j.t, now, j.want, r)
+		s.apply(ctx, j.t, now, j.want, j.share, r)
 		tot.Tenants++
 		tot.Requested += j.want
 		if r.Err != nil {
@@ -55,7 +56,7 @@ func (s *Syncer) acquire(ctx context.Context, now time.Time, jobs []job) (tot te
 }
 
 // apply records the result of a lease call for t, whose lock is held.
-func (s *Syncer) apply(ctx context.Context, t *Tenant, now time.Time, want int64, r lease.Result) {
+func (s *Syncer) apply(ctx context.Context, t *Tenant, now time.Time, want int64, op lease.ShareOp, r lease.Result) {
 	s.requested.Add(want)
 	ls := t.lease.Load() // planned: not dormant
 	if r.Err != nil {
@@ -97,7 +98,11 @@ func (s *Syncer) apply(ctx context.Context, t *Tenant, now time.Time, want int64
 	s.planner.Granted(&ls.st, *t.Limits(), now, want, g, level)
 	// The reservation's wait begins when the reply arrived, which is no
 	// earlier than Redis ran the call.
-	s.planner.Reserved(&ls.st, *t.Limits(), now, s.opts.Now(), g)
+	arrived := s.opts.Now()
+	s.planner.Reserved(&ls.st, *t.Limits(), now, arrived, g)
+	// The rate share the reply says this instance holds accrues from the
+	// reply's arrival (share.go).
+	s.planner.Shared(&ls.st, *t.Limits(), op, now, arrived, g)
 	t.publish()
 	if g.Instances > 0 {
 		s.noteFleet(g.Instances)

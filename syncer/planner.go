@@ -45,6 +45,15 @@ type Config struct {
 	// credit accrue for half of it (creditCap). Zero: the credit of a
 	// share of the burst only, as Redis gives callers without a window.
 	Window time.Duration
+	// SharePeriod turns rate shares on (share.go): while a tenant is
+	// scarce, its lease calls ask for this instance's fair share of the
+	// rate (lease.ShareAsk), in epochs of SharePeriod, and renew it
+	// about once a period. Zero (the default): off. It replaces
+	// reservations: with it, Reserve is ignored.
+	SharePeriod time.Duration
+	// ShareHeadroom is the part of the rate never granted as shares, in
+	// [0, 1) (lease.ShareTerms.Headroom).
+	ShareHeadroom float64
 }
 
 // RegistryWindow is the instance registry's window a limiter sends with
@@ -115,6 +124,15 @@ func (c Config) withDefaults() Config {
 		c.HalfLife = d.HalfLife
 	}
 	c.Reserve = max(c.Reserve, 0)
+	if c.SharePeriod > 0 {
+		c.SharePeriod = max(c.SharePeriod, time.Millisecond)
+		c.Reserve = 0
+	} else {
+		c.SharePeriod = 0
+	}
+	if !(c.ShareHeadroom >= 0 && c.ShareHeadroom < 1) {
+		c.ShareHeadroom = 0
+	}
 	return c
 }
 
@@ -122,7 +140,7 @@ func (c Config) withDefaults() Config {
 // never seen; Planner.Init gives it its schedule. It is plain data, owned
 // by whoever holds the tenant's lock.
 //
-// There is one per tenant, so it is packed (88 bytes; the ledger's batches
+// There is one per tenant, so it is packed (96 bytes; the ledger's batches
 // and the reservation are apart, nil while empty): times are stamps,
 // whole milliseconds after the ledger's base time (rounded down; moved to
 // a new base when the clock runs 12 days past it), rates and the largest
@@ -162,6 +180,9 @@ type State struct {
 	// born is when the tenant was first seen (Init; Revive starts it
 	// again), for the slow demand average's weight (Planner.seen).
 	born stamp
+	// shareAfter: no rate share is asked for before it (an ask refused;
+	// see Planner.Shared).
+	shareAfter stamp
 }
 
 // State.flags.
@@ -169,6 +190,7 @@ const (
 	flagGranted uint8 = 1 << iota // a lease call has succeeded at least once
 	flagRising                    // demand jumped: use fast while above slow
 	flagScarce                    // the last lease call got less than it asked for, or left the bucket with less than it got
+	flagShort                     // the last lease call's fair share (Grant.Share) was below the demand: the tenant's instances ask for more than its rate
 )
 
 // stampOf returns ns as a stamp of st, rounded down.
@@ -188,7 +210,7 @@ func (st *State) setClock(ns int64) {
 		return
 	}
 	shift := st.ledger.rebaseTo(ns)
-	for _, s := range []*stamp{&st.next, &st.notBefore, &st.lastActive, &st.lastGrant, &st.needAt, &st.observed, &st.born} {
+	for _, s := range []*stamp{&st.next, &st.notBefore, &st.lastActive, &st.lastGrant, &st.needAt, &st.observed, &st.born, &st.shareAfter} {
 		*s = shiftStamp(*s, shift)
 	}
 	if r := st.resv; r != nil {
@@ -347,12 +369,24 @@ type Action struct {
 	// reservation): the edge adds them to the counter before anything
 	// else. The ledger already holds them.
 	Drip int64
+	// Share is the rate share operation to send with the call
+	// (lease.Request.Share; share.go), ShareTerms the terms of an ask, and
+	// ShareFrom the From of the share an end ends. An ask or an end
+	// makes the call even when Acquire is zero (a renewal). Follow it with
+	// Shared once the reply is in.
+	Share      lease.ShareOp
+	ShareTerms lease.ShareTerms
+	ShareFrom  time.Time
 	// Read asks for a lease call even when Acquire is zero: a quota changed
 	// in Redis (Input.QuotaCheck), the tenant is active here, and the call
 	// (an acquire of Acquire tokens, possibly 0) reports the tenant's quota
 	// override. Follow it with Granted or Failed like an acquire.
 	Read bool
 }
+
+// Calls reports whether a carries out a lease call: for tokens, a quota
+// re-read, or a rate share's operation.
+func (a Action) Calls() bool { return a.Acquire > 0 || a.Read || a.Share != lease.ShareKeep }
 
 // Planner decides, for one tenant at a time, when to refresh its lease and
 // how many tokens to ask for. It is pure and immutable after NewPlanner:
@@ -625,10 +659,21 @@ func (p *Planner) Plan(st *State, lim quota.Quota, now time.Time, in Input) Acti
 	read := in.QuotaCheck && granted && st.failures == 0 &&
 		ns-st.at(st.lastActive) < int64(lim.LeaseTTL) &&
 		ns-st.at(st.lastGrant) >= int64(p.cfg.Interval)/4
-	if ns < st.at(st.notBefore) && !(in.Recovered && st.failures > 0) && !(in.Refunded && st.failures == 0) {
+	// A rate share due for renewal (or to end) makes a call of its own;
+	// an ask otherwise goes with a call made for tokens.
+	op, shareDue := p.shareOp(st, lim, ns)
+	if ns < st.at(st.notBefore) && !(in.Recovered && st.failures > 0) && !(in.Refunded && st.failures == 0) && !(shareDue && st.failures == 0) {
 		// Calls are held back. A read takes no tokens, so it may go
 		// while the bucket refills (never during a failure backoff).
 		a.Read = read
+		return a
+	}
+	if st.share() != nil && !shareDue && !read {
+		// A rate share held: its tokens come due without calls, and
+		// tokens beyond it come with its renewal (share.go). A call for
+		// tokens in between would find the bucket refilling at the
+		// headroom only, and the credit at Redis at the fair share
+		// less the share: little or nothing, at a call's cost.
 		return a
 	}
 	want := st.target - held
@@ -655,10 +700,26 @@ func (p *Planner) Plan(st *State, lim quota.Quota, now time.Time, in Input) Acti
 		// run out (Reserved set notBefore so), or none came: ask for
 		// the next, with at least a token for now.
 		want = max(want, 1)
+	case shareDue:
+		// The rate share's renewal, or its end: what the demand beyond
+		// the share uses is asked for with it, counted without the
+		// share's tokens still to come (the renewal replaces them).
+		want = st.target - (held - st.Reserved())
 	default:
 		return a
 	}
 	a.Read = read
+	if op != lease.ShareKeep && (want > 0 || read || shareDue) {
+		// The share's accrual stops before the call reaches Redis,
+		// which ends or replaces the share.
+		a.Share, a.ShareFrom = op, st.cutShare()
+		if op == lease.ShareAsk {
+			a.ShareTerms = p.shareTerms(st, lim)
+		}
+		if want <= 0 {
+			return a
+		}
+	}
 	if want <= 0 {
 		return a
 	}
@@ -707,6 +768,11 @@ func (p *Planner) Granted(st *State, lim quota.Quota, now time.Time, asked int64
 	}
 	if g.Instances > 0 {
 		st.instances = uint16(min(g.Instances, math.MaxUint16))
+	}
+	if g.Share > 0 && g.Share < st.Demand() {
+		st.flags |= flagShort
+	} else {
+		st.flags &^= flagShort
 	}
 	// The grant rate, an average with the demand's half-life over
 	// irregular grant times; it is this instance's recent share of the

@@ -99,7 +99,7 @@ func (s *Syncer) refillLocked(ctx context.Context, link trace.Link, t *Tenant, n
 		s.pending = append(s.pending, ret)
 		s.pendingMu.Unlock()
 	}
-	if a.Acquire == 0 && !a.Read {
+	if !a.Calls() {
 		return nil
 	}
 	if !s.roomFor(t, now, a.Read) {
@@ -122,13 +122,14 @@ func (s *Syncer) refillLocked(ctx context.Context, link trace.Link, t *Tenant, n
 		}
 	}()
 	_, err := s.call(ctx, telemetry.OpAcquire, 1, 0, func(ctx context.Context) ([]lease.Result, error) {
-		r.Grant, r.Err = acquireOne(ctx, s.client, lease.Request{Tenant: t.name, Limits: t.bucket(), Want: a.Acquire, Demand: s.planner.ReportedDemand(t.st(), now, a.Acquire), Reserve: a.Reserve})
+		r.Grant, r.Err = acquireOne(ctx, s.client, lease.Request{Tenant: t.name, Limits: t.bucket(), Want: a.Acquire, Demand: s.planner.ReportedDemand(t.st(), now, a.Acquire), Reserve: a.Reserve,
+			Share: a.Share, ShareTerms: a.ShareTerms, ShareFrom: a.ShareFrom})
 		return nil, wholeFailure(r.Err)
 	})
 	if err != nil {
 		r.Err = err
 	}
-	s.apply(ctx, t, now, a.Acquire, r)
+	s.apply(ctx, t, now, a.Acquire, a.Share, r)
 	round.Add(telemetry.Round{Tenants: 1, Calls: 1, Requested: a.Acquire, Granted: r.Grant.Granted})
 	if r.Err != nil {
 		round.Failed++

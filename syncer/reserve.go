@@ -39,6 +39,11 @@ import (
 //
 // A State holds one while tokens are to come (State.resv), and none
 // otherwise.
+//
+// A rate share's accrual (share.go) is one too: tokens of the bucket's
+// refill that Redis gives this instance at the share's rate instead of
+// the bucket, none of them earlier than the share accrued it. shared is
+// then the share as Redis reported it (nil for a reservation).
 type reservation struct {
 	start   stamp         // local time the first token's wait began (rounded up)
 	granted stamp         // when the oldest call whose tokens are to come was planned
@@ -46,6 +51,7 @@ type reservation struct {
 	left    int32         // tokens still to come; 0: no reservation
 	pace    float32       // tokens per second (rounded down)
 	id      lease.GrantID // the oldest grant whose tokens these are, for returns to name
+	shared  *heldShare    // the rate share these tokens accrue from; nil for a reservation
 }
 
 // dueBy returns the tokens still to come that are due at stamp now.

@@ -21,6 +21,10 @@ type job struct {
 	want    int64
 	demand  float64       // tokens per second, reported to Redis for fair shares
 	reserve time.Duration // the reservation length (Action.Reserve)
+	// The rate share's operation (Action.Share, ShareTerms, ShareFrom).
+	share      lease.ShareOp
+	shareTerms lease.ShareTerms
+	shareFrom  time.Time
 }
 
 // Round plans every tenant that tenants yields and carries the plan out:
@@ -70,8 +74,9 @@ func (s *Syncer) round(ctx context.Context, tenants iter.Seq[*Tenant], quotaChec
 		if ok {
 			releases = append(releases, ret)
 		}
-		if (a.Acquire > 0 || a.Read) && s.roomFor(t, now, a.Read) {
-			jobs = append(jobs, job{t: t, want: a.Acquire, demand: s.planner.ReportedDemand(t.st(), now, a.Acquire), reserve: a.Reserve})
+		if a.Calls() && s.roomFor(t, now, a.Read) {
+			jobs = append(jobs, job{t: t, want: a.Acquire, demand: s.planner.ReportedDemand(t.st(), now, a.Acquire), reserve: a.Reserve,
+				share: a.Share, shareTerms: a.ShareTerms, shareFrom: a.ShareFrom})
 			continue // unlocked once the result is applied
 		}
 		if !s.idleOrKept(t, now, &evict) {

@@ -1,0 +1,178 @@
+package leasequota_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/leasequota/leasequota"
+	"github.com/leasequota/leasequota/lease/memstore"
+)
+
+// shareRun is what runShares measured.
+type shareRun struct {
+	admitted      []int64 // by tenant, over the whole run
+	steadyAdmit   []int64 // by tenant, after the warm-up
+	steadyCalls   int64   // lease calls after the warm-up, over every limiter
+	sharesInForce int     // tenants whose bucket had rate shares in force at the end
+}
+
+// runShares runs 4 limiters (their own loops) on one memstore inside a
+// synctest bubble, each offered 3/4 of the rate of each of 10 tenants
+// (3x the rate in all; Rate 100, Burst 100), for 40 s of fake time, the
+// last 20 the steady state; opts are the limiters' options.
+func runShares(t *testing.T, opts ...leasequota.Option) shareRun {
+	const (
+		instances = 4
+		tenants   = 10
+		rate      = 100.0
+		warmup    = 20 * time.Second
+		length    = 40 * time.Second
+		tick      = 10 * time.Millisecond
+	)
+	var r shareRun
+	synctest.Test(t, func(t *testing.T) {
+		store := memstore.New()
+		lims := make([]*leasequota.Limiter, instances)
+		for i := range lims {
+			l, err := leasequota.NewWithStore(store, append([]leasequota.Option{
+				leasequota.WithDefaultQuota(leasequota.Quota{Rate: rate, Burst: rate}),
+				leasequota.WithInstanceID(fmt.Sprintf("i%d", i)),
+				leasequota.WithSeed(uint64(i + 1)),
+				leasequota.WithLogger(slog.New(slog.DiscardHandler)),
+			}, opts...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lims[i] = l
+		}
+		names := make([]string, tenants)
+		for k := range names {
+			names[k] = fmt.Sprintf("t%d", k)
+		}
+		start := time.Now()
+		admitted := make([][]int64, instances)
+		steady := make([][]int64, instances)
+		done := make(chan struct{}, instances)
+		for i, l := range lims {
+			admitted[i], steady[i] = make([]int64, tenants), make([]int64, tenants)
+			go func() {
+				defer func() { done <- struct{}{} }()
+				acc := 0.0
+				for time.Since(start) < length {
+					time.Sleep(tick) // the load's pace, on the fake clock
+					acc += 0.75 * rate * tick.Seconds()
+					for ; acc >= 1; acc-- {
+						for k, n := range names {
+							if l.AllowN(context.Background(), n, 1).Allowed {
+								admitted[i][k]++
+								if time.Since(start) >= warmup {
+									steady[i][k]++
+								}
+							}
+						}
+					}
+				}
+			}()
+		}
+		time.Sleep(warmup) // the run's schedule
+		var calls0 int64
+		for _, l := range lims {
+			calls0 += l.Stats().Calls
+		}
+		for range lims {
+			<-done
+		}
+		for _, l := range lims {
+			r.steadyCalls += l.Stats().Calls
+		}
+		r.steadyCalls -= calls0
+		for _, n := range names {
+			if b := store.Tenant(n).Bucket; b != nil && b.Shares.InForce() {
+				r.sharesInForce++
+			}
+		}
+		elapsed := time.Since(start)
+		r.admitted, r.steadyAdmit = make([]int64, tenants), make([]int64, tenants)
+		for k := range names {
+			for i := range lims {
+				r.admitted[k] += admitted[i][k]
+				r.steadyAdmit[k] += steady[i][k]
+			}
+			if bound := rate + rate*elapsed.Seconds(); float64(r.admitted[k]) > bound {
+				t.Errorf("%s admitted %d, past Burst + Rate*T = %.0f", names[k], r.admitted[k], bound)
+			}
+		}
+		for _, l := range lims {
+			if err := l.Close(context.Background()); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	return r
+}
+
+// TestRateSharesCutCalls: with rate shares, an over-demanded fleet's
+// instances call Redis about once a share period per tenant in the
+// steady state, a fraction of the calls of leases of tokens, and the
+// tenants still get their rate. (The bound is TestSimulation's, with
+// shares in half of its scenarios.)
+func TestRateSharesCutCalls(t *testing.T) {
+	const pairs, steadySeconds = 4 * 10, 20.0
+	leases := runShares(t)
+	shares := runShares(t, leasequota.WithRateShares(10*time.Second, 0))
+	perPair := func(r shareRun) float64 { return float64(r.steadyCalls) / pairs / steadySeconds }
+	util := func(r shareRun) float64 {
+		least := 1.0
+		for _, n := range r.steadyAdmit {
+			least = min(least, float64(n)/(100*steadySeconds))
+		}
+		return least
+	}
+	t.Logf("steady state: leases of tokens %.3f calls a pair and second, the least tenant %.3f of its rate; rate shares %.3f and %.3f, %d of 10 tenants with shares in force at the end",
+		perPair(leases), util(leases), perPair(shares), util(shares), shares.sharesInForce)
+	if shares.sharesInForce == 0 {
+		t.Fatalf("no tenant had rate shares in force")
+	}
+	if got := perPair(shares); got > 0.15 || got > perPair(leases)/3 {
+		t.Errorf("rate shares: %.3f calls a pair and second, want at most 0.15 (one a period, 0.1, and the calls before shares) and a third of the leases' %.3f", got, perPair(leases))
+	}
+	if got := util(shares); got < 0.95 {
+		t.Errorf("rate shares: the least tenant admitted %.3f of its rate in the steady state, want >= 0.95", got)
+	}
+}
+
+// TestWithRateSharesBadInput: a period out of range, a headroom out of
+// [0, 1) (NaN included) and shares beside reservations are refused with
+// ErrInvalidOption.
+func TestWithRateSharesBadInput(t *testing.T) {
+	q := leasequota.WithDefaultQuota(leasequota.Quota{Rate: 10, Burst: 10})
+	for _, o := range []leasequota.Option{
+		leasequota.WithRateShares(time.Millisecond, 0),
+		leasequota.WithRateShares(-time.Second, 0),
+		leasequota.WithRateShares(2*leasequota.MaxSharePeriod, 0),
+		leasequota.WithRateShares(10*time.Second, 1),
+		leasequota.WithRateShares(10*time.Second, -0.1),
+		leasequota.WithRateShares(0, math.NaN()),
+	} {
+		_, err := leasequota.NewWithStore(memstore.New(), q, o)
+		if !errors.Is(err, leasequota.ErrInvalidOption) || !strings.Contains(err.Error(), "WithRateShares") {
+			t.Errorf("%v, want ErrInvalidOption naming WithRateShares", err)
+		}
+	}
+	_, err := leasequota.NewWithStore(memstore.New(), q, leasequota.WithRateShares(10*time.Second, 0), leasequota.WithReservation(time.Second))
+	if !errors.Is(err, leasequota.ErrInvalidOption) || !strings.Contains(err.Error(), "WithRateShares and WithReservation") {
+		t.Errorf("shares and reservations: %v, want ErrInvalidOption naming both", err)
+	}
+	l, err := leasequota.NewWithStore(memstore.New(), q, leasequota.WithRateShares(0, 0), leasequota.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatalf("WithRateShares(0, 0) (off): %v", err)
+	}
+	l.Close(context.Background())
+}

@@ -1,0 +1,201 @@
+package syncer
+
+import (
+	"math"
+	"time"
+
+	"github.com/leasequota/leasequota/internal/rateshare"
+	"github.com/leasequota/leasequota/lease"
+	"github.com/leasequota/leasequota/quota"
+)
+
+// Rate shares (Config.SharePeriod; docs/design.md, "Rate shares"). A
+// scarce tenant's instance asks Redis for a rate share (lease.ShareAsk):
+// s tokens a second until the end of the tenant's epoch, or of the next
+// one when granted in an epoch's second half, which the bucket no longer
+// refills. The instance accrues it here as a reservation that Redis never
+// debited (reservation.shared): token k comes due k/pace after the
+// share's window opened in the local clock, no earlier than the share
+// accrued it. It then calls Redis about once a period for the tenant,
+// to renew the share before it ends, whatever its demand: while the
+// share's tokens are to come they count as held, so the planner asks for
+// no lease of tokens (Plan), and requests that find the counter empty
+// wait for the next token to come due.
+//
+// The bound. The bucket and the shares in force make Rate tokens a second
+// together (lease.RefillShares), so a share's token spent here is one the
+// bucket did not refill. LocalWindow maps the share into the local clock
+// so that a slow reply only shortens it, and the pace is the share less
+// the clocks' drift (shareDrift), so no token comes due before the share
+// accrued it in Redis's clock. An accrued token joins the ledger like a
+// leased one: it expires LeaseTTL after it came due (the share's Hold: the
+// L of the window bound), and a return of it names no grant and is aged
+// from before the call that asked for the share, older than the token, so
+// Redis credits it no more than it would a token leased then. Before a call that ends or replaces the
+// share (a renewal asks again, and Redis replaces the share), the
+// accrual stops: at the plan, before the call reaches Redis.
+
+// heldShare is a rate share as Redis reported it (lease.RateShare): its
+// rate, and its From and Until in Redis's clock, in microseconds.
+type heldShare struct {
+	rate        float64
+	from, until int64
+}
+
+// shareDrift is the most the local clock's rate may differ from Redis's,
+// as a fraction: a share accrues here at its rate less this, over a
+// window shortened by it (LocalWindow). 1000 ppm, ten times what NTP
+// keeps a server's clock within.
+const shareDrift = 1e-3
+
+// share returns the rate share st's tenant accrues, nil for none.
+func (st *State) share() *heldShare {
+	if st.resv == nil {
+		return nil
+	}
+	return st.resv.shared
+}
+
+// HeldShare returns the rate share the tenant holds (accrued here), and
+// false for none.
+func (st *State) HeldShare() (lease.RateShare, bool) {
+	sh := st.share()
+	if sh == nil {
+		return lease.RateShare{}, false
+	}
+	return lease.RateShare{Rate: sh.rate, From: time.UnixMicro(sh.from), Until: time.UnixMicro(sh.until)}, true
+}
+
+// shareTerms returns the terms of st's tenant's shares: Config.SharePeriod
+// and SharePeriod's phase from the tenant's hash, its LeaseTTL as the
+// hold, Config.ShareHeadroom.
+func (p *Planner) shareTerms(st *State, lim quota.Quota) lease.ShareTerms {
+	per := p.cfg.SharePeriod.Microseconds()
+	phase := int64(uint64(st.hash) * uint64(per) >> 32)
+	return lease.ShareTerms{
+		Period:   time.Duration(per) * time.Microsecond,
+		Phase:    time.Duration(phase) * time.Microsecond,
+		Hold:     max(lim.LeaseTTL, time.Millisecond),
+		Headroom: p.cfg.ShareHeadroom,
+	}
+}
+
+// wantsShare reports whether st's tenant should hold a rate share: shares
+// are on, a lease call has succeeded (the first one registers this
+// instance, so that a share is sized among the instances starting with
+// it), its demand would accrue a token in a lease lifetime, and the
+// tenant is scarce (the last call got less than it asked for, or Redis's
+// fair share for this instance was below its demand: the instances
+// together ask for more than the rate) or holds a share already. A
+// renewal asks for the fair share of the demand then, so a share follows
+// the demand down; it ends once the demand is gone.
+func (p *Planner) wantsShare(st *State, lim quota.Quota) bool {
+	return p.cfg.SharePeriod > 0 && st.flags&flagGranted != 0 &&
+		(st.flags&(flagScarce|flagShort) != 0 || st.share() != nil) &&
+		st.Demand()*lim.LeaseTTL.Seconds() >= 1
+}
+
+// renewAt returns when a call should renew or end st's share sh: two
+// intervals and a jitter of up to a twentieth of the period before its
+// last token comes due, so that a round's call reaches Redis before the
+// share ends, and the instances of a tenant do not renew together.
+func (p *Planner) renewAt(st *State, sh *heldShare) int64 {
+	span := int64(p.cfg.SharePeriod / 20)
+	return st.at(st.resv.end()) - int64(2*p.cfg.Interval) - p.jitter(st, sh.from, span)
+}
+
+// shareOp returns the share operation for a call planned at ns, and
+// whether the call is due for it alone (a renewal or an end): an ask
+// otherwise goes with a call made for tokens.
+func (p *Planner) shareOp(st *State, lim quota.Quota, ns int64) (op lease.ShareOp, due bool) {
+	if p.cfg.SharePeriod <= 0 {
+		return lease.ShareKeep, false
+	}
+	if sh := st.share(); sh != nil {
+		switch {
+		case !p.wantsShare(st, lim):
+			// The demand is gone: end the share now, rather than let
+			// its tokens accrue until the renewal and expire.
+			return lease.ShareEnd, true
+		case ns < p.renewAt(st, sh):
+			return lease.ShareKeep, false
+		}
+		return lease.ShareAsk, true
+	}
+	if p.wantsShare(st, lim) && ns >= st.at(st.shareAfter) {
+		return lease.ShareAsk, false
+	}
+	return lease.ShareKeep, false
+}
+
+// cutShare stops st's share's accrual (its tokens due by the plan have
+// come due): before a call that ends or replaces it reaches Redis. It
+// returns the share's From, for a ShareEnd to name.
+func (st *State) cutShare() time.Time {
+	sh := st.share()
+	if sh == nil {
+		return time.Time{}
+	}
+	st.resv = nil
+	return time.UnixMicro(sh.from)
+}
+
+// Shared records the rate share that a lease call's reply says this
+// instance holds (g.RateShare), the call having been planned at sent
+// with share operation op and its reply having arrived at arrived (local
+// clock). A share it accrues already goes on; a share it did not know
+// (granted by this call, or by one whose reply was lost) accrues from
+// arrived over its LocalWindow; none stops the accrual. An ask refused
+// is not made again for a quarter of a period.
+func (p *Planner) Shared(st *State, lim quota.Quota, op lease.ShareOp, sent, arrived time.Time, g lease.Grant) {
+	rs := g.RateShare
+	cur := st.share()
+	if !rs.Held() {
+		if cur != nil {
+			st.resv = nil
+		}
+		if op == lease.ShareAsk {
+			ns := arrived.UnixNano()
+			st.setClock(ns)
+			st.shareAfter = st.stampCeil(ns + int64(p.cfg.SharePeriod/4))
+		}
+		return
+	}
+	from, until := rs.From.UnixMicro(), rs.Until.UnixMicro()
+	if cur != nil && cur.rate == rs.Rate && cur.from == from && cur.until == until {
+		return
+	}
+	if st.resv != nil && cur == nil {
+		// A reservation's tokens still to come: Redis grants no share
+		// while one is in force (and none with Config.Reserve, which
+		// shares replace), so this is a share the reply reports that
+		// this instance did not ask for; leave it.
+		return
+	}
+	lf, lu := rateshare.LocalWindow(sent.UnixMicro(), arrived.UnixMicro(), g.ServerTime.UnixMicro(),
+		rateshare.Share{Rate: rs.Rate, From: from, Until: until}, shareDrift)
+	pace := rs.Rate * (1 - shareDrift)
+	tokens := math.Floor(pace * float64(lu-lf) / 1e6)
+	if !(tokens >= 1) {
+		st.resv = nil
+		return
+	}
+	ns := arrived.UnixNano()
+	st.setClock(ns)
+	st.resv = &reservation{
+		start:   st.stampCeil(lf * 1000),
+		granted: st.stampOf(sent.UnixNano()),
+		left:    int32(min(tokens, math.MaxInt32)),
+		pace:    down32(pace),
+		// No grant ID: the ledger orders batches by their grants' IDs,
+		// and a drip named by the share's From, seconds before it came
+		// due, would go in front of the leases granted since and expire
+		// with the oldest of them (a batch's stamp is lowered to a later
+		// one's), a TTL after the share's first drip. Unnamed, it is
+		// ordered by its stamp, and a return of it is aged from its
+		// stamp less the drip lag (how long before coming due a dripped
+		// token was granted: since the ask was planned), which reaches
+		// back past the share's From.
+		shared: &heldShare{rate: rs.Rate, from: from, until: until},
+	}
+}

@@ -1,0 +1,249 @@
+package syncer
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+
+	"github.com/leasequota/leasequota/lease"
+	"github.com/leasequota/leasequota/quota"
+)
+
+// shareQuota is the quota of the rate share tests: 100/s, a burst of 100,
+// a lease lifetime of a second.
+var shareQuota = quota.Quota{Rate: 100, Burst: 100, LeaseTTL: time.Second, MaxLease: 100}
+
+// scarceState returns a State for tenant "t" as of now that has leased
+// once, is scarce, and has seen a sustained demand of about rate tokens a
+// second over the last few seconds.
+func scarceState(p *Planner, now time.Time, rate float64) *State {
+	st := &State{}
+	p.Init(st, "t", now.Add(-5*time.Second))
+	for i := range 50 {
+		at := now.Add(-5*time.Second + time.Duration(i)*100*time.Millisecond)
+		p.observe(st, at.UnixNano(), int64(rate/10))
+	}
+	st.flags |= flagGranted | flagScarce
+	st.instances = 4
+	return st
+}
+
+// TestShareAskedWhenScarce: with shares on, a scarce tenant's call asks
+// for a share on the terms of the tenant; with shares off, or before the
+// tenant's first grant, it asks for none.
+func TestShareAskedWhenScarce(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	p := NewPlanner(Config{Interval: 100 * time.Millisecond, SharePeriod: 10 * time.Second, ShareHeadroom: 0.05}, 1)
+	st := scarceState(p, now, 300)
+	a := p.Plan(st, shareQuota, now, Input{Urgent: true, Need: 1, Missed: 30})
+	if !a.Calls() || a.Share != lease.ShareAsk {
+		t.Fatalf("scarce tenant's call: %+v, want an ask for a share", a)
+	}
+	terms := a.ShareTerms
+	if err := terms.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if terms.Period != 10*time.Second || terms.Hold != shareQuota.LeaseTTL || terms.Headroom != 0.05 {
+		t.Errorf("terms %+v, want a period of 10s, the lease lifetime as the hold, headroom 0.05", terms)
+	}
+	if again := p.shareTerms(st, shareQuota); again != terms {
+		t.Errorf("the terms move between calls: %+v, then %+v", terms, again)
+	}
+
+	off := NewPlanner(Config{Interval: 100 * time.Millisecond}, 1)
+	if a := off.Plan(scarceState(off, now, 300), shareQuota, now, Input{Urgent: true, Need: 1, Missed: 30}); a.Share != lease.ShareKeep {
+		t.Errorf("shares off: %+v, want no share operation", a)
+	}
+	cold := &State{}
+	p.Init(cold, "t", now)
+	if a := p.Plan(cold, shareQuota, now, Input{Urgent: true, Need: 1, Missed: 30}); a.Share != lease.ShareKeep {
+		t.Errorf("first call: %+v, want no share operation (it registers the instance)", a)
+	}
+}
+
+// grantShare returns a Grant of share s (tokens/s) from Redis time from
+// until until, made by a call Redis ran at from.
+func grantShare(rate float64, from, until time.Time) lease.Grant {
+	return lease.Grant{ServerTime: from, Share: rate, Instances: 4,
+		RateShare: lease.RateShare{Rate: rate, From: from, Until: until}}
+}
+
+// TestShareHeldMakesNoCallsUntilRenewal: while a share is held, its tokens
+// come due at its pace, the planner makes no call for tokens however
+// urgent the requests, and it renews the share before its end, naming it.
+func TestShareHeldMakesNoCallsUntilRenewal(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	p := NewPlanner(Config{Interval: 100 * time.Millisecond, SharePeriod: 10 * time.Second}, 1)
+	st := scarceState(p, now, 300)
+	a := p.Plan(st, shareQuota, now, Input{Urgent: true, Need: 1, Missed: 30})
+	if a.Share != lease.ShareAsk {
+		t.Fatalf("%+v, want an ask", a)
+	}
+	// Redis runs the call 2 ms later, on a clock 1 s behind this one; the
+	// reply arrives 4 ms after the call was sent.
+	from := now.Add(-time.Second + 2*time.Millisecond)
+	until := from.Add(6 * time.Second)
+	arrived := now.Add(4 * time.Millisecond)
+	g := grantShare(25, from, until)
+	p.Granted(st, shareQuota, now, a.Acquire, g, 0)
+	p.Shared(st, shareQuota, a.Share, now, arrived, g)
+	rs, ok := st.HeldShare()
+	if !ok || !rs.Equal(g.RateShare) {
+		t.Fatalf("held %v (%v), want %v", rs, ok, g.RateShare)
+	}
+	var dripped int64
+	var renewal Action
+	at := arrived
+	for ; at.Before(arrived.Add(7 * time.Second)); at = at.Add(50 * time.Millisecond) {
+		a := p.Plan(st, shareQuota, at, Input{Urgent: true, Need: 1, Missed: 5})
+		dripped += a.Drip
+		p.Expired(st, a.Expire, 0)
+		st.ledger.Sync(0) // requests spent everything
+		// Never more than the share accrued in Redis's clock since its
+		// grant (local time at is Redis time at - 1s).
+		if accrued := 25 * at.Add(-time.Second).Sub(from).Seconds(); float64(dripped) > accrued+1e-9 {
+			t.Fatalf("at +%v: %d tokens came due, the share accrued %.2f", at.Sub(now), dripped, accrued)
+		}
+		if a.Calls() {
+			renewal = a
+			break
+		}
+	}
+	if renewal.Share != lease.ShareAsk || !renewal.ShareFrom.Equal(from) {
+		t.Fatalf("first call while the share was held, at +%v: %+v, want its renewal naming From %v", at.Sub(now), renewal, from)
+	}
+	// The renewal comes before the share ends here (6 s after the reply
+	// less the round trip), within two intervals and a twentieth of the
+	// period.
+	end := now.Add(6*time.Second - 2*time.Millisecond)
+	if early := end.Sub(at); early < 2*p.cfg.Interval || early > 2*p.cfg.Interval+p.cfg.SharePeriod/20+50*time.Millisecond {
+		t.Errorf("renewal %v before the share's end, want two intervals and up to a twentieth of the period", early)
+	}
+	if min := int64(25*at.Sub(arrived).Seconds()*(1-shareDrift)) - 2; dripped < min {
+		t.Errorf("%d tokens came due by the renewal, want about %d (the share's rate over the time held)", dripped, min)
+	}
+	if _, ok := st.HeldShare(); ok {
+		t.Errorf("the share still accrues once the call that replaces it is planned")
+	}
+}
+
+// TestShareEndsWhenDemandStops: once the demand is gone, the planner ends
+// the share at once, naming it, rather than let it accrue until its
+// renewal.
+func TestShareEndsWhenDemandStops(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	p := NewPlanner(Config{Interval: 100 * time.Millisecond, SharePeriod: 10 * time.Second}, 1)
+	st := scarceState(p, now, 300)
+	a := p.Plan(st, shareQuota, now, Input{Urgent: true, Need: 1, Missed: 30})
+	g := grantShare(25, now, now.Add(8*time.Second))
+	p.Granted(st, shareQuota, now, a.Acquire, g, 0)
+	p.Shared(st, shareQuota, a.Share, now, now, g)
+	var end Action
+	for at := now; at.Before(now.Add(8 * time.Second)); at = at.Add(100 * time.Millisecond) {
+		a := p.Plan(st, shareQuota, at, Input{Level: st.Held()}) // nothing spent, nothing asked
+		p.Expired(st, a.Expire, st.Held()-a.Expire)
+		if a.Calls() {
+			end = a
+			if at.After(now.Add(5 * time.Second)) {
+				t.Errorf("the share ended %v after the demand stopped, want within a few half-lives", at.Sub(now))
+			}
+			break
+		}
+	}
+	if end.Share != lease.ShareEnd || !end.ShareFrom.Equal(now) {
+		t.Fatalf("%+v, want an end naming the share's From", end)
+	}
+	if _, ok := st.HeldShare(); ok {
+		t.Errorf("the share still accrues after its end was planned")
+	}
+}
+
+// TestShareRefusedIsNotAskedAgainSoon: an ask Redis refused (no share in
+// the reply) is not made again for a quarter of a period; calls for
+// tokens go on.
+func TestShareRefusedIsNotAskedAgainSoon(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	p := NewPlanner(Config{Interval: 100 * time.Millisecond, SharePeriod: 8 * time.Second}, 1)
+	st := scarceState(p, now, 300)
+	a := p.Plan(st, shareQuota, now, Input{Urgent: true, Need: 1, Missed: 30})
+	g := lease.Grant{ServerTime: now, Granted: 1, Share: 25, Instances: 4}
+	p.Granted(st, shareQuota, now, a.Acquire, g, 0)
+	p.Shared(st, shareQuota, a.Share, now, now, g)
+	asked := false
+	for at := now; at.Before(now.Add(3 * time.Second)); at = at.Add(20 * time.Millisecond) {
+		a := p.Plan(st, shareQuota, at, Input{Urgent: true, Need: 1, Missed: 30})
+		if a.Share == lease.ShareAsk {
+			if at.Before(now.Add(2 * time.Second)) {
+				t.Fatalf("asked again %v after a refusal, want a quarter of the period (2s)", at.Sub(now))
+			}
+			asked = true
+			break
+		}
+		if a.Calls() {
+			g := lease.Grant{ServerTime: at, Granted: 1, Share: 25, Instances: 4}
+			p.Granted(st, shareQuota, at, a.Acquire, g, 0)
+			p.Shared(st, shareQuota, a.Share, at, at, g)
+		}
+	}
+	if !asked {
+		t.Errorf("never asked again within 3s of a refusal")
+	}
+}
+
+// TestShareAccrualNeverEarly: whatever the offset between the clocks, the
+// delays of the call and its reply and the share's length, the tokens of
+// a share that come due here by any local time never exceed what the
+// share accrued in Redis's clock by then, and replies that report the
+// same share again change nothing.
+func TestShareAccrualNeverEarly(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		p := NewPlanner(Config{Interval: 100 * time.Millisecond, SharePeriod: 10 * time.Second}, 1)
+		base := time.Unix(1_000_000, 0)
+		st := scarceState(p, base, 300)
+		offset := time.Duration(rapid.Int64Range(-int64(time.Hour), int64(time.Hour)).Draw(t, "offset")) // local - Redis
+		out := time.Duration(rapid.Int64Range(0, int64(300*time.Millisecond)).Draw(t, "out"))
+		back := time.Duration(rapid.Int64Range(0, int64(300*time.Millisecond)).Draw(t, "back"))
+		length := time.Duration(rapid.Int64Range(int64(time.Millisecond), int64(15*time.Second)).Draw(t, "length"))
+		rate := rapid.Float64Range(0.1, 5000).Draw(t, "rate")
+		sent := base
+		ran := sent.Add(out).Add(-offset) // Redis's clock
+		arrived := sent.Add(out + back)
+		g := grantShare(rate, ran, ran.Add(length))
+		p.Shared(st, shareQuota, lease.ShareAsk, sent, arrived, g)
+		var dripped int64
+		for at := sent; at.Before(arrived.Add(length + time.Second)); {
+			a := p.Plan(st, shareQuota, at, Input{Level: 0})
+			dripped += a.Drip
+			st.ledger.Sync(0)
+			redis := at.Add(-offset)
+			if redis.After(g.RateShare.Until) {
+				redis = g.RateShare.Until
+			}
+			if accrued := rate * max(redis.Sub(ran), 0).Seconds(); float64(dripped) > accrued+1e-9 {
+				t.Fatalf("at local +%v: %d tokens came due, the share accrued %.3f in Redis's clock", at.Sub(sent), dripped, accrued)
+			}
+			if a.Share != lease.ShareKeep {
+				return // the renewal: the share stops accruing
+			}
+			if a.Calls() {
+				p.Skipped(st, at) // a call for tokens: not made
+			}
+			if rapid.Bool().Draw(t, "same again") {
+				// A later reply reports the same share, from a call Redis
+				// ran at its time for at: it goes on, and once it has
+				// come due in full, it does not come again.
+				again := grantShare(rate, ran, ran.Add(length))
+				again.ServerTime = at.Add(-offset)
+				p.Shared(st, shareQuota, lease.ShareKeep, at, at, again)
+			}
+			at = at.Add(time.Duration(rapid.Int64Range(1, int64(time.Second)).Draw(t, "step")))
+		}
+		// Never renewed (too short a share): every token came, less the
+		// round trip and the drift.
+		if want := math.Floor(rate * (1 - shareDrift) * (length - out - back - time.Microsecond).Seconds() * (1 - shareDrift)); float64(dripped) < want-1 {
+			t.Fatalf("%d tokens came due of a share of %.3f/s over %v, want at least %.0f", dripped, rate, length, want)
+		}
+	})
+}
