@@ -265,39 +265,7 @@ type fleetTenant struct {
 	admitted int64 // from leases and rate shares
 	granted  int64
 	credited float64
-	// shares are the rate shares the store last reported each instance
-	// (by view) holds on the tenant, shareDone what shares no longer held
-	// issued (see issuedBy).
-	shares    map[*fleetView]lease.RateShare
-	shareDone float64
-}
-
-// noteShare records that the store reported at its time at that v holds
-// rs (none: the zero RateShare). The net's lock must be held.
-func (tn *fleetTenant) noteShare(v *fleetView, rs lease.RateShare, at time.Time) {
-	old, ok := tn.shares[v]
-	if ok && old.Equal(rs) {
-		return
-	}
-	if ok {
-		tn.shareDone += issuedBy(old, at)
-		delete(tn.shares, v)
-	}
-	if rs.Held() {
-		if tn.shares == nil {
-			tn.shares = map[*fleetView]lease.RateShare{}
-		}
-		tn.shares[v] = rs
-	}
-}
-
-// shareIssued is what the tenant's rate shares issued by now.
-func (tn *fleetTenant) shareIssued(now time.Time) float64 {
-	sum := tn.shareDone
-	for _, sh := range tn.shares {
-		sum += issuedBy(sh, now)
-	}
-	return sum
+	shares   shareTally // what its rate shares issued
 }
 
 type fleetPair struct {
@@ -371,7 +339,7 @@ func (n *fleetNet) Instance(id string, window time.Duration) (lease.Store, error
 	if err != nil {
 		return nil, err
 	}
-	fv := &fleetView{n: n, inner: v, leased: map[int32]bool{}}
+	fv := &fleetView{id: id, n: n, inner: v, leased: map[int32]bool{}}
 	n.views = append(n.views, fv)
 	return fv, nil
 }
@@ -386,6 +354,7 @@ func fleetTenantIndex(name string) int {
 }
 
 type fleetView struct {
+	id     string // the instance's
 	n      *fleetNet
 	inner  lease.Store
 	leased map[int32]bool // tenants with a lease call answered
@@ -430,7 +399,7 @@ func (v *fleetView) AcquireMany(ctx context.Context, reqs []lease.Request, resul
 		case lease.ShareEnd:
 			n.shareEnds++
 		}
-		tn.noteShare(v, r.Grant.RateShare, r.Grant.ServerTime)
+		tn.shares.note(v.id, r.Grant.RateShare, r.Grant.ServerTime)
 	}
 	return out, err
 }
@@ -727,7 +696,7 @@ func (r *fleetResult) checkBound(elapsed time.Duration, store *memstore.Store) (
 		} else if b != nil {
 			level, _ = lease.RefillShares(b.Tokens, b.Time.UnixMicro(), now.UnixMicro(), q.Rate, q.Burst, b.Shares)
 		}
-		shared := tn.shareIssued(now)
+		shared := tn.shares.issued(now)
 		leased += float64(tn.granted) + shared - tn.credited - ahead - float64(tn.admitted)
 		stored += level
 		if float64(tn.admitted) > float64(tn.granted)+shared-tn.credited-ahead+1e-6 {

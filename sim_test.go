@@ -264,13 +264,18 @@ type simTenant struct {
 	admitted int64
 	granted  int64
 	credited float64
-	// shares are the rate shares the store last reported each instance
-	// (by id) holds on the tenant, and shareDone what shares no longer
-	// held issued (their rate over the time they were held): tokens the
-	// bucket did not refill, which the instances may spend.
-	shares        map[string]lease.RateShare
-	shareDone     float64
-	sharesGranted int64
+	// shares is what the tenant's rate shares issued: tokens the bucket
+	// did not refill, which the instances may spend.
+	shares shareTally
+}
+
+// shareTally counts what a tenant's rate shares issued, from the store's
+// replies: each share's rate over the time it was held. The zero value
+// is a tenant without shares.
+type shareTally struct {
+	held    map[string]lease.RateShare // by instance: the share the store last reported it holds
+	done    float64                    // issued by the shares no longer held
+	granted int64                      // shares granted
 }
 
 // issuedBy returns what rate share sh issued by time at: its rate over
@@ -283,35 +288,34 @@ func issuedBy(sh lease.RateShare, at time.Time) float64 {
 	return sh.Rate * max(d, 0).Seconds()
 }
 
-// noteShare records that the store reported, at its time at, that
-// instance id holds rs on the tenant (the zero RateShare: none). A share
-// it held before and holds no more ended at at (replaced, or ended by
-// the call), or before, at its Until. s.mu must be held.
-func (tn *simTenant) noteShare(id string, rs lease.RateShare, at time.Time) {
-	old, ok := tn.shares[id]
+// note records that the store reported, at its time at, that instance
+// holds rs (the zero RateShare: none). A share it held before and holds
+// no more ended at at (replaced, or ended by the call), or before, at
+// its Until.
+func (s *shareTally) note(instance string, rs lease.RateShare, at time.Time) {
+	old, ok := s.held[instance]
 	if ok && old.Equal(rs) {
 		return
 	}
 	if ok {
-		tn.shareDone += issuedBy(old, at)
-		delete(tn.shares, id)
+		s.done += issuedBy(old, at)
+		delete(s.held, instance)
 	}
 	if rs.Held() {
 		if rs.From.Equal(at) {
-			tn.sharesGranted++
+			s.granted++
 		}
-		if tn.shares == nil {
-			tn.shares = map[string]lease.RateShare{}
+		if s.held == nil {
+			s.held = map[string]lease.RateShare{}
 		}
-		tn.shares[id] = rs
+		s.held[instance] = rs
 	}
 }
 
-// shareIssued returns what the tenant's rate shares issued by now.
-// s.mu must be held.
-func (tn *simTenant) shareIssued(now time.Time) float64 {
-	sum := tn.shareDone
-	for _, sh := range tn.shares {
+// issued returns what the shares issued by now.
+func (s *shareTally) issued(now time.Time) float64 {
+	sum := s.done
+	for _, sh := range s.held {
 		sum += issuedBy(sh, now)
 	}
 	return sum
@@ -664,7 +668,7 @@ func (s *sim) admit(tenant string, n int64) {
 	tn := s.byName[tenant]
 	tn.admits = append(tn.admits, simAdmit{at: now, n: n})
 	tn.admitted += n
-	if shared := tn.shareIssued(time.Now()); float64(tn.admitted) > float64(tn.granted)+shared-tn.credited+1e-6 {
+	if shared := tn.shares.issued(time.Now()); float64(tn.admitted) > float64(tn.granted)+shared-tn.credited+1e-6 {
 		s.fails = append(s.fails, fmt.Sprintf("seed %d at %v: tenant %s admitted %d from leases, more than granted %d + issued by rate shares %.3f - credited %.3f",
 			s.seed, now, tenant, tn.admitted, tn.granted, shared, tn.credited))
 	}
@@ -727,8 +731,8 @@ func (s *sim) finish(insts []*simInstance) simResult {
 	}
 	for _, tn := range s.tenants {
 		r.admitted += tn.admitted
-		r.shared += tn.shareIssued(time.Now())
-		r.sharesGranted += tn.sharesGranted
+		r.shared += tn.shares.issued(time.Now())
+		r.sharesGranted += tn.shares.granted
 		fmt.Fprintf(&b, "%s:admitted=%d,granted=%d ", tn.name, tn.admitted, tn.granted)
 	}
 	fmt.Fprintf(&b, "calls: %s", opCounts(r.calls))
@@ -1096,7 +1100,7 @@ func (v *simView) AcquireMany(ctx context.Context, reqs []lease.Request, results
 			v.n.s.mu.Lock()
 			tn := v.n.s.byName[reqs[i].Tenant]
 			tn.granted += r.Grant.Granted
-			tn.noteShare(v.id, r.Grant.RateShare, r.Grant.ServerTime)
+			tn.shares.note(v.id, r.Grant.RateShare, r.Grant.ServerTime)
 			v.n.s.mu.Unlock()
 		}
 	})
