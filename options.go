@@ -226,8 +226,9 @@ func WithReservation(d time.Duration) Option {
 // hold all of Rate*(1 - headroom) gets tokens from the headroom's refill
 // and the burst only, until the others renew; and the instance registry's
 // window grows to two periods, so an instance that left is counted for
-// that long. A share held when an instance closes stays in force in Redis
-// until its epoch ends, unspent.
+// that long. Close ends the shares the instance holds; one held by a
+// tenant evicted (WithMaxTenants), or whose end fails, stays in force in
+// Redis until its epoch ends, unspent.
 //
 // Rollout: every instance sharing the tenants must run a release that
 // honours shares (this one, or the release before it) before any turns

@@ -21,6 +21,7 @@ type shareRun struct {
 	steadyAdmit   []int64 // by tenant, after the warm-up
 	steadyCalls   int64   // lease calls after the warm-up, over every limiter
 	sharesInForce int     // tenants whose bucket had rate shares in force at the end
+	afterClose    int     // and once every limiter had closed
 }
 
 // runShares runs 4 limiters (their own loops) on one memstore inside a
@@ -114,6 +115,11 @@ func runShares(t *testing.T, opts ...leasequota.Option) shareRun {
 				t.Error(err)
 			}
 		}
+		for _, n := range names {
+			if b := store.Tenant(n).Bucket; b != nil && b.Shares.InForce() {
+				r.afterClose++
+			}
+		}
 	})
 	return r
 }
@@ -121,7 +127,7 @@ func runShares(t *testing.T, opts ...leasequota.Option) shareRun {
 // TestRateSharesCutCalls: with rate shares, an over-demanded fleet's
 // instances call Redis about once a share period per tenant in the
 // steady state, a fraction of the calls of leases of tokens, and the
-// tenants still get their rate. (The bound is TestSimulation's, with
+// tenants still get their rate; Close ends the shares. (The bound is TestSimulation's, with
 // shares in half of its scenarios.)
 func TestRateSharesCutCalls(t *testing.T) {
 	const pairs, steadySeconds = 4 * 10, 20.0
@@ -139,6 +145,9 @@ func TestRateSharesCutCalls(t *testing.T) {
 		perPair(leases), util(leases), perPair(shares), util(shares), shares.sharesInForce)
 	if shares.sharesInForce == 0 {
 		t.Fatalf("no tenant had rate shares in force")
+	}
+	if shares.afterClose != 0 {
+		t.Errorf("%d tenants had rate shares in force once every limiter had closed, want none (Close ends them)", shares.afterClose)
 	}
 	if got := perPair(shares); got > 0.15 || got > perPair(leases)/3 {
 		t.Errorf("rate shares: %.3f calls a pair and second, want at most 0.15 (one a period, 0.1, and the calls before shares) and a third of the leases' %.3f", got, perPair(leases))

@@ -80,13 +80,19 @@ func (s *Syncer) release(ctx context.Context, round *telemetry.Round, reqs []lea
 	return returned, errors.Join(errs...)
 }
 
-// ReleaseAll drains every tenant's tokens and returns them to Redis. Call
-// it after Run has returned and Close, so nothing refills behind it. Its
+// ReleaseAll drains every tenant's tokens and returns them to Redis, and
+// ends the rate shares the tenants hold (an acquire of nothing with
+// lease.ShareEnd: Redis refills the bucket at the whole rate again,
+// rather than for a share nobody spends until its epoch ends). Call it
+// after Run has returned and Close, so nothing refills behind it. Its
 // calls bypass the circuit breaker: they are the last chance to return
 // the tokens. They get the time ctx gives, when it gives more than a
 // call's deadline.
 func (s *Syncer) ReleaseAll(ctx context.Context) error {
-	var reqs []lease.ReleaseRequest
+	var (
+		reqs []lease.ReleaseRequest
+		ends []lease.Request
+	)
 	now := s.opts.Now()
 	tenants := s.reg.all
 	if s.opts.Driven {
@@ -94,17 +100,25 @@ func (s *Syncer) ReleaseAll(ctx context.Context) error {
 	}
 	for t := range tenants {
 		t.mu.Lock()
+		if ls := t.lease.Load(); ls != nil {
+			if sh, ok := ls.st.HeldShare(); ok {
+				// Its accrual stops with the drain below, before the
+				// end is sent.
+				ends = append(ends, lease.Request{Tenant: t.name, Limits: t.bucket(), Share: lease.ShareEnd, ShareFrom: sh.From})
+			}
+		}
 		if r, ok := s.drainLocked(t, now); ok {
 			reqs = append(reqs, r)
 		}
 		t.mu.Unlock()
 	}
+	endErr := s.endShares(ctx, ends)
 	s.pendingMu.Lock()
 	reqs = append(reqs, s.pending...)
 	s.pending = nil
 	s.pendingMu.Unlock()
 	if len(reqs) == 0 {
-		return nil
+		return endErr
 	}
 	// The returns get the caller's time, when it gives more than a
 	// call's deadline: tokens whose return times out are forfeited, and a
@@ -124,5 +138,29 @@ func (s *Syncer) ReleaseAll(ctx context.Context) error {
 	defer s.endRound(round)
 	var err error
 	round.Returned, err = s.release(ctx, round, reqs, timeout)
-	return err
+	return errors.Join(endErr, err)
+}
+
+// endShares ends the rate shares ends name, in pipelines of up to
+// batchSize tenants. A share whose end fails stays in force in Redis
+// until its epoch ends, unspent: a loss of quota, never of the bound.
+func (s *Syncer) endShares(ctx context.Context, ends []lease.Request) error {
+	var errs []error
+	for start := 0; start < len(ends); start += batchSize {
+		chunk := ends[start:min(start+batchSize, len(ends))]
+		s.budget.take(len(chunk), true, s.opts.Now())
+		_, err := s.call(ctx, telemetry.OpAcquire, len(chunk), 0, func(ctx context.Context) ([]lease.Result, error) {
+			res, err := s.client.AcquireMany(ctx, chunk, nil)
+			for _, r := range res {
+				if r.Err != nil {
+					errs = append(errs, r.Err)
+				}
+			}
+			return nil, err
+		})
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
