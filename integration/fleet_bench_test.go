@@ -3,7 +3,10 @@ package integration
 import (
 	"context"
 	"flag"
+	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -174,6 +177,12 @@ func (m *fleetMetrics) add(s fleetShape, r *fleetResult, rr *redisRateResult) {
 	m.steady.exists += r.steady.exists
 	m.steady.admitted += r.steady.admitted
 	m.steady.wall += r.steady.wall
+	for k, v := range r.steady.commands {
+		if m.steady.commands == nil {
+			m.steady.commands = map[string]int64{}
+		}
+		m.steady.commands[k] += v
+	}
 	dec, _ := rr.load.totals()
 	m.rrDecisions += dec - rr.load.failed
 	m.rrErr += rr.load.failed
@@ -219,6 +228,20 @@ func (m *fleetMetrics) report(b *testing.B) {
 		b.ReportMetric(float64(st.evalsha)/st.wall.Seconds(), "steady-evalsha/s")
 		b.ReportMetric(float64(st.exists)/st.wall.Seconds()/float64(m.pairs), "steady-tenant-scripts/pair/s")
 		b.ReportMetric(float64(st.admitted)/st.wall.Seconds()/(fleetRate*float64(m.tenants)), "steady-admitted/rate")
+		// Where Redis's CPU went after the warm-up: the commands' own
+		// time (commandstats), the rest (CPU less it) Redis's event
+		// loop, networking and its cron.
+		var cmds []string
+		var inCmds int64
+		for k, v := range st.commands {
+			if pc := 100 * float64(v) / float64(st.redisCPU.Microseconds()); pc >= 0.5 {
+				cmds = append(cmds, fmt.Sprintf("%s %.1f%%", k, pc))
+			}
+			inCmds += v
+		}
+		slices.Sort(cmds)
+		b.Logf("after the warm-up, Redis CPU %v: in commands %.1f%% (%s), the rest outside them",
+			st.redisCPU, 100*float64(inCmds)/float64(st.redisCPU.Microseconds()), strings.Join(cmds, ", "))
 	}
 	b.ReportMetric(float64(m.overBound)/n, "over-bound")
 	if m.rrErr > 0 {

@@ -197,6 +197,36 @@ type fleetSteady struct {
 	evalsha, exists int64
 	admitted        int64
 	wall            time.Duration
+	// commands is INFO commandstats' time by command (µs), for where
+	// Redis's CPU went.
+	commands map[string]int64
+}
+
+// commandTimes returns INFO commandstats' usec by command.
+func commandTimes(tb testing.TB, c *redis.Client) map[string]int64 {
+	tb.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	out := map[string]int64{}
+	for _, line := range strings.Split(info, "\n") {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_")
+		if !ok {
+			continue
+		}
+		name, stats, _ := strings.Cut(rest, ":")
+		for _, f := range strings.Split(stats, ",") {
+			if v, ok := strings.CutPrefix(f, "usec="); ok {
+				n, err := strconv.ParseInt(v, 10, 64)
+				if err != nil {
+					tb.Fatalf("INFO commandstats %q: %v", line, err)
+				}
+				out[name] = n
+			}
+		}
+	}
+	return out
 }
 
 // bound is a tenant's most admissions in the run.
@@ -288,7 +318,7 @@ func runFleet(tb testing.TB, srv *redistest.Server, s fleetShape, d time.Duratio
 		time.Sleep(w) // the run's schedule: the warm-up's end, not a wait for a condition
 		warmAt = time.Now()
 		warm = fleetSteady{redisCPU: redisCPU(tb, admin), evalsha: commandCalls(tb, admin, "evalsha"),
-			exists: commandCalls(tb, admin, "exists"), admitted: admitted.Load()}
+			exists: commandCalls(tb, admin, "exists"), admitted: admitted.Load(), commands: commandTimes(tb, admin)}
 	}
 	load := <-loaded
 	ended := time.Now()
@@ -302,7 +332,11 @@ func runFleet(tb testing.TB, srv *redistest.Server, s fleetShape, d time.Duratio
 	}
 	if !warmAt.IsZero() {
 		res.steady = fleetSteady{redisCPU: redisCPU(tb, admin) - warm.redisCPU, evalsha: commandCalls(tb, admin, "evalsha") - warm.evalsha,
-			exists: commandCalls(tb, admin, "exists") - warm.exists, admitted: admitted.Load() - warm.admitted, wall: ended.Sub(warmAt)}
+			exists: commandCalls(tb, admin, "exists") - warm.exists, admitted: admitted.Load() - warm.admitted, wall: ended.Sub(warmAt),
+			commands: commandTimes(tb, admin)}
+		for k, v := range warm.commands {
+			res.steady.commands[k] -= v
+		}
 	}
 	pipe := admin.Pipeline()
 	shares := make([]*redis.StringCmd, len(names))
