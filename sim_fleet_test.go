@@ -399,6 +399,10 @@ func (v *fleetView) AcquireMany(ctx context.Context, reqs []lease.Request, resul
 		case lease.ShareEnd:
 			n.shareEnds++
 		}
+		if reqs[i].Share != lease.ShareKeep {
+			n.counts.ShareCalls++
+			n.byClass[tn.class].ShareCalls++
+		}
 		tn.shares.note(v.id, r.Grant.RateShare, r.Grant.ServerTime)
 	}
 	return out, err

@@ -46,6 +46,14 @@ type Table struct {
 	// denied decision: the baseline.
 	RedisRateAllowed float64
 	RedisRateDenied  float64
+	// ShareCall is what an acquire that asks for or ends a rate share
+	// costs, in acquires of the same registry (a factor): acquire.lua's
+	// share/ask path (16 instances holding shares, one asking again:
+	// 298,071 instructions) against steady/16 (192,792),
+	// `ACQUIRE_PATHS_FAKE_CLOCK=1 bash scripts/acquire-paths.sh lease 200`
+	// on 2026-12-02 (callgrind: instruction counts do not move with the
+	// machine's load).
+	ShareCall float64
 }
 
 // RegistryCost is the cost of an acquire with Instances entries in the
@@ -95,6 +103,7 @@ var Measured = Table{
 	OverrideRead:     2.70,
 	VersionPoll:      0.08,
 	RedisRateAllowed: 6.77,
+	ShareCall:        298071.0 / 192792.0,
 	RedisRateDenied:  4.60,
 }
 
@@ -141,7 +150,10 @@ type Counts struct {
 	// BelowFull counts the acquires (of either kind) that found the
 	// bucket below Burst before their debit.
 	BelowFull int64
-	Releases  int64
+	// ShareCalls counts the acquires (of either kind) that asked for or
+	// ended a rate share.
+	ShareCalls int64
+	Releases   int64
 	// OverrideReads are quota.lua gets; OverrideWrites its sets and
 	// deletes (priced as a read).
 	OverrideReads  int64
@@ -168,6 +180,7 @@ func (c *Counts) Add(o *Counts) {
 		c.Empty[i] += o.Empty[i]
 	}
 	c.BelowFull += o.BelowFull
+	c.ShareCalls += o.ShareCalls
 	c.Releases += o.Releases
 	c.OverrideReads += o.OverrideReads
 	c.OverrideWrites += o.OverrideWrites
@@ -182,6 +195,7 @@ func (c Counts) Sub(o Counts) Counts {
 		c.Empty[i] -= o.Empty[i]
 	}
 	c.BelowFull -= o.BelowFull
+	c.ShareCalls -= o.ShareCalls
 	c.Releases -= o.Releases
 	c.OverrideReads -= o.OverrideReads
 	c.OverrideWrites -= o.OverrideWrites
@@ -214,12 +228,12 @@ func (c Counts) Scripts() int64 {
 // Cost is the estimated Redis CPU of some counts, in microseconds, by
 // kind.
 type Cost struct {
-	Acquire, Empty, Registry, History, Release, Override, Version float64
+	Acquire, Empty, Registry, History, Share, Release, Override, Version float64
 }
 
 // Total is the whole cost.
 func (c Cost) Total() float64 {
-	return c.Acquire + c.Empty + c.Registry + c.History + c.Release + c.Override + c.Version
+	return c.Acquire + c.Empty + c.Registry + c.History + c.Share + c.Release + c.Override + c.Version
 }
 
 // String gives each kind's share of the total.
@@ -234,7 +248,7 @@ func (c Cost) String() string {
 		v    float64
 	}{
 		{"acquire", c.Acquire}, {"acquire-empty", c.Empty}, {"registry", c.Registry}, {"history", c.History},
-		{"release", c.Release}, {"override", c.Override}, {"version", c.Version},
+		{"share", c.Share}, {"release", c.Release}, {"override", c.Override}, {"version", c.Version},
 	} {
 		fmt.Fprintf(&b, "%s %.1f%% ", k.name, 100*k.v/tot)
 	}
@@ -243,7 +257,9 @@ func (c Cost) String() string {
 
 // Cost prices c. The registry's share is what acquires cost above the
 // same acquires with one instance in the registry; the history's what
-// acquires on a bucket below Burst cost above those on a full one.
+// acquires on a bucket below Burst cost above those on a full one; the
+// share's what acquires that ask for or end a rate share cost above
+// acquires (ShareCall, times a full acquire).
 func (t Table) Cost(c Counts) Cost {
 	var k Cost
 	for n := range c.Acquires {
@@ -253,6 +269,7 @@ func (t Table) Cost(c Counts) Cost {
 		k.Registry += float64(c.Acquires[n]+c.Empty[n]) * extra
 	}
 	k.History = float64(c.BelowFull) * max(0, t.AcquireHistory8-t.AcquireFull)
+	k.Share = float64(c.ShareCalls) * max(0, t.ShareCall-1) * t.AcquireFull
 	k.Release = float64(c.Releases) * t.Release
 	k.Override = float64(c.OverrideReads+c.OverrideWrites) * t.OverrideRead
 	k.Version = float64(c.VersionPolls) * t.VersionPoll

@@ -275,14 +275,6 @@ func plan(p Params, b *Bucket, pr *pair, name string, now int64, demand, fair fl
 	return taken
 }
 
-// shareCallCost is what a call that asks for a share costs Redis, in
-// steady acquires: acquire.lua's share/ask path (16 instances holding
-// shares, one asking again: 298,071 instructions) against steady/16
-// (192,792), `ACQUIRE_PATHS_FAKE_CLOCK=1 bash scripts/acquire-paths.sh
-// lease 200` on 2026-12-02 (callgrind: instruction counts do not move
-// with the machine's load).
-const shareCallCost = 298071.0 / 192792.0
-
 // report logs what a run did and returns its utilization and script
 // calls per pair and second.
 func report(t *testing.T, name string, s shape, o outcome) (util, perPair float64) {
@@ -302,12 +294,12 @@ func report(t *testing.T, name string, s shape, o outcome) (util, perPair float6
 	ratioAll := (cpu + float64(o.belowFull)*extra) / (o.total() * price.RedisRateAllowed)
 	ratioTook := (cpu + float64(o.tookBelowFull)*extra) / (o.total() * price.RedisRateAllowed)
 	// The calls that ask for or end a share priced as acquire.lua's
-	// share/ask path measured against a steady acquire (shareCallCost).
+	// share/ask path measured against a steady acquire (price.ShareCall).
 	asks := float64(o.fresh + o.renewals + o.releases)
-	ratioShare := (cpu + asks*(shareCallCost-1)*price.Acquire(s.instances, false)) / (o.total() * price.RedisRateAllowed)
+	ratioShare := (cpu + asks*(price.ShareCall-1)*price.Acquire(s.instances, false)) / (o.total() * price.RedisRateAllowed)
 	t.Logf("%s: %d instances x %d tenants, %d s: %.1f script calls/s (%.1f first, %.1f without a share in force, %.1f renewals, %.1f releases), %.3f per pair and second; admitted %.0f/s, utilization %.3f of Burst + Rate*T (most issued by one tenant %.3f); est. Redis CPU %.3fx redis_rate's; with the level history priced on the %.0f%% of calls that found the bucket below Burst %.3fx, on the %.0f%% that took tokens too %.3fx; with the calls that ask for or end a share at %.2f times an acquire, as measured, %.3fx",
 		name, s.instances, s.tenants, s.seconds, calls/secs, float64(o.first)/secs, float64(o.fresh)/secs, float64(o.renewals)/secs, float64(o.releases)/secs, perPair,
-		o.total()/secs, util, o.issuedMax, ratio, 100*float64(o.belowFull)/calls, ratioAll, 100*float64(o.tookBelowFull)/calls, ratioTook, shareCallCost, ratioShare)
+		o.total()/secs, util, o.issuedMax, ratio, 100*float64(o.belowFull)/calls, ratioAll, 100*float64(o.tookBelowFull)/calls, ratioTook, price.ShareCall, ratioShare)
 	return util, perPair
 }
 
