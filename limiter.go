@@ -249,7 +249,7 @@ func (l *Limiter) Close(ctx context.Context) error {
 		l.group.Wait()
 		l.sync.Close()
 		if err := l.sync.ReleaseAll(ctx); err != nil {
-			l.closeErr = fmt.Errorf("leasequota: Close: returning leased tokens: %w", err)
+			l.closeErr = fmt.Errorf("leasequota: Close: returning leased tokens and ending rate shares: %w", err)
 		}
 		// Driven mode (WithManualSync) held the answers of refills that
 		// Close canceled until the tokens were returned; Deliver does
