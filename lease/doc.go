@@ -83,7 +83,8 @@
 // once every client of a fleet runs this release or a later one. A record
 // in a bucket that an earlier release wrote since (ts after the record's
 // epoch) refills nothing for the epochs it missed: that client refilled
-// them at the whole rate. The Limiter does not ask for shares yet.
+// them at the whole rate. The Limiter asks for shares with
+// WithRateShares (off by default; syncer/share.go).
 //
 // # Reservations
 //

@@ -4,7 +4,8 @@
 // microseconds of the store's clock). The scripts and lease/memstore
 // honour a bucket's record of shares and grant shares on request by its
 // rules (lease.RefillShares, Settled, GrantShare and Drop, held to Bucket
-// by property tests); the Limiter asks for none yet.
+// by property tests), and the Limiter asks for them with WithRateShares
+// (off by default; syncer/share.go, whose accrual LocalWindow maps).
 //
 // Today an instance leases batches of tokens. A starved (tenant,
 // instance) pair therefore calls Redis once per batch, and what it holds
@@ -30,13 +31,11 @@
 // checks both over random schedules of calls, and that no token is made
 // from nothing or goes unaccounted for (Bucket.Lost, Lease.Lost).
 //
-// What it is not yet: the Redis layout (the bucket's Epoch, Committed
-// and Booked would be fields of its hash, each instance's share a field
-// of its registry entry), the rollout (a client of today's scripts
-// refills a bucket at the full Rate, so it must not share a bucket that
-// has shares in force; docs/design.md, "Rate shares"), and a
-// Limiter's planner. scenario_test.go runs fleets of instances against
-// the model with a planner of a few lines, to measure script calls,
-// utilization and fairness before choosing (docs/performance.md, "Rate
+// The model came first: the Redis layout (the bucket's field sh, each
+// instance's share the fourth field of its registry entry), the rollout
+// (docs/design.md, "Rate shares") and the Limiter's planner were built
+// after it, held to it where they can be. scenario_test.go runs fleets of
+// instances against the model with a planner of a few lines, to measure
+// script calls, utilization and fairness (docs/performance.md, "Rate
 // shares, in a model").
 package rateshare
