@@ -47,6 +47,7 @@ type Config struct {
 	Refresh      time.Duration // WithRefreshInterval
 	LeaseTTL     time.Duration // WithLeaseTTL
 	Reservation  time.Duration // WithReservation; 0 turns reservations off
+	Shares       time.Duration // WithRateShares' period (headroom 0); 0 turns rate shares off
 	Timeout      time.Duration // WithRedisTimeout; 0 means the default for the Redis in use
 	Failure      string        // WithFailureMode: "default", "local", "closed" or "open"
 	Workers      int           // request goroutines per instance
@@ -119,6 +120,7 @@ func parseConfig(args []string, out io.Writer) (Config, error) {
 	fs.DurationVar(&cfg.Refresh, "refresh", cfg.Refresh, "the limiters' refresh interval (WithRefreshInterval, >= 1ms)")
 	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", cfg.LeaseTTL, "the limiters' lease lifetime L (WithLeaseTTL, >= 2 x -refresh)")
 	fs.DurationVar(&cfg.Reservation, "reservation", cfg.Reservation, "the limiters' reservation length (WithReservation) (default 0: off, the library's default); the window bound's L grows by it and a second")
+	fs.DurationVar(&cfg.Shares, "shares", 0, fmt.Sprintf("the `period` of the limiters' rate shares (WithRateShares, headroom 0: a scarce tenant's instance holds its fair share of the rate and renews it about once a period), %v to %v, exclusive with -reservation (default 0: off, the library's default)", leasequota.MinSharePeriod, leasequota.MaxSharePeriod))
 	fs.DurationVar(&cfg.Timeout, "redis-timeout", 0, fmt.Sprintf("deadline of each lease call (WithRedisTimeout) (default: %v on the embedded Redis, which runs scripts slowly; the library's default, half of -refresh, with -redis)", embeddedTimeout))
 	fs.StringVar(&cfg.Failure, "failure-mode", cfg.Failure, "what requests get once Redis is unreachable and leases are spent (WithFailureMode): `mode` local, closed, open, or default (the library's)")
 	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, fmt.Sprintf("request goroutines per instance (1..%d)", maxWorkers))
@@ -180,6 +182,10 @@ func (c Config) Validate() error {
 		return usagef("-refresh %v: want 1ms..10s", c.Refresh)
 	case c.Reservation < 0 || c.Reservation > leasequota.MaxReservation:
 		return usagef("-reservation %v: want 0 to %v", c.Reservation, leasequota.MaxReservation)
+	case c.Shares != 0 && (c.Shares < leasequota.MinSharePeriod || c.Shares > leasequota.MaxSharePeriod):
+		return usagef("-shares %v: want 0 (off) or %v to %v", c.Shares, leasequota.MinSharePeriod, leasequota.MaxSharePeriod)
+	case c.Shares > 0 && c.Reservation > 0:
+		return usagef("-shares and -reservation: rate shares replace reservations, give one")
 	case c.LeaseTTL < quota.MinLeaseTTL(c.Refresh) || c.LeaseTTL > time.Hour:
 		return usagef("-lease-ttl %v: want >= twice -refresh (%v) and <= 1h", c.LeaseTTL, quota.MinLeaseTTL(c.Refresh))
 	case c.Timeout < 0 || c.Timeout > time.Minute:

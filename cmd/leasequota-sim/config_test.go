@@ -68,6 +68,9 @@ func TestParseConfigErrors(t *testing.T) {
 		{[]string{"-lease-ttl", "50ms"}, "-lease-ttl 50ms"},
 		{[]string{"-redis-timeout", "-1s"}, "-redis-timeout -1s"},
 		{[]string{"-workers", "0"}, "-workers 0"},
+		{[]string{"-shares", "500ms"}, "-shares 500ms"},
+		{[]string{"-shares", "-1s"}, "-shares -1s"},
+		{[]string{"-shares", "10s", "-reservation", "2s"}, "-shares and -reservation"},
 		{[]string{"-busy", "-1"}, "-busy -1"},
 		{[]string{"-busy", "65"}, "-busy 65"},
 		{[]string{"-scenario", "chaos"}, `-scenario "chaos"`},
@@ -122,7 +125,7 @@ func TestHelpDocumentsEveryFlag(t *testing.T) {
 	n := 0
 	// Every flag parseConfig defines must be in the help, with a default.
 	for _, name := range []string{"instances", "tenants", "duration", "scenario", "redis", "report", "baseline",
-		"load", "refresh", "lease-ttl", "redis-timeout", "failure-mode", "workers", "seed", "progress", "metrics", "redis-cluster", "reservation", "busy"} {
+		"load", "refresh", "lease-ttl", "redis-timeout", "failure-mode", "workers", "seed", "progress", "metrics", "redis-cluster", "reservation", "shares", "busy"} {
 		n++
 		i := strings.Index(help, "  -"+name+" ")
 		if i < 0 {

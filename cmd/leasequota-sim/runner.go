@@ -306,6 +306,7 @@ func (r *runner) runInstance(ctx context.Context, inst *instance, done func(), c
 		leasequota.WithRefreshInterval(r.cfg.Refresh),
 		leasequota.WithLeaseTTL(r.cfg.LeaseTTL),
 		leasequota.WithReservation(r.cfg.Reservation),
+		leasequota.WithRateShares(r.cfg.Shares, 0),
 		leasequota.WithRedisTimeout(r.cfg.redisTimeout()),
 		leasequota.WithSeed(r.cfg.Seed*1000003 + uint64(inst.slot)),
 		leasequota.WithLogger(r.logs.logger(inst.slot)),
