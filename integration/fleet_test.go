@@ -184,23 +184,40 @@ type fleetResult struct {
 	// steady is the part of the run after its warm-up (runFleet's
 	// warmup; zero without one).
 	steady fleetSteady
-	// sharesInForce counts the tenants whose buckets recorded rate
-	// shares (field sh) when the load ended, sharesAfterClose once every
-	// limiter had closed.
+	// sharesInForce counts the tenants whose buckets had rate shares in
+	// force when the load ended, sharesAfterClose once every limiter had
+	// closed (sharesRecorded).
 	sharesInForce, sharesAfterClose int
 }
 
 // sharesRecorded counts the tenants of names whose buckets record rate
-// shares in force (field sh).
+// shares (field sh) in force at Redis's time now: a record moves on
+// only when a script writes the bucket, so one whose shares have all
+// ended by their epochs stays until then.
 func sharesRecorded(ctx context.Context, c *redis.Client, prefix string, names []string) (n int) {
-	pipe := c.Pipeline()
-	shares := make([]*redis.StringCmd, len(names))
-	for i, name := range names {
-		shares[i] = pipe.HGet(ctx, lease.Key(prefix, name), "sh")
+	now, err := c.Time(ctx).Result()
+	if err != nil {
+		return 0
 	}
-	pipe.Exec(ctx) // redis.Nil for a bucket without shares
-	for _, c := range shares {
-		if v, err := c.Result(); err == nil && v != "" {
+	pipe := c.Pipeline()
+	fields := make([]*redis.SliceCmd, len(names))
+	for i, name := range names {
+		fields[i] = pipe.HMGet(ctx, lease.Key(prefix, name), "ts", "sh")
+	}
+	pipe.Exec(ctx)
+	for _, f := range fields {
+		v, err := f.Result()
+		if err != nil || len(v) != 2 {
+			continue
+		}
+		ts, _ := v[0].(string)
+		sh, _ := v[1].(string)
+		at, err1 := strconv.ParseInt(ts, 10, 64)
+		s, err2 := lease.ParseShares(sh)
+		if sh == "" || err1 != nil || err2 != nil {
+			continue
+		}
+		if _, s = lease.RefillShares(0, at, now.UnixMicro(), fleetRate, fleetBurst, s); s.InForce() {
 			n++
 		}
 	}
@@ -492,8 +509,8 @@ func TestFleetRateShares(t *testing.T) {
 	t.Log(probe)
 	pairs := float64(s.instances * s.tenants)
 	perPair := float64(r.steady.exists) / r.steady.wall.Seconds() / pairs
-	t.Logf("utilization %.3f of Σ(Burst + Rate·elapsed), %.3f of what the load could have had; %d of %d tenants with shares in force at the end; after 4 s, %.3f scripts a pair and second, admitted %.3f of the rate",
-		r.utilization(), r.deliveredUtilization(), r.sharesInForce, s.tenants, perPair,
+	t.Logf("utilization %.3f of Σ(Burst + Rate·elapsed), %.3f of what the load could have had; %d of %d tenants with shares in force at the end, %d after Close; after 4 s, %.3f scripts a pair and second, admitted %.3f of the rate",
+		r.utilization(), r.deliveredUtilization(), r.sharesInForce, s.tenants, r.sharesAfterClose, perPair,
 		float64(r.steady.admitted)/r.steady.wall.Seconds()/(fleetRate*float64(s.tenants)))
 	for _, o := range r.overBound {
 		t.Errorf("bound violated: %s (Burst %d + Rate %d * %v)", o, fleetBurst, fleetRate, r.elapsed)
@@ -501,10 +518,14 @@ func TestFleetRateShares(t *testing.T) {
 	if r.sharesInForce < s.tenants/2 {
 		t.Errorf("%d of %d tenants had rate shares in force when the load ended, want most", r.sharesInForce, s.tenants)
 	}
-	if r.sharesAfterClose != 0 && r.closeErrs == 0 {
-		// (A Close whose calls failed, on a busy machine, leaves its
-		// shares to end with their epochs: it says so.)
-		t.Errorf("%d tenants' buckets recorded rate shares once every limiter had closed, want none (Close ends them)", r.sharesAfterClose)
+	// Close ends the shares it holds. A few may stay in force, to end
+	// with their epochs: one granted by a call that Close canceled after
+	// Redis ran it (its limiter never heard of it), or whose end failed
+	// on a busy machine (Close says so); without the ends, every tenant
+	// keeps its shares.
+	if r.sharesAfterClose > s.tenants/20 {
+		t.Errorf("%d tenants had rate shares in force once every limiter had closed (%d limiters' Close failed), want at most %d (Close ends them)",
+			r.sharesAfterClose, r.closeErrs, s.tenants/20)
 	}
 	// One renewal a period (0.5 a pair and second) and the calls of the
 	// pairs that got no share yet; leases of tokens make 1.3 here
