@@ -3,15 +3,32 @@ package leasequota
 import (
 	"context"
 	"time"
+
+	"github.com/leasequota/leasequota/syncer"
 )
 
 // Allow is AllowN(context.Background(), tenant, 1).Allowed.
 func (l *Limiter) Allow(tenant string) bool {
 	// The hot path of AllowN, without building a Decision.
 	if t := l.sync.Tenant(tenant); t != nil && !l.closed.Load() {
-		if ok, _ := t.SpendOne(); ok {
+		if ok, _ := t.SpendOneShared(); ok {
 			return true
 		}
+		return l.allowMissed(tenant, t)
+	}
+	return l.AllowN(context.Background(), tenant, 1).Allowed
+}
+
+// allowMissed is Allow once the tenant's shared count came up short: its
+// slots, if WithPerCPUTokens split its counter, then AllowN. Out of line,
+// so that Allow's frame stays that of its hot path: with AllowN called
+// from Allow itself, Allow over 1,024 tenants took about a nanosecond
+// more (BenchmarkAllowTenants, 2-core AMD EPYC host).
+//
+//go:noinline
+func (l *Limiter) allowMissed(tenant string, t *syncer.Tenant) bool {
+	if ok, _ := t.SpendOne(); ok {
+		return true
 	}
 	return l.AllowN(context.Background(), tenant, 1).Allowed
 }
@@ -59,7 +76,11 @@ func (l *Limiter) allowN(d *Decision, ctx context.Context, tenant string, n int6
 			var ok bool
 			var left int64
 			if n == 1 {
-				ok, left = t.SpendOne() // inlined: Spend(n) is a call
+				// Inlined, where Spend(n) is a call; a split counter's
+				// tokens are in its slots (WithPerCPUTokens).
+				if ok, left = t.SpendOneShared(); !ok {
+					ok, left = t.SpendOne()
+				}
 			} else {
 				ok, left = t.Spend(n)
 			}

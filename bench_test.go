@@ -21,7 +21,8 @@ import (
 // The benchmarks in this file compare leasequota's request path with the
 // baselines a team would otherwise use, in one run:
 //
-//   - BenchmarkAllow / BenchmarkAllowParallel: leasequota with a tenant
+//   - BenchmarkAllow / BenchmarkAllowParallel (and ...PerCPU, with
+//     WithPerCPUTokens): leasequota with a tenant
 //     holding a large lease (no store call on the request path; the
 //     limiter leases from the in-process store, which the request path
 //     never touches, so the figures are those of a limiter on Redis);
@@ -172,8 +173,46 @@ func (discardExporter) Export(context.Context, *metricdata.ResourceMetrics) erro
 func (discardExporter) ForceFlush(context.Context) error                          { return nil }
 func (discardExporter) Shutdown(context.Context) error                            { return nil }
 
-func BenchmarkAllowParallel(b *testing.B) {
+func BenchmarkAllowParallel(b *testing.B) { benchAllowParallel(b, benchLimiter(b)) }
+
+// BenchmarkAllowParallelPerCPU is BenchmarkAllowParallel with
+// WithPerCPUTokens: every tenant here is hot (tens of thousands of
+// decisions a second), so each keeps its tokens in a slot per P, and the
+// two goroutines spend from different slots.
+func BenchmarkAllowParallelPerCPU(b *testing.B) {
+	benchAllowParallel(b, benchLimiter(b, leasequota.WithPerCPUTokens(perCPUDemand)))
+}
+
+// BenchmarkAllowParallelDisjoint is BenchmarkAllowParallel with each
+// goroutine on tenants of its own (the first on 0-511, the second on
+// 512-1023): no tenant's count is spent from two cores, the most two
+// cores can do over this many tenants, to set BenchmarkAllowParallel's
+// and ...PerCPU's figures against.
+func BenchmarkAllowParallelDisjoint(b *testing.B) {
 	l := benchLimiter(b)
+	names := leasedTenants(b, l, 1024)
+	var seq atomic.Int64
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		base := int(seq.Add(1)-1) * 512
+		for i := 0; pb.Next(); i++ {
+			if !l.Allow(names[(base+i&511)&1023]) {
+				b.Error("denied")
+				return
+			}
+		}
+	})
+}
+
+// perCPUDemand is the benchmarks' WithPerCPUTokens: 10,000 requests a
+// second.
+const perCPUDemand = 10_000
+
+// benchAllowParallel is Allow over 1,024 tenants under b.RunParallel, the
+// goroutines walking the same tenants 97 apart, so that each tenant's
+// count is spent from both cores in turn.
+func benchAllowParallel(b *testing.B, l *leasequota.Limiter) {
 	names := leasedTenants(b, l, 1024)
 	var seq atomic.Int64
 	b.ReportAllocs()
@@ -197,8 +236,15 @@ func BenchmarkAllowParallel(b *testing.B) {
 // ratio:
 //
 //	go test -run '^$' -bench 'Tenants$' -benchmem -count 5 .
-func BenchmarkAllowTenants(b *testing.B) {
-	l := benchLimiter(b)
+func BenchmarkAllowTenants(b *testing.B) { benchAllowTenants(b, benchLimiter(b)) }
+
+// BenchmarkAllowTenantsPerCPU is BenchmarkAllowTenants with
+// WithPerCPUTokens: what the slots cost one goroutine.
+func BenchmarkAllowTenantsPerCPU(b *testing.B) {
+	benchAllowTenants(b, benchLimiter(b, leasequota.WithPerCPUTokens(perCPUDemand)))
+}
+
+func benchAllowTenants(b *testing.B, l *leasequota.Limiter) {
 	names := leasedTenants(b, l, 1024)
 	b.ReportAllocs()
 	b.ResetTimer()

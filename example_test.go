@@ -227,3 +227,27 @@ func ExamplePer() {
 	// {Rate:0.011574074074074073 Burst:1000 MinLease:0 MaxLease:0 LeaseTTL:0s FailureMode:default}
 	// true
 }
+
+// A limiter for a service that decides for hot tenants on many cores: a
+// tenant asked for 10,000 times a second or more on this instance keeps
+// its leased tokens in a slot per CPU, so that requests on different
+// CPUs do not share one counter (docs/tuning.md).
+func ExampleWithPerCPUTokens() {
+	lim, err := leasequota.NewWithStore(memstore.New(),
+		leasequota.WithDefaultQuota(leasequota.Quota{Rate: 50_000, Burst: 5_000}),
+		leasequota.WithPerCPUTokens(10_000),
+		leasequota.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lim.Close(context.Background())
+
+	fmt.Println(lim.Allow("acme"))
+	info, _ := lim.Tenant("acme")
+	// A tenant is split once the syncer has seen its demand, and only
+	// with GOMAXPROCS above 1: here, after one request, it is one count.
+	fmt.Println(info.Slots)
+	// Output:
+	// true
+	// 0
+}

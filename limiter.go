@@ -158,16 +158,17 @@ func newLimiter(cfg config, b Backend, cluster bool) (*Limiter, error) {
 	planner := syncer.NewPlanner(syncer.Config{Interval: cfg.refreshInterval, Reserve: cfg.reservation, Window: window,
 		SharePeriod: cfg.sharePeriod, ShareHeadroom: cfg.shareHeadroom}, seed)
 	l.sync = syncer.New(store, syncer.Options{
-		Planner:     planner,
-		CallTimeout: cfg.redisTimeout,
-		OnDegraded:  l.onDegraded,
-		IdleTimeout: cfg.idleTimeout,
-		Instances:   cfg.expectedInstances,
-		Now:         cfg.now,
-		MaxTenants:  cfg.maxTenants,
-		Cluster:     cluster,
-		Telemetry:   l.tel,
-		Defaults:    l.defaults,
+		Planner:      planner,
+		CallTimeout:  cfg.redisTimeout,
+		OnDegraded:   l.onDegraded,
+		IdleTimeout:  cfg.idleTimeout,
+		Instances:    cfg.expectedInstances,
+		Now:          cfg.now,
+		MaxTenants:   cfg.maxTenants,
+		Cluster:      cluster,
+		Telemetry:    l.tel,
+		Defaults:     l.defaults,
+		PerCPUDemand: cfg.perCPUDemand,
 		// A caller that drives the loop (the simulation) replays exactly.
 		Driven: cfg.manualSync,
 	})

@@ -63,6 +63,9 @@ type TenantInfo struct {
 	Demand    float64 // estimated demand here, tokens per second
 	Failures  int     // lease calls failed in a row (counted up to 255)
 	Instances int     // instances active on the tenant, as Redis last counted
+	// Slots is the number of per-P slots its tokens are kept in
+	// (WithPerCPUTokens; a power of two), 0 while they are one count.
+	Slots int
 }
 
 // Tenant returns what this instance knows of tenant's lease, and false if
@@ -85,5 +88,6 @@ func (l *Limiter) Tenant(tenant string) (TenantInfo, bool) {
 		Demand:    s.Demand,
 		Failures:  s.Failures,
 		Instances: s.Instances,
+		Slots:     s.Slots,
 	}, true
 }

@@ -1,6 +1,7 @@
 package bucket_test
 
 import (
+	"runtime"
 	"testing"
 	"time"
 
@@ -70,6 +71,41 @@ func BenchmarkCounterTrySpendParallel(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkCounterTrySpendSplit is BenchmarkCounterTrySpend on a counter
+// split into a slot per P (Stripe, Spread), and ...SplitParallel
+// BenchmarkCounterTrySpendParallel on it: each goroutine spends from the
+// slot of its P.
+func BenchmarkCounterTrySpendSplit(b *testing.B) {
+	b.ReportAllocs()
+	c := splitCounter()
+	for b.Loop() {
+		if ok, _ := c.TrySpend(1); !ok {
+			b.Fatal("TrySpend failed")
+		}
+	}
+}
+
+func BenchmarkCounterTrySpendSplitParallel(b *testing.B) {
+	b.ReportAllocs()
+	c := splitCounter()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if ok, _ := c.TrySpend(1); !ok {
+				b.Error("TrySpend failed")
+				return
+			}
+		}
+	})
+}
+
+func splitCounter() *bucket.Counter {
+	c := new(bucket.Counter)
+	c.Stripe(runtime.GOMAXPROCS(0))
+	c.Add(1 << 62)
+	c.Spread()
+	return c
 }
 
 func BenchmarkTokenBucketTryConsume(b *testing.B) {

@@ -1,24 +1,74 @@
 package bucket
 
-import "sync/atomic"
+import (
+	"math/bits"
+	"sync/atomic"
+)
 
 // Counter is a lock-free count of leased tokens.
 //
 // Requests call TrySpend concurrently; the syncer calls Add, Take and Drain
-// at the same time. Every method is a single atomic operation or a
-// compare-and-swap loop on one int64, so the count can never go negative and
-// the sum of tokens spent can never exceed the sum of tokens added minus
-// those taken back. The zero value is an empty counter, ready to use. A
-// Counter must not be copied after first use.
+// at the same time. Every token is in exactly one place at every moment
+// that a method of the Counter is not running, so the count can never go
+// negative and the sum of tokens spent can never exceed the sum of tokens
+// added minus those taken back. The zero value is an empty counter, ready
+// to use. A Counter must not be copied after first use.
+//
+// A Counter spent from many goroutines at once on several CPUs can be
+// split into slots, one per P (Stripe): a spend then takes from the slot
+// of the P it runs on, so that the cache line of a hot tenant's count does
+// not move from CPU to CPU on every request. Unsplit (the zero value), a
+// Counter is one int64.
 type Counter struct {
+	// n holds the tokens not in a slot: all of them while the counter is
+	// not split. Requests spend from it, the syncer adds to it.
 	n atomic.Int64
+	// slots is nil, or the per-P slots set by Stripe: only Spread and
+	// Stripe (the syncer) put tokens into a slot; requests only take from
+	// them.
+	slots atomic.Pointer[[]slot]
 }
+
+// slot is one P's part of a split Counter, alone on its cache line.
+type slot struct {
+	n atomic.Int64
+	_ [56]byte
+}
+
+// MaxSlots is the most slots Stripe makes, whatever GOMAXPROCS is.
+const MaxSlots = 64
 
 // TrySpend spends n tokens if the counter holds at least n. It returns
 // whether it spent them and the tokens left afterwards (or, when it did not,
 // the tokens held). n must be positive; TrySpend(0) reports true without
 // changing anything and a negative n is refused.
+//
+// It spends from the shared count when that holds n, as an unsplit
+// counter always does: one compare-and-swap. A split counter keeps its
+// shared count near zero (Spread), so a spend then takes from the slot of
+// the current P, then from the other slots, and the tokens it reports are
+// those of its slot and the shared count: a lower bound of the counter's
+// total. A spend of n > 1 whose n tokens are in several places takes them
+// place by place (a concurrent Load may miss those it holds meanwhile),
+// and puts them back in the shared count if the counter holds fewer than
+// n.
 func (c *Counter) TrySpend(n int64) (ok bool, left int64) {
+	if n < 0 {
+		return false, c.n.Load()
+	}
+	if ok, left = trySpend(&c.n, n); !ok {
+		if s := c.slots.Load(); s != nil {
+			return c.trySpendSplit(*s, n)
+		}
+	}
+	return ok, left
+}
+
+// TrySpendShared is TrySpend from the shared count alone: all of an
+// unsplit counter, nearly nothing of a split one. It is small enough to
+// be inlined into the request path, which goes on to TrySpend when it
+// fails.
+func (c *Counter) TrySpendShared(n int64) (ok bool, left int64) {
 	if n < 0 {
 		return false, c.n.Load()
 	}
@@ -33,37 +83,216 @@ func (c *Counter) TrySpend(n int64) (ok bool, left int64) {
 	}
 }
 
-// Add adds n >= 0 tokens (a new lease) and returns the new count. A
-// negative n is ignored: tokens leave the counter only through TrySpend,
-// Take and Drain.
-func (c *Counter) Add(n int64) int64 {
-	if n <= 0 {
-		return c.n.Load()
+// trySpend spends n tokens from v if it holds at least n.
+func trySpend(v *atomic.Int64, n int64) (ok bool, left int64) {
+	for {
+		cur := v.Load()
+		if cur < n {
+			return false, cur
+		}
+		if v.CompareAndSwap(cur, cur-n) {
+			return true, cur - n
+		}
 	}
-	return c.n.Add(n)
 }
 
-// Take removes up to max tokens (expired lease tokens going back to Redis)
-// and returns how many it removed and the count left.
-func (c *Counter) Take(max int64) (taken, left int64) {
-	if max <= 0 {
-		return 0, c.n.Load()
-	}
+// take removes up to max tokens from v and returns how many it removed and
+// the count left.
+func take(v *atomic.Int64, max int64) (taken, left int64) {
 	for {
-		cur := c.n.Load()
+		cur := v.Load()
 		t := min(cur, max)
-		if c.n.CompareAndSwap(cur, cur-t) {
+		if t <= 0 {
+			return 0, cur
+		}
+		if v.CompareAndSwap(cur, cur-t) {
 			return t, cur - t
 		}
 	}
 }
 
-// Drain removes every token and returns how many there were.
-func (c *Counter) Drain() int64 {
-	return c.n.Swap(0)
+// trySpendSplit is TrySpend on a counter split into s, whose shared count
+// held fewer than n tokens a moment ago.
+func (c *Counter) trySpendSplit(s []slot, n int64) (ok bool, left int64) {
+	home := &s[procIndex()&(len(s)-1)].n
+	if ok, left = trySpend(home, n); ok {
+		return true, left + c.n.Load()
+	}
+	// Short in the home slot: the other slots, once each, and the shared
+	// count again (a lease may have come meanwhile).
+	if ok, left = trySpend(&c.n, n); ok {
+		return true, left + home.Load()
+	}
+	var got int64
+	if n > 1 {
+		// What the home slot and the shared count hold goes towards n.
+		got, _ = take(home, n)
+		t, _ := take(&c.n, n-got)
+		got += t
+	}
+	for i := range s {
+		if got == n {
+			break
+		}
+		if w := &s[i].n; w != home {
+			t, _ := take(w, n-got)
+			got += t
+		}
+	}
+	if got == n {
+		return true, home.Load() + c.n.Load()
+	}
+	if got > 0 {
+		c.n.Add(got)
+	}
+	return false, c.Load()
 }
 
-// Load returns the tokens held now.
+// Add adds n >= 0 tokens (a new lease) to the shared count and returns the
+// counter's total. A negative n is ignored: tokens leave the counter only
+// through TrySpend, Take and Drain.
+func (c *Counter) Add(n int64) int64 {
+	if n <= 0 {
+		return c.Load()
+	}
+	v := c.n.Add(n)
+	if s := c.slots.Load(); s != nil {
+		v += sumSlots(*s)
+	}
+	return v
+}
+
+// Take removes up to max tokens (expired lease tokens going back to Redis),
+// from the shared count first, and returns how many it removed and the
+// count left.
+func (c *Counter) Take(max int64) (taken, left int64) {
+	if max <= 0 {
+		return 0, c.Load()
+	}
+	taken, left = take(&c.n, max)
+	if s := c.slots.Load(); s != nil {
+		for i := range *s {
+			t, l := take(&(*s)[i].n, max-taken)
+			taken += t
+			left += l
+		}
+	}
+	return taken, left
+}
+
+// Drain removes every token and returns how many there were.
+func (c *Counter) Drain() int64 {
+	n := c.n.Swap(0)
+	if s := c.slots.Load(); s != nil {
+		for i := range *s {
+			n += (*s)[i].n.Swap(0)
+		}
+	}
+	return n
+}
+
+// Load returns the tokens held now. On a split counter it reads the slots,
+// then the shared count.
 func (c *Counter) Load() int64 {
-	return c.n.Load()
+	var n int64
+	if s := c.slots.Load(); s != nil {
+		n = sumSlots(*s)
+	}
+	return n + c.n.Load()
+}
+
+func sumSlots(s []slot) (n int64) {
+	for i := range s {
+		n += s[i].n.Load()
+	}
+	return n
+}
+
+// Striped reports whether the counter is split into slots.
+func (c *Counter) Striped() bool { return c.slots.Load() != nil }
+
+// Slots returns the number of slots the counter is split into, 0 when it
+// is one count.
+func (c *Counter) Slots() int {
+	if s := c.slots.Load(); s != nil {
+		return len(*s)
+	}
+	return 0
+}
+
+// Stripe splits the counter into procs slots (rounded up to a power of
+// two, at most MaxSlots), or, for
+// procs <= 1, joins it back into one count. The tokens in the slots move
+// to the shared count; Spread hands them out. Calls of Stripe, Spread,
+// Add, Take and Drain must not run concurrently with each other (the
+// syncer makes them, under the tenant's lock); TrySpend may run at any
+// time.
+func (c *Counter) Stripe(procs int) {
+	procs = min(procs, MaxSlots)
+	old := c.slots.Load()
+	if procs <= 1 {
+		if old != nil {
+			// Gathered first: a spend that finds no slots finds their
+			// tokens in the shared count.
+			c.gather(*old)
+			c.slots.Store(nil)
+		}
+		return
+	}
+	procs = 1 << bits.Len(uint(procs-1)) // a power of two, for a mask
+	if old != nil && len(*old) == procs {
+		return
+	}
+	s := make([]slot, procs)
+	c.slots.Store(&s)
+	if old != nil {
+		c.gather(*old)
+	}
+}
+
+// gather moves what the slots s hold to the shared count. A spend that
+// loaded s before it was replaced may still take from them meanwhile; no
+// one adds to them any more.
+func (c *Counter) gather(s []slot) {
+	for i := range s {
+		if v := s[i].n.Swap(0); v > 0 {
+			c.n.Add(v)
+		}
+	}
+}
+
+// Spread moves the tokens of a split counter's shared count into its
+// slots, and from slots above an even part of the total to those below
+// it, so that each P spends from its own slot and the shared count stays
+// near zero: what is left there is the remainder of the division, fewer
+// tokens than slots. It does nothing on a counter that is not split.
+//
+// A move is a take from one place and an add to another: at most one is
+// in flight at a time, and never one of every token the counter holds,
+// so that a spend of one token never finds the counter empty while it
+// holds one.
+func (c *Counter) Spread() {
+	sp := c.slots.Load()
+	if sp == nil {
+		return
+	}
+	s := *sp
+	target := c.Load() / int64(len(s))
+	if target == 0 {
+		return
+	}
+	for i := range s {
+		if have := s[i].n.Load(); have > target {
+			if moved, _ := take(&s[i].n, have-target); moved > 0 {
+				c.n.Add(moved)
+			}
+		}
+	}
+	for i := range s {
+		if have := s[i].n.Load(); have < target {
+			if moved, _ := take(&c.n, target-have); moved > 0 {
+				s[i].n.Add(moved)
+			}
+		}
+	}
 }

@@ -93,6 +93,7 @@ func (s *Syncer) apply(ctx context.Context, t *Tenant, now time.Time, want int64
 	}
 	s.setOverride(t, g.Override)
 	level := t.credit(immediate)
+	s.spread(t)
 	s.granted.Add(g.Granted)
 	s.reserved.Add(g.Reserved)
 	s.planner.Granted(&ls.st, *t.Limits(), now, want, g, level)

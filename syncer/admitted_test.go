@@ -2,6 +2,7 @@ package syncer
 
 import (
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -73,7 +74,15 @@ func TestAdmittedExact(t *testing.T) {
 // SpendWaited and UnspendWaited) against a syncer crediting and debiting
 // the counter, and a reader: Admitted never goes down (no Uncount here)
 // nor above the admissions made, and ends equal to them.
-func TestAdmittedConcurrent(t *testing.T) {
+func TestAdmittedConcurrent(t *testing.T) { admittedConcurrent(t, false) }
+
+// TestAdmittedConcurrentSplit is TestAdmittedConcurrent with the syncer
+// also splitting the counter into slots, topping them up and joining it
+// again (Tenant.spread, WithPerCPUTokens).
+func TestAdmittedConcurrentSplit(t *testing.T) { admittedConcurrent(t, true) }
+
+func admittedConcurrent(t *testing.T, split bool) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(max(2, runtime.GOMAXPROCS(0))))
 	var tn Tenant
 	var admitted atomic.Int64 // admissions counted by Spend, as made
 	var stop atomic.Bool
@@ -103,6 +112,11 @@ func TestAdmittedConcurrent(t *testing.T) {
 		defer close(syncer)
 		rng := rand.New(rand.NewPCG(9, 9))
 		for !stop.Load() {
+			if split && rng.IntN(4) == 0 {
+				// Hot (split, or topped up) or cold (joined), as a plan
+				// finds the demand.
+				tn.spread(func() int { return 4 }, 100, float64(rng.IntN(2)*200))
+			}
 			switch rng.IntN(3) {
 			case 0:
 				tn.credit(rng.Int64N(50))

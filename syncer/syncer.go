@@ -3,6 +3,7 @@ package syncer
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -66,6 +67,11 @@ type Options struct {
 	// requests wait for Deliver, and tenants are visited in name order
 	// (see driven.go).
 	Driven bool
+
+	// PerCPUDemand, when positive, is the demand (tokens a second at this
+	// instance) at or above which a tenant's leased tokens are kept in one
+	// slot per P (bucket.Counter.Stripe; see Tenant.spread); 0 never.
+	PerCPUDemand float64
 
 	// Defaults resolve the quota overrides that Redis reports
 	// (quota.Defaults.Resolve): the limiter's default LeaseTTL and
@@ -235,5 +241,23 @@ func (s *Syncer) Close() {
 	s.async.Wait()
 	if s.opts.Driven {
 		s.closeDriven()
+	}
+}
+
+// procs is how many slots a hot tenant's counter is split into
+// (Tenant.spread): GOMAXPROCS, or 1 (never split) when Driven, whose
+// decisions must not depend on the P a request ran on.
+func (s *Syncer) procs() int {
+	if s.opts.Driven {
+		return 1
+	}
+	return runtime.GOMAXPROCS(0)
+}
+
+// spread splits, tops up or joins t's counter (Tenant.spread) by its demand
+// now, when Options.PerCPUDemand is set. t's lock is held.
+func (s *Syncer) spread(t *Tenant) {
+	if s.opts.PerCPUDemand > 0 {
+		t.spread(s.procs, s.opts.PerCPUDemand, t.st().Demand())
 	}
 }

@@ -18,8 +18,8 @@ import (
 // requests go through its methods: Spend on success, NoteMiss on a miss.
 // The syncer holds mu while it plans and calls Redis for the tenant.
 //
-// There is one per tenant, so it is small: 80 bytes, what every tracked
-// tenant needs (its size class; TestRecordSizes). The rest of its lease,
+// There is one per tenant, so it is small: 88 bytes (in the 96-byte size
+// class; TestRecordSizes), what every tracked tenant needs. The rest of its lease,
 // the planner's State and what the last lease call said, is a leaseState
 // of its own (128 bytes), which a tenant drops when it goes dormant: idle
 // long enough that the planner's estimates carry nothing (see
@@ -32,7 +32,9 @@ import (
 // is the one copy the registry has: its table holds the Tenant (see
 // table).
 type Tenant struct {
-	// tokens are the leased tokens requests spend from.
+	// tokens are the leased tokens requests spend from: one count, or with
+	// Options.PerCPUDemand, while the tenant is hot, a count and a slot per
+	// P (spread).
 	tokens bucket.Counter
 	// counted, less tokens, is the count of requests admitted from tokens
 	// without a wait (Spend; see Admitted), so that Spend(1), the hot
@@ -173,6 +175,30 @@ func (t *Tenant) drain() int64 {
 	return n
 }
 
+// spread splits t's counter over procs() slots while its demand is at
+// least hotDemand, joins it back once it falls under a quarter of that,
+// and tops the slots up from the shared count (bucket.Counter.Spread).
+// t's lock is held. The moves are one change of tokens for Admitted.
+func (t *Tenant) spread(procs func() int, hotDemand, demand float64) {
+	split := t.tokens.Striped()
+	if !split && demand < hotDemand {
+		return
+	}
+	n := procs()
+	hot := n > 1 && (demand >= hotDemand || split && demand >= hotDemand/4)
+	if !hot && !split {
+		return
+	}
+	t.beginSync()
+	if hot {
+		t.tokens.Stripe(n)
+		t.tokens.Spread()
+	} else {
+		t.tokens.Stripe(1)
+	}
+	t.endSync()
+}
+
 // Admitted returns the requests admitted from the tenant's lease without
 // a wait (Spend, less Uncount): exact, as of a moment during the call.
 // It retries while a change of both tokens and counted is under way,
@@ -241,6 +267,12 @@ func (t *Tenant) Spend(n int64) (ok bool, left int64) {
 // SpendOne is Spend(1), small enough to be inlined into the request path:
 // the compare-and-swap alone.
 func (t *Tenant) SpendOne() (ok bool, left int64) { return t.tokens.TrySpend(1) }
+
+// SpendOneShared is SpendOne from the shared count of the tenant's
+// counter alone (bucket.Counter.TrySpendShared): all of its tokens unless
+// WithPerCPUTokens split it. It is inlined into the request path, which
+// goes on to SpendOne when it fails.
+func (t *Tenant) SpendOneShared() (ok bool, left int64) { return t.tokens.TrySpendShared(1) }
 
 // spendCounting spends n tokens, of which extra count no admission.
 func (t *Tenant) spendCounting(n, extra int64) (ok bool, left int64) {
@@ -417,6 +449,7 @@ type Snapshot struct {
 	Failures  int       // lease calls failed in a row
 	Instances int       // instances active on the tenant, as Redis last said
 	Next      time.Time // next scheduled refresh
+	Slots     int       // slots the tokens are split into (spread), 0 for one count
 	// Of a dormant tenant (see Tenant) only Tokens is set (to 0 but for a
 	// moment after a multi-tenant decision gave tokens back).
 }
@@ -439,6 +472,7 @@ func (t *Tenant) Snapshot() Snapshot {
 		Failures:  int(st.failures),
 		Instances: int(st.instances),
 		Next:      st.Next(),
+		Slots:     t.tokens.Slots(),
 	}
 }
 
