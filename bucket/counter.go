@@ -17,8 +17,8 @@ import (
 // A Counter spent from many goroutines at once on several CPUs can be
 // split into slots, one per P (Stripe): a spend then takes from the slot
 // of the P it runs on, so that the cache line of a hot tenant's count does
-// not move from CPU to CPU on every request. Unsplit (the zero value), a
-// Counter is one int64.
+// not move from CPU to CPU on every request. Unsplit (the zero value), its
+// tokens are one int64, spent with one compare-and-swap.
 type Counter struct {
 	// n holds the tokens not in a slot: all of them while the counter is
 	// not split. Requests spend from it, the syncer adds to it.
@@ -29,7 +29,10 @@ type Counter struct {
 	slots atomic.Pointer[[]slot]
 }
 
-// slot is one P's part of a split Counter, alone on its cache line.
+// slot is one P's part of a split Counter, padded to 64 bytes, a cache
+// line: the allocator aligns the arrays of 2, 4 and 8 slots (its 128-,
+// 256- and 512-byte size classes) on their size, so each slot is on a
+// line of its own.
 type slot struct {
 	n atomic.Int64
 	_ [56]byte
@@ -221,12 +224,11 @@ func (c *Counter) Slots() int {
 }
 
 // Stripe splits the counter into procs slots (rounded up to a power of
-// two, at most MaxSlots), or, for
-// procs <= 1, joins it back into one count. The tokens in the slots move
-// to the shared count; Spread hands them out. Calls of Stripe, Spread,
-// Add, Take and Drain must not run concurrently with each other (the
-// syncer makes them, under the tenant's lock); TrySpend may run at any
-// time.
+// two, at most MaxSlots), or, for procs <= 1, joins it back into one
+// count. The tokens in the slots move to the shared count; Spread hands
+// them out. Calls of Stripe, Spread, Take and Drain must not run
+// concurrently with each other (the syncer makes them, under the
+// tenant's lock); TrySpend and Add may run at any time.
 func (c *Counter) Stripe(procs int) {
 	procs = min(procs, MaxSlots)
 	old := c.slots.Load()
