@@ -148,7 +148,12 @@ func (b *Bucket) GrantShare(p Params, now int64, instance string, want float64) 
 // holder stops accruing at now and drops what it has not spent
 // (Lease.Release). A release of a share that ended, or was replaced (a
 // release repeated, or one that arrives after a later grant), releases
-// nothing.
+// nothing. A share is named by its From: the bucket's time of its grant,
+// which differs between two grants to one instance as long as Redis's
+// clock moves on between its calls (a clock set back, after a failover to
+// a replica behind, could repeat one, and a late release would then end
+// the later share while its holder still accrues it, until its epoch
+// ends).
 func (b *Bucket) ReleaseShare(p Params, now int64, instance string, sh Share) {
 	b.advance(p, now)
 	if held, ok := b.Shares[instance]; ok && held.From == sh.From && sh.Rate > 0 {
