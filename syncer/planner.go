@@ -181,6 +181,8 @@ type State struct {
 	// again), for the slow demand average's weight (Planner.seen).
 	born stamp
 	// shareAfter: no rate share is asked for before it (an ask refused;
+	// and, while a share is held with flagEnding, no end is made before
+	// it;
 	// see Planner.Shared).
 	shareAfter stamp
 }
@@ -191,6 +193,7 @@ const (
 	flagRising                    // demand jumped: use fast while above slow
 	flagScarce                    // the last lease call got less than it asked for, or left the bucket with less than it got
 	flagShort                     // the last lease call's fair share (Grant.Share) was below the demand: the tenant's instances ask for more than its rate
+	flagEnding                    // the rate share's demand is gone: it ends at shareAfter (Planner.endAfter)
 )
 
 // stampOf returns ns as a stamp of st, rounded down.

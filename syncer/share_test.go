@@ -2,6 +2,7 @@ package syncer
 
 import (
 	"math"
+	"strconv"
 	"testing"
 	"time"
 
@@ -19,8 +20,13 @@ var shareQuota = quota.Quota{Rate: 100, Burst: 100, LeaseTTL: time.Second, MaxLe
 // once, is scarce, and has seen a sustained demand of about rate tokens a
 // second over the last few seconds.
 func scarceState(p *Planner, now time.Time, rate float64) *State {
+	return scarceStateOf(p, "t", now, rate)
+}
+
+// scarceStateOf is scarceState for the tenant named name.
+func scarceStateOf(p *Planner, name string, now time.Time, rate float64) *State {
 	st := &State{}
-	p.Init(st, "t", now.Add(-5*time.Second))
+	p.Init(st, name, now.Add(-5*time.Second))
 	for i := range 50 {
 		at := now.Add(-5*time.Second + time.Duration(i)*100*time.Millisecond)
 		p.observe(st, at.UnixNano(), int64(rate/10))
@@ -146,8 +152,11 @@ func TestShareEndsWhenDemandStops(t *testing.T) {
 		p.Expired(st, a.Expire, st.Held()-a.Expire)
 		if a.Calls() {
 			end = a
-			if at.After(now.Add(5 * time.Second)) {
-				t.Errorf("the share ended %v after the demand stopped, want within a few half-lives", at.Sub(now))
+			// The estimate of 300 a second falls under a token a lease
+			// lifetime in about 8 half-lives (4.2 s), then the end waits
+			// a jitter of up to a quarter period (2.5 s).
+			if at.After(now.Add(7 * time.Second)) {
+				t.Errorf("the share ended %v after the demand stopped, want within the demand's decay and a quarter period", at.Sub(now))
 			}
 			break
 		}
@@ -158,6 +167,50 @@ func TestShareEndsWhenDemandStops(t *testing.T) {
 	if _, ok := st.HeldShare(); ok {
 		t.Errorf("the share still accrues after its end was planned")
 	}
+}
+
+// TestShareEndsSpreadWhenAFleetsDemandStops: 200 tenants' shares, granted
+// together, whose demand stops at the same moment, as when the load of a
+// whole fleet stops: their ends are spread over the quarter period after
+// the demand is found gone (a jitter each), not made in one round trip.
+func TestShareEndsSpreadWhenAFleetsDemandStops(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	const period = 10 * time.Second
+	p := NewPlanner(Config{Interval: 100 * time.Millisecond, SharePeriod: period}, 1)
+	var first, last time.Duration
+	for i := range 200 {
+		st := scarceStateOf(p, "t"+strconv.Itoa(i), now, 300)
+		a := p.Plan(st, shareQuota, now, Input{Urgent: true, Need: 1, Missed: 30})
+		g := grantShare(25, now, now.Add(8*time.Second))
+		p.Granted(st, shareQuota, now, a.Acquire, g, 0)
+		p.Shared(st, shareQuota, a.Share, now, now, g)
+		ended := time.Duration(-1)
+		for at := now; at.Before(now.Add(8 * time.Second)); at = at.Add(100 * time.Millisecond) {
+			a := p.Plan(st, shareQuota, at, Input{Level: st.Held()}) // nothing spent, nothing asked
+			p.Expired(st, a.Expire, st.Held()-a.Expire)
+			if a.Calls() {
+				if a.Share != lease.ShareEnd {
+					t.Fatalf("tenant %d: %+v at %v, want an end", i, a, at.Sub(now))
+				}
+				ended = at.Sub(now)
+				break
+			}
+		}
+		if ended < 0 {
+			t.Fatalf("tenant %d: no end in 8 s", i)
+		}
+		if i == 0 || ended < first {
+			first = ended
+		}
+		last = max(last, ended)
+	}
+	// Without the jitter every end came at the same plan, when the
+	// demand's estimate fell under a token a lease lifetime (4.2 s here):
+	// with it, over the quarter period after that.
+	if last-first < period/8 || last-first > period/4+100*time.Millisecond {
+		t.Errorf("the 200 ends came %v to %v after the demand stopped, want them spread over %v to %v", first, last, period/8, period/4)
+	}
+	t.Logf("ends from %v to %v after the demand stopped", first, last)
 }
 
 // TestShareRefusedIsNotAskedAgainSoon: an ask Redis refused (no share in
