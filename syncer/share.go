@@ -123,6 +123,22 @@ func (p *Planner) endAfter(st *State, sh *heldShare, ns int64) int64 {
 	return ns + p.jitter(st, sh.from^0x5bd1e995, int64(p.cfg.SharePeriod/4))
 }
 
+// ReturnsExpired reports whether the tokens that plan a expired
+// (a.Expire) go back to Redis in a release. With rate shares on, those of
+// unnamed batches (a.ExpiredGrant zero: what a share accrued, and tokens
+// of a grant whose ID is unknown) do not: they are forfeited, credited
+// less, never more. Why: a share's tokens were never debited from the
+// bucket, so an aged return credits little of them (at 32 x 2,000 about
+// a tenth of what went back), while it costs a call per plan of every
+// pair whose share outran the requests it was delivered: at 32 x 2,000
+// over 8 s (BenchmarkFleet/32x2000, -fleet.shares=10s) those returns
+// made about a third of the EVALSHA calls, and timed out by thousands at
+// the start (3,071 to 55,563 failed calls in nine runs; 51 to 567 in five
+// without them).
+func (p *Planner) ReturnsExpired(a Action) bool {
+	return a.ExpiredGrant != 0 || p.cfg.SharePeriod <= 0
+}
+
 // shareOp returns the share operation for a call planned at ns, and
 // whether the call is due for it alone (a renewal or an end): an ask
 // otherwise goes with a call made for tokens.

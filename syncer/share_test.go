@@ -213,6 +213,44 @@ func TestShareEndsSpreadWhenAFleetsDemandStops(t *testing.T) {
 	t.Logf("ends from %v to %v after the demand stopped", first, last)
 }
 
+// TestShareTokensExpireWithoutAReturn: what a share accrued and no request
+// spent expires a lease lifetime after it came due, as leased tokens do,
+// but goes back to Redis in no release (Planner.ReturnsExpired): it is
+// forfeited. Leased tokens that expire still go back, with shares on or
+// off.
+func TestShareTokensExpireWithoutAReturn(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	p := NewPlanner(Config{Interval: 100 * time.Millisecond, SharePeriod: 10 * time.Second}, 1)
+	st := scarceState(p, now, 300)
+	a := p.Plan(st, shareQuota, now, Input{Urgent: true, Need: 1, Missed: 30})
+	g := grantShare(25, now, now.Add(8*time.Second))
+	p.Granted(st, shareQuota, now, a.Acquire, g, 0)
+	p.Shared(st, shareQuota, a.Share, now, now, g)
+	var expired int64
+	for at := now; at.Before(now.Add(3 * time.Second)); at = at.Add(100 * time.Millisecond) {
+		// Requests keep asking (the demand stays) but spend nothing.
+		a := p.Plan(st, shareQuota, at, Input{Level: st.Held(), Need: 1})
+		p.Expired(st, a.Expire, st.Held()-a.Expire)
+		if a.Expire > 0 {
+			expired += a.Expire
+			if p.ReturnsExpired(a) {
+				t.Fatalf("at +%v: %d expired share tokens (grant %d) would be returned", at.Sub(now), a.Expire, a.ExpiredGrant)
+			}
+		}
+	}
+	if expired == 0 {
+		t.Fatal("no share token expired in 3 s")
+	}
+	leased := Action{Expire: 5, ExpiredGrant: 7}
+	if !p.ReturnsExpired(leased) {
+		t.Error("expired leased tokens (a named grant) not returned with shares on")
+	}
+	off := NewPlanner(Config{Interval: 100 * time.Millisecond}, 1)
+	if !off.ReturnsExpired(Action{Expire: 5}) || !off.ReturnsExpired(leased) {
+		t.Error("expired tokens not returned with shares off")
+	}
+}
+
 // TestShareRefusedIsNotAskedAgainSoon: an ask Redis refused (no share in
 // the reply) is not made again for a quarter of a period; calls for
 // tokens go on.
