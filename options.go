@@ -220,7 +220,11 @@ func WithReservation(d time.Duration) Option {
 // the share (bursts, the headroom's refill) come from the bucket as
 // leases do, on those calls. The bound holds exactly: the bucket and the
 // shares make Rate tokens a second together. A token accrued here expires
-// after the tenant's LeaseTTL, which stays the window bound's L.
+// after the tenant's LeaseTTL, which stays the window bound's L, and is
+// then lost, not returned to Redis (it was never debited there). An
+// instance whose demand is gone ends its share after a jitter of up to a
+// quarter period, so that a whole fleet whose load stopped does not end
+// all its shares at once.
 //
 // What it costs: a share follows the demands as Redis last summed them,
 // so it lags a change of demand by up to one and a half periods (a
