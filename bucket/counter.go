@@ -38,8 +38,8 @@ type slot struct {
 	_ [56]byte
 }
 
-// MaxSlots is the most slots Stripe makes, whatever GOMAXPROCS is.
-const MaxSlots = 64
+// maxSlots is the most slots Stripe makes, whatever GOMAXPROCS is.
+const maxSlots = 64
 
 // TrySpend spends n tokens if the counter holds at least n. It returns
 // whether it spent them and the tokens left afterwards (or, when it did not,
@@ -75,15 +75,7 @@ func (c *Counter) TrySpendShared(n int64) (ok bool, left int64) {
 	if n < 0 {
 		return false, c.n.Load()
 	}
-	for {
-		cur := c.n.Load()
-		if cur < n {
-			return false, cur
-		}
-		if c.n.CompareAndSwap(cur, cur-n) {
-			return true, cur - n
-		}
-	}
+	return trySpend(&c.n, n)
 }
 
 // trySpend spends n tokens from v if it holds at least n.
@@ -211,9 +203,6 @@ func sumSlots(s []slot) (n int64) {
 	return n
 }
 
-// Striped reports whether the counter is split into slots.
-func (c *Counter) Striped() bool { return c.slots.Load() != nil }
-
 // Slots returns the number of slots the counter is split into, 0 when it
 // is one count.
 func (c *Counter) Slots() int {
@@ -224,13 +213,13 @@ func (c *Counter) Slots() int {
 }
 
 // Stripe splits the counter into procs slots (rounded up to a power of
-// two, at most MaxSlots), or, for procs <= 1, joins it back into one
+// two, at most maxSlots), or, for procs <= 1, joins it back into one
 // count. The tokens in the slots move to the shared count; Spread hands
 // them out. Calls of Stripe, Spread, Take and Drain must not run
 // concurrently with each other (the syncer makes them, under the
 // tenant's lock); TrySpend and Add may run at any time.
 func (c *Counter) Stripe(procs int) {
-	procs = min(procs, MaxSlots)
+	procs = min(procs, maxSlots)
 	old := c.slots.Load()
 	if procs <= 1 {
 		if old != nil {

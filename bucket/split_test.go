@@ -30,7 +30,7 @@ func TestSplitCounterProperty(t *testing.T) {
 				n := rapid.Int64Range(1, 20).Draw(t, "spend")
 				ok, _ := c.TrySpend(n)
 				if ok != (model >= n) {
-					t.Fatalf("TrySpend(%d) = %v with %d held (striped %v)", n, ok, model, c.Striped())
+					t.Fatalf("TrySpend(%d) = %v with %d held (%d slots)", n, ok, model, c.Slots())
 				}
 				if ok {
 					model -= n
@@ -53,7 +53,7 @@ func TestSplitCounterProperty(t *testing.T) {
 				c.Spread()
 			}
 			if got := c.Load(); got != model {
-				t.Fatalf("Load() = %d, want %d (striped %v)", got, model, c.Striped())
+				t.Fatalf("Load() = %d, want %d (%d slots)", got, model, c.Slots())
 			}
 		}
 	})
@@ -128,7 +128,7 @@ func TestSplitCounterSpreads(t *testing.T) {
 		t.Fatalf("spent a 104th token, or %d left", c.Load())
 	}
 	c.Stripe(1)
-	if c.Striped() {
+	if c.Slots() != 0 {
 		t.Fatal("Stripe(1) left the counter split")
 	}
 }

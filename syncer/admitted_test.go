@@ -78,7 +78,7 @@ func TestAdmittedConcurrent(t *testing.T) { admittedConcurrent(t, false) }
 
 // TestAdmittedConcurrentSplit is TestAdmittedConcurrent with the syncer
 // also splitting the counter into slots, topping them up and joining it
-// again (Tenant.spread, WithPerCPUTokens).
+// again (Tenant.restripe, WithPerCPUTokens).
 func TestAdmittedConcurrentSplit(t *testing.T) { admittedConcurrent(t, true) }
 
 func admittedConcurrent(t *testing.T, split bool) {
@@ -113,9 +113,9 @@ func admittedConcurrent(t *testing.T, split bool) {
 		rng := rand.New(rand.NewPCG(9, 9))
 		for !stop.Load() {
 			if split && rng.IntN(4) == 0 {
-				// Hot (split, or topped up) or cold (joined), as a plan
-				// finds the demand.
-				tn.spread(func() int { return 4 }, 100, float64(rng.IntN(2)*200))
+				// Hot (split into 4, or topped up) or cold (joined), as
+				// a plan finds the demand (Syncer.spread).
+				tn.restripe(4 * rng.IntN(2))
 			}
 			switch rng.IntN(3) {
 			case 0:

@@ -103,7 +103,7 @@ func (s *Syncer) sleep(t *Tenant, now time.Time) {
 		return
 	}
 	t.idleSince = ls.st.at(ls.st.lastActive)
-	t.spread(func() int { return 1 }, 1, 0) // the counter is empty: only its slots' memory goes
+	t.restripe(1) // the counter is empty: only its slots' memory goes
 	t.lease.Store(nil)
 }
 

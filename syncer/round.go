@@ -193,11 +193,10 @@ func (s *Syncer) planWith(t *Tenant, now time.Time, in Input) (a Action, ret lea
 		s.planner.Expired(t.st(), taken, left)
 		s.expired.Add(taken)
 		s.opts.Telemetry.Expired(taken)
-		if taken > 0 && !s.planner.ReturnsExpired(a) {
+		switch {
+		case taken > 0 && !s.planner.ReturnsExpired(a):
 			s.forfeited.Add(taken)
-			return a, ret, false
-		}
-		if taken > 0 {
+		case taken > 0:
 			return a, s.returnOf(t, taken, now, a.ExpiredGranted, a.ExpiredGrant), true
 		}
 	}

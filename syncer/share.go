@@ -146,28 +146,26 @@ func (p *Planner) shareOp(st *State, lim quota.Quota, ns int64) (op lease.ShareO
 	if p.cfg.SharePeriod <= 0 {
 		return lease.ShareKeep, false
 	}
-	if sh := st.share(); sh != nil {
-		switch {
-		case !p.wantsShare(st, lim):
-			// The demand is gone: end the share, rather than let its
-			// tokens accrue until the renewal and expire, after a
-			// jitter (endAfter).
-			if st.flags&flagEnding == 0 {
-				st.flags |= flagEnding
-				st.shareAfter = st.stampCeil(p.endAfter(st, sh, ns))
-			}
-			if ns < st.at(st.shareAfter) {
-				return lease.ShareKeep, false
-			}
-			return lease.ShareEnd, true
-		case ns < p.renewAt(st, sh):
-			st.flags &^= flagEnding
+	sh := st.share()
+	if sh != nil && !p.wantsShare(st, lim) {
+		// The demand is gone: end the share, rather than let its tokens
+		// accrue until the renewal and expire, after a jitter (endAfter).
+		if st.flags&flagEnding == 0 {
+			st.flags |= flagEnding
+			st.shareAfter = st.stampCeil(p.endAfter(st, sh, ns))
+		}
+		if ns < st.at(st.shareAfter) {
 			return lease.ShareKeep, false
 		}
-		st.flags &^= flagEnding
+		return lease.ShareEnd, true
+	}
+	st.flags &^= flagEnding // no share held, or its demand is back
+	if sh != nil {
+		if ns < p.renewAt(st, sh) {
+			return lease.ShareKeep, false
+		}
 		return lease.ShareAsk, true
 	}
-	st.flags &^= flagEnding
 	if p.wantsShare(st, lim) && ns >= st.at(st.shareAfter) {
 		return lease.ShareAsk, false
 	}

@@ -76,6 +76,32 @@ func grantShare(rate float64, from, until time.Time) lease.Grant {
 		RateShare: lease.RateShare{Rate: rate, From: from, Until: until}}
 }
 
+// sharedState returns the State of tenant name, scarce at about 300
+// tokens a second until now, holding the share of 25 a second until 8 s
+// on that its call at now asked for.
+func sharedState(p *Planner, name string, now time.Time) *State {
+	st := scarceStateOf(p, name, now, 300)
+	a := p.Plan(st, shareQuota, now, Input{Urgent: true, Need: 1, Missed: 30})
+	g := grantShare(25, now, now.Add(8*time.Second))
+	p.Granted(st, shareQuota, now, a.Acquire, g, 0)
+	p.Shared(st, shareQuota, a.Share, now, now, g)
+	return st
+}
+
+// firstCallIdle plans st every 100 ms from now on, with nothing spent
+// nor asked for, for up to 8 s, and returns the first action that calls
+// Redis and how long after now it came (false: none came).
+func firstCallIdle(p *Planner, st *State, now time.Time) (Action, time.Duration, bool) {
+	for at := now; at.Before(now.Add(8 * time.Second)); at = at.Add(100 * time.Millisecond) {
+		a := p.Plan(st, shareQuota, at, Input{Level: st.Held()})
+		p.Expired(st, a.Expire, st.Held()-a.Expire)
+		if a.Calls() {
+			return a, at.Sub(now), true
+		}
+	}
+	return Action{}, 0, false
+}
+
 // TestShareHeldMakesNoCallsUntilRenewal: while a share is held, its tokens
 // come due at its pace, the planner makes no call for tokens however
 // urgent the requests, and it renews the share before its end, naming it.
@@ -141,25 +167,13 @@ func TestShareHeldMakesNoCallsUntilRenewal(t *testing.T) {
 func TestShareEndsWhenDemandStops(t *testing.T) {
 	now := time.Unix(1_000_000, 0)
 	p := NewPlanner(Config{Interval: 100 * time.Millisecond, SharePeriod: 10 * time.Second}, 1)
-	st := scarceState(p, now, 300)
-	a := p.Plan(st, shareQuota, now, Input{Urgent: true, Need: 1, Missed: 30})
-	g := grantShare(25, now, now.Add(8*time.Second))
-	p.Granted(st, shareQuota, now, a.Acquire, g, 0)
-	p.Shared(st, shareQuota, a.Share, now, now, g)
-	var end Action
-	for at := now; at.Before(now.Add(8 * time.Second)); at = at.Add(100 * time.Millisecond) {
-		a := p.Plan(st, shareQuota, at, Input{Level: st.Held()}) // nothing spent, nothing asked
-		p.Expired(st, a.Expire, st.Held()-a.Expire)
-		if a.Calls() {
-			end = a
-			// The estimate of 300 a second falls under a token a lease
-			// lifetime in about 8 half-lives (4.2 s), then the end waits
-			// a jitter of up to a quarter period (2.5 s).
-			if at.After(now.Add(7 * time.Second)) {
-				t.Errorf("the share ended %v after the demand stopped, want within the demand's decay and a quarter period", at.Sub(now))
-			}
-			break
-		}
+	st := sharedState(p, "t", now)
+	end, after, _ := firstCallIdle(p, st, now)
+	// The estimate of 300 a second falls under a token a lease lifetime
+	// in about 8 half-lives (4.2 s), then the end waits a jitter of up to
+	// a quarter period (2.5 s).
+	if after > 7*time.Second {
+		t.Errorf("the share ended %v after the demand stopped, want within the demand's decay and a quarter period", after)
 	}
 	if end.Share != lease.ShareEnd || !end.ShareFrom.Equal(now) {
 		t.Fatalf("%+v, want an end naming the share's From", end)
@@ -179,25 +193,12 @@ func TestShareEndsSpreadWhenAFleetsDemandStops(t *testing.T) {
 	p := NewPlanner(Config{Interval: 100 * time.Millisecond, SharePeriod: period}, 1)
 	var first, last time.Duration
 	for i := range 200 {
-		st := scarceStateOf(p, "t"+strconv.Itoa(i), now, 300)
-		a := p.Plan(st, shareQuota, now, Input{Urgent: true, Need: 1, Missed: 30})
-		g := grantShare(25, now, now.Add(8*time.Second))
-		p.Granted(st, shareQuota, now, a.Acquire, g, 0)
-		p.Shared(st, shareQuota, a.Share, now, now, g)
-		ended := time.Duration(-1)
-		for at := now; at.Before(now.Add(8 * time.Second)); at = at.Add(100 * time.Millisecond) {
-			a := p.Plan(st, shareQuota, at, Input{Level: st.Held()}) // nothing spent, nothing asked
-			p.Expired(st, a.Expire, st.Held()-a.Expire)
-			if a.Calls() {
-				if a.Share != lease.ShareEnd {
-					t.Fatalf("tenant %d: %+v at %v, want an end", i, a, at.Sub(now))
-				}
-				ended = at.Sub(now)
-				break
-			}
-		}
-		if ended < 0 {
+		a, ended, ok := firstCallIdle(p, sharedState(p, "t"+strconv.Itoa(i), now), now)
+		if !ok {
 			t.Fatalf("tenant %d: no end in 8 s", i)
+		}
+		if a.Share != lease.ShareEnd {
+			t.Fatalf("tenant %d: %+v at %v, want an end", i, a, ended)
 		}
 		if i == 0 || ended < first {
 			first = ended
@@ -221,11 +222,7 @@ func TestShareEndsSpreadWhenAFleetsDemandStops(t *testing.T) {
 func TestShareTokensExpireWithoutAReturn(t *testing.T) {
 	now := time.Unix(1_000_000, 0)
 	p := NewPlanner(Config{Interval: 100 * time.Millisecond, SharePeriod: 10 * time.Second}, 1)
-	st := scarceState(p, now, 300)
-	a := p.Plan(st, shareQuota, now, Input{Urgent: true, Need: 1, Missed: 30})
-	g := grantShare(25, now, now.Add(8*time.Second))
-	p.Granted(st, shareQuota, now, a.Acquire, g, 0)
-	p.Shared(st, shareQuota, a.Share, now, now, g)
+	st := sharedState(p, "t", now)
 	var expired int64
 	for at := now; at.Before(now.Add(3 * time.Second)); at = at.Add(100 * time.Millisecond) {
 		// Requests keep asking (the demand stays) but spend nothing.

@@ -70,7 +70,7 @@ type Options struct {
 
 	// PerCPUDemand, when positive, is the demand (tokens a second at this
 	// instance) at or above which a tenant's leased tokens are kept in one
-	// slot per P (bucket.Counter.Stripe; see Tenant.spread); 0 never.
+	// slot per P (bucket.Counter.Stripe; see Syncer.spread); 0 never.
 	PerCPUDemand float64
 
 	// Defaults resolve the quota overrides that Redis reports
@@ -244,20 +244,22 @@ func (s *Syncer) Close() {
 	}
 }
 
-// procs is how many slots a hot tenant's counter is split into
-// (Tenant.spread): GOMAXPROCS, or 1 (never split) when Driven, whose
-// decisions must not depend on the P a request ran on.
-func (s *Syncer) procs() int {
-	if s.opts.Driven {
-		return 1
-	}
-	return runtime.GOMAXPROCS(0)
-}
-
-// spread splits, tops up or joins t's counter (Tenant.spread) by its demand
-// now, when Options.PerCPUDemand is set. t's lock is held.
+// spread splits t's counter into a slot per P while its demand is at
+// least Options.PerCPUDemand, tops the slots up, and joins them back once
+// the demand falls under a quarter of that (Tenant.restripe). Never when
+// Driven, whose decisions must not depend on the P a request ran on, nor
+// with GOMAXPROCS 1. t's lock is held.
 func (s *Syncer) spread(t *Tenant) {
-	if s.opts.PerCPUDemand > 0 {
-		t.spread(s.procs, s.opts.PerCPUDemand, t.st().Demand())
+	hot := s.opts.PerCPUDemand
+	if hot <= 0 || s.opts.Driven {
+		return
+	}
+	split, demand := t.tokens.Slots() > 0, t.st().Demand()
+	switch {
+	case demand >= hot || split && demand >= hot/4:
+		// GOMAXPROCS takes the scheduler's lock: read for hot tenants only.
+		t.restripe(runtime.GOMAXPROCS(0))
+	case split:
+		t.restripe(1)
 	}
 }

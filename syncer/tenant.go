@@ -34,7 +34,7 @@ import (
 type Tenant struct {
 	// tokens are the leased tokens requests spend from: one count, or with
 	// Options.PerCPUDemand, while the tenant is hot, a count and a slot per
-	// P (spread).
+	// P (Syncer.spread).
 	tokens bucket.Counter
 	// counted, less tokens, is the count of requests admitted from tokens
 	// without a wait (Spend; see Admitted), so that Spend(1), the hot
@@ -175,27 +175,17 @@ func (t *Tenant) drain() int64 {
 	return n
 }
 
-// spread splits t's counter over procs() slots while its demand is at
-// least hotDemand, joins it back once it falls under a quarter of that,
-// and tops the slots up from the shared count (bucket.Counter.Spread).
-// t's lock is held. The moves are one change of tokens for Admitted.
-func (t *Tenant) spread(procs func() int, hotDemand, demand float64) {
-	split := t.tokens.Striped()
-	if !split && demand < hotDemand {
-		return
-	}
-	n := procs()
-	hot := n > 1 && (demand >= hotDemand || split && demand >= hotDemand/4)
-	if !hot && !split {
+// restripe splits t's counter into n slots and tops them up from the
+// shared count (bucket.Counter.Stripe, Spread), or for n <= 1 joins a
+// split counter back into one count. t's lock is held. The moves are one
+// change of tokens for Admitted.
+func (t *Tenant) restripe(n int) {
+	if n <= 1 && t.tokens.Slots() == 0 {
 		return
 	}
 	t.beginSync()
-	if hot {
-		t.tokens.Stripe(n)
-		t.tokens.Spread()
-	} else {
-		t.tokens.Stripe(1)
-	}
+	t.tokens.Stripe(n)
+	t.tokens.Spread()
 	t.endSync()
 }
 
@@ -449,7 +439,7 @@ type Snapshot struct {
 	Failures  int       // lease calls failed in a row
 	Instances int       // instances active on the tenant, as Redis last said
 	Next      time.Time // next scheduled refresh
-	Slots     int       // slots the tokens are split into (spread), 0 for one count
+	Slots     int       // slots the tokens are split into (Syncer.spread), 0 for one count
 	// Of a dormant tenant (see Tenant) only Tokens is set (to 0 but for a
 	// moment after a multi-tenant decision gave tokens back).
 }
