@@ -25,11 +25,13 @@ import (
 //     since the admission), they go back into it: this instance may spend
 //     them again, until that lease expires;
 //   - otherwise, or while a lease call for the tenant holds its lock, they
-//     are returned to Redis with the next round, as expired tokens are:
-//     naming their grant, so that the global bucket credits them only
-//     with what it would hold had they never been granted; that round may
-//     then lease them again here at once, even if its last lease call
-//     found the bucket dry (a wait for the bucket to refill ends);
+//     are returned to Redis with the next round, or before the tenant's
+//     next urgent lease call (a request waiting for tokens) if that comes
+//     first, as expired tokens are: naming their grant, so that the
+//     global bucket credits them only with what it would hold had they
+//     never been granted; the call after the return may then lease them
+//     again here at once, even if the last lease call found the bucket
+//     dry (a wait for the bucket to refill ends);
 //   - they are forfeited (dropped, as if spent) when nothing can name
 //     their grant: when the admission plus the lease lifetime and two
 //     refresh intervals may be an hour old or more (Redis tells grants

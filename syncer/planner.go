@@ -342,7 +342,8 @@ type Input struct {
 	// failed: the failure backoff no longer holds the call back.
 	Recovered bool
 	// Refunded says tokens refunded here go back to the tenant's bucket
-	// before this plan's acquire (a round makes its returns first): a
+	// before this plan's acquire (a round makes its returns first, and a
+	// refill the tenant's queued ones): a
 	// wait for the bucket to refill no longer holds the call back (a
 	// failure backoff still does).
 	Refunded bool

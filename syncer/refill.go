@@ -91,6 +91,13 @@ func (s *Syncer) refillLocked(ctx context.Context, link trace.Link, t *Tenant, n
 	// Redis answers again (the breaker closed after this tenant's calls
 	// failed): a waiting request need not sit out the tenant's backoff.
 	in.Recovered = t.flag(flagFailing) && !s.opts.Cluster && s.breaker.State() == gobreaker.StateClosed
+	// Tokens refunded here wait in the queue of returns (Refund): return
+	// them first, so that the acquire may find them in a bucket that the
+	// last call found dry. Without that, the tenant's waiting requests
+	// would be denied until the next round.
+	if t.flag(flagRefunded) && s.returnQueued(ctx, t) {
+		in.Refunded = t.setFlag(flagRefunded, false)
+	}
 	a, ret, ok := s.planWith(t, now, in)
 	if ok {
 		// Returned by the next round: not worth a round trip here, where

@@ -1,6 +1,7 @@
 package syncer
 
 import (
+	"context"
 	"time"
 
 	"github.com/leasequota/leasequota/lease"
@@ -29,8 +30,9 @@ const (
 	// RefundCredited: the tokens went back into the tenant's lease here.
 	RefundCredited Refunded = iota + 1
 	// RefundReturned: the lease they came from is gone (expired, drained
-	// or spent past): they are returned to Redis with the next round,
-	// naming their grant, as expired tokens are.
+	// or spent past): they are returned to Redis with the next round, or
+	// before the tenant's next urgent refill if that comes first, naming
+	// their grant, as expired tokens are.
 	RefundReturned
 	// RefundForfeited: nothing can name their grant (unknown, or older
 	// than RefundHorizon allows): they are dropped, as if spent.
@@ -104,4 +106,28 @@ func (s *Syncer) Refund(t *Tenant, n int64, front lease.GrantID, clock int64) Re
 	// the tenant call while its bucket was dry finds the tokens there.
 	t.setFlag(flagRefunded, true)
 	return RefundReturned
+}
+
+// returnQueued makes the queued returns of t's tokens now (a refill does,
+// before its acquire), and reports whether there were any: false when the
+// queue held none, as when a round has taken them and is making them.
+func (s *Syncer) returnQueued(ctx context.Context, t *Tenant) bool {
+	s.pendingMu.Lock()
+	var mine []lease.ReleaseRequest
+	kept := s.pending[:0]
+	for _, r := range s.pending {
+		if r.Tenant == t.name {
+			mine = append(mine, r)
+		} else {
+			kept = append(kept, r)
+		}
+	}
+	clear(s.pending[len(kept):])
+	s.pending = kept
+	s.pendingMu.Unlock()
+	if len(mine) == 0 {
+		return false
+	}
+	s.release(ctx, nil, mine, 0) // what fails is forfeited, as in a round
+	return true
 }

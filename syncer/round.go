@@ -68,7 +68,8 @@ func (s *Syncer) round(ctx context.Context, tenants iter.Seq[*Tenant], quotaChec
 		}
 		in := t.take(t.tokens.Load())
 		in.QuotaCheck = quotaCheck
-		// Rounds only: a refill makes no returns before its call.
+		// The round makes its returns, the queued ones with them, before
+		// its acquires.
 		in.Refunded = t.setFlag(flagRefunded, false)
 		a, ret, ok := s.planWith(t, now, in)
 		if ok {

@@ -116,8 +116,8 @@ const (
 	flagEvicted                    // removed from the syncer's tenants; never leased again
 	// flagRefunded: a refund of the tenant's tokens went to the syncer's
 	// pending returns (Refund) since the last round planned it. Set by
-	// requests, after the return is queued; taken by rounds only (see
-	// Input.Refunded).
+	// requests, after the return is queued; taken by rounds, and by a
+	// refill that made the queued returns itself (see Input.Refunded).
 	flagRefunded
 )
 

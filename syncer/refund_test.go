@@ -1,0 +1,64 @@
+package syncer
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/leasequota/leasequota/quota"
+)
+
+// TestRefundReturnedComesBackWithTheRefill: a refund made while a lease
+// call held the tenant's lock is queued as a return. The tenant's next
+// refill makes that return before its acquire, and leases the tokens again,
+// although its last call found the bucket dry (it refills in 1,000 s): its
+// waiting requests need not wait for a round.
+func TestRefundReturnedComesBackWithTheRefill(t *testing.T) {
+	now, _, _, mine, _ := MemstorePair(t)
+	s := New(mine, Options{
+		Planner: NewPlanner(Config{Interval: time.Minute}, 1),
+		Now:     now,
+		Driven:  true,
+	})
+	ctx := context.Background()
+	tn, err := s.Track("ip:a", quota.Quota{Rate: 0.001, Burst: 2, MinLease: 2, MaxLease: 2, LeaseTTL: 10 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	refill := func() {
+		t.Helper()
+		ch := s.Refill(ctx, tn, 2)
+		s.Refills(ctx)
+		s.Deliver()
+		if r := <-ch; r.Err != nil {
+			t.Fatalf("refill: %v", r.Err)
+		}
+	}
+	refill()
+	front, clock := tn.Front(), s.Clock()
+	if ok, _ := tn.Spend(2); !ok {
+		t.Fatalf("the first lease holds %d tokens, want 2", tn.tokens.Load())
+	}
+	tn.mu.Lock() // a lease call in flight
+	got := s.Refund(tn, 2, front, clock)
+	tn.mu.Unlock()
+	if got != RefundReturned {
+		t.Fatalf("Refund while the lock is held: %v, want RefundReturned", got)
+	}
+	refill()
+	if n := tn.tokens.Load(); n != 2 {
+		t.Fatalf("after the refill, ip:a holds %d tokens, want the 2 refunded", n)
+	}
+	// Credited in whole tokens, rounded down (Redis credits 1.999999999
+	// of them): the rest counts as forfeited.
+	if st := s.Stats(); st.Returned+st.Forfeited != 2 || st.Returned < 1 || st.Granted != 4 {
+		t.Errorf("stats %+v: want the 2 tokens returned (Returned+Forfeited), and 4 granted", st)
+	}
+	// Made once: a later round has nothing of it to return.
+	before := s.Stats().Returned
+	s.Tick(ctx)
+	if st := s.Stats(); st.Returned != before {
+		t.Errorf("a round after the refill returned %d more tokens", st.Returned-before)
+	}
+	s.Close()
+}
