@@ -488,6 +488,7 @@ func (s *BucketSampler) Next(ctx context.Context, count int) ([]string, error) {
 	}
 	keys := s.take(count)
 	if len(keys) == count {
+		s.settle()
 		return keys, nil
 	}
 	if s.nodes == nil {
@@ -513,10 +514,17 @@ func (s *BucketSampler) Next(ctx context.Context, count int) ([]string, error) {
 		s.pending = append(s.pending, got...)
 	}
 	keys = append(keys, s.take(count-len(keys))...)
-	if len(s.pending) == 0 {
+	s.settle()
+	return keys, nil
+}
+
+// settle counts the passes completed once every key the SCANs found has
+// been returned: a Next that returns the last of them without a SCAN of
+// its own completes a pass too.
+func (s *BucketSampler) settle() {
+	if len(s.pending) == 0 && len(s.wraps) > 0 {
 		s.passes = slices.Min(s.wraps)
 	}
-	return keys, nil
 }
 
 // take removes up to n keys from pending and returns them.
