@@ -51,7 +51,9 @@ var fleetShapes = []fleetShape{{4, 100}, {8, 500}, {16, 1000}, {32, 2000}}
 // The limiters reserve with -fleet.reservation (or ask for rate shares of
 // -fleet.shares' period and -fleet.headroom), time their Redis calls
 // out after -fleet.timeout and let a cold tenant's request wait up to
-// -fleet.coldwait (each by default the library's).
+// -fleet.coldwait (each by default the library's). With -fleet.trace it
+// logs, for each second of the load, the tenants the acquire calls served
+// by what they asked for (tokens only, a rate share, a share's end).
 // One op is one full run of both; run it with -benchtime 1x. It fails
 // if a tenant admitted more than Burst + Rate*elapsed, elapsed being on
 // the Redis clock from before the first decision to after the last.
@@ -87,11 +89,20 @@ func BenchmarkFleet(b *testing.B) {
 		b.Run(s.String(), func(b *testing.B) {
 			var m fleetMetrics
 			for i := 0; i < b.N; i++ {
-				r := runFleet(b, srv, s, *fleetDuration, slog.New(slog.DiscardHandler), leasequota.WithReservation(*fleetReservation),
+				var tally *scriptTally
+				if *fleetTrace {
+					tally = &scriptTally{}
+				}
+				r := runFleet(b, srv, s, *fleetDuration, slog.New(slog.DiscardHandler), tally, leasequota.WithReservation(*fleetReservation),
 					leasequota.WithRateShares(*fleetShares, *fleetHeadroom),
 					leasequota.WithRedisTimeout(*fleetTimeout), leasequota.WithColdStartWait(*fleetColdWait))
 				for _, o := range r.overBound {
 					b.Errorf("bound violated: %s (Burst %d + Rate %d * %v)", o, fleetBurst, fleetRate, r.elapsed)
+				}
+				if tally != nil {
+					for _, line := range tally.lines() {
+						b.Log(line)
+					}
 				}
 				rr := runFleetRedisRate(b, srv, s, *fleetDuration)
 				m.add(s, &r, &rr)

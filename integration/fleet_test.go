@@ -290,7 +290,7 @@ func (r *fleetResult) deliveredUtilization() float64 {
 // with leased tokens, so the bound covers all of them, and a decision of
 // the failure mode is a denial (ReasonUnavailable), counted apart. opts
 // are added to every limiter's options.
-func runFleet(tb testing.TB, srv *redistest.Server, s fleetShape, d time.Duration, logger *slog.Logger, opts ...leasequota.Option) fleetResult {
+func runFleet(tb testing.TB, srv *redistest.Server, s fleetShape, d time.Duration, logger *slog.Logger, tally *scriptTally, opts ...leasequota.Option) fleetResult {
 	tb.Helper()
 	ctx := context.Background()
 	admin := srv.Client()
@@ -301,6 +301,9 @@ func runFleet(tb testing.TB, srv *redistest.Server, s fleetShape, d time.Duratio
 	for i := range lims {
 		c := srv.Client()
 		defer c.Close()
+		if tally != nil {
+			c.AddHook(tally)
+		}
 		l, err := leasequota.New(c, append([]leasequota.Option{leasequota.WithKeyPrefix(prefix), leasequota.WithDefaultQuota(fleetQuota),
 			leasequota.WithFailureMode(leasequota.FailClosed), leasequota.WithLogger(logger.With("limiter", i))}, opts...)...)
 		if err != nil {
@@ -334,6 +337,9 @@ func runFleet(tb testing.TB, srv *redistest.Server, s fleetShape, d time.Duratio
 
 	cpu0, calls0, exists0 := redisCPU(tb, admin), commandCalls(tb, admin, "evalsha"), commandCalls(tb, admin, "exists")
 	start := redisTime(tb, admin)
+	if tally != nil {
+		tally.start.Store(time.Now().UnixNano())
+	}
 	// The steady state: Redis's counters and the admissions at the end of
 	// the warm-up, taken by a timer of the run's schedule.
 	var admitted atomic.Int64
@@ -356,6 +362,9 @@ func runFleet(tb testing.TB, srv *redistest.Server, s fleetShape, d time.Duratio
 			exists: commandCalls(tb, admin, "exists"), admitted: admitted.Load(), commands: commandTimes(tb, admin)}
 	}
 	load := <-loaded
+	if tally != nil {
+		tally.stopped.Store(true)
+	}
 	ended := time.Now()
 	end := redisTime(tb, admin)
 	res := fleetResult{
@@ -470,7 +479,7 @@ func TestFleet(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	s := fleetShape{instances: 4, tenants: 100}
 	probe := startStallProbe()
-	r := runFleet(t, srv, s, 6*time.Second, redistest.Logger(t), leasequota.WithRedisTimeout(time.Second))
+	r := runFleet(t, srv, s, 6*time.Second, redistest.Logger(t), nil, leasequota.WithRedisTimeout(time.Second))
 	probe.Stop()
 	t.Log(probe)
 	offered, admitted := r.load.totals()
@@ -504,7 +513,7 @@ func TestFleetRateShares(t *testing.T) {
 	old := *fleetWarmup
 	*fleetWarmup = 4 * time.Second
 	defer func() { *fleetWarmup = old }()
-	r := runFleet(t, srv, s, 8*time.Second, redistest.Logger(t), leasequota.WithRedisTimeout(time.Second), leasequota.WithRateShares(2*time.Second, 0))
+	r := runFleet(t, srv, s, 8*time.Second, redistest.Logger(t), nil, leasequota.WithRedisTimeout(time.Second), leasequota.WithRateShares(2*time.Second, 0))
 	probe.Stop()
 	t.Log(probe)
 	pairs := float64(s.instances * s.tenants)
