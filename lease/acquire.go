@@ -413,7 +413,7 @@ func parseGrantReply(v interface{}, want int64) (Grant, error) {
 	}
 	var share float64
 	if len(a) >= 6 {
-		if str, ok := a[5].(string); !ok || str != "" {
+		if !replyNone(a[5]) {
 			if share, err = replyFloat(a[5]); err != nil || share < 0 {
 				return Grant{}, fmt.Errorf("%w: acquire: share: %v %w", ErrBadReply, a[5], err)
 			}
@@ -445,7 +445,7 @@ func parseGrantReply(v interface{}, want int64) (Grant, error) {
 		}
 		g.Wait = time.Duration(wait) * time.Microsecond
 	}
-	if len(a) >= 10 {
+	if len(a) >= 10 && !replyNone(a[9]) {
 		str, ok := a[9].(string)
 		if !ok {
 			return Grant{}, fmt.Errorf("%w: acquire: rate share: %T %v", ErrBadReply, a[9], a[9])
@@ -455,4 +455,20 @@ func parseGrantReply(v interface{}, want int64) (Grant, error) {
 		}
 	}
 	return g, nil
+}
+
+// replyNone reports whether v is an element of a script's reply that
+// says "none": Lua's false, which Redis sends as a null (nil here) or, on
+// a RESP3 connection, as false; or "", what earlier releases' scripts
+// sent, whose replies a client may still read (rollout tests).
+func replyNone(v interface{}) bool {
+	switch v := v.(type) {
+	case nil:
+		return true
+	case bool:
+		return !v
+	case string:
+		return v == ""
+	}
+	return false
 }

@@ -47,12 +47,14 @@
 -- share, reserved, pace, wait, rate share}, where override is 0 when no override is
 -- stored, else the array of strings {r, b, min, max, ttl, mode} as stored,
 -- share is the caller's max-min fair share of the rate (tokens/s, "%.17g")
--- among the active instances' demands, or "" without a registry, reserved
--- (integer) is the part of granted that is a reservation, pace its pace
--- (tokens/s, "%.17g"; "" when reserved is 0) and wait (integer, µs) is
--- now - clock, how far the bucket's time is ahead of Redis TIME, and
--- rate share the caller's share after the call, "rate/from/until" as its
--- entry holds it, or "" for none (SHARES).
+-- among the active instances' demands, or false without a registry,
+-- reserved (integer) is the part of granted that is a reservation, pace
+-- its pace (tokens/s, "%.17g"; false when reserved is 0) and wait
+-- (integer, µs) is now - clock, how far the bucket's time is ahead of
+-- Redis TIME, and rate share the caller's share after the call,
+-- "rate/from/until" as its entry holds it, or false for none (SHARES).
+-- Redis sends false as a null, or as a RESP3 false; releases before this
+-- one sent "" for each none, which the client reads alike.
 -- Tokens are returned as a string because Redis truncates Lua numbers to integers.
 --
 -- Reservations ("paced grants"). A bucket whose ts is after the clock is
@@ -567,15 +569,21 @@ local function acquire(key, ikey, qkey, o, clock, nargs)
     redis.call('HDEL', key, 'ol')
   end
 
-  local shareOut = ''
+  -- None is false, not '': a null (or a RESP3 false) costs the client
+  -- no buffer to read, where an empty string costs one.
+  local shareOut = false
   if share ~= nil then
     shareOut = fmt17(share)
   end
-  local paceOut = ''
+  local paceOut = false
   if pace ~= nil then
     paceOut = fmt17(pace)
   end
-  return {granted, tk, now, instances, override, shareOut, reserved, paceOut, now - clock, mineText}
+  local mineOut = false
+  if mineText ~= '' then
+    mineOut = mineText
+  end
+  return {granted, tk, now, instances, override, shareOut, reserved, paceOut, now - clock, mineOut}
 end
 
 if #KEYS == 3 then

@@ -132,10 +132,11 @@ func fakeRoundClient(b *testing.B, batch int) *Client {
 	return c
 }
 
-// cannedGrant is one tenant's reply of acquire.lua as a Redis sends it:
-// 10 granted, the tokens left, the time, 1 instance, no override, a
-// share, nothing reserved, no pace, no wait.
-const cannedGrant = "*9\r\n:10\r\n$10\r\n1073741814\r\n:1764633600123456\r\n:1\r\n:0\r\n$9\r\n250000000\r\n:0\r\n$0\r\n\r\n:0\r\n"
+// cannedGrant is one tenant's reply of acquire.lua as a Redis sends it
+// over RESP2: 10 granted, the tokens left, the time, 1 instance, no
+// override, a share, nothing reserved, no pace (a null), no wait, no rate
+// share (a null).
+const cannedGrant = "*10\r\n:10\r\n$10\r\n1073741814\r\n:1764633600123456\r\n:1\r\n:0\r\n$9\r\n250000000\r\n:0\r\n$-1\r\n:0\r\n$-1\r\n"
 
 // cannedReturn is a reply of release.lua: the tokens after the return,
 // the time, 5 credited.
