@@ -74,12 +74,16 @@ func (s *Syncer) refill(link trace.Link, t *Tenant, need int64) error {
 	}
 	defer s.unlocked.Broadcast() // after the unlock below
 	defer t.mu.Unlock()
-	return s.refillLocked(s.ctx, link, t, need)
+	// Close does not cancel the call, which CallTimeout bounds, but waits
+	// for it (inflight), as for a round's: a reply lost to a cancel would
+	// lose the tokens Redis granted, and a rate share it asked for, which
+	// Close could then neither return nor end.
+	return s.refillLocked(context.WithoutCancel(s.ctx), link, t, need)
 }
 
 // refillLocked is the urgent lease call of a refill for t, whose lock is
-// held; ctx is the lifetime of the call (s.ctx from a refill's own
-// goroutine; the step's in driven mode).
+// held; ctx is the lifetime of the call (s.ctx without its cancel from a
+// refill's own goroutine; the step's in driven mode).
 func (s *Syncer) refillLocked(ctx context.Context, link trace.Link, t *Tenant, need int64) error {
 	if t.flag(flagEvicted) {
 		return nil

@@ -227,9 +227,10 @@ func New(client lease.Store, opts Options) *Syncer {
 // closing reports whether Close has been called.
 func (s *Syncer) closing() bool { return s.ctx.Err() != nil }
 
-// Close stops urgent refills and waits for those running, and for the
-// calls rounds left running (see Wait); later rounds finish their calls
-// before returning. It does not stop Run: cancel Run's context for that.
+// Close refuses new urgent refills and waits for those running, whose
+// lease calls it does not cancel (each is bounded by CallTimeout), and for
+// the calls rounds left running (see Wait); later rounds finish their
+// calls before returning. It does not stop Run: cancel Run's context for that.
 // In driven mode it answers the queued refills with ErrClosed, and the
 // caller delivers the answers (Deliver) after ReleaseAll.
 func (s *Syncer) Close() {
