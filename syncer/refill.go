@@ -99,7 +99,8 @@ func (s *Syncer) refillLocked(ctx context.Context, link trace.Link, t *Tenant, n
 	// them first, so that the acquire may find them in a bucket that the
 	// last call found dry. Without that, the tenant's waiting requests
 	// would be denied until the next round.
-	if t.flag(flagRefunded) && s.returnQueued(ctx, t) {
+	if t.flag(flagRefunded) {
+		s.returnQueued(ctx, t)
 		in.Refunded = t.setFlag(flagRefunded, false)
 	}
 	a, ret, ok := s.planWith(t, now, in)

@@ -109,9 +109,11 @@ func (s *Syncer) Refund(t *Tenant, n int64, front lease.GrantID, clock int64) Re
 }
 
 // returnQueued makes the queued returns of t's tokens now (a refill does,
-// before its acquire), and reports whether there were any: false when the
-// queue held none, as when a round has taken them and is making them.
-func (s *Syncer) returnQueued(ctx context.Context, t *Tenant) bool {
+// before its acquire). A round leaves them queued while t is locked
+// (takePending); the queue may still hold none when a round took a return
+// queued just before the refund set flagRefunded, and then made it first
+// thing, before its acquires.
+func (s *Syncer) returnQueued(ctx context.Context, t *Tenant) {
 	s.pendingMu.Lock()
 	var mine []lease.ReleaseRequest
 	kept := s.pending[:0]
@@ -125,9 +127,7 @@ func (s *Syncer) returnQueued(ctx context.Context, t *Tenant) bool {
 	clear(s.pending[len(kept):])
 	s.pending = kept
 	s.pendingMu.Unlock()
-	if len(mine) == 0 {
-		return false
+	if len(mine) > 0 {
+		s.release(ctx, nil, mine, 0) // what fails is forfeited, as in a round
 	}
-	s.release(ctx, nil, mine, 0) // what fails is forfeited, as in a round
-	return true
 }

@@ -9,8 +9,9 @@ import (
 )
 
 // TestRefundReturnedComesBackWithTheRefill: a refund made while a lease
-// call held the tenant's lock is queued as a return. The tenant's next
-// refill makes that return before its acquire, and leases the tokens again,
+// call held the tenant's lock is queued as a return, which a round that
+// finds the tenant still locked leaves queued. The tenant's next refill
+// makes that return before its acquire, and leases the tokens again,
 // although its last call found the bucket dry (it refills in 1,000 s): its
 // waiting requests need not wait for a round.
 func TestRefundReturnedComesBackWithTheRefill(t *testing.T) {
@@ -41,9 +42,15 @@ func TestRefundReturnedComesBackWithTheRefill(t *testing.T) {
 	}
 	tn.mu.Lock() // a lease call in flight
 	got := s.Refund(tn, 2, front, clock)
-	tn.mu.Unlock()
 	if got != RefundReturned {
 		t.Fatalf("Refund while the lock is held: %v, want RefundReturned", got)
+	}
+	// A round meanwhile leaves the return queued for the tenant's next
+	// plan, which makes it before its acquire.
+	s.Tick(ctx)
+	tn.mu.Unlock()
+	if st := s.Stats(); st.Returned+st.Forfeited != 0 {
+		t.Fatalf("a round that found the tenant locked made its refund's return: stats %+v", st)
 	}
 	refill()
 	if n := tn.tokens.Load(); n != 2 {

@@ -56,8 +56,15 @@ func (s *Syncer) round(ctx context.Context, tenants iter.Seq[*Tenant], quotaChec
 	)
 	track := s.opts.MaxTenants > 0
 	s.lru = s.lru[:0]
+	s.lockedRefunds = s.lockedRefunds[:0]
 	for t := range tenants {
-		if t.flag(flagEvicted) || !t.mu.TryLock() {
+		if t.flag(flagEvicted) {
+			continue
+		}
+		if !t.mu.TryLock() {
+			if t.flag(flagRefunded) {
+				s.lockedRefunds = append(s.lockedRefunds, t.name)
+			}
 			continue
 		}
 		if t.lease.Load() == nil && !t.wakes() {
@@ -102,11 +109,7 @@ func (s *Syncer) round(ctx context.Context, tenants iter.Seq[*Tenant], quotaChec
 	}
 	clear(s.lru)
 	releases = s.evict(evict, now, releases)
-	s.pendingMu.Lock()
-	releases = append(releases, s.pending...)
-	clear(s.pending)
-	s.pending = s.pending[:0]
-	s.pendingMu.Unlock()
+	releases = s.takePending(releases)
 	if len(releases) == 0 && len(jobs) == 0 {
 		return
 	}
@@ -117,6 +120,29 @@ func (s *Syncer) round(ctx context.Context, tenants iter.Seq[*Tenant], quotaChec
 	}
 	defer s.endRound(round)
 	round.Add(s.carryOut(ctx, now, &nodeWork{releases: releases, jobs: jobs}))
+}
+
+// takePending appends the queued returns to releases and returns it,
+// leaving queued those of the tenants the round found locked with a
+// refund's return queued (s.lockedRefunds): the tenant's refill (or a
+// later round) makes that return before its acquire, and so may lease the
+// tokens again from a bucket its last call found dry (Input.Refunded).
+// Taken by this round, the return could still be on its way when the
+// tenant's refill acquired.
+func (s *Syncer) takePending(releases []lease.ReleaseRequest) []lease.ReleaseRequest {
+	s.pendingMu.Lock()
+	defer s.pendingMu.Unlock()
+	kept := s.pending[:0]
+	for _, r := range s.pending {
+		if slices.Contains(s.lockedRefunds, r.Tenant) {
+			kept = append(kept, r)
+		} else {
+			releases = append(releases, r)
+		}
+	}
+	clear(s.pending[len(kept):])
+	s.pending = kept
+	return releases
 }
 
 // carryOut makes a round's calls of w: the returns, then the acquires in

@@ -118,11 +118,12 @@ type Syncer struct {
 	leaseTTL time.Duration
 
 	// Owned by the loop (Run and Round are not called concurrently).
-	lru         []lruEntry // reused by Round when MaxTenants is set
-	short       []*Tenant  // reused by Urgent
-	quotaVer    int64      // the quota version last seen
-	quotaPolled int64      // unix nanoseconds of the last poll of it
-	quotaKnown  bool       // quotaVer has been read once
+	lru           []lruEntry // reused by Round when MaxTenants is set
+	short         []*Tenant  // reused by Urgent
+	lockedRefunds []string   // reused by Round: tenants it found locked with a refund's return queued
+	quotaVer      int64      // the quota version last seen
+	quotaPolled   int64      // unix nanoseconds of the last poll of it
+	quotaKnown    bool       // quotaVer has been read once
 	// nodeDone is closed when the last round's work on the node is done
 	// (Cluster mode; see dispatch).
 	nodeDone map[string]chan struct{}
