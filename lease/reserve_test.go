@@ -308,7 +308,7 @@ func TestReservationsKeepTheBound(t *testing.T) {
 	}
 }
 
-// TestReservationsCutCalls: two starved instances (demand 10x the rate)
+// TestReservationsCutCalls: eight starved instances (demand 10x the rate)
 // with H = 4 s, each asking again only when its reservation runs out,
 // make about one call per reservation (4 s of tokens at the share), not
 // one per Burst/Rate.
@@ -372,15 +372,21 @@ func TestReservationsCutCalls(t *testing.T) {
 		// least a full reservation's worth (its share over 4 s) in all;
 		// which of them come short varies with the machine's timing
 		// (two of eight got no full one under two busy loops), so full
-		// ones are counted over the instances.
-		if calls[i] > 10 || reserved[i] < 40 {
-			t.Errorf("instance %d: %d calls, %d tokens reserved in %v; want <= 10 calls (8 seen), >= 40 tokens", i, calls[i], reserved[i], run)
+		// ones are counted over the instances. On a quiet machine an
+		// instance makes 8 calls at most, 48 in all; under -race beside
+		// two busy loops the calls jitter into each other's room, more
+		// reservations come short, and a clean-clone CI run saw 11 and
+		// 66. The bounds hold reservations under 60 % of the calls
+		// without them (13 an instance of 17, 80 of 136), whatever the
+		// machine's timing leaves them.
+		if calls[i] > 13 || reserved[i] < 40 {
+			t.Errorf("instance %d: %d calls, %d tokens reserved in %v; want <= 13 calls (8 seen quiet, 11 loaded), >= 40 tokens", i, calls[i], reserved[i], run)
 		}
 		total += calls[i]
 		fulls += full[i]
 	}
-	if total > 48 {
-		t.Errorf("%d calls in all, want at most 48 (6 an instance; 136 without reservations)", total)
+	if total > 80 {
+		t.Errorf("%d calls in all, want at most 80 (48 seen quiet, 66 loaded; 136 without reservations)", total)
 	}
 	if fulls < len(cs)/2 {
 		t.Errorf("%d full (40-token) reservations in all, want at least %d", fulls, len(cs)/2)
