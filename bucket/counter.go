@@ -56,10 +56,7 @@ const maxSlots = 64
 // and puts them back in the shared count if the counter holds fewer than
 // n.
 func (c *Counter) TrySpend(n int64) (ok bool, left int64) {
-	if n < 0 {
-		return false, c.n.Load()
-	}
-	if ok, left = trySpend(&c.n, n); !ok {
+	if ok, left = c.TrySpendShared(n); !ok && n > 0 {
 		if s := c.slots.Load(); s != nil {
 			return c.trySpendSplit(*s, n)
 		}

@@ -114,19 +114,7 @@ func (s *Syncer) Refund(t *Tenant, n int64, front lease.GrantID, clock int64) Re
 // queued just before the refund set flagRefunded, and then made it first
 // thing, before its acquires.
 func (s *Syncer) returnQueued(ctx context.Context, t *Tenant) {
-	s.pendingMu.Lock()
-	var mine []lease.ReleaseRequest
-	kept := s.pending[:0]
-	for _, r := range s.pending {
-		if r.Tenant == t.name {
-			mine = append(mine, r)
-		} else {
-			kept = append(kept, r)
-		}
-	}
-	clear(s.pending[len(kept):])
-	s.pending = kept
-	s.pendingMu.Unlock()
+	mine := s.takeQueued(nil, func(tenant string) bool { return tenant == t.name })
 	if len(mine) > 0 {
 		s.release(ctx, nil, mine, 0) // what fails is forfeited, as in a round
 	}

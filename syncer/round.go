@@ -130,19 +130,26 @@ func (s *Syncer) round(ctx context.Context, tenants iter.Seq[*Tenant], quotaChec
 // Taken by this round, the return could still be on its way when the
 // tenant's refill acquired.
 func (s *Syncer) takePending(releases []lease.ReleaseRequest) []lease.ReleaseRequest {
+	return s.takeQueued(releases, func(tenant string) bool { return !slices.Contains(s.lockedRefunds, tenant) })
+}
+
+// takeQueued moves the queued returns (s.pending) of the tenants that
+// take names to out, in their order, and returns out; the others stay
+// queued.
+func (s *Syncer) takeQueued(out []lease.ReleaseRequest, take func(tenant string) bool) []lease.ReleaseRequest {
 	s.pendingMu.Lock()
 	defer s.pendingMu.Unlock()
 	kept := s.pending[:0]
 	for _, r := range s.pending {
-		if slices.Contains(s.lockedRefunds, r.Tenant) {
-			kept = append(kept, r)
+		if take(r.Tenant) {
+			out = append(out, r)
 		} else {
-			releases = append(releases, r)
+			kept = append(kept, r)
 		}
 	}
 	clear(s.pending[len(kept):])
 	s.pending = kept
-	return releases
+	return out
 }
 
 // carryOut makes a round's calls of w: the returns, then the acquires in
