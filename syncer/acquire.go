@@ -18,9 +18,10 @@ func (s *Syncer) fleetSize() int { return int(s.fleet.Load()) }
 // noteFleet raises the fleet size to n.
 func (s *Syncer) noteFleet(n int) { raise(&s.fleet, int64(n)) }
 
-// acquire runs one pipeline for jobs and applies the results, unlocking
-// each job's tenant. It returns the totals for the round's span.
-func (s *Syncer) acquire(ctx context.Context, now time.Time, jobs []job) (tot telemetry.Round) {
+// acquire runs one pipeline for jobs, whose tenants node serves, and
+// applies the results, unlocking each job's tenant. It returns the totals
+// for the round's span.
+func (s *Syncer) acquire(ctx context.Context, now time.Time, node *redisNode, jobs []job) (tot telemetry.Round) {
 	defer func() {
 		for _, j := range jobs {
 			j.t.mu.Unlock()
@@ -32,7 +33,7 @@ func (s *Syncer) acquire(ctx context.Context, now time.Time, jobs []job) (tot te
 		reqs[i] = lease.Request{Tenant: j.t.name, Limits: j.t.bucket(), Want: j.want, Demand: j.demand, Reserve: j.reserve,
 			Share: j.share, ShareTerms: j.shareTerms, ShareFrom: j.shareFrom}
 	}
-	results, err := s.call(ctx, telemetry.OpAcquire, len(reqs), 0, func(ctx context.Context) ([]lease.Result, error) {
+	results, err := s.call(ctx, telemetry.OpAcquire, node, len(reqs), 0, func(ctx context.Context) ([]lease.Result, error) {
 		return s.client.AcquireMany(ctx, reqs, nil)
 	})
 	tot.Calls = 1
@@ -43,7 +44,7 @@ func (s *Syncer) acquire(ctx context.Context, now time.Time, jobs []job) (tot te
 		} else {
 			r = results[i]
 		}
-		s.apply(ctx, j.t, now, j.want, j.share, r)
+		s.apply(ctx, j.t, node, now, j.want, j.share, r)
 		tot.Tenants++
 		tot.Requested += j.want
 		if r.Err != nil {
@@ -55,8 +56,9 @@ func (s *Syncer) acquire(ctx context.Context, now time.Time, jobs []job) (tot te
 	return tot
 }
 
-// apply records the result of a lease call for t, whose lock is held.
-func (s *Syncer) apply(ctx context.Context, t *Tenant, now time.Time, want int64, op lease.ShareOp, r lease.Result) {
+// apply records the result of a lease call to node for t, whose lock is
+// held.
+func (s *Syncer) apply(ctx context.Context, t *Tenant, node *redisNode, now time.Time, want int64, op lease.ShareOp, r lease.Result) {
 	s.requested.Add(want)
 	ls := t.lease.Load() // planned: not dormant
 	if r.Err != nil {
@@ -80,7 +82,6 @@ func (s *Syncer) apply(ctx context.Context, t *Tenant, now time.Time, want int64
 		s.setFailing(t, true, r.Err)
 		return
 	}
-	s.noteAnswered(ctx, t.name)
 	g := r.Grant
 	// Tokens for now; the reserved rest come due later (Planner.Reserved).
 	immediate := g.Immediate()
@@ -88,7 +89,7 @@ func (s *Syncer) apply(ctx context.Context, t *Tenant, now time.Time, want int64
 		// Evicted while the call was in flight: nobody will spend these.
 		// Reserved tokens are not returned: they are refill to come, not
 		// tokens Redis holds.
-		s.release(ctx, nil, []lease.ReleaseRequest{s.returnOf(t, immediate, s.opts.Now(), now, g.ID())}, 0)
+		s.release(ctx, nil, node, []lease.ReleaseRequest{s.returnOf(t, immediate, s.opts.Now(), now, g.ID())}, 0)
 		return
 	}
 	s.setOverride(t, g.Override)

@@ -174,13 +174,13 @@ func (b *budget) state() (window float64, inFlight int, cuts int64) {
 	return b.window, b.inFlight, b.cuts
 }
 
-// roomFor takes room in the call budget for t's call planned at now, and
-// reports whether it got it. Without room (Redis busy) the call is not
-// made: t is planned again a quarter interval on (Planner.Skipped). A
-// quota re-read, which follows a change once, always goes. t's lock is
-// held.
-func (s *Syncer) roomFor(t *Tenant, now time.Time, read bool) bool {
-	if s.budget.take(1, read, now) == 1 {
+// roomFor takes room in the call budget of node, the node that serves t,
+// for t's call planned at now, and reports whether it got it. Without
+// room (the node busy) the call is not made: t is planned again a
+// quarter interval on (Planner.Skipped). A quota re-read, which follows a
+// change once, always goes. t's lock is held.
+func (s *Syncer) roomFor(t *Tenant, node *redisNode, now time.Time, read bool) bool {
+	if node.budget.take(1, read, now) == 1 {
 		return true
 	}
 	s.planner.Skipped(t.st(), now)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -26,27 +25,31 @@ const (
 	breakerFailures = 3
 )
 
-// call runs one Redis round trip of op (size commands) under the
-// concurrency bound, the call deadline (timeout, or callTimeout(size)
+// call runs one Redis round trip of op (size commands) to node under
+// the concurrency bound, the call deadline (timeout, or callTimeout(size)
 // when 0) and the circuit breaker, in a span.
 // f's error must be a failure of the round trip as a whole (Redis not
 // answering), not an error reply about one tenant: only the former trips
 // the breaker.
 //
-// The size commands were taken from the call budget by the caller; they
-// go back when the call ends, and a call that came back slow
-// (congestedAfter) or timed out cuts the window.
-func (s *Syncer) call(ctx context.Context, op string, size int, timeout time.Duration, f func(context.Context) ([]lease.Result, error)) (res []lease.Result, err error) {
+// The size commands were taken from node's call budget by the caller;
+// they go back when the call ends, and a call that came back slow
+// (congestedAfter) or timed out cuts the window. In Cluster mode a
+// timeout cuts it only while the node is busy rather than down (it
+// answered another call within the default lease TTL, as busy tells):
+// there is no circuit breaker there to undo the cuts of an outage
+// (budget.recovered), and a dead master's timeouts say nothing of how
+// many calls it runs once it is back.
+func (s *Syncer) call(ctx context.Context, op string, node *redisNode, size int, timeout time.Duration, f func(context.Context) ([]lease.Result, error)) (res []lease.Result, err error) {
 	sent := s.opts.Now()
 	defer func() {
-		// On a Redis Cluster a slow call says that one node is busy or
-		// gone, not the others: the one window of the instance does not
-		// shrink there (a window per node is still to do).
 		now := s.opts.Now()
+		late := now.Sub(sent) > s.congestedAfter(size) ||
+			timedOut(err) && (!s.opts.Cluster || node.answeredWithin(now, s.leaseTTL))
 		if err == nil {
-			s.answered.Store(now.UnixNano())
+			node.answered.Store(now.UnixNano())
 		}
-		s.budget.done(size, sent, now, !s.opts.Cluster && (timedOut(err) || now.Sub(sent) > s.congestedAfter(size)), budgetFloor(s.fleetSize()))
+		node.budget.done(size, sent, now, late, budgetFloor(s.fleetSize()))
 	}()
 	if err := s.sem.Acquire(ctx, 1); err != nil {
 		return nil, err
@@ -130,7 +133,7 @@ func (s *Syncer) congestedAfter(size int) time.Duration {
 // 16 x 1,000: most failed calls were the breaker's, failing in under a
 // millisecond). On a Redis Cluster a timeout says nothing of the other
 // nodes, so what counts there is the tenant's own node's last answer
-// (nodeAnswered): with the process short of CPU (two busy loops beside
+// (redisNode.answered): with the process short of CPU (two busy loops beside
 // the race detector), timeouts on live masters had made their tenants
 // fail, denied as unavailable, and TestClusterReshard admitted 0.6 to
 // 4.6 % of its tenants' bounds.
@@ -138,38 +141,19 @@ func (s *Syncer) busy(ctx context.Context, err error, now time.Time, tenant stri
 	if !timedOut(err) {
 		return false
 	}
-	var last int64
+	n := &s.one
 	if s.opts.Cluster {
-		node, ok := s.nodeOf(ctx, tenant)
+		name, ok := s.nodeOf(ctx, tenant)
 		if !ok {
 			return false
 		}
-		v, ok := s.nodeAnswered.Load(node)
+		v, ok := s.nodes.Load(name)
 		if !ok {
 			return false
 		}
-		last = v.(*atomic.Int64).Load()
-	} else {
-		last = s.answered.Load()
+		n = v.(*redisNode)
 	}
-	return last != 0 && now.UnixNano()-last < int64(s.leaseTTL)
-}
-
-// noteAnswered records, in Cluster mode, that the node serving tenant
-// answered a lease call for it in time (busy).
-func (s *Syncer) noteAnswered(ctx context.Context, tenant string) {
-	if !s.opts.Cluster {
-		return
-	}
-	node, ok := s.nodeOf(ctx, tenant)
-	if !ok {
-		return
-	}
-	v, ok := s.nodeAnswered.Load(node)
-	if !ok {
-		v, _ = s.nodeAnswered.LoadOrStore(node, new(atomic.Int64))
-	}
-	v.(*atomic.Int64).Store(s.opts.Now().UnixNano())
+	return n.answeredWithin(now, s.leaseTTL)
 }
 
 // nodeOf names the node that serves tenant, when the Store knows it.

@@ -17,11 +17,12 @@
 //     circuit breaker and the failing tenants are in health.go; the call
 //     budget, a window of calls in flight that shrinks when replies come
 //     slow or not at all, so that a saturated Redis is not offered more,
-//     in budget.go.
+//     in budget.go, one for each Redis node (redisnode.go).
 //     On a Redis
 //     Cluster (Options.Cluster) a round sends each node's calls on their
 //     own (nodes.go, quotapoll.go) and does not wait for them, so that a
-//     dead or slow node delays only its own tenants. A caller that runs
+//     dead or slow node delays only its own tenants, and each master's
+//     slow replies cut its own window only. A caller that runs
 //     the loop's steps itself and needs them to replay (a deterministic
 //     simulation) sets Options.Driven (driven.go).
 //   - The tenants (tenant.go, registry.go, table.go, limits.go) are the

@@ -78,12 +78,12 @@ func (s *Syncer) newBreaker(iv time.Duration) *gobreaker.CircuitBreaker[[]lease.
 		OnStateChange: func(_ string, from, to gobreaker.State) {
 			switch {
 			case to == gobreaker.StateOpen && from == gobreaker.StateClosed:
-				s.budget.outage()
+				s.one.budget.outage()
 			case to == gobreaker.StateClosed:
 				// Redis answers again after calls failed in a row: the
 				// probes' timeouts while it did not said nothing of how
 				// busy it is (budget.recovered).
-				s.budget.recovered()
+				s.one.budget.recovered()
 				s.broadcastRecovered()
 			}
 			if s.opts.OnDegraded == nil {

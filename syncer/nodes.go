@@ -32,13 +32,15 @@ var _ NodeLocator = (*lease.Client)(nil)
 // tenants' expired and drained tokens, then its tenants' acquires (their
 // locks held until the results are applied).
 type nodeWork struct {
+	node     *redisNode // the node; its budget holds the jobs' room
 	releases []lease.ReleaseRequest
 	jobs     []job
 }
 
-// byNode groups a round's releases and jobs by the node of their tenant.
-// Tenants whose node is unknown, and all of them when the Store is no
-// NodeLocator, form the group "".
+// byNode groups a round's releases and jobs by the node of their tenant
+// (a job's as the planning found it, job.node). Tenants whose node is
+// unknown, and all of them when the Store is no NodeLocator, form the
+// group "".
 func (s *Syncer) byNode(ctx context.Context, releases []lease.ReleaseRequest, jobs []job) map[string]*nodeWork {
 	loc, _ := s.client.(NodeLocator)
 	// The look-ups are local, except that a cluster client that has not
@@ -57,7 +59,7 @@ func (s *Syncer) byNode(ctx context.Context, releases []lease.ReleaseRequest, jo
 	group := func(node string) *nodeWork {
 		w := groups[node]
 		if w == nil {
-			w = &nodeWork{}
+			w = &nodeWork{node: s.node(node)}
 			groups[node] = w
 		}
 		return w
@@ -67,7 +69,7 @@ func (s *Syncer) byNode(ctx context.Context, releases []lease.ReleaseRequest, jo
 		w.releases = append(w.releases, r)
 	}
 	for _, j := range jobs {
-		w := group(nodeOf(j.t.name))
+		w := group(j.node)
 		w.jobs = append(w.jobs, j)
 	}
 	return groups

@@ -2,6 +2,7 @@ package syncer_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -514,14 +515,7 @@ func TestClusterTimeoutOnAnsweringNodeIsBusy(t *testing.T) {
 		CallTimeout: 250 * time.Millisecond,
 	})
 	defer s.Close()
-	lim := quota.Quota{Rate: 1000, Burst: 1000, MinLease: 1, MaxLease: 100, LeaseTTL: time.Second}
-	track := func(name string) *syncer.Tenant {
-		tn, err := s.Track(name, lim)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tn
-	}
+	track := tracker(t, s, quota.Quota{Rate: 1000, Burst: 1000, MinLease: 1, MaxLease: 100, LeaseTTL: time.Second})
 	a1, a2, b1 := track("a-1"), track("a-2"), track("b-1")
 	// The default lease TTL here is 200 ms (twice the interval).
 	refill := func(after time.Duration, tn *syncer.Tenant) {
@@ -552,5 +546,141 @@ func TestClusterTimeoutOnAnsweringNodeIsBusy(t *testing.T) {
 	refill(time.Second, a2)
 	if !a2.Failing() {
 		t.Error("a-2 is not failing after node a answered nothing for two lease TTLs")
+	}
+}
+
+// tracker returns a function that tracks a tenant of lim on s by name.
+func tracker(t *testing.T, s *syncer.Syncer, lim quota.Quota) func(name string) *syncer.Tenant {
+	return func(name string) *syncer.Tenant {
+		t.Helper()
+		tn, err := s.Track(name, lim)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tn
+	}
+}
+
+// lateNodeStore is a lease.Store on nodes named by the tenant's first
+// letter, and a syncer.NodeLocator: a call to a node set late moves the
+// test's clock on by its delay before it answers (a busy master's reply
+// that comes late), and one to a node set to time out fails at once with
+// the deadline's error, as a call to a master that does not answer.
+type lateNodeStore struct {
+	lease.Store
+	clock *fakeClock
+	mu    sync.Mutex
+	late  map[string]time.Duration // guarded by mu
+	out   map[string]bool          // guarded by mu
+}
+
+func (s *lateNodeStore) NodeOf(_ context.Context, tenant string) (string, bool) {
+	return tenant[:1], true
+}
+
+func (s *lateNodeStore) set(node string, late time.Duration, out bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.late[node], s.out[node] = late, out
+}
+
+func (s *lateNodeStore) AcquireMany(ctx context.Context, reqs []lease.Request, results []lease.Result) ([]lease.Result, error) {
+	s.mu.Lock()
+	node := reqs[0].Tenant[:1]
+	late, out := s.late[node], s.out[node]
+	s.mu.Unlock()
+	if out {
+		res := make([]lease.Result, len(reqs))
+		for i := range res {
+			res[i].Err = context.DeadlineExceeded
+		}
+		return res, context.DeadlineExceeded
+	}
+	s.clock.Add(late)
+	return s.Store.AcquireMany(ctx, reqs, results)
+}
+
+// TestClusterBusyNodeCutsOnlyItsWindow: on a Redis Cluster each master has
+// a call budget of its own. Replies from node a that come late cut a's
+// window, and in the next round a's tenants beyond it wait (Skipped) while
+// every tenant of node b gets its call: before, Cluster mode cut no window
+// at all, and one window for the instance would have held b's tenants
+// back for a's delays. A timeout on a node that never answered (down, not
+// busy: no circuit breaker undoes its cuts in Cluster mode) cuts nothing;
+// one on a node that answered lately does.
+func TestClusterBusyNodeCutsOnlyItsWindow(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	clock, view := clockedView(t)
+	st := &lateNodeStore{Store: view, clock: clock, late: map[string]time.Duration{}, out: map[string]bool{}}
+	s := syncer.New(st, syncer.Options{
+		Planner: syncer.NewPlanner(syncer.Config{Interval: 100 * time.Millisecond}, 1),
+		Now:     clock.Now,
+		Cluster: true,
+		// Wide of what an in-process call takes on a loaded machine; the
+		// delays that count are the test clock's.
+		CallTimeout: 10 * time.Second,
+		// The window's floor is 256 commands over the fleet's instances: 8.
+		Instances: 32,
+	})
+	defer s.Close()
+	ctx := context.Background()
+	track := tracker(t, s, quota.Quota{Rate: 1000, Burst: 1000, MinLease: 1, MaxLease: 100, LeaseTTL: time.Second})
+	// The default lease TTL is 200 ms (twice the interval), so a reply
+	// later than 50 ms is congestion (a quarter of it).
+	st.set("a", 60*time.Millisecond, false)
+	for i := range 6 {
+		// Sent after the last cut: one cut per round trip.
+		clock.Add(time.Millisecond)
+		<-s.Refill(ctx, track(fmt.Sprintf("a-%d", i)), 1)
+	}
+	if got := s.Stats(); got.Cuts != 6 || got.Window != 8 {
+		t.Fatalf("after 6 late replies from node a: %d cuts, smallest window %d; want 6 and the floor, 8", got.Cuts, got.Window)
+	}
+
+	// Node a answers at once again, within budgetCalm of its last cut, so
+	// its window of 8 binds; node b's was never cut.
+	st.set("a", 0, false)
+	var as, bs []*syncer.Tenant
+	for i := range 20 {
+		as = append(as, track(fmt.Sprintf("a-new-%d", i)))
+		bs = append(bs, track(fmt.Sprintf("b-%d", i)))
+	}
+	for _, tn := range append(as, bs...) {
+		tn.NoteMiss(10)
+	}
+	skipped := s.Stats().Skipped
+	s.Tick(ctx)
+	s.Wait()
+	leased := func(ts []*syncer.Tenant) (n int) {
+		for _, tn := range ts {
+			if tn.Held() > 0 {
+				n++
+			}
+		}
+		return n
+	}
+	if n := leased(bs); n != len(bs) {
+		t.Errorf("%d of node b's %d tenants leased in a round after node a's window was cut; want all", n, len(bs))
+	}
+	if n := leased(as); n == 0 || n > 8 {
+		t.Errorf("%d of node a's 20 new tenants leased in that round; want 1 to 8, its window", n)
+	}
+	if n := s.Stats().Skipped - skipped; n < 12 {
+		t.Errorf("%d acquires skipped in that round; want at least the 12 of node a's tenants over its window", n)
+	}
+
+	// Node c has never answered: its timeout is an outage, not congestion.
+	cuts := s.Stats().Cuts
+	st.set("c", 0, true)
+	<-s.Refill(ctx, track("c-0"), 1)
+	if got := s.Stats().Cuts; got != cuts {
+		t.Errorf("a timeout on node c, which never answered, made %d cuts; want none", got-cuts)
+	}
+	st.set("c", 0, false)
+	<-s.Refill(ctx, track("c-1"), 1)
+	st.set("c", 0, true)
+	<-s.Refill(ctx, track("c-2"), 1)
+	if got := s.Stats().Cuts; got != cuts+1 {
+		t.Errorf("a timeout on node c right after it answered made %d cuts; want 1 (busy)", got-cuts)
 	}
 }

@@ -89,6 +89,7 @@ func (s *Syncer) refillLocked(ctx context.Context, link trace.Link, t *Tenant, n
 		return nil
 	}
 	now := s.opts.Now()
+	node := s.nodeOfTenant(ctx, t.name)
 	in := t.take(t.tokens.Load())
 	in.Urgent = true
 	in.Need = max(in.Need, need)
@@ -100,7 +101,7 @@ func (s *Syncer) refillLocked(ctx context.Context, link trace.Link, t *Tenant, n
 	// last call found dry. Without that, the tenant's waiting requests
 	// would be denied until the next round.
 	if t.flag(flagRefunded) {
-		s.returnQueued(ctx, t)
+		s.returnQueued(ctx, t, node)
 		in.Refunded = t.setFlag(flagRefunded, false)
 	}
 	a, ret, ok := s.planWith(t, now, in)
@@ -114,7 +115,7 @@ func (s *Syncer) refillLocked(ctx context.Context, link trace.Link, t *Tenant, n
 	if !a.Calls() {
 		return nil
 	}
-	if !s.roomFor(t, now, a.Read) {
+	if !s.roomFor(t, node, now, a.Read) {
 		// Redis is busy (the call budget is full): no lease comes soon.
 		s.refillDelay.failed(now)
 		return nil
@@ -133,7 +134,7 @@ func (s *Syncer) refillLocked(ctx context.Context, link trace.Link, t *Tenant, n
 			s.refillDelay.note(now, s.opts.Now())
 		}
 	}()
-	_, err := s.call(ctx, telemetry.OpAcquire, 1, 0, func(ctx context.Context) ([]lease.Result, error) {
+	_, err := s.call(ctx, telemetry.OpAcquire, node, 1, 0, func(ctx context.Context) ([]lease.Result, error) {
 		r.Grant, r.Err = acquireOne(ctx, s.client, lease.Request{Tenant: t.name, Limits: t.bucket(), Want: a.Acquire, Demand: s.planner.ReportedDemand(t.st(), now, a.Acquire), Reserve: a.Reserve,
 			Share: a.Share, ShareTerms: a.ShareTerms, ShareFrom: a.ShareFrom})
 		return nil, wholeFailure(r.Err)
@@ -141,7 +142,7 @@ func (s *Syncer) refillLocked(ctx context.Context, link trace.Link, t *Tenant, n
 	if err != nil {
 		r.Err = err
 	}
-	s.apply(ctx, t, now, a.Acquire, a.Share, r)
+	s.apply(ctx, t, node, now, a.Acquire, a.Share, r)
 	round.Add(telemetry.Round{Tenants: 1, Calls: 1, Requested: a.Acquire, Granted: r.Grant.Granted})
 	if r.Err != nil {
 		round.Failed++

@@ -108,14 +108,14 @@ func (s *Syncer) Refund(t *Tenant, n int64, front lease.GrantID, clock int64) Re
 	return RefundReturned
 }
 
-// returnQueued makes the queued returns of t's tokens now (a refill does,
-// before its acquire). A round leaves them queued while t is locked
+// returnQueued makes the queued returns of t's tokens now, to node, the
+// node that serves t (a refill does, before its acquire). A round leaves them queued while t is locked
 // (takePending); the queue may still hold none when a round took a return
 // queued just before the refund set flagRefunded, and then made it first
 // thing, before its acquires.
-func (s *Syncer) returnQueued(ctx context.Context, t *Tenant) {
+func (s *Syncer) returnQueued(ctx context.Context, t *Tenant, node *redisNode) {
 	mine := s.takeQueued(nil, func(tenant string) bool { return tenant == t.name })
 	if len(mine) > 0 {
-		s.release(ctx, nil, mine, 0) // what fails is forfeited, as in a round
+		s.release(ctx, nil, node, mine, 0) // what fails is forfeited, as in a round
 	}
 }

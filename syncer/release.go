@@ -30,8 +30,9 @@ func (s *Syncer) returnOf(t *Tenant, n int64, now, oldest time.Time, id lease.Gr
 // the bound. It returns the tokens credited (rounded down), and counts a
 // call per pipeline in round (which may be nil). Each pipeline's deadline
 // is timeout, or its callTimeout when 0: a longer one must be in the
-// requests' Age (see returnOf).
-func (s *Syncer) release(ctx context.Context, round *telemetry.Round, reqs []lease.ReleaseRequest, timeout time.Duration) (int64, error) {
+// requests' Age (see returnOf). The calls go to node (s.one for returns
+// of several nodes' tenants; a cluster client splits them).
+func (s *Syncer) release(ctx context.Context, round *telemetry.Round, node *redisNode, reqs []lease.ReleaseRequest, timeout time.Duration) (int64, error) {
 	var (
 		errs     []error
 		returned int64
@@ -40,8 +41,8 @@ func (s *Syncer) release(ctx context.Context, round *telemetry.Round, reqs []lea
 		chunk := reqs[start:min(start+batchSize, len(reqs))]
 		// Returns always go (or the tokens are lost for a refill), but
 		// they load Redis like the rest.
-		s.budget.take(len(chunk), true, s.opts.Now())
-		_, err := s.call(ctx, telemetry.OpRelease, len(chunk), timeout, func(ctx context.Context) ([]lease.Result, error) {
+		node.budget.take(len(chunk), true, s.opts.Now())
+		_, err := s.call(ctx, telemetry.OpRelease, node, len(chunk), timeout, func(ctx context.Context) ([]lease.Result, error) {
 			var whole error
 			answered := false
 			for i, res := range s.client.ReleaseMany(ctx, chunk) {
@@ -137,7 +138,7 @@ func (s *Syncer) ReleaseAll(ctx context.Context) error {
 	ctx, round := s.opts.Telemetry.StartRound(ctx, false)
 	defer s.endRound(round)
 	var err error
-	round.Returned, err = s.release(ctx, round, reqs, timeout)
+	round.Returned, err = s.release(ctx, round, &s.one, reqs, timeout)
 	return errors.Join(endErr, err)
 }
 
@@ -148,8 +149,8 @@ func (s *Syncer) endShares(ctx context.Context, ends []lease.Request) error {
 	var errs []error
 	for start := 0; start < len(ends); start += batchSize {
 		chunk := ends[start:min(start+batchSize, len(ends))]
-		s.budget.take(len(chunk), true, s.opts.Now())
-		_, err := s.call(ctx, telemetry.OpAcquire, len(chunk), 0, func(ctx context.Context) ([]lease.Result, error) {
+		s.one.budget.take(len(chunk), true, s.opts.Now())
+		_, err := s.call(ctx, telemetry.OpAcquire, &s.one, len(chunk), 0, func(ctx context.Context) ([]lease.Result, error) {
 			res, err := s.client.AcquireMany(ctx, chunk, nil)
 			for _, r := range res {
 				if r.Err != nil {

@@ -25,6 +25,10 @@ type job struct {
 	share      lease.ShareOp
 	shareTerms lease.ShareTerms
 	shareFrom  time.Time
+	// node names the node that serves t in Cluster mode (NodeOf; "" when
+	// unknown, and always without Cluster): the call budget the job took
+	// room in, and the group its call goes in (byNode).
+	node string
 }
 
 // Round plans every tenant that tenants yields and carries the plan out:
@@ -55,6 +59,15 @@ func (s *Syncer) round(ctx context.Context, tenants iter.Seq[*Tenant], quotaChec
 		evict    []*Tenant
 	)
 	track := s.opts.MaxTenants > 0
+	// In Cluster mode each call takes room in its node's budget, so the
+	// planning looks up the node of each tenant it calls for (the look-ups
+	// are local but for a slot map not loaded yet: bounded).
+	locate := ctx
+	if s.opts.Cluster {
+		var cancel context.CancelFunc
+		locate, cancel = context.WithTimeout(ctx, s.opts.CallTimeout)
+		defer cancel()
+	}
 	s.lru = s.lru[:0]
 	s.lockedRefunds = s.lockedRefunds[:0]
 	for t := range tenants {
@@ -82,10 +95,16 @@ func (s *Syncer) round(ctx context.Context, tenants iter.Seq[*Tenant], quotaChec
 		if ok {
 			releases = append(releases, ret)
 		}
-		if a.Calls() && s.roomFor(t, now, a.Read) {
-			jobs = append(jobs, job{t: t, want: a.Acquire, demand: s.planner.ReportedDemand(t.st(), now, a.Acquire), reserve: a.Reserve,
-				share: a.Share, shareTerms: a.ShareTerms, shareFrom: a.ShareFrom})
-			continue // unlocked once the result is applied
+		if a.Calls() {
+			var node string
+			if s.opts.Cluster {
+				node, _ = s.nodeOf(locate, t.name) // "" when unknown
+			}
+			if s.roomFor(t, s.node(node), now, a.Read) {
+				jobs = append(jobs, job{t: t, want: a.Acquire, demand: s.planner.ReportedDemand(t.st(), now, a.Acquire), reserve: a.Reserve,
+					share: a.Share, shareTerms: a.ShareTerms, shareFrom: a.ShareFrom, node: node})
+				continue // unlocked once the result is applied
+			}
 		}
 		if !s.idleOrKept(t, now, &evict) {
 			s.sleep(t, now)
@@ -119,7 +138,7 @@ func (s *Syncer) round(ctx context.Context, tenants iter.Seq[*Tenant], quotaChec
 		return
 	}
 	defer s.endRound(round)
-	round.Add(s.carryOut(ctx, now, &nodeWork{releases: releases, jobs: jobs}))
+	round.Add(s.carryOut(ctx, now, &nodeWork{node: &s.one, releases: releases, jobs: jobs}))
 }
 
 // takePending appends the queued returns to releases and returns it,
@@ -157,7 +176,7 @@ func (s *Syncer) takeQueued(out []lease.ReleaseRequest, take func(tenant string)
 // totals for the round's span.
 func (s *Syncer) carryOut(ctx context.Context, now time.Time, w *nodeWork) (tot telemetry.Round) {
 	if len(w.releases) > 0 {
-		tot.Returned, _ = s.release(ctx, &tot, w.releases, 0)
+		tot.Returned, _ = s.release(ctx, &tot, w.node, w.releases, 0)
 	}
 	if len(w.jobs) == 0 {
 		return tot
@@ -165,7 +184,7 @@ func (s *Syncer) carryOut(ctx context.Context, now time.Time, w *nodeWork) (tot 
 	if s.opts.Driven {
 		// One pipeline after the other, in order.
 		for start := 0; start < len(w.jobs); start += batchSize {
-			tot.Add(s.acquire(ctx, now, w.jobs[start:min(start+batchSize, len(w.jobs))]))
+			tot.Add(s.acquire(ctx, now, w.node, w.jobs[start:min(start+batchSize, len(w.jobs))]))
 		}
 		return tot
 	}
@@ -174,7 +193,7 @@ func (s *Syncer) carryOut(ctx context.Context, now time.Time, w *nodeWork) (tot 
 	for start := 0; start < len(w.jobs); start += batchSize {
 		chunk := w.jobs[start:min(start+batchSize, len(w.jobs))]
 		g.Go(func() error {
-			t := s.acquire(ctx, now, chunk)
+			t := s.acquire(ctx, now, w.node, chunk)
 			mu.Lock()
 			tot.Add(t)
 			mu.Unlock()

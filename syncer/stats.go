@@ -15,6 +15,8 @@ type Stats struct {
 	// Skipped counts the acquires held back because the call budget was
 	// spent (Redis busy); Window is the budget's window now (script calls
 	// this instance may have in flight) and Cuts how often it was halved.
+	// In Cluster mode each master has a budget of its own: Window is the
+	// smallest of their windows (the busiest master's), Cuts the sum.
 	Skipped, Window, Cuts int64
 	// Reserved counts the granted tokens that were reserved (part of
 	// Granted; see Config.Reserve), and Dripped those of them that came
@@ -25,7 +27,7 @@ type Stats struct {
 
 // Stats returns the running totals.
 func (s *Syncer) Stats() Stats {
-	window, _, cuts := s.budget.state()
+	window, cuts := s.windows()
 	return Stats{
 		Calls:     s.calls.Load(),
 		Errors:    s.errs.Load(),

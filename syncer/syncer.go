@@ -97,21 +97,14 @@ type Syncer struct {
 	sf      singleflight.Group                        // joins concurrent refills of a tenant (refill.go)
 	sem     *semaphore.Weighted                       // bounds concurrent Redis calls (call.go)
 	breaker *gobreaker.CircuitBreaker[[]lease.Result] // health.go
-	// budget is the window of script calls this instance may have in
-	// flight (budget.go): rounds and refills take room in it per tenant
-	// before calling, call gives it back.
-	budget  budget
-	lastErr atomic.Pointer[error] // last error of a Redis call, for OnDegraded
-	// answered is when (Options.Now, unix nanoseconds) a call of this
-	// instance was last answered within its deadline; 0 before the first.
-	// It tells a busy Redis from a silent one (busy, call.go).
-	answered atomic.Int64
-	// nodeAnswered is, in Cluster mode, when each node (NodeOf) last
-	// answered a lease call of this instance for one of its tenants in
-	// time: node address -> *atomic.Int64 (unix nanoseconds). It tells a
-	// busy node from a silent one, as answered does for one Redis (busy).
-	// A few entries: one per master address seen.
-	nodeAnswered sync.Map
+	lastErr atomic.Pointer[error]                     // last error of a Redis call, for OnDegraded
+	// one is the Redis this instance calls (its call budget and last
+	// answer; redisnode.go) or, in Cluster mode, the stand-in for the
+	// node of a tenant whose node is unknown.
+	one redisNode
+	// nodes holds, in Cluster mode, each master's redisNode by address
+	// (NodeOf): a busy master cuts its own window, not the others'.
+	nodes sync.Map
 	// leaseTTL is the default lease TTL, as Options.Defaults resolves it:
 	// how long a reply may take before it is congestion
 	// (congestedAfter), and Redis silent before it is down (busy).
@@ -219,7 +212,7 @@ func New(client lease.Store, opts Options) *Syncer {
 	}
 	s.fleet.Store(int64(max(opts.Instances, 0)))
 	s.reg.init()
-	s.budget.init(opts.Now())
+	s.one.budget.init(opts.Now())
 	s.breaker = s.newBreaker(iv)
 	s.leaseTTL = opts.Defaults.Resolve(quota.Quota{}).LeaseTTL
 	return s

@@ -1,0 +1,87 @@
+package syncer
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+)
+
+// redisNode is what a Syncer knows of one Redis server it calls: the one
+// Redis without Options.Cluster, or one master of a Redis Cluster. Each
+// node has its own call budget and its own last answer, because one
+// node's slow replies or timeouts say nothing of another's: a window
+// shared by the masters of a cluster would cut the calls of every node
+// when one is busy, or (as before the windows were per node, when Cluster
+// mode never cut it) let a busy master's queue grow until its calls time
+// out.
+type redisNode struct {
+	// answered is when (Options.Now, unix nanoseconds) a call of this
+	// instance to the node was last answered within its deadline; 0
+	// before the first. It tells a busy node from a silent one (busy).
+	answered atomic.Int64
+	// budget is the window of script calls this instance may have in
+	// flight on the node (budget.go): rounds and refills take room in it
+	// per tenant before calling, call gives it back.
+	budget budget
+}
+
+// answeredWithin reports whether the node answered a call in time within
+// d before now.
+func (n *redisNode) answeredWithin(now time.Time, d time.Duration) bool {
+	last := n.answered.Load()
+	return last != 0 && now.UnixNano()-last < int64(d)
+}
+
+// node returns the redisNode named name (an address from NodeOf), made
+// with a fresh budget when first seen. Without Cluster, and for the name
+// "" (a tenant whose node is unknown, or calls that mix the nodes' tenants,
+// as Close's returns do), it is s.one.
+//
+// The nodes are kept for the Syncer's life: a few entries, one per master
+// address seen (a failover adds one).
+func (s *Syncer) node(name string) *redisNode {
+	if !s.opts.Cluster || name == "" {
+		return &s.one
+	}
+	if v, ok := s.nodes.Load(name); ok {
+		return v.(*redisNode)
+	}
+	n := &redisNode{}
+	n.budget.init(s.opts.Now())
+	v, _ := s.nodes.LoadOrStore(name, n)
+	return v.(*redisNode)
+}
+
+// nodeOfTenant returns the redisNode that serves tenant: in Cluster mode
+// the one NodeOf names, looked up within CallTimeout (a cluster client
+// that has sent nothing yet loads its slot map on the first look-up);
+// else s.one.
+func (s *Syncer) nodeOfTenant(ctx context.Context, tenant string) *redisNode {
+	if !s.opts.Cluster {
+		return &s.one
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.opts.CallTimeout)
+	defer cancel()
+	name, _ := s.nodeOf(ctx, tenant)
+	return s.node(name)
+}
+
+// windows returns the smallest window of the nodes' budgets (the most
+// congested node's) and the cuts of all of them: in Cluster mode those of
+// the masters seen, without it s.one's.
+func (s *Syncer) windows() (window float64, cuts int64) {
+	window, _, cuts = s.one.budget.state()
+	if !s.opts.Cluster {
+		return window, cuts
+	}
+	first := true
+	s.nodes.Range(func(_, v any) bool {
+		w, _, c := v.(*redisNode).budget.state()
+		if first || w < window {
+			window, first = w, false
+		}
+		cuts += c
+		return true
+	})
+	return window, cuts
+}
