@@ -46,12 +46,12 @@ unit:
 # of reservations (sim_fleet_test.go; 100 s under the race detector, which
 # unit skips),
 # syncer's simulations at their full simulated length, which unit runs
-# for a quarter of it under the race detector, and syncer's queue model of
-# a saturated Redis (80 s under the race detector, which unit skips).
+# for a quarter of it under the race detector, and syncer's queue models of
+# a saturated Redis (80 s each under the race detector, which unit skips).
 simulation:
 	$(GO) test -count=1 -run '^TestSimulation$$' -sim.seeds=1500 .
 	$(GO) test -count=1 -run '^TestReservationsCutFleetCalls$$|^TestFleetSimulation$$|^TestFleetShapes$$' .
-	$(GO) test -count=1 -run '^TestSim|^TestSaturatedRedisServesItsCapacity$$' ./syncer
+	$(GO) test -count=1 -run '^TestSim|^TestSaturatedRedis' ./syncer
 
 simulation-long:
 	$(GO) test -count=1 -timeout 30m -run '^TestSimulation$$' -sim.seeds=20000 .

@@ -60,6 +60,7 @@ var fleetShapes = []fleetShape{{4, 100}, {8, 500}, {16, 1000}, {32, 2000}}
 // Metrics (averages over the ops):
 //
 //	utilization        admitted / Σ(Burst + Rate·elapsed) over the tenants
+//	worst-tenant       the least a tenant admitted over its Burst + Rate·elapsed
 //	offered-x          the load the machine delivered, over the quota (the schedule asks 3)
 //	lq-redis-µs/adm    Redis CPU (INFO cpu user+sys, delta) per admitted request, leasequota
 //	rr-redis-µs/dec    Redis CPU per decision, redis_rate
@@ -83,6 +84,7 @@ var fleetShapes = []fleetShape{{4, 100}, {8, 500}, {16, 1000}, {32, 2000}}
 //	steady-evalsha/s, steady-tenant-scripts/pair/s   as above
 //	steady-admitted/rate  admitted per second over Σ Rate (1: every
 //	                   tenant admitted its rate)
+//	steady-worst-tenant   the least a tenant admitted per second over its Rate
 func BenchmarkFleet(b *testing.B) {
 	srv := redistest.StartServer(b)
 	for _, s := range fleetShapes {
@@ -151,7 +153,7 @@ func runFleetRedisRate(tb testing.TB, srv *redistest.Server, s fleetShape, d tim
 // fleetMetrics sums the runs of one shape.
 type fleetMetrics struct {
 	runs                      int
-	util, offeredX            float64
+	util, worst, offeredX     float64
 	lqCPU, rrCPU              time.Duration
 	lqAdmitted, rrDecisions   int64
 	evalsha, tenantScripts    int64
@@ -167,6 +169,7 @@ type fleetMetrics struct {
 func (m *fleetMetrics) add(s fleetShape, r *fleetResult, rr *redisRateResult) {
 	m.runs++
 	m.util += r.utilization()
+	m.worst += r.worstTenant()
 	m.offeredX += r.load.deliveredRate() / (fleetRate * float64(s.tenants))
 	_, adm := r.load.totals()
 	m.lqAdmitted += adm
@@ -188,6 +191,7 @@ func (m *fleetMetrics) add(s fleetShape, r *fleetResult, rr *redisRateResult) {
 	m.steady.exists += r.steady.exists
 	m.steady.admitted += r.steady.admitted
 	m.steady.wall += r.steady.wall
+	m.steady.worst += r.steady.worst
 	for k, v := range r.steady.commands {
 		if m.steady.commands == nil {
 			m.steady.commands = map[string]int64{}
@@ -214,6 +218,7 @@ func (m *fleetMetrics) report(b *testing.B) {
 	}
 	lq, rr := us(m.lqCPU, m.lqAdmitted), us(m.rrCPU, m.rrDecisions)
 	b.ReportMetric(m.util/n, "utilization")
+	b.ReportMetric(m.worst/n, "worst-tenant")
 	b.ReportMetric(m.offeredX/n, "offered-x")
 	b.ReportMetric(lq, "lq-redis-µs/adm")
 	b.ReportMetric(rr, "rr-redis-µs/dec")
@@ -239,6 +244,7 @@ func (m *fleetMetrics) report(b *testing.B) {
 		b.ReportMetric(float64(st.evalsha)/st.wall.Seconds(), "steady-evalsha/s")
 		b.ReportMetric(float64(st.exists)/st.wall.Seconds()/float64(m.pairs), "steady-tenant-scripts/pair/s")
 		b.ReportMetric(float64(st.admitted)/st.wall.Seconds()/(fleetRate*float64(m.tenants)), "steady-admitted/rate")
+		b.ReportMetric(st.worst/n, "steady-worst-tenant")
 		// Where Redis's CPU went after the warm-up: the commands' own
 		// time (commandstats), the rest (CPU less it) Redis's event
 		// loop, networking and its cron.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -232,6 +233,8 @@ type fleetSteady struct {
 	evalsha, exists int64
 	admitted        int64
 	wall            time.Duration
+	// worst is the least a tenant admitted over its rate for wall.
+	worst float64
 	// commands is INFO commandstats' time by command (µs), for where
 	// Redis's CPU went.
 	commands map[string]int64
@@ -271,6 +274,16 @@ func (r *fleetResult) bound() float64 { return fleetBurst + fleetRate*r.elapsed.
 func (r *fleetResult) utilization() float64 {
 	_, admitted := r.load.totals()
 	return float64(admitted) / (r.bound() * float64(len(r.load.admitted)))
+}
+
+// worstTenant is the least admitted / (Burst + Rate*elapsed) of a
+// tenant: a fleet that serves some tenants and starves others shows here,
+// not in utilization.
+func (r *fleetResult) worstTenant() float64 {
+	if len(r.load.admitted) == 0 {
+		return 0
+	}
+	return float64(slices.Min(r.load.admitted)) / r.bound()
 }
 
 // deliveredUtilization is admitted over what the load could have had:
@@ -343,23 +356,29 @@ func runFleet(tb testing.TB, srv *redistest.Server, s fleetShape, d time.Duratio
 	// The steady state: Redis's counters and the admissions at the end of
 	// the warm-up, taken by a timer of the run's schedule.
 	var admitted atomic.Int64
+	perTenant := make([]atomic.Int64, len(names)) // admitted, for the steady state's worst tenant
 	loaded := make(chan fleetLoad, 1)
 	go func() {
 		loaded <- driveFleet(ctx, s, d, func(ctx context.Context, inst, t int) (bool, bool) {
 			dec := lims[inst].AllowN(ctx, names[t], 1)
 			if dec.Allowed {
 				admitted.Add(1)
+				perTenant[t].Add(1)
 			}
 			return dec.Allowed, dec.Mode != leasequota.FailDefault || dec.Reason == leasequota.ReasonUnavailable
 		})
 	}()
 	var warm fleetSteady
 	var warmAt time.Time
+	var warmTenants []int64
 	if w := *fleetWarmup; w > 0 && w < d {
 		time.Sleep(w) // the run's schedule: the warm-up's end, not a wait for a condition
 		warmAt = time.Now()
 		warm = fleetSteady{redisCPU: redisCPU(tb, admin), evalsha: commandCalls(tb, admin, "evalsha"),
 			exists: commandCalls(tb, admin, "exists"), admitted: admitted.Load(), commands: commandTimes(tb, admin)}
+		for i := range perTenant {
+			warmTenants = append(warmTenants, perTenant[i].Load())
+		}
 	}
 	load := <-loaded
 	if tally != nil {
@@ -381,6 +400,13 @@ func runFleet(tb testing.TB, srv *redistest.Server, s fleetShape, d time.Duratio
 		for k, v := range warm.commands {
 			res.steady.commands[k] -= v
 		}
+		least := int64(-1)
+		for i := range perTenant {
+			if n := perTenant[i].Load() - warmTenants[i]; least < 0 || n < least {
+				least = n
+			}
+		}
+		res.steady.worst = float64(least) / (fleetRate * res.steady.wall.Seconds())
 	}
 	res.sharesInForce = sharesRecorded(ctx, admin, prefix, names)
 	for _, l := range lims {

@@ -29,6 +29,7 @@ type job struct {
 	// unknown, and always without Cluster): the call budget the job took
 	// room in, and the group its call goes in (byNode).
 	node string
+	read bool // a quota re-read (Action.Read), which always goes
 }
 
 // Round plans every tenant that tenants yields and carries the plan out:
@@ -100,16 +101,19 @@ func (s *Syncer) round(ctx context.Context, tenants iter.Seq[*Tenant], quotaChec
 			if s.opts.Cluster {
 				node, _ = s.nodeOf(locate, t.name) // "" when unknown
 			}
-			if s.roomFor(t, s.node(node), now, a.Read) {
-				jobs = append(jobs, job{t: t, want: a.Acquire, demand: s.planner.ReportedDemand(t.st(), now, a.Acquire), reserve: a.Reserve,
-					share: a.Share, shareTerms: a.ShareTerms, shareFrom: a.ShareFrom, node: node})
-				continue // unlocked once the result is applied
-			}
+			jobs = append(jobs, job{t: t, want: a.Acquire, demand: s.planner.ReportedDemand(t.st(), now, a.Acquire), reserve: a.Reserve,
+				share: a.Share, shareTerms: a.ShareTerms, shareFrom: a.ShareFrom, node: node, read: a.Read})
+			continue // room is given below; unlocked once the result is applied, or then
 		}
-		if !s.idleOrKept(t, now, &evict) {
-			s.sleep(t, now)
-		}
-		t.mu.Unlock()
+		s.rest(t, now, &evict)
+	}
+	// The calls that find no room in their node's call budget are not
+	// made (Redis busy): planned again a quarter interval on.
+	jobs, refused := s.admit(now, jobs)
+	for _, j := range refused {
+		s.planner.Skipped(j.t.st(), now)
+		s.skipped.Add(1)
+		s.rest(j.t, now, &evict)
 	}
 	// A refill may be waiting for a lock the planning held (free when
 	// nobody waits).
@@ -139,6 +143,15 @@ func (s *Syncer) round(ctx context.Context, tenants iter.Seq[*Tenant], quotaChec
 	}
 	defer s.endRound(round)
 	round.Add(s.carryOut(ctx, now, &nodeWork{node: &s.one, releases: releases, jobs: jobs}))
+}
+
+// rest ends the round's planning of t, which makes no call: t counts as
+// idle (to evict) or kept, may go dormant, and is unlocked.
+func (s *Syncer) rest(t *Tenant, now time.Time, evict *[]*Tenant) {
+	if !s.idleOrKept(t, now, evict) {
+		s.sleep(t, now)
+	}
+	t.mu.Unlock()
 }
 
 // takePending appends the queued returns to releases and returns it,

@@ -114,6 +114,7 @@ type Syncer struct {
 	lru           []lruEntry // reused by Round when MaxTenants is set
 	short         []*Tenant  // reused by Urgent
 	lockedRefunds []string   // reused by Round: tenants it found locked with a refund's return queued
+	admitFrom     uint32     // the tenant hash a short round's calls start from (admit)
 	quotaVer      int64      // the quota version last seen
 	quotaPolled   int64      // unix nanoseconds of the last poll of it
 	quotaKnown    bool       // quotaVer has been read once
