@@ -114,10 +114,13 @@ type Syncer struct {
 	lru           []lruEntry // reused by Round when MaxTenants is set
 	short         []*Tenant  // reused by Urgent
 	lockedRefunds []string   // reused by Round: tenants it found locked with a refund's return queued
-	admitFrom     uint32     // the tenant hash a short round's calls start from (admit)
-	quotaVer      int64      // the quota version last seen
-	quotaPolled   int64      // unix nanoseconds of the last poll of it
-	quotaKnown    bool       // quotaVer has been read once
+	admitFrom     uint32     // the turn a short round's calls start from (admit)
+	// admitKeys and admitLate are reused by admit: a round under a cut
+	// window sorts keys of its planned calls every time.
+	admitKeys, admitLate []uint64
+	quotaVer             int64 // the quota version last seen
+	quotaPolled          int64 // unix nanoseconds of the last poll of it
+	quotaKnown           bool  // quotaVer has been read once
 	// nodeDone is closed when the last round's work on the node is done
 	// (Cluster mode; see dispatch).
 	nodeDone map[string]chan struct{}

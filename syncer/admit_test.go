@@ -1,0 +1,112 @@
+package syncer
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+
+	"github.com/leasequota/leasequota/lease/memstore"
+	"github.com/leasequota/leasequota/quota"
+)
+
+// TestAdmitGivesTurns holds admit to its rule over random rounds: with a
+// window of g places binding, a round of n planned calls admits every
+// quota re-read (which takes a place too, as any call in flight does) and
+// the calls whose turns come first from admitFrom, as many as places are
+// left (as a sort of all of them would choose), refuses the rest, and
+// loses or repeats none; and since each round starts where the last
+// stopped, every tenant is admitted within ceil(n/places) rounds of all of
+// them asking.
+func TestAdmitGivesTurns(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		now := time.Unix(1_800_000_000, 0)
+		view, err := memstore.New().Instance("me", time.Second)
+		if err != nil {
+			rt.Fatal(err)
+		}
+		s := New(view, Options{Now: func() time.Time { return now }, Planner: NewPlanner(Config{}, rapid.Uint64().Draw(rt, "seed"))})
+		defer s.Close()
+		n := rapid.IntRange(1, 300).Draw(rt, "tenants")
+		g := rapid.IntRange(1, 60).Draw(rt, "window")
+		var cands []job
+		for i := range n {
+			tn, err := s.Track(fmt.Sprintf("t%d", i), quota.Quota{Rate: 10, Burst: 10})
+			if err != nil {
+				rt.Fatal(err)
+			}
+			cands = append(cands, job{t: tn, read: rapid.IntRange(0, 9).Draw(rt, "read") == 0})
+		}
+		reads := 0
+		for _, j := range cands {
+			if j.read {
+				reads++
+			}
+		}
+		seen := map[*Tenant]bool{}
+		places := max(g-reads, 0)
+		rounds := 2
+		if places > 0 {
+			rounds = (n-reads+places-1)/places + 1
+		}
+		for range rounds {
+			b := &s.one.budget
+			b.mu.Lock()
+			b.window, b.inFlight, b.calmAfter = float64(g), 0, now.Add(time.Hour)
+			b.mu.Unlock()
+
+			// What a sort of every planned call by its turn would admit.
+			from := s.admitFrom
+			order := slices.Clone(cands)
+			slices.SortStableFunc(order, func(a, b job) int { return int64Cmp(int64(s.turn(a.t)-from), int64(s.turn(b.t)-from)) })
+			want := map[*Tenant]bool{}
+			left := places
+			for _, j := range order {
+				if j.read || left > 0 {
+					want[j.t] = true
+					if !j.read {
+						left--
+					}
+				}
+			}
+
+			jobs, refused := s.admit(now, slices.Clone(cands))
+			if len(jobs)+len(refused) != n {
+				rt.Fatalf("%d admitted and %d refused of %d planned", len(jobs), len(refused), n)
+			}
+			got := map[*Tenant]bool{}
+			for _, j := range jobs {
+				got[j.t] = true
+				seen[j.t] = true
+			}
+			for _, j := range refused {
+				if got[j.t] || j.read {
+					rt.Fatalf("%s refused: admitted too, or a quota re-read", j.t.name)
+				}
+			}
+			if len(got) != len(want) {
+				rt.Fatalf("admitted %d, want %d (window %d, %d re-reads)", len(got), len(want), g, reads)
+			}
+			for tn := range want {
+				if !got[tn] {
+					rt.Fatalf("%s not admitted, though its turn came among the first %d", tn.name, places)
+				}
+			}
+		}
+		if places > 0 && len(seen) != n {
+			rt.Fatalf("after %d rounds of %d places, %d of %d tenants never admitted", rounds, places, n-len(seen), n)
+		}
+	})
+}
+
+func int64Cmp(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
