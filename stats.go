@@ -15,7 +15,7 @@ func (l *Limiter) count(d Decision) Decision {
 }
 
 // Stats are running totals of a Limiter's lease traffic and decisions:
-// every count only grows. Degraded is a state, not a count.
+// every count only grows. Degraded and CallWindow are states, not counts.
 type Stats struct {
 	Calls     int64 // lease round trips to Redis (a pipeline counts once)
 	Errors    int64 // lease calls (per tenant) that failed
@@ -26,6 +26,18 @@ type Stats struct {
 	Expired   int64 // leased tokens taken back unspent at the end of their lifetime (and returned)
 	Evicted   int64 // tenants evicted (idle or over WithMaxTenants)
 	Refunded  int64 // tokens given back by Refund (credited to a lease, returned or forfeited)
+
+	// HeldBack counts the lease calls planned but not made because
+	// Redis was busy: the call budget (the window of script calls the
+	// limiter keeps in flight, cut when replies come slow) was full, and
+	// the tenant was planned again a quarter refresh interval on.
+	// CallWindow is the budget's window now, in script calls (on a Redis
+	// Cluster, the smallest of the masters': each has its own), and
+	// WindowCuts how often a window was halved. A CallWindow that stays
+	// small with HeldBack growing says Redis, or this process, cannot
+	// run the calls the tenants need (docs/failure-modes.md, "A busy
+	// Redis is not a down one").
+	HeldBack, CallWindow, WindowCuts int64
 
 	// Decisions counts every decision by its Reason, the hot path's
 	// included (ReasonLeased). A reason that no decision had yet is
@@ -58,6 +70,7 @@ func (l *Limiter) Stats() Stats {
 	s := Stats{
 		Calls: ss.Calls, Errors: ss.Errors, Requested: ss.Requested, Granted: ss.Granted,
 		Returned: ss.Returned, Forfeited: ss.Forfeited, Expired: ss.Expired, Evicted: ss.Evicted, Refunded: ss.Refunded,
+		HeldBack: ss.Skipped, CallWindow: ss.Window, WindowCuts: ss.Cuts,
 		Decisions: map[Reason]Outcomes{},
 		Degraded:  l.sync.Degraded(),
 	}

@@ -71,6 +71,8 @@ var fleetShapes = []fleetShape{{4, 100}, {8, 500}, {16, 1000}, {32, 2000}}
 //	                   (tenant, instance) pair and second
 //	failmode-dec       decisions made by the failure mode (Redis is up all along)
 //	lease-errors       failed lease calls (per tenant), summed over the limiters
+//	held-back          lease calls the limiters' call budgets held back (Stats.HeldBack)
+//	window-cuts        how often the call budgets' windows were halved (Stats.WindowCuts)
 //	granted/adm        tokens the limiters' lease calls got, per admitted request
 //	                   (above 1: granted tokens expired or went back unspent;
 //	                   the log accounts for them: expired, credited, forfeited, held)
@@ -160,6 +162,7 @@ type fleetMetrics struct {
 	pairs, tenants            int
 	lqSeconds, rrSeconds      float64
 	failMode, leaseErr, rrErr int64
+	heldBack, cuts            int64
 	granted, returned         int64
 	forfeited, expired, held  int64
 	overBound                 int
@@ -180,6 +183,8 @@ func (m *fleetMetrics) add(s fleetShape, r *fleetResult, rr *redisRateResult) {
 	m.lqSeconds += r.load.wall.Seconds()
 	m.failMode += r.load.failed
 	m.leaseErr += r.stats.Errors
+	m.heldBack += r.stats.HeldBack
+	m.cuts += r.stats.WindowCuts
 	m.granted += r.stats.Granted
 	m.returned += r.stats.Returned
 	m.forfeited += r.stats.Forfeited
@@ -229,6 +234,8 @@ func (m *fleetMetrics) report(b *testing.B) {
 	b.ReportMetric(float64(m.tenantScripts)/m.lqSeconds/float64(m.pairs), "tenant-scripts/pair/s")
 	b.ReportMetric(float64(m.failMode)/n, "failmode-dec")
 	b.ReportMetric(float64(m.leaseErr)/n, "lease-errors")
+	b.ReportMetric(float64(m.heldBack)/n, "held-back")
+	b.ReportMetric(float64(m.cuts)/n, "window-cuts")
 	if m.lqAdmitted > 0 {
 		b.ReportMetric(float64(m.granted)/float64(m.lqAdmitted), "granted/adm")
 	}

@@ -423,6 +423,8 @@ func runFleet(tb testing.TB, srv *redistest.Server, s fleetShape, d time.Duratio
 		res.stats.Returned += st.Returned
 		res.stats.Forfeited += st.Forfeited
 		res.stats.Expired += st.Expired
+		res.stats.HeldBack += st.HeldBack
+		res.stats.WindowCuts += st.WindowCuts
 	}
 	closeAll()
 	res.sharesAfterClose = sharesRecorded(ctx, admin, prefix, names)
