@@ -70,7 +70,7 @@ func (l *Limiter) Stats() Stats {
 	s := Stats{
 		Calls: ss.Calls, Errors: ss.Errors, Requested: ss.Requested, Granted: ss.Granted,
 		Returned: ss.Returned, Forfeited: ss.Forfeited, Expired: ss.Expired, Evicted: ss.Evicted, Refunded: ss.Refunded,
-		HeldBack: ss.Skipped, CallWindow: ss.Window, WindowCuts: ss.Cuts,
+		HeldBack: ss.HeldBack, CallWindow: ss.CallWindow, WindowCuts: ss.WindowCuts,
 		Decisions: map[Reason]Outcomes{},
 		Degraded:  l.sync.Degraded(),
 	}

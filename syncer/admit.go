@@ -78,6 +78,10 @@ func (s *Syncer) admit(now time.Time, cands []job) (jobs, refused []job) {
 	early, late := s.admitKeys[:0], s.admitLate[:0]
 	defer func() { s.admitKeys, s.admitLate = early[:0], late[:0] }()
 	for i, j := range cands {
+		if j.read {
+			jobs = append(jobs, j) // its room is taken
+			continue
+		}
 		k := uint64(s.turn(j.t)-s.admitFrom)<<32 | uint64(i)
 		if k>>32 < limit {
 			early = append(early, k)
@@ -86,23 +90,17 @@ func (s *Syncer) admit(now time.Time, cands []job) (jobs, refused []job) {
 		}
 	}
 	slices.Sort(early)
-	from, refusedAny := uint32(0), false
+	first := uint64(math.MaxUint64) // the key of the first call refused
 	walk := func(keys []uint64) {
 		for _, k := range keys {
 			j := cands[uint32(k)]
-			if !j.read {
-				r := at(s.node(j.node))
-				if r.grant == 0 {
-					if !refusedAny {
-						// The next short round starts here.
-						from, refusedAny = s.turn(j.t), true
-					}
-					refused = append(refused, j)
-					continue
-				}
+			if r := at(s.node(j.node)); r.grant > 0 {
 				r.grant--
+				jobs = append(jobs, j)
+				continue
 			}
-			jobs = append(jobs, j)
+			first = min(first, k)
+			refused = append(refused, j)
 		}
 	}
 	walk(early)
@@ -115,22 +113,15 @@ func (s *Syncer) admit(now time.Time, cands []job) (jobs, refused []job) {
 		slices.Sort(late)
 		walk(late)
 	} else {
-		// Every place taken at the threshold: the rest are refused, and
-		// the next round starts at the least of their keys.
+		// Every place taken under the threshold: the rest are refused.
 		for _, k := range late {
-			j := cands[uint32(k)]
-			if j.read {
-				jobs = append(jobs, j)
-				continue
-			}
-			if !refusedAny || k < uint64(from-s.admitFrom)<<32 {
-				from, refusedAny = s.turn(j.t), true
-			}
-			refused = append(refused, j)
+			first = min(first, k)
+			refused = append(refused, cands[uint32(k)])
 		}
 	}
-	if refusedAny {
-		s.admitFrom = from
+	if first != math.MaxUint64 {
+		// The next short round starts at the first call refused.
+		s.admitFrom = s.turn(cands[uint32(first)].t)
 	}
 	return jobs, refused
 }

@@ -15,7 +15,7 @@ import (
 // the fleet stays in its failure mode while Redis is up. With a window,
 // an instance whose calls come back slow (Syncer.congestedAfter) or time
 // out sends fewer, before the queue reaches the deadlines; the tenants it
-// did not serve stay due and go in a later round, the urgent ones first.
+// did not serve stay due and go in a later round, in turns (admit.go).
 // The window grows back by one command per window of commands answered
 // in time. It starts small and doubles every window of commands answered
 // in time until the first late one (a slow start): a syncer that started
@@ -183,7 +183,14 @@ func (s *Syncer) roomFor(t *Tenant, node *redisNode, now time.Time, read bool) b
 	if node.budget.take(1, read, now) == 1 {
 		return true
 	}
-	s.planner.Skipped(t.st(), now)
-	s.skipped.Add(1)
+	s.holdBack(t, now)
 	return false
+}
+
+// holdBack records that t's call planned at now is not made for want of
+// room in its node's call budget: t is planned again a quarter interval
+// on (Planner.Skipped), and Stats counts it. t's lock is held.
+func (s *Syncer) holdBack(t *Tenant, now time.Time) {
+	s.planner.Skipped(t.st(), now)
+	s.heldBack.Add(1)
 }

@@ -147,11 +147,7 @@ func (s *Syncer) busy(ctx context.Context, err error, now time.Time, tenant stri
 		if !ok {
 			return false
 		}
-		v, ok := s.nodes.Load(name)
-		if !ok {
-			return false
-		}
-		n = v.(*redisNode)
+		n = s.node(name)
 	}
 	return n.answeredWithin(now, s.leaseTTL)
 }

@@ -633,8 +633,8 @@ func TestClusterBusyNodeCutsOnlyItsWindow(t *testing.T) {
 		clock.Add(time.Millisecond)
 		<-s.Refill(ctx, track(fmt.Sprintf("a-%d", i)), 1)
 	}
-	if got := s.Stats(); got.Cuts != 6 || got.Window != 8 {
-		t.Fatalf("after 6 late replies from node a: %d cuts, smallest window %d; want 6 and the floor, 8", got.Cuts, got.Window)
+	if got := s.Stats(); got.WindowCuts != 6 || got.CallWindow != 8 {
+		t.Fatalf("after 6 late replies from node a: %d cuts, smallest window %d; want 6 and the floor, 8", got.WindowCuts, got.CallWindow)
 	}
 
 	// Node a answers at once again, within budgetCalm of its last cut, so
@@ -648,7 +648,7 @@ func TestClusterBusyNodeCutsOnlyItsWindow(t *testing.T) {
 	for _, tn := range append(as, bs...) {
 		tn.NoteMiss(10)
 	}
-	skipped := s.Stats().Skipped
+	skipped := s.Stats().HeldBack
 	s.Tick(ctx)
 	s.Wait()
 	leased := func(ts []*syncer.Tenant) (n int) {
@@ -665,22 +665,22 @@ func TestClusterBusyNodeCutsOnlyItsWindow(t *testing.T) {
 	if n := leased(as); n == 0 || n > 8 {
 		t.Errorf("%d of node a's 20 new tenants leased in that round; want 1 to 8, its window", n)
 	}
-	if n := s.Stats().Skipped - skipped; n < 12 {
+	if n := s.Stats().HeldBack - skipped; n < 12 {
 		t.Errorf("%d acquires skipped in that round; want at least the 12 of node a's tenants over its window", n)
 	}
 
 	// Node c has never answered: its timeout is an outage, not congestion.
-	cuts := s.Stats().Cuts
+	cuts := s.Stats().WindowCuts
 	st.set("c", 0, true)
 	<-s.Refill(ctx, track("c-0"), 1)
-	if got := s.Stats().Cuts; got != cuts {
+	if got := s.Stats().WindowCuts; got != cuts {
 		t.Errorf("a timeout on node c, which never answered, made %d cuts; want none", got-cuts)
 	}
 	st.set("c", 0, false)
 	<-s.Refill(ctx, track("c-1"), 1)
 	st.set("c", 0, true)
 	<-s.Refill(ctx, track("c-2"), 1)
-	if got := s.Stats().Cuts; got != cuts+1 {
+	if got := s.Stats().WindowCuts; got != cuts+1 {
 		t.Errorf("a timeout on node c right after it answered made %d cuts; want 1 (busy)", got-cuts)
 	}
 }

@@ -111,8 +111,7 @@ func (s *Syncer) round(ctx context.Context, tenants iter.Seq[*Tenant], quotaChec
 	// made (Redis busy): planned again a quarter interval on.
 	jobs, refused := s.admit(now, jobs)
 	for _, j := range refused {
-		s.planner.Skipped(j.t.st(), now)
-		s.skipped.Add(1)
+		s.holdBack(j.t, now)
 		s.rest(j.t, now, &evict)
 	}
 	// A refill may be waiting for a lock the planning held (free when

@@ -12,12 +12,13 @@ type Stats struct {
 	Expired   int64 // leased tokens taken back unspent at the end of their lifetime (and returned)
 	Evicted   int64 // tenants evicted (idle or over MaxTenants)
 	Refunded  int64 // tokens refunded (Refund), whatever became of them
-	// Skipped counts the acquires held back because the call budget was
-	// spent (Redis busy); Window is the budget's window now (script calls
-	// this instance may have in flight) and Cuts how often it was halved.
-	// In Cluster mode each master has a budget of its own: Window is the
-	// smallest of their windows (the busiest master's), Cuts the sum.
-	Skipped, Window, Cuts int64
+	// HeldBack counts the acquires held back because the call budget was
+	// spent (Redis busy); CallWindow is the budget's window now (script
+	// calls this instance may have in flight) and WindowCuts how often it
+	// was halved. In Cluster mode each master has a budget of its own:
+	// CallWindow is the smallest of their windows (the busiest master's),
+	// WindowCuts the sum.
+	HeldBack, CallWindow, WindowCuts int64
 	// Reserved counts the granted tokens that were reserved (part of
 	// Granted; see Config.Reserve), and Dripped those of them that came
 	// due here. Reserved tokens of a tenant drained before they came
@@ -29,19 +30,19 @@ type Stats struct {
 func (s *Syncer) Stats() Stats {
 	window, cuts := s.windows()
 	return Stats{
-		Calls:     s.calls.Load(),
-		Errors:    s.errs.Load(),
-		Requested: s.requested.Load(),
-		Granted:   s.granted.Load(),
-		Returned:  s.returned.Load(),
-		Forfeited: s.forfeited.Load(),
-		Expired:   s.expired.Load(),
-		Evicted:   s.evicted.Load(),
-		Refunded:  s.refunded.Load(),
-		Skipped:   s.skipped.Load(),
-		Window:    int64(window),
-		Cuts:      cuts,
-		Reserved:  s.reserved.Load(),
-		Dripped:   s.dripped.Load(),
+		Calls:      s.calls.Load(),
+		Errors:     s.errs.Load(),
+		Requested:  s.requested.Load(),
+		Granted:    s.granted.Load(),
+		Returned:   s.returned.Load(),
+		Forfeited:  s.forfeited.Load(),
+		Expired:    s.expired.Load(),
+		Evicted:    s.evicted.Load(),
+		Refunded:   s.refunded.Load(),
+		HeldBack:   s.heldBack.Load(),
+		CallWindow: int64(window),
+		WindowCuts: cuts,
+		Reserved:   s.reserved.Load(),
+		Dripped:    s.dripped.Load(),
 	}
 }

@@ -160,7 +160,7 @@ type Syncer struct {
 	// Running totals (Stats).
 	refunded                                                               atomic.Int64 // tokens refunded (Refund)
 	calls, errs, requested, granted, returned, forfeited, expired, evicted atomic.Int64
-	skipped                                                                atomic.Int64 // acquires the budget held back
+	heldBack                                                               atomic.Int64 // acquires the budget held back (holdBack)
 	reserved, dripped                                                      atomic.Int64 // reserved tokens granted, and come due
 	failingTenants                                                         atomic.Int64 // Cluster mode: tenants whose last call failed
 
