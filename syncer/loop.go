@@ -50,7 +50,8 @@ func (s *Syncer) Run(ctx context.Context) error {
 }
 
 // Tick runs one scheduled round: it polls the quota version when due, then
-// plans every tenant and carries the plan out (see Round). Run calls it
+// plans every tenant (but the quiet ones: see Round) and carries the plan
+// out. Run calls it
 // every Interval/4. It must not run concurrently with Urgent, Round,
 // Wait or another Tick.
 //

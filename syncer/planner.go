@@ -185,15 +185,20 @@ type State struct {
 	// it;
 	// see Planner.Shared).
 	shareAfter stamp
+	// quiet, with flagQuiet, is when a plan can first do more than observe
+	// the demand (Planner.settle; rounded down).
+	quiet stamp
 }
 
 // State.flags.
 const (
-	flagGranted uint8 = 1 << iota // a lease call has succeeded at least once
-	flagRising                    // demand jumped: use fast while above slow
-	flagScarce                    // the last lease call got less than it asked for, or left the bucket with less than it got
-	flagShort                     // the last lease call's fair share (Grant.Share) was below the demand: the tenant's instances ask for more than its rate
-	flagEnding                    // the rate share's demand is gone: it ends at shareAfter (Planner.endAfter)
+	flagGranted   uint8 = 1 << iota // a lease call has succeeded at least once
+	flagRising                      // demand jumped: use fast while above slow
+	flagScarce                      // the last lease call got less than it asked for, or left the bucket with less than it got
+	flagShort                       // the last lease call's fair share (Grant.Share) was below the demand: the tenant's instances ask for more than its rate
+	flagEnding                      // the rate share's demand is gone: it ends at shareAfter (Planner.endAfter)
+	flagQuiet                       // quiet is set: a plan before it would only observe (Planner.settle)
+	flagQuietHeld                   // quiet because a call is held back: whatever the level and misses
 )
 
 // stampOf returns ns as a stamp of st, rounded down.
@@ -213,7 +218,7 @@ func (st *State) setClock(ns int64) {
 		return
 	}
 	shift := st.ledger.rebaseTo(ns)
-	for _, s := range []*stamp{&st.next, &st.notBefore, &st.lastActive, &st.lastGrant, &st.needAt, &st.observed, &st.born, &st.shareAfter} {
+	for _, s := range []*stamp{&st.next, &st.notBefore, &st.lastActive, &st.lastGrant, &st.needAt, &st.observed, &st.born, &st.shareAfter, &st.quiet} {
 		*s = shiftStamp(*s, shift)
 	}
 	if r := st.resv; r != nil {
@@ -583,6 +588,14 @@ func clamp(x, lo, hi int64) int64 {
 // to do. Every Action it returns must be followed by Expired (when
 // Expire > 0) and by Granted, Failed or Skipped (when Acquire > 0).
 func (p *Planner) Plan(st *State, lim quota.Quota, now time.Time, in Input) Action {
+	a := p.plan(st, lim, now, in)
+	p.settle(st, lim, now.UnixNano(), a)
+	return a
+}
+
+// plan is Plan but for recording when the next plan can first act
+// (settle).
+func (p *Planner) plan(st *State, lim quota.Quota, now time.Time, in Input) Action {
 	ns := now.UnixNano()
 	st.setClock(ns)
 	spent := st.ledger.Sync(in.Level)

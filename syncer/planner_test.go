@@ -678,8 +678,9 @@ func TestBusyTenantReplacedBeforeExpiry(t *testing.T) {
 // TestPlannerProperties: over random sequences of inputs (the counter only
 // goes down between plans, except by grants; grants of 0..asked, failures,
 // time moving forward by random steps), every Action asks for 0..Burst
-// tokens and expires 0..held, no call is planned before NotBefore, and the
-// ledger agrees with the counter after each step.
+// tokens and expires 0..held, no call is planned before NotBefore, a plan
+// that Quiet said a round could leave out does nothing, and the ledger
+// agrees with the counter after each step.
 func TestPlannerProperties(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		iv := time.Duration(rapid.IntRange(1, 1000).Draw(t, "intervalMs")) * time.Millisecond
@@ -728,7 +729,12 @@ func TestPlannerProperties(t *testing.T) {
 				in.Level = tokens.Load()
 				synced = true
 				notBefore := st.NotBefore()
+				// A request that misses marks the tenant urgent (NoteMiss).
+				quiet := p.Quiet(&st, now.UnixNano(), in.Level, in.Urgent || in.Missed > 0)
 				a := p.Plan(&st, lim, now, in)
+				if quiet && (a.Calls() || a.Expire > 0 || a.Drip > 0) {
+					t.Fatalf("Quiet, yet the plan did %+v", a)
+				}
 				if a.Acquire < 0 || a.Acquire > lim.Burst {
 					t.Fatalf("Acquire %d, want 0..Burst %d", a.Acquire, lim.Burst)
 				}

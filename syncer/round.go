@@ -32,7 +32,8 @@ type job struct {
 	read bool // a quota re-read (Action.Read), which always goes
 }
 
-// Round plans every tenant that tenants yields and carries the plan out:
+// Round plans every tenant that tenants yields, but those whose plan could
+// only observe their demand (quiet.go), and carries the plan out:
 // expired tokens are taken back and returned, idle tenants evicted (their
 // tokens returned), then leases are acquired in pipelines of up to
 // batchSize tenants, at most maxInFlight at once. A tenant that is
@@ -71,8 +72,17 @@ func (s *Syncer) round(ctx context.Context, tenants iter.Seq[*Tenant], quotaChec
 	}
 	s.lru = s.lru[:0]
 	s.lockedRefunds = s.lockedRefunds[:0]
+	ns := now.UnixNano()
+	quiet := false // a tenant was left to a later tick (quiet.go)
 	for t := range tenants {
 		if t.flag(flagEvicted) {
+			continue
+		}
+		// Held back, with nothing but misses to observe: passed by
+		// without its lock, unless the round must see every tenant's
+		// activity (MaxTenants) or re-read quotas.
+		if !quotaCheck && !track && s.heldQuiet(t, ns) {
+			quiet = true
 			continue
 		}
 		if !t.mu.TryLock() {
@@ -83,6 +93,13 @@ func (s *Syncer) round(ctx context.Context, tenants iter.Seq[*Tenant], quotaChec
 		}
 		if t.lease.Load() == nil && !t.wakes() {
 			// Dormant, and nothing to plan: only its idleness counts.
+			s.idleOrKept(t, now, &evict)
+			t.mu.Unlock()
+			continue
+		}
+		if !quotaCheck && s.quiet(t, now) {
+			// Nothing to do but observe the demand: left to a later tick.
+			quiet = true
 			s.idleOrKept(t, now, &evict)
 			t.mu.Unlock()
 			continue
@@ -106,6 +123,11 @@ func (s *Syncer) round(ctx context.Context, tenants iter.Seq[*Tenant], quotaChec
 			continue // room is given below; unlocked once the result is applied, or then
 		}
 		s.rest(t, now, &evict)
+	}
+	if quiet {
+		// The tenants left alone hold no batch that expires before now
+		// (settle), so the clock may move on (see Refund).
+		s.noteClock(now)
 	}
 	// The calls that find no room in their node's call budget are not
 	// made (Redis busy): planned again a quarter interval on.
@@ -240,6 +262,7 @@ func (s *Syncer) planWith(t *Tenant, now time.Time, in Input) (a Action, ret lea
 		in.Level = left
 	}
 	a = s.planner.Plan(t.st(), *t.Limits(), now, in)
+	t.quietUntil.Store(s.quietUntil(t))
 	if a.Drip > 0 {
 		// Reserved tokens that came due: into the counter before the
 		// expiry below reads it (the ledger holds them already).

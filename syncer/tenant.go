@@ -18,8 +18,8 @@ import (
 // requests go through its methods: Spend on success, NoteMiss on a miss.
 // The syncer holds mu while it plans and calls Redis for the tenant.
 //
-// There is one per tenant, so it is small: 88 bytes (in the 96-byte size
-// class; TestRecordSizes), what every tracked tenant needs. The rest of its lease,
+// There is one per tenant, so it is small: 96 bytes (a size class it
+// fills; TestRecordSizes), what every tracked tenant needs. The rest of its lease,
 // the planner's State and what the last lease call said, is a leaseState
 // of its own (128 bytes), which a tenant drops when it goes dormant: idle
 // long enough that the planner's estimates carry nothing (see
@@ -77,6 +77,13 @@ type Tenant struct {
 	// dormant. The syncer swaps it, holding mu; requests read what the
 	// syncer publishes in it.
 	lease atomic.Pointer[leaseState]
+
+	// quietUntil is the unix nanoseconds before which a round may pass
+	// the tenant by without its lock, 0 when it may not (quiet.go): its
+	// next call is held back until then, and a plan would only observe its
+	// misses. Published by the syncer after each plan, holding mu;
+	// cleared by UnspendWaited, whose tokens the next plan must take.
+	quietUntil atomic.Int64
 
 	mu sync.Mutex // guards lease's State, the swap of lease, and idleSince; held across a lease call for this tenant
 	// idleSince is when a dormant tenant was last active (unix
@@ -299,6 +306,7 @@ func (t *Tenant) UnspendWaited(n int64) {
 		t.tokens.Add(n)
 		t.counted.Add(n)
 		t.endSync()
+		t.quietUntil.Store(0)
 	}
 }
 
