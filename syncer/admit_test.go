@@ -110,3 +110,63 @@ func int64Cmp(a, b int64) int {
 	}
 	return 0
 }
+
+// TestTurnWaitKeepsTurns: refused tenants that wait out turnWait before
+// they are planned again still come back before their turn. Over random
+// rounds with a window of g places, each tenant wanting one call, and the
+// tenants refused waiting the ticks turnWait gives them (absent from the
+// rounds meanwhile), every tenant is admitted within ceil(n/g) + 1 rounds,
+// as when all ask every round, and the rounds plan fewer calls than n a
+// round once n is many times g.
+func TestTurnWaitKeepsTurns(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		now := time.Unix(1_800_000_000, 0)
+		view, err := memstore.New().Instance("me", time.Second)
+		if err != nil {
+			rt.Fatal(err)
+		}
+		s := New(view, Options{Now: func() time.Time { return now }, Planner: NewPlanner(Config{}, rapid.Uint64().Draw(rt, "seed"))})
+		defer s.Close()
+		n := rapid.IntRange(1, 2000).Draw(rt, "tenants")
+		g := rapid.IntRange(1, 60).Draw(rt, "window")
+		tick := s.planner.Config().Interval / 4
+		back := map[*Tenant]int{} // the round from which a refused tenant asks again
+		var tenants []*Tenant
+		for i := range n {
+			tn, err := s.Track(fmt.Sprintf("t%d", i), quota.Quota{Rate: 10, Burst: 10, LeaseTTL: time.Hour})
+			if err != nil {
+				rt.Fatal(err)
+			}
+			tenants = append(tenants, tn)
+		}
+		admitted := map[*Tenant]bool{}
+		rounds := (n+g-1)/g + 1
+		planned := 0
+		for r := range rounds {
+			var cands []job
+			for _, tn := range tenants {
+				if !admitted[tn] && back[tn] <= r {
+					cands = append(cands, job{t: tn})
+				}
+			}
+			planned += len(cands)
+			b := &s.one.budget
+			b.mu.Lock()
+			b.window, b.inFlight, b.calmAfter = float64(g), 0, now.Add(time.Hour)
+			b.mu.Unlock()
+			jobs, refused := s.admit(now, cands)
+			for _, j := range jobs {
+				admitted[j.t] = true
+			}
+			for _, j := range refused {
+				back[j.t] = r + 1 + int(s.turnWait(j.t)/tick)
+			}
+		}
+		if len(admitted) != n {
+			rt.Fatalf("after %d rounds of %d places, %d of %d tenants never admitted", rounds, g, n-len(admitted), n)
+		}
+		if n >= 20*g && planned >= n*rounds/2 {
+			rt.Fatalf("%d calls planned in %d rounds of %d tenants: the waits saved less than half", planned, rounds, n)
+		}
+	})
+}

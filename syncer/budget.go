@@ -183,14 +183,19 @@ func (s *Syncer) roomFor(t *Tenant, node *redisNode, now time.Time, read bool) b
 	if node.budget.take(1, read, now) == 1 {
 		return true
 	}
-	s.holdBack(t, now)
+	s.holdBack(t, now, 0)
 	return false
 }
 
 // holdBack records that t's call planned at now is not made for want of
 // room in its node's call budget: t is planned again a quarter interval
-// on (Planner.Skipped), and Stats counts it. t's lock is held.
-func (s *Syncer) holdBack(t *Tenant, now time.Time) {
-	s.planner.Skipped(t.st(), now)
+// on, or wait on when that is longer (Planner.Skipped), and Stats counts
+// it. Requests are told when its next call may go (Tenant.RetryAfter),
+// and rounds pass it by until then (quiet.go). t's lock is held.
+func (s *Syncer) holdBack(t *Tenant, now time.Time, wait time.Duration) {
+	ls := t.lease.Load()
+	s.planner.Skipped(&ls.st, *t.Limits(), now, wait)
+	ls.retryAt.Store(ls.st.at(ls.st.notBefore))
+	t.quietUntil.Store(s.quietUntil(t))
 	s.heldBack.Add(1)
 }

@@ -957,13 +957,16 @@ func (p *Planner) holdBack(st *State, ns int64, wait time.Duration) {
 
 // Skipped records that the acquire an Action asked for at time now was
 // not made: Redis is busy and this instance's call budget was spent. The
-// tenant is planned again from the next tick (a quarter interval on),
-// when the budget may have room; nothing else changes, so its schedule,
-// lease target and demand carry over.
-func (p *Planner) Skipped(st *State, now time.Time) {
+// tenant's next call waits for the next tick (a quarter interval on),
+// when the budget may have room, or for wait when that is longer (the
+// edge knows its turn comes later: Syncer.turnWait), and it is quiet
+// until then (settle); nothing else changes, so its schedule, lease
+// target and demand carry over.
+func (p *Planner) Skipped(st *State, lim quota.Quota, now time.Time, wait time.Duration) {
 	ns := now.UnixNano()
 	st.setClock(ns)
-	st.notBefore = max(st.notBefore, st.stampCeil(ns+int64(p.cfg.Interval/4)))
+	st.notBefore = max(st.notBefore, st.stampCeil(ns+int64(max(wait, p.cfg.Interval/4))))
+	p.settle(st, lim, ns, Action{})
 }
 
 // Failed records a failed lease call at time now: the next call waits a

@@ -986,7 +986,8 @@ func TestScarceAsksForItsShareOfTheBurst(t *testing.T) {
 
 // TestSkippedWaitsATick: an acquire the budget did not allow is planned
 // again a quarter interval on, with the tenant's schedule, target and
-// failures as they were.
+// failures as they were; skipped with a longer wait (until its turn), it
+// is held back and quiet that long.
 func TestSkippedWaitsATick(t *testing.T) {
 	lim := testLimits()
 	p := NewPlanner(Config{}, testSeed)
@@ -999,7 +1000,7 @@ func TestSkippedWaitsATick(t *testing.T) {
 		t.Fatal("cold start: no acquire")
 	}
 	before := st
-	p.Skipped(&st, now)
+	p.Skipped(&st, lim, now, 0)
 	if nb := st.NotBefore(); nb.Before(now.Add(cfg.Interval/4)) || nb.After(now.Add(cfg.Interval/4+time.Millisecond)) {
 		t.Fatalf("NotBefore now + %v, want a quarter interval (%v)", nb.Sub(now), cfg.Interval/4)
 	}
@@ -1010,8 +1011,20 @@ func TestSkippedWaitsATick(t *testing.T) {
 	if a := p.Plan(&st, lim, now.Add(cfg.Interval/8), Input{Urgent: true, Need: 1}); a.Acquire != 0 {
 		t.Fatalf("acquire %d within the quarter interval after a skip", a.Acquire)
 	}
-	if a := p.Plan(&st, lim, now.Add(cfg.Interval/4+time.Millisecond), Input{Urgent: true, Need: 1}); a.Acquire == 0 {
+	now = now.Add(cfg.Interval/4 + time.Millisecond)
+	if a := p.Plan(&st, lim, now, Input{Urgent: true, Need: 1}); a.Acquire == 0 {
 		t.Fatal("no acquire a quarter interval after a skip")
+	}
+	// Skipped until the tenant's turn: held back and quiet that long.
+	p.Skipped(&st, lim, now, 3*cfg.Interval)
+	if nb := st.NotBefore(); nb.Before(now.Add(3*cfg.Interval)) || nb.After(now.Add(3*cfg.Interval+time.Millisecond)) {
+		t.Fatalf("NotBefore now + %v, want the wait (%v)", nb.Sub(now), 3*cfg.Interval)
+	}
+	if !p.Quiet(&st, now.Add(2*cfg.Interval).UnixNano(), 0, true) {
+		t.Fatal("not quiet within the wait")
+	}
+	if p.Quiet(&st, now.Add(3*cfg.Interval+time.Millisecond).UnixNano(), 0, true) {
+		t.Fatal("quiet after the wait")
 	}
 }
 

@@ -130,10 +130,11 @@ func (s *Syncer) round(ctx context.Context, tenants iter.Seq[*Tenant], quotaChec
 		s.noteClock(now)
 	}
 	// The calls that find no room in their node's call budget are not
-	// made (Redis busy): planned again a quarter interval on.
+	// made (Redis busy): planned again a quarter interval on, or nearer
+	// their turn (turnWait).
 	jobs, refused := s.admit(now, jobs)
 	for _, j := range refused {
-		s.holdBack(j.t, now)
+		s.holdBack(j.t, now, s.turnWait(j.t))
 		s.rest(j.t, now, &evict)
 	}
 	// A refill may be waiting for a lock the planning held (free when

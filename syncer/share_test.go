@@ -316,7 +316,7 @@ func TestShareAccrualNeverEarly(t *testing.T) {
 				return // the renewal: the share stops accruing
 			}
 			if a.Calls() {
-				p.Skipped(st, at) // a call for tokens: not made
+				p.Skipped(st, shareQuota, at, 0) // a call for tokens: not made
 			}
 			if rapid.Bool().Draw(t, "same again") {
 				// A later reply reports the same share, from a call Redis
