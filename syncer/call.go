@@ -112,10 +112,12 @@ func (s *Syncer) congestedAfter(size int) time.Duration {
 // busy reports whether err, a failed call's at now for tenant, says that
 // Redis is busy rather than down: the call timed out, and Redis (on a
 // Redis Cluster, the node that serves tenant) answered another of this
-// instance's calls in time within the last default lease TTL. Before its
-// first answer a syncer cannot tell: a Redis down from the start often
-// shows as timeouts too (go-redis retries a refused dial until the
-// deadline), and those count.
+// instance's calls in time within the last default lease TTL: a lease
+// call, or without Cluster the read of the quota version, which a round
+// makes first and then every half interval (readQuota). Before its first
+// answer a syncer cannot tell: a Redis down from the start often shows as
+// timeouts too (go-redis retries a refused dial until the deadline), and
+// those count.
 // Such a failure is congestion (it cuts the call budget) but not an
 // outage: it neither counts towards the circuit breaker nor makes the
 // call's tenants failing, so no failure mode decides for them while Redis

@@ -74,11 +74,24 @@ func (s *Syncer) quotaDue(now time.Time) bool {
 	return !s.quotaKnown || now.UnixNano()-s.quotaPolled >= int64(s.planner.Config().Interval)/2
 }
 
-// readQuota reads the quota version under the call deadline.
+// readQuota reads the quota version under the call deadline. Without
+// Cluster, an answer is a call of this instance answered in time, as a
+// lease call's is (redisNode.answered): lease calls that time out meanwhile
+// find Redis busy, not down (busy).
+//
+// Why: before any lease call of its own was answered, a limiter took every
+// timeout for an outage, so a fleet started at once, whose first calls
+// queued in Redis behind each other's, opened breakers and put tenants in
+// their failure mode while Redis answered. The version is read before the
+// first round, and every half interval.
 func (s *Syncer) readQuota(ctx context.Context) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.CallTimeout)
 	defer cancel()
-	return s.client.QuotaVersion(ctx)
+	v, err := s.client.QuotaVersion(ctx)
+	if err == nil && !s.opts.Cluster {
+		s.one.answered.Store(s.opts.Now().UnixNano())
+	}
+	return v, err
 }
 
 // noteQuota records a read of the quota version and reports whether the
