@@ -137,7 +137,7 @@ func (s *Syncer) admit(now time.Time, cands []job) (jobs, refused []job) {
 //
 // Why: under a cut window a round plans thousands of calls for tens of
 // places, and planned them all again at the next tick, to refuse nearly
-// all of them again: at 32 x 2,000 the rounds took a third of
+// all of them again: at 32 x 2,000 the rounds took two fifths of
 // BenchmarkFleet's CPU, beside the Redis they share the cores with. A
 // third, not all, of the estimate: the share admitted is of the
 // candidates of one round, and the window may grow; a tenant planned
