@@ -30,7 +30,8 @@ type Stats struct {
 	// HeldBack counts the lease calls planned but not made because
 	// Redis was busy: the call budget (the window of script calls the
 	// limiter keeps in flight, cut when replies come slow) was full, and
-	// the tenant was planned again a quarter refresh interval on.
+	// the tenant was planned again a quarter refresh interval on, or
+	// nearer its turn when a round refused it (the room goes in turns).
 	// CallWindow is the budget's window now, in script calls (on a Redis
 	// Cluster, the smallest of the masters': each has its own), and
 	// WindowCuts how often a window was halved. A CallWindow that stays

@@ -22,21 +22,12 @@ import (
 // them asking.
 func TestAdmitGivesTurns(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
-		now := time.Unix(1_800_000_000, 0)
-		view, err := memstore.New().Instance("me", time.Second)
-		if err != nil {
-			rt.Fatal(err)
-		}
-		s := New(view, Options{Now: func() time.Time { return now }, Planner: NewPlanner(Config{}, rapid.Uint64().Draw(rt, "seed"))})
-		defer s.Close()
 		n := rapid.IntRange(1, 300).Draw(rt, "tenants")
 		g := rapid.IntRange(1, 60).Draw(rt, "window")
+		s, tenants := admitRig(rt, n, quota.Quota{Rate: 10, Burst: 10})
+		defer s.Close()
 		var cands []job
-		for i := range n {
-			tn, err := s.Track(fmt.Sprintf("t%d", i), quota.Quota{Rate: 10, Burst: 10})
-			if err != nil {
-				rt.Fatal(err)
-			}
+		for _, tn := range tenants {
 			cands = append(cands, job{t: tn, read: rapid.IntRange(0, 9).Draw(rt, "read") == 0})
 		}
 		reads := 0
@@ -52,10 +43,7 @@ func TestAdmitGivesTurns(t *testing.T) {
 			rounds = (n-reads+places-1)/places + 1
 		}
 		for range rounds {
-			b := &s.one.budget
-			b.mu.Lock()
-			b.window, b.inFlight, b.calmAfter = float64(g), 0, now.Add(time.Hour)
-			b.mu.Unlock()
+			setWindow(s, g)
 
 			// What a sort of every planned call by its turn would admit.
 			from := s.admitFrom
@@ -72,7 +60,7 @@ func TestAdmitGivesTurns(t *testing.T) {
 				}
 			}
 
-			jobs, refused := s.admit(now, slices.Clone(cands))
+			jobs, refused := s.admit(s.opts.Now(), slices.Clone(cands))
 			if len(jobs)+len(refused) != n {
 				rt.Fatalf("%d admitted and %d refused of %d planned", len(jobs), len(refused), n)
 			}
@@ -101,6 +89,33 @@ func TestAdmitGivesTurns(t *testing.T) {
 	})
 }
 
+// admitRig is a Syncer on the in-process store, its clock standing still,
+// with a seed drawn by rt and n tenants of quota q, for admit's tests.
+func admitRig(rt *rapid.T, n int, q quota.Quota) (*Syncer, []*Tenant) {
+	now := time.Unix(1_800_000_000, 0)
+	view, err := memstore.New().Instance("me", time.Second)
+	if err != nil {
+		rt.Fatal(err)
+	}
+	s := New(view, Options{Now: func() time.Time { return now }, Planner: NewPlanner(Config{}, rapid.Uint64().Draw(rt, "seed"))})
+	tenants := make([]*Tenant, n)
+	for i := range tenants {
+		if tenants[i], err = s.Track(fmt.Sprintf("t%d", i), q); err != nil {
+			rt.Fatal(err)
+		}
+	}
+	return s, tenants
+}
+
+// setWindow gives s's call budget a window of g places with none in
+// flight, which will not grow before an hour has passed.
+func setWindow(s *Syncer, g int) {
+	b := &s.one.budget
+	b.mu.Lock()
+	b.window, b.inFlight, b.calmAfter = float64(g), 0, s.opts.Now().Add(time.Hour)
+	b.mu.Unlock()
+}
+
 func int64Cmp(a, b int64) int {
 	switch {
 	case a < b:
@@ -120,25 +135,12 @@ func int64Cmp(a, b int64) int {
 // round once n is many times g.
 func TestTurnWaitKeepsTurns(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
-		now := time.Unix(1_800_000_000, 0)
-		view, err := memstore.New().Instance("me", time.Second)
-		if err != nil {
-			rt.Fatal(err)
-		}
-		s := New(view, Options{Now: func() time.Time { return now }, Planner: NewPlanner(Config{}, rapid.Uint64().Draw(rt, "seed"))})
-		defer s.Close()
 		n := rapid.IntRange(1, 2000).Draw(rt, "tenants")
 		g := rapid.IntRange(1, 60).Draw(rt, "window")
+		s, tenants := admitRig(rt, n, quota.Quota{Rate: 10, Burst: 10, LeaseTTL: time.Hour})
+		defer s.Close()
 		tick := s.planner.Config().Interval / 4
 		back := map[*Tenant]int{} // the round from which a refused tenant asks again
-		var tenants []*Tenant
-		for i := range n {
-			tn, err := s.Track(fmt.Sprintf("t%d", i), quota.Quota{Rate: 10, Burst: 10, LeaseTTL: time.Hour})
-			if err != nil {
-				rt.Fatal(err)
-			}
-			tenants = append(tenants, tn)
-		}
 		admitted := map[*Tenant]bool{}
 		rounds := (n+g-1)/g + 1
 		planned := 0
@@ -150,11 +152,8 @@ func TestTurnWaitKeepsTurns(t *testing.T) {
 				}
 			}
 			planned += len(cands)
-			b := &s.one.budget
-			b.mu.Lock()
-			b.window, b.inFlight, b.calmAfter = float64(g), 0, now.Add(time.Hour)
-			b.mu.Unlock()
-			jobs, refused := s.admit(now, cands)
+			setWindow(s, g)
+			jobs, refused := s.admit(s.opts.Now(), cands)
 			for _, j := range jobs {
 				admitted[j.t] = true
 			}

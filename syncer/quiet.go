@@ -56,6 +56,8 @@ func (p *Planner) settle(st *State, lim quota.Quota, ns int64, a Action) {
 		until = min(until-int64(p.renewHorizon(lim)), st.at(st.next))
 	}
 	if until <= ns || until-ns > int64(24*time.Hour) {
+		// Nothing to skip, or no batch and no hold to bound it (a day
+		// is far more than any hold, and within a stamp's range).
 		return
 	}
 	st.quiet = st.stampOf(until) // rounded down: quiet ends early, never late
@@ -90,18 +92,12 @@ func (p *Planner) Quiet(st *State, ns, level int64, urgent bool) bool {
 // not count as activity yet).
 func (s *Syncer) quiet(t *Tenant, now time.Time) bool {
 	f := t.flags.Load()
-	if f&(flagRefunded|flagFailing) != 0 {
-		return false
-	}
 	ls := t.lease.Load()
-	if ls == nil {
-		return false // dormant, woken by a request: revived by its plan
+	if wantsPlan(f) || ls == nil { // nil: dormant, woken by a request, revived by its plan
+		return false
 	}
 	ns := now.UnixNano()
-	if ns-ls.st.at(ls.st.lastActive) >= int64(s.opts.IdleTimeout/2) {
-		return false
-	}
-	return s.planner.Quiet(&ls.st, ns, t.tokens.Load(), f&flagUrgent != 0)
+	return ns < s.idleCheckDue(&ls.st) && s.planner.Quiet(&ls.st, ns, t.tokens.Load(), f&flagUrgent != 0)
 }
 
 // quietUntil is what t (locked) publishes after a plan for rounds to pass
@@ -114,13 +110,26 @@ func (s *Syncer) quietUntil(t *Tenant) int64 {
 	if st.flags&(flagQuiet|flagQuietHeld) != flagQuiet|flagQuietHeld {
 		return 0
 	}
-	return min(st.at(st.quiet), st.at(st.lastActive)+int64(s.opts.IdleTimeout/2))
+	return min(st.at(st.quiet), s.idleCheckDue(st))
 }
+
+// idleCheckDue is when a tenant whose State is st must be planned again,
+// quiet or not, so that its idle check (idleOrKept) sees the activity its
+// misses since the last plan would record: half the idle timeout after
+// its last activity.
+func (s *Syncer) idleCheckDue(st *State) int64 {
+	return st.at(st.lastActive) + int64(s.opts.IdleTimeout/2)
+}
+
+// wantsPlan reports whether a tenant's flags f ask for a plan whatever
+// the planner said last: a refund's return is queued (Input.Refunded), or
+// its calls fail (Input.Recovered).
+func wantsPlan(f uint32) bool { return f&(flagRefunded|flagFailing) != 0 }
 
 // heldQuiet reports, without t's lock, whether a round may pass t by at ns:
 // its last plan published a quiet time after ns (quietUntil), and no
 // refund or failure since asks for a plan. A tenant being planned
 // elsewhere at that moment (a refill) is one a round would skip anyway.
 func (s *Syncer) heldQuiet(t *Tenant, ns int64) bool {
-	return ns < t.quietUntil.Load() && t.flags.Load()&(flagRefunded|flagFailing) == 0 && t.lease.Load() != nil
+	return ns < t.quietUntil.Load() && !wantsPlan(t.flags.Load()) && t.lease.Load() != nil
 }

@@ -73,7 +73,7 @@ func (s *Syncer) round(ctx context.Context, tenants iter.Seq[*Tenant], quotaChec
 	s.lru = s.lru[:0]
 	s.lockedRefunds = s.lockedRefunds[:0]
 	ns := now.UnixNano()
-	quiet := false // a tenant was left to a later tick (quiet.go)
+	leftAlone := false // a tenant was left to a later tick (quiet.go)
 	for t := range tenants {
 		if t.flag(flagEvicted) {
 			continue
@@ -82,7 +82,7 @@ func (s *Syncer) round(ctx context.Context, tenants iter.Seq[*Tenant], quotaChec
 		// without its lock, unless the round must see every tenant's
 		// activity (MaxTenants) or re-read quotas.
 		if !quotaCheck && !track && s.heldQuiet(t, ns) {
-			quiet = true
+			leftAlone = true
 			continue
 		}
 		if !t.mu.TryLock() {
@@ -99,7 +99,7 @@ func (s *Syncer) round(ctx context.Context, tenants iter.Seq[*Tenant], quotaChec
 		}
 		if !quotaCheck && s.quiet(t, now) {
 			// Nothing to do but observe the demand: left to a later tick.
-			quiet = true
+			leftAlone = true
 			s.idleOrKept(t, now, &evict)
 			t.mu.Unlock()
 			continue
@@ -124,7 +124,7 @@ func (s *Syncer) round(ctx context.Context, tenants iter.Seq[*Tenant], quotaChec
 		}
 		s.rest(t, now, &evict)
 	}
-	if quiet {
+	if leftAlone {
 		// The tenants left alone hold no batch that expires before now
 		// (settle), so the clock may move on (see Refund).
 		s.noteClock(now)
