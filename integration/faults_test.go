@@ -617,6 +617,64 @@ func TestRedisSlowAndBlackholed(t *testing.T) {
 	goroutinesBack(t, before)
 }
 
+// TestRedisAnsweringLateIsBusyForAWhile puts 30 ms of latency each way
+// between a limiter and Redis, more than its 20 ms Redis timeout and less
+// than half its 400 ms lease TTL (the deadline of its read of the quota
+// version). Every lease call times out, but the read is answered: Redis
+// is busy, not down, for 4 lease TTLs since its last answer in time, and
+// only then does the breaker open (before, it opened once no call had
+// been answered in time for one lease TTL). A process too short of CPU
+// to read its replies in time looks the same to the limiter.
+func TestRedisAnsweringLateIsBusyForAWhile(t *testing.T) {
+	srv := redistest.Shared(t)
+	ignore := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
+	const ttl = 400 * time.Millisecond
+	p := startFaultProxy(t, srv.Addr)
+	defer p.Close()
+	c := redis.NewClient(&redis.Options{Addr: p.Addr(), Password: srv.Password, ContextTimeoutEnabled: true})
+	defer c.Close()
+	l, err := leasequota.New(c, leasequota.WithLogger(redistest.Logger(t)), leasequota.WithKeyPrefix(redistest.Prefix(t)),
+		leasequota.WithDefaultQuota(leasequota.Quota{Rate: 200, Burst: 20, FailureMode: leasequota.FailClosed}),
+		leasequota.WithRedisTimeout(20*time.Millisecond), leasequota.WithRefreshInterval(100*time.Millisecond), leasequota.WithLeaseTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	defer l.Close(ctx)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // a tenant's requests, so that its lease calls go on
+		defer wg.Done()
+		tick := time.NewTicker(2 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C: // pacing the load, not waiting for a condition
+				l.Allow("late")
+			}
+		}
+	}()
+	defer func() { close(stop); wg.Wait() }()
+	faultWait(t, 5*time.Second, "a lease", func() bool { return l.Stats().Granted > 0 })
+
+	errs := l.Stats().Errors
+	p.SetLatency(30 * time.Millisecond)
+	took := faultWait(t, 4*ttl+5*time.Second, "Degraded() under the latency", l.Degraded)
+	t.Logf("Degraded() %v after the latency began; %d lease calls failed", took.Round(time.Millisecond), l.Stats().Errors-errs)
+	if took < 2*ttl {
+		t.Errorf("Degraded() %v after the latency began, want no sooner than %v: Redis answered the reads", took, 2*ttl)
+	}
+	if l.Stats().Errors == errs {
+		t.Error("no lease call failed under the latency: the test shows nothing")
+	}
+	p.SetLatency(0)
+	faultWait(t, 5*time.Second, "Degraded() false after the latency", func() bool { return !l.Degraded() })
+}
+
 // TestRedisTimeoutWithDefaultClient checks what the library promises for
 // a go-redis client made without ContextTimeoutEnabled (what most code
 // has): go-redis then ignores ctx deadlines on socket reads, so

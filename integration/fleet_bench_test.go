@@ -36,6 +36,17 @@ var fleetTimeout = flag.Duration("fleet.timeout", leasequota.DefaultRefreshInter
 var fleetColdWait = flag.Duration("fleet.coldwait", leasequota.DefaultColdStartWait,
 	"the limiters' WithColdStartWait in BenchmarkFleet (0: a cold tenant's request is denied at once)")
 
+// fleetGoroutines is the load goroutines per instance in BenchmarkFleet
+// and TestFleet. Each serves its tenants one request after the other, and
+// a tenant's first request on an instance waits for its first lease (up
+// to WithColdStartWait), so a goroutine's tenants start one after the
+// other, and one cold start holds up the requests of all of them. A
+// service's requests are concurrent: more goroutines come closer to that,
+// and offer the load of the tenants whose lease is there while others
+// wait (docs/performance.md, "A starved process is not a down Redis").
+var fleetGoroutines = flag.Int("fleet.goroutines", 4,
+	"the load goroutines per instance in BenchmarkFleet, each serving its share of the tenants one request after another")
+
 // fleetShapes are the shapes of issue #15's table.
 var fleetShapes = []fleetShape{{4, 100}, {8, 500}, {16, 1000}, {32, 2000}}
 

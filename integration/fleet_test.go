@@ -30,12 +30,6 @@ const (
 	fleetRate  = 100
 	fleetBurst = 100
 	fleetOver  = 3.0 // offered load over quota, per tenant
-	// fleetGoroutines is the load goroutines per instance. A tenant's
-	// first request on an instance waits for its first lease (up to
-	// WithColdStartWait), so a goroutine's tenants start one after the
-	// other; a few goroutines, like a service's concurrent requests,
-	// keep the start from taking seconds when Redis is slow.
-	fleetGoroutines = 4
 	// fleetTick is how often a load goroutine issues what is due.
 	fleetTick = 5 * time.Millisecond
 )
@@ -89,8 +83,8 @@ func (l *fleetLoad) deliveredRate() float64 {
 // was admitted, and whether a failure mode (or an error) decided it.
 type fleetDecider func(ctx context.Context, inst, tenant int) (allowed, failed bool)
 
-// driveFleet offers the shape's load to decide for d: fleetGoroutines per
-// instance, each serving every fleetGoroutines-th tenant at
+// driveFleet offers the shape's load to decide for d: *fleetGoroutines per
+// instance, each serving every *fleetGoroutines-th tenant at
 // fleetOver*Rate/instances requests per second, paced by a schedule (the
 // k-th request of a pair is due at (k+phase)/rate). Decisions are
 // synchronous: a goroutine behind its schedule catches up as fast as the
@@ -102,11 +96,12 @@ func driveFleet(ctx context.Context, s fleetShape, d time.Duration, decide fleet
 		offered, admitted []int64
 		failed            int64
 	}
-	all := make([]*counts, 0, s.instances*fleetGoroutines)
+	goroutines := max(*fleetGoroutines, 1)
+	all := make([]*counts, 0, s.instances*goroutines)
 	for inst := 0; inst < s.instances; inst++ {
-		for g := 0; g < fleetGoroutines; g++ {
+		for g := 0; g < goroutines; g++ {
 			c := &counts{}
-			for t := g; t < s.tenants; t += fleetGoroutines {
+			for t := g; t < s.tenants; t += goroutines {
 				c.tenants = append(c.tenants, t)
 			}
 			c.offered, c.admitted = make([]int64, len(c.tenants)), make([]int64, len(c.tenants))
@@ -116,7 +111,7 @@ func driveFleet(ctx context.Context, s fleetShape, d time.Duration, decide fleet
 	var wg sync.WaitGroup
 	began := time.Now()
 	for k, c := range all {
-		inst := k / fleetGoroutines
+		inst := k / goroutines
 		phase := float64(k) / float64(len(all)) // spreads the goroutines' requests over a period
 		wg.Add(1)
 		go func() {

@@ -2,6 +2,7 @@ package syncer_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -55,5 +56,96 @@ func TestFirstTimeoutsWithRedisAnsweringAreBusy(t *testing.T) {
 	}
 	if st := s.Stats(); st.Errors == 0 {
 		t.Fatal("no failed lease call counted: the test shows nothing")
+	}
+}
+
+// slowReadStore is lateStore whose reads of the quota version each take
+// took on the test's clock (advanced by the read itself, as a Redis or a
+// process that slow would), and fail with a timeout instead when silent.
+type slowReadStore struct {
+	lateStore
+	clock  *atomic.Int64 // unix nanoseconds
+	took   time.Duration
+	silent bool
+}
+
+func (s slowReadStore) QuotaVersion(ctx context.Context) (int64, error) {
+	s.clock.Add(int64(s.took))
+	if d, ok := ctx.Deadline(); s.silent || ok && time.Until(d) < s.took {
+		// Silent, or slower than the read's deadline (which the syncer
+		// set on the real clock, and took is well inside of or beyond).
+		return 0, context.DeadlineExceeded
+	}
+	return 1, nil
+}
+
+// TestLateAnswersAreBusyForAWhile: lease calls that all time out while
+// the quota version is read, but only after the call deadline (a process
+// too short of CPU to read replies in time, or a Redis that slow), count
+// as congestion for lateGrace lease lifetimes since the last answer in
+// time, then as an outage: a Redis that only ever answers late cannot
+// lease, and its failure mode decides. Before, the tenant was failing as
+// soon as a lease lifetime had passed without an answer in time. A read
+// that is answered in time keeps it busy throughout, and one that is not
+// answered at all makes it failing at once.
+func TestLateAnswersAreBusyForAWhile(t *testing.T) {
+	const (
+		iv      = 100 * time.Millisecond
+		callTO  = 10 * time.Millisecond
+		ttl     = time.Second
+		horizon = 8 * ttl
+	)
+	for _, tc := range []struct {
+		name   string
+		took   time.Duration
+		silent bool
+		// The tenant must not be failing before notBefore, and must be
+		// by failingBy (0: never).
+		notBefore, failingBy time.Duration
+	}{
+		{name: "in time", took: callTO / 2, notBefore: horizon},
+		{name: "late", took: 3 * callTO, notBefore: 2 * ttl, failingBy: (syncer.LateGrace+1)*ttl + iv},
+		{name: "silent", took: callTO, silent: true, failingBy: iv},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var clock atomic.Int64
+			start := time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC)
+			clock.Store(start.UnixNano())
+			now := func() time.Time { return time.Unix(0, clock.Load()) }
+			view, err := memstore.New(memstore.WithClock(now)).Instance("me", time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st := slowReadStore{lateStore: lateStore{view}, clock: &clock, took: tc.took, silent: tc.silent}
+			s := syncer.New(st, syncer.Options{Planner: syncer.NewPlanner(syncer.Config{Interval: iv}, 1), Now: now, CallTimeout: callTO,
+				Defaults: quota.Defaults{LeaseTTL: ttl, Interval: iv}})
+			defer s.Close()
+			ctx := context.Background()
+			tn, err := s.Track("a", quota.Quota{Rate: 100, Burst: 100, MinLease: 1, MaxLease: 100, LeaseTTL: ttl})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var failedAt time.Duration
+			for now().Sub(start) < horizon {
+				tn.NoteMiss(1)
+				clock.Add(int64(iv / 4))
+				s.Tick(ctx)
+				s.Wait() // the poll of the quota version
+				if tn.Failing() {
+					failedAt = now().Sub(start)
+					break
+				}
+			}
+			t.Logf("failing after %v (0: never), %d lease calls failed", failedAt, s.Stats().Errors)
+			if s.Stats().Errors == 0 {
+				t.Fatal("no failed lease call counted: the test shows nothing")
+			}
+			if failedAt != 0 && failedAt < tc.notBefore {
+				t.Errorf("failing after %v, want not before %v", failedAt, tc.notBefore)
+			}
+			if tc.failingBy > 0 && (failedAt == 0 || failedAt > tc.failingBy) {
+				t.Errorf("failing after %v (0: never), want by %v", failedAt, tc.failingBy)
+			}
+		})
 	}
 }

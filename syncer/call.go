@@ -47,7 +47,7 @@ func (s *Syncer) call(ctx context.Context, op string, node *redisNode, size int,
 		late := now.Sub(sent) > s.congestedAfter(size) ||
 			timedOut(err) && (!s.opts.Cluster || node.answeredWithin(now, s.leaseTTL))
 		if err == nil {
-			node.answered.Store(now.UnixNano())
+			node.answer(now, true)
 		}
 		node.budget.done(size, sent, now, late, budgetFloor(s.fleetSize()))
 	}()
@@ -113,11 +113,17 @@ func (s *Syncer) congestedAfter(size int) time.Duration {
 // Redis is busy rather than down: the call timed out, and Redis (on a
 // Redis Cluster, the node that serves tenant) answered another of this
 // instance's calls in time within the last default lease TTL: a lease
-// call, or without Cluster the read of the quota version, which a round
-// makes first and then every half interval (readQuota). Before its first
-// answer a syncer cannot tell: a Redis down from the start often shows as
-// timeouts too (go-redis retries a refused dial until the deadline), and
-// those count.
+// call, or without Cluster the read of the quota version, which the loop
+// makes every half interval (readQuota). Without Cluster, a Redis that
+// answered that read only late (after the call deadline, within the
+// read's own, longer one) is busy too, for up to lateGrace lease
+// lifetimes since its last answer in time (redisNode.reachedLate); and
+// while the syncer's first read is still out, a timeout says nothing yet
+// (quotaPoll.firstPending), so that a fleet started at once on a Redis
+// or a machine too busy to answer within the call deadline does not
+// start in its failure mode. A Redis down from the start fails that read
+// (go-redis retries a refused dial until the deadline, so its calls time
+// out too), and its timeouts count from then on.
 // Such a failure is congestion (it cuts the call budget) but not an
 // outage: it neither counts towards the circuit breaker nor makes the
 // call's tenants failing, so no failure mode decides for them while Redis
@@ -143,15 +149,11 @@ func (s *Syncer) busy(ctx context.Context, err error, now time.Time, tenant stri
 	if !timedOut(err) {
 		return false
 	}
-	n := &s.one
 	if s.opts.Cluster {
 		name, ok := s.nodeOf(ctx, tenant)
-		if !ok {
-			return false
-		}
-		n = s.node(name)
+		return ok && s.node(name).answeredWithin(now, s.leaseTTL)
 	}
-	return n.answeredWithin(now, s.leaseTTL)
+	return s.one.answeredWithin(now, s.leaseTTL) || s.one.reachedLate(now, s.leaseTTL) || s.poll.firstPending()
 }
 
 // nodeOf names the node that serves tenant, when the Store knows it.

@@ -6,16 +6,21 @@ import (
 	"time"
 )
 
-// quotaPoll is Cluster mode's poll of the quota version, which runs beside
-// the rounds: the version's key lives on one node, and a tick must not wait
-// for that node when it is dead or slow. A tick uses the result of the
-// last poll that finished and starts the next one when due; a change is
-// thus seen one tick later than without Cluster.
+// quotaPoll is the poll of the quota version, which runs beside the
+// rounds (but in driven mode without Cluster, where a tick reads it
+// itself): a tick uses the result of the last poll that finished and
+// starts the next one when due, so a change is seen one tick later than
+// when the tick waited for it. Why beside: on a Redis Cluster the
+// version's key lives on one node, and a tick must not wait for that
+// node when it is dead or slow; and the read is also how a syncer tells
+// a Redis that answers late from a silent one (readQuota), which takes a
+// deadline longer than a tick may wait.
 type quotaPoll struct {
-	mu      sync.Mutex // guards the fields below
-	running bool       // a poll is in flight
-	done    bool       // a poll finished and its result is not taken yet
-	last    quotaRead  // its result
+	mu       sync.Mutex // guards the fields below
+	running  bool       // a poll is in flight
+	finished bool       // a poll has finished (the first is no longer pending)
+	done     bool       // a poll finished and its result is not taken yet
+	last     quotaRead  // its result
 }
 
 // quotaRead is a read of the quota version.
@@ -49,24 +54,34 @@ func (p *quotaPoll) start() bool {
 // finish records the result of the poll in flight.
 func (p *quotaPoll) finish(v int64, err error) {
 	p.mu.Lock()
-	p.running, p.done, p.last = false, true, quotaRead{v, err}
+	p.running, p.finished, p.done, p.last = false, true, true, quotaRead{v, err}
 	p.mu.Unlock()
+}
+
+// firstPending reports whether the first poll is in flight: until it
+// ends (answered, failed, or out of its deadline), the syncer cannot tell
+// a busy Redis from a down one (busy).
+func (p *quotaPoll) firstPending() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.running && !p.finished
 }
 
 // pollQuota reads the quota version (at most every half interval) and
 // reports whether it moved since the last read, or could not be read:
-// then every tenant active here re-reads its quota in this round. In
-// Cluster mode it reports the result of the last poll that finished and
-// leaves the next one running (see quotaPoll).
+// then every tenant active here re-reads its quota in this round. It
+// uses the result of the last poll that finished and leaves the next one
+// running (quotaPoll), but in driven mode without Cluster, where it reads
+// the version itself.
 func (s *Syncer) pollQuota(ctx context.Context, now time.Time) bool {
-	if s.opts.Cluster {
+	if s.opts.Cluster || !s.opts.Driven {
 		return s.pollQuotaAsync(ctx, now)
 	}
 	if !s.quotaDue(now) {
 		return false
 	}
 	s.quotaPolled = now.UnixNano()
-	return s.noteQuota(s.readQuota(ctx))
+	return s.noteQuota(s.readQuota(ctx, s.opts.CallTimeout))
 }
 
 // quotaDue reports whether the quota version is due to be read.
@@ -74,24 +89,37 @@ func (s *Syncer) quotaDue(now time.Time) bool {
 	return !s.quotaKnown || now.UnixNano()-s.quotaPolled >= int64(s.planner.Config().Interval)/2
 }
 
-// readQuota reads the quota version under the call deadline. Without
-// Cluster, an answer is a call of this instance answered in time, as a
-// lease call's is (redisNode.answered): lease calls that time out meanwhile
-// find Redis busy, not down (busy).
+// readQuota reads the quota version under timeout. Without Cluster, it is
+// also the syncer's liveness read: an answer within the call deadline is
+// a call answered in time, as a lease call's is, and a later one within
+// timeout an answer all the same (redisNode.answer), so that lease calls
+// that time out meanwhile find Redis busy, not down (busy).
 //
 // Why: before any lease call of its own was answered, a limiter took every
 // timeout for an outage, so a fleet started at once, whose first calls
 // queued in Redis behind each other's, opened breakers and put tenants in
-// their failure mode while Redis answered. The version is read before the
-// first round, and every half interval.
-func (s *Syncer) readQuota(ctx context.Context) (int64, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.opts.CallTimeout)
+// their failure mode while Redis answered. And a process too short of
+// CPU to read replies within the call deadline read none for a lease
+// lifetime, and did the same (redisNode.reachedLate).
+func (s *Syncer) readQuota(ctx context.Context, timeout time.Duration) (int64, error) {
+	began := s.opts.Now()
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	v, err := s.client.QuotaVersion(ctx)
 	if err == nil && !s.opts.Cluster {
-		s.one.answered.Store(s.opts.Now().UnixNano())
+		now := s.opts.Now()
+		s.one.answer(now, now.Sub(began) <= s.opts.CallTimeout)
 	}
 	return v, err
+}
+
+// livenessTimeout is the deadline of a poll of the quota version beside
+// the rounds: half the default lease lifetime, and never less than the
+// call deadline. A Redis whose answers take longer than that cannot
+// lease usefully (a lease lives LeaseTTL from its call), and is taken for
+// down.
+func (s *Syncer) livenessTimeout() time.Duration {
+	return max(s.opts.CallTimeout, s.leaseTTL/2)
 }
 
 // noteQuota records a read of the quota version and reports whether the
@@ -105,7 +133,9 @@ func (s *Syncer) noteQuota(v int64, err error) bool {
 	return changed
 }
 
-// pollQuotaAsync is pollQuota in Cluster mode.
+// pollQuotaAsync is pollQuota with the poll beside the rounds. The poll
+// ends with Close (Syncer.ctx), not with the round's ctx, which Run does
+// not cancel; once closed, the tick reads the version itself.
 func (s *Syncer) pollQuotaAsync(ctx context.Context, now time.Time) bool {
 	changed := false
 	if r, ok := s.poll.take(); ok {
@@ -123,13 +153,13 @@ func (s *Syncer) pollQuotaAsync(ctx context.Context, now time.Time) bool {
 	s.closeMu.RUnlock()
 	if !async {
 		// Closed: nothing may outlive Close, so read now.
-		s.poll.finish(s.readQuota(ctx))
+		s.poll.finish(s.readQuota(ctx, s.opts.CallTimeout))
 		r, _ := s.poll.take()
 		return s.noteQuota(r.v, r.err) || changed
 	}
 	go func() {
 		defer s.async.Done()
-		s.poll.finish(s.readQuota(ctx))
+		s.poll.finish(s.readQuota(s.ctx, s.livenessTimeout()))
 	}()
 	return changed
 }

@@ -19,6 +19,12 @@ type redisNode struct {
 	// instance to the node was last answered within its deadline; 0
 	// before the first. It tells a busy node from a silent one (busy).
 	answered atomic.Int64
+	// reached is when the node last answered at all: a call in time, or
+	// a liveness read (readQuota) that came back after the call deadline
+	// but within its own, longer one; firstReached is when it first did.
+	// 0 before. They tell a node that answers late from a silent one
+	// (reachedLate).
+	reached, firstReached atomic.Int64
 	// budget is the window of script calls this instance may have in
 	// flight on the node (budget.go): rounds and refills take room in it
 	// per tenant before calling, call gives it back.
@@ -30,6 +36,48 @@ type redisNode struct {
 func (n *redisNode) answeredWithin(now time.Time, d time.Duration) bool {
 	last := n.answered.Load()
 	return last != 0 && now.UnixNano()-last < int64(d)
+}
+
+// answer records an answer of the node at now: in time (within the call
+// deadline) or late.
+func (n *redisNode) answer(now time.Time, inTime bool) {
+	ns := now.UnixNano()
+	if inTime {
+		n.answered.Store(ns)
+	}
+	n.reached.Store(ns)
+	n.firstReached.CompareAndSwap(0, ns)
+}
+
+// lateGrace is how many lease lifetimes a node may go on answering only
+// late (reachedLate) before its timeouts count as an outage again.
+const lateGrace = 4
+
+// reachedLate reports whether the node, though it answered nothing in
+// time within ttl before now, answered late within it, and has answered
+// in time (or, never having done so, first answered at all) within
+// lateGrace lease lifetimes: a node that answers, slower than the call
+// deadline.
+//
+// Why: calls time out when the process is too short of CPU to read their
+// replies within the deadline, as well as when Redis is. At 32 instances
+// x 2,000 tenants on two cores shared with Redis, with a load that a cold
+// start does not pause, limiters went a lease lifetime without reading
+// any reply in time while Redis answered every call, and decided millions
+// of requests by their failure mode (docs/performance.md, "A starved
+// process is not a down Redis"). The grace bounds how long: a node that
+// answers every call later than the deadline (a network too slow for
+// WithRedisTimeout) cannot lease, and is taken for down after it.
+func (n *redisNode) reachedLate(now time.Time, ttl time.Duration) bool {
+	ns := now.UnixNano()
+	if r := n.reached.Load(); r == 0 || ns-r >= int64(ttl) {
+		return false
+	}
+	since := n.answered.Load()
+	if since == 0 {
+		since = n.firstReached.Load()
+	}
+	return ns-since < int64(lateGrace*ttl)
 }
 
 // node returns the redisNode named name (an address from NodeOf), made
