@@ -77,7 +77,11 @@ func (s *Syncer) admit(now time.Time, cands []job) (jobs, refused []job) {
 		limit = (2*uint64(granted) + 16) * limit / n
 	}
 	early, late := s.admitKeys[:0], s.admitLate[:0]
-	defer func() { s.admitKeys, s.admitLate = early[:0], late[:0] }()
+	jobs, refused = s.admitted[:0], s.refused[:0]
+	defer func() {
+		s.admitKeys, s.admitLate = early[:0], late[:0]
+		s.admitted, s.refused = jobs[:0], refused[:0] // cleared by round
+	}()
 	for i, j := range cands {
 		if j.read {
 			jobs = append(jobs, j) // its room is taken

@@ -56,7 +56,7 @@ func (s *Syncer) Round(ctx context.Context, tenants iter.Seq[*Tenant]) {
 func (s *Syncer) round(ctx context.Context, tenants iter.Seq[*Tenant], quotaCheck bool) {
 	now := s.opts.Now()
 	var (
-		jobs     []job
+		jobs     = s.planned[:0]
 		releases []lease.ReleaseRequest
 		evict    []*Tenant
 	)
@@ -129,10 +129,15 @@ func (s *Syncer) round(ctx context.Context, tenants iter.Seq[*Tenant], quotaChec
 		// (settle), so the clock may move on (see Refund).
 		s.noteClock(now)
 	}
+	// The buffers are the next round's; what the calls name is not kept.
+	s.planned = jobs[:0]
+	defer clear(jobs)
 	// The calls that find no room in their node's call budget are not
 	// made (Redis busy): planned again a quarter interval on, or nearer
 	// their turn (turnWait).
 	jobs, refused := s.admit(now, jobs)
+	defer clear(refused)
+	defer clear(jobs)
 	for _, j := range refused {
 		s.holdBack(j.t, now, s.turnWait(j.t))
 		s.rest(j.t, now, &evict)

@@ -119,9 +119,15 @@ type Syncer struct {
 	// admitKeys and admitLate are reused by admit: a round under a cut
 	// window sorts keys of its planned calls every time.
 	admitKeys, admitLate []uint64
-	quotaVer             int64 // the quota version last seen
-	quotaPolled          int64 // unix nanoseconds of the last poll of it
-	quotaKnown           bool  // quotaVer has been read once
+	// planned, admitted and refused are reused by round (its planned
+	// calls) and admit (those that got room in the call budget, and those
+	// that did not), cleared after each round so that they keep no
+	// tenant alive: grown afresh every round, these slices took 0.6 s of
+	// the 21 s of CPU in a profile of BenchmarkFleet/32x2000.
+	planned, admitted, refused []job
+	quotaVer                   int64 // the quota version last seen
+	quotaPolled                int64 // unix nanoseconds of the last poll of it
+	quotaKnown                 bool  // quotaVer has been read once
 	// nodeDone is closed when the last round's work on the node is done
 	// (Cluster mode; see dispatch).
 	nodeDone map[string]chan struct{}
