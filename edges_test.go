@@ -401,12 +401,15 @@ func TestCloseStopsAdmissions(t *testing.T) {
 // new tenant's first request is denied at once instead of waiting its
 // whole 2 s in vain; once the last urgent call is more than a second old
 // (and the store answers at once again), cold requests wait for their
-// lease again and are admitted.
+// lease again and are admitted. Leases live 10 s: one that lands 3 s after
+// its call still has most of its life (with the default second it is
+// taken back at the next round, which the poll of the quota version,
+// held 3 s too, no longer holds up).
 func TestColdStartSkipsAWaitThatCannotEnd(t *testing.T) {
 	const wait = 2 * time.Second
 	store := faultySetup(t)
 	l := newLimiter(t, store, leasequota.WithLogger(testLogger(t)),
-		leasequota.WithColdStartWait(wait), leasequota.WithRedisTimeout(10*time.Second),
+		leasequota.WithColdStartWait(wait), leasequota.WithRedisTimeout(10*time.Second), leasequota.WithLeaseTTL(10*time.Second),
 		leasequota.WithDefaultQuota(leasequota.Quota{Rate: 1000, Burst: 1000}))
 	ctx := context.Background()
 	store.SetHook(faultstore.Delay(3 * time.Second))
