@@ -18,8 +18,9 @@ import (
 // serving the tenant applies q (Decision.Quota, Tenant) after its next
 // lease call. SetQuota raises the prefix's quota version, which each
 // instance polls every half refresh interval; when it moved, every tenant
-// active on the instance makes a lease call in that round, so the change
-// applies within about half an interval plus a round. Zero lease fields
+// active on the instance makes a lease call in the round after the poll
+// returns, so the change applies within about half an interval plus two
+// rounds (a round is a quarter interval). Zero lease fields
 // of q mean each instance's defaults, as in WithDefaultQuota.
 //
 // The change keeps the bucket consistent: it is refilled at the old rate

@@ -56,9 +56,10 @@ func (s *Syncer) Run(ctx context.Context) error {
 // Wait or another Tick.
 //
 // Without Cluster, Tick returns once its calls have finished. In Cluster
-// mode it does not wait for the calls (see Round), nor for the quota
-// version: it uses the version the last poll read and leaves the next
-// poll running, so a quota change is seen a tick later.
+// mode it does not wait for the calls (see Round). Nor does it wait for
+// the quota version (but in driven mode without Cluster): it uses the
+// version the last poll read and leaves the next poll running, so a
+// quota change is seen a tick later (quotaPoll).
 func (s *Syncer) Tick(ctx context.Context) {
 	tenants := s.reg.all
 	if s.opts.Driven {

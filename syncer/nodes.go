@@ -195,7 +195,8 @@ func (a *asyncRound) done(tot telemetry.Round) {
 // Wait waits for the lease calls, and the poll of the quota version, that
 // Tick, Urgent and Round started and left running: in Cluster mode they
 // return once their calls are sent (see Round). Without Cluster they
-// finish their calls before returning, and Wait returns at once.
+// finish their calls before returning, and Wait waits only for the poll
+// (none in driven mode, where Tick reads the version itself).
 //
 // Run waits for them before it returns, and Close waits for them too. A
 // caller that drives the syncer itself (a deterministic simulation) calls

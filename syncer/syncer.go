@@ -136,7 +136,7 @@ type Syncer struct {
 	// dispatch).
 	stopping <-chan struct{}
 
-	poll quotaPoll // Cluster mode: the quota version poll beside the rounds
+	poll quotaPoll // the quota version's poll beside the rounds (but driven, without Cluster)
 
 	// lastBase is the base limits Track made last: tenants of the same
 	// quota share them (see baseLimits).
@@ -151,8 +151,8 @@ type Syncer struct {
 	closeMu  sync.RWMutex   // guards closed against inflight.Add and async.Add
 	closed   bool           //
 	inflight sync.WaitGroup // urgent refills running
-	// async counts what rounds left running in Cluster mode: node groups
-	// of calls (dispatch) and quota version polls (pollQuotaAsync). Only
+	// async counts what rounds left running: in Cluster mode node groups
+	// of calls (dispatch), and quota version polls (pollQuotaAsync). Only
 	// the loop adds to it.
 	async sync.WaitGroup
 
