@@ -213,7 +213,15 @@ func isCluster(client redis.UniversalClient) bool {
 }
 
 // onDegraded logs a change of the limiter's Redis health, once per change.
+// A Redis that still answers, but only after the call deadline, is not
+// called unreachable: the operator's remedy is a larger WithRedisTimeout
+// (or a less loaded machine), not a look at Redis's health.
 func (l *Limiter) onDegraded(degraded bool, err error) {
+	if degraded && l.sync.AnswersLate() {
+		l.cfg.logger.Warn("leasequota: Redis answers, but only after WithRedisTimeout's deadline, and has for 4 lease TTLs, so leases are not refreshed; tenants whose lease is spent follow their failure mode; a larger WithRedisTimeout, or more CPU for this process, lets leases through",
+			"mode", l.cfg.failureMode.String(), "timeout", l.cfg.redisTimeout, "error", err)
+		return
+	}
 	if degraded {
 		l.cfg.logger.Warn("leasequota: Redis unreachable, leases are not refreshed; tenants whose lease is spent follow their failure mode",
 			"mode", l.cfg.failureMode.String(), "error", err)

@@ -634,7 +634,8 @@ func TestRedisAnsweringLateIsBusyForAWhile(t *testing.T) {
 	defer p.Close()
 	c := redis.NewClient(&redis.Options{Addr: p.Addr(), Password: srv.Password, ContextTimeoutEnabled: true})
 	defer c.Close()
-	l, err := leasequota.New(c, leasequota.WithLogger(redistest.Logger(t)), leasequota.WithKeyPrefix(redistest.Prefix(t)),
+	warns := &warnRecorder{Handler: redistest.Logger(t).Handler(), msgs: new([]string), mu: new(sync.Mutex)}
+	l, err := leasequota.New(c, leasequota.WithLogger(slog.New(warns)), leasequota.WithKeyPrefix(redistest.Prefix(t)),
 		leasequota.WithDefaultQuota(leasequota.Quota{Rate: 200, Burst: 20, FailureMode: leasequota.FailClosed}),
 		leasequota.WithRedisTimeout(20*time.Millisecond), leasequota.WithRefreshInterval(100*time.Millisecond), leasequota.WithLeaseTTL(ttl))
 	if err != nil {
@@ -671,8 +672,44 @@ func TestRedisAnsweringLateIsBusyForAWhile(t *testing.T) {
 	if l.Stats().Errors == errs {
 		t.Error("no lease call failed under the latency: the test shows nothing")
 	}
+	// The warning says Redis answers late, not that it is unreachable.
+	if got := warns.all(); len(got) == 0 || !strings.Contains(got[len(got)-1], "Redis answers, but only after WithRedisTimeout's deadline") {
+		t.Errorf("warnings %q, want the last to say that Redis answers late", got)
+	}
 	p.SetLatency(0)
 	faultWait(t, 5*time.Second, "Degraded() false after the latency", func() bool { return !l.Degraded() })
+}
+
+// warnRecorder is a slog.Handler that records the messages of the records
+// at Warn and above, and hands every record on to Handler.
+type warnRecorder struct {
+	slog.Handler
+	mu   *sync.Mutex // guards msgs, shared by the handlers WithAttrs and WithGroup make
+	msgs *[]string
+}
+
+func (w *warnRecorder) Handle(ctx context.Context, r slog.Record) error {
+	if r.Level >= slog.LevelWarn {
+		w.mu.Lock()
+		*w.msgs = append(*w.msgs, r.Message)
+		w.mu.Unlock()
+	}
+	return w.Handler.Handle(ctx, r)
+}
+
+func (w *warnRecorder) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return &warnRecorder{Handler: w.Handler.WithAttrs(attrs), mu: w.mu, msgs: w.msgs}
+}
+
+func (w *warnRecorder) WithGroup(name string) slog.Handler {
+	return &warnRecorder{Handler: w.Handler.WithGroup(name), mu: w.mu, msgs: w.msgs}
+}
+
+// all returns the messages recorded so far.
+func (w *warnRecorder) all() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]string(nil), *w.msgs...)
 }
 
 // TestRedisTimeoutWithDefaultClient checks what the library promises for

@@ -156,6 +156,19 @@ func (s *Syncer) busy(ctx context.Context, err error, now time.Time, tenant stri
 	return s.one.answeredWithin(now, s.leaseTTL) || s.one.reachedLate(now, s.leaseTTL) || s.poll.firstPending()
 }
 
+// AnswersLate reports whether Redis answers, but only after the call
+// deadline: without Cluster, the read of the quota version was answered
+// within the last default lease TTL, late, and no call was answered in
+// time within it (see busy). Always false in Cluster mode.
+func (s *Syncer) AnswersLate() bool {
+	if s.opts.Cluster {
+		return false
+	}
+	now := s.opts.Now()
+	r := s.one.reached.Load()
+	return r != 0 && now.UnixNano()-r < int64(s.leaseTTL) && !s.one.answeredWithin(now, s.leaseTTL)
+}
+
 // nodeOf names the node that serves tenant, when the Store knows it.
 func (s *Syncer) nodeOf(ctx context.Context, tenant string) (string, bool) {
 	loc, ok := s.client.(NodeLocator)
