@@ -341,10 +341,11 @@ func TestClusterDeadNodeDelaysOnlyItsTenants(t *testing.T) {
 }
 
 // TestStandaloneRoundFinishesItsCalls checks that without Cluster a Tick
-// still returns only once its calls (and the quota version poll) are
-// done, even on a Store that tells nodes apart: a slow node's calls take
-// 30ms here, and when Tick returns none may be in flight and every tenant
-// must hold its lease.
+// still returns only once its lease calls are done, even on a Store that
+// tells nodes apart: a slow node's calls take 30ms here, and when Tick
+// returns every tenant must hold its lease. The poll of the quota version
+// (on the slow node too) runs beside the rounds, and Wait waits for it:
+// then none may be in flight.
 func TestStandaloneRoundFinishesItsCalls(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	clock, view := clockedView(t)
@@ -365,13 +366,14 @@ func TestStandaloneRoundFinishesItsCalls(t *testing.T) {
 	slow := time.AfterFunc(30*time.Millisecond, func() { close(st.unblock) }) // the slow node's latency
 	defer slow.Stop()
 	s.Tick(context.Background())
-	if runs, hanging, _ := st.counts(); runs == 0 || hanging != 0 {
-		t.Errorf("after Tick: %d calls to the slow node, %d still in flight; want some, none in flight", runs, hanging)
-	}
 	for _, tn := range ts {
 		if tn.Held() == 0 {
 			t.Errorf("%s holds no lease when Tick returned", tn.Name())
 		}
+	}
+	s.Wait()
+	if runs, hanging, _ := st.counts(); runs == 0 || hanging != 0 {
+		t.Errorf("after Tick and Wait: %d calls to the slow node, %d still in flight; want some, none in flight", runs, hanging)
 	}
 }
 
