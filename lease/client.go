@@ -137,3 +137,18 @@ func scriptError(op string, err error) error {
 	}
 	return fmt.Errorf("lease: %s: %w", op, err)
 }
+
+// Connected reports whether the client holds a connection to Redis now, as
+// its connection pool counts them (go-redis clients); true when the
+// Scripter does not say. The syncer uses it to tell a Redis that refuses
+// connections, which is down, from one that accepted them and has not
+// answered yet, which may be busy: go-redis retries a refused dial until
+// the call's deadline, so both show as timeouts.
+func (c *Client) Connected() bool {
+	p, ok := c.s.(interface{ PoolStats() *redis.PoolStats })
+	if !ok {
+		return true
+	}
+	st := p.PoolStats()
+	return st == nil || st.TotalConns > 0
+}

@@ -69,12 +69,21 @@ type slowReadStore struct {
 	firstTook time.Duration // the first read's, when not zero
 	reads     *atomic.Int64
 	silent    bool
+	refused   bool          // holds no connection (syncer.Connector)
+	hold      chan struct{} // when not nil, the first read waits for it to close
 }
+
+func (s slowReadStore) Connected() bool { return !s.refused }
 
 func (s slowReadStore) QuotaVersion(ctx context.Context) (int64, error) {
 	took := s.took
-	if s.reads.Add(1) == 1 && s.firstTook > 0 {
-		took = s.firstTook
+	if s.reads.Add(1) == 1 {
+		if s.hold != nil {
+			<-s.hold
+		}
+		if s.firstTook > 0 {
+			took = s.firstTook
+		}
 	}
 	s.clock.Add(int64(took))
 	if d, ok := ctx.Deadline(); s.silent || ok && time.Until(d) < took {
@@ -96,7 +105,9 @@ func (s slowReadStore) QuotaVersion(ctx context.Context) (int64, error) {
 // answered at all makes it failing at once. The first read may take a
 // whole lease lifetime (a fleet's first calls queue in Redis before any
 // reply can cut a call window): answered after more than half of it,
-// and the later reads in time, the tenant is never failing.
+// and the later reads in time, the tenant is never failing. But not when
+// the store holds no connection (a Redis that refuses them): then the
+// first timeouts count at once.
 func TestLateAnswersAreBusyForAWhile(t *testing.T) {
 	const (
 		iv      = 100 * time.Millisecond
@@ -107,7 +118,7 @@ func TestLateAnswersAreBusyForAWhile(t *testing.T) {
 	for _, tc := range []struct {
 		name            string
 		took, firstTook time.Duration
-		silent          bool
+		silent, refused bool
 		// The tenant must not be failing before notBefore, and must be
 		// by failingBy (0: never).
 		notBefore, failingBy time.Duration
@@ -116,6 +127,9 @@ func TestLateAnswersAreBusyForAWhile(t *testing.T) {
 		{name: "late", took: 3 * callTO, notBefore: 2 * ttl, failingBy: (syncer.LateGrace+1)*ttl + iv},
 		{name: "silent", took: callTO, silent: true, failingBy: iv},
 		{name: "slow first", took: callTO / 2, firstTook: ttl * 3 / 4, notBefore: horizon},
+		// As go-redis shows a Redis that refuses connections: every call,
+		// the reads too, runs out of its deadline.
+		{name: "refused", took: ttl * 3 / 4, silent: true, refused: true, failingBy: iv},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var clock atomic.Int64
@@ -126,7 +140,12 @@ func TestLateAnswersAreBusyForAWhile(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			st := slowReadStore{lateStore: lateStore{view}, clock: &clock, took: tc.took, firstTook: tc.firstTook, reads: new(atomic.Int64), silent: tc.silent}
+			st := slowReadStore{lateStore: lateStore{view}, clock: &clock, took: tc.took, firstTook: tc.firstTook, reads: new(atomic.Int64), silent: tc.silent, refused: tc.refused}
+			if tc.refused {
+				// The first read is still out when the first tick's lease
+				// call times out.
+				st.hold = make(chan struct{})
+			}
 			s := syncer.New(st, syncer.Options{Planner: syncer.NewPlanner(syncer.Config{Interval: iv}, 1), Now: now, CallTimeout: callTO,
 				Defaults: quota.Defaults{LeaseTTL: ttl, Interval: iv}})
 			defer s.Close()
@@ -139,10 +158,15 @@ func TestLateAnswersAreBusyForAWhile(t *testing.T) {
 			for now().Sub(start) < horizon {
 				tn.NoteMiss(1)
 				clock.Add(int64(iv / 4))
+				tickAt := now().Sub(start) // before the reads of this tick move the clock
 				s.Tick(ctx)
+				if st.hold != nil {
+					close(st.hold) // after the first tick
+					st.hold = nil
+				}
 				s.Wait() // the poll of the quota version
 				if tn.Failing() {
-					failedAt = now().Sub(start)
+					failedAt = tickAt
 					break
 				}
 			}

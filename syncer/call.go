@@ -119,7 +119,8 @@ func (s *Syncer) congestedAfter(size int) time.Duration {
 // read's own, longer one) is busy too, for up to lateGrace lease
 // lifetimes since its last answer in time (redisNode.reachedLate); and
 // while the syncer's first read is still out, a timeout says nothing yet
-// (quotaPoll.firstPending), so that a fleet started at once on a Redis
+// (quotaPoll.firstPending) unless the Store holds no connection to Redis
+// (connected), so that a fleet started at once on a Redis
 // or a machine too busy to answer within the call deadline does not
 // start in its failure mode. A Redis down from the start fails that read
 // (go-redis retries a refused dial until the deadline, so its calls time
@@ -153,7 +154,27 @@ func (s *Syncer) busy(ctx context.Context, err error, now time.Time, tenant stri
 		name, ok := s.nodeOf(ctx, tenant)
 		return ok && s.node(name).answeredWithin(now, s.leaseTTL)
 	}
-	return s.one.answeredWithin(now, s.leaseTTL) || s.one.reachedLate(now, s.leaseTTL) || s.poll.firstPending()
+	return s.one.answeredWithin(now, s.leaseTTL) || s.one.reachedLate(now, s.leaseTTL) || s.poll.firstPending() && s.connected()
+}
+
+// Connector is what a Store may implement to say whether it holds a
+// connection to Redis (lease.Client does, from go-redis's pool).
+type Connector interface {
+	Connected() bool
+}
+
+// connected reports whether the Store holds a connection to Redis, true
+// when it does not say (Connector). Why: while the first read of the
+// quota version is out, a timeout says nothing (busy), but a Redis that
+// refuses connections is down, and go-redis retries a refused dial until
+// the deadline, so its calls and that read time out alike: without the
+// pool's word, a limiter started while Redis was down waited a whole lease
+// TTL (the first read's deadline) before its failure mode decided, and
+// TestRetryInfoFollowsDecision (grpcquota) got cold-start denials where
+// it wants unavailable ones.
+func (s *Syncer) connected() bool {
+	c, ok := s.client.(Connector)
+	return !ok || c.Connected()
 }
 
 // AnswersLate reports whether Redis answers, but only after the call

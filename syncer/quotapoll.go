@@ -133,8 +133,9 @@ func (s *Syncer) readQuota(ctx context.Context, timeout time.Duration) (int64, e
 // answer yet, the lease calls' timeouts then opened breakers, and 5,615
 // to 94,582 decisions a run were made by the failure mode, every one
 // of them of a tenant failed in the run's first second; with the whole
-// lifetime, none in three runs. A Redis down from the start is taken
-// for down that much later.
+// lifetime, none in three runs. A Redis silent from the start (one that
+// accepts connections) is taken for down that much later; one that
+// refuses them, at once (Syncer.connected).
 func (s *Syncer) livenessTimeout() time.Duration {
 	d := s.leaseTTL / 2
 	if !s.poll.hasFinished() {
