@@ -193,9 +193,8 @@ func (s *Syncer) roomFor(t *Tenant, node *redisNode, now time.Time, read bool) b
 // it. Requests are told when its next call may go (Tenant.RetryAfter),
 // and rounds pass it by until then (quiet.go). t's lock is held.
 func (s *Syncer) holdBack(t *Tenant, now time.Time, wait time.Duration) {
-	ls := t.lease.Load()
-	s.planner.Skipped(&ls.st, *t.Limits(), now, wait)
-	ls.retryAt.Store(ls.st.at(ls.st.notBefore))
+	s.planner.Skipped(t.st(), *t.Limits(), now, wait)
+	s.setRetry(t)
 	t.quietUntil.Store(s.quietUntil(t))
 	s.heldBack.Add(1)
 }
