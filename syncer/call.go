@@ -186,8 +186,7 @@ func (s *Syncer) AnswersLate() bool {
 		return false
 	}
 	now := s.opts.Now()
-	r := s.one.reached.Load()
-	return r != 0 && now.UnixNano()-r < int64(s.leaseTTL) && !s.one.answeredWithin(now, s.leaseTTL)
+	return s.one.reachedWithin(now, s.leaseTTL) && !s.one.answeredWithin(now, s.leaseTTL)
 }
 
 // nodeOf names the node that serves tenant, when the Store knows it.

@@ -38,6 +38,13 @@ func (n *redisNode) answeredWithin(now time.Time, d time.Duration) bool {
 	return last != 0 && now.UnixNano()-last < int64(d)
 }
 
+// reachedWithin reports whether the node answered at all (in time or
+// late) within d before now.
+func (n *redisNode) reachedWithin(now time.Time, d time.Duration) bool {
+	last := n.reached.Load()
+	return last != 0 && now.UnixNano()-last < int64(d)
+}
+
 // answer records an answer of the node at now: in time (within the call
 // deadline) or late.
 func (n *redisNode) answer(now time.Time, inTime bool) {
@@ -69,15 +76,14 @@ const lateGrace = 4
 // answers every call later than the deadline (a network too slow for
 // WithRedisTimeout) cannot lease, and is taken for down after it.
 func (n *redisNode) reachedLate(now time.Time, ttl time.Duration) bool {
-	ns := now.UnixNano()
-	if r := n.reached.Load(); r == 0 || ns-r >= int64(ttl) {
+	if !n.reachedWithin(now, ttl) {
 		return false
 	}
 	since := n.answered.Load()
 	if since == 0 {
 		since = n.firstReached.Load()
 	}
-	return ns-since < int64(lateGrace*ttl)
+	return now.UnixNano()-since < int64(lateGrace*ttl)
 }
 
 // node returns the redisNode named name (an address from NodeOf), made
