@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"runtime"
 	"strconv"
 	"strings"
@@ -858,4 +859,105 @@ func redisErrorStat(t *testing.T, c *redis.Client, prefix string) int64 {
 		}
 	}
 	return 0
+}
+
+// TestStartOnPausedRedisIsNotAnOutage: a limiter started while Redis
+// accepts connections but runs no command (CLIENT PAUSE ALL, as a Redis
+// flooded by a fleet's first calls does for a while) sees its lease calls
+// time out before any call of its own was answered. That is a busy Redis,
+// not a down one: its first read of the quota version is still out
+// (Syncer.busy, quotaPoll.firstPending), so no request is decided by the
+// failure mode, and once the pause ends the tenant leases. It is
+// TestLateAnswersAreBusyForAWhile's "slow first" case on a real Redis;
+// with the first read's rule taken out, 226 and 266 requests (two runs)
+// were denied as unavailable and Degraded() turned true.
+func TestStartOnPausedRedisIsNotAnOutage(t *testing.T) {
+	redistest.Shared(t)
+	ignore := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
+	srv := redistest.StartServer(t)
+	admin := srv.Client()
+	defer admin.Close()
+	ctx := context.Background()
+	const pause = 400 * time.Millisecond
+	if err := admin.Do(ctx, "CLIENT", "PAUSE", pause.Milliseconds(), "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	paused := time.Now()
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, Password: srv.Password, ContextTimeoutEnabled: true})
+	defer c.Close()
+	startOnFault(t, c, "paused", paused, pause)
+}
+
+// TestSlowDialsAtStartAreNotAnOutage: a limiter whose connections take
+// longer to set up than its call deadline, for a while after it starts
+// (a fleet's connection storm overflowing Redis's accept queue, or TLS
+// handshakes on a busy Redis), sees its lease calls time out with no
+// connection in its go-redis pool, its first read of the quota version
+// still dialing. Redis accepts connections, so that is congestion, not an
+// outage: no request is decided by the failure mode, Degraded() stays
+// false, and the tenant leases once the dials are quick again. Before,
+// an empty pool was taken for a Redis that refuses connections: the
+// timeouts opened the breaker and requests were denied as unavailable.
+func TestSlowDialsAtStartAreNotAnOutage(t *testing.T) {
+	srv := redistest.Shared(t)
+	ignore := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
+	const slow = 300 * time.Millisecond
+	began := time.Now()
+	var d net.Dialer
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, Password: srv.Password, ContextTimeoutEnabled: true,
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			// Until slow after the start, a dial takes until then.
+			if wait := slow - time.Since(began); wait > 0 {
+				timer := time.NewTimer(wait)
+				defer timer.Stop()
+				select {
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				case <-timer.C:
+				}
+			}
+			return d.DialContext(ctx, network, addr)
+		}})
+	defer c.Close()
+	startOnFault(t, c, "slow-dials", began, slow)
+}
+
+// startOnFault starts a limiter on c (a 50 ms call deadline, fail
+// closed) during a fault of Redis that began at from and lasts fault,
+// sends a request for tenant every 2 ms until the fault has ended and the
+// tenant holds a lease, and checks that a lease call failed meanwhile
+// (or the test shows nothing), and that no request was decided by the
+// failure mode, nor Degraded() true: Redis was up throughout.
+func startOnFault(t *testing.T, c *redis.Client, tenant string, from time.Time, fault time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	l, err := leasequota.New(c, leasequota.WithLogger(redistest.Logger(t)), leasequota.WithKeyPrefix(redistest.Prefix(t)),
+		leasequota.WithDefaultQuota(leasequota.Quota{Rate: 200, Burst: 20, FailureMode: leasequota.FailClosed}),
+		leasequota.WithRedisTimeout(50*time.Millisecond), leasequota.WithRefreshInterval(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close(ctx)
+	reasons := map[leasequota.Reason]int{}
+	degraded := false
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	deadline := from.Add(fault + 5*time.Second)
+	for l.Stats().Granted == 0 || time.Since(from) < fault {
+		if time.Now().After(deadline) {
+			t.Fatalf("no lease %v after the fault began; decisions %v", time.Since(from), reasons)
+		}
+		<-tick.C // pacing the requests, not waiting for a condition
+		reasons[l.AllowN(ctx, tenant, 1).Reason]++
+		degraded = degraded || l.Degraded()
+	}
+	t.Logf("leased %v after the fault began; %d lease calls failed; decisions %v", time.Since(from).Round(time.Millisecond), l.Stats().Errors, reasons)
+	if l.Stats().Errors == 0 {
+		t.Error("no lease call failed during the fault: the test shows nothing")
+	}
+	if n := reasons[leasequota.ReasonUnavailable] + reasons[leasequota.ReasonFallback] + reasons[leasequota.ReasonFailOpen]; n > 0 || degraded {
+		t.Errorf("%d decisions by the failure mode, Degraded() %v, while Redis was up: decisions %v", n, degraded, reasons)
+	}
 }

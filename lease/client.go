@@ -4,8 +4,10 @@ package lease
 // its calls share (keys, errors).
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -138,17 +140,34 @@ func scriptError(op string, err error) error {
 	return fmt.Errorf("lease: %s: %w", op, err)
 }
 
-// Connected reports whether the client holds a connection to Redis now, as
-// its connection pool counts them (go-redis clients); true when the
-// Scripter does not say. The syncer uses it to tell a Redis that refuses
-// connections, which is down, from one that accepted them and has not
-// answered yet, which may be busy: go-redis retries a refused dial until
-// the call's deadline, so both show as timeouts.
-func (c *Client) Connected() bool {
-	p, ok := c.s.(interface{ PoolStats() *redis.PoolStats })
+// Refuses dials Redis once, as the go-redis client's pool would (its
+// Options' Dialer, TLS included), closes the connection, and reports
+// whether the dial failed for a reason other than ctx or a timeout: the
+// connection was refused, the name does not resolve, the handshake
+// failed. False when the dial succeeded, ran out of time, or the Scripter
+// is not a *redis.Client (a Cluster or Ring client): then it cannot tell.
+//
+// Why: a call to a Redis that refuses connections times out like one to a
+// busy Redis (go-redis retries the dial until the deadline), and the
+// syncer must tell the two apart before any call of its own was
+// answered. The pool's own count of connections cannot: under load it
+// holds none for a while though Redis accepts them (a dial still under
+// way, or connections dropped after their calls timed out).
+func (c *Client) Refuses(ctx context.Context) bool {
+	o, ok := c.s.(interface{ Options() *redis.Options })
 	if !ok {
-		return true
+		return false
 	}
-	st := p.PoolStats()
-	return st == nil || st.TotalConns > 0
+	opt := o.Options()
+	if opt == nil || opt.Dialer == nil {
+		return false
+	}
+	conn, err := opt.Dialer(ctx, opt.Network, opt.Addr)
+	if err == nil {
+		conn.Close()
+		return false
+	}
+	var ne net.Error
+	return ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) &&
+		!(errors.As(err, &ne) && ne.Timeout())
 }

@@ -69,18 +69,14 @@ type slowReadStore struct {
 	firstTook time.Duration // the first read's, when not zero
 	reads     *atomic.Int64
 	silent    bool
-	refused   bool          // holds no connection (syncer.Connector)
-	hold      chan struct{} // when not nil, the first read waits for it to close
+	refused   bool // refuses connections (syncer.Refuser)
 }
 
-func (s slowReadStore) Connected() bool { return !s.refused }
+func (s slowReadStore) Refuses(context.Context) bool { return s.refused }
 
 func (s slowReadStore) QuotaVersion(ctx context.Context) (int64, error) {
 	took := s.took
 	if s.reads.Add(1) == 1 {
-		if s.hold != nil {
-			<-s.hold
-		}
 		if s.firstTook > 0 {
 			took = s.firstTook
 		}
@@ -106,8 +102,8 @@ func (s slowReadStore) QuotaVersion(ctx context.Context) (int64, error) {
 // whole lease lifetime (a fleet's first calls queue in Redis before any
 // reply can cut a call window): answered after more than half of it,
 // and the later reads in time, the tenant is never failing. But not when
-// the store holds no connection (a Redis that refuses them): then the
-// first timeouts count at once.
+// Redis refuses connections (syncer.Refuser): then the first poll ends at
+// once and the timeouts count.
 func TestLateAnswersAreBusyForAWhile(t *testing.T) {
 	const (
 		iv      = 100 * time.Millisecond
@@ -143,11 +139,6 @@ func TestLateAnswersAreBusyForAWhile(t *testing.T) {
 				t.Fatal(err)
 			}
 			st := slowReadStore{lateStore: lateStore{view}, clock: &clock, took: tc.took, firstTook: tc.firstTook, reads: new(atomic.Int64), silent: tc.silent, refused: tc.refused}
-			if tc.refused {
-				// The first read is still out when the first tick's lease
-				// call times out.
-				st.hold = make(chan struct{})
-			}
 			s := syncer.New(st, syncer.Options{Planner: syncer.NewPlanner(syncer.Config{Interval: iv}, 1), Now: now, CallTimeout: callTO,
 				Defaults: quota.Defaults{LeaseTTL: ttl, Interval: iv}})
 			defer s.Close()
@@ -162,10 +153,6 @@ func TestLateAnswersAreBusyForAWhile(t *testing.T) {
 				clock.Add(int64(iv / 4))
 				tickAt := now().Sub(start) // before the reads of this tick move the clock
 				s.Tick(ctx)
-				if st.hold != nil {
-					close(st.hold) // after the first tick
-					st.hold = nil
-				}
 				s.Wait() // the poll of the quota version
 				if tn.Failing() {
 					failedAt = tickAt

@@ -119,12 +119,12 @@ func (s *Syncer) congestedAfter(size int) time.Duration {
 // read's own, longer one) is busy too, for up to lateGrace lease
 // lifetimes since its last answer in time (redisNode.reachedLate); and
 // while the syncer's first read is still out, a timeout says nothing yet
-// (quotaPoll.firstPending) unless the Store holds no connection to Redis
-// (connected), so that a fleet started at once on a Redis
+// (quotaPoll.firstPending), so that a fleet started at once on a Redis
 // or a machine too busy to answer within the call deadline does not
-// start in its failure mode. A Redis down from the start fails that read
-// (go-redis retries a refused dial until the deadline, so its calls time
-// out too), and its timeouts count from then on.
+// start in its failure mode. A Redis that refuses connections ends that
+// read at once (refuses; go-redis retries a refused dial until the
+// deadline, so its calls time out too), and its timeouts count from then
+// on.
 // Such a failure is congestion (it cuts the call budget) but not an
 // outage: it neither counts towards the circuit breaker nor makes the
 // call's tenants failing, so no failure mode decides for them while Redis
@@ -154,27 +154,45 @@ func (s *Syncer) busy(ctx context.Context, err error, now time.Time, tenant stri
 		name, ok := s.nodeOf(ctx, tenant)
 		return ok && s.node(name).answeredWithin(now, s.leaseTTL)
 	}
-	return s.one.answeredWithin(now, s.leaseTTL) || s.one.reachedLate(now, s.leaseTTL) || s.poll.firstPending() && s.connected()
+	return s.one.answeredWithin(now, s.leaseTTL) || s.one.reachedLate(now, s.leaseTTL) || s.poll.firstPending()
 }
 
-// Connector is what a Store may implement to say whether it holds a
-// connection to Redis (lease.Client does, from go-redis's pool).
-type Connector interface {
-	Connected() bool
+// Refuser is what a Store may implement to say whether Redis refuses
+// connections (lease.Client does: it dials Redis as its pool would).
+// Refuses dials once, within ctx, and reports true only when the dial
+// failed for a reason other than time: a Redis down, not a slow one.
+type Refuser interface {
+	Refuses(ctx context.Context) bool
 }
 
-// connected reports whether the Store holds a connection to Redis, true
-// when it does not say (Connector). Why: while the first read of the
-// quota version is out, a timeout says nothing (busy), but a Redis that
-// refuses connections is down, and go-redis retries a refused dial until
-// the deadline, so its calls and that read time out alike: without the
-// pool's word, a limiter started while Redis was down waited a whole lease
-// TTL (the first read's deadline) before its failure mode decided, and
-// TestRetryInfoFollowsDecision (grpcquota) got cold-start denials where
-// it wants unavailable ones.
-func (s *Syncer) connected() bool {
-	c, ok := s.client.(Connector)
-	return !ok || c.Connected()
+// refuses reports whether Redis refuses connections (Refuser), within
+// the call deadline; false when the Store does not say. The first poll
+// of the quota version asks it before its read (pollQuotaAsync): while
+// the dial is out, that read is pending and a timeout says nothing, so a
+// limiter started on a Redis that refuses connections may take a call
+// for congestion if the poll's goroutine waits for a CPU longer than the
+// call deadline, and the next one for an outage. Why: while that read is
+// out, a timeout says nothing (busy), but a Redis that refuses
+// connections is down, and go-redis retries a refused dial until the
+// deadline, so its calls and that read time out alike: without the
+// dial's word, a limiter started while Redis was down waited a whole
+// lease TTL (the first read's deadline) before its failure mode decided,
+// and TestRetryInfoFollowsDecision (grpcquota) got cold-start denials
+// where it wants unavailable ones. The dial is asked, not go-redis's
+// pool: a pool that holds no connection is no sign, for under load it
+// holds none for a while though Redis accepts them (BenchmarkFleet at 32
+// x 2,000 with 32 load goroutines an instance: the limiters started last
+// opened their breakers in the run's first second, their first reads
+// still out, and the failure mode decided for their tenants while Redis
+// answered the others).
+func (s *Syncer) refuses(ctx context.Context) bool {
+	r, ok := s.client.(Refuser)
+	if !ok {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.opts.CallTimeout)
+	defer cancel()
+	return r.Refuses(ctx)
 }
 
 // AnswersLate reports whether Redis answers, but only after the call

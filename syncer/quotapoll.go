@@ -2,6 +2,7 @@ package syncer
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 )
@@ -135,7 +136,7 @@ func (s *Syncer) readQuota(ctx context.Context, timeout time.Duration) (int64, e
 // of them of a tenant failed in the run's first second; with the whole
 // lifetime, none in three runs. A Redis silent from the start (one that
 // accepts connections) is taken for down that much later; one that
-// refuses them, at once (Syncer.connected).
+// refuses them, at once (Syncer.refuses).
 func (s *Syncer) livenessTimeout() time.Duration {
 	d := s.leaseTTL / 2
 	if !s.poll.hasFinished() {
@@ -181,7 +182,17 @@ func (s *Syncer) pollQuotaAsync(ctx context.Context, now time.Time) bool {
 	}
 	go func() {
 		defer s.async.Done()
+		if !s.poll.hasFinished() && s.refuses(s.ctx) {
+			// Down, not busy: the first read ends here, and the lease
+			// calls' timeouts count from now on (busy).
+			s.poll.finish(0, errRefused)
+			return
+		}
 		s.poll.finish(s.readQuota(s.ctx, s.livenessTimeout()))
 	}()
 	return changed
 }
+
+// errRefused is the result of a first poll of the quota version that
+// found Redis refusing connections (refuses).
+var errRefused = errors.New("syncer: Redis refuses connections")
