@@ -64,7 +64,7 @@ func (s *Syncer) apply(ctx context.Context, t *Tenant, node *redisNode, now time
 	if r.Err != nil {
 		s.errs.Add(1)
 		s.planner.Failed(&ls.st, now)
-		ls.retryAt.Store(ls.st.at(ls.st.notBefore))
+		s.setRetry(t) // the backoff's end, or a reserved token due before it
 		if s.busy(ctx, r.Err, s.opts.Now(), t.name) {
 			// Redis is busy, not down: the tenant backs off, and its
 			// requests are decided by its lease, not its failure mode.
