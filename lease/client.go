@@ -10,6 +10,7 @@ import (
 	"net"
 	"strconv"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -140,12 +141,20 @@ func scriptError(op string, err error) error {
 	return fmt.Errorf("lease: %s: %w", op, err)
 }
 
-// Refuses dials Redis once, as the go-redis client's pool would (its
-// Options' Dialer, TLS included), closes the connection, and reports
-// whether the dial failed for a reason other than ctx or a timeout: the
-// connection was refused, the name does not resolve, the handshake
-// failed. False when the dial succeeded, ran out of time, or the Scripter
-// is not a *redis.Client (a Cluster or Ring client): then it cannot tell.
+// Refuses dials Redis once, as the go-redis client's pool would, closes
+// the connection, and reports whether Redis refuses connections: the dial
+// failed with a connection refused, a unix socket that does not exist, a
+// host or network unreachable, or a name that does not resolve. Anything
+// else says nothing, and Refuses reports false: a dial that succeeded,
+// ran out of time or failed otherwise (a reset under load, a client out
+// of file descriptors), and a Scripter that is not a *redis.Client (a
+// Cluster client, which is not dialed). A Sentinel failover client is
+// dialed through its sentinels, whose errors say nothing here.
+//
+// The dial is its Options' Dialer but for a TLS client, whose default
+// Dialer does not heed ctx in the handshake (go-redis v9): that one dials
+// the transport alone, where a refusal shows. So Refuses returns within
+// ctx.
 //
 // Why: a call to a Redis that refuses connections times out like one to a
 // busy Redis (go-redis retries the dial until the deadline), and the
@@ -159,15 +168,27 @@ func (c *Client) Refuses(ctx context.Context) bool {
 		return false
 	}
 	opt := o.Options()
-	if opt == nil || opt.Dialer == nil {
+	if opt == nil {
 		return false
 	}
-	conn, err := opt.Dialer(ctx, opt.Network, opt.Addr)
+	dial := opt.Dialer
+	if dial == nil || opt.TLSConfig != nil {
+		var d net.Dialer
+		dial = d.DialContext
+	}
+	conn, err := dial(ctx, opt.Network, opt.Addr)
 	if err == nil {
 		conn.Close()
 		return false
 	}
-	var ne net.Error
-	return ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) &&
-		!(errors.As(err, &ne) && ne.Timeout())
+	return refused(err)
+}
+
+// refused reports whether a dial's error says that nothing serves the
+// address (see Refuses).
+func refused(err error) bool {
+	var dns *net.DNSError
+	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT) ||
+		errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH) ||
+		errors.As(err, &dns) && dns.IsNotFound
 }

@@ -2,7 +2,10 @@ package lease
 
 import (
 	"context"
+	"crypto/tls"
 	"net"
+	"os"
+	"syscall"
 	"testing"
 	"time"
 
@@ -68,6 +71,54 @@ func TestRefuses(t *testing.T) {
 		defer cancel()
 		if refuses(t, c, ctx) {
 			t.Error("Refuses() = true for a dial that ran out of time: it cannot tell")
+		}
+	})
+	t.Run("dial timeout", func(t *testing.T) {
+		// A dial that gives up on its own deadline, ctx still live.
+		c := redis.NewClient(&redis.Options{Addr: closed, Dialer: func(context.Context, string, string) (net.Conn, error) {
+			return nil, &net.OpError{Op: "dial", Net: "tcp", Err: os.ErrDeadlineExceeded}
+		}})
+		defer c.Close()
+		if refuses(t, c, ctx) {
+			t.Error("Refuses() = true for a dial that timed out: it cannot tell")
+		}
+	})
+	t.Run("reset", func(t *testing.T) {
+		// Connections reset as they come (an accept queue overflowing):
+		// not a refusal.
+		c := redis.NewClient(&redis.Options{Addr: closed, Dialer: func(context.Context, string, string) (net.Conn, error) {
+			return nil, &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNRESET)}
+		}})
+		defer c.Close()
+		if refuses(t, c, ctx) {
+			t.Error("Refuses() = true for a connection reset")
+		}
+	})
+	t.Run("TLS, closed port", func(t *testing.T) {
+		c := redis.NewClient(&redis.Options{Addr: closed, TLSConfig: &tls.Config{}})
+		defer c.Close()
+		if !refuses(t, c, ctx) {
+			t.Error("Refuses() = false for a TLS client of a port that refuses connections")
+		}
+	})
+	t.Run("TLS, no handshake", func(t *testing.T) {
+		// go-redis's TLS dialer does not heed ctx in the handshake: the
+		// transport alone is dialed, so Refuses returns within ctx.
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		c := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), TLSConfig: &tls.Config{}, DialTimeout: 10 * time.Second})
+		defer c.Close()
+		ctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		defer cancel()
+		began := time.Now()
+		if refuses(t, c, ctx) {
+			t.Error("Refuses() = true for a listener that accepts connections")
+		}
+		if took := time.Since(began); took > 5*time.Second {
+			t.Errorf("Refuses took %v with a 50 ms ctx and a 10 s DialTimeout: it waited for the handshake", took)
 		}
 	})
 	t.Run("cluster client", func(t *testing.T) {

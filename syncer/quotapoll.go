@@ -136,10 +136,12 @@ func (s *Syncer) readQuota(ctx context.Context, timeout time.Duration) (int64, e
 // of them of a tenant failed in the run's first second; with the whole
 // lifetime, none in three runs. A Redis silent from the start (one that
 // accepts connections) is taken for down that much later; one that
-// refuses them, at once (Syncer.refuses).
+// refuses them, at once (Syncer.refuses). Without Cluster, the reads
+// after that refusal get the whole lifetime too, until one is answered: a
+// Redis that comes back meets the same storm of first calls.
 func (s *Syncer) livenessTimeout() time.Duration {
 	d := s.leaseTTL / 2
-	if !s.poll.hasFinished() {
+	if !s.poll.hasFinished() || !s.opts.Cluster && s.one.firstReached.Load() == 0 {
 		d = s.leaseTTL
 	}
 	return max(s.opts.CallTimeout, d)

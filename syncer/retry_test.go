@@ -52,7 +52,7 @@ func TestFailedCallRetryCountsReservedTokens(t *testing.T) {
 	}
 	// One token more than the tenant holds: the global bucket has them
 	// (it refilled to 9 of its 10), so only the wait published counts.
-	if got, want := tn.RetryAfter(now(), tn.Held()+1), due.Sub(now()); got > want {
-		t.Errorf("RetryAfter %v after a failed call, want %v or less: the next reserved token is due then", got, want)
+	if got, want := tn.RetryAfter(now(), tn.Held()+1), due.Sub(now()); got <= 0 || got > want {
+		t.Errorf("RetryAfter %v after a failed call, want more than 0 and at most %v: the next reserved token is due then", got, want)
 	}
 }

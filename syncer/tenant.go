@@ -97,7 +97,11 @@ type Tenant struct {
 // planner's State.
 type leaseState struct {
 	// Written by the syncer, read by requests.
-	retryAt atomic.Int64 // unix nanoseconds before which no lease call is made
+	// retryAt is when the tenant's requests may next find tokens without
+	// a lease call of their own (unix nanoseconds): when a lease call may
+	// next be made, or a reserved token comes due, whichever is first
+	// (Syncer.setRetry, its only writer).
+	retryAt atomic.Int64
 	// emptyAt is when the global bucket, as the last lease call saw it and
 	// refilling at the tenant's rate, was empty (unix nanoseconds): it holds
 	// (now - emptyAt) * rate tokens now. One number instead of a level and
