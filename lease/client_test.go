@@ -48,52 +48,46 @@ func TestRefuses(t *testing.T) {
 		}
 	})
 	t.Run("accepts, never answers", func(t *testing.T) {
-		// The kernel completes the handshake of a listener that never
-		// accepts: what a paused or flooded Redis looks like to a dial.
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ln.Close()
-		c := redis.NewClient(&redis.Options{Addr: ln.Addr().String()})
+		c := redis.NewClient(&redis.Options{Addr: silentListener(t)})
 		defer c.Close()
 		if refuses(t, c, ctx) {
 			t.Error("Refuses() = true for a listener that accepts connections")
 		}
 	})
-	t.Run("out of time", func(t *testing.T) {
-		c := redis.NewClient(&redis.Options{Addr: closed, Dialer: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			<-ctx.Done() // a dial that hangs (a blackholed address)
-			return nil, ctx.Err()
-		}})
-		defer c.Close()
-		ctx, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
-		defer cancel()
-		if refuses(t, c, ctx) {
-			t.Error("Refuses() = true for a dial that ran out of time: it cannot tell")
-		}
-	})
-	t.Run("dial timeout", func(t *testing.T) {
+	// Dials that fail without a refusal: Refuses cannot tell, and says
+	// false.
+	for _, tc := range []struct {
+		name string
+		err  func(ctx context.Context) error // the dial's error
+		ctx  time.Duration                   // Refuses' deadline; 0 for none
+	}{
+		// A dial that hangs (a blackholed address) until ctx ends.
+		{name: "out of time", err: func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }, ctx: 10 * time.Millisecond},
 		// A dial that gives up on its own deadline, ctx still live.
-		c := redis.NewClient(&redis.Options{Addr: closed, Dialer: func(context.Context, string, string) (net.Conn, error) {
-			return nil, &net.OpError{Op: "dial", Net: "tcp", Err: os.ErrDeadlineExceeded}
-		}})
-		defer c.Close()
-		if refuses(t, c, ctx) {
-			t.Error("Refuses() = true for a dial that timed out: it cannot tell")
-		}
-	})
-	t.Run("reset", func(t *testing.T) {
-		// Connections reset as they come (an accept queue overflowing):
-		// not a refusal.
-		c := redis.NewClient(&redis.Options{Addr: closed, Dialer: func(context.Context, string, string) (net.Conn, error) {
-			return nil, &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNRESET)}
-		}})
-		defer c.Close()
-		if refuses(t, c, ctx) {
-			t.Error("Refuses() = true for a connection reset")
-		}
-	})
+		{name: "dial timeout", err: func(context.Context) error {
+			return &net.OpError{Op: "dial", Net: "tcp", Err: os.ErrDeadlineExceeded}
+		}},
+		// Connections reset as they come (an accept queue overflowing).
+		{name: "reset", err: func(context.Context) error {
+			return &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNRESET)}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := redis.NewClient(&redis.Options{Addr: closed, Dialer: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				return nil, tc.err(ctx)
+			}})
+			defer c.Close()
+			ctx := ctx
+			if tc.ctx > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, tc.ctx)
+				defer cancel()
+			}
+			if refuses(t, c, ctx) {
+				t.Error("Refuses() = true for a dial that was not refused: it cannot tell")
+			}
+		})
+	}
 	t.Run("TLS, closed port", func(t *testing.T) {
 		c := redis.NewClient(&redis.Options{Addr: closed, TLSConfig: &tls.Config{}})
 		defer c.Close()
@@ -104,12 +98,7 @@ func TestRefuses(t *testing.T) {
 	t.Run("TLS, no handshake", func(t *testing.T) {
 		// go-redis's TLS dialer does not heed ctx in the handshake: the
 		// transport alone is dialed, so Refuses returns within ctx.
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ln.Close()
-		c := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), TLSConfig: &tls.Config{}, DialTimeout: 10 * time.Second})
+		c := redis.NewClient(&redis.Options{Addr: silentListener(t), TLSConfig: &tls.Config{}, DialTimeout: 10 * time.Second})
 		defer c.Close()
 		ctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 		defer cancel()
@@ -128,4 +117,17 @@ func TestRefuses(t *testing.T) {
 			t.Error("Refuses() = true for a Cluster client, which it cannot dial through")
 		}
 	})
+}
+
+// silentListener returns the address of a listener that never accepts,
+// closed when t ends. The kernel completes the handshake of its
+// connections: what a paused or flooded Redis looks like to a dial.
+func silentListener(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return ln.Addr().String()
 }

@@ -1,6 +1,7 @@
 package syncer
 
 import (
+	"context"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -29,4 +30,17 @@ func MemstorePair(t testing.TB) (now func() time.Time, advance func(time.Duratio
 		t.Fatal(err)
 	}
 	return now, advance, store, mine, other
+}
+
+// refillNow makes a driven syncer's refill of tn for need tokens and
+// delivers it, failing t on an error.
+func refillNow(t testing.TB, s *Syncer, tn *Tenant, need int64) {
+	t.Helper()
+	ctx := context.Background()
+	ch := s.Refill(ctx, tn, need)
+	s.Refills(ctx)
+	s.Deliver()
+	if r := <-ch; r.Err != nil {
+		t.Fatalf("refill: %v", r.Err)
+	}
 }

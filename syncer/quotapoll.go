@@ -20,6 +20,7 @@ type quotaPoll struct {
 	mu       sync.Mutex // guards the fields below
 	running  bool       // a poll is in flight
 	finished bool       // a poll has finished (the first is no longer pending)
+	answered bool       // a poll has read the version (livenessTimeout)
 	done     bool       // a poll finished and its result is not taken yet
 	last     quotaRead  // its result
 }
@@ -56,7 +57,15 @@ func (p *quotaPoll) start() bool {
 func (p *quotaPoll) finish(v int64, err error) {
 	p.mu.Lock()
 	p.running, p.finished, p.done, p.last = false, true, true, quotaRead{v, err}
+	p.answered = p.answered || err == nil
 	p.mu.Unlock()
+}
+
+// hasAnswered reports whether a poll has read the version.
+func (p *quotaPoll) hasAnswered() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.answered
 }
 
 // hasFinished reports whether a poll has finished.
@@ -125,23 +134,24 @@ func (s *Syncer) readQuota(ctx context.Context, timeout time.Duration) (int64, e
 // the rounds: half the default lease lifetime, and never less than the
 // call deadline. A Redis whose answers take longer than that cannot
 // lease usefully (a lease lives LeaseTTL from its call), and is taken for
-// down. The first poll gets a whole lease lifetime.
+// down. Until a poll has read the version, polls get a whole lease
+// lifetime.
 //
-// Why the first: a fleet started at once queues every instance's first
+// Why: a fleet started at once queues every instance's first
 // calls in Redis before any reply can cut a call window, and a read
 // queues behind them. At 32 x 2,000 (BenchmarkFleet, 32 load goroutines
 // an instance) the first reads timed out at half a lease lifetime, no
 // answer yet, the lease calls' timeouts then opened breakers, and 5,615
 // to 94,582 decisions a run were made by the failure mode, every one
 // of them of a tenant failed in the run's first second; with the whole
-// lifetime, none in three runs. A Redis silent from the start (one that
-// accepts connections) is taken for down that much later; one that
-// refuses them, at once (Syncer.refuses). Without Cluster, the reads
-// after that refusal get the whole lifetime too, until one is answered: a
-// Redis that comes back meets the same storm of first calls.
+// lifetime, none in three runs of b522ddb (docs/performance.md has later
+// ones). A Redis silent from the start (one that accepts connections) is
+// taken for down that much later; one that refuses them, at once
+// (Syncer.refuses), and the polls after that refusal keep the whole
+// lifetime: a Redis that comes back meets the same storm of first calls.
 func (s *Syncer) livenessTimeout() time.Duration {
 	d := s.leaseTTL / 2
-	if !s.poll.hasFinished() || !s.opts.Cluster && s.one.firstReached.Load() == 0 {
+	if !s.poll.hasAnswered() {
 		d = s.leaseTTL
 	}
 	return max(s.opts.CallTimeout, d)

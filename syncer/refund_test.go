@@ -26,16 +26,7 @@ func TestRefundReturnedComesBackWithTheRefill(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	refill := func() {
-		t.Helper()
-		ch := s.Refill(ctx, tn, 2)
-		s.Refills(ctx)
-		s.Deliver()
-		if r := <-ch; r.Err != nil {
-			t.Fatalf("refill: %v", r.Err)
-		}
-	}
-	refill()
+	refillNow(t, s, tn, 2)
 	front, clock := tn.Front(), s.Clock()
 	if ok, _ := tn.Spend(2); !ok {
 		t.Fatalf("the first lease holds %d tokens, want 2", tn.tokens.Load())
@@ -52,7 +43,7 @@ func TestRefundReturnedComesBackWithTheRefill(t *testing.T) {
 	if st := s.Stats(); st.Returned+st.Forfeited != 0 {
 		t.Fatalf("a round that found the tenant locked made its refund's return: stats %+v", st)
 	}
-	refill()
+	refillNow(t, s, tn, 2)
 	if n := tn.tokens.Load(); n != 2 {
 		t.Fatalf("after the refill, ip:a holds %d tokens, want the 2 refunded", n)
 	}

@@ -27,12 +27,7 @@ func TestFailedCallRetryCountsReservedTokens(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ch := s.Refill(ctx, tn, 1)
-	s.Refills(ctx)
-	s.Deliver()
-	if r := <-ch; r.Err != nil {
-		t.Fatalf("refill: %v", r.Err)
-	}
+	refillNow(t, s, tn, 1)
 	tn.mu.Lock()
 	st := tn.st()
 	// Reserved tokens at 10 a second from the reply's arrival: the first
