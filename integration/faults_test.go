@@ -872,9 +872,7 @@ func redisErrorStat(t *testing.T, c *redis.Client, prefix string) int64 {
 // with the first read's rule taken out, 226 and 266 requests (two runs)
 // were denied as unavailable and Degraded() turned true.
 func TestStartOnPausedRedisIsNotAnOutage(t *testing.T) {
-	redistest.Shared(t)
-	ignore := goleak.IgnoreCurrent()
-	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
+	leakCheck(t)
 	srv := redistest.StartServer(t)
 	admin := srv.Client()
 	defer admin.Close()
@@ -900,9 +898,8 @@ func TestStartOnPausedRedisIsNotAnOutage(t *testing.T) {
 // an empty pool was taken for a Redis that refuses connections: the
 // timeouts opened the breaker and requests were denied as unavailable.
 func TestSlowDialsAtStartAreNotAnOutage(t *testing.T) {
+	leakCheck(t)
 	srv := redistest.Shared(t)
-	ignore := goleak.IgnoreCurrent()
-	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
 	const slow = 300 * time.Millisecond
 	began := time.Now()
 	var d net.Dialer

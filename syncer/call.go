@@ -166,25 +166,17 @@ type Refuser interface {
 }
 
 // refuses reports whether Redis refuses connections (Refuser), within
-// the call deadline; false when the Store does not say. The first poll
-// of the quota version asks it before its read (pollQuotaAsync): while
-// the dial is out, that read is pending and a timeout says nothing, so a
-// limiter started on a Redis that refuses connections may take a call
-// for congestion if the poll's goroutine waits for a CPU longer than the
-// call deadline, and the next one for an outage. Why: while that read is
-// out, a timeout says nothing (busy), but a Redis that refuses
-// connections is down, and go-redis retries a refused dial until the
-// deadline, so its calls and that read time out alike: without the
-// dial's word, a limiter started while Redis was down waited a whole
-// lease TTL (the first read's deadline) before its failure mode decided,
-// and TestRetryInfoFollowsDecision (grpcquota) got cold-start denials
-// where it wants unavailable ones. The dial is asked, not go-redis's
-// pool: a pool that holds no connection is no sign, for under load it
-// holds none for a while though Redis accepts them (BenchmarkFleet at 32
-// x 2,000 with 32 load goroutines an instance: the limiters started last
-// opened their breakers in the run's first second, their first reads
-// still out, and the failure mode decided for their tenants while Redis
-// answered the others).
+// the call deadline; false when the Store does not say. The first poll of
+// the quota version asks it before its read (pollQuotaAsync). Why: while
+// that read is out, a timeout says nothing (busy), but go-redis retries a
+// refused dial until the deadline, so a down Redis's calls time out like
+// a busy one's; without the dial's word, a limiter started while Redis
+// was down waited a whole lease TTL (the first read's deadline) before
+// its failure mode decided. Why a dial and not go-redis's pool:
+// lease.Client.Refuses. While the dial is out the read is pending, so if
+// the poll's goroutine waits for a CPU longer than the call deadline, a
+// limiter started on a refusing Redis takes its first timeout for
+// congestion and the next for an outage.
 func (s *Syncer) refuses(ctx context.Context) bool {
 	r, ok := s.client.(Refuser)
 	if !ok {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/leasequota/leasequota/lease"
 	"github.com/leasequota/leasequota/lease/memstore"
+	"github.com/leasequota/leasequota/quota"
 )
 
 // MemstorePair is an in-process store and two instances of it ("mine"
@@ -43,4 +44,19 @@ func refillNow(t testing.TB, s *Syncer, tn *Tenant, need int64) {
 	if r := <-ch; r.Err != nil {
 		t.Fatalf("refill: %v", r.Err)
 	}
+}
+
+// drivenTenant returns a driven syncer on this instance's view of
+// MemstorePair's store, with a planner of cfg, closed when t ends, and
+// tenant tracked with q.
+func drivenTenant(t testing.TB, cfg Config, tenant string, q quota.Quota) (s *Syncer, tn *Tenant, now func() time.Time) {
+	t.Helper()
+	now, _, _, mine, _ := MemstorePair(t)
+	s = New(mine, Options{Planner: NewPlanner(cfg, 1), Now: now, Driven: true})
+	t.Cleanup(s.Close)
+	tn, err := s.Track(tenant, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, tn, now
 }

@@ -15,17 +15,8 @@ import (
 // although its last call found the bucket dry (it refills in 1,000 s): its
 // waiting requests need not wait for a round.
 func TestRefundReturnedComesBackWithTheRefill(t *testing.T) {
-	now, _, _, mine, _ := MemstorePair(t)
-	s := New(mine, Options{
-		Planner: NewPlanner(Config{Interval: time.Minute}, 1),
-		Now:     now,
-		Driven:  true,
-	})
+	s, tn, _ := drivenTenant(t, Config{Interval: time.Minute}, "ip:a", quota.Quota{Rate: 0.001, Burst: 2, MinLease: 2, MaxLease: 2, LeaseTTL: 10 * time.Minute})
 	ctx := context.Background()
-	tn, err := s.Track("ip:a", quota.Quota{Rate: 0.001, Burst: 2, MinLease: 2, MaxLease: 2, LeaseTTL: 10 * time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
 	refillNow(t, s, tn, 2)
 	front, clock := tn.Front(), s.Clock()
 	if ok, _ := tn.Spend(2); !ok {

@@ -15,18 +15,9 @@ import (
 // grant or a call held back: the drip needs no call. Before, a failed
 // call published the backoff's end alone.
 func TestFailedCallRetryCountsReservedTokens(t *testing.T) {
-	now, _, _, mine, _ := MemstorePair(t)
-	s := New(mine, Options{
-		Planner: NewPlanner(Config{Interval: 100 * time.Millisecond, MinBackoff: time.Second, MaxBackoff: 2 * time.Second}, 1),
-		Now:     now,
-		Driven:  true,
-	})
-	defer s.Close()
+	s, tn, now := drivenTenant(t, Config{Interval: 100 * time.Millisecond, MinBackoff: time.Second, MaxBackoff: 2 * time.Second},
+		"a", quota.Quota{Rate: 10, Burst: 10, MinLease: 1, MaxLease: 1, LeaseTTL: 10 * time.Second})
 	ctx := context.Background()
-	tn, err := s.Track("a", quota.Quota{Rate: 10, Burst: 10, MinLease: 1, MaxLease: 1, LeaseTTL: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
 	refillNow(t, s, tn, 1)
 	tn.mu.Lock()
 	st := tn.st()
