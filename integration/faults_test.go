@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"go.uber.org/goleak"
 
 	"github.com/leasequota/leasequota"
@@ -752,7 +754,7 @@ func TestRedisTimeoutWithDefaultClient(t *testing.T) {
 // dedicated server, a limiter on it with the failure quotas and a 1s
 // MaxWait, its load, and a second client to wipe with; everything is
 // closed, and goroutine leaks checked, when the test ends.
-func startWipeLoad(t *testing.T) (l *leasequota.Limiter, admin *redis.Client, ld *faultLoad, quota func(string) leasequota.Quota) {
+func startWipeLoad(t *testing.T) (l *leasequota.Limiter, admin *redis.Client, ld *faultLoad, quota func(string) leasequota.Quota, redisErrors func() map[string]int64) {
 	t.Helper()
 	redistest.Shared(t)
 	ignore := goleak.IgnoreCurrent()
@@ -763,13 +765,70 @@ func startWipeLoad(t *testing.T) (l *leasequota.Limiter, admin *redis.Client, ld
 	admin = srv.Client()
 	t.Cleanup(func() { admin.Close() })
 	names, quota := failureQuotas()
+	reader := sdkmetric.NewManualReader()
 	l, err := leasequota.New(c, leasequota.WithLogger(redistest.Logger(t)), leasequota.WithKeyPrefix(redistest.Prefix(t)),
-		leasequota.WithQuotaFunc(quota), leasequota.WithMaxWait(time.Second))
+		leasequota.WithQuotaFunc(quota), leasequota.WithMaxWait(time.Second),
+		leasequota.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { l.Close(context.Background()) })
-	return l, admin, startFaultLoad(l, names, 2*500, 8, 100*time.Millisecond, 100*time.Millisecond), quota
+	return l, admin, startFaultLoad(l, names, 2*500, 8, 100*time.Millisecond, 100*time.Millisecond), quota,
+		func() map[string]int64 { return redisErrorsByType(t, reader) }
+}
+
+// redisErrorsByType returns the failed Redis calls the limiter whose
+// meter provider reads into reader has counted (leasequota.redis.errors),
+// by error.type. It fails the test when the reader saw no Redis call
+// timed (leasequota.redis.duration): then it would see no error either.
+func redisErrorsByType(t *testing.T, reader sdkmetric.Reader) map[string]int64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	byType := map[string]int64{}
+	var calls uint64
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if h, ok := m.Data.(metricdata.Histogram[float64]); ok && m.Name == "leasequota.redis.duration" {
+				for _, dp := range h.DataPoints {
+					calls += dp.Count
+				}
+			}
+			if m.Name != "leasequota.redis.errors" {
+				continue
+			}
+			sum, ok := m.Data.(metricdata.Sum[int64])
+			if !ok {
+				t.Fatalf("leasequota.redis.errors is a %T, want a Sum[int64]", m.Data)
+			}
+			for _, dp := range sum.DataPoints {
+				kind, _ := dp.Attributes.Value("error.type")
+				byType[kind.AsString()] += dp.Value
+			}
+		}
+	}
+	if calls == 0 {
+		t.Fatal("the meter provider's reader saw no Redis call (leasequota.redis.duration)")
+	}
+	return byType
+}
+
+// checkWipeErrors fails the test for any failed Redis call but one that
+// timed out: a wipe (SCRIPT FLUSH, FLUSHALL) must be invisible, so a
+// NOSCRIPT that was not retried, or a script error, is a bug; a call that
+// ran out of its deadline (WithRedisTimeout, 50 ms) says the machine was
+// busy (this test's 8 goroutines, and whatever else it runs), which the
+// wipe does not cause. Each is logged.
+func checkWipeErrors(t *testing.T, byType map[string]int64, st leasequota.Stats) {
+	t.Helper()
+	t.Logf("failed Redis calls by error.type: %v (Stats().Errors %d)", byType, st.Errors)
+	for kind, n := range byType {
+		if kind != "timeout" && n > 0 {
+			t.Errorf("%d Redis calls failed with error.type %s, want none", n, kind)
+		}
+	}
 }
 
 // checkNoDegraded fails the test if any decision was made by a failure
@@ -784,10 +843,11 @@ func (ld *faultLoad) checkNoDegraded(t *testing.T) {
 }
 
 // TestScriptFlushUnderLoad flushes Redis' script cache every 50ms under
-// load: the NOSCRIPT fallback must hide it completely (no error, no
-// degraded decision), and the bound holds with no extra burst.
+// load: the NOSCRIPT fallback must hide it completely (no failed call but
+// one that timed out on a busy machine: checkWipeErrors; no degraded
+// decision), and the bound holds with no extra burst.
 func TestScriptFlushUnderLoad(t *testing.T) {
-	l, admin, ld, quota := startWipeLoad(t)
+	l, admin, ld, quota, redisErrors := startWipeLoad(t)
 	ctx := context.Background()
 	flushes := 0
 	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); flushes++ {
@@ -805,9 +865,7 @@ func TestScriptFlushUnderLoad(t *testing.T) {
 	if noscript == 0 {
 		t.Error("Redis answered NOSCRIPT 0 times: the test did not exercise the fallback")
 	}
-	if st.Errors != 0 {
-		t.Errorf("Stats().Errors = %d, want 0: NOSCRIPT must be retried with EVAL", st.Errors)
-	}
+	checkWipeErrors(t, redisErrors(), st) // NOSCRIPT must be retried with EVAL
 	ld.checkNoDegraded(t)
 	ld.checkLatency(t)
 	ld.checkBound(t, quota, 0)
@@ -816,9 +874,10 @@ func TestScriptFlushUnderLoad(t *testing.T) {
 
 // TestFlushAllUnderLoad wipes Redis (FLUSHALL) once under load: buckets
 // come back full, so each tenant may get one extra burst, and nothing
-// else changes (no error, no degraded decision).
+// else changes (no failed call but one that timed out on a busy machine:
+// checkWipeErrors; no degraded decision).
 func TestFlushAllUnderLoad(t *testing.T) {
-	l, admin, ld, quota := startWipeLoad(t)
+	l, admin, ld, quota, redisErrors := startWipeLoad(t)
 	ctx := context.Background()
 	time.Sleep(time.Second) // load before the wipe
 	if err := admin.FlushAll(ctx).Err(); err != nil {
@@ -830,9 +889,7 @@ func TestFlushAllUnderLoad(t *testing.T) {
 	st := l.Stats()
 	t.Log(ld.summary())
 	t.Logf("stats %+v", st)
-	if st.Errors != 0 {
-		t.Errorf("Stats().Errors = %d, want 0", st.Errors)
-	}
+	checkWipeErrors(t, redisErrors(), st)
 	ld.checkNoDegraded(t)
 	ld.checkLatency(t)
 	ld.checkBound(t, quota, 1) // the wipe: one extra burst
