@@ -1282,3 +1282,40 @@ func longestGap(calls []time.Time) time.Duration {
 	}
 	return longest
 }
+
+// TestSmallLeaseTopsUpWhenNearlySpent: one instance of 16 on a tenant
+// within its quota (Rate 100, Burst 100, the bucket staying well above
+// half full), spending 5.625 tokens a second, a sixteenth of 0.9 of the
+// rate. Its lease target is a few tokens (sized in time: target), which
+// scheduled refreshes topped up by a token or two, about one lease call
+// per token spent (0.98 calls per token here before topUpWorth). Now it
+// is topped up once at most one token is left: half the calls, and no
+// request finds the lease empty.
+func TestSmallLeaseTopsUpWhenNearlySpent(t *testing.T) {
+	const demand = 0.9 * 100 / 16
+	lim := quota.Quota{Rate: 100, Burst: 100, MinLease: 1, MaxLease: 50, LeaseTTL: time.Second}
+	r := newRig(Config{}, lim, "under")
+	r.grant = func(want int64) (lease.Grant, bool) {
+		return lease.Grant{Granted: want, Tokens: 80, Instances: 16, Share: demand, ServerTime: r.now}, true
+	}
+	r.run(demand, 20*time.Second, tick, nil)
+	r.checkHeld(t)
+	perToken := float64(r.calls) / float64(r.spent)
+	t.Logf("%d calls for %d tokens spent (%.2f a token), target %d, %d denied, %d of %d acquired expired",
+		r.calls, r.spent, perToken, r.st.Target(), r.denied, r.expired, r.acquired)
+	if r.st.Target() >= worthwhileLease {
+		t.Fatalf("target %d: the test wants a small lease (below %d)", r.st.Target(), worthwhileLease)
+	}
+	if r.denied != 0 {
+		t.Errorf("%d tokens denied: a request found the lease empty", r.denied)
+	}
+	if perToken > 0.6 {
+		t.Errorf("%.2f lease calls per token spent, want at most 0.6", perToken)
+	}
+	// The first lease, before any demand was measured, is Rate*Interval
+	// (coldTarget): 10 tokens, more than the demand spends in a lease's
+	// lifetime. Later ones must not expire.
+	if r.expired > 10 {
+		t.Errorf("%d of %d tokens acquired expired, want at most the first lease's 10", r.expired, r.acquired)
+	}
+}
