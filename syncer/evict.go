@@ -96,7 +96,7 @@ func (s *Syncer) sleep(t *Tenant, now time.Time) {
 	if t.wakes() || ls.fallback.Load() != nil {
 		return
 	}
-	if at := ls.emptyAt.Load(); at != 0 && float64(now.UnixNano()-at)/1e9*lim.Rate < float64(lim.Burst) {
+	if ls.emptyAt.Load() != 0 && !ls.refilled(now, lim) {
 		return
 	}
 	if !s.planner.Dormant(&ls.st, *lim, now) {

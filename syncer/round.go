@@ -288,7 +288,7 @@ func (s *Syncer) planWith(t *Tenant, now time.Time, in Input) (a Action, ret lea
 		s.expired.Add(taken)
 		s.opts.Telemetry.Expired(taken)
 		switch {
-		case taken > 0 && !s.planner.ReturnsExpired(a):
+		case taken > 0 && !s.planner.ReturnsExpired(t.st(), a, t.lease.Load().refilled(now, t.Limits())):
 			s.forfeited.Add(taken)
 		case taken > 0:
 			return a, s.returnOf(t, taken, now, a.ExpiredGranted, a.ExpiredGrant), true

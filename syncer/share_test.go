@@ -230,7 +230,7 @@ func TestShareTokensExpireWithoutAReturn(t *testing.T) {
 		p.Expired(st, a.Expire, st.Held()-a.Expire)
 		if a.Expire > 0 {
 			expired += a.Expire
-			if p.ReturnsExpired(a) {
+			if p.ReturnsExpired(st, a, false) {
 				t.Fatalf("at +%v: %d expired share tokens (grant %d) would be returned", at.Sub(now), a.Expire, a.ExpiredGrant)
 			}
 		}
@@ -239,11 +239,11 @@ func TestShareTokensExpireWithoutAReturn(t *testing.T) {
 		t.Fatal("no share token expired in 3 s")
 	}
 	leased := Action{Expire: 5, ExpiredGrant: 7}
-	if !p.ReturnsExpired(leased) {
+	if !p.ReturnsExpired(st, leased, false) {
 		t.Error("expired leased tokens (a named grant) not returned with shares on")
 	}
 	off := NewPlanner(Config{Interval: 100 * time.Millisecond}, 1)
-	if !off.ReturnsExpired(Action{Expire: 5}) || !off.ReturnsExpired(leased) {
+	if !off.ReturnsExpired(st, Action{Expire: 5}, false) || !off.ReturnsExpired(st, leased, false) {
 		t.Error("expired tokens not returned with shares off")
 	}
 }
@@ -334,4 +334,32 @@ func TestShareAccrualNeverEarly(t *testing.T) {
 			t.Fatalf("%d tokens came due of a share of %.3f/s over %v, want at least %.0f", dripped, rate, length, want)
 		}
 	})
+}
+
+// TestExpiredTokensOfAFullBucketAreForfeited: expired leased tokens go
+// back to Redis unless the bucket has refilled to its burst since the last
+// lease call saw it and the tenant is neither scarce nor short (its
+// instances ask for less than its rate): such a return would be credited
+// nothing, so it is forfeited without a call (Planner.ReturnsExpired).
+func TestExpiredTokensOfAFullBucketAreForfeited(t *testing.T) {
+	p := NewPlanner(Config{}, 1)
+	expired := Action{Expire: 1, ExpiredGrant: 7}
+	for _, c := range []struct {
+		name     string
+		flags    uint8
+		refilled bool
+		returns  bool
+	}{
+		{"within quota, bucket full again", 0, true, false},
+		{"within quota, bucket not full", 0, false, true},
+		{"scarce, bucket full as last seen", flagScarce, true, true},
+		{"short of its demand, bucket full as last seen", flagShort, true, true},
+		{"scarce, bucket not full", flagScarce, false, true},
+	} {
+		var st State
+		st.flags = c.flags
+		if got := p.ReturnsExpired(&st, expired, c.refilled); got != c.returns {
+			t.Errorf("%s: ReturnsExpired = %v, want %v", c.name, got, c.returns)
+		}
+	}
 }

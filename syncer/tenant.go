@@ -119,6 +119,16 @@ type leaseState struct {
 	st State // guarded by the Tenant's mu
 }
 
+// refilled reports whether the global bucket, as the last lease call saw
+// it (emptyAt) and refilling at lim's rate, holds lim's burst by now:
+// full, unless other instances took from it since. True when no lease
+// call reported the bucket since the State was made (emptyAt zero: a
+// revived tenant's bucket was full when it went dormant).
+func (ls *leaseState) refilled(now time.Time, lim *quota.Quota) bool {
+	at := ls.emptyAt.Load()
+	return at == 0 || float64(now.UnixNano()-at)/1e9*lim.Rate >= float64(lim.Burst)
+}
+
 // Tenant.flags.
 const (
 	flagUrgent  uint32 = 1 << iota // a request ran short since the last plan
