@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -48,11 +49,17 @@ var fleetGoroutines = flag.Int("fleet.goroutines", 4,
 	"the load goroutines per instance in BenchmarkFleet, each serving its share of the tenants one request after another")
 
 // fleetShapes are the shapes of issue #15's table.
-var fleetShapes = []fleetShape{{4, 100}, {8, 500}, {16, 1000}, {32, 2000}}
+var fleetShapes = []fleetShape{{instances: 4, tenants: 100}, {instances: 8, tenants: 500}, {instances: 16, tenants: 1000}, {instances: 32, tenants: 2000}}
+
+// fleetOffered is the load BenchmarkFleet offers each tenant, over its
+// Rate: issue #15's 3 by default; below 1 the tenants are within their
+// quota, and admitted/offered says how many of their requests got through.
+var fleetOffered = flag.Float64("fleet.offered", fleetOver,
+	"the load BenchmarkFleet offers each tenant, as a multiple of its Rate (below 1: within quota)")
 
 // BenchmarkFleet runs each fleet shape of issue #15 on one redis-server:
 // N Limiters (each with its own client) share T tenants of Rate 100 and
-// Burst 100, each tenant offered 3x its quota evenly over the instances,
+// Burst 100, each tenant offered 3x its quota (-fleet.offered) evenly over the instances,
 // for -fleet.duration (default 8s). Then, on the same server, one after
 // the other (INFO cpu cannot split two clients running at once), the same
 // load goes through redis_rate: one GCRA script call per decision, the
@@ -72,7 +79,9 @@ var fleetShapes = []fleetShape{{4, 100}, {8, 500}, {16, 1000}, {32, 2000}}
 //
 //	utilization        admitted / Σ(Burst + Rate·elapsed) over the tenants
 //	worst-tenant       the least a tenant admitted over its Burst + Rate·elapsed
-//	offered-x          the load the machine delivered, over the quota (the schedule asks 3)
+//	offered-x          the load the machine delivered, over the quota (the schedule asks
+//	                   -fleet.offered, 3 by default)
+//	admitted/offered   the requests leasequota admitted over those the load made
 //	lq-redis-µs/adm    Redis CPU (INFO cpu user+sys, delta) per admitted request, leasequota
 //	rr-redis-µs/dec    Redis CPU per decision, redis_rate
 //	lq/rr              the ratio of the two
@@ -101,6 +110,10 @@ var fleetShapes = []fleetShape{{4, 100}, {8, 500}, {16, 1000}, {32, 2000}}
 func BenchmarkFleet(b *testing.B) {
 	srv := redistest.StartServer(b)
 	for _, s := range fleetShapes {
+		if !(*fleetOffered > 0) || math.IsInf(*fleetOffered, 0) {
+			b.Fatalf("-fleet.offered=%v: want a finite load > 0", *fleetOffered)
+		}
+		s.over = *fleetOffered
 		b.Run(s.String(), func(b *testing.B) {
 			var m fleetMetrics
 			for i := 0; i < b.N; i++ {
@@ -169,6 +182,7 @@ type fleetMetrics struct {
 	util, worst, offeredX     float64
 	lqCPU, rrCPU              time.Duration
 	lqAdmitted, rrDecisions   int64
+	lqOffered                 int64
 	evalsha, tenantScripts    int64
 	pairs, tenants            int
 	lqSeconds, rrSeconds      float64
@@ -185,7 +199,8 @@ func (m *fleetMetrics) add(s fleetShape, r *fleetResult, rr *redisRateResult) {
 	m.util += r.utilization()
 	m.worst += r.worstTenant()
 	m.offeredX += r.load.deliveredRate() / (fleetRate * float64(s.tenants))
-	_, adm := r.load.totals()
+	off, adm := r.load.totals()
+	m.lqOffered += off
 	m.lqAdmitted += adm
 	m.lqCPU += r.redisCPU
 	m.evalsha += r.evalsha
@@ -236,6 +251,9 @@ func (m *fleetMetrics) report(b *testing.B) {
 	b.ReportMetric(m.util/n, "utilization")
 	b.ReportMetric(m.worst/n, "worst-tenant")
 	b.ReportMetric(m.offeredX/n, "offered-x")
+	if m.lqOffered > 0 {
+		b.ReportMetric(float64(m.lqAdmitted)/float64(m.lqOffered), "admitted/offered")
+	}
 	b.ReportMetric(lq, "lq-redis-µs/adm")
 	b.ReportMetric(rr, "rr-redis-µs/dec")
 	if rr > 0 {

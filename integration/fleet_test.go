@@ -29,18 +29,30 @@ import (
 const (
 	fleetRate  = 100
 	fleetBurst = 100
-	fleetOver  = 3.0 // offered load over quota, per tenant
+	fleetOver  = 3.0 // offered load over quota, per tenant, unless a shape says otherwise
 	// fleetTick is how often a load goroutine issues what is due.
 	fleetTick = 5 * time.Millisecond
 )
 
-// fleetShape is instances x tenants.
-type fleetShape struct{ instances, tenants int }
+// fleetShape is instances x tenants, each tenant offered over times its
+// Rate (0: fleetOver).
+type fleetShape struct {
+	instances, tenants int
+	over               float64
+}
 
 func (s fleetShape) String() string { return fmt.Sprintf("%dx%d", s.instances, s.tenants) }
 
+// offered is the load offered each tenant, over its Rate.
+func (s fleetShape) offered() float64 {
+	if s.over > 0 {
+		return s.over
+	}
+	return fleetOver
+}
+
 // offeredRate is the load the shape offers, in requests per second.
-func (s fleetShape) offeredRate() float64 { return fleetOver * fleetRate * float64(s.tenants) }
+func (s fleetShape) offeredRate() float64 { return s.offered() * fleetRate * float64(s.tenants) }
 
 // fleetQuota is every tenant's quota.
 var fleetQuota = leasequota.Quota{Rate: fleetRate, Burst: fleetBurst}
@@ -85,12 +97,12 @@ type fleetDecider func(ctx context.Context, inst, tenant int) (allowed, failed b
 
 // driveFleet offers the shape's load to decide for d: *fleetGoroutines per
 // instance, each serving every *fleetGoroutines-th tenant at
-// fleetOver*Rate/instances requests per second, paced by a schedule (the
+// s.offered()*Rate/instances requests per second, paced by a schedule (the
 // k-th request of a pair is due at (k+phase)/rate). Decisions are
 // synchronous: a goroutine behind its schedule catches up as fast as the
 // decisions return, which is the most the machine can offer.
 func driveFleet(ctx context.Context, s fleetShape, d time.Duration, decide fleetDecider) fleetLoad {
-	perPair := fleetOver * fleetRate / float64(s.instances)
+	perPair := s.offered() * fleetRate / float64(s.instances)
 	type counts struct {
 		tenants           []int
 		offered, admitted []int64
