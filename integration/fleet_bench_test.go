@@ -48,7 +48,8 @@ var fleetColdWait = flag.Duration("fleet.coldwait", leasequota.DefaultColdStartW
 var fleetGoroutines = flag.Int("fleet.goroutines", 4,
 	"the load goroutines per instance in BenchmarkFleet, each serving its share of the tenants one request after another")
 
-// fleetShapes are the shapes of issue #15's table.
+// fleetShapes are the shapes of issue #15's table (each offered
+// -fleet.offered).
 var fleetShapes = []fleetShape{{instances: 4, tenants: 100}, {instances: 8, tenants: 500}, {instances: 16, tenants: 1000}, {instances: 32, tenants: 2000}}
 
 // fleetOffered is the load BenchmarkFleet offers each tenant, over its
@@ -108,11 +109,11 @@ var fleetOffered = flag.Float64("fleet.offered", fleetOver,
 //	                   tenant admitted its rate)
 //	steady-worst-tenant   the least a tenant admitted per second over its Rate
 func BenchmarkFleet(b *testing.B) {
+	if !(*fleetOffered > 0) || math.IsInf(*fleetOffered, 0) {
+		b.Fatalf("-fleet.offered=%v: want a finite load > 0", *fleetOffered)
+	}
 	srv := redistest.StartServer(b)
 	for _, s := range fleetShapes {
-		if !(*fleetOffered > 0) || math.IsInf(*fleetOffered, 0) {
-			b.Fatalf("-fleet.offered=%v: want a finite load > 0", *fleetOffered)
-		}
 		s.over = *fleetOffered
 		b.Run(s.String(), func(b *testing.B) {
 			var m fleetMetrics

@@ -29,13 +29,13 @@ import (
 const (
 	fleetRate  = 100
 	fleetBurst = 100
-	fleetOver  = 3.0 // offered load over quota, per tenant, unless a shape says otherwise
+	fleetOver  = 3.0 // issue #15's offered load over quota, per tenant
 	// fleetTick is how often a load goroutine issues what is due.
 	fleetTick = 5 * time.Millisecond
 )
 
 // fleetShape is instances x tenants, each tenant offered over times its
-// Rate (0: fleetOver).
+// Rate.
 type fleetShape struct {
 	instances, tenants int
 	over               float64
@@ -43,16 +43,8 @@ type fleetShape struct {
 
 func (s fleetShape) String() string { return fmt.Sprintf("%dx%d", s.instances, s.tenants) }
 
-// offered is the load offered each tenant, over its Rate.
-func (s fleetShape) offered() float64 {
-	if s.over > 0 {
-		return s.over
-	}
-	return fleetOver
-}
-
 // offeredRate is the load the shape offers, in requests per second.
-func (s fleetShape) offeredRate() float64 { return s.offered() * fleetRate * float64(s.tenants) }
+func (s fleetShape) offeredRate() float64 { return s.over * fleetRate * float64(s.tenants) }
 
 // fleetQuota is every tenant's quota.
 var fleetQuota = leasequota.Quota{Rate: fleetRate, Burst: fleetBurst}
@@ -97,12 +89,12 @@ type fleetDecider func(ctx context.Context, inst, tenant int) (allowed, failed b
 
 // driveFleet offers the shape's load to decide for d: *fleetGoroutines per
 // instance, each serving every *fleetGoroutines-th tenant at
-// s.offered()*Rate/instances requests per second, paced by a schedule (the
+// s.over*Rate/instances requests per second, paced by a schedule (the
 // k-th request of a pair is due at (k+phase)/rate). Decisions are
 // synchronous: a goroutine behind its schedule catches up as fast as the
 // decisions return, which is the most the machine can offer.
 func driveFleet(ctx context.Context, s fleetShape, d time.Duration, decide fleetDecider) fleetLoad {
-	perPair := s.offered() * fleetRate / float64(s.instances)
+	perPair := s.over * fleetRate / float64(s.instances)
 	type counts struct {
 		tenants           []int
 		offered, admitted []int64
@@ -512,7 +504,7 @@ func commandCalls(tb testing.TB, c *redis.Client, command string) int64 {
 func TestFleet(t *testing.T) {
 	srv := redistest.Shared(t) // before the leak check: the harness lives for the package
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	s := fleetShape{instances: 4, tenants: 100}
+	s := fleetShape{instances: 4, tenants: 100, over: fleetOver}
 	probe := startStallProbe()
 	r := runFleet(t, srv, s, 6*time.Second, redistest.Logger(t), nil, leasequota.WithRedisTimeout(time.Second))
 	probe.Stop()
@@ -543,7 +535,7 @@ func TestFleet(t *testing.T) {
 func TestFleetRateShares(t *testing.T) {
 	srv := redistest.Shared(t)
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	s := fleetShape{instances: 4, tenants: 100}
+	s := fleetShape{instances: 4, tenants: 100, over: fleetOver}
 	probe := startStallProbe()
 	old := *fleetWarmup
 	*fleetWarmup = 4 * time.Second

@@ -96,7 +96,7 @@ func (s *Syncer) sleep(t *Tenant, now time.Time) {
 	if t.wakes() || ls.fallback.Load() != nil {
 		return
 	}
-	if ls.emptyAt.Load() != 0 && !ls.refilled(now, lim) {
+	if !ls.refilled(now, lim) {
 		return
 	}
 	if !s.planner.Dormant(&ls.st, *lim, now) {

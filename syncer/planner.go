@@ -694,23 +694,14 @@ func (p *Planner) plan(st *State, lim quota.Quota, now time.Time, in Input) Acti
 		return a
 	}
 	want := st.target - held
-	worth := int64(4) // a scheduled refresh asks for 1/worth of the target or more
-	if st.flags&flagScarce != 0 {
-		worth = 2
-	}
 	switch {
 	case in.Urgent && in.Need > held:
 		// A request is short: ask for at least what it needs.
 		want = max(want, in.Need-held)
 	case held < int64(float64(st.target)*p.cfg.LowWatermark):
 		// Below the low watermark: prefetch now.
-	case scheduled && want > 0 && want*worth >= st.target && p.topUpWorth(st, held):
-		// The regular refresh, when it is worth a call: a quarter of
-		// the target, or half of it for a scarce tenant, whose credit
-		// at Redis accrues slowly (a top-up of a few tokens each
-		// interval would turn its share into calls; the low watermark
-		// still refills it before it runs dry); for a small lease,
-		// once it is nearly spent (topUpWorth).
+	case scheduled && want > 0 && want >= topUpNeed(st):
+		// The regular refresh, when it is worth a call (topUpNeed).
 	case read:
 		// The quota re-read: top up what is missing, if anything.
 	case reserve:
@@ -748,23 +739,33 @@ func (p *Planner) plan(st *State, lim quota.Quota, now time.Time, in Input) Acti
 	return a
 }
 
-// topUpWorth reports whether a scheduled refresh may top up st's lease,
-// holding held tokens that do not expire soon: always, but for a tenant
-// that is not scarce and whose target is small, sized in time (below
-// worthwhileLease: a demand of a few tokens a second on this instance, as
-// when many instances share a tenant within its quota), only once at most
+// topUpNeed is the fewest tokens a scheduled refresh of st's lease asks
+// for, below which the call is not worth it: a quarter of the target; half
+// of it for a scarce tenant, whose credit at Redis accrues slowly (a top-up
+// of a few tokens each interval would turn its share into calls; the low
+// watermark still refills it before it runs dry); and for a small target
+// that is not scarce (below worthwhileLease: a demand of a few tokens a
+// second on this instance, as when many instances share a tenant within
+// its quota) all but a token, so that the lease is topped up once at most
 // one token is left. A top-up of such a lease by a quarter of its target
 // is a token or two, so scheduled refreshes made about one lease call per
 // token spent: in the fleet simulation's 16 instances x 1,000 tenants
 // offered 0.9 times their rate (5.6 requests a second per pair), 1.00
 // script run per admitted request, 3.4 times redis_rate's Redis CPU per
-// decision by the cost model; with this rule 0.50. The low watermark
-// refills such a lease only once it is empty (target*LowWatermark, cut
-// to a whole token, is 1 for a target of 3), so the scheduled refresh at
-// one token left is what keeps requests from finding it empty while the
-// call is out.
-func (p *Planner) topUpWorth(st *State, held int64) bool {
-	return st.flags&flagScarce != 0 || st.target >= worthwhileLease || held <= 1
+// decision by the cost model; with all but a token, 0.50. The low
+// watermark refills such a lease only once it is empty (target *
+// LowWatermark, cut to a whole token, is 1 for a target of 3), so the
+// scheduled refresh at one token left is what keeps requests from finding
+// it empty while the call is out.
+func topUpNeed(st *State) int64 {
+	switch {
+	case st.flags&flagScarce != 0:
+		return ceilDiv(st.target, 2)
+	case st.target < worthwhileLease:
+		return max(st.target-1, 1)
+	default:
+		return ceilDiv(st.target, 4)
+	}
 }
 
 // Expired records that taken expired tokens were removed from the

@@ -1288,7 +1288,7 @@ func longestGap(calls []time.Time) time.Duration {
 // half full), spending 5.625 tokens a second, a sixteenth of 0.9 of the
 // rate. Its lease target is a few tokens (sized in time: target), which
 // scheduled refreshes topped up by a token or two, about one lease call
-// per token spent (0.98 calls per token here before topUpWorth). Now it
+// per token spent (0.98 calls per token here before topUpNeed). Now it
 // is topped up once at most one token is left: half the calls, and no
 // request finds the lease empty.
 func TestSmallLeaseTopsUpWhenNearlySpent(t *testing.T) {

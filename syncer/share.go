@@ -134,8 +134,8 @@ func (p *Planner) endAfter(st *State, sh *heldShare, ns int64) int64 {
 // wasted, and forfeiting credits less, never more. Why: a pair that
 // spends a token a second or two (tenants within their quota on many
 // instances) holds a lease of a token that expires more often than not;
-// its returns made 2,248 of the 5,800 script runs a second of
-// TestFleetSimulation's small fleet. With rate shares on, those of
+// its returns made 2,248 of the 6,768 script runs a second of
+// TestFleetSimulation's small fleet (5,432 without them). With rate shares on, those of
 // unnamed batches (a.ExpiredGrant zero: what a share accrued, and tokens
 // of a grant whose ID is unknown) do not: they are forfeited, credited
 // less, never more. Why: a share's tokens were never debited from the

@@ -119,14 +119,26 @@ type leaseState struct {
 	st State // guarded by the Tenant's mu
 }
 
-// refilled reports whether the global bucket, as the last lease call saw
-// it (emptyAt) and refilling at lim's rate, holds lim's burst by now:
-// full, unless other instances took from it since. True when no lease
-// call reported the bucket since the State was made (emptyAt zero: a
-// revived tenant's bucket was full when it went dormant).
-func (ls *leaseState) refilled(now time.Time, lim *quota.Quota) bool {
+// seenLevel returns the tokens the global bucket holds at now as the last
+// lease call saw it (emptyAt), refilled at rate since and not capped at
+// the burst, and false when no lease call reported it since the State was
+// made (emptyAt zero: a revived tenant's bucket was full when it went
+// dormant).
+func (ls *leaseState) seenLevel(now time.Time, rate float64) (float64, bool) {
 	at := ls.emptyAt.Load()
-	return at == 0 || float64(now.UnixNano()-at)/1e9*lim.Rate >= float64(lim.Burst)
+	if at == 0 {
+		return 0, false
+	}
+	return float64(now.UnixNano()-at) / 1e9 * rate, true
+}
+
+// refilled reports whether the global bucket, as the last lease call saw
+// it and refilling at lim's rate, holds lim's burst by now: full, unless
+// other instances took from it since. True when no lease call reported
+// it since the State was made (seenLevel).
+func (ls *leaseState) refilled(now time.Time, lim *quota.Quota) bool {
+	level, ok := ls.seenLevel(now, lim.Rate)
+	return !ok || level >= float64(lim.Burst)
 }
 
 // Tenant.flags.
@@ -399,13 +411,15 @@ func (t *Tenant) RetryAfter(now time.Time, n int64) time.Duration {
 	rate := t.Limits().Rate
 	// Tokens held here count toward n: only the rest must come from Redis.
 	n -= t.tokens.Load()
-	var emptyAt, retryAt int64
+	var retryAt int64
+	var tokens float64
+	seen := false
 	if ls := t.lease.Load(); ls != nil {
-		emptyAt, retryAt = ls.emptyAt.Load(), ls.retryAt.Load()
+		retryAt = ls.retryAt.Load()
+		tokens, seen = ls.seenLevel(now, rate)
 	}
 	switch {
-	case emptyAt != 0:
-		tokens := float64(now.UnixNano()-emptyAt) / 1e9 * rate
+	case seen:
 		if short := float64(n) - tokens; short > 0 {
 			wait = durationCeil(short / rate)
 		}
