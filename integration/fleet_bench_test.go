@@ -48,6 +48,14 @@ var fleetColdWait = flag.Duration("fleet.coldwait", leasequota.DefaultColdStartW
 var fleetGoroutines = flag.Int("fleet.goroutines", 4,
 	"the load goroutines per instance in BenchmarkFleet, each serving its share of the tenants one request after another")
 
+// fleetRotate makes each instance's load goroutines ask for their tenants
+// from a different place in their list (instance i from i/instances of
+// it, then round), where by default every instance asks for them in the
+// same order: what changes when a fleet's instances see the tenants' first
+// requests in different orders.
+var fleetRotate = flag.Bool("fleet.rotate", false,
+	"each instance's load in BenchmarkFleet asks for the tenants from a different place in their order")
+
 // fleetShapes are the shapes of issue #15's table (each offered
 // -fleet.offered).
 var fleetShapes = []fleetShape{{instances: 4, tenants: 100}, {instances: 8, tenants: 500}, {instances: 16, tenants: 1000}, {instances: 32, tenants: 2000}}
@@ -189,6 +197,7 @@ type fleetMetrics struct {
 	lqSeconds, rrSeconds      float64
 	failMode, leaseErr, rrErr int64
 	heldBack, cuts            int64
+	tenths                    [10]float64 // byTenth, summed over the runs
 	granted, returned         int64
 	forfeited, expired, held  int64
 	overBound                 int
@@ -199,6 +208,9 @@ func (m *fleetMetrics) add(s fleetShape, r *fleetResult, rr *redisRateResult) {
 	m.runs++
 	m.util += r.utilization()
 	m.worst += r.worstTenant()
+	for i, u := range r.byTenth() {
+		m.tenths[i] += u
+	}
 	m.offeredX += r.load.deliveredRate() / (fleetRate * float64(s.tenants))
 	off, adm := r.load.totals()
 	m.lqOffered += off
@@ -301,6 +313,11 @@ func (m *fleetMetrics) report(b *testing.B) {
 	if m.rrErr > 0 {
 		b.Logf("redis_rate: %d calls failed", m.rrErr)
 	}
+	tenths := make([]string, len(m.tenths))
+	for i, u := range m.tenths {
+		tenths[i] = fmt.Sprintf("%.3f", u/n)
+	}
+	b.Logf("leasequota's utilization by tenth of the tenants, in the order the load asks for them: %s", strings.Join(tenths, " "))
 	b.Logf("leasequota's granted tokens: %d granted, %d admitted, %d expired unspent; given back (expiry, eviction, Close): %d credited, %d forfeited; %d held unspent at the end",
 		m.granted, m.lqAdmitted, m.expired, m.returned, m.forfeited, m.held)
 	b.Logf("leasequota: %d admitted, Redis CPU %v, %d EVALSHA; redis_rate: %d decisions, Redis CPU %v",

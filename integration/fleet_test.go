@@ -108,6 +108,10 @@ func driveFleet(ctx context.Context, s fleetShape, d time.Duration, decide fleet
 			for t := g; t < s.tenants; t += goroutines {
 				c.tenants = append(c.tenants, t)
 			}
+			if *fleetRotate {
+				from := inst * len(c.tenants) / s.instances
+				c.tenants = append(c.tenants[from:], c.tenants[:from]...)
+			}
 			c.offered, c.admitted = make([]int64, len(c.tenants)), make([]int64, len(c.tenants))
 			all = append(all, c)
 		}
@@ -283,6 +287,27 @@ func (r *fleetResult) worstTenant() float64 {
 		return 0
 	}
 	return float64(slices.Min(r.load.admitted)) / r.bound()
+}
+
+// byTenth is the utilization of each tenth of the tenants, in the order
+// in which each load goroutine asks for them (by index): a tenant's first
+// lease call comes late when the instances serve the tenants' first
+// requests one after another, and its bucket spills its refill until
+// then.
+func (r *fleetResult) byTenth() (u [10]float64) {
+	n := len(r.load.admitted)
+	for i := range u {
+		from, to := i*n/10, (i+1)*n/10
+		if to == from {
+			continue
+		}
+		var a int64
+		for _, x := range r.load.admitted[from:to] {
+			a += x
+		}
+		u[i] = float64(a) / (r.bound() * float64(to-from))
+	}
+	return u
 }
 
 // deliveredUtilization is admitted over what the load could have had:
