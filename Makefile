@@ -42,15 +42,15 @@ unit:
 
 # The deterministic simulation of whole Limiters (sim_test.go), without
 # the race detector so that thousands of scenarios fit; unit runs 40 of
-# them with it. Then the fleet simulation, its shapes and its comparison
-# of reservations (sim_fleet_test.go; 100 s under the race detector, which
-# unit skips),
+# them with it. Then the fleet simulation, its shapes, its comparison
+# of reservations and its tenants within quota (sim_fleet_test.go; 100 s
+# under the race detector, which unit skips),
 # syncer's simulations at their full simulated length, which unit runs
 # for a quarter of it under the race detector, and syncer's queue models of
 # a saturated Redis (80 s each under the race detector, which unit skips).
 simulation:
 	$(GO) test -count=1 -run '^TestSimulation$$' -sim.seeds=1500 .
-	$(GO) test -count=1 -run '^TestReservationsCutFleetCalls$$|^TestFleetSimulation$$|^TestFleetShapes$$' .
+	$(GO) test -count=1 -run '^TestReservationsCutFleetCalls$$|^TestFleetSimulation$$|^TestFleetShapes$$|^TestFleetUnderQuotaCalls$$' .
 	$(GO) test -count=1 -run '^TestSim|^TestSaturatedRedis' ./syncer
 
 simulation-long:
