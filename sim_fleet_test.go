@@ -65,6 +65,8 @@ var simFleetShares = flag.Duration("sim.fleet.shares", 0, "the Limiters' WithRat
 
 var simFleetSeconds = flag.Int("sim.fleet.seconds", 0, "TestFleetShapes's simulated seconds, the last two thirds the steady state (0: each shape's own, 5 with 2 of warm-up)")
 
+var simFleetOffered = flag.Float64("sim.fleet.offered", 0, "TestFleetShapes's load on each tenant, as a multiple of its Rate (0: 3, issue #15's; below 1 the tenants are within their quota)")
+
 // fleetClass is a class of tenants by demand.
 type fleetClass struct {
 	name    string
@@ -166,6 +168,9 @@ func TestFleetShapes(t *testing.T) {
 	for _, sh := range shapes {
 		if n := *simFleetSeconds; n > 0 {
 			sh.seconds, sh.warmup = n, max(n/3, 1)
+		}
+		if o := *simFleetOffered; o > 0 {
+			sh.classes = []fleetClass{{name: "offered", share: 1, offered: o}}
 		}
 		t.Run(sh.name, func(t *testing.T) {
 			r := runFleet(t, sh)
