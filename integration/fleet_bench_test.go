@@ -81,6 +81,9 @@ var fleetOffered = flag.Float64("fleet.offered", fleetOver,
 // -fleet.coldwait (each by default the library's). With -fleet.trace it
 // logs, for each second of the load, the tenants the acquire calls served
 // by what they asked for (tokens only, a rate share, a share's end).
+// With -v it logs the utilization of each tenth of the tenants in the
+// order the load asks for them, which -fleet.rotate makes differ between
+// instances.
 // One op is one full run of both; run it with -benchtime 1x. It fails
 // if a tenant admitted more than Burst + Rate*elapsed, elapsed being on
 // the Redis clock from before the first decision to after the last.
