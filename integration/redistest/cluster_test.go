@@ -2,6 +2,7 @@ package redistest
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -85,6 +86,33 @@ func TestCluster(t *testing.T) {
 	t.Logf("keys per master: %v", sizes)
 
 	victim := masters[1]
+	// Replication is asynchronous: a master killed right after the writes
+	// may take some of them with it, and its promoted replica would not
+	// have them (a flake seen once on a loaded machine, 2026-12-04). Wait
+	// until its replicas hold as many keys as it does.
+	want, err := c.NodeClient(victim.Addr).DBSize(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes, err := c.Nodes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes {
+		if n.MasterID != victim.ID {
+			continue
+		}
+		err := poll(ctx, 10*time.Millisecond, "the victim's writes on its replica "+n.Addr, func(ctx context.Context) error {
+			got, err := c.NodeClient(n.Addr).DBSize(ctx).Result()
+			if err == nil && got < want {
+				err = fmt.Errorf("%d keys of %d", got, want)
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
 	began = time.Now()
 	if err := c.KillNode(victim.Addr); err != nil {
 		t.Fatal(err)
