@@ -102,8 +102,9 @@ func TestCluster(t *testing.T) {
 		if n.MasterID != victim.ID {
 			continue
 		}
+		replica := c.NodeClient(n.Addr)
 		err := poll(ctx, 10*time.Millisecond, "the victim's writes on its replica "+n.Addr, func(ctx context.Context) error {
-			got, err := c.NodeClient(n.Addr).DBSize(ctx).Result()
+			got, err := replica.DBSize(ctx).Result()
 			if err == nil && got < want {
 				err = fmt.Errorf("%d keys of %d", got, want)
 			}
