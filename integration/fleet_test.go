@@ -110,7 +110,7 @@ func driveFleet(ctx context.Context, s fleetShape, d time.Duration, decide fleet
 			}
 			if *fleetRotate {
 				from := inst * len(c.tenants) / s.instances
-				c.tenants = append(c.tenants[from:], c.tenants[:from]...)
+				c.tenants = slices.Concat(c.tenants[from:], c.tenants[:from])
 			}
 			c.offered, c.admitted = make([]int64, len(c.tenants)), make([]int64, len(c.tenants))
 			all = append(all, c)
