@@ -291,6 +291,10 @@ func WithMaxWait(d time.Duration) Option {
 // WithLeaseTTL sets how long leased tokens may be held before they expire
 // (default 1s); a Quota's LeaseTTL overrides it per tenant. It must be at
 // least twice the refresh interval: a lease is replaced before it expires.
+// It is also the window in which Redis must answer something in time not
+// to be taken for down (docs/failure-modes.md), up to 1 s: a longer lease
+// does not slow the detection of an outage. It sets how long an instance
+// that left counts in its tenants' fair shares (syncer.RegistryWindow).
 func WithLeaseTTL(d time.Duration) Option {
 	return func(c *config) { c.leaseTTL = d }
 }

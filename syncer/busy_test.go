@@ -103,14 +103,25 @@ func (s slowReadStore) QuotaVersion(ctx context.Context) (int64, error) {
 // reply can cut a call window): answered after more than half of it,
 // and the later reads in time, the tenant is never failing. But not when
 // Redis refuses connections (syncer.Refuser): then the first poll ends at
-// once and the timeouts count.
+// once and the timeouts count. With a lease TTL above MaxDownAfter
+// (3 s), the same times hold with MaxDownAfter for the lease lifetime:
+// a Redis silent that long is down, however long leases live.
 func TestLateAnswersAreBusyForAWhile(t *testing.T) {
+	for _, ttl := range []time.Duration{time.Second, 3 * time.Second} {
+		t.Run(ttl.String(), func(t *testing.T) { testLateAnswers(t, ttl) })
+	}
+}
+
+// testLateAnswers is TestLateAnswersAreBusyForAWhile with a default
+// lease TTL of ttl: the times it checks are downAfter's (the lease TTL,
+// at most syncer.MaxDownAfter), whatever the lease TTL beyond that.
+func testLateAnswers(t *testing.T, ttl time.Duration) {
 	const (
-		iv      = 100 * time.Millisecond
-		callTO  = 10 * time.Millisecond
-		ttl     = time.Second
-		horizon = 8 * ttl
+		iv     = 100 * time.Millisecond
+		callTO = 10 * time.Millisecond
 	)
+	d := min(ttl, syncer.MaxDownAfter)
+	horizon := 8 * d
 	for _, tc := range []struct {
 		name            string
 		took, firstTook time.Duration
@@ -120,14 +131,14 @@ func TestLateAnswersAreBusyForAWhile(t *testing.T) {
 		notBefore, failingBy time.Duration
 	}{
 		{name: "in time", took: callTO / 2, notBefore: horizon},
-		{name: "late", took: 3 * callTO, notBefore: 2 * ttl, failingBy: (syncer.LateGrace+1)*ttl + iv},
+		{name: "late", took: 3 * callTO, notBefore: 2 * d, failingBy: (syncer.LateGrace+1)*d + iv},
 		{name: "silent", took: callTO, silent: true, failingBy: iv},
-		// 550 ms: past half a TTL (the later reads' deadline), and 450 ms
+		// 550 ms: past half of d (the later reads' deadline), and 450 ms
 		// of real time inside the first read's, for a loaded machine.
-		{name: "slow first", took: callTO / 2, firstTook: ttl * 11 / 20, notBefore: horizon},
+		{name: "slow first", took: callTO / 2, firstTook: d * 11 / 20, notBefore: horizon},
 		// As go-redis shows a Redis that refuses connections: every call,
 		// the reads too, runs out of its deadline.
-		{name: "refused", took: ttl * 3 / 4, silent: true, refused: true, failingBy: iv},
+		{name: "refused", took: d * 3 / 4, silent: true, refused: true, failingBy: iv},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var clock atomic.Int64

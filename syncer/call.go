@@ -25,6 +25,18 @@ const (
 	breakerFailures = 3
 )
 
+// MaxDownAfter is the longest Redis may answer nothing in time before its
+// timeouts count as an outage (Syncer.busy): the default lease TTL, up to
+// this.
+//
+// Why a bound apart from the lease TTL: a longer lease halves a fleet's
+// lease calls (docs/tuning.md), but a Redis that went silent was told from
+// a busy one a lease TTL later, so lengthening the lease slowed the
+// failure mode's start by as much. A second is what every fault test
+// (docs/failure-modes.md) measured before the default lease TTL became
+// 2 s.
+const MaxDownAfter = time.Second
+
 // call runs one Redis round trip of op (size commands) to node under
 // the concurrency bound, the call deadline (timeout, or callTimeout(size)
 // when 0) and the circuit breaker, in a span.
@@ -36,7 +48,7 @@ const (
 // they go back when the call ends, and a call that came back slow
 // (congestedAfter) or timed out cuts the window. In Cluster mode a
 // timeout cuts it only while the node is busy rather than down (it
-// answered another call within the default lease TTL, as busy tells):
+// answered another call within downAfter, as busy tells):
 // there is no circuit breaker there to undo the cuts of an outage
 // (budget.recovered), and a dead master's timeouts say nothing of how
 // many calls it runs once it is back.
@@ -45,7 +57,7 @@ func (s *Syncer) call(ctx context.Context, op string, node *redisNode, size int,
 	defer func() {
 		now := s.opts.Now()
 		late := now.Sub(sent) > s.congestedAfter(size) ||
-			timedOut(err) && (!s.opts.Cluster || node.answeredWithin(now, s.leaseTTL))
+			timedOut(err) && (!s.opts.Cluster || node.answeredWithin(now, s.downAfter))
 		if err == nil {
 			node.answer(now, true)
 		}
@@ -112,12 +124,12 @@ func (s *Syncer) congestedAfter(size int) time.Duration {
 // busy reports whether err, a failed call's at now for tenant, says that
 // Redis is busy rather than down: the call timed out, and Redis (on a
 // Redis Cluster, the node that serves tenant) answered another of this
-// instance's calls in time within the last default lease TTL: a lease
-// call, or without Cluster the read of the quota version, which the loop
+// instance's calls in time within the last downAfter (the default lease
+// TTL, at most MaxDownAfter): a lease call, or without Cluster the read of the quota version, which the loop
 // makes every half interval (readQuota). Without Cluster, a Redis that
 // answered that read only late (after the call deadline, within the
-// read's own, longer one) is busy too, for up to lateGrace lease
-// lifetimes since its last answer in time (redisNode.reachedLate); and
+// read's own, longer one) is busy too, for up to lateGrace times
+// downAfter since its last answer in time (redisNode.reachedLate); and
 // while the syncer's first read is still out, a timeout says nothing yet
 // (quotaPoll.firstPending), so that a fleet started at once on a Redis
 // or a machine too busy to answer within the call deadline does not
@@ -129,8 +141,8 @@ func (s *Syncer) congestedAfter(size int) time.Duration {
 // outage: it neither counts towards the circuit breaker nor makes the
 // call's tenants failing, so no failure mode decides for them while Redis
 // answers; their requests are decided by their leases, as when the global
-// bucket is dry. A Redis that has answered nothing in time for a lease's
-// lifetime is taken for down, and its timeouts count again: a silent
+// bucket is dry. A Redis that has answered nothing in time for downAfter
+// is taken for down, and its timeouts count again: a silent
 // Redis (a partition, a paused or blackholed server) opens the breaker
 // that much later than one that refuses connections.
 //
@@ -152,9 +164,9 @@ func (s *Syncer) busy(ctx context.Context, err error, now time.Time, tenant stri
 	}
 	if s.opts.Cluster {
 		name, ok := s.nodeOf(ctx, tenant)
-		return ok && s.node(name).answeredWithin(now, s.leaseTTL)
+		return ok && s.node(name).answeredWithin(now, s.downAfter)
 	}
-	return s.one.answeredWithin(now, s.leaseTTL) || s.one.reachedLate(now, s.leaseTTL) || s.poll.firstPending()
+	return s.one.answeredWithin(now, s.downAfter) || s.one.reachedLate(now, s.downAfter) || s.poll.firstPending()
 }
 
 // Refuser is what a Store may implement to say whether Redis refuses
@@ -189,14 +201,14 @@ func (s *Syncer) refuses(ctx context.Context) bool {
 
 // AnswersLate reports whether Redis answers, but only after the call
 // deadline: without Cluster, the read of the quota version was answered
-// within the last default lease TTL, late, and no call was answered in
+// within the last downAfter, late, and no call was answered in
 // time within it (see busy). Always false in Cluster mode.
 func (s *Syncer) AnswersLate() bool {
 	if s.opts.Cluster {
 		return false
 	}
 	now := s.opts.Now()
-	return s.one.reachedWithin(now, s.leaseTTL) && !s.one.answeredWithin(now, s.leaseTTL)
+	return s.one.reachedWithin(now, s.downAfter) && !s.one.answeredWithin(now, s.downAfter)
 }
 
 // nodeOf names the node that serves tenant, when the Store knows it.

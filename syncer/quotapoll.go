@@ -131,11 +131,11 @@ func (s *Syncer) readQuota(ctx context.Context, timeout time.Duration) (int64, e
 }
 
 // livenessTimeout is the deadline of a poll of the quota version beside
-// the rounds: half the default lease lifetime, and never less than the
-// call deadline. A Redis whose answers take longer than that cannot
-// lease usefully (a lease lives LeaseTTL from its call), and is taken for
-// down. Until a poll has read the version, polls get a whole lease
-// lifetime.
+// the rounds: half of downAfter (the default lease lifetime, at most
+// MaxDownAfter), and never less than the call deadline. A Redis whose
+// answers take longer than that cannot lease usefully (a lease lives
+// LeaseTTL from its call), and is taken for down. Until a poll has read
+// the version, polls get a whole downAfter.
 //
 // Why: a fleet started at once queues every instance's first
 // calls in Redis before any reply can cut a call window, and a read
@@ -144,15 +144,15 @@ func (s *Syncer) readQuota(ctx context.Context, timeout time.Duration) (int64, e
 // answer yet, the lease calls' timeouts then opened breakers, and 5,615
 // to 94,582 decisions a run were made by the failure mode, every one
 // of them of a tenant failed in the run's first second; with the whole
-// lifetime, none in three runs of b522ddb (docs/performance.md has later
-// ones). A Redis silent from the start (one that accepts connections) is
+// lifetime (then 1 s, as downAfter is now), none in three runs of
+// b522ddb (docs/performance.md has later ones). A Redis silent from the start (one that accepts connections) is
 // taken for down that much later; one that refuses them, at once
 // (Syncer.refuses), and the polls after that refusal keep the whole
-// lifetime: a Redis that comes back meets the same storm of first calls.
+// downAfter: a Redis that comes back meets the same storm of first calls.
 func (s *Syncer) livenessTimeout() time.Duration {
-	d := s.leaseTTL / 2
+	d := s.downAfter / 2
 	if !s.poll.hasAnswered() {
-		d = s.leaseTTL
+		d = s.downAfter
 	}
 	return max(s.opts.CallTimeout, d)
 }

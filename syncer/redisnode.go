@@ -56,14 +56,15 @@ func (n *redisNode) answer(now time.Time, inTime bool) {
 	n.firstReached.CompareAndSwap(0, ns)
 }
 
-// lateGrace is how many lease lifetimes a node may go on answering only
-// late (reachedLate) before its timeouts count as an outage again.
+// lateGrace is how many times Syncer.downAfter a node may go on
+// answering only late (reachedLate) before its timeouts count as an
+// outage again.
 const lateGrace = 4
 
 // reachedLate reports whether the node, though it answered nothing in
-// time within ttl before now, answered late within it, and has answered
-// in time (or, never having done so, first answered at all) within
-// lateGrace lease lifetimes: a node that answers, slower than the call
+// time within d before now (the syncer's downAfter), answered late
+// within it, and has answered in time (or, never having done so, first
+// answered at all) within lateGrace times d: a node that answers, slower than the call
 // deadline.
 //
 // Why: calls time out when the process is too short of CPU to read their
@@ -75,15 +76,15 @@ const lateGrace = 4
 // process is not a down Redis"). The grace bounds how long: a node that
 // answers every call later than the deadline (a network too slow for
 // WithRedisTimeout) cannot lease, and is taken for down after it.
-func (n *redisNode) reachedLate(now time.Time, ttl time.Duration) bool {
-	if !n.reachedWithin(now, ttl) {
+func (n *redisNode) reachedLate(now time.Time, d time.Duration) bool {
+	if !n.reachedWithin(now, d) {
 		return false
 	}
 	since := n.answered.Load()
 	if since == 0 {
 		since = n.firstReached.Load()
 	}
-	return now.UnixNano()-since < int64(lateGrace*ttl)
+	return now.UnixNano()-since < int64(lateGrace*d)
 }
 
 // node returns the redisNode named name (an address from NodeOf), made
