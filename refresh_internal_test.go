@@ -183,7 +183,10 @@ func TestQuotaRefreshUnderOverride(t *testing.T) {
 	if err := l.DeleteQuota(ctx, "a"); err != nil {
 		t.Fatal(err)
 	}
-	clock.Advance(time.Second)
+	// The next lease call reads the override's absence: one comes due
+	// once the lease has expired and the tenant asks again.
+	clock.Advance(DefaultLeaseTTL)
+	l.AllowN(ctx, "a", 1)
 	l.sync.Round(ctx, l.sync.Tenants())
 	if info, _ := l.Tenant("a"); info.Quota.Rate != plan.Rate || info.Quota.Burst != plan.Burst {
 		t.Fatalf("after DeleteQuota: %+v, want the refreshed plan %+v", info.Quota, plan)
