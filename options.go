@@ -21,7 +21,7 @@ const DefaultKeyPrefix = "leasequota:"
 const (
 	DefaultRefreshInterval = 100 * time.Millisecond
 	DefaultColdStartWait   = 100 * time.Millisecond
-	DefaultLeaseTTL        = time.Second
+	DefaultLeaseTTL        = 2 * time.Second
 	DefaultIdleTimeout     = time.Minute
 	// DefaultReservation is WithReservation's default: off, for now (see
 	// there).
@@ -289,7 +289,7 @@ func WithMaxWait(d time.Duration) Option {
 }
 
 // WithLeaseTTL sets how long leased tokens may be held before they expire
-// (default 1s); a Quota's LeaseTTL overrides it per tenant. It must be at
+// (default 2s); a Quota's LeaseTTL overrides it per tenant. It must be at
 // least twice the refresh interval: a lease is replaced before it expires.
 // It is also the window in which Redis must answer something in time not
 // to be taken for down (docs/failure-modes.md), up to 1 s: a longer lease

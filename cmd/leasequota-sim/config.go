@@ -66,9 +66,9 @@ func DefaultConfig() Config {
 		Scenario:  "steady",
 		Baseline:  3 * time.Second,
 		Load:      1,
-		Refresh:   100 * time.Millisecond,
-		LeaseTTL:  time.Second,
-		// The library's default.
+		// The library's defaults.
+		Refresh:     leasequota.DefaultRefreshInterval,
+		LeaseTTL:    leasequota.DefaultLeaseTTL,
 		Reservation: leasequota.DefaultReservation,
 		Failure:     "default",
 		Workers:     2,

@@ -112,6 +112,7 @@ func TestParseCPU(t *testing.T) {
 func TestViolationDetected(t *testing.T) {
 	cfg := testConfig("steady")
 	cfg.Tenants, cfg.Instances, cfg.Workers, cfg.Duration = 1, 1, 1, time.Second
+	cfg.LeaseTTL = time.Second // the window bound's L, below
 	w := newWorkload(cfg)
 	r := newRunner(cfg, w, &backend{Label: "test"})
 	r.start = time.Now()
