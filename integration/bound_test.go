@@ -45,7 +45,18 @@ func scriptCalls(t *testing.T, c *redis.Client) int64 {
 // tenant's rate for 5 s. For every tenant the admitted count must stay
 // within Burst + Rate*elapsed (elapsed measured on the Redis clock, from
 // before the first request to after the last) and reach utilizationFloor of it (90 % on a quiet machine).
+//
+// "rollout" is the same fleet halfway through a rollout of the default
+// lease lifetime of 2 s: limiters 0 and 2 keep the previous default, 1 s
+// (WithLeaseTTL), and so send Redis a registry window half as long. The
+// bound must hold as exactly, and neither half may starve the other:
+// each limiter admits at least half of an even share of the admissions.
 func TestGlobalBound(t *testing.T) {
+	t.Run("default", func(t *testing.T) { testGlobalBound(t, false) })
+	t.Run("rollout", func(t *testing.T) { testGlobalBound(t, true) })
+}
+
+func testGlobalBound(t *testing.T, rollout bool) {
 	srv := redistest.Shared(t) // before the leak check: the harness lives for the package
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	const (
@@ -74,9 +85,13 @@ func TestGlobalBound(t *testing.T) {
 		defer c.Close()
 		// FailClosed: every admission comes from a lease, so the bound
 		// is exact even if a lease call times out on a loaded machine.
-		l, err := leasequota.New(c, leasequota.WithLogger(redistest.Logger(t).With("limiter", i)), leasequota.WithKeyPrefix(prefix),
+		opts := []leasequota.Option{leasequota.WithLogger(redistest.Logger(t).With("limiter", i)), leasequota.WithKeyPrefix(prefix),
 			leasequota.WithFailureMode(leasequota.FailClosed),
-			leasequota.WithQuotaFunc(func(tenant string) leasequota.Quota { return quota(index[tenant]) }))
+			leasequota.WithQuotaFunc(func(tenant string) leasequota.Quota { return quota(index[tenant]) })}
+		if rollout && i%2 == 0 {
+			opts = append(opts, leasequota.WithLeaseTTL(time.Second)) // the previous default
+		}
+		l, err := leasequota.New(c, opts...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -90,6 +105,7 @@ func TestGlobalBound(t *testing.T) {
 	}
 
 	var admitted [tenants]atomic.Int64
+	var byLimiter [instances]atomic.Int64
 	var decisions atomic.Int64
 	probe := startStallProbe()
 	defer probe.Stop()
@@ -102,7 +118,7 @@ func TestGlobalBound(t *testing.T) {
 			// Each goroutine serves every tenant at 3x rate / goroutines,
 			// paced by a local schedule: request k of tenant i is due at
 			// k / (3 * rate / goroutines) seconds.
-			l := limiters[g%instances]
+			l, admittedHere := limiters[g%instances], &byLimiter[g%instances]
 			began := time.Now()
 			sent := make([]int64, tenants)
 			for time.Now().Before(deadline) {
@@ -113,6 +129,7 @@ func TestGlobalBound(t *testing.T) {
 						decisions.Add(1)
 						if l.Allow(names[i]) {
 							admitted[i].Add(1)
+							admittedHere.Add(1)
 						}
 					}
 				}
@@ -142,6 +159,17 @@ func TestGlobalBound(t *testing.T) {
 			t.Errorf("%s: admitted %.0f < %.0f%% of bound %.1f (utilizationFloor: on what the machine delivered to this process)", names[i], got, 100*floor, bound)
 		}
 		t.Logf("%s: admitted %.0f of bound %.1f (%.1f%%)", names[i], got, bound, 100*got/bound)
+	}
+	var all int64
+	for i := range byLimiter {
+		all += byLimiter[i].Load()
+	}
+	for i := range byLimiter {
+		share := float64(byLimiter[i].Load()) / float64(max(all, 1))
+		t.Logf("limiter %d: %.1f%% of the admissions", i, 100*share)
+		if share < 0.5/instances {
+			t.Errorf("limiter %d admitted %.1f%% of the admissions, want at least half of an even share (%.1f%%)", i, 100*share, 50.0/instances)
+		}
 	}
 	perK := float64(calls) / float64(decisions.Load()) * 1000
 	t.Logf("script calls: %d for %d decisions: %.2f per 1,000 decisions", calls, decisions.Load(), perK)
