@@ -37,6 +37,11 @@ const (
 // 2 s.
 const MaxDownAfter = time.Second
 
+// downAfter is how long Redis may answer nothing in time before its
+// timeouts count as an outage (busy, livenessTimeout): the default lease
+// TTL, at most MaxDownAfter.
+func (s *Syncer) downAfter() time.Duration { return min(s.leaseTTL, MaxDownAfter) }
+
 // call runs one Redis round trip of op (size commands) to node under
 // the concurrency bound, the call deadline (timeout, or callTimeout(size)
 // when 0) and the circuit breaker, in a span.
@@ -57,7 +62,7 @@ func (s *Syncer) call(ctx context.Context, op string, node *redisNode, size int,
 	defer func() {
 		now := s.opts.Now()
 		late := now.Sub(sent) > s.congestedAfter(size) ||
-			timedOut(err) && (!s.opts.Cluster || node.answeredWithin(now, s.downAfter))
+			timedOut(err) && (!s.opts.Cluster || node.answeredWithin(now, s.downAfter()))
 		if err == nil {
 			node.answer(now, true)
 		}
@@ -125,8 +130,9 @@ func (s *Syncer) congestedAfter(size int) time.Duration {
 // Redis is busy rather than down: the call timed out, and Redis (on a
 // Redis Cluster, the node that serves tenant) answered another of this
 // instance's calls in time within the last downAfter (the default lease
-// TTL, at most MaxDownAfter): a lease call, or without Cluster the read of the quota version, which the loop
-// makes every half interval (readQuota). Without Cluster, a Redis that
+// TTL, at most MaxDownAfter): a lease call, or without Cluster the read
+// of the quota version, which the loop makes every half interval
+// (readQuota). Without Cluster, a Redis that
 // answered that read only late (after the call deadline, within the
 // read's own, longer one) is busy too, for up to lateGrace times
 // downAfter since its last answer in time (redisNode.reachedLate); and
@@ -164,9 +170,10 @@ func (s *Syncer) busy(ctx context.Context, err error, now time.Time, tenant stri
 	}
 	if s.opts.Cluster {
 		name, ok := s.nodeOf(ctx, tenant)
-		return ok && s.node(name).answeredWithin(now, s.downAfter)
+		return ok && s.node(name).answeredWithin(now, s.downAfter())
 	}
-	return s.one.answeredWithin(now, s.downAfter) || s.one.reachedLate(now, s.downAfter) || s.poll.firstPending()
+	d := s.downAfter()
+	return s.one.answeredWithin(now, d) || s.one.reachedLate(now, d) || s.poll.firstPending()
 }
 
 // Refuser is what a Store may implement to say whether Redis refuses
@@ -208,7 +215,8 @@ func (s *Syncer) AnswersLate() bool {
 		return false
 	}
 	now := s.opts.Now()
-	return s.one.reachedWithin(now, s.downAfter) && !s.one.answeredWithin(now, s.downAfter)
+	d := s.downAfter()
+	return s.one.reachedWithin(now, d) && !s.one.answeredWithin(now, d)
 }
 
 // nodeOf names the node that serves tenant, when the Store knows it.

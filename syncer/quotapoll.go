@@ -145,14 +145,15 @@ func (s *Syncer) readQuota(ctx context.Context, timeout time.Duration) (int64, e
 // to 94,582 decisions a run were made by the failure mode, every one
 // of them of a tenant failed in the run's first second; with the whole
 // lifetime (then 1 s, as downAfter is now), none in three runs of
-// b522ddb (docs/performance.md has later ones). A Redis silent from the start (one that accepts connections) is
-// taken for down that much later; one that refuses them, at once
-// (Syncer.refuses), and the polls after that refusal keep the whole
-// downAfter: a Redis that comes back meets the same storm of first calls.
+// b522ddb (docs/performance.md has later ones). A Redis silent from the
+// start (one that accepts connections) is taken for down that much
+// later; one that refuses them, at once (Syncer.refuses), and the polls
+// after that refusal keep the whole downAfter: a Redis that comes back
+// meets the same storm of first calls.
 func (s *Syncer) livenessTimeout() time.Duration {
-	d := s.downAfter / 2
+	d := s.downAfter() / 2
 	if !s.poll.hasAnswered() {
-		d = s.downAfter
+		d = s.downAfter()
 	}
 	return max(s.opts.CallTimeout, d)
 }

@@ -64,8 +64,8 @@ const lateGrace = 4
 // reachedLate reports whether the node, though it answered nothing in
 // time within d before now (the syncer's downAfter), answered late
 // within it, and has answered in time (or, never having done so, first
-// answered at all) within lateGrace times d: a node that answers, slower than the call
-// deadline.
+// answered at all) within lateGrace times d: a node that answers, slower
+// than the call deadline.
 //
 // Why: calls time out when the process is too short of CPU to read their
 // replies within the deadline, as well as when Redis is. At 32 instances

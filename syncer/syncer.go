@@ -107,12 +107,9 @@ type Syncer struct {
 	nodes sync.Map
 	// leaseTTL is the default lease TTL, as Options.Defaults resolves it:
 	// how long a reply may take before it is congestion
-	// (congestedAfter).
+	// (congestedAfter), and with MaxDownAfter how long Redis may be
+	// silent before it is down (downAfter).
 	leaseTTL time.Duration
-	// downAfter is how long Redis may answer nothing in time before its
-	// timeouts count as an outage (busy, livenessTimeout): the default
-	// lease TTL, at most MaxDownAfter.
-	downAfter time.Duration
 
 	// Owned by the loop (Run and Round are not called concurrently).
 	lru           []lruEntry // reused by Round when MaxTenants is set
@@ -230,7 +227,6 @@ func New(client lease.Store, opts Options) *Syncer {
 	s.one.budget.init(opts.Now())
 	s.breaker = s.newBreaker(iv)
 	s.leaseTTL = opts.Defaults.Resolve(quota.Quota{}).LeaseTTL
-	s.downAfter = min(s.leaseTTL, MaxDownAfter)
 	return s
 }
 
