@@ -41,12 +41,21 @@ var fleetColdWait = flag.Duration("fleet.coldwait", leasequota.DefaultColdStartW
 // and TestFleet. Each serves its tenants one request after the other, and
 // a tenant's first request on an instance waits for its first lease (up
 // to WithColdStartWait), so a goroutine's tenants start one after the
-// other, and one cold start holds up the requests of all of them. A
-// service's requests are concurrent: more goroutines come closer to that,
-// and offer the load of the tenants whose lease is there while others
-// wait (docs/performance.md, "A starved process is not a down Redis").
+// other, and one cold start holds up the requests of all of them (unless
+// -fleet.coldasync). A service's requests are concurrent: more goroutines
+// come closer to that, and offer the load of the tenants whose lease is
+// there while others wait (docs/performance.md, "A starved process is not
+// a down Redis"), but on a machine that Redis shares with the load they
+// also take Redis's CPU.
 var fleetGoroutines = flag.Int("fleet.goroutines", 4,
 	"the load goroutines per instance in BenchmarkFleet, each serving its share of the tenants one request after another")
+
+// fleetColdAsync makes driveFleet decide each pair's first request in a
+// goroutine of its own, so that a tenant's wait for its first lease does
+// not hold up the load goroutine's other tenants: every pair starts at
+// once (see driveFleet).
+var fleetColdAsync = flag.Bool("fleet.coldasync", false,
+	"BenchmarkFleet decides each pair's first request in a goroutine of its own, so that no cold start holds up other tenants: every pair starts at once")
 
 // fleetRotate makes each instance's load goroutines ask for their tenants
 // from a different place in their list (instance i from i/instances of

@@ -87,19 +87,44 @@ func (l *fleetLoad) deliveredRate() float64 {
 // was admitted, and whether a failure mode (or an error) decided it.
 type fleetDecider func(ctx context.Context, inst, tenant int) (allowed, failed bool)
 
+// The states of a pair's first decisions in driveFleet.
+const (
+	pairFirst   = iota // no request sent yet
+	pairPending        // its first request is being decided in a goroutine of its own
+	pairWarm           // its first decision returned: decided in the load goroutine
+)
+
 // driveFleet offers the shape's load to decide for d: *fleetGoroutines per
 // instance, each serving every *fleetGoroutines-th tenant at
 // s.over*Rate/instances requests per second, paced by a schedule (the
 // k-th request of a pair is due at (k+phase)/rate). Decisions are
 // synchronous: a goroutine behind its schedule catches up as fast as the
 // decisions return, which is the most the machine can offer.
+//
+// A tenant's first request on an instance waits for its first lease
+// (WithColdStartWait), so decided in the load goroutine it holds up that
+// goroutine's other tenants, which a service's concurrent requests do
+// not. With -fleet.coldasync, a pair's first request is decided in a
+// goroutine of its own, as the fleet simulation's driver does
+// (sim_fleet_test.go), and the pair's later requests are not made until
+// it returns: a client waiting for its first answer. Every pair then
+// starts at once (docs/performance.md, "Every pair at once").
 func driveFleet(ctx context.Context, s fleetShape, d time.Duration, decide fleetDecider) fleetLoad {
 	perPair := s.over * fleetRate / float64(s.instances)
 	type counts struct {
 		tenants           []int
 		offered, admitted []int64
 		failed            int64
+		// first is, with -fleet.coldasync, where each pair's first
+		// decision is: pairFirst, then pairPending while a goroutine of
+		// its own makes it, then pairWarm (always pairWarm without the
+		// flag). What it admitted and failed is added up apart
+		// (lateAdmitted, lateFailed) and merged once late is done.
+		first        []atomic.Int32
+		lateAdmitted []atomic.Int64
+		lateFailed   atomic.Int64
 	}
+	var late sync.WaitGroup
 	goroutines := max(*fleetGoroutines, 1)
 	all := make([]*counts, 0, s.instances*goroutines)
 	for inst := 0; inst < s.instances; inst++ {
@@ -113,6 +138,12 @@ func driveFleet(ctx context.Context, s fleetShape, d time.Duration, decide fleet
 				c.tenants = slices.Concat(c.tenants[from:], c.tenants[:from])
 			}
 			c.offered, c.admitted = make([]int64, len(c.tenants)), make([]int64, len(c.tenants))
+			c.first, c.lateAdmitted = make([]atomic.Int32, len(c.tenants)), make([]atomic.Int64, len(c.tenants))
+			if !*fleetColdAsync {
+				for j := range c.first {
+					c.first[j].Store(pairWarm)
+				}
+			}
 			all = append(all, c)
 		}
 	}
@@ -135,8 +166,28 @@ func driveFleet(ctx context.Context, s fleetShape, d time.Duration, decide fleet
 				due := int64(el.Seconds()*perPair + phase)
 				for ; sent < due; sent++ {
 					for j, t := range c.tenants {
-						allowed, failed := decide(ctx, inst, t)
+						switch c.first[j].Load() {
+						case pairPending:
+							continue // not made: the pair waits for its first answer
+						case pairFirst:
+							c.first[j].Store(pairPending)
+							c.offered[j]++
+							late.Add(1)
+							go func() {
+								defer late.Done()
+								allowed, failed := decide(ctx, inst, t)
+								if allowed {
+									c.lateAdmitted[j].Add(1)
+								}
+								if failed {
+									c.lateFailed.Add(1)
+								}
+								c.first[j].Store(pairWarm)
+							}()
+							continue
+						}
 						c.offered[j]++
+						allowed, failed := decide(ctx, inst, t)
 						if allowed {
 							c.admitted[j]++
 						}
@@ -153,13 +204,15 @@ func driveFleet(ctx context.Context, s fleetShape, d time.Duration, decide fleet
 		}()
 	}
 	wg.Wait()
-	l := fleetLoad{offered: make([]int64, s.tenants), admitted: make([]int64, s.tenants), wall: time.Since(began)}
+	wall := time.Since(began)
+	late.Wait() // first decisions still under way (-fleet.coldasync)
+	l := fleetLoad{offered: make([]int64, s.tenants), admitted: make([]int64, s.tenants), wall: wall}
 	for _, c := range all {
 		for j, t := range c.tenants {
 			l.offered[t] += c.offered[j]
-			l.admitted[t] += c.admitted[j]
+			l.admitted[t] += c.admitted[j] + c.lateAdmitted[j].Load()
 		}
-		l.failed += c.failed
+		l.failed += c.failed + c.lateFailed.Load()
 	}
 	return l
 }
