@@ -183,3 +183,74 @@ func testLateAnswers(t *testing.T, ttl time.Duration) {
 		})
 	}
 }
+
+// heldReadStore is lateStore whose reads of the quota version wait until
+// released, past their deadline (so that the first read stays out
+// however slowly the test runs), saying when one began.
+type heldReadStore struct {
+	lateStore
+	began   chan struct{} // receives once per read begun
+	release chan struct{} // closed to let the reads answer
+}
+
+func (s heldReadStore) QuotaVersion(context.Context) (int64, error) {
+	select {
+	case s.began <- struct{}{}:
+	default:
+	}
+	<-s.release
+	return 1, nil
+}
+
+// TestTimeoutsBeforeTheFirstTickAreBusy: Run reads the quota version at
+// once, not at its first tick, so a lease call that a request makes right
+// after New (a tenant's first lease, Refill) and that times out finds the
+// first read out and counts as congestion: the tenant is not failing.
+// Before, the read began at the first tick, a quarter interval later (here
+// 15 minutes), and such a timeout opened the way to the failure mode: a
+// fleet whose instances all started at once decided thousands of requests
+// by it while Redis answered (BenchmarkFleet -fleet.coldasync).
+func TestTimeoutsBeforeTheFirstTickAreBusy(t *testing.T) {
+	view, err := memstore.New().Instance("me", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := heldReadStore{lateStore: lateStore{view}, began: make(chan struct{}, 1), release: make(chan struct{})}
+	s := syncer.New(st, syncer.Options{Planner: syncer.NewPlanner(syncer.Config{Interval: time.Hour}, 1)})
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- s.Run(ctx) }()
+	defer func() {
+		// The read first: Run and Close wait for it.
+		close(st.release)
+		cancel()
+		if err := <-ran; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+		s.Close()
+	}()
+
+	select {
+	case <-st.began:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run had not begun reading the quota version within 10s; its first tick is 15 minutes away")
+	}
+	tn, err := s.Track("a", quota.Quota{Rate: 100, Burst: 100, MinLease: 1, MaxLease: 100, LeaseTTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-s.Refill(context.Background(), tn, 1):
+		if r.Err == nil {
+			t.Fatal("the refill succeeded: the store times out every lease call, so the test shows nothing")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the refill did not answer within 10s")
+	}
+	if st := s.Stats(); st.Errors == 0 {
+		t.Fatal("no failed lease call counted: the test shows nothing")
+	}
+	if tn.Failing() {
+		t.Error("failing after a timeout while the first read of the quota version was out: want busy, not down")
+	}
+}
