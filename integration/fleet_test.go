@@ -114,17 +114,17 @@ func driveFleet(ctx context.Context, s fleetShape, d time.Duration, decide fleet
 	type counts struct {
 		tenants           []int
 		offered, admitted []int64
-		failed            int64
-		// first is, with -fleet.coldasync, where each pair's first
-		// decision is: pairFirst, then pairPending while a goroutine of
-		// its own makes it, then pairWarm (always pairWarm without the
-		// flag). What it admitted and failed is added up apart
-		// (lateAdmitted, lateFailed) and merged once late is done.
-		first        []atomic.Int32
-		lateAdmitted []atomic.Int64
-		lateFailed   atomic.Int64
+		// failed is added to by the load goroutine and, with
+		// -fleet.coldasync, by its pairs' first decisions.
+		failed atomic.Int64
+		// first is, with -fleet.coldasync (nil without), where each
+		// pair's first decision is: pairFirst, then pairPending while a
+		// goroutine of its own makes it, then pairWarm. That goroutine
+		// adds to the pair's admitted before it stores pairWarm, and the
+		// load goroutine touches it only once it loads pairWarm.
+		first []atomic.Int32
 	}
-	var late sync.WaitGroup
+	var late sync.WaitGroup // the pairs' first decisions (-fleet.coldasync)
 	goroutines := max(*fleetGoroutines, 1)
 	all := make([]*counts, 0, s.instances*goroutines)
 	for inst := 0; inst < s.instances; inst++ {
@@ -138,11 +138,8 @@ func driveFleet(ctx context.Context, s fleetShape, d time.Duration, decide fleet
 				c.tenants = slices.Concat(c.tenants[from:], c.tenants[:from])
 			}
 			c.offered, c.admitted = make([]int64, len(c.tenants)), make([]int64, len(c.tenants))
-			c.first, c.lateAdmitted = make([]atomic.Int32, len(c.tenants)), make([]atomic.Int64, len(c.tenants))
-			if !*fleetColdAsync {
-				for j := range c.first {
-					c.first[j].Store(pairWarm)
-				}
+			if *fleetColdAsync {
+				c.first = make([]atomic.Int32, len(c.tenants))
 			}
 			all = append(all, c)
 		}
@@ -166,25 +163,27 @@ func driveFleet(ctx context.Context, s fleetShape, d time.Duration, decide fleet
 				due := int64(el.Seconds()*perPair + phase)
 				for ; sent < due; sent++ {
 					for j, t := range c.tenants {
-						switch c.first[j].Load() {
-						case pairPending:
-							continue // not made: the pair waits for its first answer
-						case pairFirst:
-							c.first[j].Store(pairPending)
-							c.offered[j]++
-							late.Add(1)
-							go func() {
-								defer late.Done()
-								allowed, failed := decide(ctx, inst, t)
-								if allowed {
-									c.lateAdmitted[j].Add(1)
-								}
-								if failed {
-									c.lateFailed.Add(1)
-								}
-								c.first[j].Store(pairWarm)
-							}()
-							continue
+						if c.first != nil {
+							switch c.first[j].Load() {
+							case pairPending:
+								continue // not made: the pair waits for its first answer
+							case pairFirst:
+								c.first[j].Store(pairPending)
+								c.offered[j]++
+								late.Add(1)
+								go func() {
+									defer late.Done()
+									allowed, failed := decide(ctx, inst, t)
+									if allowed {
+										c.admitted[j]++
+									}
+									if failed {
+										c.failed.Add(1)
+									}
+									c.first[j].Store(pairWarm)
+								}()
+								continue
+							}
 						}
 						c.offered[j]++
 						allowed, failed := decide(ctx, inst, t)
@@ -192,7 +191,7 @@ func driveFleet(ctx context.Context, s fleetShape, d time.Duration, decide fleet
 							c.admitted[j]++
 						}
 						if failed {
-							c.failed++
+							c.failed.Add(1)
 						}
 					}
 					if time.Since(began) >= d {
@@ -210,9 +209,9 @@ func driveFleet(ctx context.Context, s fleetShape, d time.Duration, decide fleet
 	for _, c := range all {
 		for j, t := range c.tenants {
 			l.offered[t] += c.offered[j]
-			l.admitted[t] += c.admitted[j] + c.lateAdmitted[j].Load()
+			l.admitted[t] += c.admitted[j]
 		}
-		l.failed += c.failed + c.lateFailed.Load()
+		l.failed += c.failed.Load()
 	}
 	return l
 }

@@ -24,7 +24,8 @@ func (s *Syncer) NoteMiss(t *Tenant, n int64) {
 // Run plans and refreshes leases until ctx is done, then returns nil once
 // every call its rounds started has finished (see Wait). In Cluster mode,
 // calls not started when ctx ends, such as those waiting for their node's
-// earlier calls, are not made (their returns are left to ReleaseAll). It is a
+// earlier calls, are not made (their returns are left to ReleaseAll). It
+// starts the first read of the quota version at once, then is a
 // loop of Tick every Interval/4 and Urgent whenever NoteMiss queues a
 // tenant; a caller that drives the syncer itself (a deterministic
 // simulation) calls those two instead of Run, and Wait.
@@ -37,7 +38,9 @@ func (s *Syncer) Run(ctx context.Context) error {
 	calls := context.WithoutCancel(ctx)
 	// The first read of the quota version starts now, not at the first
 	// tick, a quarter interval later: until it ends, a lease call's
-	// timeout says nothing (busy). Why: the first requests of a service
+	// timeout says nothing (busy, which judges a call when it fails, a
+	// call deadline after it began: a Refill made just before Run got
+	// here is covered too, unless Run got here later than that). Why: the first requests of a service
 	// come right after New, and their tenants' first lease calls (Refill)
 	// do not wait for a tick. When a fleet's instances all start at once,
 	// those calls queue in Redis behind each other's and time out; with no
