@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -378,52 +379,58 @@ func parseGrant(cmd *redis.Cmd, want int64) (Grant, error) {
 }
 
 // parseGrantReply decodes one tenant's reply of acquire.lua: the whole
-// reply of a call for one tenant, or its element of a batch's.
+// reply of a call for one tenant, or its element of a batch's. It is one
+// string of nine fields separated by single spaces, "granted tokens now
+// instances share reserved pace wait rateshare", and six more, "r b min
+// max ttl mode", when an override is stored; a field that is none is
+// empty (acquire.lua's header). Read with strings.Cut and strconv, it
+// allocates nothing but an override.
 func parseGrantReply(v interface{}, want int64) (Grant, error) {
-	a, ok := v.([]interface{})
-	// Fewer than ten elements: a reply of an older script, without the
-	// rate share (and the reservation, the share, the override).
-	if !ok || len(a) < 4 || len(a) > 10 {
-		return Grant{}, fmt.Errorf("%w: acquire: want a 10-element array, got %T %v", ErrBadReply, v, v)
+	s, ok := v.(string)
+	if !ok {
+		return Grant{}, fmt.Errorf("%w: acquire: want a string of 9 or 15 fields, got %T %v", ErrBadReply, v, v)
 	}
-	granted, err := replyInt(a[0])
-	if err != nil {
-		return Grant{}, fmt.Errorf("%w: acquire: granted: %w", ErrBadReply, err)
+	var f [grantFields + overrideValues]string
+	n := 0
+	for rest, more := s, true; more; n++ {
+		if n == len(f) {
+			return Grant{}, fmt.Errorf("%w: acquire: more than %d fields in %q", ErrBadReply, len(f), s)
+		}
+		f[n], rest, more = strings.Cut(rest, " ")
 	}
-	tokens, err := replyFloat(a[1])
-	if err != nil {
-		return Grant{}, fmt.Errorf("%w: acquire: tokens: %w", ErrBadReply, err)
+	if n != grantFields && n != len(f) {
+		return Grant{}, fmt.Errorf("%w: acquire: %d fields in %q, want %d or %d", ErrBadReply, n, s, grantFields, len(f))
 	}
-	now, err := replyInt(a[2])
-	if err != nil {
-		return Grant{}, fmt.Errorf("%w: acquire: time: %w", ErrBadReply, err)
+	bad := func(field string, err error) error {
+		return fmt.Errorf("%w: acquire: %s in %q: %w", ErrBadReply, field, s, err)
 	}
-	instances, err := replyInt(a[3])
+	granted, err := strconv.ParseInt(f[0], 10, 64)
 	if err != nil {
-		return Grant{}, fmt.Errorf("%w: acquire: instances: %w", ErrBadReply, err)
+		return Grant{}, bad("granted", err)
+	}
+	tokens, err := parseFinite(f[1])
+	if err != nil {
+		return Grant{}, bad("tokens", err)
+	}
+	now, err := strconv.ParseInt(f[2], 10, 64)
+	if err != nil {
+		return Grant{}, bad("time", err)
+	}
+	instances, err := strconv.ParseInt(f[3], 10, 64)
+	if err != nil || instances < 0 || instances > math.MaxInt32 {
+		return Grant{}, bad("instances", err)
 	}
 	if granted < 0 {
 		return Grant{}, fmt.Errorf("%w: acquire: granted %d of %d", ErrBadReply, granted, want)
 	}
-	var o *Override
-	if len(a) >= 5 {
-		if o, err = parseOverride(a[4]); err != nil {
-			return Grant{}, fmt.Errorf("%w: acquire: override: %w", ErrBadReply, err)
+	g := Grant{Granted: granted, Tokens: tokens, ServerTime: time.UnixMicro(now), Instances: int(instances)}
+	if f[4] != "" {
+		if g.Share, err = parseFinite(f[4]); err != nil || g.Share < 0 {
+			return Grant{}, bad("share", err)
 		}
 	}
-	var share float64
-	if len(a) >= 6 {
-		if !replyNone(a[5]) {
-			if share, err = replyFloat(a[5]); err != nil || share < 0 {
-				return Grant{}, fmt.Errorf("%w: acquire: share: %v %w", ErrBadReply, a[5], err)
-			}
-		}
-	}
-	g := Grant{Granted: granted, Tokens: tokens, ServerTime: time.UnixMicro(now), Instances: int(instances), Override: o, Share: share}
-	if len(a) >= 7 {
-		if g.Reserved, err = replyInt(a[6]); err != nil || g.Reserved < 0 || g.Reserved > granted {
-			return Grant{}, fmt.Errorf("%w: acquire: reserved %v of %d granted %w", ErrBadReply, a[6], granted, err)
-		}
+	if g.Reserved, err = strconv.ParseInt(f[5], 10, 64); err != nil || g.Reserved < 0 || g.Reserved > granted {
+		return Grant{}, bad("reserved", err)
 	}
 	// At most want at once; a reservation (the caller's share over its
 	// length) may come on top.
@@ -431,44 +438,33 @@ func parseGrantReply(v interface{}, want int64) (Grant, error) {
 		return Grant{}, fmt.Errorf("%w: acquire: granted %d at once of %d", ErrBadReply, granted-g.Reserved, want)
 	}
 	if g.Reserved > 0 {
-		if len(a) < 8 {
-			return Grant{}, fmt.Errorf("%w: acquire: %d reserved without a pace", ErrBadReply, g.Reserved)
-		}
-		if g.Pace, err = replyFloat(a[7]); err != nil || !(g.Pace > 0) {
-			return Grant{}, fmt.Errorf("%w: acquire: pace: %v %w", ErrBadReply, a[7], err)
+		if g.Pace, err = parseFinite(f[6]); err != nil || !(g.Pace > 0) {
+			return Grant{}, bad("pace", err)
 		}
 	}
-	if len(a) >= 9 {
-		wait, err := replyInt(a[8])
-		if err != nil || wait < 0 || wait > int64(math.MaxInt64/time.Microsecond) {
-			return Grant{}, fmt.Errorf("%w: acquire: wait: %v %w", ErrBadReply, a[8], err)
-		}
-		g.Wait = time.Duration(wait) * time.Microsecond
+	wait, err := strconv.ParseInt(f[7], 10, 64)
+	if err != nil || wait < 0 || wait > int64(math.MaxInt64/time.Microsecond) {
+		return Grant{}, bad("wait", err)
 	}
-	if len(a) >= 10 && !replyNone(a[9]) {
-		str, ok := a[9].(string)
-		if !ok {
-			return Grant{}, fmt.Errorf("%w: acquire: rate share: %T %v", ErrBadReply, a[9], a[9])
+	g.Wait = time.Duration(wait) * time.Microsecond
+	if g.RateShare, err = parseRateShare(f[8]); err != nil {
+		return Grant{}, bad("rate share", err)
+	}
+	if n > grantFields {
+		var a [overrideValues]interface{}
+		for i := range a {
+			a[i] = f[grantFields+i]
 		}
-		if g.RateShare, err = parseRateShare(str); err != nil {
-			return Grant{}, fmt.Errorf("%w: acquire: rate share: %w", ErrBadReply, err)
+		if g.Override, err = overrideOf(a[:]); err != nil {
+			return Grant{}, bad("override", err)
 		}
 	}
 	return g, nil
 }
 
-// replyNone reports whether v is an element of a script's reply that
-// says "none": Lua's false, which Redis sends as a null (nil here) or, on
-// a RESP3 connection, as false; or "", what earlier releases' scripts
-// sent, whose replies a client may still read (rollout tests).
-func replyNone(v interface{}) bool {
-	switch v := v.(type) {
-	case nil:
-		return true
-	case bool:
-		return !v
-	case string:
-		return v == ""
-	}
-	return false
-}
+// The fields of acquire.lua's reply: grantFields always, and
+// overrideValues more when an override is stored.
+const (
+	grantFields    = 9
+	overrideValues = 6
+)

@@ -42,20 +42,24 @@
 --          r and b they replace ARGV[1] and ARGV[2]: the override is the one
 --          source of truth, and the caller learns it from the reply.
 --
--- Returns {granted (integer), tokens left ("%.17g" string), now (microseconds,
--- integer), active instances (integer; 0 without a registry), override,
--- share, reserved, pace, wait, rate share}, where override is 0 when no override is
--- stored, else the array of strings {r, b, min, max, ttl, mode} as stored,
--- share is the caller's max-min fair share of the rate (tokens/s, "%.17g")
--- among the active instances' demands, or false without a registry,
--- reserved (integer) is the part of granted that is a reservation, pace
--- its pace (tokens/s, "%.17g"; false when reserved is 0) and wait
--- (integer, µs) is now - clock, how far the bucket's time is ahead of
--- Redis TIME, and rate share the caller's share after the call,
--- "rate/from/until" as its entry holds it, or false for none (SHARES).
--- Redis sends false as a null, or as a RESP3 false; releases before this
--- one sent "" for each none, which the client reads alike.
--- Tokens are returned as a string because Redis truncates Lua numbers to integers.
+-- Returns one string of nine fields separated by single spaces, "granted
+-- tokens now instances share reserved pace wait rateshare", and six more
+-- when an override is stored, "r b min max ttl mode" as stored: granted
+-- (an integer), the tokens left ("%.17g"), now (the bucket's time of the
+-- call, microseconds), the active instances (0 without a registry), the
+-- caller's max-min fair share of the rate (tokens/s, "%.17g") among the
+-- active instances' demands, reserved (the part of granted that is a
+-- reservation), its pace (tokens/s, "%.17g"), wait (µs: now - clock, how
+-- far the bucket's time is ahead of Redis TIME) and the caller's rate
+-- share after the call, "rate/from/until" as its entry holds it (SHARES).
+-- A field that is none (no share without a registry, no pace without a
+-- reservation, no rate share held) is empty. Releases before this one
+-- replied with an array of the same values ({granted, tokens, now,
+-- instances, override, share, reserved, pace, wait, rate share}, the
+-- override 0 or an array of six); each client reads the replies of the
+-- script it loaded, so the two forms never meet in one client. (Numbers
+-- that are not whole go out as text either way: Redis truncates Lua
+-- numbers to integers.)
 --
 -- Reservations ("paced grants"). A bucket whose ts is after the clock is
 -- frozen: tk tokens are available now and nothing refills until ts (every
@@ -569,21 +573,21 @@ local function acquire(key, ikey, qkey, o, clock, nargs)
     redis.call('HDEL', key, 'ol')
   end
 
-  -- None is false, not '': a null (or a RESP3 false) costs the client
-  -- no buffer to read, where an empty string costs one.
-  local shareOut = false
+  -- One string (see the header): the client reads it as one buffer,
+  -- where an array costs it a value per element.
+  local shareOut = ''
   if share ~= nil then
     shareOut = fmt17(share)
   end
-  local paceOut = false
+  local paceOut = ''
   if pace ~= nil then
     paceOut = fmt17(pace)
   end
-  local mineOut = false
-  if mineText ~= '' then
-    mineOut = mineText
+  local reply = string.format('%d %s %d %d %s %d %s %d %s', granted, tk, now, instances, shareOut, reserved, paceOut, now - clock, mineText)
+  if override ~= 0 then
+    reply = reply .. ' ' .. table.concat(override, ' ')
   end
-  return {granted, tk, now, instances, override, shareOut, reserved, paceOut, now - clock, mineOut}
+  return reply
 end
 
 if #KEYS == 3 then

@@ -715,15 +715,15 @@ func TestPackedHistoryFits(t *testing.T) {
 	acquire := redis.NewScript(commonSource + acquireSource)
 	run := func(key string, burst int64) (int64, float64) {
 		t.Helper()
-		v, err := acquire.Run(ctx, rdb, []string{key, InstancesKey(key), QuotaKey(key)}, "1e-9", burst, 10).Slice()
-		if err != nil || len(v) != 10 || v[0] != int64(10) {
-			t.Fatalf("acquire: %v, %v", v, err)
-		}
-		left, err := strconv.ParseFloat(fmt.Sprint(v[1]), 64)
+		v, err := acquire.Run(ctx, rdb, []string{key, InstancesKey(key), QuotaKey(key)}, "1e-9", burst, 10).Result()
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("acquire: %v", err)
 		}
-		return v[2].(int64), left + 10
+		granted, left, now, _ := acquireReply(t, v)
+		if granted != 10 {
+			t.Fatalf("acquire: granted %d, want 10", granted)
+		}
+		return now, left + 10
 	}
 	t1, level := run(key, burst) // level: 1000 and the refill since at
 	want, _, _ := peaks.Unpack(v, at)

@@ -87,28 +87,43 @@ func TestParseReplies(t *testing.T) {
 	}
 	const now = int64(1_700_000_000_123_456)
 
-	g, err := parseGrant(reply([]interface{}{int64(3), "6.25", now, int64(2)}, nil), 5)
-	if err != nil || g.Granted != 3 || g.Tokens != 6.25 || !g.ServerTime.Equal(time.UnixMicro(now)) || g.Instances != 2 {
+	g, err := parseGrant(reply("3 6.25 1700000000123456 2  0  0 ", nil), 5)
+	if err != nil || g.Granted != 3 || g.Tokens != 6.25 || !g.ServerTime.Equal(time.UnixMicro(now)) || g.Instances != 2 ||
+		g.Share != 0 || g.Reserved != 0 || g.Override != nil || g.RateShare.Held() || g.Wait != 0 {
 		t.Errorf("parseGrant = %+v, %v", g, err)
 	}
-	// Strings for integers and integers for tokens are accepted.
-	g, err = parseGrant(reply([]interface{}{"3", int64(6), "1700000000123456", int64(0)}, nil), 5)
-	if err != nil || g.Granted != 3 || g.Tokens != 6 || g.ServerTime.UnixMicro() != now {
-		t.Errorf("parseGrant(strings) = %+v, %v", g, err)
+	// Every field: a share, a reservation at a pace, a wait, a rate share
+	// and an override.
+	g, err = parseGrant(reply("7 0.5 1700000000123456 4 12.5 4 12.5 250 10/1700000000000000/1700000010000000 20 40 1 5 2000000000 2", nil), 3)
+	wantOverride := Override{Rate: 20, Burst: 40, MinLease: 1, MaxLease: 5, LeaseTTL: 2 * time.Second, Mode: 2}
+	if err != nil || g.Granted != 7 || g.Tokens != 0.5 || g.Instances != 4 || g.Share != 12.5 || g.Reserved != 4 || g.Pace != 12.5 ||
+		g.Wait != 250*time.Microsecond || g.RateShare.Rate != 10 || g.RateShare.From.UnixMicro() != 1_700_000_000_000_000 ||
+		g.RateShare.Until.UnixMicro() != 1_700_000_010_000_000 || g.Override == nil || *g.Override != wantOverride {
+		t.Errorf("parseGrant(every field) = %+v, %v", g, err)
 	}
 	for _, v := range []interface{}{
-		nil, "x", int64(3),
-		[]interface{}{int64(3), "6.25"},
-		[]interface{}{int64(3), "6.25", now},
-		[]interface{}{int64(3), "6.25", now, int64(1), int64(1)},
-		[]interface{}{"three", "6.25", now, int64(1)},
-		[]interface{}{int64(3), "nan", now, int64(1)},
-		[]interface{}{int64(3), "inf", now, int64(1)},
-		[]interface{}{int64(3), []interface{}{}, now, int64(1)},
-		[]interface{}{int64(3), "6.25", 1.5, int64(1)},
-		[]interface{}{int64(3), "6.25", now, "x"},
-		[]interface{}{int64(6), "6.25", now, int64(1)}, // more than wanted
-		[]interface{}{int64(-1), "6.25", now, int64(1)},
+		nil, int64(3), "", "x",
+		[]interface{}{int64(3), "6.25", now, int64(2)}, // an earlier release's array
+		"3 6.25 1700000000123456 2  0  0",              // 8 fields
+		"3 6.25 1700000000123456 2  0  0  ",            // 10
+		"3 6.25 1700000000123456 2  0  0  20 40 1 5 2000000000 2 x",
+		"3 6.25 1700000000123456 2  0  0  20 40 1 5 2000000000", // 14
+		"three 6.25 1700000000123456 2  0  0 ",
+		"3 nan 1700000000123456 2  0  0 ",
+		"3 inf 1700000000123456 2  0  0 ",
+		"3 6.25 1.5 2  0  0 ",
+		"3 6.25 1700000000123456 x  0  0 ",
+		"3 6.25 1700000000123456 -1  0  0 ",
+		"6 6.25 1700000000123456 1  0  0 ",  // more than wanted
+		"-1 6.25 1700000000123456 1  0  0 ", // negative
+		"3 6.25 1700000000123456 1 -2 0  0 ",
+		"3 6.25 1700000000123456 1  4  0 ",                          // reserved without a pace
+		"3 6.25 1700000000123456 1  4 0 0 ",                         // a pace of 0
+		"3 6.25 1700000000123456 1  9 1 0 ",                         // reserved more than granted
+		"3 6.25 1700000000123456 1  0  -1 ",                         // a negative wait
+		"3 6.25 1700000000123456 1  0  0 10/5",                      // a rate share without its end
+		"3 6.25 1700000000123456 1  0  0  0 40 1 5 2000000000 2",    // an override of rate 0
+		"3 6.25 1700000000123456 1  0  0  20 40 1 5 2000000000 300", // mode out of range
 	} {
 		if _, err := parseGrant(reply(v, nil), 5); !errors.Is(err, ErrBadReply) {
 			t.Errorf("parseGrant(%#v) = %v, want ErrBadReply", v, err)

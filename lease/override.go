@@ -115,6 +115,12 @@ func parseOverride(v interface{}) (*Override, error) {
 	if !ok || len(a) != 6 {
 		return nil, fmt.Errorf("want 0 or a 6-element array, got %T %v", v, v)
 	}
+	return overrideOf(a)
+}
+
+// overrideOf decodes the six values of a stored override, r, b, min, max,
+// ttl and mode, as a script returns them.
+func overrideOf(a []interface{}) (*Override, error) {
 	rate, err := replyFloat(a[0])
 	if err != nil {
 		return nil, fmt.Errorf("rate: %w", err)

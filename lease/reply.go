@@ -27,14 +27,19 @@ func replyFloat(v interface{}) (float64, error) {
 	case int64:
 		return float64(x), nil
 	case string:
-		f, err := strconv.ParseFloat(x, 64)
-		if err != nil {
-			return 0, err
-		}
-		if math.IsNaN(f) || math.IsInf(f, 0) {
-			return 0, fmt.Errorf("got %q, want a finite number", x)
-		}
-		return f, nil
+		return parseFinite(x)
 	}
 	return 0, fmt.Errorf("got %T %v, want a number", v, v)
+}
+
+// parseFinite reads a finite decimal number.
+func parseFinite(s string) (float64, error) {
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return 0, err
+	}
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return 0, fmt.Errorf("got %q, want a finite number", s)
+	}
+	return f, nil
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -36,7 +37,9 @@ import (
 // may accrue for half the caller's window: the credit span); v6 is main
 // at d6ce5ab, the last to neither honour a bucket's record of rate shares
 // (field sh) nor write registry entries of four fields; v7 is main at
-// a99e078, the first to honour them, the last to grant none.
+// a99e078, the first to honour them, the last to grant none; v8 is main
+// at d76ea2a, the last to reply to an acquire with an array (this
+// release's reply is one string; what it stores is the same).
 var (
 	//go:embed testdata/v1/common.lua
 	v1Common string
@@ -78,6 +81,10 @@ var (
 	v7Common string
 	//go:embed testdata/v7/acquire.lua
 	v7Acquire string
+	//go:embed testdata/v8/common.lua
+	v8Common string
+	//go:embed testdata/v8/acquire.lua
+	v8Acquire string
 )
 
 // TestMixedFleetRollout runs clients of an earlier release and of this
@@ -106,6 +113,7 @@ func TestMixedFleetRollout(t *testing.T) {
 		{"v5", v5Common, v5Acquire, v5Release, 9},
 		{"v6", v6Common, v6Acquire, v6Release, 9},
 		{"v7", v7Common, v7Acquire, v6Release, 9}, // v7's release.lua is v6's
+		{"v8", v8Common, v8Acquire, v6Release, 10}, // and v8's
 	} {
 		t.Run(old.name, func(t *testing.T) {
 			mixedFleet(t, redis.NewScript(old.common+old.acquire), redis.NewScript(old.common+old.release), old.reply)
@@ -541,13 +549,11 @@ func TestRolloutCreditsNoMoreThanExact(t *testing.T) {
 		if old {
 			s = sides[1]
 		}
-		v, err := s.acquire.Run(ctx, rdb, []string{b.key, InstancesKey(b.key), QuotaKey(b.key)}, rate, burst, want).Slice()
-		if err != nil || len(v) < 9 {
-			t.Fatalf("acquire: %v, %v", v, err)
+		v, err := s.acquire.Run(ctx, rdb, []string{b.key, InstancesKey(b.key), QuotaKey(b.key)}, rate, burst, want).Result()
+		if err != nil {
+			t.Fatalf("acquire: %v", err)
 		}
-		granted, _ := v[0].(int64)
-		now, _ := v[2].(int64)
-		left := num(v[1])
+		granted, left, now, _ := acquireReply(t, v)
 		if !b.started {
 			b.exact.Reset(now, burst)
 			b.started = true
@@ -731,4 +737,30 @@ func TestV6BesideShareAwareClients(t *testing.T) {
 	if want, _ := RefillShares(tk, ts, g3.ServerTime.UnixMicro(), lim.Rate, lim.Burst, sh); g3.Tokens != want || want >= float64(lim.Burst) {
 		t.Fatalf("after v6: %v tokens, RefillShares from v6's write says %v (below the burst)", g3.Tokens, want)
 	}
+}
+
+// acquireReply reads the granted tokens, the tokens left, the bucket's
+// time and the instances from an acquire's reply: this release's string
+// (parseGrantReply), or the array of an earlier release's script.
+func acquireReply(t *testing.T, v interface{}) (granted int64, left float64, now, instances int64) {
+	t.Helper()
+	if _, ok := v.(string); ok {
+		g, err := parseGrantReply(v, math.MaxInt64)
+		if err != nil {
+			t.Fatalf("acquire: %v", err)
+		}
+		return g.Granted, g.Tokens, g.ServerTime.UnixMicro(), int64(g.Instances)
+	}
+	a, ok := v.([]interface{})
+	if !ok || len(a) < 4 {
+		t.Fatalf("acquire: %T %v, want an earlier release's array", v, v)
+	}
+	granted, _ = a[0].(int64)
+	now, _ = a[2].(int64)
+	instances, _ = a[3].(int64)
+	left, err := strconv.ParseFloat(fmt.Sprint(a[1]), 64)
+	if err != nil {
+		t.Fatalf("acquire: tokens: %v", err)
+	}
+	return granted, left, now, instances
 }

@@ -133,10 +133,10 @@ func fakeRoundClient(b *testing.B, batch int) *Client {
 }
 
 // cannedGrant is one tenant's reply of acquire.lua as a Redis sends it
-// over RESP2: 10 granted, the tokens left, the time, 1 instance, no
-// override, a share, nothing reserved, no pace (a null), no wait, no rate
-// share (a null).
-const cannedGrant = "*10\r\n:10\r\n$10\r\n1073741814\r\n:1764633600123456\r\n:1\r\n:0\r\n$9\r\n250000000\r\n:0\r\n$-1\r\n:0\r\n$-1\r\n"
+// over RESP2, one bulk string: 10 granted, the tokens left, the time, 1
+// instance, a share, nothing reserved, no pace, no wait, no rate share,
+// no override.
+const cannedGrant = "$48\r\n10 1073741814 1764633600123456 1 250000000 0  0 \r\n"
 
 // cannedReturn is a reply of release.lua: the tokens after the return,
 // the time, 5 credited.

@@ -49,7 +49,7 @@ func (f *fakeScripter) exec(ctx context.Context, name, key string) *redis.Cmd {
 		cmd.SetErr(redis.ErrNoScript)
 		return cmd
 	}
-	cmd.SetVal([]interface{}{int64(1), "0.5", int64(1_700_000_000_000_000), int64(0)})
+	cmd.SetVal("1 0.5 1700000000000000 0  0  0 ")
 	return cmd
 }
 

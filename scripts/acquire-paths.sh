@@ -28,6 +28,9 @@
 #               the registry summary and the caller's entry fresh (window
 #               an hour): the entry is read, not written
 #   steady/16   the same with 16 instances in the registry
+#   batch8      steady/1 in acquire.lua's batch form, 8 tenants a call (as
+#               AcquireMany sends them on one server by default); its
+#               figures are per tenant
 #   round/1     as BenchmarkSyncRound with -syncround.window=2.1s (rounds
 #               0.5 s apart; with the Limiter's window, its default, the
 #               rounds take the steady/1 path):
@@ -144,6 +147,16 @@ def call(sha, t, args):
         return ['FCALL', sha, 3] + keys(t) + list(args)
     return ['EVALSHA', sha, 3] + keys(t) + list(args)
 
+def call_batch(sha, ts, args_of):
+    ks, args = [], []
+    for t in ts:
+        ks += keys(t)
+        a = list(args_of(t))
+        args += a + [''] * (8 - len(a))
+    if FCALL:
+        return ['FCALL', sha, len(ks)] + ks + args
+    return ['EVALSHA', sha, len(ks)] + ks + args
+
 def run(cmds):
     for i in range(0, len(cmds), 100):
         for r in c.send(cmds[i:i + 100]):
@@ -182,7 +195,7 @@ def measure(cmds):
 FULL = ['1e9', '1073741824', '10']
 results = []
 current = ''
-def path(name, setup, args_of, sleep=0.0, sha=None, n=None):
+def path(name, setup, args_of, sleep=0.0, sha=None, n=None, batch=1):
     global current
     if not re.search(os.environ.get('ACQUIRE_PATHS_ONLY', ''), name):
         return
@@ -205,7 +218,11 @@ def path(name, setup, args_of, sleep=0.0, sha=None, n=None):
         set_clock()
     elif sleep:
         time.sleep(sleep)
-    ir, inner, stats = measure([call(sha or acq, t, args_of(t)) for t in ts])
+    if batch > 1:
+        ir, inner, stats = measure([call_batch(sha or acq, ts[i:i + batch], args_of) for i in range(0, n, batch)])
+        ir, inner = ir / batch, inner / batch
+    else:
+        ir, inner, stats = measure([call(sha or acq, t, args_of(t)) for t in ts])
     cmds = ' '.join('%s %.2f' % (k, v / n) for k, v in sorted(stats.items()) if k not in ('evalsha', 'fcall', 'config|resetstat', 'function|load'))
     results.append((name, ir))
     print('%-10s %8.0f instructions per call  %.2f commands per call: %s' % (name, ir, inner, cmds), flush=True)
@@ -219,6 +236,9 @@ path('steady/16', lambda t: [FULL + ['i%d' % i, '3600000', '100'] for i in range
 # quarter of the tenants, so that its set-up takes less than the window).
 path('round/1', lambda t: [FULL + ['bench', '60000', '0']], lambda t: FULL + ['bench', '60000', '0'], sleep=16)
 path('round/16', lambda t: [FULL + ['i%d' % i, '60000', '0'] for i in range(16)], lambda t: FULL + ['i0', '60000', '0'], sleep=16, n=max(1, tenants // 4))
+# steady/1 in batches of 8 tenants a call (acquire.lua's batch form, as
+# AcquireMany sends it on one server by default): per tenant.
+path('batch8', lambda t: [FULL + ['bench', '3600000', '100']], lambda t: FULL + ['bench', '3600000', '100'], batch=8)
 STARVED = ['10', '100', '50']
 path('starved', lambda t: [STARVED + ['i%d' % (i % 4), '3600000', '100'] for i in range(8)], lambda t: STARVED + ['i0', '3600000', '100'])
 path('history8', lambda t: [['1', '1000000000', '10', 'bench', '3600000', '100']] * 12, lambda t: ['1', '1000000000', '10', 'bench', '3600000', '100'])
