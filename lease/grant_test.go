@@ -136,28 +136,25 @@ func TestParseReplies(t *testing.T) {
 		t.Errorf("other error: %v", err)
 	}
 
-	r, err := parseRelease(reply([]interface{}{"9.5", now, "2.25"}, nil), 3)
+	r, err := parseRelease(reply("9.5 1700000000123456 2.25", nil), 3)
 	if err != nil || r.Tokens != 9.5 || r.Credited != 2.25 || !r.ServerTime.Equal(time.UnixMicro(now)) {
 		t.Errorf("parseRelease = %+v, %v", r, err)
 	}
-	r, err = parseRelease(reply([]interface{}{int64(10), "1700000000123456", int64(0)}, nil), 3)
-	if err != nil || r.Tokens != 10 || r.Credited != 0 || r.ServerTime.UnixMicro() != now {
-		t.Errorf("parseRelease(integers) = %+v, %v", r, err)
-	}
-	if r, err := parseRelease(reply([]interface{}{"9.5", now, "3"}, nil), 3); err != nil || r.Credited != 3 {
+	if r, err := parseRelease(reply("9.5 1700000000123456 3", nil), 3); err != nil || r.Credited != 3 {
 		t.Errorf("parseRelease(all credited) = %+v, %v", r, err)
 	}
 	for _, v := range []interface{}{
-		nil, "x",
-		[]interface{}{"9.5"},
-		[]interface{}{"9.5", now}, // the reply of the script before aged returns
-		[]interface{}{"x", now, "0"},
-		[]interface{}{"9.5", "y", "0"},
-		[]interface{}{"9.5", now, "nan"},
-		[]interface{}{"9.5", now, "z"},
-		[]interface{}{"9.5", now, "3.5"}, // more than returned
-		[]interface{}{"9.5", now, "-0.5"},
-		[]interface{}{"9.5", now, "1", "extra"},
+		nil, "", "x", "9.5", "9.5 1700000000123456",
+		[]interface{}{"9.5", now, "2.25"}, // an earlier release's array
+		"x 1700000000123456 0",
+		"9.5 y 0",
+		"9.5 1.5 0",
+		"9.5 1700000000123456 nan",
+		"9.5 1700000000123456 z",
+		"9.5 1700000000123456 3.5", // more than returned
+		"9.5 1700000000123456 -0.5",
+		"9.5 1700000000123456 1 extra",
+		"9.5  1700000000123456 1",
 	} {
 		if _, err := parseRelease(reply(v, nil), 3); !errors.Is(err, ErrBadReply) {
 			t.Errorf("parseRelease(%#v) = %v, want ErrBadReply", v, err)

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -178,28 +179,33 @@ func (c *Client) releaseCalls(reqs []ReleaseRequest, sent []int) []call {
 	return calls
 }
 
-// parseRelease decodes release.lua's reply {"tokens", now_us, "credited"}
-// to a release of amount tokens.
+// parseRelease decodes release.lua's reply to a release of amount tokens:
+// one string, "tokens now credited" (see release.lua).
 func parseRelease(cmd *redis.Cmd, amount int64) (Return, error) {
 	v, err := cmd.Result()
 	if err != nil {
 		return Return{}, scriptError("release", err)
 	}
-	a, ok := v.([]interface{})
-	if !ok || len(a) != 3 {
-		return Return{}, fmt.Errorf("%w: release: want a 3-element array, got %T %v", ErrBadReply, v, v)
+	s, ok := v.(string)
+	if !ok {
+		return Return{}, fmt.Errorf("%w: release: want a string of 3 fields, got %T %v", ErrBadReply, v, v)
 	}
-	tokens, err := replyFloat(a[0])
-	if err != nil {
-		return Return{}, fmt.Errorf("%w: release: tokens: %w", ErrBadReply, err)
+	ts, rest, ok1 := strings.Cut(s, " ")
+	ns, cs, ok2 := strings.Cut(rest, " ")
+	if !ok1 || !ok2 || strings.Contains(cs, " ") {
+		return Return{}, fmt.Errorf("%w: release: want 3 fields, got %q", ErrBadReply, s)
 	}
-	now, err := replyInt(a[1])
+	tokens, err := parseFinite(ts)
 	if err != nil {
-		return Return{}, fmt.Errorf("%w: release: time: %w", ErrBadReply, err)
+		return Return{}, fmt.Errorf("%w: release: tokens in %q: %w", ErrBadReply, s, err)
 	}
-	credited, err := replyFloat(a[2])
+	now, err := strconv.ParseInt(ns, 10, 64)
 	if err != nil {
-		return Return{}, fmt.Errorf("%w: release: credited: %w", ErrBadReply, err)
+		return Return{}, fmt.Errorf("%w: release: time in %q: %w", ErrBadReply, s, err)
+	}
+	credited, err := parseFinite(cs)
+	if err != nil {
+		return Return{}, fmt.Errorf("%w: release: credited in %q: %w", ErrBadReply, s, err)
 	}
 	if credited < 0 || credited > float64(amount) {
 		return Return{}, fmt.Errorf("%w: release: credited %v of %d", ErrBadReply, credited, amount)

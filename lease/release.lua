@@ -20,8 +20,11 @@
 --          ARGV[1] and ARGV[2], as in acquire.lua. KEYS[2] is always passed
 --          (so that KEYS[3] has a fixed place) but only touched with ARGV[6].
 --
--- Returns {tokens now ("%.17g" string), now (microseconds, integer),
--- credited ("%.17g" string, 0..amount)}.
+-- Returns one string of three fields separated by single spaces, "tokens
+-- now credited": the tokens now ("%.17g"), now (the bucket's time,
+-- microseconds) and the tokens credited ("%.17g", 0..amount). Releases
+-- before this one replied with an array of the same values; each client
+-- reads the replies of the script it loaded (see acquire.lua).
 --
 -- The credit. The tokens were granted at g or later, where g is the grant's
 -- own time when ARGV[5] names it: the latest time before now with those
@@ -131,7 +134,7 @@ if state == nil then
   return x -- the error reply
 end
 if missing then
-  return {fmt17(burst), now, '0'}
+  return fmt17(burst) .. string.format(' %d 0', now)
 end
 
 local rid = ARGV[6]
@@ -143,7 +146,7 @@ if rid ~= nil and rid ~= '' then
   local rkey = KEYS[2]
   if redis.call('ZSCORE', rkey, rid) then
     -- Applied before: report the bucket, change nothing, credit nothing.
-    return {fmt17(x), now, '0'}
+    return fmt17(x) .. string.format(' %d 0', now)
   end
   redis.call('ZADD', rkey, now, rid)
   redis.call('ZREMRANGEBYSCORE', rkey, '-inf', now - keep * 1000)
@@ -190,4 +193,4 @@ if tokens > burst then
 end
 local tk = store(key, tokens, now, rate, burst, h, state, nil, clock)
 
-return {tk, now, fmt17(credit)}
+return string.format('%s %d %s', tk, now, fmt17(credit))

@@ -112,7 +112,7 @@ func TestMixedFleetRollout(t *testing.T) {
 		{"v4", v4Common, v4Acquire, v4Release, 9},
 		{"v5", v5Common, v5Acquire, v5Release, 9},
 		{"v6", v6Common, v6Acquire, v6Release, 9},
-		{"v7", v7Common, v7Acquire, v6Release, 9}, // v7's release.lua is v6's
+		{"v7", v7Common, v7Acquire, v6Release, 9},  // v7's release.lua is v6's
 		{"v8", v8Common, v8Acquire, v6Release, 10}, // and v8's
 	} {
 		t.Run(old.name, func(t *testing.T) {
@@ -504,14 +504,6 @@ func TestRolloutCreditsNoMoreThanExact(t *testing.T) {
 	newAcquire, newRelease := redis.NewScript(commonSource+acquireSource), redis.NewScript(commonSource+releaseSource)
 	oldAcquire, oldRelease := redis.NewScript(v4Common+v4Acquire), redis.NewScript(v4Common+v4Release)
 	const rate, burst = "1000", 100
-	num := func(v interface{}) float64 {
-		t.Helper()
-		f, err := strconv.ParseFloat(fmt.Sprint(v), 64)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return f
-	}
 	type bucket struct {
 		key      string
 		mixed    bool           // calls of v4 at random, else this release's only
@@ -570,11 +562,11 @@ func TestRolloutCreditsNoMoreThanExact(t *testing.T) {
 			s = sides[1]
 		}
 		g := b.grants[i]
-		v, err := s.release.Run(ctx, rdb, []string{b.key, ReleasesKey(b.key), QuotaKey(b.key)}, rate, burst, amount, 0, uint32(g.at)).Slice()
-		if err != nil || len(v) != 3 {
-			t.Fatalf("release: %v, %v", v, err)
+		v, err := s.release.Run(ctx, rdb, []string{b.key, ReleasesKey(b.key), QuotaKey(b.key)}, rate, burst, amount, 0, uint32(g.at)).Result()
+		if err != nil {
+			t.Fatalf("release: %v", err)
 		}
-		credit, tokens := num(v[2]), num(v[0])
+		tokens, credit := releaseReply(t, v, amount)
 		x := tokens - credit // the level before the credit
 		exact := min(float64(amount), max(burst-b.exact.Peak(g.at, x), 0))
 		if credit > exact+1e-9 {
@@ -763,4 +755,32 @@ func acquireReply(t *testing.T, v interface{}) (granted int64, left float64, now
 		t.Fatalf("acquire: tokens: %v", err)
 	}
 	return granted, left, now, instances
+}
+
+// releaseReply reads the tokens now and the tokens credited from a
+// release's reply of amount tokens: this release's string (parseRelease),
+// or the array of an earlier release's script.
+func releaseReply(t *testing.T, v interface{}, amount int64) (tokens, credited float64) {
+	t.Helper()
+	if _, ok := v.(string); ok {
+		cmd := redis.NewCmd(context.Background())
+		cmd.SetVal(v)
+		r, err := parseRelease(cmd, amount)
+		if err != nil {
+			t.Fatalf("release: %v", err)
+		}
+		return r.Tokens, r.Credited
+	}
+	a, ok := v.([]interface{})
+	if !ok || len(a) != 3 {
+		t.Fatalf("release: %T %v, want an earlier release's array", v, v)
+	}
+	num := func(x interface{}) float64 {
+		f, err := strconv.ParseFloat(fmt.Sprint(x), 64)
+		if err != nil {
+			t.Fatalf("release: %v", err)
+		}
+		return f
+	}
+	return num(a[0]), num(a[2])
 }

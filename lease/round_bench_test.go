@@ -138,9 +138,9 @@ func fakeRoundClient(b *testing.B, batch int) *Client {
 // no override.
 const cannedGrant = "$48\r\n10 1073741814 1764633600123456 1 250000000 0  0 \r\n"
 
-// cannedReturn is a reply of release.lua: the tokens after the return,
-// the time, 5 credited.
-const cannedReturn = "*3\r\n$10\r\n1073741819\r\n:1764633600123456\r\n$1\r\n5\r\n"
+// cannedReturn is a reply of release.lua, one bulk string: the tokens
+// after the return, the time, 5 credited.
+const cannedReturn = "$29\r\n1073741819 1764633600123456 5\r\n"
 
 // serveCanned answers conn's commands: EVALSHA with cannedGrant per
 // tenant (numkeys/3 of them; an array of them for a batch), or with
