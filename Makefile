@@ -51,7 +51,7 @@ unit:
 simulation:
 	$(GO) test -count=1 -run '^TestSimulation$$' -sim.seeds=1500 .
 	$(GO) test -count=1 -run '^TestReservationsCutFleetCalls$$|^TestFleetSimulation$$|^TestFleetShapes$$|^TestFleetUnderQuotaCalls$$' .
-	$(GO) test -count=1 -run '^TestSim|^TestSaturatedRedis' ./syncer
+	$(GO) test -count=1 -run '^TestSim|^TestSaturated' ./syncer
 
 simulation-long:
 	$(GO) test -count=1 -timeout 30m -run '^TestSimulation$$' -sim.seeds=20000 .
