@@ -4,10 +4,13 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"math"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/leasequota/leasequota/lease"
 )
 
 var fleetTrace = flag.Bool("fleet.trace", false,
@@ -17,8 +20,8 @@ var fleetTrace = flag.Bool("fleet.trace", false,
 // the limiters' acquire script calls served, by the call's rate share
 // operation: tokens only, an ask for a share (and how many of those
 // replies held one), the end of one. It is a go-redis hook on each
-// limiter's client; an acquire is told from a release by its reply (ten
-// elements a tenant against three). It counts from start (the load's
+// limiter's client; an acquire is told from a release by its reply
+// (lease.ParseAcquireReply reads the one, not the other). It counts from start (the load's
 // start) until stopped (its end), so that Close's ends stay out.
 type scriptTally struct {
 	start   atomic.Int64 // unix ns, set when the load starts
@@ -53,7 +56,7 @@ func (t *scriptTally) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 // count tallies an acquire call's tenants: EVALSHA or EVAL with 3 keys a
 // tenant, the share operation the eighth argument of a tenant's (absent
 // in a call of one tenant that keeps its share), and the rate share held
-// after the call the tenth element of its reply.
+// after the call in its reply (Grant.RateShare).
 func (t *scriptTally) count(cmd redis.Cmder) {
 	if t.start.Load() == 0 || t.stopped.Load() || cmd.Err() != nil {
 		return
@@ -81,9 +84,9 @@ func (t *scriptTally) count(cmd redis.Cmder) {
 	per := len(argv) / n
 	sec := &t.secs[min(int(time.Duration(time.Now().UnixNano()-t.start.Load())/time.Second), tallySeconds-1)]
 	for j, r := range replies {
-		a, _ := r.([]interface{})
-		if len(a) != 10 {
-			return // a release, or an older script
+		g, err := lease.ParseAcquireReply(r, math.MaxInt64)
+		if err != nil {
+			return // a release, or an error reply
 		}
 		op := ""
 		if per >= 8 {
@@ -92,7 +95,7 @@ func (t *scriptTally) count(cmd redis.Cmder) {
 		switch {
 		case len(op) > 0 && op[0] == 'A':
 			sec.asks.Add(1)
-			if held, _ := a[9].(string); held != "" {
+			if g.RateShare.Held() {
 				sec.granted.Add(1)
 			}
 		case len(op) > 0 && op[0] == 'R':

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sort"
 	"strconv"
@@ -220,26 +221,24 @@ func (tr *leaseTrace) end(c *tracedCall, cmds []redis.Cmder) {
 	tr.mu.Unlock()
 }
 
-// parseReply reads a script's reply: acquire {granted, tokens, time, ...},
-// release {tokens, time, credited}.
+// parseReply reads a script's reply (lease.ParseAcquireReply,
+// lease.ParseReleaseReply): the tokens it moved (granted, or credited),
+// the bucket's tokens after it and its time.
 func (tc *tracedCmd) parseReply(cmd redis.Cmder) {
 	c, ok := cmd.(*redis.Cmd)
 	if !ok {
 		return
 	}
-	a, ok := c.Val().([]interface{})
-	if !ok || len(a) < 3 {
-		return
-	}
-	num := func(v interface{}) float64 {
-		f, _ := strconv.ParseFloat(fmt.Sprint(v), 64)
-		return f
-	}
 	if tc.release {
-		tc.tokens, tc.server, tc.moved = num(a[0]), time.UnixMicro(int64(num(a[1]))), num(a[2])
+		r, err := lease.ParseReleaseReply(c.Val(), math.MaxInt64)
+		if err == nil {
+			tc.tokens, tc.server, tc.moved = r.Tokens, r.ServerTime, r.Credited
+		}
 		return
 	}
-	tc.moved, tc.tokens, tc.server = num(a[0]), num(a[1]), time.UnixMicro(int64(num(a[2])))
+	if g, err := lease.ParseAcquireReply(c.Val(), math.MaxInt64); err == nil {
+		tc.moved, tc.tokens, tc.server = float64(g.Granted), g.Tokens, g.ServerTime
+	}
 }
 
 // errKind names an error by its first word (MOVED, TRYAGAIN, NOSCRIPT,

@@ -378,13 +378,19 @@ func parseGrant(cmd *redis.Cmd, want int64) (Grant, error) {
 	return parseGrantReply(v, want)
 }
 
-// parseGrantReply decodes one tenant's reply of acquire.lua: the whole
-// reply of a call for one tenant, or its element of a batch's. It is one
-// string of nine fields separated by single spaces, "granted tokens now
-// instances share reserved pace wait rateshare", and six more, "r b min
-// max ttl mode", when an override is stored; a field that is none is
-// empty (acquire.lua's header). Read with strings.Cut and strconv, it
+// ParseAcquireReply decodes one tenant's reply of the acquire script, as
+// go-redis gives it (redis.Cmd.Val: the whole reply of a call for one
+// tenant, or its element of a batch's), to an acquire of want tokens. It
+// is one string of nine fields separated by single spaces, "granted
+// tokens now instances share reserved pace wait rateshare", and six more,
+// "r b min max ttl mode", when an override is stored; a field that is
+// none is empty (acquire.lua's header). Errors wrap ErrBadReply. It is
+// for tools that watch the scripts' traffic (a go-redis hook, a trace);
+// Client reads its replies with it. Read with strings.Cut and strconv, it
 // allocates nothing but an override.
+func ParseAcquireReply(v interface{}, want int64) (Grant, error) { return parseGrantReply(v, want) }
+
+// parseGrantReply is ParseAcquireReply.
 func parseGrantReply(v interface{}, want int64) (Grant, error) {
 	s, ok := v.(string)
 	if !ok {

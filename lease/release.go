@@ -179,13 +179,21 @@ func (c *Client) releaseCalls(reqs []ReleaseRequest, sent []int) []call {
 	return calls
 }
 
-// parseRelease decodes release.lua's reply to a release of amount tokens:
-// one string, "tokens now credited" (see release.lua).
+// parseRelease decodes release.lua's reply to a release of amount tokens.
 func parseRelease(cmd *redis.Cmd, amount int64) (Return, error) {
 	v, err := cmd.Result()
 	if err != nil {
 		return Return{}, scriptError("release", err)
 	}
+	return ParseReleaseReply(v, amount)
+}
+
+// ParseReleaseReply decodes the release script's reply v, as go-redis
+// gives it (redis.Cmd.Val), to a release of amount tokens: one string,
+// "tokens now credited". Errors wrap ErrBadReply. It is for tools that
+// watch the scripts' traffic (a go-redis hook, a trace); Client reads its
+// replies with it.
+func ParseReleaseReply(v interface{}, amount int64) (Return, error) {
 	s, ok := v.(string)
 	if !ok {
 		return Return{}, fmt.Errorf("%w: release: want a string of 3 fields, got %T %v", ErrBadReply, v, v)

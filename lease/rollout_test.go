@@ -763,9 +763,7 @@ func acquireReply(t *testing.T, v interface{}) (granted int64, left float64, now
 func releaseReply(t *testing.T, v interface{}, amount int64) (tokens, credited float64) {
 	t.Helper()
 	if _, ok := v.(string); ok {
-		cmd := redis.NewCmd(context.Background())
-		cmd.SetVal(v)
-		r, err := parseRelease(cmd, amount)
+		r, err := ParseReleaseReply(v, amount)
 		if err != nil {
 			t.Fatalf("release: %v", err)
 		}

@@ -26,6 +26,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/leasequota/leasequota/lease"
 )
 
 // Account is where the tokens of one tenant's (or a class's) Burst +
@@ -216,9 +218,9 @@ func (l *bucketLedger) begin(start time.Time) {
 // tenant's bucket count: EVAL or EVALSHA with 3 keys per tenant (bucket,
 // registry or dedup set, override), the same number of arguments per
 // tenant (acquire.lua's 8, want the third, or release.lua's, amount the
-// third), and replies of 10 elements (acquire: granted, tokens, now, ...;
-// 9 from scripts before rate shares), of 3 (release: tokens, now,
-// credited) or, for a batch, one such reply per tenant.
+// third), and a reply that lease.ParseAcquireReply or
+// lease.ParseReleaseReply reads, or, for a batch, one such reply per
+// tenant.
 func (l *bucketLedger) observe(cmd redis.Cmder) {
 	args := cmd.Args()
 	if len(args) < 6 {
@@ -237,11 +239,12 @@ func (l *bucketLedger) observe(cmd redis.Cmder) {
 	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		return // the script did not run; the client runs it again by EVAL
 	}
-	var reply []interface{}
+	var reply interface{}
 	if c, ok := cmd.(*redis.Cmd); ok && c.Err() == nil {
-		reply, _ = c.Val().([]interface{})
+		reply = c.Val()
 	}
-	if n > 1 && len(reply) != n {
+	batch, _ := reply.([]interface{})
+	if n > 1 && len(batch) != n {
 		reply = nil
 	}
 	for k := 0; k < n; k++ {
@@ -250,12 +253,9 @@ func (l *bucketLedger) observe(cmd redis.Cmder) {
 		if !ok {
 			continue
 		}
-		var v []interface{}
-		switch {
-		case n == 1:
-			v = reply
-		case reply != nil:
-			v, _ = reply[k].([]interface{})
+		v := reply
+		if n > 1 && reply != nil {
+			v = batch[k]
 		}
 		e, ok := parseEvent(v, argv, len(argv)/n*k)
 		if !ok {
@@ -268,45 +268,23 @@ func (l *bucketLedger) observe(cmd redis.Cmder) {
 
 // parseEvent reads one tenant's reply v; o is the offset of its arguments
 // in argv.
-func parseEvent(v []interface{}, argv []interface{}, o int) (bucketEvent, bool) {
+func parseEvent(v interface{}, argv []interface{}, o int) (bucketEvent, bool) {
 	var e bucketEvent
-	var ok1, ok2, ok3, ok4 bool
-	switch len(v) {
-	case 9, 10:
-		e.granted, ok1 = asInt(v[0])
-		e.tokens, ok2 = asFloat(v[1])
-		e.at, ok3 = asInt(v[2])
-		e.want, ok4 = argInt(argv, o+2)
-	case 3:
-		e.release = true
-		e.tokens, ok1 = asFloat(v[0])
-		e.at, ok2 = asInt(v[1])
-		e.credited, ok3 = asFloat(v[2])
-		e.amount, ok4 = argInt(argv, o+2)
+	n, ok := argInt(argv, o+2) // want, or amount
+	if !ok || v == nil {
+		return e, false
 	}
-	return e, ok1 && ok2 && ok3 && ok4
-}
-
-func asInt(v interface{}) (int64, bool) {
-	switch x := v.(type) {
-	case int64:
-		return x, true
-	case string:
-		n, err := strconv.ParseInt(x, 10, 64)
-		return n, err == nil
+	if g, err := lease.ParseAcquireReply(v, n); err == nil {
+		e.granted, e.tokens, e.at, e.want = g.Granted, g.Tokens, g.ServerTime.UnixMicro(), n
+		return e, true
 	}
-	return 0, false
-}
-
-func asFloat(v interface{}) (float64, bool) {
-	switch x := v.(type) {
-	case int64:
-		return float64(x), true
-	case string:
-		f, err := strconv.ParseFloat(x, 64)
-		return f, err == nil && !math.IsNaN(f) && !math.IsInf(f, 0)
+	r, err := lease.ParseReleaseReply(v, n)
+	if err != nil {
+		return e, false
 	}
-	return 0, false
+	e.release = true
+	e.tokens, e.at, e.credited, e.amount = r.Tokens, r.ServerTime.UnixMicro(), r.Credited, n
+	return e, true
 }
 
 // argInt reads argument i of a script call, as the lease client formats

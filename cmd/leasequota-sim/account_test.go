@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -153,8 +154,8 @@ func TestLedgerObserve(t *testing.T) {
 		}
 		l.observe(cmd)
 	}
-	acq := func(granted int64, tokens string, at int64) []interface{} {
-		return []interface{}{granted, tokens, at, int64(3), "", "", int64(0), "", int64(0)}
+	acq := func(granted int64, tokens string, at int64) interface{} {
+		return fmt.Sprintf("%d %s %d 3  0  0 ", granted, tokens, at)
 	}
 	argv := func(want int64) []interface{} {
 		return []interface{}{"3000", int64(300), want, int64(0), int64(0), "id", int64(1000)}
@@ -163,7 +164,7 @@ func TestLedgerObserve(t *testing.T) {
 	eval([]string{k0, "r0", "q0", k1, "r1", "q1"}, append(argv(10), argv(20)...),
 		[]interface{}{acq(10, "5", now+2000), acq(20, "80", now+2000)}, nil)
 	eval([]string{k1, "d1", "q1"}, []interface{}{"800", int64(100), int64(7), int64(5), int64(0)},
-		[]interface{}{"87", now + 3000, "4"}, nil)
+		fmt.Sprintf("87 %d 4", now+3000), nil)
 	eval([]string{k0, "r0", "q0"}, argv(100), nil, context.DeadlineExceeded)
 	eval([]string{k0, "r0", "q0"}, argv(100), nil, redis.ErrNoScript)
 	l.close(start.Add(time.Second))
