@@ -146,6 +146,11 @@
 // own reply or error; the call's fixed cost is paid once per n tenants.
 // The Limiter uses n = 8 there.
 //
+// A script's reply for one tenant is one string of space-separated
+// fields, which go-redis reads as one buffer: ParseAcquireReply and
+// ParseReleaseReply decode them, for tools that watch the scripts'
+// traffic through a go-redis hook.
+//
 // # Returns
 //
 // Crediting returned tokens unconditionally would break the bound over
