@@ -42,44 +42,7 @@ type budget struct {
 	// at first), and atOutage what it was when the circuit breaker last
 	// opened: the window recovered goes back to. Guarded by mu.
 	healthy, atOutage float64
-	// abandoned are the calls that timed out, in the order they ended,
-	// whose commands are still counted in flight: Redis runs a call whose
-	// client gave up all the same, once its turn in its queue comes. They
-	// leave the count when a call sent after them is answered (Redis is
-	// past them), or once they have been given up for as long as they
-	// waited, at most abandonedLife (Redis has had that long again to
-	// reach them). Guarded by mu.
-	abandoned []abandonedCall
 }
-
-// abandonedCall is a call that timed out (budget.abandoned): n commands,
-// sent at sent, given up at ended.
-type abandonedCall struct {
-	sent, ended time.Time
-	n           int
-}
-
-// abandonedLife is the longest a timed-out call's commands stay in
-// flight after it was given up (budget.abandoned): MaxDownAfter, the
-// longest Redis may answer nothing before it is taken for down.
-//
-// Why the abandoned calls count: when Redis's queue grows longer than
-// the calls' deadline, every call times out, and a call whose commands
-// left the count when it timed out made room for as many new ones while
-// Redis still had the old ones to run. The queue the windows were to
-// bound grew by a window every deadline, and nothing was answered again.
-// In the queue model of Redis, 64 instances of 94 tenants each on a
-// Redis running a command in 150 µs (1.1 calls a pair and second, where
-// a starved pair needs about 1) admitted 0 % of the rate after the
-// start, every call timing out; 3-4 % with floors of one command alone;
-// 89 % with the abandoned calls counted alone; 97 % with both (docs/
-// performance.md, "Many instances on a saturated Redis"). Why they leave
-// after as long as they waited, not only when a later call is answered:
-// when every call of a window times out, none is answered, and the
-// window stayed full of calls Redis had long run (counted for
-// MaxDownAfter, the same model with floors of 8 kept Redis 17 % busy and
-// admitted 79 %; for as long as they waited, 94 % and 89 %).
-const abandonedLife = MaxDownAfter
 
 // The window's bounds. It starts at budgetInitial and never falls below its
 // floor, this instance's share of budgetFleetFloor (budgetFloor), and at
@@ -89,9 +52,10 @@ const abandonedLife = MaxDownAfter
 // a command an instance beyond: at 8, as before, the floors of 256
 // instances alone made a queue of 2,048 commands, 82 ms of a Redis
 // running a command in 40 µs, past a call's deadline of about 50 ms, and
-// the queue model of that fleet (TestSaturatedLargeFleet) admitted 0 %
-// of the rate after the start (101-103 % with floors of one command
-// alone, 97 % with the abandoned calls counted too).
+// in the queue model of that fleet (TestSaturatedLargeFleet) every call
+// timed out after the start and 0 % of the rate was admitted; 101-103 %
+// with floors of one command (docs/performance.md, "Many instances on a
+// saturated Redis").
 const (
 	budgetMin     = 1
 	budgetInitial = budgetFleetFloor
@@ -138,7 +102,6 @@ func (b *budget) take(n int, force bool, now time.Time) int {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.forget(func(a abandonedCall) bool { return now.Sub(a.ended) >= min(a.ended.Sub(a.sent), abandonedLife) })
 	if !force && b.binds(now) {
 		n = min(n, max(int(b.window)-b.inFlight, 0))
 	}
@@ -152,23 +115,14 @@ func (b *budget) take(n int, force bool, now time.Time) int {
 // below floor (budgetFloor), at most once per round trip (the calls already in
 // flight when it was cut saw the same queue) and ends the slow start; a
 // timely one grows it by n in the slow start, else by n / window, one
-// command per window of commands. A call that timed out (timedOut) keeps
-// its commands in flight (abandoned); one that was answered (answered)
-// takes those of the calls abandoned before it was sent out of it.
-func (b *budget) done(n int, sent, now time.Time, late, timedOut, answered bool, floor int) {
+// command per window of commands.
+func (b *budget) done(n int, sent, now time.Time, late bool, floor int) {
 	if n <= 0 {
 		return
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if timedOut {
-		b.abandoned = append(b.abandoned, abandonedCall{sent: sent, ended: now, n: n})
-	} else {
-		b.inFlight = max(b.inFlight-n, 0)
-	}
-	if answered {
-		b.forget(func(a abandonedCall) bool { return !a.sent.After(sent) })
-	}
+	b.inFlight = max(b.inFlight-n, 0)
 	if late {
 		if sent.After(b.cutAt) {
 			b.window = max(b.window/2, float64(floor))
@@ -213,26 +167,6 @@ func (b *budget) recovered() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.window = max(b.window, b.atOutage)
-	// The outage's calls are not in a queue that is being run.
-	b.forget(func(abandonedCall) bool { return true })
-}
-
-// forget takes the abandoned calls for which gone reports true out of
-// the commands in flight. b.mu must be held.
-func (b *budget) forget(gone func(abandonedCall) bool) {
-	if len(b.abandoned) == 0 {
-		return
-	}
-	kept := b.abandoned[:0]
-	for _, a := range b.abandoned {
-		if gone(a) {
-			b.inFlight = max(b.inFlight-a.n, 0)
-			continue
-		}
-		kept = append(kept, a)
-	}
-	clear(b.abandoned[len(kept):])
-	b.abandoned = kept
 }
 
 // binds reports whether the window limits takes at now: within

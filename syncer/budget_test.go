@@ -24,7 +24,7 @@ func TestBudgetAIMD(t *testing.T) {
 	if got := b.take(budgetInitial+5, false, t0); got != budgetInitial {
 		t.Fatalf("take at the start granted %d, want the window %d", got, budgetInitial)
 	}
-	b.done(budgetInitial, t0, t0.Add(time.Millisecond), false, false, true, budgetMin)
+	b.done(budgetInitial, t0, t0.Add(time.Millisecond), false, budgetMin)
 	if w, _, _ := b.state(); w != 2*budgetInitial {
 		t.Fatalf("after a window of timely commands in the slow start: %v, want %d", w, 2*budgetInitial)
 	}
@@ -32,11 +32,11 @@ func TestBudgetAIMD(t *testing.T) {
 	if got := b.take(100*budgetInitial, false, t0.Add(budgetCalm)); got != 100*budgetInitial {
 		t.Fatalf("take budgetCalm after the start granted %d, want all %d", got, 100*budgetInitial)
 	}
-	b.done(100*budgetInitial, t0, t0.Add(budgetCalm), false, false, true, budgetMin)
+	b.done(100*budgetInitial, t0, t0.Add(budgetCalm), false, budgetMin)
 	w0, _, _ := b.state()
 	// Two late calls sent before the cut: one cut.
-	b.done(1000, t0, t0.Add(60*time.Millisecond), true, false, true, budgetMin)
-	b.done(1000, t0, t0.Add(61*time.Millisecond), true, false, true, budgetMin)
+	b.done(1000, t0, t0.Add(60*time.Millisecond), true, budgetMin)
+	b.done(1000, t0, t0.Add(61*time.Millisecond), true, budgetMin)
 	w1, _, cuts := b.state()
 	if cuts != 1 || w1 != w0/2 {
 		t.Fatalf("after two late calls of one round trip: window %v, %d cuts; want %v, 1", w1, cuts, w0/2)
@@ -55,17 +55,17 @@ func TestBudgetAIMD(t *testing.T) {
 	if got := b.take(7, false, cut.Add(budgetCalm)); got != 7 {
 		t.Fatalf("take budgetCalm after the cut granted %d, want 7: the window no longer binds", got)
 	}
-	b.done(int(w1)+3+7, cut, cut, false, false, true, budgetMin)
+	b.done(int(w1)+3+7, cut, cut, false, budgetMin)
 	// A late call sent after the cut cuts again.
 	w2, _, _ := b.state()
-	b.done(1000, t0.Add(70*time.Millisecond), t0.Add(130*time.Millisecond), true, false, true, budgetMin)
+	b.done(1000, t0.Add(70*time.Millisecond), t0.Add(130*time.Millisecond), true, budgetMin)
 	if w, _, _ := b.state(); w != w2/2 {
 		t.Fatalf("after a later late call: window %v, want %v", w, w2/2)
 	}
 	// After the first cut, a window of timely commands adds one.
 	w0, _, _ = b.state()
 	for range int(w0) / 10 {
-		b.done(10, t0, t0.Add(time.Second), false, false, true, budgetMin)
+		b.done(10, t0, t0.Add(time.Second), false, budgetMin)
 	}
 	if w, _, _ := b.state(); w < w0+0.9 || w > w0+1.1 {
 		t.Fatalf("after a window of timely commands: %v, want about %v", w, w0+1)
@@ -73,7 +73,7 @@ func TestBudgetAIMD(t *testing.T) {
 	// Cuts stop at the floor.
 	for i := range 40 {
 		at := t0.Add(time.Duration(i+2) * time.Second)
-		b.done(1, at, at.Add(time.Millisecond), true, false, true, budgetMin)
+		b.done(1, at, at.Add(time.Millisecond), true, budgetMin)
 	}
 	if w, _, _ := b.state(); w != budgetMin {
 		t.Fatalf("after many cuts: window %v, want the floor %d", w, budgetMin)
@@ -81,8 +81,7 @@ func TestBudgetAIMD(t *testing.T) {
 }
 
 // TestBudgetProperties: whatever the calls, the commands in flight are
-// what was taken and not done, and the commands of the calls that timed
-// out until Redis is past them (budget.abandoned), never negative; unforced takes keep them
+// what was taken and not done, never negative; unforced takes keep them
 // within the window while it binds; the window stays within its bounds.
 func TestBudgetProperties(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
@@ -90,29 +89,13 @@ func TestBudgetProperties(t *testing.T) {
 		b.init(time.Unix(0, 0))
 		now := time.Unix(0, 0)
 		var taken []int
-		// abandoned models budget.abandoned: a timed-out call's commands
-		// stay in flight until a call sent after them is answered, or
-		// (at a take) until they were given up for as long as they
-		// waited, at most abandonedLife.
-		var abandoned []abandonedCall
 		for range rapid.IntRange(1, 200).Draw(t, "steps") {
-			now = now.Add(time.Duration(rapid.IntRange(0, 300).Draw(t, "dt")) * time.Millisecond)
+			now = now.Add(time.Duration(rapid.IntRange(0, 100).Draw(t, "dt")) * time.Millisecond)
 			if len(taken) == 0 || rapid.Bool().Draw(t, "take") {
 				force := rapid.IntRange(0, 9).Draw(t, "force") == 0
-				n := rapid.IntRange(0, 3000).Draw(t, "n")
-				if n > 0 {
-					kept := abandoned[:0]
-					for _, a := range abandoned {
-						if now.Sub(a.ended) < min(a.ended.Sub(a.sent), abandonedLife) {
-							kept = append(kept, a)
-						}
-					}
-					abandoned = kept
-				}
-				got := b.take(n, force, now)
-				// in: after the take's own forgetting of old abandoned calls.
 				w, in, _ := b.state()
-				if in -= got; !force && b.bindsAt(now) && in+got > max(int(w), in) {
+				got := b.take(rapid.IntRange(0, 3000).Draw(t, "n"), force, now)
+				if !force && b.bindsAt(now) && in+got > max(int(w), in) {
 					t.Fatalf("unforced take of %d with %d in flight beyond the window %v", got, in, w)
 				}
 				if got > 0 {
@@ -122,36 +105,16 @@ func TestBudgetProperties(t *testing.T) {
 				i := rapid.IntRange(0, len(taken)-1).Draw(t, "which")
 				n := taken[i]
 				taken = append(taken[:i], taken[i+1:]...)
-				sent := now.Add(-time.Duration(rapid.IntRange(0, 200).Draw(t, "rtt")) * time.Millisecond)
-				// 0: answered in time or late; 1: timed out; 2: failed
-				// otherwise (refused: Redis runs nothing of it).
-				switch rapid.IntRange(0, 2).Draw(t, "outcome") {
-				case 0:
-					b.done(n, sent, now, rapid.Bool().Draw(t, "late"), false, true, budgetFloor(rapid.IntRange(0, 100).Draw(t, "instances")))
-					kept := abandoned[:0]
-					for _, a := range abandoned {
-						if a.sent.After(sent) {
-							kept = append(kept, a)
-						}
-					}
-					abandoned = kept
-				case 1:
-					b.done(n, sent, now, true, true, false, budgetFloor(rapid.IntRange(0, 100).Draw(t, "instances")))
-					abandoned = append(abandoned, abandonedCall{sent: sent, ended: now, n: n})
-				default:
-					b.done(n, sent, now, false, false, false, budgetFloor(rapid.IntRange(0, 100).Draw(t, "instances")))
-				}
+				b.done(n, now.Add(-time.Duration(rapid.IntRange(0, 200).Draw(t, "rtt"))*time.Millisecond), now, rapid.Bool().Draw(t, "late"),
+					budgetFloor(rapid.IntRange(0, 100).Draw(t, "instances")))
 			}
 			w, in, _ := b.state()
 			sum := 0
 			for _, n := range taken {
 				sum += n
 			}
-			for _, a := range abandoned {
-				sum += a.n
-			}
 			if in != sum {
-				t.Fatalf("in flight %d, taken and not done or abandoned and not forgotten %d", in, sum)
+				t.Fatalf("in flight %d, taken and not done %d", in, sum)
 			}
 			if w < budgetMin || w > budgetMax {
 				t.Fatalf("window %v out of [%d, %d]", w, budgetMin, budgetMax)
@@ -172,9 +135,9 @@ func TestBudgetRecovered(t *testing.T) {
 	at := t0
 	for range 2 {
 		at = at.Add(time.Second)
-		b.done(1, at, at.Add(time.Millisecond), true, false, true, budgetMin)
+		b.done(1, at, at.Add(time.Millisecond), true, budgetMin)
 		at = at.Add(time.Second)
-		b.done(1, at, at.Add(time.Millisecond), false, false, true, budgetMin)
+		b.done(1, at, at.Add(time.Millisecond), false, budgetMin)
 	}
 	before, _, _ := b.state()
 	if before > budgetInitial/4+1 {
@@ -184,12 +147,12 @@ func TestBudgetRecovered(t *testing.T) {
 	// probes time out, one an interval.
 	for range 10 {
 		at = at.Add(time.Second)
-		b.done(1, at, at.Add(time.Millisecond), true, false, true, budgetMin)
+		b.done(1, at, at.Add(time.Millisecond), true, budgetMin)
 	}
 	b.outage()
 	for range 5 {
 		at = at.Add(time.Second)
-		b.done(1, at, at.Add(time.Millisecond), true, false, true, budgetMin)
+		b.done(1, at, at.Add(time.Millisecond), true, budgetMin)
 	}
 	if w, _, _ := b.state(); w != budgetMin {
 		t.Fatalf("after the outage's cuts: window %v, want the floor %d", w, budgetMin)
@@ -201,11 +164,11 @@ func TestBudgetRecovered(t *testing.T) {
 	if got := b.take(budgetInitial, false, at); got != int(before) {
 		t.Fatalf("recovered: a take of %d granted %d, want the window %v: it still binds", budgetInitial, got, before)
 	}
-	b.done(int(before), at, at, false, false, true, budgetMin)
+	b.done(int(before), at, at, false, budgetMin)
 	// A window that grew since is not lowered.
 	b.outage()
 	for range 400 {
-		b.done(100, at, at, false, false, true, budgetMin)
+		b.done(100, at, at, false, budgetMin)
 	}
 	grown, _, _ := b.state()
 	b.recovered()
@@ -230,70 +193,5 @@ func TestBudgetFloor(t *testing.T) {
 		if got := budgetFloor(c.instances); got != c.want {
 			t.Errorf("budgetFloor(%d) = %d, want %d", c.instances, got, c.want)
 		}
-	}
-}
-
-// TestBudgetAbandoned: a call that timed out keeps its commands in
-// flight (Redis runs it all the same) until a call sent after it is
-// answered, or it has been given up for as long as it waited (at most
-// abandonedLife), or the breaker closes after an outage.
-func TestBudgetAbandoned(t *testing.T) {
-	var b budget
-	t0 := time.Unix(0, 0)
-	b.init(t0)
-	if got := b.take(100, false, t0); got != 100 {
-		t.Fatalf("take granted %d, want 100", got)
-	}
-	ended := t0.Add(50 * time.Millisecond)
-	b.done(100, t0, ended, true, true, false, budgetMin)
-	if _, in, _ := b.state(); in != 100 {
-		t.Fatalf("after a timeout: %d in flight, want the call's 100", in)
-	}
-	w, _, _ := b.state()
-	if got := b.take(1000, false, ended); got != max(int(w)-100, 0) {
-		t.Fatalf("take beside the abandoned call granted %d, want the window %v less its 100", got, w)
-	}
-	b.done(max(int(w)-100, 0), ended, ended, false, false, false, budgetMin) // refused: not answered
-	// An answer to a call sent before the abandoned one says nothing of it.
-	b.take(1, true, ended)
-	b.done(1, t0.Add(-time.Millisecond), ended, false, false, true, budgetMin)
-	if _, in, _ := b.state(); in != 100 {
-		t.Fatalf("after an answer to an earlier call: %d in flight, want 100", in)
-	}
-	// Given up for as long as it waited (50 ms): gone at the next take.
-	b.take(1, true, ended.Add(49*time.Millisecond))
-	b.done(1, ended, ended, false, false, false, budgetMin)
-	if _, in, _ := b.state(); in != 100 {
-		t.Fatalf("49 ms after the timeout: %d in flight, want 100", in)
-	}
-	b.take(1, true, ended.Add(50*time.Millisecond))
-	if _, in, _ := b.state(); in != 1 {
-		t.Fatalf("50 ms after the timeout: %d in flight, want the take's 1", in)
-	}
-	b.done(1, ended, ended, false, false, false, budgetMin)
-	// An answer to a call sent after it takes it out at once.
-	at := ended.Add(time.Second)
-	b.take(10, true, at)
-	b.done(10, at, at.Add(time.Second), true, true, false, budgetMin)
-	b.take(1, true, at.Add(time.Second))
-	b.done(1, at.Add(time.Second), at.Add(time.Second), false, false, true, budgetMin)
-	if _, in, _ := b.state(); in != 0 {
-		t.Fatalf("after an answer to a later call: %d in flight, want 0", in)
-	}
-	// At most abandonedLife, however long it waited.
-	at = at.Add(10 * time.Second)
-	b.take(10, true, at)
-	b.done(10, at, at.Add(10*time.Second), true, true, false, budgetMin)
-	b.take(1, true, at.Add(10*time.Second+abandonedLife))
-	if _, in, _ := b.state(); in != 1 {
-		t.Fatalf("abandonedLife after the timeout: %d in flight, want the take's 1", in)
-	}
-	b.done(1, at, at, false, false, false, budgetMin)
-	// An outage's calls go when the breaker closes.
-	b.take(10, true, at)
-	b.done(10, at, at.Add(time.Second), true, true, false, budgetMin)
-	b.recovered()
-	if _, in, _ := b.state(); in != 0 {
-		t.Fatalf("after recovered: %d in flight, want 0", in)
 	}
 }

@@ -301,9 +301,9 @@ func TestSaturatedRedisSharesItsCapacityEvenly(t *testing.T) {
 // tenants each (6,144 pairs) on a Redis that runs a command in 40 µs,
 // about 4 calls a pair and second where a starved pair needs about 1.
 // The instances' windows at their floors must not alone make a queue
-// longer than a call's deadline, and calls that time out must count
-// until Redis has run them: before both, every call timed out after the
-// start, and 0 % of the rate was admitted (budget.go, abandonedLife).
+// longer than a call's deadline: with floors of 8 commands, every call
+// timed out after the start, and 0 % of the rate was admitted (budget.go,
+// budgetMin).
 func TestSaturatedLargeFleet(t *testing.T) {
 	if raceEnabled {
 		t.Skip("a long model: make simulation runs it without the race detector")
