@@ -103,7 +103,8 @@ func saturatedRun(t *testing.T, perCall time.Duration, tune ...func(*syncer.Conf
 }
 
 // saturatedFleet is saturatedRun with instances instances sharing
-// tenants tenants.
+// tenants tenants. tune, if any, adjusts each instance's planner Config
+// (rate shares, say).
 func saturatedFleet(t *testing.T, perCall time.Duration, instances, tenants int, tune ...func(*syncer.Config)) saturation {
 	var out saturation
 	synctest.Test(t, func(t *testing.T) {
