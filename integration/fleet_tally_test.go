@@ -21,8 +21,9 @@ var fleetTrace = flag.Bool("fleet.trace", false,
 // operation: tokens only, an ask for a share (and how many of those
 // replies held one), the end of one. It is a go-redis hook on each
 // limiter's client; an acquire is told from a release by its reply
-// (lease.ParseAcquireReply reads the one, not the other). It counts from start (the load's
-// start) until stopped (its end), so that Close's ends stay out.
+// (lease.ParseAcquireReply reads the one, not the other). It counts from
+// start (the load's start) until stopped (its end), so that Close's ends
+// stay out.
 type scriptTally struct {
 	start   atomic.Int64 // unix ns, set when the load starts
 	stopped atomic.Bool

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -365,7 +364,7 @@ func parseBatch(cmd *redis.Cmd, reqs []Request, group []int, results []Result) {
 			results[i].Err = scriptError("acquire", e)
 			continue
 		}
-		results[i].Grant, results[i].Err = parseGrantReply(a[j], reqs[i].Want)
+		results[i].Grant, results[i].Err = ParseAcquireReply(a[j], reqs[i].Want)
 	}
 }
 
@@ -375,7 +374,7 @@ func parseGrant(cmd *redis.Cmd, want int64) (Grant, error) {
 	if err != nil {
 		return Grant{}, scriptError("acquire", err)
 	}
-	return parseGrantReply(v, want)
+	return ParseAcquireReply(v, want)
 }
 
 // ParseAcquireReply decodes one tenant's reply of the acquire script, as
@@ -386,26 +385,17 @@ func parseGrant(cmd *redis.Cmd, want int64) (Grant, error) {
 // "r b min max ttl mode", when an override is stored; a field that is
 // none is empty (acquire.lua's header). Errors wrap ErrBadReply. It is
 // for tools that watch the scripts' traffic (a go-redis hook, a trace);
-// Client reads its replies with it. Read with strings.Cut and strconv, it
+// Client reads its replies with it. Read with cutFields and strconv, it
 // allocates nothing but an override.
-func ParseAcquireReply(v interface{}, want int64) (Grant, error) { return parseGrantReply(v, want) }
-
-// parseGrantReply is ParseAcquireReply.
-func parseGrantReply(v interface{}, want int64) (Grant, error) {
+func ParseAcquireReply(v interface{}, want int64) (Grant, error) {
 	s, ok := v.(string)
 	if !ok {
 		return Grant{}, fmt.Errorf("%w: acquire: want a string of 9 or 15 fields, got %T %v", ErrBadReply, v, v)
 	}
 	var f [grantFields + overrideValues]string
-	n := 0
-	for rest, more := s, true; more; n++ {
-		if n == len(f) {
-			return Grant{}, fmt.Errorf("%w: acquire: more than %d fields in %q", ErrBadReply, len(f), s)
-		}
-		f[n], rest, more = strings.Cut(rest, " ")
-	}
+	n := cutFields(s, " ", f[:])
 	if n != grantFields && n != len(f) {
-		return Grant{}, fmt.Errorf("%w: acquire: %d fields in %q, want %d or %d", ErrBadReply, n, s, grantFields, len(f))
+		return Grant{}, fmt.Errorf("%w: acquire: %q: want %d or %d fields", ErrBadReply, s, grantFields, len(f))
 	}
 	bad := func(field string, err error) error {
 		return fmt.Errorf("%w: acquire: %s in %q: %w", ErrBadReply, field, s, err)

@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -198,11 +197,11 @@ func ParseReleaseReply(v interface{}, amount int64) (Return, error) {
 	if !ok {
 		return Return{}, fmt.Errorf("%w: release: want a string of 3 fields, got %T %v", ErrBadReply, v, v)
 	}
-	ts, rest, ok1 := strings.Cut(s, " ")
-	ns, cs, ok2 := strings.Cut(rest, " ")
-	if !ok1 || !ok2 || strings.Contains(cs, " ") {
+	var f [3]string
+	if n := cutFields(s, " ", f[:]); n != len(f) {
 		return Return{}, fmt.Errorf("%w: release: want 3 fields, got %q", ErrBadReply, s)
 	}
+	ts, ns, cs := f[0], f[1], f[2]
 	tokens, err := parseFinite(ts)
 	if err != nil {
 		return Return{}, fmt.Errorf("%w: release: tokens in %q: %w", ErrBadReply, s, err)

@@ -134,7 +134,7 @@ if state == nil then
   return x -- the error reply
 end
 if missing then
-  return fmt17(burst) .. string.format(' %d 0', now)
+  return string.format('%s %d 0', fmt17(burst), now)
 end
 
 local rid = ARGV[6]
@@ -146,7 +146,7 @@ if rid ~= nil and rid ~= '' then
   local rkey = KEYS[2]
   if redis.call('ZSCORE', rkey, rid) then
     -- Applied before: report the bucket, change nothing, credit nothing.
-    return fmt17(x) .. string.format(' %d 0', now)
+    return string.format('%s %d 0', fmt17(x), now)
   end
   redis.call('ZADD', rkey, now, rid)
   redis.call('ZREMRANGEBYSCORE', rkey, '-inf', now - keep * 1000)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 )
 
 // replyInt accepts an integer reply, or a string holding a decimal integer
@@ -42,4 +43,18 @@ func parseFinite(s string) (float64, error) {
 		return 0, fmt.Errorf("got %q, want a finite number", s)
 	}
 	return f, nil
+}
+
+// cutFields cuts s at each sep into f, the fields of a script's reply,
+// without allocating, and returns how many fields s has: len(f) + 1 when
+// it has more than f holds (f then holds the first len(f)).
+func cutFields(s, sep string, f []string) int {
+	n := 0
+	for rest, more := s, true; more; n++ {
+		if n == len(f) {
+			return n + 1
+		}
+		f[n], rest, more = strings.Cut(rest, sep)
+	}
+	return n
 }

@@ -72,7 +72,7 @@ func TestReserveArguments(t *testing.T) {
 		if e, isErr := a[0].(error); !isErr || !redis.HasErrorPrefix(e, "leasequota: bad argument: reserve length") {
 			t.Errorf("batch tenant 1 with horizon %q: %v, want a bad argument error", h, a[0])
 		}
-		if _, err := parseGrantReply(a[1], 1); err != nil {
+		if _, err := ParseAcquireReply(a[1], 1); err != nil {
 			t.Errorf("batch tenant 2 beside horizon %q: %v", h, err)
 		}
 	}

@@ -733,11 +733,11 @@ func TestV6BesideShareAwareClients(t *testing.T) {
 
 // acquireReply reads the granted tokens, the tokens left, the bucket's
 // time and the instances from an acquire's reply: this release's string
-// (parseGrantReply), or the array of an earlier release's script.
+// (ParseAcquireReply), or the array of an earlier release's script.
 func acquireReply(t *testing.T, v interface{}) (granted int64, left float64, now, instances int64) {
 	t.Helper()
 	if _, ok := v.(string); ok {
-		g, err := parseGrantReply(v, math.MaxInt64)
+		g, err := ParseAcquireReply(v, math.MaxInt64)
 		if err != nil {
 			t.Fatalf("acquire: %v", err)
 		}

@@ -245,15 +245,15 @@ func parseRateShare(v string) (RateShare, error) {
 	if v == "" {
 		return RateShare{}, nil
 	}
-	// Cut, not Split: no slice to allocate on an acquire's reply.
-	rs, rest, ok1 := strings.Cut(v, "/")
-	fs, us, ok2 := strings.Cut(rest, "/")
-	if !ok1 || !ok2 || strings.Contains(us, "/") {
+	// cutFields, not strings.Split: no slice to allocate on an
+	// acquire's reply.
+	var f [3]string
+	if n := cutFields(v, "/", f[:]); n != len(f) {
 		return RateShare{}, fmt.Errorf("share %q: want rate/from/until", v)
 	}
-	r, err1 := strconv.ParseFloat(rs, 64)
-	from, err2 := strconv.ParseInt(fs, 10, 64)
-	until, err3 := strconv.ParseInt(us, 10, 64)
+	r, err1 := strconv.ParseFloat(f[0], 64)
+	from, err2 := strconv.ParseInt(f[1], 10, 64)
+	until, err3 := strconv.ParseInt(f[2], 10, 64)
 	if err := errors.Join(err1, err2, err3); err != nil || !(r > 0) || math.IsInf(r, 0) || until <= from {
 		return RateShare{}, fmt.Errorf("share %q: want rate > 0, from < until", v)
 	}

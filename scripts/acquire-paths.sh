@@ -142,20 +142,20 @@ def keys(t):
     k = '{%s}' % t
     return [k, k + ':i', k + ':q']
 
-def call(sha, t, args):
-    if FCALL:
-        return ['FCALL', sha, 3] + keys(t) + list(args)
-    return ['EVALSHA', sha, 3] + keys(t) + list(args)
+def script(sha, ks, args):
+    return ['FCALL' if FCALL else 'EVALSHA', sha, len(ks)] + ks + list(args)
 
+def call(sha, t, args):
+    return script(sha, keys(t), args)
+
+# A call of the batch form: every tenant's eight arguments, '' past its own.
 def call_batch(sha, ts, args_of):
     ks, args = [], []
     for t in ts:
         ks += keys(t)
         a = list(args_of(t))
         args += a + [''] * (8 - len(a))
-    if FCALL:
-        return ['FCALL', sha, len(ks)] + ks + args
-    return ['EVALSHA', sha, len(ks)] + ks + args
+    return script(sha, ks, args)
 
 def run(cmds):
     for i in range(0, len(cmds), 100):
