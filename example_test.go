@@ -235,7 +235,9 @@ func ExamplePer() {
 func ExampleWithPerCPUTokens() {
 	lim, err := leasequota.NewWithStore(memstore.New(),
 		leasequota.WithDefaultQuota(leasequota.Quota{Rate: 50_000, Burst: 5_000}),
-		leasequota.WithPerCPUTokens(10_000),
+		// Split tenants from 2,000 requests a second on this instance
+		// (DefaultPerCPUDemand: 10,000; 0: never).
+		leasequota.WithPerCPUTokens(2_000),
 		leasequota.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))))
 	if err != nil {
 		log.Fatal(err)

@@ -31,6 +31,10 @@ const (
 	// MinSharePeriod and MaxSharePeriod bound WithRateShares' period.
 	MinSharePeriod = time.Second
 	MaxSharePeriod = time.Hour
+	// DefaultPerCPUDemand is WithPerCPUTokens' default: a tenant deciding
+	// 10,000 requests a second here, spent from several CPUs, keeps its
+	// tokens in a slot per P.
+	DefaultPerCPUDemand = 10_000
 )
 
 // An Option configures a Limiter in New.
@@ -55,7 +59,7 @@ type config struct {
 	reservation     time.Duration
 	sharePeriod     time.Duration // WithRateShares; 0: off
 	shareHeadroom   float64
-	perCPUDemand    float64 // WithPerCPUTokens; 0: off
+	perCPUDemand    float64 // WithPerCPUTokens; 0: never
 	// now is the clock every decision, schedule and lease lifetime is
 	// read from (time.Now; tests inject their own).
 	now func() time.Time
@@ -83,6 +87,7 @@ func defaultConfig() config {
 		failureMode:     FailLocal,
 		idleTimeout:     DefaultIdleTimeout,
 		reservation:     DefaultReservation,
+		perCPUDemand:    DefaultPerCPUDemand,
 		now:             time.Now,
 	}
 }
@@ -247,25 +252,29 @@ func WithRateShares(period time.Duration, headroom float64) Option {
 }
 
 // WithPerCPUTokens keeps the leased tokens of each tenant whose demand
-// on this instance is at least minDemand requests a second in one slot
-// per P (GOMAXPROCS) instead of one count (0, the default: never). A
-// request then spends from the slot of the CPU it runs on, then from the
-// shared count, then from the other slots, so that a hot tenant's count
-// does not move between CPUs' caches on every decision; the syncer tops
-// the slots up every quarter of the refresh interval and when a lease
-// arrives, and joins them again once the demand falls under a quarter of
-// minDemand. The bound, the ledger and every total are unchanged: a token
-// is in one place at a time.
+// on this instance is at least minDemand requests a second (default
+// DefaultPerCPUDemand; 0: never) in one slot per P (GOMAXPROCS) instead
+// of one count, while its requests come on more than one P. A request
+// then spends from the slot of the CPU it runs on, then from the shared
+// count, then from the other slots, so that a hot tenant's count does
+// not move between CPUs' caches on every decision; the syncer tops the
+// slots up every quarter of the refresh interval and when a lease
+// arrives. It joins them again once the demand falls under a quarter of
+// minDemand, or once 128 tokens in a row were spent from one P's slot
+// (one goroutine at a time: the slots only cost it), and then splits the
+// tenant again only to look, for one refresh interval every 8 seconds.
+// The bound, the ledger and every total are unchanged: a token is in one
+// place at a time.
 //
-// What it costs: 64 bytes a P for each tenant split, and on one goroutine
-// a split tenant's decision is about 1.7 times as long (a call out of
-// line, which P it runs on, one more cache line). Measured on a 2-core AMD
-// EPYC host, Allow over 1,024 hot tenants from both cores took 14-17 ns a
-// decision with it against 37-58 without, and from one goroutine 21-22 ns
-// against 13 (docs/performance.md, "Tokens per CPU"). A tenant that is not
-// split pays nothing: its counter is one count, spent as before. Turn it on for services that
-// decide for hot tenants on many cores. minDemand must be 0 or at least
-// 1; it does nothing with GOMAXPROCS 1.
+// What it costs: 64 bytes a P for each tenant split, and a split tenant's
+// decision on one goroutine is about 1.7 times as long (a call out of
+// line, which P it runs on, one more cache line), which the joining above
+// confines to those looks. Measured on a 2-core AMD EPYC host over 1,024
+// hot tenants, Allow from both cores took 15 ns a decision with the
+// slots against 45-54 without, and from one goroutine 13.6 ns, as
+// without them (docs/performance.md, "Tokens per CPU"). A tenant that is
+// not split pays nothing: its counter is one count, spent as before.
+// minDemand must be 0 or at least 1; it does nothing with GOMAXPROCS 1.
 func WithPerCPUTokens(minDemand float64) Option {
 	return func(c *config) { c.perCPUDemand = minDemand }
 }

@@ -86,3 +86,64 @@ func TestWithPerCPUTokensBadInput(t *testing.T) {
 		l.Close(context.Background())
 	}
 }
+
+// TestPerCPUTokensOneGoroutine spends a hot tenant from one goroutine
+// with the default options: its demand splits its counter (the default
+// is on, at DefaultPerCPUDemand), and the syncer joins it again once it
+// finds the slots spent from one P alone, while the goroutine goes on.
+func TestPerCPUTokensOneGoroutine(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(max(2, runtime.GOMAXPROCS(0))))
+	store := setup(t)
+	l := newLimiter(t, store, leasequota.WithDefaultQuota(leasequota.Quota{Rate: 1e6, Burst: 1e5}))
+	slots := func() int { info, _ := l.Tenant("hot"); return info.Slots }
+	deadline := time.Now().Add(20 * time.Second)
+	split, joined := false, false
+	for i := 0; !joined && time.Now().Before(deadline); i++ {
+		l.Allow("hot")
+		if i%1024 == 0 {
+			n := slots()
+			split = split || n > 1
+			joined = split && n == 0
+		}
+	}
+	info, _ := l.Tenant("hot")
+	if !split {
+		t.Fatalf("hot tenant (demand %.0f/s, default DefaultPerCPUDemand %d) never split", info.Demand, leasequota.DefaultPerCPUDemand)
+	}
+	if !joined {
+		t.Fatalf("hot tenant spent from one goroutine still split into %d slots after 20 s", info.Slots)
+	}
+	t.Logf("demand %.0f/s, split, then joined", info.Demand)
+}
+
+// TestPerCPUTokensOff spends a hot tenant from goroutines on every P with
+// WithPerCPUTokens(0): its counter stays one count.
+func TestPerCPUTokensOff(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(max(2, runtime.GOMAXPROCS(0))))
+	store := setup(t)
+	l := newLimiter(t, store,
+		leasequota.WithDefaultQuota(leasequota.Quota{Rate: 1e6, Burst: 1e5}),
+		leasequota.WithPerCPUTokens(0))
+	var wg sync.WaitGroup
+	stop := time.Now().Add(300 * time.Millisecond)
+	var most atomic.Int64
+	for range 4 {
+		wg.Go(func() {
+			for i := 0; time.Now().Before(stop); i++ {
+				l.Allow("hot")
+				if i%1024 == 0 {
+					info, _ := l.Tenant("hot")
+					most.Store(max(most.Load(), int64(info.Slots)))
+				}
+			}
+		})
+	}
+	wg.Wait()
+	info, _ := l.Tenant("hot")
+	if most.Load() != 0 || info.Slots != 0 {
+		t.Fatalf("WithPerCPUTokens(0): hot tenant (demand %.0f/s) split into %d slots", info.Demand, most.Load())
+	}
+	if info.Demand < leasequota.DefaultPerCPUDemand {
+		t.Fatalf("demand %.0f/s, under DefaultPerCPUDemand: the test shows nothing", info.Demand)
+	}
+}

@@ -35,7 +35,17 @@ type Counter struct {
 // line of its own.
 type slot struct {
 	n atomic.Int64
-	_ [56]byte
+	// stolen is what spends on other Ps took from the slot since the
+	// syncer last looked (fold): a spend takes from another P's slot only
+	// when its own and the shared count fell short, so it is added to
+	// there, off the path of a spend from its own slot.
+	stolen atomic.Int64
+	// left and home are the syncer's (its calls never run concurrently:
+	// see Stripe): the tokens the slot held when it last looked, and the
+	// tokens that spends on the slot's own P took from it since Homes last
+	// reported them.
+	left, home int64
+	_          [32]byte
 }
 
 // maxSlots is the most slots Stripe makes, whatever GOMAXPROCS is.
@@ -58,7 +68,7 @@ const maxSlots = 64
 func (c *Counter) TrySpend(n int64) (ok bool, left int64) {
 	if ok, left = c.TrySpendShared(n); !ok && n > 0 {
 		if s := c.slots.Load(); s != nil {
-			return c.trySpendSplit(*s, n)
+			return c.trySpendSplit(*s, procIndex(), n)
 		}
 	}
 	return ok, left
@@ -103,10 +113,10 @@ func take(v *atomic.Int64, max int64) (taken, left int64) {
 	}
 }
 
-// trySpendSplit is TrySpend on a counter split into s, whose shared count
-// held fewer than n tokens a moment ago.
-func (c *Counter) trySpendSplit(s []slot, n int64) (ok bool, left int64) {
-	home := &s[procIndex()&(len(s)-1)].n
+// trySpendSplit is TrySpend on P p of a counter split into s, whose
+// shared count held fewer than n tokens a moment ago.
+func (c *Counter) trySpendSplit(s []slot, p int, n int64) (ok bool, left int64) {
+	home := &s[p&(len(s)-1)].n
 	if ok, left = trySpend(home, n); ok {
 		return true, left + c.n.Load()
 	}
@@ -128,6 +138,9 @@ func (c *Counter) trySpendSplit(s []slot, n int64) (ok bool, left int64) {
 		}
 		if w := &s[i].n; w != home {
 			t, _ := take(w, n-got)
+			if t > 0 {
+				s[i].stolen.Add(t)
+			}
 			got += t
 		}
 	}
@@ -163,8 +176,10 @@ func (c *Counter) Take(max int64) (taken, left int64) {
 	}
 	taken, left = take(&c.n, max)
 	if s := c.slots.Load(); s != nil {
+		fold(*s)
 		for i := range *s {
 			t, l := take(&(*s)[i].n, max-taken)
+			(*s)[i].left -= t
 			taken += t
 			left += l
 		}
@@ -176,8 +191,11 @@ func (c *Counter) Take(max int64) (taken, left int64) {
 func (c *Counter) Drain() int64 {
 	n := c.n.Swap(0)
 	if s := c.slots.Load(); s != nil {
+		fold(*s)
 		for i := range *s {
-			n += (*s)[i].n.Swap(0)
+			v := (*s)[i].n.Swap(0)
+			(*s)[i].left -= v
+			n += v
 		}
 	}
 	return n
@@ -212,7 +230,7 @@ func (c *Counter) Slots() int {
 // Stripe splits the counter into procs slots (rounded up to a power of
 // two, at most maxSlots), or, for procs <= 1, joins it back into one
 // count. The tokens in the slots move to the shared count; Spread hands
-// them out. Calls of Stripe, Spread, Take and Drain must not run
+// them out. Calls of Stripe, Spread, Take, Drain and Homes must not run
 // concurrently with each other (the syncer makes them, under the
 // tenant's lock); TrySpend and Add may run at any time.
 func (c *Counter) Stripe(procs int) {
@@ -269,9 +287,11 @@ func (c *Counter) Spread() {
 	if target == 0 {
 		return
 	}
+	fold(s)
 	for i := range s {
 		if have := s[i].n.Load(); have > target {
 			if moved, _ := take(&s[i].n, have-target); moved > 0 {
+				s[i].left -= moved
 				c.n.Add(moved)
 			}
 		}
@@ -279,8 +299,61 @@ func (c *Counter) Spread() {
 	for i := range s {
 		if have := s[i].n.Load(); have < target {
 			if moved, _ := take(&c.n, target-have); moved > 0 {
+				s[i].left += moved
 				s[i].n.Add(moved)
 			}
 		}
 	}
+}
+
+// fold adds to each slot's home what spends on its own P took from it
+// since the syncer last looked: what it held then (left), less what it
+// holds now and what other Ps took (stolen). The syncer then moves tokens
+// in or out of the slot and changes left by as much. A spend between
+// the two reads of a slot may be counted to the wrong P, or not at all: a
+// token or two, in counts of hundreds.
+func fold(s []slot) {
+	for i := range s {
+		have := s[i].n.Load()
+		used := s[i].left - have - s[i].stolen.Swap(0)
+		s[i].home += max(used, 0)
+		s[i].left = have
+	}
+}
+
+// Homes reports from how many Ps a split counter's tokens were spent
+// since it last reported: once its slots' own Ps have taken at least
+// sample tokens from them (ok), homes is the number of slots whose own P
+// took at least an eighth of those, and the count starts over; before
+// that, ok is false and the count goes on. A counter spent from one
+// goroutine at a time shows one home (a goroutine stays on its P while it
+// runs), one spent from goroutines on several CPUs more. Zero and false
+// on a counter that is not split. Calls of Homes follow the rules of
+// Stripe's.
+//
+// Why: a split counter pays for its slots on every spend (which P the
+// spend runs on, one more cache line), and gains only when spends on
+// other Ps would otherwise move the shared count's cache line between
+// CPUs; the syncer joins a counter that one P spends from.
+func (c *Counter) Homes(sample int64) (homes int, ok bool) {
+	sp := c.slots.Load()
+	if sp == nil {
+		return 0, false
+	}
+	s := *sp
+	fold(s)
+	var total int64
+	for i := range s {
+		total += s[i].home
+	}
+	if total < max(sample, 1) {
+		return 0, false
+	}
+	for i := range s {
+		if 8*s[i].home >= total {
+			homes++
+		}
+		s[i].home = 0
+	}
+	return homes, true
 }

@@ -18,3 +18,14 @@ func (b *TokenBucket) Available(now time.Time) float64 {
 	b.advance(now)
 	return b.tokens
 }
+
+// TrySpendFrom is TrySpend on P p: a split counter's spend as it runs on
+// that P, for tests to say which.
+func (c *Counter) TrySpendFrom(p int, n int64) (ok bool, left int64) {
+	if ok, left = c.TrySpendShared(n); !ok && n > 0 {
+		if s := c.slots.Load(); s != nil {
+			return c.trySpendSplit(*s, p, n)
+		}
+	}
+	return ok, left
+}

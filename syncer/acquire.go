@@ -94,7 +94,7 @@ func (s *Syncer) apply(ctx context.Context, t *Tenant, node *redisNode, now time
 	}
 	s.setOverride(t, g.Override)
 	level := t.credit(immediate)
-	s.spread(t)
+	s.spread(t, now)
 	s.granted.Add(g.Granted)
 	s.reserved.Add(g.Reserved)
 	s.planner.Granted(&ls.st, *t.Limits(), now, want, g, level)

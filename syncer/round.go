@@ -281,7 +281,7 @@ func (s *Syncer) planWith(t *Tenant, now time.Time, in Input) (a Action, ret lea
 		// tick retries once allowed, without re-queueing on every miss.
 		t.setFlag(flagUrgent, true)
 	}
-	s.spread(t)
+	s.spread(t, now)
 	if a.Expire > 0 {
 		taken, left := t.debit(a.Expire)
 		s.planner.Expired(t.st(), taken, left)

@@ -3,7 +3,6 @@ package syncer
 import (
 	"context"
 	"errors"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -70,7 +69,8 @@ type Options struct {
 
 	// PerCPUDemand, when positive, is the demand (tokens a second at this
 	// instance) at or above which a tenant's leased tokens are kept in one
-	// slot per P (bucket.Counter.Stripe; see Syncer.spread); 0 never.
+	// slot per P (bucket.Counter.Stripe), while they are spent from more
+	// than one P (see Syncer.spread); 0 never.
 	PerCPUDemand float64
 
 	// Defaults resolve the quota overrides that Redis reports
@@ -248,25 +248,5 @@ func (s *Syncer) Close() {
 	s.async.Wait()
 	if s.opts.Driven {
 		s.closeDriven()
-	}
-}
-
-// spread splits t's counter into a slot per P while its demand is at
-// least Options.PerCPUDemand, tops the slots up, and joins them back once
-// the demand falls under a quarter of that (Tenant.restripe). Never when
-// Driven, whose decisions must not depend on the P a request ran on, nor
-// with GOMAXPROCS 1. t's lock is held.
-func (s *Syncer) spread(t *Tenant) {
-	hot := s.opts.PerCPUDemand
-	if hot <= 0 || s.opts.Driven {
-		return
-	}
-	split, demand := t.tokens.Slots() > 0, t.st().Demand()
-	switch {
-	case demand >= hot || split && demand >= hot/4:
-		// GOMAXPROCS takes the scheduler's lock: read for hot tenants only.
-		t.restripe(runtime.GOMAXPROCS(0))
-	case split:
-		t.restripe(1)
 	}
 }

@@ -33,8 +33,8 @@ import (
 // table).
 type Tenant struct {
 	// tokens are the leased tokens requests spend from: one count, or with
-	// Options.PerCPUDemand, while the tenant is hot, a count and a slot per
-	// P (Syncer.spread).
+	// Options.PerCPUDemand, while the tenant is hot and spent from more
+	// than one P, a count and a slot per P (Syncer.spread).
 	tokens bucket.Counter
 	// counted, less tokens, is the count of requests admitted from tokens
 	// without a wait (Spend; see Admitted), so that Spend(1), the hot
@@ -152,6 +152,10 @@ const (
 	// requests, after the return is queued; taken by rounds, and by a
 	// refill that made the queued returns itself (see Input.Refunded).
 	flagRefunded
+	// flagSolo: the tenant's split counter was last found spent from one
+	// P alone, and is not split again before its probe (Syncer.spread).
+	// The syncer's, under the tenant's lock.
+	flagSolo
 )
 
 // Above the flags, Tenant.flags holds a seqlock of the changes of tokens
@@ -163,7 +167,7 @@ const (
 	syncDone uint32 = 1 << 20
 	syncMask uint32 = syncDone - syncBusy // the changes under way
 
-	_ int = int(syncBusy) - 2*int(flagRefunded) // the flags fit under syncBusy
+	_ int = int(syncBusy) - 2*int(flagSolo) // the flags fit under syncBusy
 )
 
 // beginSync and endSync bracket a change of both tokens and counted
