@@ -27,7 +27,7 @@ func (l *Limiter) Allow(tenant string) bool {
 //
 //go:noinline
 func (l *Limiter) allowMissed(tenant string, t *syncer.Tenant) bool {
-	if ok, _ := t.SpendOne(); ok {
+	if ok, _ := t.SpendOneSlots(); ok {
 		return true
 	}
 	return l.AllowN(context.Background(), tenant, 1).Allowed
@@ -79,7 +79,7 @@ func (l *Limiter) allowN(d *Decision, ctx context.Context, tenant string, n int6
 				// Inlined, where Spend(n) is a call; a split counter's
 				// tokens are in its slots (WithPerCPUTokens).
 				if ok, left = t.SpendOneShared(); !ok {
-					ok, left = t.SpendOne()
+					ok, left = t.SpendOneSlots()
 				}
 			} else {
 				ok, left = t.Spend(n)

@@ -85,6 +85,19 @@ func (c *Counter) TrySpendShared(n int64) (ok bool, left int64) {
 	return trySpend(&c.n, n)
 }
 
+// TrySpendSlots is TrySpend for a caller whose TrySpendShared(n) fell
+// short a moment ago: a split counter's slots at once, without the shared
+// count again; an unsplit counter's shared count once more. Why: the
+// request path tries the shared count inlined, then this out of line, and
+// a split counter keeps its shared count near empty, so a second look
+// there was a load and a call spent on every decision of a split tenant.
+func (c *Counter) TrySpendSlots(n int64) (ok bool, left int64) {
+	if s := c.slots.Load(); s != nil && n > 0 {
+		return c.trySpendSplit(*s, procIndex(), n)
+	}
+	return c.TrySpendShared(n)
+}
+
 // trySpend spends n tokens from v if it holds at least n.
 func trySpend(v *atomic.Int64, n int64) (ok bool, left int64) {
 	for {

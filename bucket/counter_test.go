@@ -114,8 +114,8 @@ func counterAmount(t *rapid.T, label string) int64 {
 	).Draw(t, label)
 }
 
-// TestCounterStateMachine runs random sequences of Add, TrySpend, Take and
-// Drain against a plain int64 model.
+// TestCounterStateMachine runs random sequences of Add, TrySpend,
+// TrySpendSlots, Take and Drain against a plain int64 model.
 func TestCounterStateMachine(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		var c bucket.Counter
@@ -143,6 +143,20 @@ func TestCounterStateMachine(t *testing.T) {
 				}
 				if left != model {
 					t.Fatalf("TrySpend(%d) left = %d, model %d", n, left, model)
+				}
+			},
+			"TrySpendSlots": func(t *rapid.T) {
+				n := counterAmount(t, "n")
+				ok, left := c.TrySpendSlots(n)
+				wantOK := n >= 0 && model >= n
+				if ok != wantOK {
+					t.Fatalf("TrySpendSlots(%d) ok = %v with model %d, want %v", n, ok, model, wantOK)
+				}
+				if wantOK {
+					model -= n
+				}
+				if left != model {
+					t.Fatalf("TrySpendSlots(%d) left = %d, model %d", n, left, model)
 				}
 			},
 			"Take": func(t *rapid.T) {

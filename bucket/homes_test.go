@@ -125,6 +125,16 @@ func TestCounterHomesProperty(t *testing.T) {
 					t.Fatalf("spend of %d refused with %d held", n, model)
 				}
 			},
+			"TrySpendSlots": func(t *rapid.T) {
+				// On whatever P the test runs: the total, not the homes.
+				n := rapid.Int64Range(1, 3).Draw(t, "n")
+				if ok, _ := c.TrySpendSlots(n); ok {
+					model -= n
+					several = true
+				} else if model >= n {
+					t.Fatalf("TrySpendSlots(%d) refused with %d held", n, model)
+				}
+			},
 			"Homes": func(t *rapid.T) {
 				homes, ok := c.Homes(rapid.Int64Range(1, 64).Draw(t, "sample"))
 				if ok && (homes < 1 || homes > slots) {

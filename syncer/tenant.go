@@ -301,6 +301,11 @@ func (t *Tenant) SpendOne() (ok bool, left int64) { return t.tokens.TrySpend(1) 
 // goes on to SpendOne when it fails.
 func (t *Tenant) SpendOneShared() (ok bool, left int64) { return t.tokens.TrySpendShared(1) }
 
+// SpendOneSlots is SpendOne after SpendOneShared fell short: the slots of
+// a split counter at once (bucket.Counter.TrySpendSlots), the shared count
+// again of one that is not split.
+func (t *Tenant) SpendOneSlots() (ok bool, left int64) { return t.tokens.TrySpendSlots(1) }
+
 // spendCounting spends n tokens, of which extra count no admission.
 func (t *Tenant) spendCounting(n, extra int64) (ok bool, left int64) {
 	t.beginSync()
