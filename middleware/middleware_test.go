@@ -393,6 +393,21 @@ func TestWeights(t *testing.T) {
 	if ra := check429(t, get(t, srv, cost(4)...), want); ra < 3 || ra > 10 {
 		t.Fatalf("Retry-After %d for 4 units with 2 left at 0.5/s, want 3..10", ra)
 	}
+	// The refusal sent a lease call for what is left, which the next
+	// request must not race: sent while it is out, that request finds
+	// nothing here, and a wait for all 4 units at 0.5/s, beyond the max
+	// wait (a 429 with Retry-After 9 in a make test run). Poll, with a
+	// deadline, until the 2 are held here.
+	key := hook.last(t).key
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(pollEvery) {
+		if info, ok := l.Tenant(key); ok && info.Tokens >= 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			info, _ := l.Tenant(key)
+			t.Fatalf("tenant %q holds %d tokens 5 s after the 429, want the 2 left", key, info.Tokens)
+		}
+	}
 	check200(t, get(t, srv, cost(2)...), want)
 	if d := hook.last(t).d; !d.Allowed {
 		t.Fatalf("hook saw %+v for cost 2", d)
