@@ -1,0 +1,65 @@
+package leasequota_test
+
+import (
+	"context"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/leasequota/leasequota"
+	"github.com/leasequota/leasequota/lease/memstore"
+)
+
+// TestWaitEndingAsItsLeaseLands runs AllowN with WithMaxWait whose wait
+// ends just after the lease it waited for landed here, before the syncer
+// woke its waiters: driven by hand (WithManualSync) in a synctest bubble,
+// the refill runs 40 ms into a 50 ms wait and its waiters are woken only
+// after the wait's end. The request must find the tokens then, not be
+// denied with the Retry-After of the state that lease left.
+func TestWaitEndingAsItsLeaseLands(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		l, err := leasequota.NewWithStore(memstore.New(),
+			leasequota.WithDefaultQuota(leasequota.Quota{Rate: 1000, Burst: 1000}),
+			leasequota.WithMaxWait(50*time.Millisecond),
+			leasequota.WithManualSync(), leasequota.WithLogger(testLogger(t)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close(ctx)
+		// The first lease: a cold request, answered by a refill step.
+		done := make(chan leasequota.Decision, 1)
+		ask := func() { done <- l.AllowN(ctx, "a", 1) }
+		go ask()
+		synctest.Wait()
+		leasequota.SyncRefills(l, ctx)
+		leasequota.SyncDeliver(l)
+		if d := <-done; !d.Allowed {
+			t.Fatalf("first request: %+v", d)
+		}
+		// Spend the lease.
+		for l.AllowN(ctx, "a", 1).Allowed {
+		}
+		// The next request waits for a refill, which lands 40 ms into its
+		// 50 ms wait; its waiters are woken only at 60 ms.
+		go ask()
+		synctest.Wait()
+		time.Sleep(40 * time.Millisecond)
+		if !leasequota.SyncRefills(l, ctx) {
+			t.Fatal("no refill queued by the waiting request")
+		}
+		if info, _ := l.Tenant("a"); info.Tokens < 1 {
+			t.Fatalf("the refill left %d tokens here", info.Tokens)
+		}
+		time.Sleep(20 * time.Millisecond)
+		synctest.Wait()
+		leasequota.SyncDeliver(l)
+		d := <-done
+		if !d.Allowed {
+			t.Fatalf("request whose wait ended with its lease here: %+v, want admitted", d)
+		}
+		if d.Reason != leasequota.ReasonRefilled {
+			t.Errorf("reason %v, want %v", d.Reason, leasequota.ReasonRefilled)
+		}
+	})
+}
