@@ -72,9 +72,8 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n
 			}
 			cold = !e.Leased()
 		} else {
-			front, clock := e.Front(), l.sync.Clock()
-			if ok, left := e.SpendWaited(n); ok {
-				return l.admitted(e, left, cold, leased(n, front, clock)), nil
+			if d, ok := l.spendWaited(e, n, cold); ok {
+				return d, nil
 			}
 		}
 		if e.Failing() {
@@ -132,9 +131,8 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n
 		case <-wctx.Done():
 			return l.gaveUp(ctx, tenant, e, n, cold, untilAdmitted)
 		}
-		front, clock := e.Front(), l.sync.Clock()
-		if ok, left := e.SpendWaited(n); ok {
-			return l.admitted(e, left, cold, leased(n, front, clock)), nil
+		if d, ok := l.spendWaited(e, n, cold); ok {
+			return d, nil
 		}
 		if e.Failing() || e.Evicted() || l.closed.Load() {
 			continue // the top of the loop says what now
@@ -151,6 +149,18 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n
 // its oldest grant front and the syncer's clock read before the spend.
 func leased(n int64, front lease.GrantID, clock int64) admission {
 	return admission{n: n, clock: clock, front: [maxRefundKeys]lease.GrantID{front}, keys: 1}
+}
+
+// spendWaited spends n of e's tokens for a request that waited for them
+// (cold: for the tenant's first lease here), and returns its admission,
+// or false when e holds fewer.
+func (l *Limiter) spendWaited(e *syncer.Tenant, n int64, cold bool) (Decision, bool) {
+	front, clock := e.Front(), l.sync.Clock()
+	ok, left := e.SpendWaited(n)
+	if !ok {
+		return Decision{}, false
+	}
+	return l.admitted(e, left, cold, leased(n, front, clock)), true
 }
 
 // admitted is the admission of a request that waited for e's tokens and
@@ -196,9 +206,8 @@ func (l *Limiter) gaveUp(ctx context.Context, tenant string, e *syncer.Tenant, n
 		return l.count(l.degraded(e, n)), nil
 	}
 	if !untilAdmitted && ctx.Err() == nil && !cold {
-		front, clock := e.Front(), l.sync.Clock()
-		if ok, left := e.SpendWaited(n); ok {
-			return l.admitted(e, left, cold, leased(n, front, clock)), nil
+		if d, ok := l.spendWaited(e, n, cold); ok {
+			return d, nil
 		}
 	}
 	d := l.count(l.deny(e, n))

@@ -120,6 +120,24 @@ func TestCounterStateMachine(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		var c bucket.Counter
 		var model int64
+		// spend is the action of a spend of c (TrySpend, TrySpendSlots),
+		// named name: the same as the model's.
+		spend := func(name string, f func(int64) (bool, int64)) func(*rapid.T) {
+			return func(t *rapid.T) {
+				n := counterAmount(t, "n")
+				ok, left := f(n)
+				wantOK := n >= 0 && model >= n
+				if ok != wantOK {
+					t.Fatalf("%s(%d) ok = %v with model %d, want %v", name, n, ok, model, wantOK)
+				}
+				if wantOK {
+					model -= n
+				}
+				if left != model {
+					t.Fatalf("%s(%d) left = %d, model %d", name, n, left, model)
+				}
+			}
+		}
 		t.Repeat(map[string]func(*rapid.T){
 			"Add": func(t *rapid.T) {
 				n := counterAmount(t, "n")
@@ -131,34 +149,8 @@ func TestCounterStateMachine(t *testing.T) {
 					t.Fatalf("Add(%d) = %d, model %d", n, got, model)
 				}
 			},
-			"TrySpend": func(t *rapid.T) {
-				n := counterAmount(t, "n")
-				ok, left := c.TrySpend(n)
-				wantOK := n >= 0 && model >= n
-				if ok != wantOK {
-					t.Fatalf("TrySpend(%d) ok = %v with model %d, want %v", n, ok, model, wantOK)
-				}
-				if wantOK {
-					model -= n
-				}
-				if left != model {
-					t.Fatalf("TrySpend(%d) left = %d, model %d", n, left, model)
-				}
-			},
-			"TrySpendSlots": func(t *rapid.T) {
-				n := counterAmount(t, "n")
-				ok, left := c.TrySpendSlots(n)
-				wantOK := n >= 0 && model >= n
-				if ok != wantOK {
-					t.Fatalf("TrySpendSlots(%d) ok = %v with model %d, want %v", n, ok, model, wantOK)
-				}
-				if wantOK {
-					model -= n
-				}
-				if left != model {
-					t.Fatalf("TrySpendSlots(%d) left = %d, model %d", n, left, model)
-				}
-			},
+			"TrySpend":      spend("TrySpend", c.TrySpend),
+			"TrySpendSlots": spend("TrySpendSlots", c.TrySpendSlots),
 			"Take": func(t *rapid.T) {
 				n := counterAmount(t, "max")
 				taken, left := c.Take(n)

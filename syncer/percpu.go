@@ -10,8 +10,8 @@ import (
 // leased tokens in a slot per P (bucket.Counter.Stripe), so that requests
 // on several CPUs do not move one count's cache line between them on
 // every spend. A split counter costs a spend on one goroutine more than
-// it saves (which P it runs on, one more cache line: about 22 ns a
-// decision against 13 on a 2-core host), so a counter whose tokens turn
+// it saves (which P it runs on, one more cache line; docs/performance.md,
+// "Tokens per CPU"), so a counter whose tokens turn
 // out to be spent from one P alone is joined again, and tried split
 // again only at its probe, once every soloProbe.
 
@@ -69,6 +69,9 @@ func (s *Syncer) spread(t *Tenant, now time.Time) {
 // quarter interval, so each probe finds it planned a few times.
 func (s *Syncer) probing(t *Tenant, now time.Time) bool {
 	per := int64(soloProbe)
-	phase := int64(uint64(t.st().hash) * uint64(per) >> 32)
-	return mod(now.UnixNano()+phase, per) < int64(s.planner.Config().Interval)
+	return mod(now.UnixNano()+hashPhase(t.st().hash, per), per) < int64(s.planner.Config().Interval)
 }
+
+// hashPhase is a tenant's phase in a period of per units (whatever the
+// unit), from its name's hash h: spread evenly over [0, per).
+func hashPhase(h uint32, per int64) int64 { return int64(uint64(h) * uint64(per) >> 32) }

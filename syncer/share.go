@@ -71,7 +71,7 @@ func (st *State) HeldShare() (lease.RateShare, bool) {
 // hold, Config.ShareHeadroom.
 func (p *Planner) shareTerms(st *State, lim quota.Quota) lease.ShareTerms {
 	per := p.cfg.SharePeriod.Microseconds()
-	phase := int64(uint64(st.hash) * uint64(per) >> 32)
+	phase := hashPhase(st.hash, per)
 	return lease.ShareTerms{
 		Period:   time.Duration(per) * time.Microsecond,
 		Phase:    time.Duration(phase) * time.Microsecond,
