@@ -137,9 +137,18 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n
 		if e.Failing() || e.Evicted() || l.closed.Load() {
 			continue // the top of the loop says what now
 		}
-		// Still short: the global bucket is dry. Sleep until the syncer
-		// may call again.
-		if err := sl.sleep(wctx, max(e.RetryAfter(l.cfg.now(), n), time.Millisecond), nil); err != nil {
+		// Still short: the global bucket is dry, or the tenant's calls
+		// are held back (a backoff, reserved tokens still to come).
+		// Sleep until the syncer may call again, or until Redis answers
+		// again after an outage: the first call then skips the
+		// tenant's backoff and may bring the tokens long before the
+		// sleep would end. (A WaitN that began as an outage did, its
+		// refill held back by reserved tokens due 233 ms later, slept
+		// through the outage and past the lease that the first call
+		// after it brought, and was denied at its deadline with the
+		// token here: TestSimulation, seed 6056.)
+		wait := max(e.RetryAfter(l.cfg.now(), n), time.Millisecond)
+		if err := sl.sleep(wctx, wait, l.sync.Recovered()); err != nil {
 			return l.gaveUp(ctx, tenant, e, n, cold, untilAdmitted)
 		}
 	}
