@@ -124,12 +124,17 @@ func TestSimulation(t *testing.T) {
 			var r simResult
 			// A decision path that spins never blocks, so the fake clock
 			// stops and the scenario never ends: a real-time watchdog
-			// names the seed.
+			// names the seed. Stopped by a defer: a scenario that fails
+			// ends its subtest with runtime.Goexit (synctest.Test
+			// fails the subtest that way), and a watchdog left running
+			// killed the binary two minutes into a later seed's run,
+			// naming the failed seed as one that spins and hiding its
+			// failure (make simulation-long, seed 6056).
 			dog := time.AfterFunc(simWatchdog, func() {
 				panic(fmt.Sprintf("sim: seed %d made no progress in %v of real time: a goroutine spins without blocking", seed, simWatchdog))
 			})
+			defer dog.Stop()
 			synctest.Test(t, func(t *testing.T) { r = runScenario(t, seed, *simTrace) })
-			dog.Stop()
 			for i := range calls {
 				calls[i] += r.calls[i]
 			}
