@@ -109,14 +109,16 @@ func WithMaxTenants(n int) Option {
 }
 
 // WithExpectedInstances tells the limiter how many instances are expected
-// to share its tenants (default: unknown). It matters only to FailLocal,
-// for a tenant whose own instance count Redis never reported to this
-// instance (a tenant new here, or every tenant of an instance started
-// during an outage): such a tenant's fallback bucket gets Rate/n tokens
-// per second and Burst/n capacity, with n the larger of this hint and the
-// most instances Redis reported on any tenant here. With neither, n is 1:
-// each instance then falls back to the tenant's whole quota. See
-// docs/failure-modes.md.
+// to share its tenants (default: unknown). It matters for a tenant whose
+// own instance count Redis never reported to this instance (a tenant new
+// here, or every tenant of an instance started during an outage), with n
+// the larger of this hint and the most instances Redis reported on any
+// tenant here: the tenant's first lease is at most Burst/n tokens (the
+// instances of a fleet see its first requests together), and with
+// FailLocal its fallback bucket gets Rate/n tokens per second and Burst/n
+// capacity. With neither, n is 1: a first lease is then what the bucket
+// refills in a refresh interval, and each instance falls back to the
+// tenant's whole quota. See docs/failure-modes.md.
 func WithExpectedInstances(n int) Option {
 	return func(c *config) { c.expectedInstances = n }
 }

@@ -105,6 +105,7 @@ func (s *Syncer) round(ctx context.Context, tenants iter.Seq[*Tenant], quotaChec
 			continue
 		}
 		in := t.take(t.tokens.Load())
+		in.Fleet = s.fleetSize()
 		in.QuotaCheck = quotaCheck
 		// The round makes its returns, the queued ones with them, before
 		// its acquires.

@@ -51,9 +51,9 @@ type Options struct {
 	// evicts the least recently active beyond it.
 	MaxTenants int
 	// Instances is the number of instances expected to share the tenants,
-	// for the fallback rate of tenants whose own count is unknown (see
-	// Planner.FallbackRate) until a lease call reports a count; zero means
-	// unknown (1).
+	// for the first lease (Input.Fleet) and the fallback rate (see
+	// Planner.FallbackRate) of tenants whose own count is unknown until a
+	// lease call reports a count; zero means unknown (1).
 	Instances int
 	// Telemetry records spans, metrics and logs of rounds and calls; nil
 	// records nothing.
