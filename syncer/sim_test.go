@@ -589,6 +589,9 @@ type simInstance struct {
 	tickPending bool      // a tick fired while busy (time.Ticker keeps one)
 	urgentQ     []*edgeTenant
 	spare       []*edgeTenant
+	// fleet is the most instances a grant reported on any tenant: the
+	// fleet size the edge assumes for a tenant new here (Input.Fleet).
+	fleet int
 }
 
 // --- the simulation -----------------------------------------------------
@@ -819,7 +822,7 @@ func (s *sim) startRound(in *simInstance, tenants []*edgeTenant) {
 //
 //go:norace
 func (s *sim) planWith(in *simInstance, t *edgeTenant, now time.Time) (_ syncer.Action, taken int64) {
-	input := syncer.Input{Level: t.tokens.Load(), Missed: t.missed, Need: t.need, Urgent: t.urgent}
+	input := syncer.Input{Level: t.tokens.Load(), Missed: t.missed, Need: t.need, Urgent: t.urgent, Fleet: in.fleet}
 	t.missed, t.need, t.urgent = 0, 0, false
 	lim := s.lim[t.idx]
 	a := in.planner.Plan(&t.st, lim, now, input)
@@ -942,6 +945,7 @@ func (s *sim) reply(c *simCall, grants []lease.Grant) {
 		for i, j := range c.jobs {
 			g := grants[i]
 			level := s.deliver(j.t, g)
+			c.inst.fleet = max(c.inst.fleet, g.Instances)
 			c.inst.planner.Granted(&j.t.st, s.lim[j.t.idx], c.round.now, j.want, g, level)
 			if s.cfg.mutate == mutateEarlyReservation {
 				g.Wait = 0 // BUG (planted)
