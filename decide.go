@@ -138,15 +138,18 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n
 			continue // the top of the loop says what now
 		}
 		// Still short: the global bucket is dry, or the tenant's calls
-		// are held back (a backoff, reserved tokens still to come).
-		// Sleep until the syncer may call again, or until Redis answers
-		// again after an outage: the first call then skips the
-		// tenant's backoff and may bring the tokens long before the
-		// sleep would end. (A WaitN that began as an outage did, its
-		// refill held back by reserved tokens due 233 ms later, slept
-		// through the outage and past the lease that the first call
-		// after it brought, and was denied at its deadline with the
-		// token here: TestSimulation, seed 6056.)
+		// are held back (a failure's backoff, a wait for its share to
+		// accrue, a bucket whose refill others' reservations hold).
+		// Sleep until the syncer may call again or a reserved token is
+		// due, or until Redis answers again after an outage: the first
+		// call then skips the tenant's hold-back and may bring tokens
+		// long before the sleep would end. (A WaitN that began as an
+		// outage did, its tenant's next call held back 233 ms because
+		// its last one had found the bucket's refill committed to
+		// other instances' reservations, slept through the outage and
+		// past the lease that the first call after it brought, and was
+		// denied at its deadline with the token here: TestSimulation,
+		// seed 6056.)
 		wait := max(e.RetryAfter(l.cfg.now(), n), time.Millisecond)
 		if err := sl.sleep(wctx, wait, l.sync.Recovered()); err != nil {
 			return l.gaveUp(ctx, tenant, e, n, cold, untilAdmitted)

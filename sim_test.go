@@ -157,9 +157,10 @@ func TestSimulation(t *testing.T) {
 // fix's own test, where it has one, still holds it.)
 var simFound = []uint64{
 	// 6056: reservations of 2 s and an outage of 100 ms. A WaitN that
-	// began as the outage did, its refill held back by the reserved
-	// token due 233 ms later, slept to it through the outage and past
-	// the lease that the first call after the outage brought, and was
+	// began as the outage did, its tenant's next call held back 233 ms
+	// (its last call had found the bucket's refill committed to other
+	// instances' reservations), slept that long, through the outage and
+	// past the lease that the first call after it brought, and was
 	// denied at its deadline with the token here (decide's sleep now
 	// also wakes when Redis answers again).
 	6056,
