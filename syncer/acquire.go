@@ -15,6 +15,15 @@ import (
 // tenant, or Options.Instances when larger; zero when neither is known.
 func (s *Syncer) fleetSize() int { return int(s.fleet.Load()) }
 
+// input is what a plan of t is given from the edge: what its requests
+// recorded since the last plan, taken (Tenant.take), and the fleet size
+// assumed for a tenant not leased here yet.
+func (s *Syncer) input(t *Tenant) Input {
+	in := t.take(t.tokens.Load())
+	in.Fleet = s.fleetSize()
+	return in
+}
+
 // noteFleet raises the fleet size to n.
 func (s *Syncer) noteFleet(n int) { raise(&s.fleet, int64(n)) }
 

@@ -540,7 +540,7 @@ func (p *Planner) target(lim quota.Quota, demand float64, instances uint16) int6
 	t := clamp(int64(math.Ceil(raw)), lim.MinLease, lim.MaxLease)
 	if t < worthwhileLease {
 		timed := int64(math.Ceil(demand * usable.Seconds() / 2))
-		t = max(t, min(timed, worthwhileLease, ceilDiv(lim.Burst, int64(max(instances, 1))), lim.MaxLease))
+		t = max(t, min(timed, worthwhileLease, burstShare(lim, int64(instances)), lim.MaxLease))
 	}
 	return t
 }
@@ -577,15 +577,20 @@ func (p *Planner) renewHorizon(lim quota.Quota) time.Duration {
 // the fourth's request waited past its deadline (TestSimulation, seed
 // 18429).
 func (p *Planner) coldTarget(lim quota.Quota, fleet int) int64 {
-	raw := lim.Rate * p.cfg.Interval.Seconds()
 	t := lim.MaxLease
-	if raw < float64(lim.MaxLease) {
-		t = clamp(int64(math.Ceil(raw)), lim.MinLease, lim.MaxLease)
+	if raw := lim.Rate * p.cfg.Interval.Seconds(); raw < float64(lim.MaxLease) {
+		t = int64(math.Ceil(raw)) // converted only below MaxLease: it fits
 	}
 	if fleet > 1 {
-		t = clamp(min(t, ceilDiv(lim.Burst, int64(fleet))), lim.MinLease, lim.MaxLease)
+		t = min(t, burstShare(lim, int64(fleet)))
 	}
-	return t
+	return clamp(t, lim.MinLease, lim.MaxLease)
+}
+
+// burstShare is an instance's even share of lim's burst among n instances
+// (n < 1 counts as 1), rounded up.
+func burstShare(lim quota.Quota, n int64) int64 {
+	return ceilDiv(lim.Burst, max(n, 1))
 }
 
 // worthwhileLease is the lease, in tokens, that a low-rate tenant's
@@ -674,7 +679,7 @@ func (p *Planner) plan(st *State, lim quota.Quota, now time.Time, in Input) Acti
 			// With more than 4 instances the credit may be more than
 			// that (creditCap), estimated here from the grant rate,
 			// this instance's recent share.
-			credit := max(ceilDiv(lim.Burst, int64(max(st.instances, 1))), int64(p.creditCap(lim, float64(st.grantRate))))
+			credit := max(burstShare(lim, int64(st.instances)), int64(p.creditCap(lim, float64(st.grantRate))))
 			st.target = max(st.target, min(credit, p.lifetimeDemand(lim, st.Demand())))
 			// With reservations, the call may also reserve this
 			// instance's fair share of the rate over their length

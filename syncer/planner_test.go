@@ -432,10 +432,6 @@ func TestUrgentHeldBackByNotBefore(t *testing.T) {
 	r.checkHeld(t)
 }
 
-// TestPartialGrantWaitsForRefill: after a partial grant no call is planned
-// until the global bucket, refilling at Rate from the Tokens the script
-// reported, would hold the lease asked for (here the target, as the tenant
-// held nothing); then one is.
 // TestColdLeaseWithinTheFleetsShareOfTheBurst checks a tenant's first
 // lease: an interval's refill (Rate x Interval) within the lease limits,
 // and no more than an even share of the burst among the instances the
@@ -469,6 +465,10 @@ func TestColdLeaseWithinTheFleetsShareOfTheBurst(t *testing.T) {
 	}
 }
 
+// TestPartialGrantWaitsForRefill: after a partial grant no call is planned
+// until the global bucket, refilling at Rate from the Tokens the script
+// reported, would hold the lease asked for (here the target, as the tenant
+// held nothing); then one is.
 func TestPartialGrantWaitsForRefill(t *testing.T) {
 	lim := quota.Quota{Rate: 200, Burst: 1000, MinLease: 1, MaxLease: 500, LeaseTTL: time.Second}
 	r := newRig(Config{}, lim, "dry")

@@ -90,8 +90,7 @@ func (s *Syncer) refillLocked(ctx context.Context, link trace.Link, t *Tenant, n
 	}
 	now := s.opts.Now()
 	node := s.nodeOfTenant(ctx, t.name)
-	in := t.take(t.tokens.Load())
-	in.Fleet = s.fleetSize()
+	in := s.input(t)
 	in.Urgent = true
 	in.Need = max(in.Need, need)
 	// Redis answers again (the breaker closed after this tenant's calls

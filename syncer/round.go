@@ -104,8 +104,7 @@ func (s *Syncer) round(ctx context.Context, tenants iter.Seq[*Tenant], quotaChec
 			t.mu.Unlock()
 			continue
 		}
-		in := t.take(t.tokens.Load())
-		in.Fleet = s.fleetSize()
+		in := s.input(t)
 		in.QuotaCheck = quotaCheck
 		// The round makes its returns, the queued ones with them, before
 		// its acquires.
