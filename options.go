@@ -193,7 +193,9 @@ func WithRefreshInterval(d time.Duration) Option {
 // syncer hands it to requests here at that pace, each token no earlier
 // than the bucket refills it. So the bound holds exactly, and a starved
 // instance calls Redis about once per d instead of once per Burst/Rate,
-// whatever its demand (docs/performance.md, "Reservations"). A token
+// whatever its demand (docs/performance.md, "Reservations"). A tenant
+// first seen here less than a half-life (500 ms) ago does not start one:
+// its demand is not measured yet. A token
 // reserved this way may come due up to d after the bucket refilled it,
 // and up to 990 ms more behind other instances' reservations: the window
 // bound's L is LeaseTTL + d + 990ms (docs/design.md).

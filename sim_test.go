@@ -176,6 +176,15 @@ var simFound = []uint64{
 	// deadline (a first lease is now at most an even share of the burst
 	// among the instances assumed: syncer.Planner's coldTarget).
 	13386, 18429,
+	// 37861, 47506 and 50897: reservations on, four instances, a tenant
+	// of burst 10 whose first requests on every instance came after an
+	// outage, one each. Its demand estimate, a mean over its first
+	// interval, read one request as a token an interval; on it, instances
+	// whose request was served reserved tens of tokens, and the last
+	// instance's WaitN waited behind those reservations past its
+	// deadline (a first reservation now waits until the tenant has been
+	// seen for a half-life: syncer.Planner's reserves).
+	37861, 47506, 50897,
 }
 
 // TestSimulationReplay runs each scenario twice and checks that the two

@@ -326,12 +326,21 @@ func (p *Planner) ReportedDemand(st *State, now time.Time, want int64) float64 {
 // reservation's length made instances of quiet tenants reserve at a
 // trickle, and merged reservations at such a pace held their next call
 // back for tens of seconds: TestSimulation's seeds 173 and 219.)
+//
+// A first reservation also waits until the tenant has been seen for a
+// half-life (seen): before that, its demand is the mean since it was
+// first seen, over an interval at least, so a single request reads as a
+// token an interval, sustained. Four instances whose first requests came
+// together after an outage, one request each, reserved tens of tokens
+// apiece on that estimate, and the last one's request waited past its
+// deadline behind their reservations (TestSimulation's seeds 37861,
+// 47506 and 50897; TestNewTenantDoesNotReserve).
 func (p *Planner) reserves(st *State) bool {
 	if p.cfg.Reserve <= 0 || st.flags&flagScarce == 0 {
 		return false
 	}
 	d := st.Demand()
-	return d*float64(max(st.instances, 1))*p.cfg.Interval.Seconds() >= 1 && (st.Reserved() > 0 || d > float64(st.grantRate))
+	return d*float64(max(st.instances, 1))*p.cfg.Interval.Seconds() >= 1 && (st.Reserved() > 0 || d > float64(st.grantRate) && p.seen(st, st.observed) >= 0.5)
 }
 
 // Input is what the edge observed of a tenant since the previous plan.

@@ -294,3 +294,44 @@ func TestNoRoomRetriesSpread(t *testing.T) {
 		t.Errorf("100 instances retry from %v to %v after finding no room: spread %v, want at least %v", first, last, spread, length/2)
 	}
 }
+
+// TestNewTenantDoesNotReserve: a tenant seen for less than a half-life
+// does not start a reservation, however scarce its bucket: its demand
+// estimate is the mean since it was first seen, over an interval at
+// least, so one request reads as a token an interval, a sustained
+// demand. Four instances whose first requests came together after an
+// outage (one request each, a tenant of Rate 100 and Burst 10) reserved
+// tens of tokens apiece on that estimate; the first reservation held the
+// bucket's refill for a third of a second, and the last instance's
+// request waited past its deadline behind it (TestSimulation, seeds
+// 37861, 47506 and 50897). A demand that is sustained reserves once the
+// tenant has been seen for a half-life.
+func TestNewTenantDoesNotReserve(t *testing.T) {
+	lim := quota.Quota{Rate: 100, Burst: 10, MinLease: 1, MaxLease: 5, LeaseTTL: 500 * time.Millisecond}
+	cfg := Config{Reserve: 2 * time.Second}
+
+	one := newRig(cfg, lim, "one-request")
+	newReservingBucket(one, 4).credit = 0 // the others took the burst
+	one.request(1)
+	one.run(0, 2*time.Second, tick, func(a Action) {
+		if a.Reserve > 0 {
+			t.Fatalf("at +%v: a tenant asked once reserves (demand %.1f/s)", one.now.Sub(pt0), one.st.Demand())
+		}
+	})
+
+	busy := newRig(cfg, lim, "busy")
+	newReservingBucket(busy, 4)
+	var first time.Duration
+	busy.run(3*lim.Rate/4, 2*time.Second, tick, func(a Action) {
+		if a.Reserve > 0 && first == 0 {
+			first = busy.now.Sub(pt0)
+		}
+	})
+	halfLife := busy.p.Config().HalfLife
+	switch {
+	case first == 0:
+		t.Errorf("a tenant offered 3 times its share for 2 s never reserved")
+	case first < halfLife:
+		t.Errorf("a tenant seen for %v reserved, before a half-life (%v)", first, halfLife)
+	}
+}
