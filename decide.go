@@ -23,8 +23,9 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n
 	var (
 		sl     sleeper
 		waits  int64
-		cold   bool     // the tenant had no lease here when the first wait began
-		budget struct { // AllowN: its wait, bounded by its limit and ctx; nil before the first
+		cold   bool           // the tenant had no lease here when the first wait began
+		missed *syncer.Tenant // the tenant this request's miss was noted on before it waited, or nil
+		budget struct {       // AllowN: its wait, bounded by its limit and ctx; nil before the first
 			ctx    context.Context
 			cancel context.CancelFunc
 		}
@@ -72,7 +73,7 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n
 			}
 			cold = !e.Leased()
 		} else {
-			if d, ok := l.spendWaited(e, n, cold); ok {
+			if d, ok := l.spendWaited(e, n, cold, missed); ok {
 				return d, nil
 			}
 		}
@@ -123,15 +124,16 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n
 			// The wait below makes the urgent call itself: record the miss
 			// without queueing the tenant for the loop too.
 			e.NoteMiss(n)
+			missed = e
 		}
 		// Ask for an urgent refill (joining one in flight) and wait for it.
 		waits++
 		select {
 		case <-l.sync.Refill(wctx, e, n):
 		case <-wctx.Done():
-			return l.gaveUp(ctx, tenant, e, n, cold, untilAdmitted)
+			return l.gaveUp(ctx, tenant, e, n, cold, untilAdmitted, missed)
 		}
-		if d, ok := l.spendWaited(e, n, cold); ok {
+		if d, ok := l.spendWaited(e, n, cold, missed); ok {
 			return d, nil
 		}
 		if e.Failing() || e.Evicted() || l.closed.Load() {
@@ -152,7 +154,7 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n
 		// seed 6056.)
 		wait := max(e.RetryAfter(l.cfg.now(), n), time.Millisecond)
 		if err := sl.sleep(wctx, wait, l.sync.Recovered()); err != nil {
-			return l.gaveUp(ctx, tenant, e, n, cold, untilAdmitted)
+			return l.gaveUp(ctx, tenant, e, n, cold, untilAdmitted, missed)
 		}
 	}
 }
@@ -165,12 +167,20 @@ func leased(n int64, front lease.GrantID, clock int64) admission {
 
 // spendWaited spends n of e's tokens for a request that waited for them
 // (cold: for the tenant's first lease here), and returns its admission,
-// or false when e holds fewer.
-func (l *Limiter) spendWaited(e *syncer.Tenant, n int64, cold bool) (Decision, bool) {
+// or false when e holds fewer. missed is the tenant the request's miss was
+// noted on before it waited (nil for none): when that is e, the miss is
+// taken back (Tenant.Unmiss), so that the request counts once in e's
+// demand, as the tokens it spent. (Counted twice, a tenant's waiting
+// requests read as twice the demand they were.) A miss noted on a tenant
+// since evicted stays: the new one counts the request as spent only.
+func (l *Limiter) spendWaited(e *syncer.Tenant, n int64, cold bool, missed *syncer.Tenant) (Decision, bool) {
 	front, clock := e.Front(), l.sync.Clock()
 	ok, left := e.SpendWaited(n)
 	if !ok {
 		return Decision{}, false
+	}
+	if missed == e {
+		e.Unmiss(n)
 	}
 	return l.admitted(e, left, cold, leased(n, front, clock)), true
 }
@@ -210,7 +220,7 @@ func spent(e *syncer.Tenant, lim *Quota, tenant string, left int64, reason Reaso
 // simulation (TestFleetUnderQuotaCalls: fewer denials over the run, 4,070
 // against 5,318, but one in its steady state, where there were none),
 // which is not understood yet.
-func (l *Limiter) gaveUp(ctx context.Context, tenant string, e *syncer.Tenant, n int64, cold, untilAdmitted bool) (Decision, error) {
+func (l *Limiter) gaveUp(ctx context.Context, tenant string, e *syncer.Tenant, n int64, cold, untilAdmitted bool, missed *syncer.Tenant) (Decision, error) {
 	if l.closed.Load() {
 		return l.count(Decision{Quota: quotaOf(e), Reason: ReasonClosed}), l.errClosed(untilAdmitted)
 	}
@@ -218,7 +228,7 @@ func (l *Limiter) gaveUp(ctx context.Context, tenant string, e *syncer.Tenant, n
 		return l.count(l.degraded(e, n)), nil
 	}
 	if !untilAdmitted && ctx.Err() == nil && !cold {
-		if d, ok := l.spendWaited(e, n, cold); ok {
+		if d, ok := l.spendWaited(e, n, cold, missed); ok {
 			return d, nil
 		}
 	}

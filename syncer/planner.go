@@ -346,7 +346,7 @@ func (p *Planner) reserves(st *State) bool {
 // Input is what the edge observed of a tenant since the previous plan.
 type Input struct {
 	Level  int64 // tokens the counter holds now
-	Missed int64 // tokens asked for by requests that were denied
+	Missed int64 // tokens asked for by requests that were denied, less those of requests admitted after a wait (Tenant.Unmiss): may be negative
 	Need   int64 // largest n of those requests
 	Urgent bool  // a request is waiting for tokens, or ran short
 	// QuotaCheck says a quota changed in Redis (the quota version moved):
@@ -630,9 +630,11 @@ func (p *Planner) Plan(st *State, lim quota.Quota, now time.Time, in Input) Acti
 func (p *Planner) plan(st *State, lim quota.Quota, now time.Time, in Input) Action {
 	ns := now.UnixNano()
 	st.setClock(ns)
-	spent := st.ledger.Sync(in.Level)
-	p.observe(st, ns, spent+in.Missed)
-	if spent+in.Missed > 0 || in.Urgent {
+	// Missed is negative when requests admitted after a wait took back
+	// their misses (Tenant.Unmiss) that an earlier plan observed.
+	asked := max(st.ledger.Sync(in.Level)+in.Missed, 0)
+	p.observe(st, ns, asked)
+	if asked > 0 || in.Urgent {
 		st.lastActive = st.stampOf(ns)
 	}
 	// Remember the largest request of the last few half-lives, so that a

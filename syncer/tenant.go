@@ -65,12 +65,14 @@ type Tenant struct {
 	front atomic.Uint32
 
 	// miss is what requests that missed recorded since the last plan,
-	// written by them (NoteMiss, with flagUrgent), taken and reset by the
-	// syncer (take): the tokens they were denied in its low 32 bits,
-	// saturating (a demand beyond 2^32-1 tokens between two plans, a
-	// quarter of the refresh interval apart, counts as that much), and the largest n denied in its high 32,
-	// as a float32 rounded up (as State.needMax keeps it: a lease covers
-	// that much, exact up to 2^24).
+	// written by them (NoteMiss, with flagUrgent; Unmiss), taken and
+	// reset by the syncer (take): the tokens they were denied, less those
+	// of requests admitted after their miss (Unmiss), in its low 32 bits
+	// as an int32, saturating (a demand beyond 2^31-1 tokens between two
+	// plans, a quarter of the refresh interval apart, counts as that
+	// much), and the largest n denied in its high 32, as a float32
+	// rounded up (as State.needMax keeps it: a lease covers that much,
+	// exact up to 2^24).
 	miss atomic.Uint64
 
 	// lease is the rest of the tenant's lease, nil while the tenant is
@@ -369,13 +371,31 @@ func (t *Tenant) NoteMiss(n int64) {
 	n = max(n, 0)
 	for {
 		cur := t.miss.Load()
-		missed := min(uint64(uint32(cur))+uint64(n), math.MaxUint32)
+		missed := min(int64(int32(cur))+min(n, math.MaxInt32), math.MaxInt32)
 		need := max(math.Float32frombits(uint32(cur>>32)), ceil32(n))
-		if t.miss.CompareAndSwap(cur, missed|uint64(math.Float32bits(need))<<32) {
+		if t.miss.CompareAndSwap(cur, uint64(uint32(int32(missed)))|uint64(math.Float32bits(need))<<32) {
 			break
 		}
 	}
 	t.setFlag(flagUrgent, true)
+}
+
+// Unmiss takes back n tokens of misses that NoteMiss recorded for a
+// request that was then admitted after a wait: its tokens count as spent
+// (the plan observes them leaving the counter), so that a request that
+// waits counts once in the tenant's demand, not twice. Missed may then
+// be negative (the miss was taken by an earlier plan, the spend comes to
+// the next); the plan observes spent plus Missed, at least zero. It
+// never blocks.
+func (t *Tenant) Unmiss(n int64) {
+	n = min(max(n, 0), math.MaxInt32)
+	for {
+		cur := t.miss.Load()
+		missed := max(int64(int32(cur))-n, -math.MaxInt32)
+		if t.miss.CompareAndSwap(cur, cur&^math.MaxUint32|uint64(uint32(int32(missed)))) {
+			return
+		}
+	}
 }
 
 // Failing reports whether the tenant's last lease call failed.
@@ -470,7 +490,7 @@ func (t *Tenant) take(level int64) Input {
 	miss := t.miss.Swap(0)
 	return Input{
 		Level:  level,
-		Missed: int64(uint32(miss)),
+		Missed: int64(int32(miss)),
 		Need:   int64Of(math.Float32frombits(uint32(miss >> 32))),
 		Urgent: t.setFlag(flagUrgent, false),
 	}

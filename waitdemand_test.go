@@ -1,0 +1,49 @@
+package leasequota_test
+
+import (
+	"context"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/leasequota/leasequota"
+	"github.com/leasequota/leasequota/lease/memstore"
+)
+
+// TestWaitingRequestsCountOnceInDemand: a request that waits for its
+// tokens counts once in its tenant's demand estimate, not as a miss and
+// again as a spend. One goroutine calls WaitN(1) in a closed loop on a
+// tenant of Rate 20 and Burst 1, so that nearly every request waits for
+// a refill: the estimate must follow what the loop asks for, the rate it
+// is admitted at. (Counted twice, it read about 40 a second.) In a
+// synctest bubble: the syncer's clock and the store's are fake.
+func TestWaitingRequestsCountOnceInDemand(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		l, err := leasequota.NewWithStore(memstore.New(),
+			leasequota.WithDefaultQuota(leasequota.Quota{Rate: 20, Burst: 1}),
+			leasequota.WithLogger(testLogger(t)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close(ctx)
+		const run, tail = 6 * time.Second, 3 * time.Second
+		start := time.Now()
+		var admitted, inTail int64
+		for time.Since(start) < run {
+			if _, err := l.WaitN(ctx, "w", 1); err != nil {
+				t.Fatal(err)
+			}
+			admitted++
+			if time.Since(start) > run-tail {
+				inTail++
+			}
+		}
+		info, _ := l.Tenant("w")
+		rate := float64(inTail) / tail.Seconds()
+		t.Logf("%d admitted in %v, %.1f a second over the last %v; demand estimate %.1f a second", admitted, run, rate, tail, info.Demand)
+		if info.Demand < 0.7*rate || info.Demand > 1.3*rate {
+			t.Errorf("demand estimate %.1f a second for a loop admitted %.1f a second: want within 30%%", info.Demand, rate)
+		}
+	})
+}
