@@ -63,3 +63,42 @@ func TestWaitEndingAsItsLeaseLands(t *testing.T) {
 		}
 	})
 }
+
+// TestColdWaitEndingAsItsLeaseLands is TestWaitEndingAsItsLeaseLands for
+// a tenant's first request here: its first lease lands 40 ms into its
+// 50 ms cold-start wait, and its waiters are woken only after the wait's
+// end. It must be admitted (a cold start), not denied with the tokens
+// here.
+func TestColdWaitEndingAsItsLeaseLands(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		l, err := leasequota.NewWithStore(memstore.New(),
+			leasequota.WithDefaultQuota(leasequota.Quota{Rate: 1000, Burst: 1000}),
+			leasequota.WithColdStartWait(50*time.Millisecond),
+			leasequota.WithManualSync(), leasequota.WithLogger(testLogger(t)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close(ctx)
+		done := make(chan leasequota.Decision, 1)
+		go func() { done <- l.AllowN(ctx, "a", 1) }()
+		synctest.Wait()
+		time.Sleep(40 * time.Millisecond)
+		if !leasequota.SyncRefills(l, ctx) {
+			t.Fatal("no refill queued by the cold request")
+		}
+		if info, _ := l.Tenant("a"); info.Tokens < 1 {
+			t.Fatalf("the first lease left %d tokens here", info.Tokens)
+		}
+		time.Sleep(20 * time.Millisecond)
+		synctest.Wait()
+		leasequota.SyncDeliver(l)
+		d := <-done
+		if !d.Allowed {
+			t.Fatalf("cold request whose wait ended with its first lease here: %+v, want admitted", d)
+		}
+		if d.Reason != leasequota.ReasonColdStart {
+			t.Errorf("reason %v, want %v", d.Reason, leasequota.ReasonColdStart)
+		}
+	})
+}
