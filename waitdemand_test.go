@@ -47,3 +47,41 @@ func TestWaitingRequestsCountOnceInDemand(t *testing.T) {
 		}
 	})
 }
+
+// TestWaitAllCountsOnceInDemand is TestWaitingRequestsCountOnceInDemand
+// for WaitAll over two tenants of Rate 20 and Burst 1: a turn that waited
+// for the first tenant's tokens gives them back while the second is short
+// and spends them again once it is not, and each tenant's estimate must
+// still follow the rate the loop is admitted at. (Without
+// Action.Unobserved the first tenant's read about 36 a second at 18.)
+func TestWaitAllCountsOnceInDemand(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		l, err := leasequota.NewWithStore(memstore.New(),
+			leasequota.WithDefaultQuota(leasequota.Quota{Rate: 20, Burst: 1}),
+			leasequota.WithLogger(testLogger(t)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close(ctx)
+		const run, tail = 6 * time.Second, 3 * time.Second
+		start := time.Now()
+		var inTail int64
+		for time.Since(start) < run {
+			if _, err := l.WaitAll(ctx, 1, "a", "b"); err != nil {
+				t.Fatal(err)
+			}
+			if time.Since(start) > run-tail {
+				inTail++
+			}
+		}
+		rate := float64(inTail) / tail.Seconds()
+		for _, name := range []string{"a", "b"} {
+			info, _ := l.Tenant(name)
+			t.Logf("%s: admitted %.1f a second over the last %v; demand estimate %.1f a second", name, rate, tail, info.Demand)
+			if info.Demand < 0.7*rate || info.Demand > 1.3*rate {
+				t.Errorf("%s: demand estimate %.1f a second for a loop admitted %.1f a second: want within 30%%", name, info.Demand, rate)
+			}
+		}
+	})
+}

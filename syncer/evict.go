@@ -104,6 +104,7 @@ func (s *Syncer) sleep(t *Tenant, now time.Time) {
 	}
 	t.idleSince = ls.st.at(ls.st.lastActive)
 	t.restripe(1) // the counter is empty: only its slots' memory goes
+	t.dropUnobserved()
 	t.lease.Store(nil)
 }
 
@@ -121,8 +122,11 @@ func (s *Syncer) revive(t *Tenant, now time.Time) {
 // wakes reports whether a dormant t has something to plan: a request
 // missed or refunded since its last plan, or its counter holds tokens
 // (given back by a multi-tenant decision, to be forfeited: Syncer.planWith).
+// Misses taken back (a negative count: Action.Unobserved) are not
+// something to plan.
 func (t *Tenant) wakes() bool {
-	return t.flags.Load()&(flagUrgent|flagRefunded) != 0 || t.miss.Load() != 0 || t.tokens.Load() != 0
+	miss := t.miss.Load()
+	return t.flags.Load()&(flagUrgent|flagRefunded) != 0 || int32(miss) > 0 || miss>>32 != 0 || t.tokens.Load() != 0
 }
 
 // Dormant reports whether t is dormant (see Tenant): holding no lease

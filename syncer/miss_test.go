@@ -64,3 +64,28 @@ func TestUnmiss(t *testing.T) {
 		t.Errorf("after negative n: Missed %d, want 0", in.Missed)
 	}
 }
+
+// TestUnobservedMissesDoNotWake: misses taken back beyond any spend (a
+// negative count) do not wake a dormant tenant, and going dormant drops
+// them; a positive count or a need still wakes it.
+func TestUnobservedMissesDoNotWake(t *testing.T) {
+	var tn Tenant
+	tn.Unmiss(2)
+	if tn.wakes() {
+		t.Fatal("misses taken back (-2) wake the tenant")
+	}
+	tn.dropUnobserved()
+	if in := tn.take(0); in.Missed != 0 {
+		t.Fatalf("after dropUnobserved: Missed %d, want 0", in.Missed)
+	}
+	tn.NoteMiss(1)
+	tn.setFlag(flagUrgent, false)
+	if !tn.wakes() {
+		t.Fatal("a miss does not wake the tenant")
+	}
+	tn.Unmiss(3)
+	tn.dropUnobserved()
+	if in := tn.take(0); in.Missed != 0 || in.Need != 1 {
+		t.Fatalf("after a miss of 1, 3 taken back and dropUnobserved: %+v, want Missed 0, Need 1", in)
+	}
+}

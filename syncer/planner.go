@@ -388,6 +388,16 @@ type Action struct {
 	// (lease.Request.Reserve): zero but while the tenant is scarce and
 	// Config.Reserve is set.
 	Reserve time.Duration
+	// Unobserved is the tokens of misses taken back (Input.Missed below
+	// zero) that no spend seen by the plan offset: the edge gives them
+	// back to the tenant's misses (Tenant.Unmiss), for a later plan to
+	// offset against the spends it sees. A multi-tenant decision that
+	// spent a tenant's tokens after a wait, gave them back while another
+	// tenant was short and spent them again later would otherwise count
+	// that request twice: a closed loop of WaitAll over two tenants
+	// counted the first tenant's demand at 36.3 a second while it was
+	// admitted 18.3 a second (TestWaitAllCountsOnceInDemand).
+	Unobserved int64
 	// Drip is the number of reserved tokens that came due (see
 	// reservation): the edge adds them to the counter before anything
 	// else. The ledger already holds them.
@@ -631,8 +641,15 @@ func (p *Planner) plan(st *State, lim quota.Quota, now time.Time, in Input) Acti
 	ns := now.UnixNano()
 	st.setClock(ns)
 	// Missed is negative when requests admitted after a wait took back
-	// their misses (Tenant.Unmiss) that an earlier plan observed.
-	asked := max(st.ledger.Sync(in.Level)+in.Missed, 0)
+	// their misses (Tenant.Unmiss) that an earlier plan observed. What
+	// their spends seen here do not offset (a multi-tenant decision gave
+	// the tokens back, to spend them again later) goes back to the edge
+	// (Action.Unobserved) for a later plan to offset.
+	var a Action
+	asked := st.ledger.Sync(in.Level) + in.Missed
+	if asked < 0 {
+		a.Unobserved, asked = -asked, 0
+	}
 	p.observe(st, ns, asked)
 	if asked > 0 || in.Urgent {
 		st.lastActive = st.stampOf(ns)
@@ -647,7 +664,6 @@ func (p *Planner) plan(st *State, lim quota.Quota, now time.Time, in Input) Acti
 		st.needMax, st.needAt = ceil32(in.Need), st.stampOf(ns) // forget an old maximum
 	}
 
-	var a Action
 	reserve := false // the acquire may reserve (Action.Reserve)
 	a.Expire, a.ExpiredGranted, a.ExpiredGrant = st.ledger.Expire(now, lim.LeaseTTL)
 	if a.Expire > 0 {

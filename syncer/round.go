@@ -268,6 +268,9 @@ func (s *Syncer) planWith(t *Tenant, now time.Time, in Input) (a Action, ret lea
 		in.Level = left
 	}
 	a = s.planner.Plan(t.st(), *t.Limits(), now, in)
+	if a.Unobserved > 0 {
+		t.Unmiss(a.Unobserved)
+	}
 	t.quietUntil.Store(s.quietUntil(t))
 	if a.Drip > 0 {
 		// Reserved tokens that came due: into the counter before the

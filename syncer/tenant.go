@@ -398,6 +398,19 @@ func (t *Tenant) Unmiss(n int64) {
 	}
 }
 
+// dropUnobserved clears misses taken back that no spend offset yet (a
+// negative count: Action.Unobserved), as t goes dormant: its next State
+// starts its demand anew, and a count kept below zero would offset the
+// spends of requests long after.
+func (t *Tenant) dropUnobserved() {
+	for {
+		cur := t.miss.Load()
+		if int32(cur) >= 0 || t.miss.CompareAndSwap(cur, cur&^math.MaxUint32) {
+			return
+		}
+	}
+}
+
 // Failing reports whether the tenant's last lease call failed.
 func (t *Tenant) Failing() bool { return t.flag(flagFailing) }
 
