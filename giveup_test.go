@@ -43,25 +43,35 @@ func TestWaitEndingAsItsLeaseLands(t *testing.T) {
 		// The next request waits for a refill, which lands 40 ms into its
 		// 50 ms wait; its waiters are woken only at 60 ms.
 		go ask()
-		synctest.Wait()
-		time.Sleep(40 * time.Millisecond)
-		if !leasequota.SyncRefills(l, ctx) {
-			t.Fatal("no refill queued by the waiting request")
-		}
-		if info, _ := l.Tenant("a"); info.Tokens < 1 {
-			t.Fatalf("the refill left %d tokens here", info.Tokens)
-		}
-		time.Sleep(20 * time.Millisecond)
-		synctest.Wait()
-		leasequota.SyncDeliver(l)
-		d := <-done
-		if !d.Allowed {
-			t.Fatalf("request whose wait ended with its lease here: %+v, want admitted", d)
-		}
-		if d.Reason != leasequota.ReasonRefilled {
-			t.Errorf("reason %v, want %v", d.Reason, leasequota.ReasonRefilled)
-		}
+		landAfterWait(t, l, "a", done, leasequota.ReasonRefilled)
 	})
+}
+
+// landAfterWait drives l (WithManualSync, in a synctest bubble) for a
+// request on tenant that has just started a wait of 50 ms and sends its
+// decision on done: the refill it queued runs 40 ms in, and its waiters
+// are woken only at 60 ms. The request must be admitted with reason.
+func landAfterWait(t *testing.T, l *leasequota.Limiter, tenant string, done <-chan leasequota.Decision, reason leasequota.Reason) {
+	t.Helper()
+	ctx := context.Background()
+	synctest.Wait()
+	time.Sleep(40 * time.Millisecond)
+	if !leasequota.SyncRefills(l, ctx) {
+		t.Fatal("no refill queued by the waiting request")
+	}
+	if info, _ := l.Tenant(tenant); info.Tokens < 1 {
+		t.Fatalf("the refill left %d tokens here", info.Tokens)
+	}
+	time.Sleep(20 * time.Millisecond)
+	synctest.Wait()
+	leasequota.SyncDeliver(l)
+	d := <-done
+	if !d.Allowed {
+		t.Fatalf("request whose wait ended with its lease here: %+v, want admitted", d)
+	}
+	if d.Reason != reason {
+		t.Errorf("reason %v, want %v", d.Reason, reason)
+	}
 }
 
 // TestColdWaitEndingAsItsLeaseLands is TestWaitEndingAsItsLeaseLands for
@@ -82,23 +92,6 @@ func TestColdWaitEndingAsItsLeaseLands(t *testing.T) {
 		defer l.Close(ctx)
 		done := make(chan leasequota.Decision, 1)
 		go func() { done <- l.AllowN(ctx, "a", 1) }()
-		synctest.Wait()
-		time.Sleep(40 * time.Millisecond)
-		if !leasequota.SyncRefills(l, ctx) {
-			t.Fatal("no refill queued by the cold request")
-		}
-		if info, _ := l.Tenant("a"); info.Tokens < 1 {
-			t.Fatalf("the first lease left %d tokens here", info.Tokens)
-		}
-		time.Sleep(20 * time.Millisecond)
-		synctest.Wait()
-		leasequota.SyncDeliver(l)
-		d := <-done
-		if !d.Allowed {
-			t.Fatalf("cold request whose wait ended with its first lease here: %+v, want admitted", d)
-		}
-		if d.Reason != leasequota.ReasonColdStart {
-			t.Errorf("reason %v, want %v", d.Reason, leasequota.ReasonColdStart)
-		}
+		landAfterWait(t, l, "a", done, leasequota.ReasonColdStart)
 	})
 }
