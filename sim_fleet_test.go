@@ -221,7 +221,7 @@ func TestFleetUnderQuotaCalls(t *testing.T) {
 // instance, offered 3x its rate) for 14 simulated seconds with
 // reservations and without, and holds each to its script runs per
 // (tenant, instance) pair and second in the steady state, and the
-// reservations' utilization to within 5 % of none's. With reservations an
+// reservations' utilization to within 6 % of none's. With reservations an
 // instance held to its share reserves it over their length and calls
 // about once per length. Without, a starved instance calls at most half
 // a registry window apart (its credit at Redis accrues for that long:
@@ -287,8 +287,13 @@ func TestReservationsCutFleetCalls(t *testing.T) {
 			if so > c.offMost*pairs {
 				t.Errorf("without reservations %.2f script runs a pair and second; want <= %.2f", so/pairs, c.offMost)
 			}
-			if ur < 0.95*uo {
-				t.Errorf("with %v reservations the tenants admitted %.1f%% of Rate in the steady state, against %.1f%% without; want >= 0.95x", c.reservation, 100*ur, 100*uo)
+			// 0.94: since a young tenant's lease holds no more than its
+			// requests asked for (Planner.askedSoFar), 16 x 50 with 4 s
+			// reservations admits 94.6-95.4 % of Rate in its steady state
+			// against 99.5-100.6 % without, 0.943-0.954x over seeds 1 to
+			// 6 (95.0-95.8 % against 99.1-100.2 %, 0.951-0.965x, before).
+			if ur < 0.94*uo {
+				t.Errorf("with %v reservations the tenants admitted %.1f%% of Rate in the steady state, against %.1f%% without; want >= 0.94x", c.reservation, 100*ur, 100*uo)
 			}
 		})
 	}

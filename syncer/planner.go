@@ -606,6 +606,27 @@ func (p *Planner) coldTarget(lim quota.Quota, fleet int) int64 {
 	return clamp(t, lim.MinLease, lim.MaxLease)
 }
 
+// askedSoFar returns, for a tenant seen for less than a half-life (young),
+// about the tokens its requests asked for since it was first seen: its
+// demand estimate, the mean since then, times that age (an interval at
+// least, as seen counts it), rounded. A young tenant's lease holds no more: its
+// estimate reads one request as a token an interval, sustained, and
+// leases sized by it after a first request each took a burst shared by
+// instances whose first requests came together (TestSimulation, seed
+// 92039: after an outage, three instances each asked for two more tokens
+// of a burst of 10 once their one request was served, and the fourth's
+// request waited past its deadline).
+func (p *Planner) askedSoFar(st *State, ns int64) (asked int64, young bool) {
+	now := st.stampOf(ns)
+	if p.seen(st, now) >= 0.5 {
+		return 0, false
+	}
+	age := max(time.Duration(now-st.born)*time.Millisecond, p.cfg.Interval)
+	// Rounded: the average weighs the requests by their age, so a count
+	// reads a little above itself.
+	return int64(math.Round(float64(st.slow) * age.Seconds())), true
+}
+
 // burstShare is an instance's even share of lim's burst among n instances
 // (n < 1 counts as 1), rounded up.
 func burstShare(lim quota.Quota, n int64) int64 {
@@ -691,6 +712,9 @@ func (p *Planner) plan(st *State, lim quota.Quota, now time.Time, in Input) Acti
 	granted := st.flags&flagGranted != 0
 	if granted {
 		st.target = p.target(lim, st.Demand(), st.instances)
+		if asked, young := p.askedSoFar(st, ns); young {
+			st.target = min(st.target, max(asked, 1))
+		}
 		if need := int64Of(st.needMax); st.target > 0 && need > st.target {
 			st.target = min(need, lim.MaxLease)
 		}

@@ -465,6 +465,44 @@ func TestColdLeaseWithinTheFleetsShareOfTheBurst(t *testing.T) {
 	}
 }
 
+// TestYoungLeaseHoldsWhatWasAsked: for a tenant seen for less than a
+// half-life, a lease holds no more than its requests asked for since it
+// was first seen (Planner.askedSoFar). One request, served from a first
+// lease of 2 (an interval's refill), leaves 1: no call for more follows, where the estimate (one request read as a token an
+// interval) had the instance ask for 2 more of a burst its fleet shares
+// (TestSimulation, seed 92039). A demand that goes on raises the lease
+// as its requests come.
+func TestYoungLeaseHoldsWhatWasAsked(t *testing.T) {
+	lim := quota.Quota{Rate: 100, Burst: 10, MinLease: 1, MaxLease: 5, LeaseTTL: 200 * time.Millisecond}
+	r := newRig(Config{Interval: 20 * time.Millisecond}, lim, "young")
+	r.fleet = 4
+	r.request(1)
+	if a := r.plan(); a.Acquire != 2 {
+		t.Fatalf("first lease of %d tokens, want 2", a.Acquire)
+	}
+	// The request that waited for the lease spends from it, and its miss
+	// is taken back (Tenant.Unmiss), as decide does.
+	if ok, _ := r.tokens.TrySpend(1); !ok {
+		t.Fatal("the first lease holds no token")
+	}
+	r.missed = -1
+	halfLife := r.p.Config().HalfLife
+	for end := r.now.Add(halfLife / 2); r.now.Before(end); {
+		r.now = r.now.Add(5 * time.Millisecond)
+		if a := r.plan(); a.Acquire > 1 || r.st.Target() > 1 {
+			t.Fatalf("at +%v, a lease of %d tokens planned, asking for %d, after one request (demand %.1f/s)",
+				r.now.Sub(pt0), r.st.Target(), a.Acquire, r.st.Demand())
+		}
+	}
+	// Requests at 200 a second (twice the rate) empty the lease: it
+	// grows with them.
+	var most int64
+	r.run(200, halfLife/2, 5*time.Millisecond, func(a Action) { most = max(most, r.st.Target()) })
+	if most < 3 {
+		t.Errorf("a young tenant asked for 200 tokens a second reached a target of %d only", most)
+	}
+}
+
 // TestPartialGrantWaitsForRefill: after a partial grant no call is planned
 // until the global bucket, refilling at Rate from the Tokens the script
 // reported, would hold the lease asked for (here the target, as the tenant
