@@ -134,15 +134,13 @@ func (l *Limiter) decideAll(ctx context.Context, n int64, tenants []string, unti
 	}
 	sum := sumHashes(tenants)
 	// Ask for the first lease of every tenant that has none, so that they
-	// come in one round rather than one wait after another. A request for
-	// it, not a miss: the miss is taken back at once (Tenant.Unmiss), and
-	// the tenant's demand counts this request once, when its turn spends
-	// or misses below. (Kept, a cold WaitAll counted twice in each
-	// tenant's demand: TestColdWaitAllCountsOnceInDemand.)
+	// come in one round rather than one wait after another. A need, not a
+	// miss: the tenant's demand counts this request once, when its turn
+	// spends or misses below. (Noted as a miss, a cold WaitAll counted
+	// twice in each tenant's demand: TestColdWaitAllCountsOnceInDemand.)
 	for _, e := range ts {
 		if !e.Leased() && !e.Failing() {
-			l.sync.NoteMiss(e, n)
-			e.Unmiss(n)
+			l.sync.NoteNeed(e, n)
 		}
 	}
 	var (

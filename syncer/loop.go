@@ -10,9 +10,18 @@ import (
 // NoteMiss records that a request for n tokens found t short and, the
 // first time since t was last planned, queues t for the loop. It never
 // blocks: when the queue is full the next tick picks t up.
-func (s *Syncer) NoteMiss(t *Tenant, n int64) {
+func (s *Syncer) NoteMiss(t *Tenant, n int64) { s.noteUrgent(t, n, n) }
+
+// NoteNeed is NoteMiss for a request that needs n tokens of t's first
+// lease but is no miss (Tenant.NoteNeed): t is queued for the loop, and
+// its demand counts the request when it spends or misses.
+func (s *Syncer) NoteNeed(t *Tenant, n int64) { s.noteUrgent(t, 0, n) }
+
+// noteUrgent records missed tokens and a need of n on t (Tenant.note)
+// and queues t the first time since it was last planned.
+func (s *Syncer) noteUrgent(t *Tenant, missed, need int64) {
 	first := !t.flag(flagUrgent)
-	t.NoteMiss(n)
+	t.note(missed, need)
 	if first {
 		select {
 		case s.urgent <- t:

@@ -89,3 +89,14 @@ func TestUnobservedMissesDoNotWake(t *testing.T) {
 		t.Fatalf("after a miss of 1, 3 taken back and dropUnobserved: %+v, want Missed 0, Need 1", in)
 	}
 }
+
+// TestNoteNeed: a need (a first lease asked for with other tenants')
+// raises the largest n and makes the tenant urgent, and counts no demand.
+func TestNoteNeed(t *testing.T) {
+	var tn Tenant
+	tn.NoteMiss(2)
+	tn.NoteNeed(5)
+	if in := tn.take(0); in.Missed != 2 || in.Need != 5 || !in.Urgent {
+		t.Fatalf("a miss of 2 and a need of 5: %+v, want Missed 2, Need 5, Urgent", in)
+	}
+}

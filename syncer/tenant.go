@@ -65,7 +65,7 @@ type Tenant struct {
 	front atomic.Uint32
 
 	// miss is what requests that missed recorded since the last plan,
-	// written by them (NoteMiss, with flagUrgent; Unmiss), taken and
+	// written by them (NoteMiss and NoteNeed, with flagUrgent; Unmiss), taken and
 	// reset by the syncer (take): the tokens they were denied, less those
 	// of requests admitted after their miss (Unmiss), in its low 32 bits
 	// as an int32, saturating (a demand beyond 2^31-1 tokens between two
@@ -367,32 +367,38 @@ func (t *Tenant) Limits() *quota.Quota { return &t.limits.Load().Quota }
 // NoteMiss records that a request for n tokens found too few. It never
 // blocks: the syncer picks the miss up on its next round, or at once when
 // woken.
-func (t *Tenant) NoteMiss(n int64) {
-	n = max(n, 0)
-	for {
-		cur := t.miss.Load()
-		missed := min(int64(int32(cur))+min(n, math.MaxInt32), math.MaxInt32)
-		need := max(math.Float32frombits(uint32(cur>>32)), ceil32(n))
-		if t.miss.CompareAndSwap(cur, uint64(uint32(int32(missed)))|uint64(math.Float32bits(need))<<32) {
-			break
-		}
-	}
-	t.setFlag(flagUrgent, true)
-}
+func (t *Tenant) NoteMiss(n int64) { t.note(n, n) }
+
+// NoteNeed records that a request needs n tokens of a lease the tenant
+// does not hold yet, without counting them as demand: the tokens count
+// when the request spends them or misses (a multi-tenant decision asking
+// for its tenants' first leases together). It never blocks.
+func (t *Tenant) NoteNeed(n int64) { t.note(0, n) }
 
 // Unmiss takes back n tokens of misses that NoteMiss recorded for a
 // request that was then admitted after a wait: its tokens count as spent
 // (the plan observes them leaving the counter), so that a request that
 // waits counts once in the tenant's demand, not twice. Missed may then
 // be negative (the miss was taken by an earlier plan, the spend comes to
-// the next); the plan observes spent plus Missed, at least zero. It
-// never blocks.
-func (t *Tenant) Unmiss(n int64) {
-	n = min(max(n, 0), math.MaxInt32)
+// the next): see Action.Unobserved. It never blocks.
+func (t *Tenant) Unmiss(n int64) { t.addMissed(-max(n, 0), 0) }
+
+// note adds missed tokens to the misses and raises the largest n to
+// need, and marks t urgent.
+func (t *Tenant) note(missed, need int64) {
+	t.addMissed(max(missed, 0), max(need, 0))
+	t.setFlag(flagUrgent, true)
+}
+
+// addMissed adds delta (either sign) to the miss word's count, saturating
+// at +-(2^31-1), and raises its largest n to need (0: unchanged).
+func (t *Tenant) addMissed(delta, need int64) {
+	delta = min(max(delta, -math.MaxInt32), math.MaxInt32)
 	for {
 		cur := t.miss.Load()
-		missed := max(int64(int32(cur))-n, -math.MaxInt32)
-		if t.miss.CompareAndSwap(cur, cur&^math.MaxUint32|uint64(uint32(int32(missed)))) {
+		count := min(max(int64(int32(cur))+delta, -math.MaxInt32), math.MaxInt32)
+		largest := max(math.Float32frombits(uint32(cur>>32)), ceil32(need))
+		if t.miss.CompareAndSwap(cur, uint64(uint32(int32(count)))|uint64(math.Float32bits(largest))<<32) {
 			return
 		}
 	}
