@@ -274,12 +274,26 @@ const jumpMin = 32
 // first requests are an interval's demand, not an instant's), and 1 once
 // the rest would not show in a float32.
 func (p *Planner) seen(st *State, s stamp) float64 {
-	age := max(time.Duration(s-st.born)*time.Millisecond, p.cfg.Interval)
+	age := p.age(st, s)
 	if age >= 32*p.cfg.HalfLife {
 		return 1
 	}
 	return 1 - math.Exp2(-age.Seconds()/p.cfg.HalfLife.Seconds())
 }
+
+// age is how long st's tenant has been seen by stamp s (since st.born),
+// an interval at least: the first requests are an interval's demand, not
+// an instant's.
+func (p *Planner) age(st *State, s stamp) time.Duration {
+	return max(time.Duration(s-st.born)*time.Millisecond, p.cfg.Interval)
+}
+
+// young reports whether st's tenant has been seen for less than a
+// half-life by stamp s: its demand estimate, the mean since it was first
+// seen, reads one request as a token an interval, sustained. A young
+// tenant starts no reservation (reserves) and leases no more than its
+// requests asked for (askedSoFar).
+func (p *Planner) young(st *State, s stamp) bool { return p.age(st, s) < p.cfg.HalfLife }
 
 // observe records count tokens asked for at ns.
 func (p *Planner) observe(st *State, ns int64, count int64) {
@@ -327,10 +341,9 @@ func (p *Planner) ReportedDemand(st *State, now time.Time, want int64) float64 {
 // trickle, and merged reservations at such a pace held their next call
 // back for tens of seconds: TestSimulation's seeds 173 and 219.)
 //
-// A first reservation also waits until the tenant has been seen for a
-// half-life (seen): before that, its demand is the mean since it was
-// first seen, over an interval at least, so a single request reads as a
-// token an interval, sustained. Four instances whose first requests came
+// A first reservation also waits until the tenant is no longer young
+// (seen for a half-life): before that, its demand reads a single request
+// as a token an interval, sustained. Four instances whose first requests came
 // together after an outage, one request each, reserved tens of tokens
 // apiece on that estimate, and the last one's request waited past its
 // deadline behind their reservations (TestSimulation's seeds 37861,
@@ -340,7 +353,7 @@ func (p *Planner) reserves(st *State) bool {
 		return false
 	}
 	d := st.Demand()
-	return d*float64(max(st.instances, 1))*p.cfg.Interval.Seconds() >= 1 && (st.Reserved() > 0 || d > float64(st.grantRate) && p.seen(st, st.observed) >= 0.5)
+	return d*float64(max(st.instances, 1))*p.cfg.Interval.Seconds() >= 1 && (st.Reserved() > 0 || d > float64(st.grantRate) && !p.young(st, st.observed))
 }
 
 // Input is what the edge observed of a tenant since the previous plan.
@@ -395,8 +408,8 @@ type Action struct {
 	// spent a tenant's tokens after a wait, gave them back while another
 	// tenant was short and spent them again later would otherwise count
 	// that request twice: a closed loop of WaitAll over two tenants
-	// counted the first tenant's demand at 36.3 a second while it was
-	// admitted 18.3 a second (TestWaitAllCountsOnceInDemand).
+	// counted the first tenant's demand at 35.8 a second while it was
+	// admitted 18.7 a second (TestWaitAllCountsOnceInDemand).
 	Unobserved int64
 	// Drip is the number of reserved tokens that came due (see
 	// reservation): the edge adds them to the counter before anything
@@ -606,25 +619,21 @@ func (p *Planner) coldTarget(lim quota.Quota, fleet int) int64 {
 	return clamp(t, lim.MinLease, lim.MaxLease)
 }
 
-// askedSoFar returns, for a tenant seen for less than a half-life (young),
-// about the tokens its requests asked for since it was first seen: its
-// demand estimate, the mean since then, times that age (an interval at
-// least, as seen counts it), rounded. A young tenant's lease holds no more: its
-// estimate reads one request as a token an interval, sustained, and
-// leases sized by it after a first request each took a burst shared by
-// instances whose first requests came together (TestSimulation, seed
-// 92039: after an outage, three instances each asked for two more tokens
-// of a burst of 10 once their one request was served, and the fourth's
-// request waited past its deadline).
+// askedSoFar returns, for a young tenant, about the tokens its requests
+// asked for since it was first seen: its demand estimate, the mean since
+// then, times its age, rounded (the average weighs the requests by their
+// age, so a count reads a little above itself). A young tenant's lease
+// holds no more: leases sized by its estimate after a first request each
+// took a burst shared by instances whose first requests came together
+// (TestSimulation, seed 92039: after an outage, three instances each
+// asked for two more tokens of a burst of 10 once their one request was
+// served, and the fourth's request waited past its deadline).
 func (p *Planner) askedSoFar(st *State, ns int64) (asked int64, young bool) {
 	now := st.stampOf(ns)
-	if p.seen(st, now) >= 0.5 {
+	if !p.young(st, now) {
 		return 0, false
 	}
-	age := max(time.Duration(now-st.born)*time.Millisecond, p.cfg.Interval)
-	// Rounded: the average weighs the requests by their age, so a count
-	// reads a little above itself.
-	return int64(math.Round(float64(st.slow) * age.Seconds())), true
+	return int64(math.Round(float64(st.slow) * p.age(st, now).Seconds())), true
 }
 
 // burstShare is an instance's even share of lim's burst among n instances
