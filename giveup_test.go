@@ -19,14 +19,8 @@ import (
 func TestWaitEndingAsItsLeaseLands(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		l, err := leasequota.NewWithStore(memstore.New(),
-			leasequota.WithDefaultQuota(leasequota.Quota{Rate: 1000, Burst: 1000}),
-			leasequota.WithMaxWait(50*time.Millisecond),
-			leasequota.WithManualSync(), leasequota.WithLogger(testLogger(t)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close(ctx)
+		l := newLimiter(t, memstore.New(),
+			leasequota.WithDefaultQuota(leasequota.Quota{Rate: 1000, Burst: 1000}), leasequota.WithMaxWait(50*time.Millisecond), leasequota.WithManualSync())
 		// The first lease: a cold request, answered by a refill step.
 		done := make(chan leasequota.Decision, 1)
 		ask := func() { done <- l.AllowN(ctx, "a", 1) }
@@ -82,14 +76,8 @@ func landAfterWait(t *testing.T, l *leasequota.Limiter, tenant string, done <-ch
 func TestColdWaitEndingAsItsLeaseLands(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		l, err := leasequota.NewWithStore(memstore.New(),
-			leasequota.WithDefaultQuota(leasequota.Quota{Rate: 1000, Burst: 1000}),
-			leasequota.WithColdStartWait(50*time.Millisecond),
-			leasequota.WithManualSync(), leasequota.WithLogger(testLogger(t)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close(ctx)
+		l := newLimiter(t, memstore.New(),
+			leasequota.WithDefaultQuota(leasequota.Quota{Rate: 1000, Burst: 1000}), leasequota.WithColdStartWait(50*time.Millisecond), leasequota.WithManualSync())
 		done := make(chan leasequota.Decision, 1)
 		go func() { done <- l.AllowN(ctx, "a", 1) }()
 		landAfterWait(t, l, "a", done, leasequota.ReasonColdStart)

@@ -185,11 +185,12 @@ var simFound = []uint64{
 	// deadline (a first reservation now waits until the tenant has been
 	// seen for a half-life: syncer.Planner's reserves).
 	37861, 47506, 50897,
-	// 92039: the same shape without reservations. Three instances whose
-	// one request each was served asked for two more tokens of the burst
-	// of 10 on that estimate, and the fourth's WaitN waited past its
-	// deadline (a young tenant's lease now holds no more than its
-	// requests asked for: syncer.Planner's askedSoFar).
+	// 92039: the same shape (reservations of 200 ms), found once they
+	// were fixed. Three instances whose one request each was served
+	// leased two more tokens each of the burst of 10 on that estimate,
+	// and the fourth's WaitN waited past its deadline (a young tenant's
+	// lease now holds no more than its requests asked for:
+	// syncer.Planner's askedSoFar).
 	92039,
 }
 

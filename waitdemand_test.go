@@ -44,13 +44,8 @@ func TestWaitAllCountsOnceInDemand(t *testing.T) {
 func closedLoopDemand(t *testing.T, admit func(context.Context, *leasequota.Limiter) error, tenants ...string) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		l, err := leasequota.NewWithStore(memstore.New(),
-			leasequota.WithDefaultQuota(leasequota.Quota{Rate: 20, Burst: 1}),
-			leasequota.WithLogger(testLogger(t)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close(ctx)
+		l := newLimiter(t, memstore.New(),
+			leasequota.WithDefaultQuota(leasequota.Quota{Rate: 20, Burst: 1}))
 		const run, tail = 6 * time.Second, 3 * time.Second
 		start := time.Now()
 		var inTail int64
@@ -85,13 +80,8 @@ func closedLoopDemand(t *testing.T, admit func(context.Context, *leasequota.Limi
 func TestColdWaitAllCountsOnceInDemand(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		l, err := leasequota.NewWithStore(memstore.New(),
-			leasequota.WithDefaultQuota(leasequota.Quota{Rate: 20, Burst: 10}),
-			leasequota.WithManualSync(), leasequota.WithLogger(testLogger(t)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close(ctx)
+		l := newLimiter(t, memstore.New(),
+			leasequota.WithDefaultQuota(leasequota.Quota{Rate: 20, Burst: 10}), leasequota.WithManualSync())
 		done := make(chan error, 2)
 		go func() {
 			_, err := l.WaitN(ctx, "alone", 1)
