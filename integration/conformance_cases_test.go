@@ -1435,3 +1435,81 @@ func confShareGrants(c *cx) {
 		c.t.Fatalf("record %+v past the last share's end", rec)
 	}
 }
+
+// confShareOutlivesWindow: an instance holding a rate share makes no call
+// between its renewals, which may be further apart than the registry
+// window of the instance that recomputes the summary (each caller sends
+// its own: a Limiter without rate shares sends a shorter one than those
+// with). The holder's entry counts as live while its share is in force,
+// however old: another instance's recompute keeps it (and counts the
+// instance), its next reply still reports the share, and its renewal
+// replaces the share (the record then holds the new one alone, not both).
+// The registry is kept until the record's shares end when that is after
+// two windows. Ended, the share no longer keeps the entry: a window later
+// a recompute drops it.
+func confShareOutlivesWindow(c *cx) {
+	const window = 100 * time.Millisecond
+	lim := lease.Limits{Rate: 100, Burst: 100}
+	terms := lease.ShareTerms{Period: 2 * time.Second, Hold: 500 * time.Millisecond}
+	views := map[string]lease.Store{"a": c.view("a", window), "b": c.view("b", window)}
+	call := func(id string, op lease.ShareOp, from time.Time) lease.Grant {
+		c.t.Helper()
+		res, err := views[id].AcquireMany(c.ctx, []lease.Request{{Tenant: "t", Limits: lim, Demand: 60,
+			Share: op, ShareTerms: terms, ShareFrom: from}}, nil)
+		if err != nil || res[0].Err != nil {
+			c.t.Fatalf("%s: %v %+v", id, err, res)
+		}
+		return res[0].Grant
+	}
+	// registryKept fails unless the registry lives until the record's
+	// shares end, from the call that kept it (g).
+	registryKept := func(what string, g lease.Grant) {
+		c.t.Helper()
+		sh, err := lease.ParseShares(c.sp.state("t").Bucket["sh"])
+		if err != nil || !sh.InForce() {
+			c.t.Fatalf("%s: record %+v (%v), want shares in force", what, sh, err)
+		}
+		want := int64(math.Ceil(float64(sh.Until()-us(g.ServerTime)) / 1000))
+		if want <= 2*window.Milliseconds() {
+			c.t.Fatalf("%s: the shares end %d ms after the call, want more than two windows", what, want)
+		}
+		c.checkTTL("t", ":i", g.ServerTime, want)
+	}
+	// The epochs are put so that a's ask is 10 % into one: its share runs
+	// for most of the period, many windows.
+	first := us(call("a", lease.ShareKeep, time.Time{}).ServerTime)
+	period := terms.Period.Microseconds()
+	terms.Phase = time.Duration(((first-period/10)%period+period)%period) * time.Microsecond
+	call("b", lease.ShareKeep, time.Time{})
+	ga := call("a", lease.ShareAsk, time.Time{})
+	if ga.RateShare.Rate != 50 || ga.Instances != 2 {
+		c.t.Fatalf("a's ask: %+v, want a share of 50 beside b", ga)
+	}
+	registryKept("a's ask", ga)
+	// Three windows without a call from a: b's own entry is stale too, so
+	// b recomputes the summary, and a's entry, its share in force, stays.
+	c.sp.advance(3 * window)
+	gb := call("b", lease.ShareKeep, time.Time{})
+	if gb.Instances != 2 {
+		c.t.Fatalf("b, 3 windows after a's last call, a's share in force: %d instances, want 2", gb.Instances)
+	}
+	if _, ok := c.sp.state("t").Registry["a"]; !ok {
+		c.t.Fatalf("a's entry dropped while its share is in force: %v", c.sp.state("t").Registry)
+	}
+	registryKept("b's recompute", gb)
+	if g := call("a", lease.ShareKeep, time.Time{}); g.RateShare != ga.RateShare || g.Instances != 2 {
+		c.t.Fatalf("a, 3 windows after its ask: %+v, want its share %+v and 2 instances", g, ga.RateShare)
+	}
+	// The renewal replaces the share: the record commits the new one only.
+	g2 := call("a", lease.ShareAsk, time.Time{})
+	if sh, err := lease.ParseShares(c.sp.state("t").Bucket["sh"]); err != nil || sh.Committed != g2.RateShare.Rate {
+		c.t.Fatalf("after a's renewal %+v: record %+v (%v), want the new share's %v committed alone", g2.RateShare, sh, err, g2.RateShare.Rate)
+	}
+	// Ended, the share keeps the entry no more: a window after a's last
+	// call, b's recompute drops it.
+	call("a", lease.ShareEnd, g2.RateShare.From)
+	c.sp.advance(window + 10*time.Millisecond)
+	if g := call("b", lease.ShareKeep, time.Time{}); g.Instances != 1 {
+		c.t.Fatalf("b, a window after a ended its share: %d instances, want 1", g.Instances)
+	}
+}

@@ -826,6 +826,7 @@ func conformanceCases() []confCase {
 		{"reservations-held", confReservationsHeld},
 		{"rate shares", confShares},
 		{"rate share grants", confShareGrants},
+		{"rate share outlives the window", confShareOutlivesWindow},
 	}
 }
 

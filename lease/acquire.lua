@@ -25,7 +25,8 @@
 --          (by more than a quarter) its demand changes, and at least every
 --          1/4 window; the shares come from the summary rg, recomputed
 --          from every entry (dropping stale ones) at least every 1/8
---          window, which also keeps the hash for 2 windows more. So a call
+--          window, which also keeps the hash for 2 windows more (or until
+--          the shares in force end: SHARES). So a call
 --          reads one entry, not all, and writes little: its cost does not
 --          grow with the instances.
 --          KEYS[2] is always passed (so that KEYS[3] has a fixed place) but
@@ -153,6 +154,19 @@ local ENTRY_AGE = 1 / 4
 -- of the summary sees them, and keeps the bucket's field ol (the time it
 -- last saw one) until a recompute sees none. An instance that holds a
 -- share accrues its fair-share credit at its fair share less its share.
+-- An entry holding a share whose until is after the call's time counts as
+-- live however long ago it was written (holds_share): its instance makes
+-- no call between renewals, which come up to a period and a half apart,
+-- and each caller judges the entries by its own window. The Limiter sends
+-- at least two periods with shares on, but an instance without them (or
+-- with a shorter period) sends a shorter window. Dropped, the share would
+-- be lost to its instance's next reply, and its renewal would not end it
+-- (the record would withhold it twice until its epoch ended). So that the
+-- hash outlives such entries, it is kept until the end of the record's
+-- shares when that is after 2 windows. Releases before this one drop such
+-- an entry a window after it was written; its instance then stops
+-- accruing the share at the reply that says so, and the record withholds
+-- it until its end: fewer tokens, never more.
 
 -- sane_demand returns a reported demand as a number >= 0: what is not one
 -- (missing, NaN, negative, infinite) counts as 0.
@@ -164,12 +178,24 @@ local function sane_demand(v)
   return d
 end
 
+-- holds_share reports whether a registry entry's share field r ("rate/
+-- from/until", '' or nil for none) ends after now (µs): the entry is live
+-- however old (SHARES).
+local function holds_share(r, now)
+  if r == nil or r == '' then
+    return false
+  end
+  local u = tonumber(string.match(r, '^[^/]*/[^/]*/([^/]*)$'))
+  return u ~= nil and u > now
+end
+
 -- read_entry returns the last acquire (us), demand (tokens/s) and credit
 -- (tokens) of a registry entry, "last acquire:demand:credit:share", and
 -- its share as written (an earlier release's entry has none: nil; see
 -- SHARES); nils for none, and for one that does not read or is older
--- than cutoff (not this instance's any more).
-local function read_entry(mine, cutoff)
+-- than cutoff without a share that ends after now (not this instance's
+-- any more).
+local function read_entry(mine, cutoff, now)
   if not mine then
     return nil, nil, nil, nil
   end
@@ -178,7 +204,7 @@ local function read_entry(mine, cutoff)
     s, d, c = string.match(mine, '^([^:]*):([^:]*):([^:]*)$')
   end
   local seen, demand, credit = tonumber(s), tonumber(d), tonumber(c)
-  if seen == nil or seen < cutoff or demand == nil then
+  if seen == nil or demand == nil or (seen < cutoff and not holds_share(r, now)) then
     return nil, nil, nil, nil
   end
   return seen, demand, credit, r
@@ -299,12 +325,12 @@ local function acquire(key, ikey, qkey, o, clock, nargs)
       all = redis.call('HGETALL', ikey)
       for i = 1, #all, 2 do
         if all[i] == id then
-          prevSeen, prevDemand, prevCredit, prevMine = read_entry(all[i + 1], cutoff)
+          prevSeen, prevDemand, prevCredit, prevMine = read_entry(all[i + 1], cutoff, now)
           break
         end
       end
     else
-      prevSeen, prevDemand, prevCredit, prevMine = read_entry(redis.call('HGET', ikey, id), cutoff)
+      prevSeen, prevDemand, prevCredit, prevMine = read_entry(redis.call('HGET', ikey, id), cutoff, now)
       if prevSeen == nil then
         all = redis.call('HGETALL', ikey)
       end
@@ -316,7 +342,7 @@ local function acquire(key, ikey, qkey, o, clock, nargs)
         if all[i] ~= id then
           local s, d, r = string.match(all[i + 1], '^([^:]*):([^:]*):[^:]*(:?)')
           local seen = tonumber(s)
-          if seen == nil or seen < cutoff then
+          if seen == nil or (seen < cutoff and not (r == ':' and holds_share(string.match(all[i + 1], '^[^:]*:[^:]*:[^:]*:(.*)$'), now))) then
             stale = stale or {}
             stale[#stale + 1] = all[i]
           else
@@ -508,8 +534,26 @@ local function acquire(key, ikey, qkey, o, clock, nargs)
       end
       redis.call('HSET', ikey, id, entry)
     end
-    if summary then
-      redis.call('PEXPIRE', ikey, string.format('%d', window / 500))
+    -- The hash is kept 2 windows from each recomputed summary and each
+    -- share granted (which may end after what the last recompute kept it
+    -- for), or until the record's shares end (the end of its epoch, or of
+    -- the next one when a part is booked into it) when that is later, so
+    -- that the entries of instances holding shares outlive their window
+    -- (SHARES). Inline: a script's local function costs every call.
+    if summary or (op == 'A' and mine) then
+      local ttl = math.floor(window / 500)
+      local rec = state[21]
+      if rec then
+        local fin = (rec[1] + 1) * rec[4] + rec[5]
+        if rec[3] > 0 then
+          fin = fin + rec[4]
+        end
+        local ms = math.ceil((fin - now) / 1000)
+        if ms > ttl then
+          ttl = ms
+        end
+      end
+      redis.call('PEXPIRE', ikey, string.format('%d', ttl))
     end
   end
   tokens = tokens - granted

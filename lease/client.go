@@ -45,11 +45,12 @@ type ClientOption func(*Client)
 // WithInstance makes every acquire register the caller as instance id in
 // the tenant's instance registry (a hash next to the bucket, in the same
 // slot) and report how many instances acquired for the tenant within the
-// last window (Grant.Instances). It also gives every release a unique id
-// (instance id and a sequence number) that the release script remembers
-// for ReleaseDedupWindow, so a release that go-redis retries after a lost
-// reply credits the bucket once. Give each process its own random id.
-// window must be at least a millisecond.
+// last window, or hold a rate share still in force (Grant.Instances). It
+// also gives every release a unique id (instance id and a sequence
+// number) that the release script remembers for ReleaseDedupWindow, so a
+// release that go-redis retries after a lost reply credits the bucket
+// once. Give each process its own random id. window must be at least a
+// millisecond.
 func WithInstance(id string, window time.Duration) ClientOption {
 	return func(c *Client) { c.instance, c.window = id, window }
 }

@@ -39,7 +39,10 @@ import (
 // (field sh) nor write registry entries of four fields; v7 is main at
 // a99e078, the first to honour them, the last to grant none; v8 is main
 // at d76ea2a, the last to reply to an acquire with an array (this
-// release's reply is one string; what it stores is the same).
+// release's reply is one string; what it stores is the same); v9 is main
+// at 0c73073, the last to drop the registry entry of an instance holding a
+// rate share in force once it is a window old (and to keep the registry
+// two windows only, however long the shares in force run).
 var (
 	//go:embed testdata/v1/common.lua
 	v1Common string
@@ -85,6 +88,10 @@ var (
 	v8Common string
 	//go:embed testdata/v8/acquire.lua
 	v8Acquire string
+	//go:embed testdata/v9/common.lua
+	v9Common string
+	//go:embed testdata/v9/acquire.lua
+	v9Acquire string
 )
 
 // TestMixedFleetRollout runs clients of an earlier release and of this

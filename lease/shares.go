@@ -149,12 +149,21 @@ func Settled(tokens float64, at int64, rate float64, burst int64, s Shares) (int
 	if !s.InForce() {
 		return at, tokens
 	}
-	t := s.end(0)
-	if s.Booked > 0 {
-		t = s.end(1)
-	}
+	t := s.Until()
 	level, _ := RefillShares(tokens, at, t, rate, burst, s)
 	return t, level
+}
+
+// Until returns when the last share that s has in force ends (µs): the
+// end of its epoch, or of the next one when a part is booked into it.
+// The instance registry is kept until then at least, so that the entries
+// of instances holding shares, which call about once a period, outlive
+// their window (acquire.lua's SHARES).
+func (s Shares) Until() int64 {
+	if s.Booked > 0 {
+		return s.end(1)
+	}
+	return s.end(0)
 }
 
 // ShareOp is what an acquire does with the caller's rate share

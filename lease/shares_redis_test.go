@@ -360,3 +360,119 @@ func TestSharesBesideStep1(t *testing.T) {
 		t.Fatalf("no share granted beside v7")
 	}
 }
+
+// TestShareHoldersBesideV9: clients of v9 (which drops the registry entry
+// of an instance holding a rate share once it is a window old) and of
+// this release (which keeps it while the share is in force) ask for,
+// renew and end shares of one tenant, and take its tokens, for 1.5 s, in
+// random turns, each instance going quiet for up to four windows at
+// random, so that holders' entries outlive their window. Everything the
+// clients were issued, tokens granted and each share's rate over the time
+// the replies said it was held, stays within Burst + Rate*T: a share that
+// v9 drops from its holder's entry is still withheld by the bucket's
+// record until its end, and its holder learns it holds none at its next
+// reply. Shares are granted on both sides. (How often a holder of this
+// release is told it still holds its share after more than a window
+// without a call is logged, not asserted: v9's clients, recomputing the
+// summary every eighth of a window, drop most such entries first. The
+// conformance case "rate share outlives the window" holds this release
+// alone to it.)
+func TestShareHoldersBesideV9(t *testing.T) {
+	ctx := context.Background()
+	_, rdb, _ := setup(t)
+	prefix := redisserver.Prefix(t)
+	const tenant = "v9"
+	key := Key(prefix, tenant)
+	const window = 40 * time.Millisecond
+	lim := Limits{Rate: 500, Burst: 50}
+	terms := ShareTerms{Period: 300 * time.Millisecond, Phase: 11 * time.Millisecond, Hold: 100 * time.Millisecond, Headroom: 0.1}
+	old := redis.NewScript(v9Common + v9Acquire)
+	const olds, news = 3, 3
+	clients := make([]*Client, olds+news)
+	for i := olds; i < len(clients); i++ {
+		c, err := NewClient(rdb, prefix, WithInstance(fmt.Sprint("new", i), window))
+		if err != nil {
+			t.Fatal(err)
+		}
+		clients[i] = c
+	}
+	held := make([]RateShare, len(clients))
+	lastCall := make([]int64, len(clients)) // Redis time, µs
+	quietUntil := make([]time.Time, len(clients))
+	r := rand.New(rand.NewPCG(9, 9))
+	var first, last int64
+	var issued float64
+	var granted [2]int // shares granted to old and new clients
+	keptStale := 0     // replies to this release's holders that kept a share a window old
+	accrued := func(s RateShare, end int64) float64 {
+		return s.Rate * float64(max(0, min(end, s.Until.UnixMicro())-s.From.UnixMicro())) / 1e6
+	}
+	stop := time.Now().Add(1500 * time.Millisecond)
+	for now := time.Now(); now.Before(stop); now = time.Now() {
+		i := r.IntN(len(clients))
+		if now.Before(quietUntil[i]) {
+			time.Sleep(100 * time.Microsecond) // paces the turns; not waiting for a condition
+			continue
+		}
+		if r.IntN(2) == 0 {
+			quietUntil[i] = now.Add(time.Duration(r.Int64N(int64(4 * window))))
+		}
+		req := Request{Tenant: tenant, Limits: lim, Want: int64(r.IntN(30)), Demand: float64(50 + r.IntN(400))}
+		switch r.IntN(10) {
+		case 0, 1:
+			req.Share, req.ShareTerms = ShareAsk, terms
+		case 2:
+			if held[i].Held() {
+				req.Share, req.ShareFrom = ShareEnd, held[i].From
+			}
+		}
+		var g Grant
+		if i < olds {
+			args := []any{formatRate(lim.Rate), lim.Burst, req.Want, fmt.Sprint("old", i), window.Milliseconds(), req.Demand, "", ""}
+			if req.Share != ShareKeep {
+				args[7] = shareArg(&req)
+			}
+			v, err := old.Run(ctx, rdb, []string{key, InstancesKey(key), QuotaKey(key)}, args...).Result()
+			if err != nil {
+				t.Fatalf("v9 acquire: %v", err)
+			}
+			if g, err = ParseAcquireReply(v, req.Want); err != nil {
+				t.Fatalf("v9 acquire: %v", err)
+			}
+		} else {
+			g = acquireOne(t, clients[i], req)
+		}
+		at := g.ServerTime.UnixMicro()
+		if first == 0 {
+			first = at
+		}
+		last = max(last, at)
+		issued += float64(g.Granted)
+		if i >= olds && held[i].Held() && g.RateShare == held[i] && at-lastCall[i] > window.Microseconds() {
+			keptStale++
+		}
+		if g.RateShare != held[i] {
+			if held[i].Held() {
+				issued += accrued(held[i], at)
+			}
+			held[i] = g.RateShare
+			if g.RateShare.Held() {
+				granted[min(i/olds, 1)]++
+			}
+		}
+		lastCall[i] = at
+	}
+	total := issued
+	for _, h := range held {
+		total += accrued(h, last)
+	}
+	bound := float64(lim.Burst) + lim.Rate*float64(last-first)/1e6
+	t.Logf("issued %.1f of Burst + Rate*T = %.1f over %v; shares granted to v9 %d, to this release %d; %d replies kept a share a window old",
+		total, bound, time.Duration(last-first)*time.Microsecond, granted[0], granted[1], keptStale)
+	if total > bound+1e-6*bound {
+		t.Fatalf("issued %v, above Burst + Rate*T = %v", total, bound)
+	}
+	if granted[0] == 0 || granted[1] == 0 {
+		t.Fatalf("shares granted: %d to v9, %d to this release: want both above 0", granted[0], granted[1])
+	}
+}

@@ -121,6 +121,14 @@ type registration struct {
 	share  lease.RateShare // the rate share it was granted last (the entry's fourth field)
 }
 
+// live reports whether the entry is an active instance's at the bucket's
+// time at: written at cutoff or after (a window before at), or holding a
+// share that ends after at, which its instance renews without calls in
+// between (acquire.lua's holds_share).
+func (e registration) live(cutoff, at int64) bool {
+	return e.seen >= cutoff || e.share.Held() && e.share.Until.UnixMicro() > at
+}
+
 // releases is the sorted set of applied release ids, by the bucket's time
 // they were applied at.
 type releases struct {
@@ -300,7 +308,7 @@ func (s *Store) acquire(in *Instance, r lease.Request) (lease.Grant, error) {
 	if in.id != "" {
 		demand = saneDemand(r.Demand)
 		cutoff := at - in.windowMS*1000
-		if e, ok := t.reg.entries[in.id]; ok && e.seen >= cutoff {
+		if e, ok := t.reg.entries[in.id]; ok && e.live(cutoff, at) {
 			prev = &e
 		}
 		rg := t.b.rg
@@ -312,7 +320,7 @@ func (s *Store) acquire(in *Instance, r lease.Request) (lease.Grant, error) {
 			for id, e := range t.reg.entries {
 				switch {
 				case id == in.id:
-				case e.seen < cutoff:
+				case !e.live(cutoff, at):
 					delete(t.reg.entries, id)
 				default:
 					demands = append(demands, saneDemand(e.demand))
@@ -388,8 +396,7 @@ func (s *Store) acquire(in *Instance, r lease.Request) (lease.Grant, error) {
 			credit = capacity
 		}
 		// The entry is rewritten when it changes what a later call
-		// computes, and at least every entryAge of the window; the hash is
-		// kept two windows from each recomputed summary.
+		// computes, and at least every entryAge of the window.
 		if prev == nil || credit != prev.credit || float64(at-prev.seen) >= window*entryAge ||
 			math.Abs(demand-prev.demand) > prev.demand/4 || !g.RateShare.Equal(prev.share) {
 			if t.reg.entries == nil {
@@ -397,8 +404,15 @@ func (s *Store) acquire(in *Instance, r lease.Request) (lease.Grant, error) {
 			}
 			t.reg.entries[in.id] = registration{seen: at, demand: demand, credit: credit, share: g.RateShare}
 		}
-		if fresh != nil && len(t.reg.entries) > 0 {
-			t.reg.expire = nowMS + 2*in.windowMS
+		// The hash is kept two windows from each recomputed summary and
+		// each share granted, or until the shares in force end when that
+		// is later (acquire.lua).
+		if (fresh != nil || r.Share == lease.ShareAsk && g.RateShare.Held()) && len(t.reg.entries) > 0 {
+			ms := 2 * in.windowMS
+			if sh.InForce() {
+				ms = max(ms, int64(math.Ceil(float64(sh.Until()-at)/1000)))
+			}
+			t.reg.expire = nowMS + ms
 		}
 	}
 	tokens -= granted
