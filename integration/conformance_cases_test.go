@@ -381,7 +381,8 @@ func confBurstChange(c *cx) {
 
 // confOverrides: an override replaces the callers' rate and burst in
 // acquire and release; setting and deleting it refills at the old quota,
-// caps at the new burst and restarts the history; Get reads it back.
+// caps at the new burst, restarts the history and drops the registry
+// summary (its water level was the old rate's); Get reads it back.
 func confOverrides(c *cx) {
 	v := c.view("a", confWindow)
 	base := lease.Limits{Rate: 10, Burst: 100}
@@ -393,10 +394,17 @@ func confOverrides(c *cx) {
 	g1 := c.acquire(v, "t", base, 60, 0)
 	wg, wt := m.acquire(us(g1.ServerTime), base, 60)
 	c.checkGrant("60 at the base quota", g1, wg, wt)
+	if c.sp.state("t").Bucket["rg"] == "" {
+		c.t.Fatalf("no registry summary after a registering acquire: %v", c.sp.state("t").Bucket)
+	}
 
 	tokens, err := v.SetOverride(c.ctx, "t", base, o)
 	if err != nil {
 		c.t.Fatal(err)
+	}
+	// The summary's water level was the old rate's: dropped.
+	if rg, ok := c.sp.state("t").Bucket["rg"]; ok {
+		c.t.Fatalf("registry summary %q after the quota changed, want none", rg)
 	}
 	_, ts, _, _, _ := c.stored("t")
 	ol := lease.Limits{Rate: o.Rate, Burst: o.Burst}
@@ -1440,13 +1448,14 @@ func confShareGrants(c *cx) {
 // between its renewals, which may be further apart than the registry
 // window of the instance that recomputes the summary (each caller sends
 // its own: a Limiter without rate shares sends a shorter one than those
-// with). The holder's entry counts as live while its share is in force,
-// however old: another instance's recompute keeps it (and counts the
-// instance), its next reply still reports the share, and its renewal
-// replaces the share (the record then holds the new one alone, not both).
-// The registry is kept until the record's shares end when that is after
-// two windows. Ended, the share no longer keeps the entry: a window later
-// a recompute drops it.
+// with). The holder's entry is kept while its share is in force, however
+// old: another instance's recompute keeps it (without counting it, as an
+// instance a window without a call is not counted), its next reply still
+// reports the share (the call recomputes the summary, counting itself),
+// and its renewal replaces the share (the record then holds the new one
+// alone, not both). The registry is kept until the record's shares end
+// when that is after two windows. Ended, the share no longer keeps the
+// entry: a window later a recompute drops it.
 func confShareOutlivesWindow(c *cx) {
 	const window = 100 * time.Millisecond
 	lim := lease.Limits{Rate: 100, Burst: 100}
@@ -1487,11 +1496,12 @@ func confShareOutlivesWindow(c *cx) {
 	}
 	registryKept("a's ask", ga)
 	// Three windows without a call from a: b's own entry is stale too, so
-	// b recomputes the summary, and a's entry, its share in force, stays.
+	// b recomputes the summary, and a's entry, its share in force, stays,
+	// not counted.
 	c.sp.advance(3 * window)
 	gb := call("b", lease.ShareKeep, time.Time{})
-	if gb.Instances != 2 {
-		c.t.Fatalf("b, 3 windows after a's last call, a's share in force: %d instances, want 2", gb.Instances)
+	if gb.Instances != 1 {
+		c.t.Fatalf("b, 3 windows after a's last call: %d instances, want 1 (a not counted)", gb.Instances)
 	}
 	if _, ok := c.sp.state("t").Registry["a"]; !ok {
 		c.t.Fatalf("a's entry dropped while its share is in force: %v", c.sp.state("t").Registry)

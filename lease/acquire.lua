@@ -154,19 +154,22 @@ local ENTRY_AGE = 1 / 4
 -- of the summary sees them, and keeps the bucket's field ol (the time it
 -- last saw one) until a recompute sees none. An instance that holds a
 -- share accrues its fair-share credit at its fair share less its share.
--- An entry holding a share whose until is after the call's time counts as
--- live however long ago it was written (holds_share): its instance makes
--- no call between renewals, which come up to a period and a half apart,
--- and each caller judges the entries by its own window. The Limiter sends
--- at least two periods with shares on, but an instance without them (or
--- with a shorter period) sends a shorter window. Dropped, the share would
--- be lost to its instance's next reply, and its renewal would not end it
--- (the record would withhold it twice until its epoch ended). So that the
--- hash outlives such entries, it is kept until the end of the record's
--- shares when that is after 2 windows. Releases before this one drop such
--- an entry a window after it was written; its instance then stops
--- accruing the share at the reply that says so, and the record withholds
--- it until its end: fewer tokens, never more.
+-- An entry older than the window that holds a share whose until is after
+-- the call's time is kept, and read by its own instance as its entry
+-- (holds_share), though not counted among the active instances: its
+-- instance makes no call between renewals, which come up to a period and
+-- a half apart, and each caller judges the entries by its own window. The
+-- Limiter sends at least two periods with shares on, but an instance
+-- without them (or with a shorter period) sends a shorter window.
+-- Dropped, the share would be lost to its instance's next reply, and its
+-- renewal would not end it (the record would withhold it twice until its
+-- epoch ended). A call whose own entry is that old recomputes the summary,
+-- so that it counts itself. So that the hash outlives such entries, it is
+-- kept until the end of the record's shares when that is after 2 windows.
+-- Releases before this one drop such an entry a window after it was
+-- written; its instance then stops accruing the share at the reply that
+-- says so, and the record withholds it until its end: fewer tokens, never
+-- more.
 
 -- sane_demand returns a reported demand as a number >= 0: what is not one
 -- (missing, NaN, negative, infinite) counts as 0.
@@ -179,7 +182,7 @@ local function sane_demand(v)
 end
 
 -- holds_share reports whether a registry entry's share field r ("rate/
--- from/until", '' or nil for none) ends after now (µs): the entry is live
+-- from/until", '' or nil for none) ends after now (µs): the entry is kept
 -- however old (SHARES).
 local function holds_share(r, now)
   if r == nil or r == '' then
@@ -331,7 +334,9 @@ local function acquire(key, ikey, qkey, o, clock, nargs)
       end
     else
       prevSeen, prevDemand, prevCredit, prevMine = read_entry(redis.call('HGET', ikey, id), cutoff, now)
-      if prevSeen == nil then
+      -- An entry older than the window (kept for its share) is not
+      -- counted in the summaries either: recompute, to count the caller.
+      if prevSeen == nil or prevSeen < cutoff then
         all = redis.call('HGETALL', ikey)
       end
     end
@@ -342,9 +347,13 @@ local function acquire(key, ikey, qkey, o, clock, nargs)
         if all[i] ~= id then
           local s, d, r = string.match(all[i + 1], '^([^:]*):([^:]*):[^:]*(:?)')
           local seen = tonumber(s)
-          if seen == nil or (seen < cutoff and not (r == ':' and holds_share(string.match(all[i + 1], '^[^:]*:[^:]*:[^:]*:(.*)$'), now))) then
-            stale = stale or {}
-            stale[#stale + 1] = all[i]
+          if seen == nil or seen < cutoff then
+            -- Not active, and dropped unless it holds a share in force
+            -- (SHARES).
+            if not (seen and r == ':' and holds_share(string.match(all[i + 1], '^[^:]*:[^:]*:[^:]*:(.*)$'), now)) then
+              stale = stale or {}
+              stale[#stale + 1] = all[i]
+            end
           else
             demands[#demands + 1] = sane_demand(d)
             if r == '' then

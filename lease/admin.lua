@@ -27,12 +27,14 @@
 -- new one and stored. Then the bucket is stored at the new rate and burst
 -- (its TTL with them), with the level history restarted as quota.lua does
 -- (one entry (now, max(old burst, new burst)), the old burst being the one the
--- history was recorded under when no override was stored).
+-- history was recorded under when no override was stored), and its
+-- registry summary dropped, as quota.lua does.
 --
 -- del. Without a stored override nothing changes. With one, the bucket is
 -- refilled at the override's rate up to now and capped at its burst (a
 -- missing bucket is full at that burst), stored at that level with ts =
--- now and its history restarted at that burst, and kept without expiry
+-- now and its history restarted at that burst, its registry summary
+-- dropped, and kept without expiry
 -- (PERSIST): the quota that applies next is the services', which only the
 -- services know, so the next acquire refills from now at their rate, caps
 -- at their burst (and restarts the history when their burst differs) and
@@ -97,6 +99,10 @@ if op == 'set' then
     end
     store(key, tokens, now, newRate, newBurst, {now, level_code(top)}, state, nil, clock)
     out = string.format('%.17g', tokens)
+    -- The registry summary's water level was the old rate's (quota.lua).
+    if state[13] then
+      redis.call('HDEL', key, 'rg')
+    end
   end
   redis.call('DEL', qkey)
   redis.call('HSET', qkey, 'r', ARGV[2], 'b', ARGV[3], 'min', ARGV[4], 'max', ARGV[5], 'ttl', ARGV[6], 'mode', ARGV[7], 'n', ARGV[8])
@@ -117,6 +123,9 @@ if state == nil then
   return tokens -- the error reply
 end
 store(key, tokens, now, oldRate, oldBurst, {now, level_code(oldBurst)}, state, nil, clock)
+if state[13] then
+  redis.call('HDEL', key, 'rg') -- the override's rate's (quota.lua)
+end
 redis.call('PERSIST', key)
 redis.call('DEL', qkey)
 return {string.format('%.17g', tokens), now, 1}

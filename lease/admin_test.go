@@ -309,3 +309,36 @@ func TestBucketSampler(t *testing.T) {
 		t.Errorf("saw %d tenants, want %d", len(seen), len(want))
 	}
 }
+
+// TestAdminChangesDropTheSummary: the registry summary in a bucket (rg)
+// holds a water level computed for the rate then in force, so the
+// operator's set and delete drop it, as quota.lua's do (the conformance
+// case "overrides"), and the next acquire computes it again.
+func TestAdminChangesDropTheSummary(t *testing.T) {
+	ctx := context.Background()
+	_, rdb, _ := setup(t)
+	c, err := NewClient(rdb, redisserver.Prefix(t), WithInstance("a", time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := c.Key("t")
+	lim := Limits{Rate: 10, Burst: 10}
+	hasSummary := func(what string, want bool) {
+		t.Helper()
+		if got, err := rdb.HExists(ctx, key, "rg").Result(); err != nil || got != want {
+			t.Fatalf("%s: rg in the bucket %v (%v), want %v", what, got, err, want)
+		}
+	}
+	acquireOne(t, c, Request{Tenant: "t", Limits: lim, Want: 1, Demand: 5})
+	hasSummary("after an acquire", true)
+	if _, err := c.AdminSetOverride(ctx, "t", Override{Rate: 1000, Burst: 10}); err != nil {
+		t.Fatal(err)
+	}
+	hasSummary("after the operator's set", false)
+	acquireOne(t, c, Request{Tenant: "t", Limits: lim, Want: 1, Demand: 5})
+	hasSummary("after the next acquire", true)
+	if _, err := c.AdminDeleteOverride(ctx, "t"); err != nil {
+		t.Fatal(err)
+	}
+	hasSummary("after the operator's delete", false)
+}

@@ -32,6 +32,9 @@
 -- The reserved tokens, produced at the old rate before ts, stay
 -- committed; no token becomes available earlier than before the change.
 --
+-- Every set and del also drops the bucket's registry summary (rg), whose
+-- water level was computed for the old rate.
+--
 -- Every set and del (whatever the old and new burst) also makes the
 -- bucket's level history (common.lua) unknown before now: it restarts as
 -- one entry (now, max(old burst, new burst)) recorded under the new burst. Tokens granted
@@ -98,6 +101,14 @@ if newBurst > top then
   top = newBurst
 end
 store(key, tokens, now, newRate, newBurst, {now, level_code(top)}, state, nil, clock)
+-- The registry summary (acquire.lua's rg) holds a water level computed
+-- for the old rate: dropped, the next acquire recomputes it for the new
+-- one, where it would otherwise size fair shares and credits by the old
+-- rate for up to an eighth of a window. Every release recomputes a
+-- missing summary.
+if state[13] then
+  redis.call('HDEL', key, 'rg')
+end
 
 if op == 'set' then
   redis.call('DEL', qkey)

@@ -121,11 +121,12 @@ type registration struct {
 	share  lease.RateShare // the rate share it was granted last (the entry's fourth field)
 }
 
-// live reports whether the entry is an active instance's at the bucket's
-// time at: written at cutoff or after (a window before at), or holding a
-// share that ends after at, which its instance renews without calls in
-// between (acquire.lua's holds_share).
-func (e registration) live(cutoff, at int64) bool {
+// kept reports whether the entry is still its instance's at the bucket's
+// time at: written at cutoff or after (a window before at: the instance
+// is active), or holding a share that ends after at, which its instance
+// renews without calls in between (acquire.lua's holds_share; such an
+// entry is not counted among the active instances).
+func (e registration) kept(cutoff, at int64) bool {
 	return e.seen >= cutoff || e.share.Held() && e.share.Until.UnixMicro() > at
 }
 
@@ -308,20 +309,24 @@ func (s *Store) acquire(in *Instance, r lease.Request) (lease.Grant, error) {
 	if in.id != "" {
 		demand = saneDemand(r.Demand)
 		cutoff := at - in.windowMS*1000
-		if e, ok := t.reg.entries[in.id]; ok && e.live(cutoff, at) {
+		if e, ok := t.reg.entries[in.id]; ok && e.kept(cutoff, at) {
 			prev = &e
 		}
 		rg := t.b.rg
 		if !t.b.live {
 			rg = nil
 		}
-		if prev == nil || rg == nil || rg.at > at || float64(at-rg.at) >= window*summaryAge {
+		// An own entry older than the window (kept for its share) is not
+		// in the summaries: recompute, so that the caller counts.
+		if prev == nil || prev.seen < cutoff || rg == nil || rg.at > at || float64(at-rg.at) >= window*summaryAge {
 			demands := []float64{demand}
 			for id, e := range t.reg.entries {
 				switch {
 				case id == in.id:
-				case !e.live(cutoff, at):
-					delete(t.reg.entries, id)
+				case e.seen < cutoff:
+					if !e.kept(cutoff, at) {
+						delete(t.reg.entries, id)
+					}
 				default:
 					demands = append(demands, saneDemand(e.demand))
 				}
@@ -554,6 +559,8 @@ func (s *Store) setQuota(name string, base lease.Limits, o *lease.Override) (flo
 	var h peaks.History
 	h.Reset(at, float64(max(oldBurst, newBurst)))
 	t.b.store(now, nowMS, tokens, at, newRate, newBurst, h, sh)
+	// The registry summary's water level is the old rate's: dropped.
+	t.b.rg = nil
 	t.override = copyOverride(o)
 	s.version++
 	return tokens, nil
