@@ -292,6 +292,7 @@ local function acquire(key, ikey, qkey, o, clock, nargs)
   local window = 0        -- the registry window, microseconds
   local prevSeen, prevDemand, prevCredit, prevMine = nil, nil, nil, nil
   local summary = nil     -- the registry summary to store, when recomputed
+  local keepRegistry = false -- whether the registry's TTL is renewed (see below)
   local older = nil       -- whether the recompute met an earlier release's live entry
   local mine = nil        -- the rate share this instance holds: {rate, from, until}
   local mineText = ''     -- and as its entry's fourth field holds it
@@ -348,9 +349,9 @@ local function acquire(key, ikey, qkey, o, clock, nargs)
           local s, d, r = string.match(all[i + 1], '^([^:]*):([^:]*):[^:]*(:?)')
           local seen = tonumber(s)
           if seen == nil or seen < cutoff then
-            -- Not active, and dropped unless it holds a share in force
-            -- (SHARES).
-            if not (seen and r == ':' and holds_share(string.match(all[i + 1], '^[^:]*:[^:]*:[^:]*:(.*)$'), now)) then
+            -- Not active, and dropped unless its instance would still
+            -- read it as its own: it holds a share in force (SHARES).
+            if not read_entry(all[i + 1], cutoff, now) then
               stale = stale or {}
               stale[#stale + 1] = all[i]
             end
@@ -545,25 +546,10 @@ local function acquire(key, ikey, qkey, o, clock, nargs)
     end
     -- The hash is kept 2 windows from each recomputed summary and each
     -- share granted (which may end after what the last recompute kept it
-    -- for), or until the record's shares end (the end of its epoch, or of
-    -- the next one when a part is booked into it) when that is later, so
-    -- that the entries of instances holding shares outlive their window
-    -- (SHARES). Inline: a script's local function costs every call.
-    if summary or (op == 'A' and mine) then
-      local ttl = math.floor(window / 500)
-      local rec = state[21]
-      if rec then
-        local fin = (rec[1] + 1) * rec[4] + rec[5]
-        if rec[3] > 0 then
-          fin = fin + rec[4]
-        end
-        local ms = math.ceil((fin - now) / 1000)
-        if ms > ttl then
-          ttl = ms
-        end
-      end
-      redis.call('PEXPIRE', ikey, string.format('%d', ttl))
-    end
+    -- for), or until the record's shares end when that is later, so that
+    -- the entries of instances holding shares outlive their window
+    -- (SHARES): after the bucket is stored, which says when they end.
+    keepRegistry = summary or (op == 'A' and mine)
   end
   tokens = tokens - granted
 
@@ -621,9 +607,16 @@ local function acquire(key, ikey, qkey, o, clock, nargs)
       extra[3], extra[4] = 'ol', string.format('%d', now)
     end
   end
-  local tk = store(key, tokens, stored, rate, burst, h, state, extra, clock)
+  local tk, sharesEnd = store(key, tokens, stored, rate, burst, h, state, extra, clock)
   if summary and not older and state[22] then
     redis.call('HDEL', key, 'ol')
+  end
+  if keepRegistry then
+    local ttl = math.floor(window / 500)
+    if sharesEnd and math.ceil((sharesEnd - now) / 1000) > ttl then
+      ttl = math.ceil((sharesEnd - now) / 1000)
+    end
+    redis.call('PEXPIRE', ikey, string.format('%d', ttl))
   end
 
   -- One string (see the header): the client reads it as one buffer,

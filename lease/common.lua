@@ -658,7 +658,8 @@ end
 -- (and for an infinite quotient) the key is kept for ever: the number
 -- would not fit PEXPIRE, and any finite cap would refill early. It
 -- returns tk as written (the "%.17g" of tokens), which the scripts'
--- replies repeat rather than format again.
+-- replies repeat rather than format again, and when the shares in force
+-- end (nil for none), which acquire.lua keeps the registry until.
 local function store(key, tokens, now, rate, burst, h, state, extra, clock)
   local tk = fmt17(tokens)
   -- Made at the size of a call that writes h and rg, so that it does not
@@ -791,5 +792,8 @@ local function store(key, tokens, now, rate, burst, h, state, extra, clock)
   else
     redis.call('PERSIST', key)
   end
-  return tk
+  if sh then
+    return tk, until_
+  end
+  return tk, nil
 end
