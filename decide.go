@@ -67,11 +67,16 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n
 			return l.invalidN(tenant, n, *lim, untilAdmitted)
 		}
 		if waits == 0 {
+			// Whether the tenant was leased here is read before the
+			// spend: a first lease that lands between a spend that found
+			// nothing and the read would make a cold request a warm miss,
+			// denied at once with the lease's tokens there
+			// (TestColdStartSharesOneCall, beside two busy loops).
+			cold = !e.Leased()
 			front, clock := e.Front(), l.sync.Clock()
 			if ok, left := e.Spend(n); ok {
 				return spent(e, lim, "", left, ReasonLeased, leased(n, front, clock)), nil
 			}
-			cold = !e.Leased()
 		} else {
 			if d, ok := l.spendWaited(e, n, cold, missed); ok {
 				return d, nil
