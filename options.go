@@ -264,9 +264,10 @@ func WithRateShares(period time.Duration, headroom float64) Option {
 // not move between CPUs' caches on every decision; the syncer tops the
 // slots up every quarter of the refresh interval and when a lease
 // arrives. It joins them again once the demand falls under a quarter of
-// minDemand, or once 128 tokens in a row were spent from one P's slot
-// (one goroutine at a time: the slots only cost it), and then splits the
-// tenant again only to look, for one refresh interval every 8 seconds.
+// minDemand, or once one P's slot gave seven eighths of a sample of 128
+// tokens spent (one goroutine at a time: the slots only cost it), and
+// then splits the tenant again only to look, for one refresh interval
+// every 8 seconds.
 // The bound, the ledger and every total are unchanged: a token is in one
 // place at a time.
 //

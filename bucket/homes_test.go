@@ -57,6 +57,43 @@ func TestCounterHomes(t *testing.T) {
 			t.Fatalf("Homes(256) after 400 and 20 spends = %d, %v; want 1, true", homes, ok)
 		}
 	})
+	// Many Ps: the rule is seven eighths, not an eighth each, so spends
+	// spread thinly over more than 8 Ps are not taken for one P's.
+	t.Run("spread evenly over 16 Ps", func(t *testing.T) {
+		c := new(bucket.Counter)
+		c.Stripe(16)
+		c.Add(16 * 100)
+		c.Spread()
+		for p := range 16 {
+			spend(t, c, p, 50)
+		}
+		if homes, ok := c.Homes(256); !ok || homes != 14 {
+			t.Fatalf("Homes(256) after 50 spends on each of 16 Ps = %d, %v; want 14 (the fewest slots holding 7/8), true", homes, ok)
+		}
+	})
+	t.Run("one P of 16 and three others", func(t *testing.T) {
+		for _, c := range []struct {
+			first, other int // spends on P 0, and on each of Ps 1-3
+			want         int
+		}{
+			{700, 100, 3}, // 70 %: three slots make 90 %
+			{900, 30, 1},  // 91 %
+			{840, 40, 1},  // 87.5 %: seven eighths exactly
+			{830, 40, 2},  // 87.4 %
+		} {
+			cnt := new(bucket.Counter)
+			cnt.Stripe(16)
+			cnt.Add(16 * 1000)
+			cnt.Spread()
+			spend(t, cnt, 0, c.first)
+			for p := 1; p <= 3; p++ {
+				spend(t, cnt, p, c.other)
+			}
+			if homes, ok := cnt.Homes(256); !ok || homes != c.want {
+				t.Errorf("Homes(256) after %d spends on P 0 and %d on each of Ps 1-3 = %d, %v; want %d, true", c.first, c.other, homes, ok, c.want)
+			}
+		}
+	})
 	t.Run("counts until the sample, across the syncer's moves", func(t *testing.T) {
 		c := split(1000)
 		spend(t, c, 0, 100)
@@ -97,7 +134,7 @@ func TestCounterHomes(t *testing.T) {
 func TestCounterHomesProperty(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		var c bucket.Counter
-		slots := rapid.SampledFrom([]int{2, 4, 8}).Draw(t, "slots")
+		slots := rapid.SampledFrom([]int{2, 4, 8, 16, 32}).Draw(t, "slots")
 		c.Stripe(slots)
 		var model int64
 		onlyP := rapid.IntRange(0, slots-1).Draw(t, "p")
