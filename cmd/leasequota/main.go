@@ -17,8 +17,9 @@
 // Global flags: -redis URL (default redis://localhost:6379/0),
 // -redis-cluster host:port,... (a Redis Cluster instead; the password, if
 // any, in the environment variable LEASEQUOTA_REDIS_PASSWORD), -prefix P
-// (the services' key prefix, default "leasequota:"), -json (JSON output),
-// -timeout D (each Redis call's deadline, default 5s).
+// (the services' key prefix, default "leasequota:"), -json (JSON output;
+// a subcommand takes it after its name too), -timeout D (each Redis
+// call's deadline, default 5s).
 //
 // Exit status: 0 on success, 1 on a failure (Redis unreachable, an error
 // reply), 2 for bad usage (an unknown subcommand or flag, a bad value: the
@@ -241,9 +242,14 @@ func stripPrefix(msg string) string {
 }
 
 // newFlags returns the flag set of a subcommand.
+//
+// Every subcommand also takes -json, the global flag's twin: an operator
+// who writes `leasequota top -json` means what `leasequota -json top`
+// says, and the flag package would otherwise refuse it.
 func newFlags(e *env, name, usage string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
+	fs.BoolVar(&e.json, "json", e.json, "machine-readable output: JSON (as the global -json)")
 	fs.Usage = func() {
 		fmt.Fprintf(e.stderr, "usage: leasequota %s\n", usage)
 		fs.PrintDefaults()

@@ -158,6 +158,13 @@ func TestQuotaCommands(t *testing.T) {
 	if out := c.mustRun("quota", "get", "acme"); !strings.Contains(out, "rate 250.5/s, burst 500, lease TTL 3s, failure mode fail_closed") {
 		t.Errorf("get printed %q", out)
 	}
+	// -json after the command is the global -json: the same output.
+	if a, b := c.mustRun("-json", "quota", "get", "acme"), c.mustRun("quota", "get", "-json", "acme"); a != b {
+		t.Errorf("quota get -json printed %q, -json quota get %q", b, a)
+	}
+	if a, b := c.mustRun("-json", "quota", "list"), c.mustRun("quota", "list", "-json"); a != b {
+		t.Errorf("quota list -json printed %q, -json quota list %q", b, a)
+	}
 
 	listed := map[string]quotaJSON{}
 	sc := bufio.NewScanner(strings.NewReader(c.mustRun("-json", "quota", "list")))
@@ -321,6 +328,9 @@ func TestInspectCommand(t *testing.T) {
 	in := decode[inspectJSON](t, c.mustRun("-json", "inspect", "acme"))
 	if !in.Exists || in.Tenant != "acme" || in.Key != lc.Key("acme") || in.Override != nil {
 		t.Fatalf("inspect = %+v", in)
+	}
+	if in := decode[inspectJSON](t, c.mustRun("inspect", "-json", "acme")); !in.Exists || in.Tenant != "acme" {
+		t.Errorf("inspect -json acme = %+v, want what -json inspect acme says", in)
 	}
 	if in.Level.Source != "ttl_estimate" || in.Level.Rate == nil || math.Abs(*in.Level.Rate-10) > 0.1 ||
 		in.Level.Tokens == nil || *in.Level.Tokens < 200 || *in.Level.Tokens > 210 {
