@@ -78,6 +78,8 @@ grpc:
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzKey$$' -fuzztime $(FUZZTIME) ./lease
 	$(GO) test -run '^$$' -fuzz '^FuzzQuotaValidate$$' -fuzztime $(FUZZTIME) .
+	$(GO) test -run '^$$' -fuzz '^FuzzIPv4Host$$' -fuzztime $(FUZZTIME) ./middleware
+	$(GO) test -run '^$$' -fuzz '^FuzzPutDigits$$' -fuzztime $(FUZZTIME) ./internal/sfield
 
 # Every benchmark of the library's module once (-benchtime 1x), so that
 # one that no longer runs fails make test rather than the next make bench;
