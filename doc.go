@@ -78,7 +78,11 @@
 //
 // # Concurrency and lifetime
 //
-// A Limiter is safe for concurrent use. New starts one syncer goroutine;
-// Close stops it, waits for every goroutine the Limiter started, and
-// returns unused leased tokens to Redis. There is no package-level state.
+// A Limiter is safe for concurrent use. New starts the syncer's loop and,
+// with WithQuotaFunc, a goroutine that resolves quotas again
+// (WithQuotaRefresh, Invalidate); the loop starts short-lived goroutines
+// of its own (a round's Redis calls, one per master on a Redis Cluster,
+// and the read of the quota version). Close stops them, waits for every
+// goroutine the Limiter started, and returns unused leased tokens to
+// Redis. There is no package-level state.
 package leasequota

@@ -187,8 +187,8 @@ func newLimiter(cfg config, b Backend, cluster bool) (*Limiter, error) {
 }
 
 // warnContextTimeout warns when the client ignores context deadlines:
-// go-redis then waits for its own read and write timeouts (3 s by
-// default), not for WithRedisTimeout.
+// go-redis then waits for its own read and write timeouts (5 s by
+// default in go-redis v9), not for WithRedisTimeout.
 func warnContextTimeout(logger *slog.Logger, client redis.UniversalClient) {
 	var enabled bool
 	switch c := client.(type) {
@@ -218,7 +218,7 @@ func isCluster(client redis.UniversalClient) bool {
 // (or a less loaded machine), not a look at Redis's health.
 func (l *Limiter) onDegraded(degraded bool, err error) {
 	if degraded && l.sync.AnswersLate() {
-		l.cfg.logger.Warn("leasequota: Redis answers, but only after WithRedisTimeout's deadline, and has for 4 lease TTLs, so leases are not refreshed; tenants whose lease is spent follow their failure mode; a larger WithRedisTimeout, or more CPU for this process, lets leases through",
+		l.cfg.logger.Warn("leasequota: Redis answers, but only after WithRedisTimeout's deadline, and has for 4 outage windows (min(lease TTL, 1 s) each), so leases are not refreshed; tenants whose lease is spent follow their failure mode; a larger WithRedisTimeout, or more CPU for this process, lets leases through",
 			"mode", l.cfg.failureMode.String(), "timeout", l.cfg.redisTimeout, "error", err)
 		return
 	}

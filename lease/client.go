@@ -45,7 +45,8 @@ type ClientOption func(*Client)
 // WithInstance makes every acquire register the caller as instance id in
 // the tenant's instance registry (a hash next to the bucket, in the same
 // slot) and report how many instances acquired for the tenant within the
-// last window, or hold a rate share still in force (Grant.Instances). It
+// last window (Grant.Instances; an entry kept older than that for the
+// rate share it holds is not counted). It
 // also gives every release a unique id (instance id and a sequence
 // number) that the release script remembers for ReleaseDedupWindow, so a
 // release that go-redis retries after a lost reply credits the bucket

@@ -206,8 +206,8 @@ end
 -- the epoch after it (tokens/s), and the epochs' length and offset (µs;
 -- epoch e is [e*period + phase, (e+1)*period + phase)). The bucket refills
 -- at the rate less the shares in force, so that the two together make the
--- rate. This release grants no share; it honours a record that a later
--- one writes: every refill and every TTL goes through these functions.
+-- rate. Every script honours the record (every refill and every TTL goes
+-- through these functions); acquire.lua alone grants shares.
 
 -- EPOCH_TIME bounds the epochs' times (2^53 µs), so that every boundary
 -- is a double computed exactly.

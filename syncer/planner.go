@@ -566,7 +566,7 @@ func (p *Planner) target(lim quota.Quota, demand float64, instances uint16) int6
 	usable := p.usableLifetime(lim)
 	horizon := min(p.cfg.Interval.Seconds()*p.cfg.Headroom, usable.Seconds())
 	raw := demand * horizon
-	if raw < 0.05 { // less than one token every twenty intervals: idle
+	if raw < 0.05 { // a twentieth of a token over the horizon (a token every 40 intervals by default): idle
 		return 0
 	}
 	t := clamp(int64(math.Ceil(raw)), lim.MinLease, lim.MaxLease)

@@ -29,9 +29,12 @@ import (
 // the clocks' drift (shareDrift), so no token comes due before the share
 // accrued it in Redis's clock. An accrued token joins the ledger like a
 // leased one: it expires LeaseTTL after it came due (the share's Hold: the
-// L of the window bound), and a return of it names no grant and is aged
-// from before the call that asked for the share, older than the token, so
-// Redis credits it no more than it would a token leased then. Before a call that ends or replaces the
+// L of the window bound), and is then forfeited, not returned
+// (Planner.ReturnsExpired): Redis never debited it, so an aged return
+// would credit little and cost a call. (A drain at eviction or Close that
+// includes such tokens names no grant and is aged from before the call
+// that asked for the share, older than the token, so Redis credits it no
+// more than it would a token leased then.) Before a call that ends or replaces the
 // share (a renewal asks again, and Redis replaces the share), the
 // accrual stops: at the plan, before the call reaches Redis.
 
