@@ -2,6 +2,7 @@ package leasequota
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -39,11 +40,14 @@ func Per(n int64, period time.Duration) Quota {
 // a fresh lease when WithMaxWait is set; when Redis cannot be reached and
 // its lease is spent, its own FailureMode decides at once, and an
 // admission by its mode (which holds no leased token) stands for the rest
-// of the call. If it admits, AllowAll takes n from the others again. Each tenant gets at most one
-// such turn per call, and AllowAll never holds one tenant's tokens while
-// it waits for another's. (Tenants without a lease yet are all asked for
-// one at the start, so that their first leases come in together.) When a
-// tenant is short after its turn, or its turn denied, AllowAll denies.
+// of the call. If it admits, AllowAll takes n from the others again; when
+// another is short then, the turn's tokens go back too and that tenant
+// takes a turn. AllowAll never holds one tenant's tokens while it waits
+// for another's. (Tenants without a lease yet are all asked for one at
+// the start, so that their first leases come in together.) It denies when
+// a turn denies, and when a tenant is short again after the call took
+// twice as many turns as it has tenants (other requests taking the
+// tokens in between).
 //
 // Decision.Tenant names the tenant that decided: the one that denied or,
 // when allowed, the one with the least Remaining (of those, the one with
@@ -74,7 +78,9 @@ func (l *Limiter) AllowAll(ctx context.Context, n int64, tenants ...string) Deci
 // a lease call for the tenant, the global bucket refilling, Redis
 // answering again), holding no other tenant's tokens meanwhile; once that
 // tenant admits, it takes n from the others at once, or gives every token
-// back and waits for the tenant that was short.
+// back and waits for the tenant that was short. A new tenant that cannot
+// be tracked (twice WithMaxTenants tracked) is waited for as WaitN waits:
+// a refresh interval at a time, for eviction to make room.
 func (l *Limiter) WaitAll(ctx context.Context, n int64, tenants ...string) (Decision, error) {
 	return l.decideAll(ctx, n, tenants, true)
 }
@@ -112,25 +118,45 @@ func (l *Limiter) decideAll(ctx context.Context, n int64, tenants []string, unti
 	if k > len(buf) {
 		ts, byMode = make([]*syncer.Tenant, 0, k), make([]bool, k)
 	}
-	for _, name := range tenants {
-		e := l.sync.Tenant(name)
-		if e == nil || e.Evicted() {
-			var (
-				q   Quota
-				err error
-			)
-			if e, q, err = l.track(name); err != nil {
-				d, err := l.refuse(name, n, q, err, untilAdmitted)
+	var sl sleeper // WaitAll: a wait for eviction, then a pause after quick turns
+	defer sl.stop()
+	// WaitAll, when the registry is full: as WaitN, it waits a round
+	// for eviction to catch up and looks every tenant up again (nothing
+	// is spent yet).
+	for looked := false; !looked; {
+		looked = true
+		ts = ts[:0]
+		for _, name := range tenants {
+			e := l.sync.Tenant(name)
+			if e == nil || e.Evicted() {
+				var (
+					q   Quota
+					err error
+				)
+				if e, q, err = l.track(name); err != nil {
+					if !errors.Is(err, syncer.ErrTooManyTenants) || !untilAdmitted {
+						d, err := l.refuse(name, n, q, err, untilAdmitted)
+						d.Tenant = name
+						return d, err
+					}
+					if err := sl.sleep(ctx, l.cfg.refreshInterval, nil); err != nil {
+						d := l.count(Decision{Quota: q, Reason: ReasonTooManyTenants, Tenant: name})
+						return d, waitError(name, n, err)
+					}
+					if l.closed.Load() {
+						return l.count(Decision{Reason: ReasonClosed, Tenant: name}), l.errClosed(true)
+					}
+					looked = false
+					break
+				}
+			}
+			if lim := e.Limits(); n <= 0 || n > lim.Burst {
+				d, err := l.invalidN(name, n, *lim, untilAdmitted)
 				d.Tenant = name
 				return d, err
 			}
+			ts = append(ts, e)
 		}
-		if lim := e.Limits(); n <= 0 || n > lim.Burst {
-			d, err := l.invalidN(name, n, *lim, untilAdmitted)
-			d.Tenant = name
-			return d, err
-		}
-		ts = append(ts, e)
 	}
 	sum := sumHashes(tenants)
 	// Ask for the first lease of every tenant that has none, so that they
@@ -148,7 +174,6 @@ func (l *Limiter) decideAll(ctx context.Context, n int64, tenants []string, unti
 		hd    Decision // that turn's decision
 		turns int      // turns taken
 		quick int      // WaitAll: turns in a row admitted at once
-		sl    sleeper  // WaitAll: a pause after quick turns
 		// byMode (above) marks the tenants their failure mode admitted
 		// (Redis unreachable, lease spent): that admission holds no
 		// leased token and stands for the rest of the call, so they are
@@ -157,7 +182,6 @@ func (l *Limiter) decideAll(ctx context.Context, n int64, tenants []string, unti
 		md   Decision // the latest such admission
 		mdAt int      // and its tenant
 	)
-	defer sl.stop()
 	for {
 		l.turns.note(1)
 		adm := admission{n: n, clock: l.sync.Clock(), sum: sum, keys: int32(k)}

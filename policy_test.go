@@ -240,6 +240,38 @@ func TestWaitAll(t *testing.T) {
 	}
 }
 
+// TestWaitAllWaitsForEviction: a WaitAll whose keys are new while the
+// limiter tracks twice WithMaxTenants waits, as WaitN does, for eviction
+// to make room, and is admitted; AllowAll is denied too_many_tenants at
+// once. (WaitAll returned the registry's error at once before.)
+func TestWaitAllWaitsForEviction(t *testing.T) {
+	store := setup(t)
+	l := newLimiter(t, store, leasequota.WithMaxTenants(2), leasequota.WithRefreshInterval(10*time.Millisecond),
+		leasequota.WithLogger(testLogger(t)), leasequota.WithDefaultQuota(leasequota.Quota{Rate: 1000, Burst: 1000}))
+	ctx := context.Background()
+	for _, k := range []string{"a", "b", "c", "d"} { // twice the maximum: full
+		if d := l.AllowN(ctx, k, 1); !d.Allowed {
+			t.Fatalf("AllowN(%s): %+v", k, d)
+		}
+	}
+	if d := l.AllowAll(ctx, 1, "e", "f"); d.Allowed && l.Tenants() >= 4 {
+		t.Logf("AllowAll admitted: eviction made room first (%d tracked)", l.Tenants())
+	} else if !d.Allowed && d.Reason != leasequota.ReasonTooManyTenants {
+		t.Errorf("AllowAll of new keys, registry full: %+v, want too_many_tenants", d)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	d, err := l.WaitAll(wctx, 1, "g", "h")
+	if err != nil || !d.Allowed {
+		t.Fatalf("WaitAll of new keys, registry full: %+v, %v after %v; want an admission once eviction makes room", d, err, time.Since(start))
+	}
+	t.Logf("admitted after %v (%d evicted)", time.Since(start), l.Stats().Evicted)
+	if n := leasequota.MaxTurnsWithoutWait(l); n > 3 {
+		t.Errorf("a decision took %d turns without waiting, want at most 3", n)
+	}
+}
+
 // TestPolicyBoundProperty mixes AllowN, AllowAll and Refund over three
 // limiters sharing one store, at random, and checks every key's bound
 // with the admitted tokens counted net of refunds.
