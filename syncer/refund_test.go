@@ -2,10 +2,16 @@ package syncer
 
 import (
 	"context"
+	"log/slog"
 	"testing"
 	"time"
 
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
+
 	"github.com/leasequota/leasequota/quota"
+	"github.com/leasequota/leasequota/telemetry"
 )
 
 // TestRefundReturnedComesBackWithTheRefill: a refund made while a lease
@@ -50,4 +56,64 @@ func TestRefundReturnedComesBackWithTheRefill(t *testing.T) {
 		t.Errorf("a round after the refill returned %d more tokens", st.Returned-before)
 	}
 	s.Close()
+}
+
+// TestQueuedReturnReachesTheMetric: a refund's return made outside a
+// round (ahead of the tenant's refill) is counted in
+// leasequota.lease.tokens{direction=returned} as in Stats().Returned;
+// only rounds' totals reached the metric before.
+func TestQueuedReturnReachesTheMetric(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer mp.Shutdown(context.Background())
+	tel, err := telemetry.New(telemetry.Config{MeterProvider: mp, TracerProvider: tracenoop.NewTracerProvider(),
+		Logger: slog.New(slog.DiscardHandler), Collect: func(*telemetry.Snapshot) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tel.Close()
+	now, _, _, mine, _ := MemstorePair(t)
+	s := New(mine, Options{Planner: NewPlanner(Config{Interval: time.Minute}, 1), Now: now, Driven: true, Telemetry: tel})
+	defer s.Close()
+	tn, err := s.Track("ip:a", quota.Quota{Rate: 0.001, Burst: 2, MinLease: 2, MaxLease: 2, LeaseTTL: 10 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	refillNow(t, s, tn, 2)
+	front, clock := tn.Front(), s.Clock()
+	if ok, _ := tn.Spend(2); !ok {
+		t.Fatal("the first lease holds no 2 tokens")
+	}
+	tn.mu.Lock() // a lease call in flight: the refund is queued
+	if got := s.Refund(tn, 2, front, clock); got != RefundReturned {
+		t.Fatalf("Refund while the lock is held: %v, want RefundReturned", got)
+	}
+	s.Tick(ctx) // leaves it queued: the tenant is locked
+	tn.mu.Unlock()
+	refillNow(t, s, tn, 2) // makes the return, outside any round
+	st := s.Stats()
+	if st.Returned < 1 {
+		t.Fatalf("stats %+v: the refund's return credited nothing", st)
+	}
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(ctx, &rm); err != nil {
+		t.Fatal(err)
+	}
+	var returned int64
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != "leasequota.lease.tokens" {
+				continue
+			}
+			for _, p := range m.Data.(metricdata.Sum[int64]).DataPoints {
+				if v, _ := p.Attributes.Value("direction"); v.AsString() == "returned" {
+					returned += p.Value
+				}
+			}
+		}
+	}
+	if returned != st.Returned {
+		t.Errorf("lease.tokens{direction=returned} = %d, Stats().Returned = %d: want them equal", returned, st.Returned)
+	}
 }
