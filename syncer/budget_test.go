@@ -62,14 +62,18 @@ func TestBudgetAIMD(t *testing.T) {
 	if w, _, _ := b.state(); w != w2/2 {
 		t.Fatalf("after a later late call: window %v, want %v", w, w2/2)
 	}
-	// After the first cut, a window of timely commands adds one.
+	// After the first cut, a window of timely commands adds one, while
+	// the window limits (a window's worth stands in flight beside them).
 	w0, _, _ = b.state()
+	standing := b.take(int(w0), true, t0)
 	for range int(w0) / 10 {
+		b.take(10, true, t0)
 		b.done(10, t0, t0.Add(time.Second), false, budgetMin)
 	}
 	if w, _, _ := b.state(); w < w0+0.9 || w > w0+1.1 {
 		t.Fatalf("after a window of timely commands: %v, want about %v", w, w0+1)
 	}
+	b.done(standing, t0, t0.Add(time.Second), false, budgetMin)
 	// Cuts stop at the floor.
 	for i := range 40 {
 		at := t0.Add(time.Duration(i+2) * time.Second)
@@ -77,6 +81,43 @@ func TestBudgetAIMD(t *testing.T) {
 	}
 	if w, _, _ := b.state(); w != budgetMin {
 		t.Fatalf("after many cuts: window %v, want the floor %d", w, budgetMin)
+	}
+}
+
+// TestBudgetGrowsOnlyWhenItLimits: timely calls grow the window only when
+// at least half of it was in flight with them; calls far below it, in the
+// slow start or after it, or while the window does not bind, leave it as
+// it is. A minute of 10,000 small timely calls a second grew it to
+// 600,256 commands before, which 9 late round trips were needed to cut
+// below 8,000.
+func TestBudgetGrowsOnlyWhenItLimits(t *testing.T) {
+	var b budget
+	t0 := time.Unix(0, 0)
+	b.init(t0)
+	now := t0
+	for range 60_000 { // a minute of 1,000 calls of 10 a second
+		now = now.Add(time.Millisecond)
+		got := b.take(10, false, now)
+		b.done(got, now, now.Add(time.Millisecond), false, budgetMin)
+	}
+	if w, _, _ := b.state(); w != budgetInitial {
+		t.Fatalf("after a minute of calls of 10 commands, window %v, want it unchanged at %d", w, budgetInitial)
+	}
+	// A round that fills the window: the slow start doubles it.
+	got := b.take(budgetInitial, false, now)
+	b.done(got, now, now.Add(time.Millisecond), false, budgetMin)
+	if w, _, _ := b.state(); w != 2*budgetInitial {
+		t.Fatalf("after a full window answered in time, window %v, want %d", w, 2*budgetInitial)
+	}
+	// After a cut, additive growth waits for the window to limit too.
+	b.done(1, now, now.Add(time.Second), true, budgetMin)
+	w0, _, _ := b.state()
+	for range 10_000 {
+		got := b.take(1, true, now)
+		b.done(got, now, now.Add(time.Millisecond), false, budgetMin)
+	}
+	if w, _, _ := b.state(); w != w0 {
+		t.Fatalf("after single commands far below the window, window %v, want %v", w, w0)
 	}
 }
 
