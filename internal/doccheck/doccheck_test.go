@@ -1,8 +1,9 @@
 // Package doccheck keeps the measured figures in README.md and docs/*.md
 // tied to the commands that print them, and the code the docs show tied
 // to the code it shows (code_test.go: a fenced Go block after a line
-// <!-- code: file.go Func --> must be Func's source in file.go). It has
-// only tests.
+// <!-- code: file.go Func --> must be Func's source in file.go), and every
+// test, benchmark and fuzz target they name tied to its declaration
+// (names_test.go). It has only tests.
 //
 // The rule for figures:
 //
