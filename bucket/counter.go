@@ -61,10 +61,11 @@ const maxSlots = 64
 // shared count near zero (Spread), so a spend then takes from the slot of
 // the current P, then from the other slots, and the tokens it reports are
 // those of its slot and the shared count: a lower bound of the counter's
-// total. A spend of n > 1 whose n tokens are in several places takes them
-// place by place (a concurrent Load may miss those it holds meanwhile),
-// and puts them back in the shared count if the counter holds fewer than
-// n.
+// total. A spend of n > 1 whose n tokens are in several places fails at
+// once, moving nothing, when the counter holds fewer than n; otherwise it
+// takes them place by place (a concurrent Load may miss those it holds
+// meanwhile), and puts them back in the shared count if other spends took
+// some of them first.
 func (c *Counter) TrySpend(n int64) (ok bool, left int64) {
 	if ok, left = c.TrySpendShared(n); !ok && n > 0 {
 		if s := c.slots.Load(); s != nil {
@@ -140,6 +141,18 @@ func (c *Counter) trySpendSplit(s []slot, p int, n int64) (ok bool, left int64) 
 	}
 	var got int64
 	if n > 1 {
+		// Gather n from several places only if the counter holds n: the
+		// tokens gathered are out of every count until they are spent or
+		// put back, and a Load meanwhile (the syncer's plan) would read
+		// them as spent, and the next plan, finding them back, would
+		// forfeit them as tokens it no longer knows. A lease spent to
+		// below n, the common way to fail, then fails here with nothing
+		// moved (TestFailedSplitSpendMovesNothing); only a spend that
+		// loses a race with others after this look still gathers and
+		// puts back.
+		if total := c.Load(); total < n {
+			return false, total
+		}
 		// What the home slot and the shared count hold goes towards n.
 		got, _ = take(home, n)
 		t, _ := take(&c.n, n-got)
