@@ -98,7 +98,8 @@ func (s *Syncer) apply(ctx context.Context, t *Tenant, node *redisNode, now time
 		// Evicted while the call was in flight: nobody will spend these.
 		// Reserved tokens are not returned: they are refill to come, not
 		// tokens Redis holds.
-		s.release(ctx, nil, node, []lease.ReleaseRequest{s.returnOf(t, immediate, s.opts.Now(), now, g.ID())}, 0)
+		at := s.opts.Now()
+		s.release(ctx, nil, node, []lease.ReleaseRequest{s.returnOf(t, immediate, at, now, g.ID())}, 0, at)
 		return
 	}
 	s.setOverride(t, g.Override)

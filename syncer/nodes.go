@@ -35,6 +35,7 @@ type nodeWork struct {
 	node     *redisNode // the node; its budget holds the jobs' room
 	releases []lease.ReleaseRequest
 	jobs     []job
+	planned  time.Time // the round's time, at which the releases' ages were reckoned
 }
 
 // byNode groups a round's releases and jobs by the node of their tenant
@@ -91,6 +92,9 @@ func (s *Syncer) byNode(ctx context.Context, releases []lease.ReleaseRequest, jo
 // After Close the groups run one after the other before dispatch returns.
 func (s *Syncer) dispatch(ctx context.Context, round *telemetry.Round, now time.Time, releases []lease.ReleaseRequest, jobs []job) {
 	groups := s.byNode(ctx, releases, jobs)
+	for _, w := range groups {
+		w.planned = now
+	}
 	if len(groups) == 0 {
 		s.endRound(round)
 		return
@@ -165,9 +169,7 @@ func (s *Syncer) drop(w *nodeWork) {
 		j.t.mu.Unlock()
 	}
 	if len(w.releases) > 0 {
-		s.pendingMu.Lock()
-		s.pending = append(s.pending, w.releases...)
-		s.pendingMu.Unlock()
+		s.queue(w.planned, w.releases...)
 	}
 }
 

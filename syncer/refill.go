@@ -108,9 +108,7 @@ func (s *Syncer) refillLocked(ctx context.Context, link trace.Link, t *Tenant, n
 	if ok {
 		// Returned by the next round: not worth a round trip here, where
 		// requests wait for the acquire.
-		s.pendingMu.Lock()
-		s.pending = append(s.pending, ret)
-		s.pendingMu.Unlock()
+		s.queue(now, ret)
 	}
 	if !a.Calls() {
 		return nil

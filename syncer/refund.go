@@ -98,9 +98,7 @@ func (s *Syncer) Refund(t *Tenant, n int64, front lease.GrantID, clock int64) Re
 		return RefundForfeited
 	}
 	r := lease.ReleaseRequest{Tenant: t.name, Limits: t.bucket(), Amount: n, Age: age, Grant: front}
-	s.pendingMu.Lock()
-	s.pending = append(s.pending, r)
-	s.pendingMu.Unlock()
+	s.queue(now, r)
 	// After the return is queued: a round that sees the flag also takes
 	// the return, and makes it before its acquires, so a plan that lets
 	// the tenant call while its bucket was dry finds the tokens there.
@@ -114,8 +112,9 @@ func (s *Syncer) Refund(t *Tenant, n int64, front lease.GrantID, clock int64) Re
 // queued just before the refund set flagRefunded, and then made it first
 // thing, before its acquires.
 func (s *Syncer) returnQueued(ctx context.Context, t *Tenant, node *redisNode) {
-	mine := s.takeQueued(nil, func(tenant string) bool { return tenant == t.name })
+	now := s.opts.Now()
+	mine := s.takeQueued(nil, now, func(tenant string) bool { return tenant == t.name })
 	if len(mine) > 0 {
-		s.release(ctx, nil, node, mine, 0) // what fails is forfeited, as in a round
+		s.release(ctx, nil, node, mine, 0, now) // what fails is forfeited, as in a round
 	}
 }

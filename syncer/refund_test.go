@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/leasequota/leasequota/lease"
 	"github.com/leasequota/leasequota/quota"
 	"github.com/leasequota/leasequota/telemetry"
 )
@@ -115,5 +116,61 @@ func TestQueuedReturnReachesTheMetric(t *testing.T) {
 	}
 	if returned != st.Returned {
 		t.Errorf("lease.tokens{direction=returned} = %d, Stats().Returned = %d: want them equal", returned, st.Returned)
+	}
+}
+
+// agesSeen is a Store that records the Age of every release it is sent.
+type agesSeen struct {
+	lease.Store
+	ages []time.Duration
+}
+
+func (a *agesSeen) ReleaseMany(ctx context.Context, reqs []lease.ReleaseRequest) []lease.ReleaseResult {
+	for _, r := range reqs {
+		a.ages = append(a.ages, r.Age)
+	}
+	return a.Store.ReleaseMany(ctx, reqs)
+}
+
+// TestQueuedReturnAgesWhileItWaits: a return left queued (a refund's,
+// while its tenant's lease call held the lock) reaches Redis with an Age
+// that counts the time it waited, 30 s here: sent with the age it was
+// given when queued, a return that names no grant would be credited as if
+// its tokens were that much younger.
+func TestQueuedReturnAgesWhileItWaits(t *testing.T) {
+	now, advance, _, mine, _ := MemstorePair(t)
+	rec := &agesSeen{Store: mine}
+	cfg := Config{Interval: time.Minute}
+	s := New(rec, Options{Planner: NewPlanner(cfg, 1), Now: now, Driven: true})
+	defer s.Close()
+	q := quota.Quota{Rate: 0.001, Burst: 2, MinLease: 2, MaxLease: 2, LeaseTTL: 10 * time.Minute}
+	tn, err := s.Track("ip:a", q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	refillNow(t, s, tn, 2)
+	front, clock := tn.Front(), s.Clock()
+	if ok, _ := tn.Spend(2); !ok {
+		t.Fatal("the first lease holds no 2 tokens")
+	}
+	tn.mu.Lock() // a lease call in flight: the refund's return is queued
+	if got := s.Refund(tn, 2, front, clock); got != RefundReturned {
+		t.Fatalf("Refund while the lock is held: %v, want RefundReturned", got)
+	}
+	s.Tick(ctx) // leaves it queued: the tenant is locked
+	tn.mu.Unlock()
+	const waited = 30 * time.Second
+	advance(waited)
+	refillNow(t, s, tn, 2) // makes the return first
+	if len(rec.ages) != 1 {
+		t.Fatalf("%d releases sent, want the refund's return", len(rec.ages))
+	}
+	// Refund reckons the age as the time since the admission (none on
+	// this clock) plus a lease lifetime, two intervals and two call
+	// timeouts (half an interval each by default); the return must add the
+	// 30 s it waited.
+	if slack := q.LeaseTTL + 2*cfg.Interval + 2*(cfg.Interval/2); rec.ages[0] < waited+slack {
+		t.Errorf("the return reached the store with Age %v, want at least %v: the %v it waited in the queue and Refund's %v", rec.ages[0], waited+slack, waited, slack)
 	}
 }

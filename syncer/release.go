@@ -23,6 +23,31 @@ func (s *Syncer) returnOf(t *Tenant, n int64, now, oldest time.Time, id lease.Gr
 		Age: max(now.Sub(oldest), 0) + s.callTimeout(batchSize), Grant: id}
 }
 
+// queuedReturn is a return left to a later round (Syncer.pending), with
+// the time its Age was reckoned at: the age grows by the time it waits
+// (aged), so that a return sent late is not credited as if its tokens
+// were younger.
+type queuedReturn struct {
+	r  lease.ReleaseRequest
+	at time.Time
+}
+
+// queue leaves returns whose Age was reckoned at at to a later round.
+func (s *Syncer) queue(at time.Time, rs ...lease.ReleaseRequest) {
+	s.pendingMu.Lock()
+	for _, r := range rs {
+		s.pending = append(s.pending, queuedReturn{r, at})
+	}
+	s.pendingMu.Unlock()
+}
+
+// aged returns q's request with its Age reckoned at now instead of at q.at.
+func (q queuedReturn) aged(now time.Time) lease.ReleaseRequest {
+	r := q.r
+	r.Age += max(now.Sub(q.at), 0)
+	return r
+}
+
 // release returns tokens to Redis. Redis credits each return only with
 // what the bucket would hold had the tokens never been leased (an aged
 // return); the rest, and tokens whose release fails, are forfeited: lost
@@ -31,8 +56,13 @@ func (s *Syncer) returnOf(t *Tenant, n int64, now, oldest time.Time, id lease.Gr
 // call per pipeline in round (which may be nil). Each pipeline's deadline
 // is timeout, or its callTimeout when 0: a longer one must be in the
 // requests' Age (see returnOf). The calls go to node (s.one for returns
-// of several nodes' tenants; a cluster client splits them).
-func (s *Syncer) release(ctx context.Context, round *telemetry.Round, node *redisNode, reqs []lease.ReleaseRequest, timeout time.Duration) (int64, error) {
+// of several nodes' tenants; a cluster client splits them). The requests'
+// ages were reckoned at planned: each pipeline adds the time from then to
+// its send, which a wait for an earlier pipeline, for a call slot or for a
+// node's earlier round may make long. (Without it, such a release reached
+// Redis later than its Age allowed, and one that names no grant could be
+// credited as if its tokens were younger.)
+func (s *Syncer) release(ctx context.Context, round *telemetry.Round, node *redisNode, reqs []lease.ReleaseRequest, timeout time.Duration, planned time.Time) (int64, error) {
 	var (
 		errs     []error
 		returned int64
@@ -45,6 +75,14 @@ func (s *Syncer) release(ctx context.Context, round *telemetry.Round, node *redi
 		_, err := s.call(ctx, telemetry.OpRelease, node, len(chunk), timeout, func(ctx context.Context) ([]lease.Result, error) {
 			var whole error
 			answered := false
+			if late := s.opts.Now().Sub(planned); late > 0 {
+				sent := make([]lease.ReleaseRequest, len(chunk))
+				for i, r := range chunk {
+					r.Age += late
+					sent[i] = r
+				}
+				chunk = sent
+			}
 			for i, res := range s.client.ReleaseMany(ctx, chunk) {
 				err := res.Err
 				credited := int64(0)
@@ -121,7 +159,9 @@ func (s *Syncer) ReleaseAll(ctx context.Context) error {
 	}
 	endErr := s.endShares(ctx, ends)
 	s.pendingMu.Lock()
-	reqs = append(reqs, s.pending...)
+	for _, q := range s.pending {
+		reqs = append(reqs, q.aged(now))
+	}
 	s.pending = nil
 	s.pendingMu.Unlock()
 	if len(reqs) == 0 {
@@ -144,7 +184,7 @@ func (s *Syncer) ReleaseAll(ctx context.Context) error {
 	ctx, round := s.opts.Telemetry.StartRound(ctx, false)
 	defer s.endRound(round)
 	var err error
-	round.Returned, err = s.release(ctx, round, &s.one, reqs, timeout)
+	round.Returned, err = s.release(ctx, round, &s.one, reqs, timeout, now)
 	return errors.Join(endErr, err)
 }
 

@@ -159,7 +159,7 @@ func (s *Syncer) round(ctx context.Context, tenants iter.Seq[*Tenant], quotaChec
 	}
 	clear(s.lru)
 	releases = s.evict(evict, now, releases)
-	releases = s.takePending(releases)
+	releases = s.takePending(releases, now)
 	if len(releases) == 0 && len(jobs) == 0 {
 		return
 	}
@@ -169,7 +169,7 @@ func (s *Syncer) round(ctx context.Context, tenants iter.Seq[*Tenant], quotaChec
 		return
 	}
 	defer s.endRound(round)
-	round.Add(s.carryOut(ctx, now, &nodeWork{node: &s.one, releases: releases, jobs: jobs}))
+	round.Add(s.carryOut(ctx, now, &nodeWork{node: &s.one, releases: releases, jobs: jobs, planned: now}))
 }
 
 // rest ends the round's planning of t, which makes no call: t counts as
@@ -187,23 +187,24 @@ func (s *Syncer) rest(t *Tenant, now time.Time, evict *[]*Tenant) {
 // later round) makes that return before its acquire, and so may lease the
 // tokens again from a bucket its last call found dry (Input.Refunded).
 // Taken by this round, the return could still be on its way when the
-// tenant's refill acquired.
-func (s *Syncer) takePending(releases []lease.ReleaseRequest) []lease.ReleaseRequest {
-	return s.takeQueued(releases, func(tenant string) bool { return !slices.Contains(s.lockedRefunds, tenant) })
+// tenant's refill acquired. The returns taken are aged to now, the
+// round's time.
+func (s *Syncer) takePending(releases []lease.ReleaseRequest, now time.Time) []lease.ReleaseRequest {
+	return s.takeQueued(releases, now, func(tenant string) bool { return !slices.Contains(s.lockedRefunds, tenant) })
 }
 
 // takeQueued moves the queued returns (s.pending) of the tenants that
-// take names to out, in their order, and returns out; the others stay
-// queued.
-func (s *Syncer) takeQueued(out []lease.ReleaseRequest, take func(tenant string) bool) []lease.ReleaseRequest {
+// take names to out, in their order, their ages reckoned at now (aged),
+// and returns out; the others stay queued.
+func (s *Syncer) takeQueued(out []lease.ReleaseRequest, now time.Time, take func(tenant string) bool) []lease.ReleaseRequest {
 	s.pendingMu.Lock()
 	defer s.pendingMu.Unlock()
 	kept := s.pending[:0]
-	for _, r := range s.pending {
-		if take(r.Tenant) {
-			out = append(out, r)
+	for _, q := range s.pending {
+		if take(q.r.Tenant) {
+			out = append(out, q.aged(now))
 		} else {
-			kept = append(kept, r)
+			kept = append(kept, q)
 		}
 	}
 	clear(s.pending[len(kept):])
@@ -216,7 +217,7 @@ func (s *Syncer) takeQueued(out []lease.ReleaseRequest, take func(tenant string)
 // totals for the round's span.
 func (s *Syncer) carryOut(ctx context.Context, now time.Time, w *nodeWork) (tot telemetry.Round) {
 	if len(w.releases) > 0 {
-		tot.Returned, _ = s.release(ctx, &tot, w.node, w.releases, 0)
+		tot.Returned, _ = s.release(ctx, &tot, w.node, w.releases, 0, w.planned)
 	}
 	if len(w.jobs) == 0 {
 		return tot

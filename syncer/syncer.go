@@ -143,8 +143,8 @@ type Syncer struct {
 	// quota share them (see baseLimits).
 	lastBase atomic.Pointer[limits]
 
-	pendingMu sync.Mutex             // guards pending
-	pending   []lease.ReleaseRequest // returns of expired tokens taken back by urgent refills
+	pendingMu sync.Mutex     // guards pending
+	pending   []queuedReturn // returns left to a later round: refunds', urgent refills', a dropped node's
 
 	ctx    context.Context // lifetime of urgent refills, ended by Close
 	cancel context.CancelFunc
