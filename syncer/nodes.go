@@ -35,7 +35,6 @@ type nodeWork struct {
 	node     *redisNode // the node; its budget holds the jobs' room
 	releases []lease.ReleaseRequest
 	jobs     []job
-	planned  time.Time // the round's time, at which the releases' ages were reckoned
 }
 
 // byNode groups a round's releases and jobs by the node of their tenant
@@ -92,9 +91,6 @@ func (s *Syncer) byNode(ctx context.Context, releases []lease.ReleaseRequest, jo
 // After Close the groups run one after the other before dispatch returns.
 func (s *Syncer) dispatch(ctx context.Context, round *telemetry.Round, now time.Time, releases []lease.ReleaseRequest, jobs []job) {
 	groups := s.byNode(ctx, releases, jobs)
-	for _, w := range groups {
-		w.planned = now
-	}
 	if len(groups) == 0 {
 		s.endRound(round)
 		return
@@ -133,7 +129,7 @@ func (s *Syncer) dispatch(ctx context.Context, round *telemetry.Round, now time.
 			defer s.async.Done()
 			defer close(done)
 			if !turn(prev, stop) {
-				s.drop(w)
+				s.drop(w, now)
 				r.done(telemetry.Round{})
 				return
 			}
@@ -164,12 +160,12 @@ func turn(prev, stop <-chan struct{}) bool {
 // call had been planned (the planner keeps nothing for a call in flight),
 // and its returns are left to the next round or ReleaseAll. Nothing was
 // sent, so no granted token is lost.
-func (s *Syncer) drop(w *nodeWork) {
+func (s *Syncer) drop(w *nodeWork, now time.Time) {
 	for _, j := range w.jobs {
 		j.t.mu.Unlock()
 	}
 	if len(w.releases) > 0 {
-		s.queue(w.planned, w.releases...)
+		s.queue(now, w.releases...) // their ages were reckoned at the round's now
 	}
 }
 

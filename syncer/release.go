@@ -58,8 +58,8 @@ func (q queuedReturn) aged(now time.Time) lease.ReleaseRequest {
 // requests' Age (see returnOf). The calls go to node (s.one for returns
 // of several nodes' tenants; a cluster client splits them). The requests'
 // ages were reckoned at planned: each pipeline adds the time from then to
-// its send, which a wait for an earlier pipeline, for a call slot or for a
-// node's earlier round may make long. (Without it, such a release reached
+// its send to its requests' Age (in reqs), which a wait for an earlier
+// pipeline, for a call slot or for a node's earlier round may make long. (Without it, such a release reached
 // Redis later than its Age allowed, and one that names no grant could be
 // credited as if its tokens were younger.)
 func (s *Syncer) release(ctx context.Context, round *telemetry.Round, node *redisNode, reqs []lease.ReleaseRequest, timeout time.Duration, planned time.Time) (int64, error) {
@@ -76,12 +76,9 @@ func (s *Syncer) release(ctx context.Context, round *telemetry.Round, node *redi
 			var whole error
 			answered := false
 			if late := s.opts.Now().Sub(planned); late > 0 {
-				sent := make([]lease.ReleaseRequest, len(chunk))
-				for i, r := range chunk {
-					r.Age += late
-					sent[i] = r
+				for i := range chunk {
+					chunk[i].Age += late
 				}
-				chunk = sent
 			}
 			for i, res := range s.client.ReleaseMany(ctx, chunk) {
 				err := res.Err

@@ -169,7 +169,7 @@ func (s *Syncer) round(ctx context.Context, tenants iter.Seq[*Tenant], quotaChec
 		return
 	}
 	defer s.endRound(round)
-	round.Add(s.carryOut(ctx, now, &nodeWork{node: &s.one, releases: releases, jobs: jobs, planned: now}))
+	round.Add(s.carryOut(ctx, now, &nodeWork{node: &s.one, releases: releases, jobs: jobs}))
 }
 
 // rest ends the round's planning of t, which makes no call: t counts as
@@ -217,7 +217,7 @@ func (s *Syncer) takeQueued(out []lease.ReleaseRequest, now time.Time, take func
 // totals for the round's span.
 func (s *Syncer) carryOut(ctx context.Context, now time.Time, w *nodeWork) (tot telemetry.Round) {
 	if len(w.releases) > 0 {
-		tot.Returned, _ = s.release(ctx, &tot, w.node, w.releases, 0, w.planned)
+		tot.Returned, _ = s.release(ctx, &tot, w.node, w.releases, 0, now)
 	}
 	if len(w.jobs) == 0 {
 		return tot
