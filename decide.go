@@ -2,7 +2,6 @@ package leasequota
 
 import (
 	"context"
-	"errors"
 	"sync/atomic"
 	"time"
 
@@ -51,15 +50,12 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n
 				err error
 			)
 			if e, q, err = l.track(tenant); err != nil {
-				if errors.Is(err, syncer.ErrTooManyTenants) && untilAdmitted {
-					// Eviction is catching up: look again next round.
-					waits++
-					if err := sl.sleep(ctx, l.cfg.refreshInterval, nil); err != nil {
-						return l.count(Decision{Quota: q, Reason: ReasonTooManyTenants}), waitError(tenant, n, err)
-					}
-					continue
+				d, retry, err := l.refuseOrWait(ctx, &sl, tenant, n, q, err, untilAdmitted)
+				if !retry {
+					return d, err
 				}
-				return l.refuse(tenant, n, q, err, untilAdmitted)
+				waits++ // eviction is catching up: look again
+				continue
 			}
 		}
 		lim := e.Limits()

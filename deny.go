@@ -1,6 +1,7 @@
 package leasequota
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -20,6 +21,22 @@ func (l *Limiter) refuse(tenant string, n int64, q Quota, err error, untilAdmitt
 		return d, nil
 	}
 	return d, fmt.Errorf("%w (WaitN of %d for tenant %q)", err, n, truncate(tenant))
+}
+
+// refuseOrWait answers a request whose tenant track could not track (err,
+// the tenant's quota q): a WaitN or WaitAll whose registry is full (twice
+// WithMaxTenants tracked) waits a refresh interval on sl for eviction to
+// catch up and reports retry, for the caller to look the tenant up again;
+// anything else is refused (refuse), and so is a wait that ctx ends.
+func (l *Limiter) refuseOrWait(ctx context.Context, sl *sleeper, tenant string, n int64, q Quota, err error, untilAdmitted bool) (d Decision, retry bool, werr error) {
+	if !errors.Is(err, syncer.ErrTooManyTenants) || !untilAdmitted {
+		d, err := l.refuse(tenant, n, q, err, untilAdmitted)
+		return d, false, err
+	}
+	if err := sl.sleep(ctx, l.cfg.refreshInterval, nil); err != nil {
+		return l.count(Decision{Quota: q, Reason: ReasonTooManyTenants}), false, waitError(tenant, n, err)
+	}
+	return Decision{}, true, nil
 }
 
 // invalidN answers a request for n tokens that can never be admitted.

@@ -2,7 +2,6 @@ package leasequota
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -120,35 +119,24 @@ func (l *Limiter) decideAll(ctx context.Context, n int64, tenants []string, unti
 	}
 	var sl sleeper // WaitAll: a wait for eviction, then a pause after quick turns
 	defer sl.stop()
-	// WaitAll, when the registry is full: as WaitN, it waits a round
-	// for eviction to catch up and looks every tenant up again (nothing
-	// is spent yet).
-	for looked := false; !looked; {
-		looked = true
+lookup:
+	for {
 		ts = ts[:0]
 		for _, name := range tenants {
-			e := l.sync.Tenant(name)
-			if e == nil || e.Evicted() {
-				var (
-					q   Quota
-					err error
-				)
-				if e, q, err = l.track(name); err != nil {
-					if !errors.Is(err, syncer.ErrTooManyTenants) || !untilAdmitted {
-						d, err := l.refuse(name, n, q, err, untilAdmitted)
-						d.Tenant = name
-						return d, err
-					}
-					if err := sl.sleep(ctx, l.cfg.refreshInterval, nil); err != nil {
-						d := l.count(Decision{Quota: q, Reason: ReasonTooManyTenants, Tenant: name})
-						return d, waitError(name, n, err)
-					}
-					if l.closed.Load() {
-						return l.count(Decision{Reason: ReasonClosed, Tenant: name}), l.errClosed(true)
-					}
-					looked = false
-					break
+			e, q, err := l.tenantOf(name)
+			if err != nil {
+				// WaitAll, when the registry is full: as WaitN, it waits
+				// for eviction and looks every tenant up again (nothing is
+				// spent yet).
+				d, retry, err := l.refuseOrWait(ctx, &sl, name, n, q, err, untilAdmitted)
+				if !retry {
+					d.Tenant = name
+					return d, err
 				}
+				if l.closed.Load() {
+					return l.count(Decision{Reason: ReasonClosed, Tenant: name}), l.errClosed(true)
+				}
+				continue lookup
 			}
 			if lim := e.Limits(); n <= 0 || n > lim.Burst {
 				d, err := l.invalidN(name, n, *lim, untilAdmitted)
@@ -157,6 +145,7 @@ func (l *Limiter) decideAll(ctx context.Context, n int64, tenants []string, unti
 			}
 			ts = append(ts, e)
 		}
+		break
 	}
 	sum := sumHashes(tenants)
 	// Ask for the first lease of every tenant that has none, so that they

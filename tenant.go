@@ -25,6 +25,17 @@ func (l *Limiter) track(tenant string) (*syncer.Tenant, Quota, error) {
 	return t, quotaOf(t), nil
 }
 
+// tenantOf is the tenant as a decision finds it: the syncer's, or, when
+// it has none or an evicted one, track's (whose quota, with an error, is
+// the refused tenant's; without one the quota is left zero, the caller
+// reading the tenant's own).
+func (l *Limiter) tenantOf(tenant string) (*syncer.Tenant, Quota, error) {
+	if e := l.sync.Tenant(tenant); e != nil && !e.Evicted() {
+		return e, Quota{}, nil
+	}
+	return l.track(tenant)
+}
+
 // fleetRemaining is Decision.FleetRemaining of a decision that left left
 // tokens of a tenant's lease here, the tenant's global level as last seen
 // being level (syncer.Tenant.Level, >= 0) and its Burst burst: level +
