@@ -15,6 +15,25 @@ import (
 	"github.com/leasequota/leasequota/telemetry"
 )
 
+// queueRefund leases tn's 2 tokens (its burst, MinLease 2), spends them,
+// and refunds them while a lease call holds tn's lock: the refund's return
+// is queued, and a round that finds tn still locked leaves it queued for
+// tn's next plan.
+func queueRefund(t *testing.T, s *Syncer, tn *Tenant) {
+	t.Helper()
+	refillNow(t, s, tn, 2)
+	front, clock := tn.Front(), s.Clock()
+	if ok, _ := tn.Spend(2); !ok {
+		t.Fatalf("the first lease holds %d tokens, want 2", tn.tokens.Load())
+	}
+	tn.mu.Lock() // a lease call in flight
+	if got := s.Refund(tn, 2, front, clock); got != RefundReturned {
+		t.Fatalf("Refund while the lock is held: %v, want RefundReturned", got)
+	}
+	s.Tick(context.Background())
+	tn.mu.Unlock()
+}
+
 // TestRefundReturnedComesBackWithTheRefill: a refund made while a lease
 // call held the tenant's lock is queued as a return, which a round that
 // finds the tenant still locked leaves queued. The tenant's next refill
@@ -24,20 +43,9 @@ import (
 func TestRefundReturnedComesBackWithTheRefill(t *testing.T) {
 	s, tn, _ := drivenTenant(t, Config{Interval: time.Minute}, "ip:a", quota.Quota{Rate: 0.001, Burst: 2, MinLease: 2, MaxLease: 2, LeaseTTL: 10 * time.Minute})
 	ctx := context.Background()
-	refillNow(t, s, tn, 2)
-	front, clock := tn.Front(), s.Clock()
-	if ok, _ := tn.Spend(2); !ok {
-		t.Fatalf("the first lease holds %d tokens, want 2", tn.tokens.Load())
-	}
-	tn.mu.Lock() // a lease call in flight
-	got := s.Refund(tn, 2, front, clock)
-	if got != RefundReturned {
-		t.Fatalf("Refund while the lock is held: %v, want RefundReturned", got)
-	}
 	// A round meanwhile leaves the return queued for the tenant's next
 	// plan, which makes it before its acquire.
-	s.Tick(ctx)
-	tn.mu.Unlock()
+	queueRefund(t, s, tn)
 	if st := s.Stats(); st.Returned+st.Forfeited != 0 {
 		t.Fatalf("a round that found the tenant locked made its refund's return: stats %+v", st)
 	}
@@ -81,17 +89,7 @@ func TestQueuedReturnReachesTheMetric(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	refillNow(t, s, tn, 2)
-	front, clock := tn.Front(), s.Clock()
-	if ok, _ := tn.Spend(2); !ok {
-		t.Fatal("the first lease holds no 2 tokens")
-	}
-	tn.mu.Lock() // a lease call in flight: the refund is queued
-	if got := s.Refund(tn, 2, front, clock); got != RefundReturned {
-		t.Fatalf("Refund while the lock is held: %v, want RefundReturned", got)
-	}
-	s.Tick(ctx) // leaves it queued: the tenant is locked
-	tn.mu.Unlock()
+	queueRefund(t, s, tn)
 	refillNow(t, s, tn, 2) // makes the return, outside any round
 	st := s.Stats()
 	if st.Returned < 1 {
@@ -148,18 +146,7 @@ func TestQueuedReturnAgesWhileItWaits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
-	refillNow(t, s, tn, 2)
-	front, clock := tn.Front(), s.Clock()
-	if ok, _ := tn.Spend(2); !ok {
-		t.Fatal("the first lease holds no 2 tokens")
-	}
-	tn.mu.Lock() // a lease call in flight: the refund's return is queued
-	if got := s.Refund(tn, 2, front, clock); got != RefundReturned {
-		t.Fatalf("Refund while the lock is held: %v, want RefundReturned", got)
-	}
-	s.Tick(ctx) // leaves it queued: the tenant is locked
-	tn.mu.Unlock()
+	queueRefund(t, s, tn)
 	const waited = 30 * time.Second
 	advance(waited)
 	refillNow(t, s, tn, 2) // makes the return first

@@ -23,15 +23,7 @@ var codeMarkRE = regexp.MustCompile(`^<!--\s*code:\s*(\S+\.go)\s+(\w+)\s*-->\s*$
 // as it is in file.go, from "func" to its closing brace.
 func TestCodeBlocksMatchCode(t *testing.T) {
 	root := repoRoot(t)
-	files := []string{"README.md"}
-	docs, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, d := range docs {
-		rel, _ := filepath.Rel(root, d)
-		files = append(files, filepath.ToSlash(rel))
-	}
+	files := docFiles(t, root)
 	marks := 0
 	for _, f := range files {
 		b, err := os.ReadFile(filepath.Join(root, f))

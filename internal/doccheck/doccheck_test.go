@@ -73,8 +73,9 @@ var (
 	makeTarget  = regexp.MustCompile(`^make\s+([\w-]+)$`)
 )
 
-func TestFiguresNameTheirCommand(t *testing.T) {
-	root := repoRoot(t)
+// docFiles returns README.md and docs/*.md, relative to root, slashed.
+func docFiles(t *testing.T, root string) []string {
+	t.Helper()
 	files := []string{"README.md"}
 	docs, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
 	if err != nil {
@@ -84,6 +85,12 @@ func TestFiguresNameTheirCommand(t *testing.T) {
 		rel, _ := filepath.Rel(root, d)
 		files = append(files, filepath.ToSlash(rel))
 	}
+	return files
+}
+
+func TestFiguresNameTheirCommand(t *testing.T) {
+	root := repoRoot(t)
+	files := docFiles(t, root)
 	used := make([]bool, len(notMeasured))
 	for _, f := range files {
 		b, err := os.ReadFile(filepath.Join(root, f))

@@ -1,7 +1,6 @@
 package doccheck
 
 import (
-	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -23,43 +22,19 @@ var funcName = regexp.MustCompile(`(?m)^func ((?:Test|Benchmark|Fuzz)[A-Z][A-Za-
 // test that never existed, and a reader trusted the check it described.
 func TestNamedTestsExist(t *testing.T) {
 	root := repoRoot(t)
-	declared := map[string]bool{}
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() && (d.Name() == "testdata" || strings.HasPrefix(d.Name(), ".")) && path != root {
-			return filepath.SkipDir
-		}
-		if d.IsDir() || !strings.HasSuffix(path, "_test.go") {
-			return nil
-		}
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		for _, m := range funcName.FindAllStringSubmatch(string(b), -1) {
-			declared[m[1]] = true
-		}
-		return nil
-	})
+	names, err := funcs(root, "./...", funcName)
 	if err != nil {
 		t.Fatal(err)
+	}
+	declared := map[string]bool{}
+	for _, n := range names {
+		declared[n] = true
 	}
 	if !declared["TestNamedTestsExist"] {
 		t.Fatalf("the walk of %s found %d declarations, not this test's", root, len(declared))
 	}
-	files := []string{"README.md"}
-	docs, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, d := range docs {
-		rel, _ := filepath.Rel(root, d)
-		files = append(files, filepath.ToSlash(rel))
-	}
 	named := 0
-	for _, f := range files {
+	for _, f := range docFiles(t, root) {
 		b, err := os.ReadFile(filepath.Join(root, f))
 		if err != nil {
 			t.Fatal(err)
