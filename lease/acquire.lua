@@ -613,8 +613,11 @@ local function acquire(key, ikey, qkey, o, clock, nargs)
   end
   if keepRegistry then
     local ttl = math.floor(window / 500)
-    if sharesEnd and math.ceil((sharesEnd - now) / 1000) > ttl then
-      ttl = math.ceil((sharesEnd - now) / 1000)
+    if sharesEnd then
+      local ms = math.ceil((sharesEnd - now) / 1000)
+      if ms > ttl then
+        ttl = ms
+      end
     end
     redis.call('PEXPIRE', ikey, string.format('%d', ttl))
   end
