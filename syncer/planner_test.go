@@ -952,17 +952,13 @@ func TestDemandCountsSpendsDuringCall(t *testing.T) {
 	}
 }
 
-// TestKnownBugPartialGrantWaitOverflows: KNOWN BUG (reported; needs
-// extreme but valid limits; still fails after the satAdd fix). After a
-// partial grant Granted sets notBefore = satAdd(now, int64(wait) + jitter).
-// When the refill wait is centuries, Grant.RetryAfter saturates at
-// math.MaxInt64, and int64(wait) + jitter (jitter in [0, Jitter), 10 ms by
-// default) overflows before satAdd sees it: satAdd gets a negative b and
-// returns now − ~292 years (here NotBefore = 1733-02-26). The starved
-// tenant then calls Redis at every plan instead of never. Fix: saturate
-// both additions, e.g. satAdd(satAdd(ns, int64(wait)), jitter).
-func TestKnownBugPartialGrantWaitOverflows(t *testing.T) {
-	showKnownBugs(t)
+// TestPartialGrantWaitSaturates guards the fix of a reported bug: with
+// extreme but valid limits, the refill wait after a partial grant is
+// centuries, Grant.RetryAfter saturates at math.MaxInt64, and adding the
+// jitter to it overflowed, so NotBefore fell ~292 years in the past and a
+// starved tenant called Redis at every plan instead of never. A hold
+// (holdBack) is now at most a day, so the sum cannot overflow.
+func TestPartialGrantWaitSaturates(t *testing.T) {
 	// One token per ~11.6 days, leases of at least 10,000: a full lease
 	// takes 3,000+ centuries to refill. Quota.Validate accepts this.
 	lim := quota.Quota{Rate: 1e-6, Burst: 1e5, MinLease: 1e4, MaxLease: 1e5, LeaseTTL: time.Second}
