@@ -752,13 +752,17 @@ func TestBusyTenantReplacedBeforeExpiry(t *testing.T) {
 // TestPlannerProperties: over random sequences of inputs (the counter only
 // goes down between plans, except by grants; grants of 0..asked, failures,
 // time moving forward by random steps), every Action asks for 0..Burst
-// tokens and expires 0..held, no call is planned before NotBefore, a plan
-// that Quiet said a round could leave out does nothing, and the ledger
-// agrees with the counter after each step.
+// tokens and expires 0..held, no call is planned before NotBefore (but a
+// rate share's renewal or end), a plan that Quiet said a round could leave
+// out does nothing, and the ledger agrees with the counter after each
+// step. Half the runs turn rate shares on, and Redis grants some asks.
 func TestPlannerProperties(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		iv := time.Duration(rapid.IntRange(1, 1000).Draw(t, "intervalMs")) * time.Millisecond
 		cfg := Config{Interval: iv}
+		if rapid.Bool().Draw(t, "shares") {
+			cfg.SharePeriod = time.Duration(rapid.IntRange(1, 20).Draw(t, "sharePeriodS")) * time.Second
+		}
 		burst := rapid.Int64Range(1, 5000).Draw(t, "burst")
 		minLease := rapid.Int64Range(1, burst).Draw(t, "minLease")
 		lim := quota.Quota{
@@ -812,8 +816,15 @@ func TestPlannerProperties(t *testing.T) {
 				if a.Acquire < 0 || a.Acquire > lim.Burst {
 					t.Fatalf("Acquire %d, want 0..Burst %d", a.Acquire, lim.Burst)
 				}
-				if a.Acquire > 0 && now.Before(notBefore) {
+				if a.Acquire > 0 && now.Before(notBefore) && a.Share == lease.ShareKeep {
+					// (A share's renewal or end goes when due, with
+					// what the demand beyond the share uses.)
 					t.Fatalf("Acquire %d at %v, before NotBefore %v", a.Acquire, now, notBefore)
+				}
+				if a.Drip > 0 {
+					// A rate share's tokens that came due (the Syncer
+					// credits them before the expiry reads the counter).
+					in.Level = tokens.Add(a.Drip)
 				}
 				if a.Expire < 0 || a.Expire > in.Level {
 					t.Fatalf("Expire %d with %d held", a.Expire, in.Level)
@@ -826,7 +837,7 @@ func TestPlannerProperties(t *testing.T) {
 					taken, left := tokens.Take(a.Expire)
 					p.Expired(&st, taken, left)
 				}
-				if a.Acquire == 0 {
+				if !a.Calls() {
 					return
 				}
 				// Requests spend while the call is in flight.
@@ -847,9 +858,25 @@ func TestPlannerProperties(t *testing.T) {
 				} else {
 					g.Tokens = rapid.Float64Range(0, float64(lim.Burst)).Draw(t, "tokensLeft")
 				}
+				if cfg.SharePeriod > 0 {
+					// Redis's fair share for this instance; below the
+					// demand it makes the tenant short, and an ask follows.
+					g.Share = rapid.Float64Range(0, lim.Rate).Draw(t, "fairShare")
+				}
+				switch held, ok := st.HeldShare(); {
+				case a.Share == lease.ShareAsk && rapid.Bool().Draw(t, "shareGranted"):
+					g.RateShare = lease.RateShare{
+						Rate:  rapid.Float64Range(0.001, lim.Rate).Draw(t, "shareRate"),
+						From:  now,
+						Until: now.Add(cfg.SharePeriod),
+					}
+				case a.Share == lease.ShareKeep && ok:
+					g.RateShare = held // still in force at Redis
+				}
 				level := tokens.Add(g.Granted)
 				p.Granted(&st, lim, now, a.Acquire, g, level)
-				if g.Granted < a.Acquire && !st.NotBefore().After(now) {
+				p.Shared(&st, lim, a.Share, now, now, g)
+				if a.Acquire > 0 && g.Granted < a.Acquire && !st.NotBefore().After(now) {
 					t.Fatalf("after a partial grant NotBefore %v is not after %v", st.NotBefore(), now)
 				}
 				if st.Failures() != 0 {

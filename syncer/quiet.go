@@ -38,7 +38,7 @@ import (
 // plans.
 func (p *Planner) settle(st *State, lim quota.Quota, ns int64, a Action) {
 	st.flags &^= flagQuiet | flagQuietHeld
-	if a.Calls() || a.Expire > 0 || a.Drip > 0 || st.failures > 0 || st.resv != nil || p.cfg.SharePeriod > 0 {
+	if a.Calls() || a.Expire > 0 || a.Drip > 0 || st.failures > 0 || st.resv != nil {
 		return
 	}
 	until := int64(math.MaxInt64)

@@ -369,3 +369,35 @@ func TestExpiredTokensOfAFullBucketAreForfeited(t *testing.T) {
 		}
 	}
 }
+
+// TestQuietWithSharesOn: turning rate shares on does not keep a tenant
+// that holds no share from being quiet (settle): a plan that asked for
+// nothing lets the rounds leave it alone alike, shares on or off, since
+// an ask only goes with a call made for tokens. (They kept every tenant
+// planned every tick, for the syncer's CPU only.)
+func TestQuietWithSharesOn(t *testing.T) {
+	quietTicks := func(cfg Config) int {
+		r := warm(t, cfg, testLimits(), 1000) // full grants: never scarce, no share
+		if _, held := r.st.HeldShare(); held {
+			t.Fatal("a share held by a tenant that never ran short")
+		}
+		n := 0
+		for range 40 { // a second of ticks with the lease unspent
+			r.now = r.now.Add(tick)
+			if r.p.Quiet(&r.st, r.now.UnixNano(), r.tokens.Load(), false) {
+				n++
+				continue // as a round does: no plan
+			}
+			r.plan()
+		}
+		return n
+	}
+	off := quietTicks(Config{Interval: 100 * time.Millisecond})
+	on := quietTicks(Config{Interval: 100 * time.Millisecond, SharePeriod: 10 * time.Second})
+	if off == 0 {
+		t.Fatal("no quiet tick in a second of an unspent lease without shares: the test shows nothing")
+	}
+	if on != off {
+		t.Errorf("quiet ticks in a second of an unspent lease: %d with shares on, %d off", on, off)
+	}
+}
