@@ -119,7 +119,11 @@ func (s *Syncer) apply(ctx context.Context, t *Tenant, node *redisNode, now time
 	if g.Instances > 0 {
 		s.noteFleet(g.Instances)
 	}
-	ls.emptyAt.Store(now.UnixNano() - int64(durationCeil(g.Tokens/t.Limits().Rate)))
+	// The level is anchored at the reply's arrival: Redis ran the call no
+	// later, so the refill counted since is never more than the bucket
+	// made (TestSeenLevelFromTheReply). Anchored at the plan, the call's
+	// way to Redis counted as refill already in the bucket.
+	ls.emptyAt.Store(arrived.UnixNano() - int64(durationCeil(g.Tokens/t.Limits().Rate)))
 	ls.level.Store(floorLevel(g.Tokens))
 	s.setRetry(t)
 	t.setFlag(flagLeased, true)

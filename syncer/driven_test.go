@@ -24,6 +24,9 @@ import (
 type recordingStore struct {
 	lease.Store
 	fail atomic.Bool
+	// before, when set, runs before each acquire reaches the store: the
+	// call's way to Redis, for a test to move the clock on.
+	before func()
 
 	mu       sync.Mutex // guards acquires
 	acquires [][]lease.Request
@@ -35,6 +38,9 @@ func (s *recordingStore) AcquireMany(ctx context.Context, reqs []lease.Request, 
 	s.mu.Lock()
 	s.acquires = append(s.acquires, slices.Clone(reqs))
 	s.mu.Unlock()
+	if s.before != nil {
+		s.before()
+	}
 	if s.fail.Load() {
 		// No answer: what lease.Client reports when Redis is down.
 		results = results[:0]
