@@ -15,7 +15,8 @@ func (l *Limiter) count(d Decision) Decision {
 }
 
 // Stats are running totals of a Limiter's lease traffic and decisions:
-// every count only grows. Degraded and CallWindow are states, not counts.
+// every count only grows. Degraded, CallWindow and Instances are states,
+// not counts.
 type Stats struct {
 	Calls     int64 // lease round trips to Redis (a pipeline counts once)
 	Errors    int64 // lease calls (per tenant) that failed
@@ -39,6 +40,13 @@ type Stats struct {
 	// run the calls the tenants need (docs/failure-modes.md, "A busy
 	// Redis is not a down one").
 	HeldBack, CallWindow, WindowCuts int64
+
+	// Instances is the number of limiters sharing this one's Redis
+	// prefix, as this one last counted them in the fleet's roster (every
+	// lease TTL; lease.RosterKey), itself included: the call window's
+	// floor is 256 script calls shared among them. 0 before the first
+	// count. Limiters of an earlier release are not counted.
+	Instances int64
 
 	// Decisions counts every decision by its Reason, the hot path's
 	// included (ReasonLeased). A reason that no decision had yet is
@@ -72,6 +80,7 @@ func (l *Limiter) Stats() Stats {
 		Calls: ss.Calls, Errors: ss.Errors, Requested: ss.Requested, Granted: ss.Granted,
 		Returned: ss.Returned, Forfeited: ss.Forfeited, Expired: ss.Expired, Evicted: ss.Evicted, Refunded: ss.Refunded,
 		HeldBack: ss.HeldBack, CallWindow: ss.CallWindow, WindowCuts: ss.WindowCuts,
+		Instances: ss.Instances,
 		Decisions: map[Reason]Outcomes{},
 		Degraded:  l.sync.Degraded(),
 	}

@@ -1523,3 +1523,29 @@ func confShareOutlivesWindow(c *cx) {
 		c.t.Fatalf("b, a window after a ended its share: %d instances, want 1", g.Instances)
 	}
 }
+
+// confInstanceRoster: CountInstances counts each instance once however
+// often it counts, each for its own window since its last count
+// (lease.RosterKey), so a short window drops out of a long one's count and
+// not the other way round; a view without an instance id is refused.
+func confInstanceRoster(c *cx) {
+	const short = 150 * time.Millisecond
+	a, b, plain := c.view("a", short), c.view("b", confWindow), c.view("", 0)
+	count := func(v lease.Store, what string, want int) {
+		c.t.Helper()
+		n, err := v.(lease.InstanceCounter).CountInstances(c.ctx)
+		if err != nil || n != want {
+			c.t.Fatalf("%s: CountInstances = %d, %v; want %d", what, n, err, want)
+		}
+	}
+	count(a, "a alone", 1)
+	count(a, "a again", 1)
+	count(b, "b after a", 2)
+	count(a, "a after b", 2)
+	if n, err := plain.(lease.InstanceCounter).CountInstances(c.ctx); !errors.Is(err, lease.ErrBadRequest) || n != 0 {
+		c.t.Fatalf("a view without an instance id: %d, %v; want 0 and ErrBadRequest", n, err)
+	}
+	c.sp.advance(short + 50*time.Millisecond)
+	count(b, "b once a's window passed", 1)
+	count(a, "a back", 2)
+}

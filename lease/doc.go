@@ -9,7 +9,9 @@
 // contains a brace, so any byte string is a valid tenant, two tenants never
 // share a bucket, and on Redis Cluster a tenant's slot depends on the tenant
 // alone (Slot computes it). The prefix may not contain braces
-// (ValidatePrefix).
+// (ValidatePrefix). Two keys belong to the prefix, not to a tenant, and
+// have no hash tag: the quota version (QuotaVersionKey) and the fleet's
+// roster (RosterKey, CountInstances).
 //
 // # Stored state
 //

@@ -53,6 +53,9 @@ var (
 	adminSource string
 	//go:embed inspect.lua
 	inspectSource string
+	// roster.lua keeps the fleet's roster (CountInstances).
+	//go:embed roster.lua
+	rosterSource string
 )
 
 // The scripts with their digests, computed once. These are the package's
@@ -63,6 +66,7 @@ var (
 	quotaScript   = newScript(commonSource + quotaSource)
 	adminScript   = newScript(commonSource + adminSource)
 	inspectScript = newScript(inspectSource)
+	rosterScript  = newScript(rosterSource)
 )
 
 // script is a Lua script and its SHA-1 digest, the name EVALSHA knows it by.

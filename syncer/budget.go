@@ -45,8 +45,8 @@ type budget struct {
 }
 
 // The window's bounds. It starts at budgetInitial and never falls below its
-// floor, this instance's share of budgetFleetFloor (budgetFloor), and at
-// least budgetMin, so that a busy Redis still serves the most urgent
+// floor, this instance's share of budgetFleetFloor (budgetFloor, by the
+// fleet's size as Syncer.callFloor counts it), and at least budgetMin, so that a busy Redis still serves the most urgent
 // tenants every round trip. budgetMin is one command, so that the
 // fleet's floors together stay budgetFleetFloor up to 256 instances, and
 // a command an instance beyond: at 8, as before, the floors of 256
@@ -71,7 +71,8 @@ const (
 	budgetFleetFloor = 256
 )
 
-// budgetFloor is the floor of the window of one of instances instances.
+// budgetFloor is the floor of the window of one of instances instances
+// (Syncer.callFloor says how many).
 func budgetFloor(instances int) int {
 	return max(budgetMin, budgetFleetFloor/max(instances, 1))
 }

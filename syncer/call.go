@@ -66,7 +66,7 @@ func (s *Syncer) call(ctx context.Context, op string, node *redisNode, size int,
 		if err == nil {
 			node.answer(now, true)
 		}
-		node.budget.done(size, sent, now, late, budgetFloor(s.fleetSize()))
+		node.budget.done(size, sent, now, late, s.callFloor())
 	}()
 	if err := s.sem.Acquire(ctx, 1); err != nil {
 		return nil, err

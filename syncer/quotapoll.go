@@ -98,7 +98,11 @@ func (s *Syncer) pollQuota(ctx context.Context, now time.Time) bool {
 		return false
 	}
 	s.quotaPolled = now.UnixNano()
-	return s.noteQuota(s.readQuota(ctx, s.opts.CallTimeout))
+	v, err := s.readQuota(ctx, s.opts.CallTimeout)
+	if err == nil && s.rosterDue(now) {
+		s.countRoster(ctx)
+	}
+	return s.noteQuota(v, err)
 }
 
 // quotaDue reports whether the quota version is due to be read.
@@ -181,6 +185,7 @@ func (s *Syncer) pollQuotaAsync(ctx context.Context, now time.Time) bool {
 		return changed
 	}
 	s.quotaPolled = now.UnixNano()
+	count := s.rosterDue(now)
 	s.closeMu.RLock()
 	async := !s.closed
 	if async {
@@ -201,7 +206,13 @@ func (s *Syncer) pollQuotaAsync(ctx context.Context, now time.Time) bool {
 			s.poll.finish(0, errRefused)
 			return
 		}
-		s.poll.finish(s.readQuota(s.ctx, s.livenessTimeout()))
+		v, err := s.readQuota(s.ctx, s.livenessTimeout())
+		s.poll.finish(v, err)
+		if count && err == nil {
+			// After the read, which tells a down Redis from a busy one
+			// first, and only when Redis answered it.
+			s.countRoster(s.ctx)
+		}
 	}()
 	return changed
 }

@@ -24,6 +24,11 @@ type Stats struct {
 	// due here. Reserved tokens of a tenant drained before they came
 	// due (eviction, Close) are the difference, less those still to come.
 	Reserved, Dripped int64
+	// Instances is the fleet's size as the last count of its roster gave
+	// it (lease.InstanceCounter; every lease TTL): what the call budget's
+	// floor is divided by, unless a tenant's registry reported more. 0
+	// before the first count, or with a store that cannot count.
+	Instances int64
 }
 
 // Stats returns the running totals.
@@ -44,5 +49,6 @@ func (s *Syncer) Stats() Stats {
 		WindowCuts: cuts,
 		Reserved:   s.reserved.Load(),
 		Dripped:    s.dripped.Load(),
+		Instances:  s.roster.Load(),
 	}
 }

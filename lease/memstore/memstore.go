@@ -57,6 +57,10 @@ type Store struct {
 	tenants map[string]*tenant // guarded by mu; nil until the first write
 	version int64              // guarded by mu: the quota version
 	writes  int                // guarded by mu: writes since the last sweep
+	// roster is the fleet's roster (lease.RosterKey): each counted
+	// instance's id and when its entry expires, in ms. Guarded by mu; nil
+	// until the first count.
+	roster map[string]int64
 }
 
 // New returns an empty Store configured by opts.
@@ -849,4 +853,40 @@ func (in *Instance) QuotaVersion(ctx context.Context) (int64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.version, nil
+}
+
+var _ lease.InstanceCounter = (*Instance)(nil)
+
+// CountInstances records in's instance in the store's roster for its
+// window and returns how many instances are recorded there, each for its
+// own window since its last count, in's included (lease.Client's
+// CountInstances). It fails with an error wrapping lease.ErrBadRequest
+// for an Instance without an id.
+func (in *Instance) CountInstances(ctx context.Context) (int, error) {
+	s, err := in.store("count instances")
+	if err != nil {
+		return 0, err
+	}
+	if in.id == "" {
+		return 0, fmt.Errorf("%w: CountInstances needs an instance id", lease.ErrBadRequest)
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("memstore: count instances: %w", err)
+	}
+	_, nowMS, err := s.clock()
+	if err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.roster == nil {
+		s.roster = make(map[string]int64)
+	}
+	s.roster[in.id] = nowMS + in.windowMS
+	for id, until := range s.roster {
+		if until < nowMS {
+			delete(s.roster, id)
+		}
+	}
+	return len(s.roster), nil
 }

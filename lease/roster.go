@@ -1,0 +1,60 @@
+package lease
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+)
+
+// The fleet's roster: how many instances share a prefix, which no tenant's
+// registry can tell. A tenant's registry counts the instances that lease
+// it; an instance whose tenants are each on 3 of 1,000 instances sees 3
+// there, yet its share of Redis is a thousandth. The syncer sizes the
+// floor of its call window by the fleet (syncer's budgetFloor), and a
+// floor sized by 3 instead of 1,000 alone queued more commands than a
+// call's deadline allows (TestSaturatedSparseFleet).
+
+// RosterKey returns the key of the fleet's roster under prefix: a sorted
+// set of the ids of the instances (WithInstance) that counted themselves
+// with CountInstances, each scored by when its entry expires (its last
+// count plus its window, in milliseconds of Redis's clock). It has no hash
+// tag, so it cannot be any tenant's key, and it expires at least two
+// windows after the last count.
+func RosterKey(prefix string) string {
+	return prefix + "roster"
+}
+
+// An InstanceCounter counts the instances of a fleet. *Client and
+// lease/memstore's Instance implement it; a Store that does not (one of
+// an earlier release, or a test double) leaves the syncer to size its
+// call window by the instances its tenants' registries report.
+type InstanceCounter interface {
+	// CountInstances records the caller in the fleet's roster for its
+	// window and returns how many instances are recorded there, each for
+	// its own window since its last count, the caller included.
+	CountInstances(ctx context.Context) (int, error)
+}
+
+var _ InstanceCounter = (*Client)(nil)
+
+// CountInstances records this client's instance (WithInstance) in the
+// roster at RosterKey for its window and returns how many instances have
+// an entry there that has not expired, this one included: each entry
+// lives for its own instance's window after its last count. One script
+// call (ZADD, ZREMRANGEBYSCORE, PTTL, at most one PEXPIRE and ZCARD of the
+// roster, at Redis's TIME). It fails with an error wrapping ErrBadRequest for a client
+// without WithInstance, without calling Redis.
+//
+// Clients of earlier releases do not record themselves, so during a
+// rollout the count is of the new ones only: it errs low, never high.
+func (c *Client) CountInstances(ctx context.Context) (int, error) {
+	if c.instance == "" {
+		return 0, fmt.Errorf("%w: CountInstances needs an instance id", ErrBadRequest)
+	}
+	n, err := rosterScript.run(ctx, c.s, []string{RosterKey(c.prefix)},
+		c.instance, strconv.FormatInt(c.window.Milliseconds(), 10)).Int64()
+	if err != nil {
+		return 0, fmt.Errorf("lease: count instances: %w", err)
+	}
+	return int(n), nil
+}

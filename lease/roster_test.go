@@ -1,0 +1,98 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leasequota/leasequota/internal/redisserver"
+)
+
+// TestCountInstances, on redis-server: each instance counts itself once
+// however often it calls, a plain client (no WithInstance) is refused
+// without a call, an instance silent for its window drops out (by Redis's
+// clock), the roster expires two windows after the last count, and it is
+// the only key the counts write.
+func TestCountInstances(t *testing.T) {
+	ctx := context.Background()
+	rdb := redisserver.Client(t)
+	prefix := redisserver.Prefix(t)
+	const short = 300 * time.Millisecond
+	a, err := NewClient(rdb, prefix, WithInstance("a", short))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := NewClient(rdb, prefix, WithInstance("b", time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range []*Client{a, b} {
+		want := i + 1
+		for range 3 {
+			if n, err := c.CountInstances(ctx); err != nil || n != want {
+				t.Fatalf("%s: CountInstances = %d, %v; want %d", c.instance, n, err, want)
+			}
+		}
+	}
+	plain, err := NewClient(rdb, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := plain.CountInstances(ctx); !errors.Is(err, ErrBadRequest) || n != 0 {
+		t.Errorf("a client without WithInstance: %d, %v; want 0 and ErrBadRequest", n, err)
+	}
+	key := RosterKey(prefix)
+	// The roster is the only key the counts made: no tenant's key, which
+	// limiters of an earlier release share, is touched.
+	if keys, err := rdb.Keys(ctx, prefix+"*").Result(); err != nil || len(keys) != 1 || keys[0] != key {
+		t.Errorf("keys under the prefix after the counts: %q, %v; want only %q", keys, err, key)
+	}
+	if pttl, err := rdb.PTTL(ctx, key).Result(); err != nil || pttl <= time.Minute || pttl > 2*time.Minute {
+		t.Errorf("roster PTTL %v, %v after a count with a window of a minute; want in (1m, 2m]", pttl, err)
+	}
+	// A shorter window does not shorten the key's life.
+	defer func() {
+		if pttl, err := rdb.PTTL(ctx, key).Result(); err != nil || pttl <= time.Minute {
+			t.Errorf("roster PTTL %v, %v after a count with a 300 ms window; want b's two minutes kept", pttl, err)
+		}
+	}()
+	// Each entry lives for its own instance's window: b's minute outlives
+	// a's 300 ms, so a's count keeps b, and a, silent, drops out of b's
+	// count once its 300 ms have passed.
+	if n, err := a.CountInstances(ctx); err != nil || n != 2 {
+		t.Fatalf("a again: %d, %v; want 2", n, err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		n, err := b.CountInstances(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 1 {
+			break
+		}
+		if n != 2 || time.Now().After(deadline) {
+			t.Fatalf("b's count %d; want 2, then 1 once a's 300 ms window has passed since its last count", n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestRosterScriptRefusesBadArguments: the script refuses an empty id or
+// a window that is not a whole number of ms >= 1, and writes nothing.
+func TestRosterScriptRefusesBadArguments(t *testing.T) {
+	ctx := context.Background()
+	rdb := redisserver.Client(t)
+	key := RosterKey(redisserver.Prefix(t))
+	for _, args := range [][]interface{}{{"", "1000"}, {"a", "0"}, {"a", "-5"}, {"a", "1.5"}, {"a", "soon"}, {"a", "1e300"}} {
+		err := rosterScript.run(ctx, rdb, []string{key}, args...).Err()
+		if err == nil || !strings.Contains(err.Error(), "roster:") {
+			t.Errorf("roster.lua %q: %v, want a roster: error", args, err)
+		}
+	}
+	if n, err := rdb.Exists(ctx, key).Result(); err != nil || n != 0 {
+		t.Errorf("after refused calls the roster exists (%d, %v)", n, err)
+	}
+}
