@@ -2,19 +2,23 @@ package syncer_test
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/leasequota/leasequota/lease"
 	"github.com/leasequota/leasequota/lease/memstore"
+	"github.com/leasequota/leasequota/quota"
 	"github.com/leasequota/leasequota/syncer"
 )
 
 // TestCallFloorFollowsTheRoster: the floor of the call window is the
 // fleet's share of 256 commands by the roster's count, once two counts
 // in a row agree; until then (no count, or a count that rose) it is one
-// command. A store that cannot count leaves it to the registries.
+// command. During a rollout, when instances of an earlier release lease
+// without counting themselves, it goes by a tenant's registry when that
+// reports more. A store that cannot count leaves it to the registries.
 func TestCallFloorFollowsTheRoster(t *testing.T) {
 	var clock atomic.Int64
 	clock.Store(time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
@@ -73,6 +77,44 @@ func TestCallFloorFollowsTheRoster(t *testing.T) {
 		t.Fatalf("after a second count of 4: floor %d, want 64", got)
 	}
 
+	// During a rollout: instances of an earlier release (stores that
+	// cannot count) lease a tenant with this one. They are not in the
+	// roster (4), so the floor goes by the larger of the two counts:
+	// 256/4 while the tenant's registry reports 2, 256/10 once it
+	// reports 10.
+	old := syncer.New(struct{ lease.Store }{mustInstance(t, mem, "old", window)}, syncer.Options{
+		Planner: syncer.NewPlanner(syncer.Config{Interval: interval}, 1),
+		Now:     now,
+		Driven:  true,
+	})
+	defer old.Close()
+	lim := quota.Quota{Rate: 100, Burst: 100, MinLease: 1, MaxLease: 10, LeaseTTL: time.Second}
+	for _, x := range []*syncer.Syncer{old, s} {
+		tn, err := x.Track("t", lim)
+		if err != nil {
+			t.Fatal(err)
+		}
+		x.Refill(ctx, tn, 1)
+		x.Refills(ctx)
+		x.Deliver()
+	}
+	if got := s.CallFloor(); got != 64 {
+		t.Fatalf("with an uncounted instance on a tenant (2 in its registry, 4 in the roster): floor %d, want 64", got)
+	}
+	for i := range 8 {
+		v := mustInstance(t, mem, fmt.Sprintf("old%d", i), window)
+		if _, err := v.AcquireMany(ctx, []lease.Request{{Tenant: "t", Limits: lease.Limits{Rate: 100, Burst: 100}, Want: 1}}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tn, _ := s.Track("t", lim)
+	s.Refill(ctx, tn, tn.Held()+1)
+	s.Refills(ctx)
+	s.Deliver()
+	if got := s.CallFloor(); got != 256/10 {
+		t.Fatalf("with 10 instances in the tenant's registry, 4 in the roster: floor %d, want %d", got, 256/10)
+	}
+
 	// A store that cannot count: the floor goes by the registries, which
 	// have reported nothing yet (256 for a lone instance), and no count
 	// is made.
@@ -86,4 +128,14 @@ func TestCallFloorFollowsTheRoster(t *testing.T) {
 	if got, n := plain.CallFloor(), plain.Stats().Instances; got != 256 || n != 0 {
 		t.Fatalf("a store that cannot count: floor %d, %d counted; want 256 and none", got, n)
 	}
+}
+
+// mustInstance is mem's view for instance id.
+func mustInstance(t *testing.T, mem *memstore.Store, id string, window time.Duration) lease.Store {
+	t.Helper()
+	v, err := mem.Instance(id, window)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
 }
