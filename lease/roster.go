@@ -26,8 +26,9 @@ func RosterKey(prefix string) string {
 
 // An InstanceCounter counts the instances of a fleet. *Client and
 // lease/memstore's Instance implement it; a Store that does not (one of
-// an earlier release, or a test double) leaves the syncer to size its
-// call window by the instances its tenants' registries report.
+// an earlier release, or a test double) leaves the syncer to size the
+// floor of its call window by the instances its tenants' registries
+// report.
 type InstanceCounter interface {
 	// CountInstances records the caller in the fleet's roster for its
 	// window and returns how many instances are recorded there, each for
