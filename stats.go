@@ -45,7 +45,10 @@ type Stats struct {
 	// prefix, as this one last counted them in the fleet's roster (every
 	// lease TTL; lease.RosterKey), itself included: the call window's
 	// floor is 256 script calls shared among them. 0 before the first
-	// count. Limiters of an earlier release are not counted.
+	// count, or when Redis refuses the roster (an ACL without its key).
+	// Limiters of an earlier release are not counted; one that stopped is
+	// counted until its entry expires, a registry window after its last
+	// count.
 	Instances int64
 
 	// Decisions counts every decision by its Reason, the hot path's

@@ -2,8 +2,11 @@ package lease
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // The fleet's roster: how many instances share a prefix, which no tenant's
@@ -14,12 +17,20 @@ import (
 // floor sized by 3 instead of 1,000 alone queued more commands than a
 // call's deadline allows (TestSaturatedSparseFleet).
 
+// ErrNoRoster is wrapped by CountInstances when Redis refuses the roster
+// for good: an ACL that does not allow its key or script (NOPERM), or a key
+// of another type at RosterKey (WRONGTYPE). Counting again would not help;
+// the syncer stops counting and sizes its call window's floor by the
+// tenants' registries.
+var ErrNoRoster = errors.New("lease: the fleet's roster cannot be kept")
+
 // RosterKey returns the key of the fleet's roster under prefix: a sorted
 // set of the ids of the instances (WithInstance) that counted themselves
 // with CountInstances, each scored by when its entry expires (its last
 // count plus its window, in milliseconds of Redis's clock). It has no hash
 // tag, so it cannot be any tenant's key, and it expires at least two
-// windows after the last count.
+// windows after the last count. With the empty prefix it is the key
+// "roster": give a prefix when the database holds keys of its own.
 func RosterKey(prefix string) string {
 	return prefix + "roster"
 }
@@ -43,17 +54,24 @@ var _ InstanceCounter = (*Client)(nil)
 // an entry there that has not expired, this one included: each entry
 // lives for its own instance's window after its last count. One script
 // call (ZADD, ZREMRANGEBYSCORE, PTTL, at most one PEXPIRE and ZCARD of the
-// roster, at Redis's TIME). It fails with an error wrapping ErrBadRequest for a client
-// without WithInstance, without calling Redis.
+// roster, at Redis's TIME). It fails with an error wrapping ErrBadRequest
+// for a client without WithInstance, without calling Redis, and with one
+// wrapping ErrNoRoster when Redis refuses the roster for good.
 //
-// Clients of earlier releases do not record themselves, so during a
-// rollout the count is of the new ones only: it errs low, never high.
+// The count is of the instances that counted themselves: clients of
+// earlier releases do not, so during a rollout it errs low; and an
+// instance that stopped stays counted until its entry expires, a window
+// after its last count (a process restarted under a new id is counted
+// twice until then).
 func (c *Client) CountInstances(ctx context.Context) (int, error) {
 	if c.instance == "" {
 		return 0, fmt.Errorf("%w: CountInstances needs an instance id", ErrBadRequest)
 	}
 	n, err := rosterScript.run(ctx, c.s, []string{RosterKey(c.prefix)},
 		c.instance, strconv.FormatInt(c.window.Milliseconds(), 10)).Int64()
+	if redis.HasErrorPrefix(err, "NOPERM") || redis.HasErrorPrefix(err, "WRONGTYPE") {
+		return 0, fmt.Errorf("%w: %w", ErrNoRoster, err)
+	}
 	if err != nil {
 		return 0, fmt.Errorf("lease: count instances: %w", err)
 	}

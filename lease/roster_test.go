@@ -96,3 +96,28 @@ func TestRosterScriptRefusesBadArguments(t *testing.T) {
 		t.Errorf("after refused calls the roster exists (%d, %v)", n, err)
 	}
 }
+
+// TestCountInstancesOnAKeyOfAnotherType: a key of another type at
+// RosterKey is refused with ErrNoRoster and left as it was.
+func TestCountInstancesOnAKeyOfAnotherType(t *testing.T) {
+	ctx := context.Background()
+	rdb := redisserver.Client(t)
+	prefix := redisserver.Prefix(t)
+	key := RosterKey(prefix)
+	if err := rdb.Set(ctx, key, "someone else's", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewClient(rdb, prefix, WithInstance("a", time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := c.CountInstances(ctx); !errors.Is(err, ErrNoRoster) || n != 0 {
+		t.Fatalf("CountInstances over a string: %d, %v; want 0 and ErrNoRoster", n, err)
+	}
+	if v, err := rdb.Get(ctx, key).Result(); err != nil || v != "someone else's" {
+		t.Fatalf("the string at the roster's key is now %q, %v", v, err)
+	}
+	if ttl, err := rdb.PTTL(ctx, key).Result(); err != nil || ttl != -1 {
+		t.Fatalf("the string at the roster's key has PTTL %v, %v; want none set", ttl, err)
+	}
+}

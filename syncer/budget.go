@@ -133,6 +133,10 @@ func (b *budget) done(n int, sent, now time.Time, late bool, floor int) {
 	defer b.mu.Unlock()
 	used := b.inFlight // in flight with this call
 	b.inFlight = max(b.inFlight-n, 0)
+	// The floor may have risen since the last cut (Syncer.callFloor: a
+	// fleet's roster counted, a count confirmed): the window is never
+	// below it.
+	b.window = max(b.window, float64(floor))
 	if late {
 		if sent.After(b.cutAt) {
 			b.window = max(b.window/2, float64(floor))

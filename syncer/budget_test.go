@@ -146,8 +146,13 @@ func TestBudgetProperties(t *testing.T) {
 				i := rapid.IntRange(0, len(taken)-1).Draw(t, "which")
 				n := taken[i]
 				taken = append(taken[:i], taken[i+1:]...)
-				b.done(n, now.Add(-time.Duration(rapid.IntRange(0, 200).Draw(t, "rtt"))*time.Millisecond), now, rapid.Bool().Draw(t, "late"),
-					budgetFloor(rapid.IntRange(0, 100).Draw(t, "instances")))
+				floor := budgetFloor(rapid.IntRange(0, 100).Draw(t, "instances"))
+				b.done(n, now.Add(-time.Duration(rapid.IntRange(0, 200).Draw(t, "rtt"))*time.Millisecond), now, rapid.Bool().Draw(t, "late"), floor)
+				// The floor may rise between calls (a roster counted):
+				// the window follows it up at once.
+				if w, _, _ := b.state(); w < float64(floor) {
+					t.Fatalf("window %v below the floor %d the call gave", w, floor)
+				}
 			}
 			w, in, _ := b.state()
 			sum := 0

@@ -99,8 +99,8 @@ func (s *Syncer) pollQuota(ctx context.Context, now time.Time) bool {
 	}
 	s.quotaPolled = now.UnixNano()
 	v, err := s.readQuota(ctx, s.opts.CallTimeout)
-	if err == nil && s.rosterDue(now) {
-		s.countRoster(ctx)
+	if s.rosterDue(now) {
+		s.countRoster(ctx, now, s.opts.CallTimeout, err == nil)
 	}
 	return s.noteQuota(v, err)
 }
@@ -193,6 +193,9 @@ func (s *Syncer) pollQuotaAsync(ctx context.Context, now time.Time) bool {
 	}
 	s.closeMu.RUnlock()
 	if !async {
+		if count {
+			s.roster.busy.Store(false) // closed: no count
+		}
 		// Closed: nothing may outlive Close, so read now.
 		s.poll.finish(s.readQuota(ctx, s.opts.CallTimeout))
 		r, _ := s.poll.take()
@@ -200,6 +203,10 @@ func (s *Syncer) pollQuotaAsync(ctx context.Context, now time.Time) bool {
 	}
 	go func() {
 		defer s.async.Done()
+		answered := false
+		if count {
+			defer func() { s.countRoster(s.ctx, now, s.livenessTimeout(), answered) }()
+		}
 		if !s.poll.hasFinished() && s.refuses(s.ctx) {
 			// Down, not busy: the first read ends here, and the lease
 			// calls' timeouts count from now on (busy).
@@ -208,11 +215,7 @@ func (s *Syncer) pollQuotaAsync(ctx context.Context, now time.Time) bool {
 		}
 		v, err := s.readQuota(s.ctx, s.livenessTimeout())
 		s.poll.finish(v, err)
-		if count && err == nil {
-			// After the read, which tells a down Redis from a busy one
-			// first, and only when Redis answered it.
-			s.countRoster(s.ctx)
-		}
+		answered = err == nil
 	}()
 	return changed
 }

@@ -2,7 +2,11 @@ package syncer
 
 import (
 	"context"
+	"errors"
+	"sync/atomic"
 	"time"
+
+	"github.com/leasequota/leasequota/lease"
 )
 
 // The fleet's size, for the floor of the call budget's window (budget.go):
@@ -20,46 +24,78 @@ import (
 // of the quota version that Redis answered (pollQuota), which is a few
 // hundred small script calls a second for a fleet of 1,000 instances.
 
-// rosterDue reports whether the fleet's roster is due to be counted at
-// now, and marks it counted: once a lease TTL (each entry lives for the
-// instance's registry window, six lease TTLs by default, two with
-// reservations), and with every poll of the quota version while the
-// count rises (rosterRising). Why: a fleet that starts at once counts
-// 1, 2, ... as its instances come in, and the first instances would keep
-// the floors of a small fleet for a lease TTL, while their first calls
-// saturate Redis (TestSaturatedSparseFleet: 14,934 lease calls failed
-// after its start, none with the recounts). Never for a store that
-// cannot count (a Store of an earlier release, a test double): the
-// budget then goes by the registries. Called by the loop only, as
-// pollQuota is.
-func (s *Syncer) rosterDue(now time.Time) bool {
-	if s.counter == nil {
-		return false
-	}
-	ns := now.UnixNano()
-	if s.rosterCounted != 0 && ns-s.rosterCounted < int64(s.leaseTTL) && !s.rosterRising.Load() {
-		return false
-	}
-	s.rosterCounted = ns
-	return true
+// fleetRoster is what a Syncer keeps of the fleet's roster. The loop
+// decides when to count (rosterDue) and a poll's goroutine counts
+// (countRoster), so every field is an atomic or set once by New.
+type fleetRoster struct {
+	counter lease.InstanceCounter // the store, when it can count; nil otherwise (set by New)
+	n       atomic.Int64          // the last count; 0 before one
+	rising  atomic.Bool           // the last count was more than the one before it (the first: more than none)
+	off     atomic.Bool           // the store refused the roster for good: no more counts
+	busy    atomic.Bool           // a count is due or in flight: one at a time
+	at      atomic.Int64          // unix nanoseconds of the last count made
 }
 
-// countRoster counts the fleet's instances, this one included, and keeps
-// the count; a count that fails keeps the last one (an instance gone
-// stays counted until then, which only lowers the floors). It has the
-// liveness read's deadline (livenessTimeout), not a lease call's: the
-// count matters most while Redis is saturated, when the queue the floors
-// made is longer than a call's deadline, and a count that timed out with
-// them would leave the floors as they were (TestSaturatedSparseFleet: 1 %
-// of the rate admitted with the call deadline).
-func (s *Syncer) countRoster(ctx context.Context) {
-	if s.counter == nil {
+// counting reports whether the store counts the roster.
+func (r *fleetRoster) counting() bool { return r.counter != nil && !r.off.Load() }
+
+// rosterDue reports whether the fleet's roster is due to be counted at
+// now, and if so takes the one count in flight, which countRoster gives
+// back: once a lease TTL (each entry lives for the instance's registry
+// window, six lease TTLs by default, two with reservations), and at every
+// poll of the quota version while the count rises. Why: a fleet that
+// starts at once counts 1, 2, ... as its instances come in, and the first
+// instances would keep the floors of a small fleet for a lease TTL, while
+// their first calls saturate Redis (TestSaturatedSparseFleet: 14,934
+// lease calls failed after its start, none with the recounts). Never for
+// a store that cannot count (a Store of an earlier release, a test
+// double) or refused the roster for good: the budget then goes by the
+// registries. Called by the loop only, as pollQuota is.
+func (s *Syncer) rosterDue(now time.Time) bool {
+	r := &s.roster
+	if !r.counting() || r.busy.Load() {
+		return false
+	}
+	if last := r.at.Load(); last != 0 && now.UnixNano()-last < int64(s.leaseTTL) && !r.rising.Load() {
+		return false
+	}
+	return r.busy.CompareAndSwap(false, true)
+}
+
+// countRoster makes the count rosterDue took, for the poll at now, within
+// timeout, and keeps what it finds: only after a read of the quota version
+// that Redis answered (answered), so that a Redis that refuses
+// connections is found down first, without a count waiting out its
+// deadline (go-redis retries the dial); unmade, the count is due again at
+// the next poll. (On a Redis Cluster the roster's key may live on another
+// master than the version's: a count to a dead one fails within its
+// deadline.) A count that fails keeps the last one (an instance gone stays
+// counted until then, which only lowers the floors); a refusal for good
+// (lease.ErrNoRoster, or a store without an instance id) stops counting.
+//
+// The poll's goroutine runs it beside the rounds with the liveness read's
+// deadline (livenessTimeout), not a lease call's: the count matters most
+// while Redis is saturated, when the queue the floors made is longer than
+// a call's deadline, and a count that timed out with them would leave the
+// floors as they were (TestSaturatedSparseFleet: 1 % of the rate admitted
+// with the call deadline). In driven mode the tick runs it, within the
+// call deadline.
+func (s *Syncer) countRoster(ctx context.Context, now time.Time, timeout time.Duration, answered bool) {
+	r := &s.roster
+	defer r.busy.Store(false)
+	if !answered {
 		return
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.livenessTimeout())
+	r.at.Store(now.UnixNano())
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	if n, err := s.counter.CountInstances(ctx); err == nil && n > 0 {
-		s.rosterRising.Store(int64(n) > s.roster.Swap(int64(n)))
+	n, err := r.counter.CountInstances(ctx)
+	switch {
+	case errors.Is(err, lease.ErrNoRoster) || errors.Is(err, lease.ErrBadRequest):
+		r.off.Store(true)
+		r.rising.Store(false)
+	case err == nil && n > 0:
+		r.rising.Store(int64(n) > r.n.Swap(int64(n)))
 	}
 }
 
@@ -75,11 +111,13 @@ func (s *Syncer) countRoster(ctx context.Context) {
 // instance's floor, and with floors sized so (or by the registries,
 // which report a handful of instances then) the fleet stayed saturated
 // for seconds (TestSaturatedSparseFleet: 6,509 to 9,837 lease calls
-// failed after its start). A store that cannot count leaves the floor to
-// the registries, as before the roster.
+// failed after its start). A store that cannot count, or refused the
+// roster for good, leaves the floor to the registries, as before the
+// roster.
 func (s *Syncer) callFloor() int {
-	if s.counter != nil && (s.roster.Load() == 0 || s.rosterRising.Load()) {
+	n := s.roster.n.Load()
+	if s.roster.counting() && (n == 0 || s.roster.rising.Load()) {
 		return budgetMin
 	}
-	return budgetFloor(max(s.fleetSize(), int(s.roster.Load())))
+	return budgetFloor(max(s.fleetSize(), int(n)))
 }

@@ -115,6 +115,24 @@ func TestCallFloorFollowsTheRoster(t *testing.T) {
 		t.Fatalf("with 10 instances in the tenant's registry, 4 in the roster: floor %d, want %d", got, 256/10)
 	}
 
+	// A store that cannot keep the roster (here, a view without an
+	// instance id, which CountInstances refuses): counting stops after
+	// the first refusal, and the floor goes by the registries, as without
+	// a roster.
+	noID := syncer.New(mustInstance(t, mem, "", 0), syncer.Options{
+		Planner: syncer.NewPlanner(syncer.Config{Interval: interval}, 1),
+		Now:     now,
+		Driven:  true,
+	})
+	defer noID.Close()
+	for range 3 {
+		clock.Add(int64(interval))
+		noID.Tick(ctx)
+	}
+	if got, n := noID.CallFloor(), noID.Stats().Instances; got != 256 || n != 0 {
+		t.Fatalf("a store that refuses the roster: floor %d, %d counted; want 256 and none", got, n)
+	}
+
 	// A store that cannot count: the floor goes by the registries, which
 	// have reported nothing yet (256 for a lone instance), and no count
 	// is made.

@@ -27,7 +27,8 @@ type Stats struct {
 	// Instances is the fleet's size as the last count of its roster gave
 	// it (lease.InstanceCounter; every lease TTL): what the call budget's
 	// floor is divided by, unless a tenant's registry reported more. 0
-	// before the first count, or with a store that cannot count.
+	// before the first count, or with a store that cannot count or
+	// refused the roster for good.
 	Instances int64
 }
 
@@ -49,6 +50,6 @@ func (s *Syncer) Stats() Stats {
 		WindowCuts: cuts,
 		Reserved:   s.reserved.Load(),
 		Dripped:    s.dripped.Load(),
-		Instances:  s.roster.Load(),
+		Instances:  s.roster.n.Load(),
 	}
 }

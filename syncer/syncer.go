@@ -88,8 +88,7 @@ type Options struct {
 // others it must not run beside.
 type Syncer struct {
 	client  lease.Store
-	counter lease.InstanceCounter // client, when it counts the fleet's roster (roster.go); nil otherwise
-	reg     registry              // every tenant this instance tracks
+	reg     registry // every tenant this instance tracks
 	planner *Planner
 	opts    Options
 
@@ -130,7 +129,6 @@ type Syncer struct {
 	quotaVer                   int64 // the quota version last seen
 	quotaPolled                int64 // unix nanoseconds of the last poll of it
 	quotaKnown                 bool  // quotaVer has been read once
-	rosterCounted              int64 // unix nanoseconds of the last count of the fleet's roster (rosterDue)
 	// nodeDone is closed when the last round's work on the node is done
 	// (Cluster mode; see dispatch).
 	nodeDone map[string]chan struct{}
@@ -178,13 +176,9 @@ type Syncer struct {
 	// on any tenant (at least Options.Instances): the fleet size assumed
 	// for a tenant whose own count is unknown.
 	fleet atomic.Int64
-	// roster is the fleet's size as the last count of its roster gave it
-	// (roster.go); 0 before one, or with a store that cannot count.
-	roster atomic.Int64
-	// rosterRising says the last count of the roster was more than the
-	// one before (the first count: more than none): count again at the
-	// next poll (rosterDue).
-	rosterRising atomic.Bool
+	// roster is the fleet's roster as this instance last counted it
+	// (roster.go).
+	roster fleetRoster
 
 	// recovered is closed, and replaced by a new channel, each time lease
 	// calls succeed again after failing (the breaker closes; in Cluster
@@ -231,7 +225,7 @@ func New(client lease.Store, opts Options) *Syncer {
 		ctx:     ctx,
 		cancel:  cancel,
 	}
-	s.counter, _ = client.(lease.InstanceCounter)
+	s.roster.counter, _ = client.(lease.InstanceCounter)
 	s.fleet.Store(int64(max(opts.Instances, 0)))
 	s.reg.init()
 	s.one.budget.init(opts.Now())
