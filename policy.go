@@ -123,7 +123,7 @@ lookup:
 	for {
 		ts = ts[:0]
 		for _, name := range tenants {
-			e, q, err := l.tenantOf(name)
+			e, q, err := l.track(name)
 			if err != nil {
 				// WaitAll, when the registry is full: as WaitN, it waits
 				// for eviction and looks every tenant up again (nothing is

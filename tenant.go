@@ -11,7 +11,9 @@ import (
 // an error wrapping ErrInvalidQuota, and tracks nothing; when the syncer
 // tracks too many tenants, syncer.ErrTooManyTenants.
 func (l *Limiter) track(tenant string) (*syncer.Tenant, Quota, error) {
-	if t := l.sync.Tenant(tenant); t != nil {
+	if t := l.sync.Tenant(tenant); t != nil && !t.Evicted() {
+		// (One evicted since the lookup is out of the registry already:
+		// Track below makes the tenant anew.)
 		return t, quotaOf(t), nil
 	}
 	q, err := l.baseQuota(tenant)
@@ -23,17 +25,6 @@ func (l *Limiter) track(tenant string) (*syncer.Tenant, Quota, error) {
 		return nil, q, err
 	}
 	return t, quotaOf(t), nil
-}
-
-// tenantOf is the tenant as a decision finds it: the syncer's, or, when
-// it has none or an evicted one, track's (whose quota, with an error, is
-// the refused tenant's; without one the quota is left zero, the caller
-// reading the tenant's own).
-func (l *Limiter) tenantOf(tenant string) (*syncer.Tenant, Quota, error) {
-	if e := l.sync.Tenant(tenant); e != nil && !e.Evicted() {
-		return e, Quota{}, nil
-	}
-	return l.track(tenant)
 }
 
 // fleetRemaining is Decision.FleetRemaining of a decision that left left

@@ -46,10 +46,11 @@ type budget struct {
 
 // The window's bounds. It starts at budgetInitial and never falls below its
 // floor, this instance's share of budgetFleetFloor (budgetFloor, by the
-// fleet's size as Syncer.callFloor counts it), and at least budgetMin, so that a busy Redis still serves the most urgent
-// tenants every round trip. budgetMin is one command, so that the
-// fleet's floors together stay budgetFleetFloor up to 256 instances, and
-// a command an instance beyond: at 8, as before, the floors of 256
+// fleet's size as Syncer.callFloor counts it), and at least budgetMin, so
+// that a busy Redis still serves the most urgent tenants every round
+// trip. budgetMin is one command, so that the fleet's floors together
+// stay budgetFleetFloor up to 256 instances, and a command an instance
+// beyond: at 8, as before, the floors of 256
 // instances alone made a queue of 2,048 commands, 82 ms of a Redis
 // running a command in 40 µs, past a call's deadline of about 50 ms, and
 // in the queue model of that fleet (TestSaturatedLargeFleet) every call

@@ -59,9 +59,10 @@ func (q queuedReturn) aged(now time.Time) lease.ReleaseRequest {
 // of several nodes' tenants; a cluster client splits them). The requests'
 // ages were reckoned at planned: each pipeline adds the time from then to
 // its send to its requests' Age (in reqs), which a wait for an earlier
-// pipeline, for a call slot or for a node's earlier round may make long. (Without it, such a release reached
-// Redis later than its Age allowed, and one that names no grant could be
-// credited as if its tokens were younger.)
+// pipeline, for a call slot or for a node's earlier round may make long.
+// (Without it, such a release reached Redis later than its Age allowed,
+// and one that names no grant could be credited as if its tokens were
+// younger.)
 func (s *Syncer) release(ctx context.Context, round *telemetry.Round, node *redisNode, reqs []lease.ReleaseRequest, timeout time.Duration, planned time.Time) (int64, error) {
 	var (
 		errs     []error

@@ -53,7 +53,7 @@ func (r *fleetRoster) counting() bool { return r.counter != nil && !r.off.Load()
 // registries. Called by the loop only, as pollQuota is.
 func (s *Syncer) rosterDue(now time.Time) bool {
 	r := &s.roster
-	if !r.counting() || r.busy.Load() {
+	if !r.counting() {
 		return false
 	}
 	if last := r.at.Load(); last != 0 && now.UnixNano()-last < int64(s.leaseTTL) && !r.rising.Load() {

@@ -24,18 +24,19 @@ func TestCallFloorFollowsTheRoster(t *testing.T) {
 	clock.Store(time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
 	now := func() time.Time { return time.Unix(0, clock.Load()) }
 	mem := memstore.New(memstore.WithClock(now))
-	const window = 10 * time.Second
-	view, err := mem.Instance("me", window)
-	if err != nil {
-		t.Fatal(err)
+	const window, interval = 10 * time.Second, 100 * time.Millisecond
+	// driven is a driven-mode Syncer on st, closed when the test ends.
+	driven := func(st lease.Store) *syncer.Syncer {
+		s := syncer.New(st, syncer.Options{
+			Planner: syncer.NewPlanner(syncer.Config{Interval: interval}, 1),
+			Now:     now,
+			Driven:  true,
+		})
+		t.Cleanup(s.Close)
+		return s
 	}
-	const interval = 100 * time.Millisecond
-	s := syncer.New(view, syncer.Options{
-		Planner: syncer.NewPlanner(syncer.Config{Interval: interval}, 1),
-		Now:     now,
-		Driven:  true,
-	})
-	defer s.Close()
+	view := mustInstance(t, mem, "me", window)
+	s := driven(view)
 	ctx := context.Background()
 	tick := func() {
 		clock.Add(int64(interval))
@@ -55,11 +56,7 @@ func TestCallFloorFollowsTheRoster(t *testing.T) {
 	// Three more instances count themselves: the next count, a lease TTL
 	// on, rises to 4 (floor 1 again), and the one after agrees (256/4).
 	for _, id := range []string{"a", "b", "c"} {
-		v, err := mem.Instance(id, window)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := v.(lease.InstanceCounter).CountInstances(ctx); err != nil {
+		if _, err := mustInstance(t, mem, id, window).(lease.InstanceCounter).CountInstances(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -82,12 +79,7 @@ func TestCallFloorFollowsTheRoster(t *testing.T) {
 	// roster (4), so the floor goes by the larger of the two counts:
 	// 256/4 while the tenant's registry reports 2, 256/10 once it
 	// reports 10.
-	old := syncer.New(struct{ lease.Store }{mustInstance(t, mem, "old", window)}, syncer.Options{
-		Planner: syncer.NewPlanner(syncer.Config{Interval: interval}, 1),
-		Now:     now,
-		Driven:  true,
-	})
-	defer old.Close()
+	old := driven(struct{ lease.Store }{mustInstance(t, mem, "old", window)})
 	lim := quota.Quota{Rate: 100, Burst: 100, MinLease: 1, MaxLease: 10, LeaseTTL: time.Second}
 	for _, x := range []*syncer.Syncer{old, s} {
 		tn, err := x.Track("t", lim)
@@ -119,12 +111,7 @@ func TestCallFloorFollowsTheRoster(t *testing.T) {
 	// instance id, which CountInstances refuses): counting stops after
 	// the first refusal, and the floor goes by the registries, as without
 	// a roster.
-	noID := syncer.New(mustInstance(t, mem, "", 0), syncer.Options{
-		Planner: syncer.NewPlanner(syncer.Config{Interval: interval}, 1),
-		Now:     now,
-		Driven:  true,
-	})
-	defer noID.Close()
+	noID := driven(mustInstance(t, mem, "", 0))
 	for range 3 {
 		clock.Add(int64(interval))
 		noID.Tick(ctx)
@@ -136,12 +123,7 @@ func TestCallFloorFollowsTheRoster(t *testing.T) {
 	// A store that cannot count: the floor goes by the registries, which
 	// have reported nothing yet (256 for a lone instance), and no count
 	// is made.
-	plain := syncer.New(struct{ lease.Store }{view}, syncer.Options{
-		Planner: syncer.NewPlanner(syncer.Config{Interval: interval}, 1),
-		Now:     now,
-		Driven:  true,
-	})
-	defer plain.Close()
+	plain := driven(struct{ lease.Store }{view})
 	plain.Tick(ctx)
 	if got, n := plain.CallFloor(), plain.Stats().Instances; got != 256 || n != 0 {
 		t.Fatalf("a store that cannot count: floor %d, %d counted; want 256 and none", got, n)
