@@ -237,7 +237,9 @@ func (l *Limiter) Degraded() bool { return l.sync.Degraded() }
 // Close stops the syncer, waits for its goroutines and for the lease
 // calls they have in flight (each bounded by WithRedisTimeout's deadline,
 // so that no token Redis granted is lost to a canceled reply), and returns
-// every unused leased token to Redis (bounded by ctx). The returns get the time
+// every unused leased token to Redis (bounded by ctx), then takes this
+// limiter out of the fleet's roster (lease.RosterLeaver; an error there
+// is not returned: the entry expires by itself). The returns get the time
 // ctx gives, or a lease call's deadline (WithRedisTimeout, plus 300 µs a
 // tenant) when ctx has no deadline or a shorter one: give a ctx with a
 // deadline of a few seconds, or tokens held when Redis is busy may be

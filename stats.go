@@ -46,7 +46,8 @@ type Stats struct {
 	// lease TTL; lease.RosterKey), itself included: the call window's
 	// floor is 256 script calls shared among them. 0 before the first
 	// count, or when Redis refuses the roster (an ACL without its key).
-	// Limiters of an earlier release are not counted; one that stopped is
+	// Limiters of an earlier release are not counted; one that closed
+	// left the roster (Close), and one that stopped without Close is
 	// counted until its entry expires, a registry window after its last
 	// count.
 	Instances int64

@@ -1527,7 +1527,8 @@ func confShareOutlivesWindow(c *cx) {
 // confInstanceRoster: CountInstances counts each instance once however
 // often it counts, each for its own window since its last count
 // (lease.RosterKey), so a short window drops out of a long one's count and
-// not the other way round; a view without an instance id is refused.
+// not the other way round; LeaveRoster takes an instance out at once; a
+// view without an instance id is refused.
 // Only the short window's view, sh, counts where time is the subject:
 // a and b have windows no stall of a loaded machine outlasts.
 func confInstanceRoster(c *cx) {
@@ -1551,4 +1552,22 @@ func confInstanceRoster(c *cx) {
 	c.sp.advance(short + 50*time.Millisecond)
 	count(b, "b once sh's window passed", 2)
 	count(sh, "sh back", 3)
+	// An instance that leaves is counted no more at once, whatever its
+	// window; leaving again, or without an entry, is no error; a later
+	// count records it again.
+	leave := func(v lease.Store, what string) {
+		c.t.Helper()
+		if err := v.(lease.RosterLeaver).LeaveRoster(c.ctx); err != nil {
+			c.t.Fatalf("%s: LeaveRoster: %v", what, err)
+		}
+	}
+	leave(a, "a")
+	count(b, "b after a left", 2)
+	leave(a, "a again")
+	count(sh, "sh after a left twice", 2)
+	count(a, "a back", 3)
+	if err := plain.(lease.RosterLeaver).LeaveRoster(c.ctx); !errors.Is(err, lease.ErrBadRequest) {
+		c.t.Fatalf("a view without an instance id leaves: %v; want ErrBadRequest", err)
+	}
+	count(b, "b after a refused leave", 3)
 }

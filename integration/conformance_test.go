@@ -705,6 +705,17 @@ func (v *shadowed) CountInstances(ctx context.Context) (int, error) {
 	return n, err
 }
 
+// LeaveRoster leaves on Redis, then on the shadow: both agree on the
+// error, and the counts after it (CountInstances) on the roster.
+func (v *shadowed) LeaveRoster(ctx context.Context) error {
+	err := v.real.LeaveRoster(ctx)
+	merr := v.mem.(lease.RosterLeaver).LeaveRoster(ctx)
+	if !sameErr(err, merr) {
+		v.sp.t.Errorf("leave the roster: Redis %v; memstore %v", err, merr)
+	}
+	return err
+}
+
 func (v *shadowed) GetOverride(ctx context.Context, tenant string) (*lease.Override, error) {
 	o, err := v.real.GetOverride(ctx, tenant)
 	m, merr := v.mem.GetOverride(ctx, tenant)

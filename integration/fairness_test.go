@@ -26,8 +26,13 @@ func leakCheck(t *testing.T) {
 // test ends.
 func newLimiters(t *testing.T, n int, opts ...leasequota.Option) []*leasequota.Limiter {
 	t.Helper()
+	return newLimitersAt(t, redistest.Prefix(t), n, opts...)
+}
+
+// newLimitersAt is newLimiters with the key prefix given.
+func newLimitersAt(t *testing.T, prefix string, n int, opts ...leasequota.Option) []*leasequota.Limiter {
+	t.Helper()
 	srv := redistest.Shared(t)
-	prefix := redistest.Prefix(t)
 	ls := make([]*leasequota.Limiter, n)
 	for i := range ls {
 		c := srv.Client()

@@ -47,7 +47,22 @@ type InstanceCounter interface {
 	CountInstances(ctx context.Context) (int, error)
 }
 
-var _ InstanceCounter = (*Client)(nil)
+// A RosterLeaver takes its instance out of the fleet's roster when the
+// instance stops, so that the others count it no more at once rather
+// than a window later: a fleet restarted under new instance ids is not
+// counted twice for a window. *Client and lease/memstore's Instance
+// implement it. The syncer calls it at Close (ReleaseAll), after the last
+// count.
+type RosterLeaver interface {
+	// LeaveRoster removes the caller's entry from the roster, if it has
+	// one. A later CountInstances records it again.
+	LeaveRoster(ctx context.Context) error
+}
+
+var (
+	_ InstanceCounter = (*Client)(nil)
+	_ RosterLeaver    = (*Client)(nil)
+)
 
 // CountInstances records this client's instance (WithInstance) in the
 // roster at RosterKey for its window and returns how many instances have
@@ -62,7 +77,7 @@ var _ InstanceCounter = (*Client)(nil)
 // earlier releases do not, so during a rollout it errs low; and an
 // instance that stopped stays counted until its entry expires, a window
 // after its last count (a process restarted under a new id is counted
-// twice until then).
+// twice until then, unless it left with LeaveRoster).
 func (c *Client) CountInstances(ctx context.Context) (int, error) {
 	if c.instance == "" {
 		return 0, fmt.Errorf("%w: CountInstances needs an instance id", ErrBadRequest)
@@ -76,4 +91,26 @@ func (c *Client) CountInstances(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("lease: count instances: %w", err)
 	}
 	return int(n), nil
+}
+
+// LeaveRoster removes this client's instance (WithInstance) from the
+// roster at RosterKey, if it has an entry there, so that the other
+// instances count it no more: call it once the instance has stopped
+// counting (the Limiter's Close does). One script call (ZREM of the
+// roster). It fails with an error wrapping ErrBadRequest for a client
+// without WithInstance, without calling Redis, and with one wrapping
+// ErrNoRoster when Redis refuses the roster for good. An entry that
+// could not be removed expires by itself, a window after its last count.
+func (c *Client) LeaveRoster(ctx context.Context) error {
+	if c.instance == "" {
+		return fmt.Errorf("%w: LeaveRoster needs an instance id", ErrBadRequest)
+	}
+	err := leaveScript.run(ctx, c.s, []string{RosterKey(c.prefix)}, c.instance).Err()
+	if redis.HasErrorPrefix(err, "NOPERM") || redis.HasErrorPrefix(err, "WRONGTYPE") {
+		return fmt.Errorf("%w: %w", ErrNoRoster, err)
+	}
+	if err != nil {
+		return fmt.Errorf("lease: leave the roster: %w", err)
+	}
+	return nil
 }

@@ -125,3 +125,68 @@ func TestCountInstancesOnAKeyOfAnotherType(t *testing.T) {
 		t.Fatalf("the string at the roster's key has PTTL %v, %v; want none set", ttl, err)
 	}
 }
+
+// TestLeaveRoster, on redis-server: an instance that leaves is counted no
+// more at once, its entry the only one removed; leaving without an entry
+// is no error; a plain client is refused without a call; the script
+// refuses an empty id and writes nothing; a key of another type is
+// refused with ErrNoRoster and left as it was.
+func TestLeaveRoster(t *testing.T) {
+	ctx := context.Background()
+	rdb := redisserver.Client(t)
+	prefix := redisserver.Prefix(t)
+	key := RosterKey(prefix)
+	newClient := func(id string) *Client {
+		t.Helper()
+		c, err := NewClient(rdb, prefix, WithInstance(id, time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	a, b := newClient("a"), newClient("b")
+	for _, c := range []*Client{a, b} {
+		if _, err := c.CountInstances(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.LeaveRoster(ctx); err != nil {
+		t.Fatalf("a leaves: %v", err)
+	}
+	if ids, err := rdb.ZRange(ctx, key, 0, -1).Result(); err != nil || len(ids) != 1 || ids[0] != "b" {
+		t.Fatalf("roster after a left: %q, %v; want only b", ids, err)
+	}
+	if n, err := b.CountInstances(ctx); err != nil || n != 1 {
+		t.Fatalf("b after a left: %d, %v; want 1", n, err)
+	}
+	if err := a.LeaveRoster(ctx); err != nil {
+		t.Fatalf("a leaves again, without an entry: %v", err)
+	}
+	plain, err := NewClient(rdb, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := plain.LeaveRoster(ctx); !errors.Is(err, ErrBadRequest) {
+		t.Errorf("a client without WithInstance leaves: %v; want ErrBadRequest", err)
+	}
+	if err := leaveScript.run(ctx, rdb, []string{key}, "").Err(); err == nil || !strings.Contains(err.Error(), "roster:") {
+		t.Errorf("leave.lua with an empty id: %v, want a roster: error", err)
+	}
+	if ids, err := rdb.ZRange(ctx, key, 0, -1).Result(); err != nil || len(ids) != 1 || ids[0] != "b" {
+		t.Fatalf("roster after the refused leaves: %q, %v; want only b", ids, err)
+	}
+	other := RosterKey(prefix + "other:")
+	if err := rdb.Set(ctx, other, "someone else's", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewClient(rdb, prefix+"other:", WithInstance("a", time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.LeaveRoster(ctx); !errors.Is(err, ErrNoRoster) {
+		t.Fatalf("LeaveRoster over a string: %v; want ErrNoRoster", err)
+	}
+	if v, err := rdb.Get(ctx, other).Result(); err != nil || v != "someone else's" {
+		t.Fatalf("the string at the roster's key is now %q, %v", v, err)
+	}
+}

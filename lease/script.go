@@ -53,9 +53,12 @@ var (
 	adminSource string
 	//go:embed inspect.lua
 	inspectSource string
-	// roster.lua keeps the fleet's roster (CountInstances).
+	// roster.lua keeps the fleet's roster (CountInstances), and leave.lua
+	// takes an instance out of it (LeaveRoster).
 	//go:embed roster.lua
 	rosterSource string
+	//go:embed leave.lua
+	leaveSource string
 )
 
 // The scripts with their digests, computed once. These are the package's
@@ -67,6 +70,7 @@ var (
 	adminScript   = newScript(commonSource + adminSource)
 	inspectScript = newScript(inspectSource)
 	rosterScript  = newScript(rosterSource)
+	leaveScript   = newScript(leaveSource)
 )
 
 // script is a Lua script and its SHA-1 digest, the name EVALSHA knows it by.

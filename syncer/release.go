@@ -126,12 +126,14 @@ func (s *Syncer) release(ctx context.Context, round *telemetry.Round, node *redi
 // ReleaseAll drains every tenant's tokens and returns them to Redis, and
 // ends the rate shares the tenants hold (an acquire of nothing with
 // lease.ShareEnd: Redis refills the bucket at the whole rate again,
-// rather than for a share nobody spends until its epoch ends). Call it
-// after Run has returned and Close, so nothing refills behind it. Its
-// calls bypass the circuit breaker: they are the last chance to return
-// the tokens. They get the time ctx gives, when it gives more than a
-// call's deadline.
+// rather than for a share nobody spends until its epoch ends), and then
+// takes the instance out of the fleet's roster (leaveRoster). Call it
+// after Run has returned and Close, so nothing refills or counts behind
+// it. Its calls bypass the circuit breaker: they are the last chance to
+// return the tokens. They get the time ctx gives, when it gives more than
+// a call's deadline.
 func (s *Syncer) ReleaseAll(ctx context.Context) error {
+	defer s.leaveRoster(ctx)
 	var (
 		reqs []lease.ReleaseRequest
 		ends []lease.Request

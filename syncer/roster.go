@@ -121,3 +121,24 @@ func (s *Syncer) callFloor() int {
 	}
 	return budgetFloor(max(s.fleetSize(), int(n)))
 }
+
+// leaveRoster takes this instance out of the fleet's roster at Close
+// (ReleaseAll), after its last count, so that the other instances count
+// it no more at once: a fleet restarted under new instance ids would
+// otherwise be counted twice for a registry window, which halves its
+// floors. Only when this instance counted itself (a count was made) and
+// Redis is not failing (Degraded), so that a Close without Redis does
+// not wait out a call's deadline for it; the entry then expires by
+// itself, a window after the last count. Its error is dropped for the
+// same reason: nothing is lost with it but a window of a count too high,
+// which only lowers the floors.
+func (s *Syncer) leaveRoster(ctx context.Context) {
+	r := &s.roster
+	leaver, ok := r.counter.(lease.RosterLeaver)
+	if !ok || !r.counting() || r.at.Load() == 0 || s.Degraded() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.callTimeout(1))
+	defer cancel()
+	_ = leaver.LeaveRoster(ctx)
+}

@@ -139,3 +139,69 @@ func mustInstance(t *testing.T, mem *memstore.Store, id string, window time.Dura
 	}
 	return v
 }
+
+// leavingView is a memstore view that counts its LeaveRoster calls.
+type leavingView struct {
+	lease.Store
+	leaves atomic.Int32
+}
+
+func (v *leavingView) CountInstances(ctx context.Context) (int, error) {
+	return v.Store.(lease.InstanceCounter).CountInstances(ctx)
+}
+
+func (v *leavingView) LeaveRoster(ctx context.Context) error {
+	v.leaves.Add(1)
+	return v.Store.(lease.RosterLeaver).LeaveRoster(ctx)
+}
+
+// TestReleaseAllLeavesTheRoster: at Close (ReleaseAll) an instance that
+// counted itself leaves the fleet's roster, so the others count it no
+// more at once; one that never counted makes no call for it.
+func TestReleaseAllLeavesTheRoster(t *testing.T) {
+	var clock atomic.Int64
+	clock.Store(time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	now := func() time.Time { return time.Unix(0, clock.Load()) }
+	mem := memstore.New(memstore.WithClock(now))
+	const window, interval = 10 * time.Second, 100 * time.Millisecond
+	ctx := context.Background()
+	driven := func(st lease.Store) *syncer.Syncer {
+		return syncer.New(st, syncer.Options{
+			Planner: syncer.NewPlanner(syncer.Config{Interval: interval}, 1),
+			Now:     now,
+			Driven:  true,
+		})
+	}
+	other := mustInstance(t, mem, "other", window).(lease.InstanceCounter)
+	if _, err := other.CountInstances(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	counted := &leavingView{Store: mustInstance(t, mem, "me", window)}
+	s := driven(counted)
+	clock.Add(int64(interval))
+	s.Tick(ctx)
+	if n := s.Stats().Instances; n != 2 {
+		t.Fatalf("after a tick: %d counted, want 2", n)
+	}
+	s.Close()
+	if err := s.ReleaseAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := counted.leaves.Load(); got != 1 {
+		t.Errorf("an instance that counted itself: %d LeaveRoster calls at ReleaseAll, want 1", got)
+	}
+	if n, err := other.CountInstances(ctx); err != nil || n != 1 {
+		t.Errorf("after the other instance left: %d counted, %v; want 1", n, err)
+	}
+
+	silent := &leavingView{Store: mustInstance(t, mem, "silent", window)}
+	s = driven(silent)
+	s.Close()
+	if err := s.ReleaseAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := silent.leaves.Load(); got != 0 {
+		t.Errorf("an instance that never counted: %d LeaveRoster calls at ReleaseAll, want 0", got)
+	}
+}

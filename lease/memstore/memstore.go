@@ -855,7 +855,10 @@ func (in *Instance) QuotaVersion(ctx context.Context) (int64, error) {
 	return s.version, nil
 }
 
-var _ lease.InstanceCounter = (*Instance)(nil)
+var (
+	_ lease.InstanceCounter = (*Instance)(nil)
+	_ lease.RosterLeaver    = (*Instance)(nil)
+)
 
 // CountInstances records in's instance in the store's roster for its
 // window and returns how many instances are recorded there, each for its
@@ -889,4 +892,24 @@ func (in *Instance) CountInstances(ctx context.Context) (int, error) {
 		}
 	}
 	return len(s.roster), nil
+}
+
+// LeaveRoster removes in's instance from the store's roster (lease.Client's
+// LeaveRoster). It fails with an error wrapping lease.ErrBadRequest for an
+// Instance without an id.
+func (in *Instance) LeaveRoster(ctx context.Context) error {
+	s, err := in.store("leave the roster")
+	if err != nil {
+		return err
+	}
+	if in.id == "" {
+		return fmt.Errorf("%w: LeaveRoster needs an instance id", lease.ErrBadRequest)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("memstore: leave the roster: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.roster, in.id)
+	return nil
 }
