@@ -40,6 +40,7 @@ func (s *Syncer) evict(ts []*Tenant, now time.Time, releases []lease.ReleaseRequ
 	s.reg.remove(ts)
 	for _, t := range ts {
 		t.setFlag(flagEvicted, true)
+		s.forgetFailing(t)
 		if r, ok := s.drainLocked(t, now); ok {
 			releases = append(releases, r)
 		}

@@ -59,6 +59,22 @@ func (s *Syncer) setFailing(t *Tenant, failing bool, err error) {
 	}
 }
 
+// forgetFailing takes t, being evicted, off the failing tenants of
+// Cluster mode, reporting the last of them as setFailing does. Why: only a
+// success of the same tenant took it off, so a tenant evicted while its
+// node was down kept the Syncer Degraded for good, after its node came
+// back and other tenants leased again, and Close then skipped leaving the
+// roster (TestEvictedFailingTenantIsNotDegraded). Without Cluster mode the
+// breaker is Redis's health, not a tenant's, and stays as it is.
+func (s *Syncer) forgetFailing(t *Tenant) {
+	if !t.setFlag(flagFailing, false) || !s.opts.Cluster {
+		return
+	}
+	if n := s.failingTenants.Add(-1); n == 0 && s.opts.OnDegraded != nil {
+		s.opts.OnDegraded(false, nil)
+	}
+}
+
 // newBreaker returns the circuit breaker of a Syncer without Cluster: it
 // opens after breakerFailures failed calls in a row and lets one probe
 // call through each interval iv; its changes wake requests waiting through
