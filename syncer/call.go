@@ -169,6 +169,12 @@ func (s *Syncer) busy(ctx context.Context, err error, now time.Time, tenant stri
 		return false
 	}
 	if s.opts.Cluster {
+		// Within the call deadline, as every look-up: a cluster client
+		// without a slot map loads it on the look-up, and the round's ctx
+		// has no deadline, so an unreachable cluster held each timed-out
+		// tenant for go-redis's own dial timeouts, one after another.
+		ctx, cancel := context.WithTimeout(ctx, s.opts.CallTimeout)
+		defer cancel()
 		name, ok := s.nodeOf(ctx, tenant)
 		return ok && s.node(name).answeredWithin(now, s.downAfter())
 	}
