@@ -169,3 +169,35 @@ func TestTurnWaitKeepsTurns(t *testing.T) {
 		}
 	})
 }
+
+// TestDroppedWorkGivesBackItsRoom: work dropped as Run ends (drop) gives
+// back the room admit took for its calls and unlocks its tenants. The room
+// stayed taken for good, which shrank the window of a Syncer whose Run
+// was started again (or whose refills went on) by that many calls.
+func TestDroppedWorkGivesBackItsRoom(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		n := rapid.IntRange(1, 40).Draw(rt, "tenants")
+		s, tenants := admitRig(rt, n, quota.Quota{Rate: 10, Burst: 10})
+		defer s.Close()
+		setWindow(s, rapid.IntRange(1, 60).Draw(rt, "window"))
+		var cands []job
+		for _, tn := range tenants {
+			tn.mu.Lock() // as the round plans the call
+			cands = append(cands, job{t: tn, read: rapid.IntRange(0, 9).Draw(rt, "read") == 0})
+		}
+		jobs, refused := s.admit(s.opts.Now(), cands)
+		for _, j := range refused {
+			j.t.mu.Unlock()
+		}
+		s.drop(&nodeWork{node: &s.one, jobs: jobs}, s.opts.Now())
+		if _, inFlight, _ := s.one.budget.state(); inFlight != 0 {
+			rt.Fatalf("%d calls of %d admitted dropped: %d still in flight, want 0", len(jobs), n, inFlight)
+		}
+		for _, tn := range tenants {
+			if !tn.mu.TryLock() {
+				rt.Fatalf("tenant %s still locked after its call was dropped", tn.name)
+			}
+			tn.mu.Unlock()
+		}
+	})
+}

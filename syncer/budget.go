@@ -111,6 +111,18 @@ func (b *budget) take(n int, force bool, now time.Time) int {
 	return n
 }
 
+// giveBack returns n commands of room that take granted for calls never
+// sent (a round's work dropped as Run ended): they leave the window as
+// they came, neither timely nor late.
+func (b *budget) giveBack(n int) {
+	if n <= 0 {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.inFlight = max(b.inFlight-n, 0)
+}
+
 // done records that a call of n commands taken at sent came back at now
 // (or failed then); late says it was congested: its reply came slow, or
 // not within its deadline. A late call cuts the window by half, not

@@ -158,11 +158,16 @@ func turn(prev, stop <-chan struct{}) bool {
 
 // drop gives up w without a call: its tenants are unlocked as though no
 // call had been planned (the planner keeps nothing for a call in flight),
-// and its returns are left to the next round or ReleaseAll. Nothing was
-// sent, so no granted token is lost.
+// the room its calls took in the node's window goes back (admit took it;
+// a call would have given it back), and its returns are left to the next
+// round or ReleaseAll. Nothing was sent, so no granted token is lost.
 func (s *Syncer) drop(w *nodeWork, now time.Time) {
 	for _, j := range w.jobs {
 		j.t.mu.Unlock()
+	}
+	w.node.budget.giveBack(len(w.jobs))
+	if len(w.jobs) > 0 {
+		s.unlocked.Broadcast()
 	}
 	if len(w.releases) > 0 {
 		s.queue(now, w.releases...) // their ages were reckoned at the round's now
