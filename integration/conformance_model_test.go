@@ -103,7 +103,7 @@ func (m *confModel) release(at int64, lim lease.Limits, amount int64, age time.D
 	if age%time.Millisecond != 0 {
 		ageMS++
 	}
-	g := peaks.GrantTime(at, ageMS*1000, uint32(grant))
+	g := peaks.GrantTime(at, at, ageMS*1000, uint32(grant))
 	clamp := func(c float64) float64 { return max(min(c, float64(amount)), 0) }
 	credit = clamp(float64(lim.Burst) - m.h.Peak(g, x))
 	unmerged = clamp(float64(lim.Burst) - m.u.Peak(g, x))

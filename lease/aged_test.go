@@ -801,7 +801,7 @@ func TestAgedReturnsProperty(t *testing.T) {
 		t.Helper()
 		now := r.ServerTime.UnixMicro()
 		x := refill(now)
-		g := peaks.GrantTime(now, ceilMillis(age)*1000, uint32(id))
+		g := peaks.GrantTime(now, now, ceilMillis(age)*1000, uint32(id))
 		credit := max(min(float64(amount), burst-model.Peak(g, x)), 0)
 		model.Raise(g, credit)
 		modelTk, modelTs = min(x+credit, burst), now
@@ -1019,4 +1019,78 @@ func TestAgedReturnsProperty(t *testing.T) {
 	if credits+partial == 0 || zeroes == 0 {
 		t.Fatalf("returns credited in full %d, in part %d, not at all %d: want both some credits and some zeroes", credits, partial, zeroes)
 	}
+}
+
+// TestAgedReleaseOfAFrozenBucket, on redis-server: a release that gives
+// its age and names no grant counts the age back from Redis's clock, which
+// the age was measured against, not from the bucket's time, which runs
+// ahead of the clock while its refill is reserved. From the bucket's time
+// the grant seemed later than a call made after it, which found the
+// bucket full, so that level was left out of the credit's peak: a token
+// granted before the bucket was next full was credited back (1 of 1),
+// where the exact rule credits nothing. Each attempt is a new tenant; the
+// test needs one whose release reached Redis within the bucket's lead
+// (about 0.8 s), which a stall of a loaded machine may take from it.
+func TestAgedReleaseOfAFrozenBucket(t *testing.T) {
+	ctx := context.Background()
+	rdb := redisserver.Client(t)
+	prefix := redisserver.Prefix(t)
+	plain, err := NewClient(rdb, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reserver, err := NewClient(rdb, prefix, WithInstance("b", time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim := Limits{Rate: 10, Burst: 10}
+	for attempt := range 10 {
+		tenant := fmt.Sprintf("t%d", attempt)
+		sent := time.Now()
+		first, err := plain.Acquire(ctx, tenant, lim, 1)
+		if err != nil || first.Granted != 1 {
+			t.Fatalf("the first acquire: %+v, %v", first, err)
+		}
+		// Refilled to full (a tenth of a second of Redis's clock): the
+		// level a later call records is the burst, so no token granted
+		// before it is owed back.
+		full := first.ServerTime.Add(time.Second / time.Duration(lim.Rate) * 3 / 2)
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			now, err := rdb.Time(ctx).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if now.After(full) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("Redis's clock %v is not past %v after 10 s", now, full)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		res, err := reserver.AcquireMany(ctx, []Request{{Tenant: tenant, Limits: lim, Want: 20, Demand: 10, Reserve: 2 * time.Second}}, nil)
+		if err != nil || res[0].Err != nil {
+			t.Fatalf("the reserving acquire: %v, %v", err, res[0].Err)
+		}
+		whole := res[0].Grant
+		if whole.Immediate() != lim.Burst || whole.Reserved == 0 {
+			t.Fatalf("the reserving acquire got %+v, want the burst and a reservation", whole)
+		}
+		age := time.Since(sent) + 50*time.Millisecond // an upper bound of the grant's age
+		r, err := plain.Release(ctx, tenant, lim, 1, age)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !r.ServerTime.Add(-age).After(whole.ServerTime) {
+			t.Logf("attempt %d: the release came %v after the grant, past the bucket's lead", attempt, age)
+			continue
+		}
+		if r.Credited != 0 {
+			t.Fatalf("a token granted before the bucket was next full, released with its age into a bucket %v ahead of the clock: credited %v, want 0",
+				r.ServerTime.Sub(whole.ServerTime), r.Credited)
+		}
+		return
+	}
+	t.Fatal("no attempt reached Redis within the bucket's lead")
 }

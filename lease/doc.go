@@ -195,13 +195,14 @@
 // (ReleaseRequest.Grant, from Grant.ID: the low 32 bits of its time, which
 // tell the time exactly while the age is below about 71 minutes, even if
 // the release arrives later than the age allows). It takes g = that grant's time, or
-// now - age without it, credits c = min(amount, Burst - P) with P from the
+// Redis's clock less the age without it (not the bucket's time, which runs
+// ahead of the clock while its refill is reserved), credits c = min(amount, Burst - P) with P from the
 // history, and adds c to every entry after g: the bucket without those
 // tokens granted would have been c higher ever since, so a later return
 // cannot use the same room below the cap again. (Without that, two returns
 // of tokens granted before one peak could each credit the room left at
 // that peak.) Without the grant's ID, P also counts the levels from
-// now - age to the grant, including its own level before the debit, so
+// the clock less the age to the grant, including its own level before the debit, so
 // tokens leased from a full bucket are not credited; with it, they are,
 // whatever other instances acquired since.
 //

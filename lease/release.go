@@ -31,7 +31,7 @@ type ReleaseRequest struct {
 	// Grant is the ID of the oldest grant the returned tokens come from
 	// (Grant.ID), or zero for unknown. With it, the credit counts only the
 	// bucket's levels after that grant's debit; without it, the levels
-	// since now - Age (see Release). With it, Age need only be below about
+	// since Redis's clock less Age (see Release). With it, Age need only be below about
 	// 71 minutes (2^32 µs), to tell which time the ID's low bits are: a
 	// release that reaches Redis later than Age allows is still judged
 	// from its grant. For the tokens of one
@@ -76,7 +76,9 @@ type ReleaseResult struct {
 // never been granted: min(amount, Burst - P), where P is the bucket's
 // highest level since the grant (tokens above Burst would have been lost
 // to the cap), taken from a level history the bucket keeps (see the package
-// doc). Release knows the grant only as now - age, so P also counts the
+// doc). Release knows the grant only as Redis's clock less age (the age is
+// measured against that clock, not against a bucket's time, which runs
+// ahead of it while its refill is reserved), so P also counts the
 // levels between that time and the grant, including the level just before
 // the grant's own debit: tokens granted from a full bucket get no credit.
 // Name the grant (ReleaseRequest.Grant) to leave those out. Nothing is

@@ -31,8 +31,10 @@
 -- low 32 bits, which is the grant's when the age is below 2^32
 -- microseconds (about 71 minutes; the age need not be exact then, so a
 -- release that reaches Redis late is still judged from its grant); else
--- now - age. And g is before now, since the grant was an earlier call on
--- the bucket. Had they never been granted, the bucket
+-- clock - age, Redis's clock less the age (the bucket's time, now, runs
+-- ahead of the clock while its refill is reserved, and the grant was made
+-- no earlier than the clock then). And g is before now, since the grant
+-- was an earlier call on the bucket. Had they never been granted, the bucket
 -- would hold them on top of what it holds now, except what it would have
 -- lost to the cap at its highest level P since then; so the credit is
 -- min(amount, burst - P) (0 if negative), with P = the highest level over
@@ -157,8 +159,11 @@ end
 -- recorded under another burst) means no credit for grants before now.
 local h = history(state, now, burst)
 
--- When the tokens were granted (see the header).
-local g = now - age * 1000
+-- When the tokens were granted (see the header). The age was measured
+-- against Redis's clock, which a frozen bucket's time runs ahead of: from
+-- now, the grant would seem later than calls made after it, and their
+-- levels would be left out of the peak (more credit than owed).
+local g = clock - age * 1000
 if grant ~= 0 and age * 1000 < 4294967296 then
   g = now - (now - grant) % 4294967296
 end

@@ -42,7 +42,10 @@ import (
 // release's reply is one string; what it stores is the same); v9 is main
 // at 0c73073, the last to drop the registry entry of an instance holding a
 // rate share in force once it is a window old (and to keep the registry
-// two windows only, however long the shares in force run).
+// two windows only, however long the shares in force run); v10 is main at
+// d6fa13d, the last whose release counted a return's age back from the
+// bucket's time, where this release counts it back from Redis's clock
+// (its other scripts are this release's).
 var (
 	//go:embed testdata/v1/common.lua
 	v1Common string
@@ -92,6 +95,8 @@ var (
 	v9Common string
 	//go:embed testdata/v9/acquire.lua
 	v9Acquire string
+	//go:embed testdata/v10/release.lua
+	v10Release string
 )
 
 // TestMixedFleetRollout runs clients of an earlier release and of this
@@ -788,4 +793,108 @@ func releaseReply(t *testing.T, v interface{}, amount int64) (tokens, credited f
 		return f
 	}
 	return num(a[0]), num(a[2])
+}
+
+// TestRolloutAgedReleaseCreditsNoMoreThanV10: this release's release.lua
+// counts a return's age back from Redis's clock, v10's from the bucket's
+// time, which runs ahead of the clock while its refill is reserved. On
+// buckets made alike by random acquires, reservations among them, each
+// release of a random amount and age (naming its grant or not) is run on
+// a copy of the bucket with v10's script and on the bucket with this
+// release's, in one MULTI, so both see the same state within microseconds
+// of each other: this release's credit is never more than v10's (beyond
+// the refill of a millisecond), so clients of both releases on one bucket
+// keep the bound, and some credits are less (an aged return into a frozen
+// bucket, which v10 credited more than the exact rule).
+func TestRolloutAgedReleaseCreditsNoMoreThanV10(t *testing.T) {
+	ctx := context.Background()
+	rdb := redisserver.Client(t)
+	prefix := redisserver.Prefix(t)
+	c, err := NewClient(rdb, prefix, WithInstance("a", time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := NewClient(rdb, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v10 := redis.NewScript(commonSource + v10Release)
+	// Both run by their digests in the MULTI below, where a NOSCRIPT
+	// cannot fall back to EVAL.
+	for _, src := range []string{commonSource + v10Release, releaseScript.src} {
+		if err := rdb.ScriptLoad(ctx, src).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lim := Limits{Rate: 1000, Burst: 50}
+	tolerance := lim.Rate * 1e-3
+	rng := rand.New(rand.NewPCG(10, 1))
+	var less, releases int
+	for round := range 60 {
+		tenant := fmt.Sprintf("t%d", round)
+		key := Key(prefix, tenant)
+		var grants []Grant
+		for range 1 + rng.IntN(4) {
+			req := Request{Tenant: tenant, Limits: lim, Want: 1 + int64(rng.IntN(60)), Demand: 500}
+			if rng.IntN(2) == 0 {
+				req.Reserve = time.Duration(100+rng.IntN(900)) * time.Millisecond
+			}
+			res, err := c.AcquireMany(ctx, []Request{req}, nil)
+			if err != nil || res[0].Err != nil {
+				t.Fatalf("acquire: %v, %v", err, res[0].Err)
+			}
+			if res[0].Grant.Granted > 0 {
+				grants = append(grants, res[0].Grant)
+			}
+		}
+		if len(grants) == 0 {
+			continue
+		}
+		g := grants[rng.IntN(len(grants))]
+		amount := 1 + int64(rng.IntN(int(max(g.Immediate(), 1))))
+		age := time.Since(g.ServerTime.Add(-g.Wait)) + time.Duration(rng.IntN(50))*time.Millisecond
+		if age < 0 {
+			age = 0
+		}
+		grant := GrantID(0)
+		if rng.IntN(3) == 0 {
+			grant = g.ID()
+		}
+		cl := plain.releaseCall(ReleaseRequest{Tenant: tenant, Limits: lim, Amount: amount, Age: age, Grant: grant})
+		cp := key + ":copy"
+		dump, err := rdb.Dump(ctx, key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := rdb.RestoreReplace(ctx, cp, 0, dump).Err(); err != nil {
+			t.Fatal(err)
+		}
+		var oldCmd, newCmd *redis.Cmd
+		if _, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			oldCmd = v10.EvalSha(ctx, p, []string{cp, cl.keys[1] + ":copy", cl.keys[2]}, cl.argv()...)
+			newCmd = releaseScript.run(ctx, p, cl.keys, cl.argv()...)
+			return nil
+		}); err != nil {
+			t.Fatalf("release: %v", err)
+		}
+		oldRet, err := parseRelease(oldCmd, amount)
+		if err != nil {
+			t.Fatalf("v10's release: %v", err)
+		}
+		newRet, err := parseRelease(newCmd, amount)
+		if err != nil {
+			t.Fatalf("this release's release: %v", err)
+		}
+		releases++
+		if newRet.Credited > oldRet.Credited+tolerance {
+			t.Fatalf("round %d: a release of %d tokens aged %v (grant %d) credited %v, v10's %v: more", round, amount, age, grant, newRet.Credited, oldRet.Credited)
+		}
+		if newRet.Credited < oldRet.Credited-tolerance {
+			less++
+		}
+	}
+	t.Logf("%d releases, %d credited less than v10's", releases, less)
+	if less == 0 {
+		t.Errorf("no release of %d credited less than v10's: the test made no aged return into a frozen bucket", releases)
+	}
 }

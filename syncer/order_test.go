@@ -71,7 +71,7 @@ func TestLedgerReturnAfterOvertakingRefill(t *testing.T) {
 		// The release the syncer makes of them (Syncer.returnOf), as
 		// release.lua reads it.
 		age := now.Sub(oldest) + margin
-		g := peaks.GrantTime(rel, (age.Microseconds()+999)/1000*1000, uint32(named))
+		g := peaks.GrantTime(rel, rel, (age.Microseconds()+999)/1000*1000, uint32(named))
 		if got := credit(h, n, g); got > exact {
 			t.Errorf("%s named grant %d (g1 %d, g2 %d): a release of its %d tokens is credited %v, more than the exact %v",
 				how, named, id(g1), id(g2), n, got, exact)
@@ -233,7 +233,7 @@ func TestLedgerOrderProperties(t *testing.T) {
 			ageUS = (ageUS + 999) / 1000 * 1000       // the release sends whole ms, rounded up
 			for _, late := range []int64{0, margin} { // the release reaches Redis within its margin
 				r := now + offset + late
-				if g := peaks.GrantTime(r, ageUS, uint32(named)); g > y.redis {
+				if g := peaks.GrantTime(r, r, ageUS, uint32(named)); g > y.redis {
 					t.Fatalf("%s of %d tokens named grant %d, read by Redis at %d as granted at %d: after the oldest grant held, %d (ID %d, planned +%dµs)",
 						what, n, named, r, g, y.redis, id(y), y.planned-local0)
 				}

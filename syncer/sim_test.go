@@ -383,7 +383,7 @@ func (b *simBucket) release(now int64, lim lease.Limits, amount, age int64, gran
 	// while its refill is reserved.
 	epoch := simT0.UnixMicro()
 	ageUS := (age + 999) / 1000 * 1000
-	g := peaks.GrantTime(epoch+now, ageUS, uint32(grant)) - epoch
+	g := peaks.GrantTime(epoch+now, epoch+clock, ageUS, uint32(grant)) - epoch
 	// An ID more than 2^31 µs before the age allows names a time ahead of
 	// this bucket's: a grant of a bucket lost in a restart, whose time ran
 	// ahead of the clock while its refill was reserved. Redis takes it for

@@ -178,14 +178,22 @@ func raise(e []Entry, after int64, c float64, round bool) []Entry {
 }
 
 // GrantTime returns the earliest time the returned tokens can have been
-// granted, for a release at now with age ageUS (µs, an upper bound of
-// now − the grant's time) and grant id (the low 32 bits of the oldest
-// grant's time in µs, or 0 for unknown): with an id and an age below 2^32
-// µs, the latest time up to now with those low bits, which is the grant's
-// (whether or not the age is exact); else now − ageUS. In either case it
-// is before now, since the grant was an earlier call on the bucket.
-func GrantTime(now, ageUS int64, id uint32) int64 {
-	g := now - ageUS
+// granted, for a release at the bucket's time now, when Redis's clock
+// reads clock (at most now: a bucket's time runs ahead of the clock while
+// its refill is reserved), with age ageUS (µs, an upper bound of clock −
+// the grant's time, as the client measures it against Redis's clock) and
+// grant id (the low 32 bits of the oldest grant's time in µs, the bucket's
+// time then, or 0 for unknown): with an id and an age below 2^32 µs, the
+// latest time up to now with those low bits, which is the grant's
+// (whether or not the age is exact); else clock − ageUS, not now − ageUS:
+// the grant was made at the bucket's time then, which is no earlier than
+// the clock then, and counting the age back from a bucket's time ahead of
+// the clock would put the grant after calls that followed it, leaving
+// their levels out of the credit's peak (credited more than owed). In
+// either case it is before now, since the grant was an earlier call on
+// the bucket.
+func GrantTime(now, clock, ageUS int64, id uint32) int64 {
+	g := min(clock, now) - ageUS
 	if id != 0 && ageUS < 1<<32 {
 		g = now - (now-int64(id))&(1<<32-1)
 	}

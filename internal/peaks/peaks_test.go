@@ -105,9 +105,19 @@ func TestGrantTime(t *testing.T) {
 		{"age 0: just before now", 0, 0, now - 1, false},
 		{"an id of now itself", 5, uint32(now & (1<<32 - 1)), now - 1, false},
 	} {
-		if got := GrantTime(now, c.age, c.id); got != c.want {
+		if got := GrantTime(now, now, c.age, c.id); got != c.want {
 			t.Errorf("%s: GrantTime = %d, want %d", c.name, got, c.want)
 		}
+	}
+	// A bucket whose time runs 900 ms ahead of the clock (its refill
+	// reserved): an age counts back from the clock, which it was measured
+	// against; an id names the bucket's time, as before.
+	clock := now - 900_000
+	if got, want := GrantTime(now, clock, 2_000_000, 0), clock-2_000_000; got != want {
+		t.Errorf("no id, frozen bucket: GrantTime = %d, want %d (the clock less the age)", got, want)
+	}
+	if got := GrantTime(now, clock, 2_000_000, id); got != grant {
+		t.Errorf("an id, frozen bucket: GrantTime = %d, want the grant's %d", got, grant)
 	}
 }
 

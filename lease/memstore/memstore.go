@@ -494,7 +494,7 @@ func (s *Store) release(r lease.ReleaseRequest, rid string) (lease.Return, error
 		t.rel.expire = nowMS + keep
 	}
 	h := t.b.history(at, burst)
-	g := peaks.GrantTime(at, ceilMillis(r.Age)*1000, uint32(r.Grant))
+	g := peaks.GrantTime(at, now, ceilMillis(r.Age)*1000, uint32(r.Grant))
 	credit := float64(burst) - h.Peak(g, x)
 	if credit > float64(r.Amount) {
 		credit = float64(r.Amount)
