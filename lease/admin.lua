@@ -65,15 +65,11 @@ end
 local clock = redis_now()
 
 if op == 'set' then
-  local newRate, newBurst = read_limits(2, '')
-  if newRate == nil then
-    return newBurst -- the error reply
+  local why = override_problem(ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7])
+  if why then
+    return bad(why)
   end
-  for i = 4, 7 do
-    if not whole(tonumber(ARGV[i]), 0) then
-      return bad('lease field ' .. (i - 3) .. ' must be an integer >= 0, got ' .. tostring(ARGV[i]))
-    end
-  end
+  local newRate, newBurst = tonumber(ARGV[2]), tonumber(ARGV[3])
   if ARGV[8] == nil then
     return bad('set wants the tenant name')
   end

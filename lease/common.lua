@@ -75,6 +75,53 @@ local function fmt17(x)
   return string.format('%.17g', x)
 end
 
+-- The most a quota may be (lease.MaxRate, lease.MaxBurst): the clients
+-- refuse more, so an override stored with more could not be read back.
+local MAX_RATE, MAX_BURST = 1e12, 1099511627776
+
+-- decimal reports whether text is a decimal number as Go's ParseFloat and
+-- Lua's tonumber both read it: digits with at most one point, and an
+-- optional exponent; no sign, space or hex (tonumber takes ' 5' and
+-- '0x10', which the clients refuse).
+local function decimal(text)
+  return type(text) == 'string' and text:find('^%d*%.?%d*$') ~= nil and text:find('%d') ~= nil or
+    type(text) == 'string' and text:find('^%d*%.?%d*[eE][-+]?%d+$') ~= nil and text:find('^%.?%d') ~= nil
+end
+
+-- digits reports whether text is a whole number >= 0 as the clients read
+-- it (Go's ParseInt into an int64): digits only, at most 2^63 - 1.
+local function digits(text)
+  return type(text) == 'string' and text:find('^%d+$') ~= nil and
+    (#text < 19 or #text == 19 and text <= '9223372036854775807')
+end
+
+-- override_problem returns why the texts of an override's fields (r, b,
+-- min, max, ttl, mode) are not what the clients read back (lease's
+-- overrideOf, Override.Validate), or nil when they are: the rate a
+-- decimal number in (0, MAX_RATE], the burst a whole number in
+-- 1..MAX_BURST, the lease fields whole numbers >= 0, the mode 0..255. An
+-- override they cannot read would fail every acquire of its tenant after
+-- the script had debited the bucket: the tokens lost, call after call.
+local function override_problem(r, b, mn, mx, ttl, mode)
+  local rate, burst = tonumber(r), tonumber(b)
+  if not decimal(r) or not rate_ok(rate) or rate > MAX_RATE then
+    return 'rate must be a decimal number in (0, 1e12], got ' .. tostring(r)
+  end
+  if not digits(b) or burst < 1 or burst > MAX_BURST then
+    return 'burst must be an integer in 1..2^40, got ' .. tostring(b)
+  end
+  local lease = {mn, mx, ttl}
+  for i = 1, 3 do
+    if not digits(lease[i]) then
+      return 'lease field ' .. i .. ' must be an integer >= 0, got ' .. tostring(lease[i])
+    end
+  end
+  if not digits(mode) or tonumber(mode) > 255 then
+    return 'mode must be an integer in 0..255, got ' .. tostring(mode)
+  end
+  return nil
+end
+
 -- read_override returns the override stored at qkey, as HMGET of r, b, min,
 -- max, ttl, mode, and its rate and burst (nil for none); or, for a corrupt
 -- one, nil and an error reply. Most tenants have none: EXISTS answers for
@@ -88,11 +135,11 @@ local function read_override(qkey)
   if not (q[1] and q[2]) then
     return q, nil, nil
   end
-  local orate, oburst = tonumber(q[1]), tonumber(q[2])
-  if not rate_ok(orate) or not whole(oburst, 1) then
+  -- Fields a client of an earlier release did not store read as 0.
+  if override_problem(q[1], q[2], q[3] or '0', q[4] or '0', q[5] or '0', q[6] or '0') then
     return nil, redis.error_reply('leasequota: corrupt quota ' .. qkey .. ': delete the key or set the quota again')
   end
-  return q, orate, oburst
+  return q, tonumber(q[1]), tonumber(q[2])
 end
 
 -- level_code returns the code of the grid value that level l (>= 0) rounds

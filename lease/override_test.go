@@ -3,7 +3,9 @@ package lease
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -115,5 +117,64 @@ func TestOverrideKeepsBucketConsistent(t *testing.T) {
 	r, err := c2.Release(ctx, "u", base2, 100, ageSince(start))
 	if peak := peaks.Round(g.Tokens + 2); err != nil || math.Abs(r.Credited-(5-peak)) > 1e-6 || math.Abs(r.Tokens-(g.Tokens+5-peak)) > 1e-6 {
 		t.Fatalf("release under override: %+v, %v; want %v credited (burst 5 - peak %v)", r, err, 5-peak, peak)
+	}
+}
+
+// TestOverrideTheClientsCannotReadIsRefused, on redis-server: quota.lua
+// and admin.lua refuse, without a write, an override whose fields the
+// clients could not read back (overrideOf): a mode above 255, a burst
+// above MaxBurst, a rate above MaxRate, an exponent, a space or a sign in
+// a whole number, a hex rate. And acquire.lua refuses such an override
+// stored by other means as a corrupt quota, before it debits the bucket.
+// It applied them, debited the bucket and replied with the fields, which
+// the client refused (ErrBadReply): the tokens were lost, call after call.
+func TestOverrideTheClientsCannotReadIsRefused(t *testing.T) {
+	ctx := context.Background()
+	c, rdb, _ := setup(t)
+	lim := Limits{Rate: 1, Burst: 10}
+	for i, f := range [][6]string{
+		{"1", "10", "0", "0", "0", "300"},
+		{"1", "2000000000000", "0", "0", "0", "0"},
+		{"2e12", "10", "0", "0", "0", "0"},
+		{"1", "10", "1e3", "0", "0", "0"},
+		{"1", "10", " 5", "0", "0", "0"},
+		{"1", "10", "0", "-1", "0", "0"},
+		{"1", "10", "0", "0", "99999999999999999999", "0"},
+		{"0x10", "10", "0", "0", "0", "0"},
+		{"+1", "10", "0", "0", "0", "0"},
+	} {
+		tenant := fmt.Sprintf("t%d", i)
+		key := c.Key(tenant)
+		qkey := QuotaKey(key)
+		viaQuota := quotaScript.run(ctx, rdb, []string{key, qkey}, "set", "1", "10", f[0], f[1], f[2], f[3], f[4], f[5], tenant).Err()
+		viaAdmin := adminScript.run(ctx, rdb, []string{key, qkey}, "set", f[0], f[1], f[2], f[3], f[4], f[5], tenant).Err()
+		for what, err := range map[string]error{"quota.lua": viaQuota, "admin.lua": viaAdmin} {
+			if err == nil || !strings.Contains(err.Error(), "bad argument") {
+				t.Errorf("%s set %q: %v, want a bad argument", what, f, err)
+			}
+		}
+		if n, err := rdb.Exists(ctx, key, qkey).Result(); err != nil || n != 0 {
+			t.Fatalf("after the refused sets of %q, %d of the bucket and override keys exist (%v)", f, n, err)
+		}
+		// Stored by other means: the acquire is refused before its debit.
+		if err := rdb.HSet(ctx, qkey, "r", f[0], "b", f[1], "min", f[2], "max", f[3], "ttl", f[4], "mode", f[5]).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Acquire(ctx, tenant, lim, 3); err == nil || !strings.Contains(err.Error(), "corrupt quota") {
+			t.Errorf("acquire under a stored %q: %v, want a corrupt quota", f, err)
+		}
+		if n, err := rdb.Exists(ctx, key).Result(); err != nil || n != 0 {
+			t.Errorf("acquire under a stored %q made the bucket (%d, %v): it debited it", f, n, err)
+		}
+	}
+	// What the clients write is taken, the largest values included.
+	if _, err := c.SetOverride(ctx, "ok", lim, Override{Rate: MaxRate, Burst: MaxBurst, MinLease: 1, MaxLease: MaxBurst, LeaseTTL: math.MaxInt64, Mode: 255}); err != nil {
+		t.Fatalf("SetOverride of the largest values: %v", err)
+	}
+	if o, err := c.GetOverride(ctx, "ok"); err != nil || o == nil || o.Burst != MaxBurst || o.LeaseTTL != math.MaxInt64 {
+		t.Fatalf("GetOverride of the largest values: %+v, %v", o, err)
+	}
+	if _, err := c.Acquire(ctx, "ok", lim, 3); err != nil {
+		t.Fatalf("acquire under the largest override: %v", err)
 	}
 }

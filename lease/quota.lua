@@ -75,15 +75,11 @@ end
 -- The quota in force after the change.
 local newRate, newBurst = baseRate, baseBurst
 if op == 'set' then
-  newRate, newBurst = read_limits(4, '')
-  if newRate == nil then
-    return newBurst -- the error reply
+  local why = override_problem(ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9])
+  if why then
+    return bad(why)
   end
-  for i = 6, 9 do
-    if not whole(tonumber(ARGV[i]), 0) then
-      return bad('lease field ' .. (i - 5) .. ' must be an integer >= 0, got ' .. tostring(ARGV[i]))
-    end
-  end
+  newRate, newBurst = tonumber(ARGV[4]), tonumber(ARGV[5])
 end
 
 local clock = redis_now()
