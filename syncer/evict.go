@@ -52,16 +52,26 @@ func (s *Syncer) evict(ts []*Tenant, now time.Time, releases []lease.ReleaseRequ
 }
 
 // drainLocked empties t's counter and returns the release that gives its
-// tokens back, if any. t.mu must be held.
+// tokens back, if any. t.mu must be held. Tokens beyond what the ledger
+// holds (given back by a multi-tenant decision after the ledger had
+// accounted for their spend, as planWith finds them) are forfeited: their
+// grant is unknown, and with no batch left the release had no age at all
+// (the zero time's, which overflowed into a negative Age that Redis
+// refused, and Close reported an error).
 func (s *Syncer) drainLocked(t *Tenant, now time.Time) (lease.ReleaseRequest, bool) {
 	n := t.drain()
 	var (
+		held   int64
 		oldest time.Time
 		id     lease.GrantID
 	)
 	if ls := t.lease.Load(); ls != nil {
-		_, oldest, id = s.planner.Drained(&ls.st)
+		held, oldest, id = s.planner.Drained(&ls.st)
 		t.publish()
+	}
+	if excess := n - held; excess > 0 {
+		s.forfeited.Add(excess)
+		n = held
 	}
 	if n <= 0 {
 		return lease.ReleaseRequest{}, false
