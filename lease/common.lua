@@ -416,7 +416,11 @@ local function read_bucket(key, now, rate, burst, btext)
     end
   end
   local tk, ts = tonumber(state[1]), tonumber(state[2])
-  if tk == nil or ts == nil or tk ~= tk or ts ~= ts then
+  -- NaN, infinities, and a time no call wrote (before 1970, or past 2^53
+  -- µs, where whole microseconds are no longer exact): an infinite ts
+  -- was stored as %d of it, and the key's TTL overflowed to PERSIST.
+  if tk == nil or ts == nil or tk ~= tk or ts ~= ts or tk == math.huge or tk == -math.huge or
+    ts < 0 or ts >= 9007199254740992 then
     return nil, redis.error_reply('leasequota: corrupt bucket ' .. key .. ': delete the key to reset it')
   end
   state[17] = ts
@@ -572,7 +576,11 @@ local function history(state, now, burst, l)
         if t == nil or l == nil or l ~= l or l == math.huge or l == -math.huge then
           return nil
         end
-        if pt and (t <= pt or l >= pl) then
+        -- Entries rise in time and fall in level, and none is after ts
+        -- (state[17]), the bucket's time of the call that wrote them: one
+        -- after it would keep this call's entry out (history_push) and
+        -- pack a negative gap, which fails after the script has written.
+        if pt and (t <= pt or l >= pl) or t > state[17] then
           return nil
         end
         pt, pl = t, l
@@ -674,7 +682,7 @@ local function history_at(state, now, burst, l, btext)
           top = colon and tonumber(string.sub(p1, colon + 1))
         end
       end
-    elseif state[15] ~= state[18] and state[16] and state[14] == burst and state[16][2] % 2 == 1 then
+    elseif state[15] ~= state[18] and state[16] and state[16][2] and state[14] == burst and state[16][2] % 2 == 1 then
       top = burst + 1 -- above the burst (how far does not matter here)
     end
     if not (top and top > burst) then

@@ -827,6 +827,61 @@ func TestCorruptBucket(t *testing.T) {
 	if v, _ := rdb.HGet(ctx, key, "tk").Result(); v != "garbage" {
 		t.Fatalf("corrupt bucket was overwritten: %q", v)
 	}
+	// Numbers no call writes: refused as corrupt, nothing written. An
+	// infinite ts was taken, stored as %d of it, and the key PERSISTed.
+	for _, f := range [][2]string{{"5", "inf"}, {"5", "-inf"}, {"5", "1e300"}, {"5", "-1"}, {"inf", "1"}, {"-inf", "1"}} {
+		if err := rdb.HSet(ctx, key, "tk", f[0], "ts", f[1]).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Acquire(ctx, "t", lim, 1); err == nil || !strings.Contains(err.Error(), "corrupt bucket") {
+			t.Errorf("Acquire on tk %s, ts %s: %v, want a corrupt bucket", f[0], f[1], err)
+		}
+		if m, _ := rdb.HGetAll(ctx, key).Result(); m["tk"] != f[0] || m["ts"] != f[1] {
+			t.Errorf("the bucket of tk %s, ts %s was overwritten: %v", f[0], f[1], m)
+		}
+	}
+	// A history of one number, the burst alone, is unreadable: an
+	// unknown past, not an error, on a full bucket too (history_at read
+	// its missing second number and the script failed).
+	if err := rdb.Del(ctx, key).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.HSet(ctx, key, "tk", "10", "ts", "1", "h", string([]byte{10})).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if g, err := c.Acquire(ctx, "t", lim, 1); err != nil || g.Granted != 1 {
+		t.Errorf("Acquire on a full bucket whose history is the burst alone: %+v, %v", g, err)
+	}
+	// An entry of the previous layout after the bucket's time is
+	// unreadable too: a release and an acquire go on as on an unknown
+	// past. It kept the call's own entry out and packed a negative gap,
+	// which failed after the release had recorded its id (a retry would
+	// have been credited nothing).
+	ids, err := NewClient(rdb, c.prefix, WithInstance("me", time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now, err := rdb.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := strconv.FormatInt(now.UnixMicro(), 10)
+	later := strconv.FormatInt(now.UnixMicro()+3600e6, 10)
+	if err := rdb.Del(ctx, key).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.HSet(ctx, key, "tk", "5", "ts", ts, "hb", "10", "p1", later+":9").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := ids.Release(ctx, "t", lim, 1, time.Second); err != nil || r.Credited != 0 {
+		t.Errorf("Release into a bucket with an entry after its time: %+v, %v; want nothing credited (an unknown past)", r, err)
+	}
+	if err := rdb.HSet(ctx, key, "hb", "10", "p1", later+":9").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Acquire(ctx, "t", lim, 1); err != nil {
+		t.Errorf("Acquire on a bucket with an entry after its time: %v", err)
+	}
 	// A key of another type is an error of that tenant only.
 	if err := rdb.Set(ctx, c.Key("str"), "x", 0).Err(); err != nil {
 		t.Fatal(err)
