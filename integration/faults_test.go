@@ -620,6 +620,46 @@ func TestRedisSlowAndBlackholed(t *testing.T) {
 	goroutinesBack(t, before)
 }
 
+// TestCloseOnABlackholedRedis: Close on a Redis that accepts connections
+// and answers nothing returns, with no goroutine left, within what its doc
+// allows: the lease calls' deadlines, and a read of the quota version and
+// a count of the roster in flight, each bounded by min(lease TTL, 1 s)
+// (go-redis ends a read at its deadline, not when its context is
+// canceled).
+func TestCloseOnABlackholedRedis(t *testing.T) {
+	redistest.Shared(t)
+	ignore := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
+	srv := redistest.StartServer(t)
+	ctx := context.Background()
+	names, quota := failureQuotas()
+	l, p, c := proxiedLimiter(t, srv, redis.Options{ContextTimeoutEnabled: true}, quota)
+	defer p.Close()
+	defer c.Close()
+	for _, name := range names {
+		l.AllowN(ctx, name, 1)
+	}
+	p.SetBlackhole(true)
+	// Requests of new tenants for half a second: their first lease calls
+	// and the polls of the quota version meet the blackhole.
+	for i, until := 0, time.Now().Add(500*time.Millisecond); time.Now().Before(until); i++ {
+		l.AllowN(ctx, fmt.Sprintf("cold-%d", i), 1)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	began := time.Now()
+	l.Close(cctx) // its returns fail: Redis answers nothing
+	took := time.Since(began)
+	if l.Allow(names[0]) {
+		t.Errorf("Allow after Close admitted")
+	}
+	t.Logf("Close took %v", took)
+	// Two reads' deadlines, the calls', and a second for a loaded machine.
+	if most := 2*time.Second + 500*time.Millisecond + time.Second; took > most {
+		t.Errorf("Close on a blackholed Redis took %v, more than %v", took, most)
+	}
+}
+
 // TestRedisAnsweringLateIsBusyForAWhile puts 30 ms of latency each way
 // between a limiter and Redis, more than its 20 ms Redis timeout and less
 // than half its 400 ms lease TTL (the deadline of its read of the quota
