@@ -112,8 +112,9 @@ func (b *budget) take(n int, force bool, now time.Time) int {
 }
 
 // giveBack returns n commands of room that take granted for calls never
-// sent (a round's work dropped as Run ended): they leave the window as
-// they came, neither timely nor late.
+// sent (a round's work dropped as Run ended) or not answered without
+// being late (refused, or failed by the breaker: call): they leave the
+// window as they came, neither timely nor late.
 func (b *budget) giveBack(n int) {
 	if n <= 0 {
 		return
@@ -124,7 +125,8 @@ func (b *budget) giveBack(n int) {
 }
 
 // done records that a call of n commands taken at sent came back at now
-// (or failed then); late says it was congested: its reply came slow, or
+// (or failed late then: a call failed at once goes to giveBack); late
+// says it was congested: its reply came slow, or
 // not within its deadline. A late call cuts the window by half, not
 // below floor (budgetFloor), at most once per round trip (the calls already in
 // flight when it was cut saw the same queue) and ends the slow start; a

@@ -66,6 +66,17 @@ func (s *Syncer) call(ctx context.Context, op string, node *redisNode, size int,
 		if err == nil {
 			node.answer(now, true)
 		}
+		if err != nil && !late {
+			// Not answered, and not late: refused, or failed by the
+			// breaker. That says nothing of how many calls Redis runs:
+			// the room goes back and the window stays, and so does the
+			// one recorded as of the last call answered in time
+			// (budget.outage), which a refusal had overwritten with a
+			// window that an outage's late calls had cut
+			// (TestRefusedCallsKeepTheWindowToRestore).
+			node.budget.giveBack(size)
+			return
+		}
 		node.budget.done(size, sent, now, late, s.callFloor())
 	}()
 	if err := s.sem.Acquire(ctx, 1); err != nil {
