@@ -92,7 +92,7 @@ func (l *Limiter) allowN(d *Decision, ctx context.Context, tenant string, n int6
 				// copied, 74 instructions against 30 (callgrind).
 				d.Allowed, d.Remaining, d.FleetRemaining = true, left, fleetRemaining(t.Level(), left, lim.Burst)
 				d.Quota, d.Reason, d.Tenant = *lim, ReasonLeased, tenant
-				d.adm.n, d.adm.clock, d.adm.front[0], d.adm.keys = n, clock, front, 1 // leased(n, front, clock)
+				d.adm.n, d.adm.clock, d.adm.front[0], d.adm.keys = n, clock, front, 1 // leased(n, front, clock, 0): AllowN's tokens go back by Refund, never giveBack
 				return
 			}
 		}

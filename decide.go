@@ -69,9 +69,9 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n
 			// denied at once with the lease's tokens there
 			// (TestColdStartSharesOneCall, beside two busy loops).
 			cold = !e.Leased()
-			front, clock := e.Front(), l.sync.Clock()
+			front, clock, plans := e.Front(), l.sync.Clock(), l.sync.Plans()
 			if ok, left := e.Spend(n); ok {
-				return spent(e, lim, "", left, ReasonLeased, leased(n, front, clock)), nil
+				return spent(e, lim, "", left, ReasonLeased, leased(n, front, clock, plans)), nil
 			}
 		} else {
 			if d, ok := l.spendWaited(e, n, cold, missed); ok {
@@ -161,9 +161,10 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n
 }
 
 // leased is the admission of n tokens spent from one tenant's lease, with
-// its oldest grant front and the syncer's clock read before the spend.
-func leased(n int64, front lease.GrantID, clock int64) admission {
-	return admission{n: n, clock: clock, front: [maxRefundKeys]lease.GrantID{front}, keys: 1}
+// its oldest grant front and the syncer's clock and count of plans read
+// before the spend.
+func leased(n int64, front lease.GrantID, clock int64, plans uint32) admission {
+	return admission{n: n, clock: clock, front: [maxRefundKeys]lease.GrantID{front}, keys: 1, plans: plans}
 }
 
 // spendWaited spends n of e's tokens for a request that waited for them
@@ -175,7 +176,7 @@ func leased(n int64, front lease.GrantID, clock int64) admission {
 // requests read as twice the demand they were.) A miss noted on a tenant
 // since evicted stays: the new one counts the request as spent only.
 func (l *Limiter) spendWaited(e *syncer.Tenant, n int64, cold bool, missed *syncer.Tenant) (Decision, bool) {
-	front, clock := e.Front(), l.sync.Clock()
+	front, clock, plans := e.Front(), l.sync.Clock(), l.sync.Plans()
 	ok, left := e.SpendWaited(n)
 	if !ok {
 		return Decision{}, false
@@ -183,7 +184,7 @@ func (l *Limiter) spendWaited(e *syncer.Tenant, n int64, cold bool, missed *sync
 	if missed == e {
 		e.Unmiss(n)
 	}
-	return l.admitted(e, left, cold, leased(n, front, clock)), true
+	return l.admitted(e, left, cold, leased(n, front, clock, plans)), true
 }
 
 // admitted is the admission of a request that waited for e's tokens and

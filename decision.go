@@ -61,6 +61,7 @@ type admission struct {
 	sum   uint64 // keys > 1: the tenants' fingerprint (sumHashes)
 	front [maxRefundKeys]lease.GrantID
 	keys  int32
+	plans uint32 // the syncer's Plans() before the spend (giveBack)
 }
 
 // maxRefundKeys is how many tenants of an AllowAll decision a Refund can

@@ -173,7 +173,7 @@ lookup:
 	)
 	for {
 		l.turns.note(1)
-		adm := admission{n: n, clock: l.sync.Clock(), sum: sum, keys: int32(k)}
+		adm := admission{n: n, clock: l.sync.Clock(), sum: sum, keys: int32(k), plans: l.sync.Plans()}
 		// The tenant with the least Remaining so far; of those, the one
 		// with the least FleetRemaining.
 		best, bestLeft, bestFleet := held, hd.Remaining, hd.FleetRemaining
@@ -227,7 +227,7 @@ lookup:
 					front = adm.front[i]
 				}
 				ts[i].Uncount()
-				l.giveBack(ts[i], n, front, adm.clock)
+				l.giveBack(ts[i], n, front, adm.clock, adm.plans)
 			}
 		}
 		if held >= 0 {
@@ -275,17 +275,25 @@ lookup:
 }
 
 // giveBack returns n tokens that decideAll spent from e a moment ago
-// (Spend, whose count the caller takes back, or a turn's; front and
-// clock read before the spend, front zero when not kept): into the lease at once while its oldest grant is unchanged
-// (no batch left the ledger since the spend; if the syncer accounted for
-// the spend meanwhile, it forfeits the excess, see Tenant.Unspend), else
-// through Refund's path.
-func (l *Limiter) giveBack(e *syncer.Tenant, n int64, front lease.GrantID, clock int64) {
-	if front != 0 && e.Front() != front {
+// (Spend, whose count the caller takes back, or a turn's; front, clock
+// and plans read before the spend, front zero when not kept or unknown):
+// into the lease at once while its oldest grant is unchanged (no batch
+// left the ledger since the spend; if the syncer accounted for the spend
+// meanwhile, it forfeits the excess, see Tenant.Unspend), else through
+// Refund's path. With the oldest grant unknown (a rate share's tokens),
+// its change cannot be seen: they go back at once only if no plan ran
+// since the spend (Syncer.Unspend). A plan in between could have let
+// their batch expire, and given back they lived on as a later batch's,
+// past their lease (TestGiveBackOfAnUnknownGrant).
+func (l *Limiter) giveBack(e *syncer.Tenant, n int64, front lease.GrantID, clock int64, plans uint32) {
+	switch {
+	case front != 0 && e.Front() != front:
 		l.sync.Refund(e, n, front, clock)
-		return
+	case front != 0:
+		e.UnspendWaited(n)
+	case !l.sync.Unspend(e, n, plans):
+		l.sync.Refund(e, n, front, clock)
 	}
-	e.UnspendWaited(n)
 }
 
 // giveBackTurn returns the tokens a tenant's turn (decide) admitted, and
@@ -305,7 +313,7 @@ func (l *Limiter) giveBackTurn(e *syncer.Tenant, n int64, d Decision) {
 	if d.Mode != FailDefault || d.adm.n == 0 {
 		return
 	}
-	l.giveBack(e, n, d.adm.front[0], d.adm.clock)
+	l.giveBack(e, n, d.adm.front[0], d.adm.clock, d.adm.plans)
 }
 
 // duplicate returns the index of the second occurrence of a tenant named

@@ -23,6 +23,33 @@ func (s *Syncer) noteClock(now time.Time) { raise(&s.clock, now.UnixNano()) }
 // before it.
 func (s *Syncer) Clock() int64 { return s.clock.Load() }
 
+// Plans returns the count of plans made, wrapping. A request that may
+// give its tokens back at once (Unspend) reads it with Tenant.Front before
+// it spends.
+func (s *Syncer) Plans() uint32 { return s.plans.Load() }
+
+// Unspend puts n tokens spent from t's lease a moment ago back into it
+// (Tenant.UnspendWaited) when no tenant was planned since plans was read
+// before the spend, and reports whether it did. It takes t's lock only
+// when free, so that no plan of t runs between the check and the give-back.
+// Why: a plan between the spend and the give-back counts the tokens spent
+// from the ledger's oldest batch, which may then expire and leave; given
+// back, they lived on as a later batch's, past their lease. With the
+// oldest grant's ID known, its change tells (Refund); without it (a rate
+// share's tokens), only this does. When it reports false, the caller
+// refunds (Refund) instead.
+func (s *Syncer) Unspend(t *Tenant, n int64, plans uint32) bool {
+	if !t.mu.TryLock() {
+		return false
+	}
+	defer t.mu.Unlock()
+	if s.plans.Load() != plans {
+		return false
+	}
+	t.UnspendWaited(n)
+	return true
+}
+
 // Refunded says what became of a refund.
 type Refunded uint8
 

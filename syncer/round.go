@@ -257,6 +257,7 @@ func (s *Syncer) endRound(r *telemetry.Round) {
 func (s *Syncer) planWith(t *Tenant, now time.Time, in Input) (a Action, ret lease.ReleaseRequest, ok bool) {
 	s.revive(t, now)
 	defer t.publish()
+	s.plans.Add(1)
 	s.noteClock(now)
 	if ex := in.Level - t.st().Held(); ex > 0 {
 		// Tokens a multi-tenant decision gave back (Tenant.UnspendWaited) after

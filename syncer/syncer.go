@@ -161,6 +161,10 @@ type Syncer struct {
 	// notes it with its admission, so that a refund can bound how long
 	// ago its tokens were granted (see Refund).
 	clock atomic.Int64
+	// plans counts the plans made (planWith), wrapping: a request notes
+	// it with its admission, so that a give-back can tell whether any
+	// tenant was planned since the spend (Unspend).
+	plans atomic.Uint32
 
 	// refillDelay is how long the last urgent refill took (refilldelay.go).
 	refillDelay refillDelay
