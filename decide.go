@@ -20,7 +20,7 @@ import (
 // for tests).
 func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n int64, untilAdmitted bool) (Decision, error) {
 	var (
-		sl     sleeper
+		sl     = sleeper{closing: l.done}
 		waits  int64
 		cold   bool           // the tenant had no lease here when the first wait began
 		missed *syncer.Tenant // the tenant this request's miss was noted on before it waited, or nil
@@ -91,6 +91,9 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n
 			waits++
 			if err := sl.sleep(ctx, d.RetryAfter, l.sync.Recovered()); err != nil {
 				return l.count(d), unavailableError(tenant, n, err)
+			}
+			if l.closed.Load() {
+				continue // the top of the loop says ReasonClosed
 			}
 			select {
 			case <-l.sync.Refill(ctx, e, n):
@@ -244,10 +247,17 @@ func (l *Limiter) gaveUp(ctx context.Context, tenant string, e *syncer.Tenant, n
 
 // sleeper sleeps on one timer, reused across the sleeps of a wait loop,
 // and wakes early when ctx is done.
-type sleeper struct{ t *time.Timer }
+type sleeper struct {
+	t *time.Timer
+	// closing is the Limiter's done: Close wakes every sleep, so that a
+	// waiting request returns ReasonClosed when Close begins rather than
+	// when its wait ends (a wait for a per-minute quota's next token
+	// outlived Close by seconds, its goroutine with it).
+	closing <-chan struct{}
+}
 
-// sleep waits d, or until wake is closed (nil: never), or until ctx is
-// done (returning ctx's error).
+// sleep waits d, or until wake is closed (nil: never), or the Limiter
+// closes, or until ctx is done (returning ctx's error).
 func (s *sleeper) sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) error {
 	if s.t == nil {
 		s.t = time.NewTimer(d)
@@ -258,6 +268,8 @@ func (s *sleeper) sleep(ctx context.Context, d time.Duration, wake <-chan struct
 	case <-s.t.C:
 		return nil
 	case <-wake:
+		return nil
+	case <-s.closing:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()

@@ -45,7 +45,10 @@ type Limiter struct {
 	group   errgroup.Group     // runs the syncer's loop and the refresher
 	refresh refresher          // resolves quotas again (refresh.go)
 	closed  atomic.Bool        // Close has begun: every decision is ReasonClosed
-	ready   atomic.Bool        // sync is set: telemetry may collect
+	// done is closed when Close begins: it wakes the requests waiting
+	// for tokens (decide's sleeps), which then return ReasonClosed.
+	done  chan struct{}
+	ready atomic.Bool // sync is set: telemetry may collect
 
 	// decisions counts the decisions made off the hot path, by reason and
 	// outcome ([reason][1] admitted, [reason][0] denied). Admissions from
@@ -107,7 +110,7 @@ func newConfig(opts []Option) (config, error) {
 // and starts its syncer (unless cfg says a caller drives it). cluster says
 // the tenants live on several nodes (see syncer.Options.Cluster).
 func newLimiter(cfg config, b Backend, cluster bool) (*Limiter, error) {
-	l := &Limiter{cfg: cfg, instance: cfg.instanceID}
+	l := &Limiter{cfg: cfg, instance: cfg.instanceID, done: make(chan struct{})}
 	if l.instance == "" {
 		var id [8]byte
 		rand.Read(id[:])
@@ -262,6 +265,7 @@ func (l *Limiter) Degraded() bool { return l.sync.Degraded() }
 func (l *Limiter) Close(ctx context.Context) error {
 	l.closeOnce.Do(func() {
 		l.closed.Store(true)
+		close(l.done)
 		l.cfg.logger.Info("leasequota: closing: admissions stopped, returning leased tokens")
 		l.stop()
 		l.group.Wait()

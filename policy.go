@@ -117,7 +117,7 @@ func (l *Limiter) decideAll(ctx context.Context, n int64, tenants []string, unti
 	if k > len(buf) {
 		ts, byMode = make([]*syncer.Tenant, 0, k), make([]bool, k)
 	}
-	var sl sleeper // WaitAll: a wait for eviction, then a pause after quick turns
+	sl := sleeper{closing: l.done} // WaitAll: a wait for eviction, then a pause after quick turns
 	defer sl.stop()
 lookup:
 	for {
