@@ -96,6 +96,13 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		{"negative cold start wait", []leasequota.Option{leasequota.WithDefaultQuota(good), leasequota.WithColdStartWait(-1)}, leasequota.ErrInvalidOption, "WithColdStartWait"},
 		{"negative max wait", []leasequota.Option{leasequota.WithDefaultQuota(good), leasequota.WithMaxWait(-1)}, leasequota.ErrInvalidOption, "WithMaxWait"},
 		{"zero redis timeout", []leasequota.Option{leasequota.WithDefaultQuota(good), leasequota.WithRedisTimeout(0)}, leasequota.ErrInvalidOption, "WithRedisTimeout"},
+		// Durations whose sums overflowed: a call deadline past its
+		// lease's life made every call's deadline negative (each call
+		// failed, Degraded false); a refresh interval whose double
+		// overflowed passed the lease TTL's check.
+		{"longest redis timeout", []leasequota.Option{leasequota.WithDefaultQuota(good), leasequota.WithRedisTimeout(math.MaxInt64)}, leasequota.ErrInvalidOption, "WithRedisTimeout"},
+		{"longest refresh interval", []leasequota.Option{leasequota.WithDefaultQuota(good), leasequota.WithRefreshInterval(math.MaxInt64/2 + 1)}, leasequota.ErrInvalidOption, "WithRefreshInterval"},
+		{"refresh interval past half a day", []leasequota.Option{leasequota.WithDefaultQuota(good), leasequota.WithRefreshInterval(leasequota.MaxLeaseTTL/2 + 1)}, leasequota.ErrInvalidOption, "WithRefreshInterval"},
 		{"nil option", []leasequota.Option{leasequota.WithDefaultQuota(good), nil}, leasequota.ErrInvalidOption, "nil Option"},
 	}
 	for _, tc := range cases {
@@ -602,5 +609,15 @@ func TestIdleTenantEvicted(t *testing.T) {
 	}
 	if _, err := leasequota.NewWithStore(store, leasequota.WithIdleTimeout(0)); !errors.Is(err, leasequota.ErrInvalidOption) {
 		t.Errorf("WithIdleTimeout(0): %v, want ErrInvalidOption", err)
+	}
+}
+
+// TestMaxTenantsWithoutBound: WithMaxTenants(math.MaxInt), a way to say
+// "no bound", tracks tenants: twice the bound overflowed, and every new
+// tenant was refused with ReasonTooManyTenants.
+func TestMaxTenantsWithoutBound(t *testing.T) {
+	l := newLimiter(t, setup(t), leasequota.WithDefaultQuota(leasequota.Quota{Rate: 100, Burst: 100}), leasequota.WithMaxTenants(math.MaxInt))
+	if d := l.AllowN(context.Background(), "first", 1); !d.Allowed {
+		t.Fatalf("the first request of the first tenant: %v", d.Reason)
 	}
 }

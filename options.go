@@ -180,7 +180,8 @@ func WithKeyPrefix(prefix string) Option {
 }
 
 // WithRefreshInterval sets how often each tenant's lease is refreshed on
-// schedule (default 100ms). Leases are sized to last about this long.
+// schedule (default 100ms), from 1ms to MaxLeaseTTL/2 (a lease lives at
+// least two intervals). Leases are sized to last about this long.
 func WithRefreshInterval(d time.Duration) Option {
 	return func(c *config) { c.refreshInterval = d }
 }
@@ -315,7 +316,7 @@ func WithLeaseTTL(d time.Duration) Option {
 }
 
 // WithRedisTimeout sets the deadline of every Redis call (default half the
-// refresh interval, at least 10ms).
+// refresh interval, at least 10ms), at most MaxLeaseTTL.
 func WithRedisTimeout(d time.Duration) Option {
 	return func(c *config) { c.redisTimeout, c.redisTimeoutSet = d, true }
 }
@@ -360,8 +361,8 @@ func (c *config) validate() error {
 			return fmt.Errorf("%w (WithDefaultQuota)", err)
 		}
 	}
-	if c.refreshInterval < time.Millisecond {
-		return fmt.Errorf("%w: WithRefreshInterval(%v): want >= 1ms", ErrInvalidOption, c.refreshInterval)
+	if c.refreshInterval < time.Millisecond || c.refreshInterval > MaxLeaseTTL/2 {
+		return fmt.Errorf("%w: WithRefreshInterval(%v): want 1ms to %v (half of MaxLeaseTTL: a lease lives at least two intervals)", ErrInvalidOption, c.refreshInterval, MaxLeaseTTL/2)
 	}
 	if c.quotaRefreshSet && c.quotaFunc == nil {
 		return fmt.Errorf("%w: WithQuotaRefresh(%v) without WithQuotaFunc: there is nothing to resolve again", ErrInvalidOption, c.quotaRefresh)
@@ -417,8 +418,8 @@ func (c *config) validate() error {
 	if c.tracerProvider == nil {
 		c.tracerProvider = otel.GetTracerProvider()
 	}
-	if c.redisTimeoutSet && c.redisTimeout <= 0 {
-		return fmt.Errorf("%w: WithRedisTimeout(%v): want > 0", ErrInvalidOption, c.redisTimeout)
+	if c.redisTimeoutSet && (c.redisTimeout <= 0 || c.redisTimeout > MaxLeaseTTL) {
+		return fmt.Errorf("%w: WithRedisTimeout(%v): want > 0 and at most %v (MaxLeaseTTL: a call that takes longer brings a lease already expired)", ErrInvalidOption, c.redisTimeout, MaxLeaseTTL)
 	}
 	if !c.redisTimeoutSet {
 		c.redisTimeout = max(c.refreshInterval/2, 10*time.Millisecond)

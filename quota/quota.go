@@ -9,6 +9,7 @@ package quota
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/leasequota/leasequota/lease"
@@ -125,7 +126,12 @@ func (q Quota) Validate() error {
 // refreshed every interval: twice the interval. The syncer renews a lease
 // up to two intervals before it expires, so a shorter lifetime would let
 // leases expire before their renewal came due.
-func MinLeaseTTL(interval time.Duration) time.Duration { return 2 * interval }
+func MinLeaseTTL(interval time.Duration) time.Duration {
+	if interval > math.MaxInt64/2 {
+		return math.MaxInt64 // twice it does not fit: longer than any lease
+	}
+	return 2 * interval
+}
 
 // Defaults are a limiter's settings that stand in for a Quota's zero
 // fields, and the refresh interval its LeaseTTL must allow for.

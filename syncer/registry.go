@@ -182,7 +182,7 @@ func (s *Syncer) Track(name string, q quota.Quota) (*Tenant, error) {
 	if t := s.reg.load(name); t != nil {
 		return t, nil
 	}
-	if max := s.opts.MaxTenants; max > 0 && s.reg.len() >= 2*max {
+	if max := s.opts.MaxTenants; max > 0 && s.reg.len()/2 >= max {
 		return nil, ErrTooManyTenants
 	}
 	t := &Tenant{}
