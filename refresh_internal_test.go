@@ -2,6 +2,7 @@ package leasequota
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"testing"
@@ -190,5 +191,51 @@ func TestQuotaRefreshUnderOverride(t *testing.T) {
 	l.sync.Round(ctx, l.sync.Tenants())
 	if info, _ := l.Tenant("a"); info.Quota.Rate != plan.Rate || info.Quota.Burst != plan.Burst {
 		t.Fatalf("after DeleteQuota: %+v, want the refreshed plan %+v", info.Quota, plan)
+	}
+}
+
+// TestQuotaRefreshSpreadsOverLongPeriods: with WithQuotaRefresh of an
+// hour, the tenants' re-resolutions spread over the hour: each quarter of
+// it gets about a quarter of them. The phase was the hash mod the period,
+// so for periods above 2^32 ns (4.29 s) every phase fell in the first
+// 4.29 s: an hour's QuotaFunc calls, often database reads, came in a burst
+// at its start, on every instance at once.
+func TestQuotaRefreshSpreadsOverLongPeriods(t *testing.T) {
+	clock := &manualClock{now: time.Unix(1_800_000_000, 0)}
+	p := &plans{q: map[string]Quota{}, calls: map[string]int{}}
+	l, err := NewWithStore(memstore.New(memstore.WithClock(clock.Now)), withManualClock(clock.Now), WithManualSync(),
+		WithQuotaRefresh(time.Hour), WithQuotaFunc(p.quota), WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close(context.Background())
+	const tenants = 1000
+	for i := range tenants {
+		if _, _, err := l.track(fmt.Sprintf("tenant-%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx := context.Background()
+	l.refreshQuotas(ctx)
+	var quarters [4]int
+	for q := range quarters {
+		before := 0
+		for i := range tenants {
+			before += p.count(fmt.Sprintf("tenant-%d", i))
+		}
+		for range 15 {
+			clock.Advance(time.Minute)
+			l.refreshQuotas(ctx)
+		}
+		for i := range tenants {
+			quarters[q] += p.count(fmt.Sprintf("tenant-%d", i))
+		}
+		quarters[q] -= before
+	}
+	t.Logf("re-resolutions by quarter of the hour: %v", quarters)
+	for q, n := range quarters {
+		if n < tenants/4*3/4 || n > tenants/4*5/4 {
+			t.Errorf("quarter %d of the hour re-resolved %d of %d tenants, want about a quarter", q, n, tenants)
+		}
 	}
 }
