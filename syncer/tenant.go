@@ -131,7 +131,16 @@ func (ls *leaseState) seenLevel(now time.Time, rate float64) (float64, bool) {
 	if at == 0 {
 		return 0, false
 	}
-	return float64(now.UnixNano()-at) / 1e9 * rate, true
+	if d := now.UnixNano() - at; d >= 0 || at >= 0 {
+		return float64(d) / 1e9 * rate, true
+	}
+	// The difference overflowed: the bucket was empty centuries ago by a
+	// rate so slow (a token in 10^9 s and more) that its level needed
+	// longer than an int64 of nanoseconds to make (durationCeil
+	// saturates). Wrapped, it read as a deep debt: a RetryAfter of 292
+	// years beside the tokens the bucket held, and a tenant that never
+	// went dormant (refilled).
+	return (float64(now.UnixNano()) - float64(at)) / 1e9 * rate, true
 }
 
 // refilled reports whether the global bucket, as the last lease call saw
