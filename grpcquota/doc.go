@@ -42,7 +42,7 @@
 //     policy's) prefix: codes.InvalidArgument (see above), not counted;
 //   - the same key for two policies: codes.Internal;
 //   - cost 0: the call is exempt; a negative cost, or an invalid quota for
-//     the key: codes.Internal;
+//     the key: codes.Internal (in shadow mode the call proceeds);
 //   - Redis unreachable: the Limiter's failure mode decides first; a call
 //     it admits without a lease proceeds (the rate limit metadata then has
 //     no "ratelimit"), a refusal by the local fallback bucket is

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -176,7 +177,8 @@ func (c *config) check() {
 }
 
 // WithCost sets the cost of each call (default 1). A cost of 0 exempts the
-// call; a negative cost ends it with codes.Internal.
+// call; a negative cost ends it with codes.Internal (in shadow mode it
+// proceeds, uncounted).
 func WithCost(f func(ctx context.Context, fullMethod string) int64) Option {
 	return func(c *config) {
 		if f == nil {
@@ -352,6 +354,8 @@ func (lim *limiter) admit(ctx context.Context, method string, setHeader func(con
 		switch {
 		case cost == 0:
 			return nil
+		case cost < 0 && lim.cfg.shadow:
+			return nil // shadow mode never refuses, a buggy cost neither
 		case cost < 0:
 			return internalError
 		}
@@ -539,7 +543,13 @@ func exhausted(d *leasequota.Decision, policy, msg string, retry bool) *status.S
 	return st
 }
 
-// roundUp rounds a wait up to the millisecond, at least 1 ms.
+// roundUp rounds a wait up to the millisecond, at least 1 ms, saturating:
+// a wait of centuries (Tenant.RetryAfter saturates at math.MaxInt64 for a
+// rate of 1e-10) overflowed the sum, and clients were told to retry in
+// 1 ms.
 func roundUp(d time.Duration) time.Duration {
+	if d > math.MaxInt64-time.Millisecond {
+		return time.Duration(math.MaxInt64).Truncate(time.Millisecond)
+	}
 	return max((d + time.Millisecond - 1).Truncate(time.Millisecond), time.Millisecond)
 }

@@ -513,7 +513,12 @@ func TestOutcomes(t *testing.T) {
 	t.Run("shadow", func(t *testing.T) {
 		l := newLimiter(t, leasequota.WithDefaultQuota(leasequota.Quota{Rate: 0.5, Burst: 2}))
 		var hook hookLog
-		c := serve(t, l, hook.option(), grpcquota.WithShadow())
+		c := serve(t, l, hook.option(), grpcquota.WithShadow(), costs)
+		// A negative cost is a server bug, which shadow mode does not
+		// refuse either.
+		if _, err := check(t, c, "cost", "-1"); err != nil {
+			t.Fatalf("shadow mode, a negative cost: %v, want the call to proceed", err)
+		}
 		denied := 0
 		for i := 0; i < 6; i++ {
 			if _, err := check(t, c); err != nil {

@@ -80,3 +80,19 @@ func TestRetryInfoFollowsDecision(t *testing.T) {
 		})
 	}
 }
+
+// TestRetryInfoOfAWaitOfCenturies: a tenant whose next token is centuries
+// away (Rate 1e-12; RetryAfter saturates at math.MaxInt64) gets a
+// RetryInfo of centuries. Rounding it up to the millisecond overflowed,
+// and the clients were told to retry in 1 ms.
+func TestRetryInfoOfAWaitOfCenturies(t *testing.T) {
+	leakCheck(t)
+	l := newLimiter(t, leasequota.WithDefaultQuota(leasequota.Quota{Rate: 1e-12, Burst: 1}))
+	var hook hookLog
+	c := serve(t, l, hook.option())
+	err := exhaust(t, c)
+	_, d := hook.last(t)
+	if delay := refusal(t, err, "default"); delay < d.RetryAfter-time.Millisecond || delay < 100*365*24*time.Hour {
+		t.Errorf("RetryInfo delay %v for a decision's RetryAfter of %v", delay, d.RetryAfter)
+	}
+}

@@ -157,6 +157,11 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		case cost == 0:
 			h.next.ServeHTTP(w, r)
 			return
+		case cost < 0 && h.cfg.shadow:
+			// Shadow mode never refuses: a WithCost on trial with a
+			// bug must not fail real traffic.
+			h.next.ServeHTTP(w, r)
+			return
 		case cost < 0:
 			writeInternalError(w)
 			return

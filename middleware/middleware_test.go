@@ -440,6 +440,16 @@ func TestWeights(t *testing.T) {
 	}
 	// A negative cost is a server bug.
 	checkProblem(t, get(t, srv, cost(-1)...), http.StatusInternalServerError, "about:blank")
+	// In shadow mode, which never refuses, it is passed on uncounted:
+	// a WithCost on trial with a bug must not fail real traffic.
+	shadow := serve(t, l, hook.option(), middleware.WithShadow(), middleware.WithCost(func(r *http.Request) int64 {
+		n, _ := strconv.ParseInt(r.Header.Get("X-Cost"), 10, 64)
+		return n
+	}))
+	before = hook.len()
+	if res := get(t, shadow, cost(-1)...); res.status != http.StatusOK || string(res.body) != "ok" || hook.len() != before {
+		t.Fatalf("shadow mode, a negative cost: status %d, %d decisions reported; want 200 and none", res.status, hook.len()-before)
+	}
 }
 
 // TestShadow counts and sets the fields but never refuses.

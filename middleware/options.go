@@ -209,7 +209,7 @@ func (c *config) check() {
 
 // WithCost sets the cost (weight) of each request in quota units (default
 // 1). A cost of 0 exempts the request from limiting; a negative cost is
-// answered 500.
+// answered 500 (passed on, uncounted, in shadow mode).
 func WithCost(f func(r *http.Request) int64) Option {
 	return func(c *config) {
 		if f == nil {
