@@ -43,6 +43,14 @@ import (
 type heldShare struct {
 	rate        float64
 	from, until int64
+	// under is the quota's rate when the share was granted. Once the
+	// rate in force is below it (SetQuota lowered it), the share ends at
+	// once (Shared stops its accrual, shareOp ends it): Redis keeps the
+	// shares in force through a quota change, and the instances went on
+	// handing out the old shares until their renewals, up to 1.5 periods
+	// (4,669 tokens in 5 s after a rate of 1,000 went to 10, where the
+	// bound after a change allows 260: TestShareEndsWhenTheRateFalls).
+	under float64
 }
 
 // shareDrift is the most the local clock's rate may differ from Redis's,
@@ -164,6 +172,9 @@ func (p *Planner) shareOp(st *State, lim quota.Quota, ns int64) (op lease.ShareO
 		return lease.ShareKeep, false
 	}
 	sh := st.share()
+	if sh != nil && lim.Rate < sh.under {
+		return lease.ShareEnd, true // the rate fell: see heldShare.under
+	}
 	if sh != nil && !p.wantsShare(st, lim) {
 		// The demand is gone: end the share, rather than let its tokens
 		// accrue until the renewal and expire, after a jitter (endAfter).
@@ -211,6 +222,13 @@ func (st *State) cutShare() time.Time {
 func (p *Planner) Shared(st *State, lim quota.Quota, op lease.ShareOp, sent, arrived time.Time, g lease.Grant) {
 	rs := g.RateShare
 	cur := st.share()
+	if cur != nil && lim.Rate < cur.under {
+		// The quota's rate fell since the share was granted (the reply
+		// brought the override): no more of its tokens come due (pace
+		// 0; left, the share stays known for the end to name it), and
+		// the next plan ends it (shareOp).
+		st.resv.pace = 0
+	}
 	if !rs.Held() {
 		if cur != nil {
 			st.resv = nil
@@ -257,6 +275,6 @@ func (p *Planner) Shared(st *State, lim quota.Quota, op lease.ShareOp, sent, arr
 		// stamp less the drip lag (how long before coming due a dripped
 		// token was granted: since the ask was planned), which reaches
 		// back past the share's From.
-		shared: &heldShare{rate: rs.Rate, from: from, until: until},
+		shared: &heldShare{rate: rs.Rate, from: from, until: until, under: lim.Rate},
 	}
 }

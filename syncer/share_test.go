@@ -1,6 +1,7 @@
 package syncer
 
 import (
+	"context"
 	"math"
 	"strconv"
 	"testing"
@@ -9,6 +10,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/leasequota/leasequota/lease"
+	"github.com/leasequota/leasequota/lease/memstore"
 	"github.com/leasequota/leasequota/quota"
 )
 
@@ -399,5 +401,73 @@ func TestQuietWithSharesOn(t *testing.T) {
 	}
 	if on != off {
 		t.Errorf("quiet ticks in a second of an unspent lease: %d with shares on, %d off", on, off)
+	}
+}
+
+// TestShareEndsWhenTheRateFalls: a rate share granted at a rate of 1,000
+// a second stops accruing once the reply of the quota re-read brings an
+// override of 10 a second, and the next plan ends it in Redis. Redis
+// keeps the shares in force through a quota change, and the instance
+// went on handing the old share out until its renewal: 4,669 tokens in
+// the 5 s after the change, where the bound after a change allows
+// Burst + Rate*T + 2*MaxLease of the old quota (260).
+func TestShareEndsWhenTheRateFalls(t *testing.T) {
+	clock := time.Unix(1_000_000, 0)
+	st := memstore.New(memstore.WithClock(func() time.Time { return clock }))
+	b, err := st.Instance("B", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := lease.Limits{Rate: 1000, Burst: 100}
+	ctx := context.Background()
+	acq := func(r lease.Request) lease.Grant {
+		t.Helper()
+		res, err := b.AcquireMany(ctx, []lease.Request{r}, nil)
+		if err != nil || res[0].Err != nil {
+			t.Fatal(err, res)
+		}
+		return res[0].Grant
+	}
+	acq(lease.Request{Tenant: "t", Limits: old, Want: 100, Demand: 2000})
+	clock = clock.Add(10 * time.Millisecond)
+	terms := lease.ShareTerms{Period: 10 * time.Second, Hold: time.Second, Headroom: 0.05}
+	sent := clock
+	g := acq(lease.Request{Tenant: "t", Limits: old, Want: 1, Demand: 2000, Share: lease.ShareAsk, ShareTerms: terms})
+	if !g.RateShare.Held() {
+		t.Fatal("no share granted")
+	}
+	qOld := quota.Quota{Rate: 1000, Burst: 100, LeaseTTL: time.Second, MaxLease: 100}
+	p := NewPlanner(Config{Interval: 100 * time.Millisecond, SharePeriod: 10 * time.Second, ShareHeadroom: 0.05}, 1)
+	s := scarceState(p, sent, 2000)
+	p.Shared(s, qOld, lease.ShareAsk, sent, clock, g)
+
+	// The operator lowers the rate to 10 a second; the instance's quota
+	// re-read brings the override.
+	clock = clock.Add(10 * time.Millisecond)
+	if _, err := b.SetOverride(ctx, "t", old, lease.Override{Rate: 10, Burst: 10}); err != nil {
+		t.Fatal(err)
+	}
+	qNew := quota.Quota{Rate: 10, Burst: 10, LeaseTTL: time.Second, MaxLease: 10}
+	changed := clock
+	clock = clock.Add(10 * time.Millisecond)
+	r := acq(lease.Request{Tenant: "t", Limits: old, Want: 0, Demand: 2000})
+	p.Shared(s, qNew, lease.ShareKeep, clock, clock, r)
+
+	var dripped int64
+	ended := false
+	for at := clock; at.Before(changed.Add(5 * time.Second)); at = at.Add(100 * time.Millisecond) {
+		a := p.Plan(s, qNew, at, Input{Level: 0, Need: 1, Missed: 100})
+		dripped += a.Drip
+		s.ledger.Sync(0)
+		ended = ended || a.Share == lease.ShareEnd
+		if a.Calls() {
+			p.Skipped(s, qNew, at, 0)
+		}
+	}
+	if allowed := float64(qNew.Burst) + qNew.Rate*5 + 2*float64(qOld.MaxLease); float64(dripped) > allowed {
+		t.Errorf("%d share tokens came due in the 5 s after the rate went to 10 a second; the bound after a change allows %.0f", dripped, allowed)
+	}
+	if !ended {
+		t.Errorf("no plan ended the share granted under the old rate")
 	}
 }
