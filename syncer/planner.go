@@ -804,7 +804,12 @@ func (p *Planner) plan(st *State, lim quota.Quota, now time.Time, in Input) Acti
 	if op != lease.ShareKeep && (want > 0 || read || shareDue) {
 		// The share's accrual stops before the call reaches Redis,
 		// which ends or replaces the share.
-		a.Share, a.ShareFrom = op, st.cutShare()
+		a.Share = op
+		if op == lease.ShareEnd {
+			a.ShareFrom = st.stopShare()
+		} else {
+			a.ShareFrom = st.cutShare()
+		}
 		if op == lease.ShareAsk {
 			a.ShareTerms = p.shareTerms(st, lim)
 		}

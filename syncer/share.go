@@ -212,6 +212,22 @@ func (st *State) cutShare() time.Time {
 	return time.UnixMicro(sh.from)
 }
 
+// stopShare stops st's share's accrual (pace 0) but keeps it known until
+// a reply says Redis ended it (Shared): before a call that ends it. It
+// returns the share's From, for the ShareEnd to name. Why not cutShare:
+// when the call budget refused the end (Skipped), the planner no longer
+// knew the share, no later plan ended it, nor did Close, and Redis kept
+// it in force, unspent, until its epoch ended, refilling the bucket
+// that much less (TestSkippedShareEndIsMadeAgain).
+func (st *State) stopShare() time.Time {
+	sh := st.share()
+	if sh == nil {
+		return time.Time{}
+	}
+	st.resv.pace = 0
+	return time.UnixMicro(sh.from)
+}
+
 // Shared records the rate share that a lease call's reply says this
 // instance holds (g.RateShare), the call having been planned at sent
 // with share operation op and its reply having arrived at arrived (local

@@ -180,7 +180,9 @@ func TestShareEndsWhenDemandStops(t *testing.T) {
 	if end.Share != lease.ShareEnd || !end.ShareFrom.Equal(now) {
 		t.Fatalf("%+v, want an end naming the share's From", end)
 	}
-	if _, ok := st.HeldShare(); ok {
+	// Known until a reply says Redis ended it (stopShare), it accrues
+	// nothing more.
+	if st.resv != nil && st.resv.pace != 0 {
 		t.Errorf("the share still accrues after its end was planned")
 	}
 }
@@ -469,5 +471,45 @@ func TestShareEndsWhenTheRateFalls(t *testing.T) {
 	}
 	if !ended {
 		t.Errorf("no plan ended the share granted under the old rate")
+	}
+}
+
+// TestSkippedShareEndIsMadeAgain: a share's end that the call budget
+// refused (Skipped) is planned again, the share known until then and its
+// accrual stopped. The plan forgot the share before the call was admitted,
+// so no later plan ended it and Redis kept it in force, unspent, until its
+// epoch ended.
+func TestSkippedShareEndIsMadeAgain(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	p := NewPlanner(Config{Interval: 100 * time.Millisecond, SharePeriod: 10 * time.Second}, 1)
+	st := sharedState(p, "t", now)
+	end, after, ok := firstCallIdle(p, st, now)
+	if !ok || end.Share != lease.ShareEnd {
+		t.Fatalf("the first call of an idle share-holder is %+v, want its end", end)
+	}
+	at := now.Add(after)
+	p.Skipped(st, shareQuota, at, 0) // the budget refused the call
+	if _, held := st.HeldShare(); !held {
+		t.Fatalf("the share is forgotten once its end was refused")
+	}
+	ends, dripped := 0, int64(0)
+	for ; at.Before(now.Add(30*time.Second)) && ends == 0; at = at.Add(100 * time.Millisecond) {
+		a := p.Plan(st, shareQuota, at, Input{Level: st.Held()})
+		p.Expired(st, a.Expire, st.Held()-a.Expire)
+		dripped += a.Drip
+		if a.Share == lease.ShareEnd {
+			ends++
+			if a.ShareFrom != end.ShareFrom {
+				t.Fatalf("the end made again names %v, want %v", a.ShareFrom, end.ShareFrom)
+			}
+		} else if a.Calls() {
+			p.Skipped(st, shareQuota, at, 0)
+		}
+	}
+	if ends == 0 {
+		t.Fatalf("the refused end was not planned again in 30 s")
+	}
+	if dripped != 0 {
+		t.Errorf("%d tokens of the share came due after its end was planned", dripped)
 	}
 }
