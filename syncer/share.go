@@ -267,7 +267,10 @@ func (p *Planner) Shared(st *State, lim quota.Quota, op lease.ShareOp, sent, arr
 		// this instance did not ask for; leave it.
 		return
 	}
-	lf, lu := rateshare.LocalWindow(sent.UnixMicro(), arrived.UnixMicro(), g.ServerTime.UnixMicro(),
+	// The store's clock at the call is the reply's time less its wait:
+	// on a bucket frozen ahead of the clock by reservations, the share
+	// starts at the bucket's time, g.Wait after the clock.
+	lf, lu := rateshare.LocalWindow(sent.UnixMicro(), arrived.UnixMicro(), g.ServerTime.Add(-g.Wait).UnixMicro(),
 		rateshare.Share{Rate: rs.Rate, From: from, Until: until}, shareDrift)
 	pace := rs.Rate * (1 - shareDrift)
 	tokens := math.Floor(pace * float64(lu-lf) / 1e6)

@@ -513,3 +513,60 @@ func TestSkippedShareEndIsMadeAgain(t *testing.T) {
 		t.Errorf("%d tokens of the share came due after its end was planned", dripped)
 	}
 }
+
+// TestShareOnAFrozenBucketComesDueOnTime: instance A's reservation froze
+// the bucket 980 ms ahead of Redis's clock, and instance B is granted a
+// share there, from the bucket's time. No token of it comes due before
+// its From, in the clock B shares with the store here: the accrual began
+// at the reply, and the 980 ms lead's tokens (48 of a share of 50 a
+// second) came due before the store made them, past the bound. (A fleet
+// moving from reservations to shares has both on one tenant.)
+func TestShareOnAFrozenBucketComesDueOnTime(t *testing.T) {
+	clock := time.Unix(1_000_000, 0)
+	st := memstore.New(memstore.WithClock(func() time.Time { return clock }))
+	a, err := st.Instance("A", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := st.Instance("B", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim := lease.Limits{Rate: 100, Burst: 10}
+	ctx := context.Background()
+	acq := func(in lease.Store, r lease.Request) lease.Grant {
+		t.Helper()
+		res, err := in.AcquireMany(ctx, []lease.Request{r}, nil)
+		if err != nil || res[0].Err != nil {
+			t.Fatal(err, res)
+		}
+		return res[0].Grant
+	}
+	acq(a, lease.Request{Tenant: "t", Limits: lim, Want: 10, Demand: 200})
+	acq(b, lease.Request{Tenant: "t", Limits: lim, Want: 0, Demand: 200})
+	clock = clock.Add(10 * time.Millisecond)
+	if g := acq(a, lease.Request{Tenant: "t", Limits: lim, Want: 50, Demand: 200, Reserve: 2 * time.Second}); g.Reserved == 0 {
+		t.Fatalf("A reserved nothing: %+v", g)
+	}
+	clock = clock.Add(10 * time.Millisecond)
+	terms := lease.ShareTerms{Period: 10 * time.Second, Hold: time.Second}
+	g := acq(b, lease.Request{Tenant: "t", Limits: lim, Want: 1, Demand: 200, Share: lease.ShareAsk, ShareTerms: terms})
+	if !g.RateShare.Held() || g.Wait <= 0 || g.RateShare.From.Before(clock.Add(g.Wait)) {
+		t.Fatalf("B's grant on the frozen bucket: %+v, want a share from the bucket's time, ahead of the clock", g)
+	}
+	p := NewPlanner(Config{Interval: 100 * time.Millisecond, SharePeriod: 10 * time.Second}, 1)
+	s := scarceState(p, clock, 300)
+	p.Shared(s, shareQuota, lease.ShareAsk, clock, clock, g) // the store's clock is B's, the call took no time
+	var early int64
+	for at := clock; at.Before(g.RateShare.From); at = at.Add(10 * time.Millisecond) {
+		a := p.Plan(s, shareQuota, at, Input{Level: 0})
+		early += a.Drip
+		s.ledger.Sync(0)
+	}
+	if early > 0 {
+		t.Errorf("%d tokens of the share came due before its From, %v after the reply", early, g.RateShare.From.Sub(clock))
+	}
+	if _, held := s.HeldShare(); !held {
+		t.Errorf("the share is not held")
+	}
+}

@@ -23,7 +23,10 @@ func TestLocalWindowWithinTheShare(t *testing.T) {
 		sentReal := rapid.Int64Range(0, 1e9).Draw(rt, "sent")
 		storeNow := sentReal + rapid.Int64Range(0, 5e6).Draw(rt, "to store")
 		arrivedReal := storeNow + rapid.Int64Range(0, 5e6).Draw(rt, "back")
-		sh := Share{Rate: 10, From: storeNow, Until: storeNow + rapid.Int64Range(0, 30e6).Draw(rt, "span")}
+		// The share starts at the store's time of the call, or up to a
+		// second after it (a bucket frozen by reservations).
+		start := storeNow + rapid.Int64Range(0, 1e6).Draw(rt, "lead")
+		sh := Share{Rate: 10, From: start, Until: start + rapid.Int64Range(0, 30e6).Draw(rt, "span")}
 
 		from, until := LocalWindow(local(sentReal), local(arrivedReal), storeNow, sh, drift)
 		if until < from {
