@@ -28,7 +28,9 @@ type Decision struct {
 	FleetRemaining int64
 	// RetryAfter, when denied, estimates how long until n tokens could be
 	// admitted. It is zero when Allowed, and zero when n can never be
-	// admitted (see Reason).
+	// admitted (see Reason). For a cold start (ReasonColdStart: nothing
+	// known of the global bucket yet) it is at most the refresh interval,
+	// within which the first lease comes.
 	RetryAfter time.Duration
 	// Quota is the tenant's quota, with defaults resolved.
 	Quota Quota

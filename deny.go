@@ -113,7 +113,16 @@ func (l *Limiter) deny(e *syncer.Tenant, n int64) Decision {
 		d.Reason = ReasonClosed
 		return d
 	case !e.Leased():
+		// Nothing is known of the global bucket yet (no lease call has
+		// answered for the tenant here), and a bucket Redis does not hold
+		// is full: the first lease, a refresh interval away at most,
+		// most likely brings the tokens. Counted as an empty bucket's
+		// n/Rate, a new tenant of a daily quota of 1,000 was told to
+		// retry in 86 s, and AllowNWithin did not wait for the lease that
+		// came 50 ms later.
 		d.Reason = ReasonColdStart
+		d.RetryAfter = max(min(e.RetryAfter(l.cfg.now(), n), l.cfg.refreshInterval), time.Millisecond)
+		return d
 	}
 	d.RetryAfter = max(e.RetryAfter(l.cfg.now(), n), time.Millisecond)
 	return d
