@@ -146,6 +146,13 @@ func TestQuotaCommands(t *testing.T) {
 		t.Errorf("quota version %d after a set, want 1", v)
 	}
 	c.mustRun("quota", "set", "-rate", "1", "-burst", "2", "tenant with spaces")
+	// A rate of seven digits is printed as stored, not rounded to six.
+	if out := c.mustRun("quota", "set", "-rate", "1234567", "-burst", "10", "precise"); !strings.Contains(out, "rate 1.234567e+06/s") {
+		t.Errorf("set of a rate of 1234567 printed %q", out)
+	}
+	if _, err := lc.AdminDeleteOverride(ctx, "precise"); err != nil {
+		t.Fatal(err)
+	}
 
 	got := decode[struct {
 		Tenant string
@@ -491,6 +498,9 @@ func TestTopFindsTheBusiestTenant(t *testing.T) {
 	}
 	// The text view.
 	text := c.mustRun("top", "-once", "-n", "3")
+	// -n above -watch's default of 50, -watch not given: it follows -n
+	// (the command refused a flag the operator never gave).
+	c.mustRun("top", "-once", "-n", "100")
 	if !strings.Contains(text, "TENANT") || !strings.Contains(text, "GRANTED/S") || strings.Count(text, "\n") != 5 {
 		t.Errorf("top -once printed %q, want a header line, a table header and 3 tenants", text)
 	}

@@ -53,7 +53,7 @@ func describe(q quota.Quota) string {
 	return b.String()
 }
 
-func formatFloat(f float64) string { return strconv.FormatFloat(f, 'g', 6, 64) }
+func formatFloat(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
 
 // failureModes are the -failure-mode values.
 var failureModes = map[string]quota.FailureMode{

@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -96,7 +97,7 @@ func topCmd(ctx context.Context, e *env, args []string) error {
 	interval := fs.Duration("interval", 2*time.Second, "time between refreshes (>= 10ms)")
 	n := fs.Int("n", 10, "tenants shown (1..1000)")
 	sample := fs.Int("sample", 1000, "keys SCAN looks at per refresh, and the most new buckets read (1..100000)")
-	watch := fs.Int("watch", 50, "buckets re-read every refresh: the highest ranked so far (>= -n, <= 10000)")
+	watch := fs.Int("watch", 50, "buckets re-read every refresh: the highest ranked so far (>= -n, <= 10000; when not given, 50 or -n, the larger)")
 	iterations := fs.Int("iterations", 0, "refreshes to show, then exit (0: until interrupted)")
 	once := fs.Bool("once", false, "one refresh (as -iterations 1)")
 	if err := parseFlags(fs, args); err != nil {
@@ -104,6 +105,13 @@ func topCmd(ctx context.Context, e *env, args []string) error {
 	}
 	if err := noArgs(fs); err != nil {
 		return err
+	}
+	watchSet := false
+	fs.Visit(func(f *flag.Flag) { watchSet = watchSet || f.Name == "watch" })
+	if !watchSet {
+		// -n of more than 50 with the default -watch was refused for a
+		// flag the operator never gave.
+		*watch = max(*watch, *n)
 	}
 	switch {
 	case *interval < 10*time.Millisecond:
