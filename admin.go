@@ -31,7 +31,9 @@ import (
 // q is validated like a quota given to New (Quota.Validate, and a nonzero
 // LeaseTTL of at least twice this limiter's refresh interval); errors wrap
 // ErrInvalidQuota and nothing is written. The override has no expiry:
-// DeleteQuota removes it.
+// DeleteQuota removes it. An error wrapping lease.ErrQuotaVersion says
+// the override was stored but the instances were not told by the quota
+// version: each learns it at its tenant's next lease call instead.
 func (l *Limiter) SetQuota(ctx context.Context, tenant string, q Quota) error {
 	if err := l.defaults.Check(q); err != nil {
 		return opError("SetQuota", tenant, err)

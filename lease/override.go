@@ -165,10 +165,19 @@ func parseLevel(op string, cmd *redis.Cmd) (float64, error) {
 // instances notice that a quota changed.
 func (c *Client) bumpQuotaVersion(ctx context.Context) error {
 	if err := c.s.Incr(ctx, QuotaVersionKey(c.prefix)).Err(); err != nil {
-		return fmt.Errorf("lease: quota version: %w", err)
+		return fmt.Errorf("%w: %w", ErrQuotaVersion, err)
 	}
 	return nil
 }
+
+// ErrQuotaVersion is wrapped by SetOverride, DeleteOverride,
+// AdminSetOverride and AdminDeleteOverride when the change was made (the
+// override is stored, or deleted, and in force for every acquire) but the
+// quota version could not be raised after it (QuotaVersionKey has no hash
+// tag: it cannot be written in the change's script): limiters that poll it
+// learn the change at their tenant's next lease call instead. Raising it
+// again (any later change does) tells them.
+var ErrQuotaVersion = errors.New("lease: the quota changed, but the quota version was not raised")
 
 // QuotaVersion returns the quota version counter: it changes whenever a
 // quota is set or deleted under the client's prefix (0 before any).

@@ -591,3 +591,28 @@ func TestTopCostIsBounded(t *testing.T) {
 		t.Errorf("frames %+v, want %d with %d watched at the end", fs, iterations, watch)
 	}
 }
+
+// TestQuotaChangeWithoutTheVersion: when the quota version cannot be
+// raised after the change (here a key of another type there), quota set
+// and quota delete say what they did, then fail saying the version was
+// not raised. They printed only the error, and the override was stored
+// all the same: the operator read a failure, and a retried delete found
+// nothing to delete.
+func TestQuotaChangeWithoutTheVersion(t *testing.T) {
+	ctx := context.Background()
+	c, rdb, lc := newCLI(t)
+	if err := rdb.HSet(ctx, lease.QuotaVersionKey(c.prefix), "x", "y").Err(); err != nil {
+		t.Fatal(err)
+	}
+	out, errs, code := c.run("quota", "set", "-rate", "5", "-burst", "10", "acme")
+	if code != 1 || !strings.Contains(out, "acme: quota set: rate 5/s, burst 10") || !strings.Contains(errs, "quota version was not raised") {
+		t.Errorf("quota set: exit %d, stdout %q, stderr %q; want 1, what was set, and the version's failure", code, out, errs)
+	}
+	if o, err := lc.GetOverride(ctx, "acme"); err != nil || o == nil || o.Rate != 5 {
+		t.Fatalf("stored override %+v, %v; want the rate of 5", o, err)
+	}
+	out, errs, code = c.run("quota", "delete", "acme")
+	if code != 1 || !strings.Contains(out, "acme: override deleted") || !strings.Contains(errs, "quota version was not raised") {
+		t.Errorf("quota delete: exit %d, stdout %q, stderr %q; want 1, the deletion, and the version's failure", code, out, errs)
+	}
+}

@@ -70,7 +70,7 @@ func writeJSON(e *env, v any) error {
 	return err
 }
 
-func quotaSet(ctx context.Context, e *env, args []string) error {
+func quotaSet(ctx context.Context, e *env, args []string) (ret error) {
 	fs := newFlags(e, "quota set", "quota set -rate R -burst B [-lease-ttl D] [-min-lease N] [-max-lease N] [-failure-mode M] TENANT")
 	rate := fs.String("rate", "", "tokens per second added to the tenant's bucket (required; finite, > 0)")
 	burst := fs.String("burst", "", "the bucket's capacity in tokens (required; an integer >= 1)")
@@ -115,9 +115,17 @@ func quotaSet(ctx context.Context, e *env, args []string) error {
 	cctx, cancel := e.call(ctx)
 	defer cancel()
 	res, err := e.client.AdminSetOverride(cctx, tenant, quota.ToOverride(q))
-	if err != nil {
+	if err != nil && !errors.Is(err, lease.ErrQuotaVersion) {
 		return fmt.Errorf("quota set %.64q: %w", tenant, err)
 	}
+	// The override is stored even when the version was not raised: say
+	// what was done, then fail with why (unreported, the command looked
+	// failed and a retried delete found nothing to delete).
+	defer func() {
+		if err != nil && ret == nil {
+			ret = fmt.Errorf("quota set %.64q: %w", tenant, err)
+		}
+	}()
 	if e.json {
 		out := struct {
 			Tenant       string     `json:"tenant"`
@@ -189,16 +197,21 @@ func quotaGet(ctx context.Context, e *env, args []string) error {
 	return nil
 }
 
-func quotaDelete(ctx context.Context, e *env, args []string) error {
+func quotaDelete(ctx context.Context, e *env, args []string) (ret error) {
 	tenant, cctx, cancel, err := tenantCall(ctx, e, "quota delete", "quota delete TENANT", args)
 	if err != nil {
 		return err
 	}
 	defer cancel()
 	res, err := e.client.AdminDeleteOverride(cctx, tenant)
-	if err != nil {
+	if err != nil && !errors.Is(err, lease.ErrQuotaVersion) {
 		return fmt.Errorf("quota delete %.64q: %w", tenant, err)
 	}
+	defer func() { // as in quota set
+		if err != nil && ret == nil {
+			ret = fmt.Errorf("quota delete %.64q: %w", tenant, err)
+		}
+	}()
 	if e.json {
 		return writeJSON(e, struct {
 			Tenant  string `json:"tenant"`
