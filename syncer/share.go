@@ -172,8 +172,14 @@ func (p *Planner) shareOp(st *State, lim quota.Quota, ns int64) (op lease.ShareO
 		return lease.ShareKeep, false
 	}
 	sh := st.share()
-	if sh != nil && lim.Rate < sh.under {
-		return lease.ShareEnd, true // the rate fell: see heldShare.under
+	if sh != nil && (lim.Rate < sh.under || st.resv.pace == 0) {
+		// The rate fell (see heldShare.under), or the share is being
+		// ended (stopShare; Shared when the rate fell): its end goes, again
+		// if an earlier one was refused or failed. Why again: a stopped
+		// share whose demand came back asked for no end and, its pace 0,
+		// for no renewal either (renewAt is never): no call, no token, for
+		// good (TestStoppedShareEndsWhenDemandReturns).
+		return lease.ShareEnd, true
 	}
 	if sh != nil && !p.wantsShare(st, lim) {
 		// The demand is gone: end the share, rather than let its tokens

@@ -570,3 +570,43 @@ func TestShareOnAFrozenBucketComesDueOnTime(t *testing.T) {
 		t.Errorf("the share is not held")
 	}
 }
+
+// TestStoppedShareEndsWhenDemandReturns: a share whose end was refused
+// by the call budget (or failed), and whose demand came back before the
+// end was made again, is ended, and the tenant then calls for tokens.
+// Stopped (pace 0) and known, it asked for no end (the demand was back)
+// and no renewal (a pace of 0 never reaches renewAt): no call and no
+// token, for good.
+func TestStoppedShareEndsWhenDemandReturns(t *testing.T) {
+	for _, how := range []string{"skipped", "failed"} {
+		t.Run(how, func(t *testing.T) {
+			now := time.Unix(1_000_000, 0)
+			p := NewPlanner(Config{Interval: 100 * time.Millisecond, SharePeriod: 10 * time.Second}, 1)
+			st := sharedState(p, "t", now)
+			end, after, ok := firstCallIdle(p, st, now)
+			if !ok || end.Share != lease.ShareEnd {
+				t.Fatalf("the first call of an idle share-holder is %+v, want its end", end)
+			}
+			at := now.Add(after)
+			if how == "skipped" {
+				p.Skipped(st, shareQuota, at, 0)
+			} else {
+				p.Failed(st, at)
+			}
+			for i := 0; ; i++ {
+				if i == 600 {
+					t.Fatalf("no call in 60 s after the end was %s and the demand came back", how)
+				}
+				at = at.Add(100 * time.Millisecond)
+				a := p.Plan(st, shareQuota, at, Input{Level: st.Held(), Urgent: true, Need: 1, Missed: 30})
+				p.Expired(st, a.Expire, st.Held()-a.Expire)
+				if a.Calls() {
+					if a.Share != lease.ShareEnd {
+						t.Errorf("the first call after the demand came back: %+v, want the share's end", a)
+					}
+					break
+				}
+			}
+		})
+	}
+}
