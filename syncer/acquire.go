@@ -155,10 +155,26 @@ func (s *Syncer) setOverride(t *Tenant, o *lease.Override) {
 	if o == nil {
 		if cur != base {
 			t.limits.Store(base)
+			s.requota(t, &cur.Quota, &base.Quota)
 		}
 		return
 	}
 	if q := s.opts.Defaults.Resolve(quota.FromOverride(*o)); q != cur.Quota {
 		t.limits.Store(&limits{Quota: q, base: base})
+		s.requota(t, &cur.Quota, &q)
 	}
+}
+
+// requota lifts t's hold-back when the quota in force went from old to
+// next with a higher rate or burst (Planner.Raised), and lets rounds plan
+// t again at once (its quiet time was reckoned from the old quota too).
+// t.mu must be held.
+func (s *Syncer) requota(t *Tenant, old, next *quota.Quota) {
+	ls := t.lease.Load()
+	if ls == nil || next.Rate <= old.Rate && next.Burst <= old.Burst {
+		return
+	}
+	s.planner.Raised(&ls.st, s.opts.Now())
+	t.quietUntil.Store(0)
+	s.setRetry(t)
 }

@@ -856,6 +856,21 @@ func topUpNeed(st *State) int64 {
 	}
 }
 
+// Raised lifts st's hold-back after its tenant's quota rose (a higher
+// rate or burst in force), unless a failure's backoff holds it: the hold
+// was reckoned from the old quota's refill (a dry bucket's, or a scarce
+// grant's wait for its share), up to a day, and kept the tenant from
+// calling for what the new quota makes, though a change applies within a
+// poll and two rounds (TestRaisedQuotaLiftsTheHold: a rate raised from
+// 0.01 to 1,000 a second admitted nothing for a minute).
+func (p *Planner) Raised(st *State, now time.Time) {
+	ns := now.UnixNano()
+	st.setClock(ns)
+	if st.failures == 0 && st.at(st.notBefore) > ns {
+		st.notBefore = st.stampOf(ns)
+	}
+}
+
 // Expired records that taken expired tokens were removed from the
 // counter, leaving level.
 func (p *Planner) Expired(st *State, taken, level int64) {

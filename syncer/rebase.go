@@ -26,6 +26,7 @@ func (s *Syncer) Rebase(t *Tenant, q quota.Quota) bool {
 	base := s.baseLimits(q)
 	if cur.base == nil {
 		t.limits.Store(base)
+		s.requota(t, &cur.Quota, &base.Quota)
 	} else {
 		t.limits.Store(&limits{Quota: cur.Quota, base: base})
 	}
