@@ -821,7 +821,7 @@ func (p *Planner) plan(st *State, lim quota.Quota, now time.Time, in Input) Acti
 		return a
 	}
 	if reserve {
-		a.Reserve = p.reserveLength(st, now.UnixNano())
+		a.Reserve = p.reserveLength(st, lim, now.UnixNano())
 	}
 	a.Acquire = min(want, lim.Burst)
 	return a

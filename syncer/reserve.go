@@ -236,12 +236,21 @@ func (p *Planner) Reserved(st *State, lim quota.Quota, now, arrived time.Time, g
 // as they keep reserving: all of them at the same moment, sharing the
 // second of refill ahead that reservations may take (lease.ReserveAhead),
 // most of them finding little or none of it.
-func (p *Planner) reserveLength(st *State, ns int64) time.Duration {
-	if st.resv != nil {
-		return p.cfg.Reserve
+func (p *Planner) reserveLength(st *State, lim quota.Quota, ns int64) time.Duration {
+	length := p.cfg.Reserve
+	if st.resv == nil {
+		half := p.cfg.Reserve / 2
+		length -= time.Duration(p.jitter(st, ns, int64(half)))
 	}
-	half := p.cfg.Reserve / 2
-	return p.cfg.Reserve - time.Duration(p.jitter(st, ns, int64(half)))
+	// At most what the rate makes half an int32 of tokens in: the tokens
+	// to come are counted in an int32 (reservation.left, room for a merge
+	// of two), and Redis debits all it reserves, so what did not fit was
+	// lost (a rate of 1e10 a second: 5e9 reserved, 2^31-1 came due;
+	// TestHugeReservationComesDueWhole).
+	if most := float64(math.MaxInt32/2) / lim.Rate * 1e9; float64(length) > most {
+		length = time.Duration(most)
+	}
+	return length
 }
 
 // reserveSpacing returns the earliest stamp of the next lease call after

@@ -245,7 +245,7 @@ func TestFirstReservationLengthSpread(t *testing.T) {
 	for i := range 200 {
 		var st State
 		p.Init(&st, "tenant-"+string(rune('a'+i%26))+string(rune('a'+i/26)), pt0)
-		got := p.reserveLength(&st, pt0.UnixNano())
+		got := p.reserveLength(&st, lim, pt0.UnixNano())
 		if got < length/2 || got > length {
 			t.Fatalf("first reservation of %d asks for %v, want within [%v, %v]", i, got, length/2, length)
 		}
@@ -254,7 +254,7 @@ func TestFirstReservationLengthSpread(t *testing.T) {
 		if st.Reserved() == 0 {
 			t.Fatal("no reservation recorded")
 		}
-		if got := p.reserveLength(&st, pt0.Add(time.Second).UnixNano()); got != length {
+		if got := p.reserveLength(&st, lim, pt0.Add(time.Second).UnixNano()); got != length {
 			t.Fatalf("renewal of %d asks for %v, want %v", i, got, length)
 		}
 	}
@@ -333,5 +333,35 @@ func TestNewTenantDoesNotReserve(t *testing.T) {
 		t.Errorf("a tenant offered 3 times its share for 2 s never reserved")
 	case first < halfLife:
 		t.Errorf("a tenant seen for %v reserved, before a half-life (%v)", first, halfLife)
+	}
+}
+
+// TestHugeReservationComesDueWhole: at a rate so high that a reservation
+// of the configured length holds more tokens than an int32 counts
+// (reservation.left), the length asked for is cut so that Redis reserves
+// no more than half of that, and every reserved token comes due. It was
+// not: at a rate of 1e10 a second Redis reserved (and debited) 5e9, of
+// which 2^31-1 came due.
+func TestHugeReservationComesDueWhole(t *testing.T) {
+	lim := quota.Quota{Rate: 1e10, Burst: 1 << 40, MinLease: 1, MaxLease: 1 << 39, LeaseTTL: 2 * time.Second}
+	p := NewPlanner(Config{Interval: 100 * time.Millisecond, Reserve: time.Second}, 1)
+	now := time.Unix(1_000_000, 0)
+	var st State
+	p.Init(&st, "t", now)
+	length := p.reserveLength(&st, lim, now.UnixNano())
+	most := int64(math.MaxInt32 / 2)
+	if reserved := int64(length.Seconds() * lim.Rate); reserved > most || length <= 0 {
+		t.Fatalf("a reservation of %v at %v a second holds %d tokens, want in (0, %d]", length, lim.Rate, reserved, most)
+	}
+	// What Redis reserves at that length comes due whole.
+	reserved := int64(length.Seconds() * lim.Rate)
+	g := lease.Grant{Granted: reserved + 1, Reserved: reserved, Pace: lim.Rate, Instances: 1, ServerTime: now}
+	p.Reserved(&st, lim, now, now, g)
+	if got := st.Reserved(); got != reserved {
+		t.Errorf("%d reserved by Redis, %d to come here", reserved, got)
+	}
+	// A rate of ten a second is not cut.
+	if got := p.reserveLength(&st, quota.Quota{Rate: 10, Burst: 10, LeaseTTL: time.Second}, now.UnixNano()); got != time.Second {
+		t.Errorf("a renewal at 10 a second asks for %v, want the configured second", got)
 	}
 }
