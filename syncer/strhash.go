@@ -30,8 +30,8 @@ func r4(s string, i int) uint64 {
 	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24
 }
 
-// strHash hashes s under k: the length and then each 8-byte word of s are
-// folded into a state seeded with k.k0, one folded multiply by k.k1 per
+// strHash hashes s under k: the length (times k.k1) and then each 8-byte
+// word of s are folded into a state seeded with k.k0, one folded multiply by k.k1 per
 // word; the last word is the string's last 8 bytes (overlapping the one
 // before it), and a string shorter than 8 bytes is read as one word of
 // its first and last bytes. A final fold by k.k0 spreads the last word
@@ -42,7 +42,12 @@ func r4(s string, i int) uint64 {
 // (callgrind, BenchmarkAllowTenants).
 func strHash(s string, k hashKey) uint64 {
 	n := len(s)
-	h := k.k0 ^ uint64(n)
+	// The length goes in multiplied by the key: XORed in as it is, it
+	// cancelled against the bytes of the first word, so that names of
+	// different lengths collided under every key ("a" and "ba"; 8 names
+	// of 9 to 16 bytes), which an outsider could choose to crowd a
+	// table's probe chains (TestStrHashCollisionsNeedTheKey).
+	h := k.k0 ^ uint64(n)*k.k1
 	var w uint64
 	switch {
 	case n >= 8:

@@ -55,3 +55,32 @@ func TestStrHash(t *testing.T) {
 		}
 	}
 }
+
+// TestStrHashCollisionsNeedTheKey: names whose bytes cancel the length
+// (which was XORed into the state as it is) do not collide whatever the
+// key: "a" and "ba", "aXXXXXXXY" and "bXXXXXXXXY", and names of 9 to 16
+// bytes whose first byte is 0x40 xor the length, each class one 64-bit
+// hash under every key before.
+func TestStrHashCollisionsNeedTheKey(t *testing.T) {
+	classes := [][]string{{"a", "ba"}, {"aXXXXXXXY", "bXXXXXXXXY"}}
+	var long []string
+	for n := 9; n <= 16; n++ {
+		b := []byte(strings.Repeat("X", n))
+		b[0] = byte(0x40 ^ n)
+		long = append(long, string(b))
+	}
+	classes = append(classes, long)
+	for k := range 100 {
+		key := newHashKey()
+		for _, c := range classes {
+			seen := map[uint64]string{}
+			for _, s := range c {
+				h := strHash(s, key)
+				if other, ok := seen[h]; ok {
+					t.Fatalf("key %d: %q and %q collide", k, other, s)
+				}
+				seen[h] = s
+			}
+		}
+	}
+}
