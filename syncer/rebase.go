@@ -18,7 +18,7 @@ import "github.com/leasequota/leasequota/quota"
 // skips a tenant whose lock is taken). Call it off the request path.
 func (s *Syncer) Rebase(t *Tenant, q quota.Quota) bool {
 	t.mu.Lock()
-	defer t.mu.Unlock()
+	defer s.unlock(t)
 	cur := t.limits.Load()
 	if cur.baseOf().Quota == q || t.flag(flagEvicted) {
 		return false

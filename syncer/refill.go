@@ -32,6 +32,14 @@ func (s *Syncer) lock(t *Tenant) bool {
 	return true
 }
 
+// unlock releases t's lock and wakes the refills waiting for it (lock):
+// a release without the broadcast left them waiting for the next one, a
+// round's, up to a quarter interval of a cold request's wait.
+func (s *Syncer) unlock(t *Tenant) {
+	t.mu.Unlock()
+	s.unlocked.Broadcast()
+}
+
 // Refill makes an urgent lease call for t now, joining one already in
 // flight for the same tenant. The channel yields the call's error (nil
 // when it succeeded, or when the planner held the call back because the

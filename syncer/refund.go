@@ -42,7 +42,7 @@ func (s *Syncer) Unspend(t *Tenant, n int64, plans uint32) bool {
 	if !t.mu.TryLock() {
 		return false
 	}
-	defer t.mu.Unlock()
+	defer s.unlock(t)
 	if s.plans.Load() != plans {
 		return false
 	}
