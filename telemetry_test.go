@@ -251,3 +251,44 @@ func TestTelemetryErrors(t *testing.T) {
 		t.Errorf("Redis errors logged %d times in a few seconds, want rate-limited to about one a second", n)
 	}
 }
+
+// TestTwoReadersCollectAtOnce: a MeterProvider with two readers (say
+// Prometheus and an OTLP exporter) collects from both at once without a
+// race or a panic. The SDK runs the limiter's callback once per reader,
+// concurrently, and the runs shared the callback's snapshot: one indexed
+// what the other had just emptied, an index out of range on the SDK's
+// goroutine, which ended the process.
+func TestTwoReadersCollectAtOnce(t *testing.T) {
+	r1, r2 := sdkmetric.NewManualReader(), sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(r1), sdkmetric.WithReader(r2))
+	l, err := leasequota.NewWithStore(setup(t), leasequota.WithDefaultQuota(leasequota.Quota{Rate: 100, Burst: 100}),
+		leasequota.WithMeterProvider(mp), leasequota.WithLogger(testLogger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close(context.Background())
+	for range 50 {
+		l.Allow("a")
+	}
+	done := make(chan error, 2)
+	for _, r := range []*sdkmetric.ManualReader{r1, r2} {
+		go func() {
+			var err error
+			for range 2000 {
+				var rm metricdata.ResourceMetrics
+				if err = r.Collect(context.Background(), &rm); err != nil {
+					break
+				}
+			}
+			done <- err
+		}()
+	}
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := metrics(t, r1)["leasequota.decisions"]; got.Name == "" {
+		t.Errorf("no leasequota.decisions after the collections")
+	}
+}

@@ -18,9 +18,11 @@ import (
 	"net"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
@@ -55,7 +57,8 @@ type Snapshot struct {
 }
 
 // Config is what New needs. Zero fields take the otel globals and
-// slog.Default: see the limiter's options.
+// slog.Default (see the limiter's options); a nil Collect reports no
+// decisions, tenants or tokens.
 type Config struct {
 	MeterProvider  metric.MeterProvider
 	TracerProvider trace.TracerProvider
@@ -90,6 +93,19 @@ type Telemetry struct {
 // New creates the instruments and registers the observable ones, which
 // call cfg.Collect. Call Close to unregister them.
 func New(cfg Config) (*Telemetry, error) {
+	// Zero fields take the globals, as Config says.
+	if cfg.MeterProvider == nil {
+		cfg.MeterProvider = otel.GetMeterProvider()
+	}
+	if cfg.TracerProvider == nil {
+		cfg.TracerProvider = otel.GetTracerProvider()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Collect == nil {
+		cfg.Collect = func(*Snapshot) {}
+	}
 	meter := cfg.MeterProvider.Meter(ScopeName, metric.WithInstrumentationVersion(ScopeVersion))
 	t := &Telemetry{
 		tracer: cfg.TracerProvider.Tracer(ScopeName, trace.WithInstrumentationVersion(ScopeVersion)),
@@ -148,9 +164,20 @@ func New(cfg Config) (*Telemetry, error) {
 
 	// The decision attribute sets depend on the reasons the limiter
 	// reports; build them on first collection and keep them.
-	var sets []metric.ObserveOption
-	var snap Snapshot
+	// The SDK runs the callback once per reader, each run behind its
+	// reader's own lock: with two readers (Prometheus and OTLP) two runs
+	// overlap, and the snapshot and sets they shared raced, one run
+	// indexing what the other had just emptied (a panic on the SDK's
+	// goroutine, which ended the process: TestTwoReadersCollectAtOnce).
+	// mu guards sets and snap.
+	var (
+		mu   sync.Mutex
+		sets []metric.ObserveOption
+		snap Snapshot
+	)
 	t.reg, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		mu.Lock()
+		defer mu.Unlock()
 		snap = Snapshot{Allowed: snap.Allowed[:0], Denied: snap.Denied[:0]}
 		cfg.Collect(&snap)
 		if sets == nil {
