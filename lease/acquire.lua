@@ -364,7 +364,13 @@ local function acquire(key, ikey, qkey, o, clock, nargs)
         end
       end
       if stale then
-        redis.call('HDEL', ikey, unpack(stale))
+        -- In chunks: unpack takes at most about 8,000 values, and a
+        -- registry that many stopped instances left (short-lived ones,
+        -- a fleet restarted under new ids) failed every recompute, the
+        -- tenant's every call with it, for up to a window.
+        for i = 1, #stale, 1000 do
+          redis.call('HDEL', ikey, unpack(stale, i, math.min(i + 999, #stale)))
+        end
       end
       -- Max-min fair share of the rate among the reported demands
       -- (water-filling): the smallest demands are met in full, the rest get

@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -237,4 +238,42 @@ func acquireRequest(ctx context.Context, c *Client, r Request) (Grant, error) {
 		return Grant{}, err
 	}
 	return res[0].Grant, res[0].Err
+}
+
+// TestManyStaleRegistryEntries, on redis-server: a recompute of the
+// registry summary that finds 8,001 stale entries (instances that
+// stopped within the last windows: short-lived ones, a fleet restarted
+// under new ids) deletes them all and grants. It failed: unpack takes at
+// most about 8,000 values, so every such acquire failed for up to a
+// window, where memstore granted.
+func TestManyStaleRegistryEntries(t *testing.T) {
+	ctx := context.Background()
+	rdb := redisserver.Client(t)
+	prefix := redisserver.Prefix(t)
+	const n = 8001
+	window := time.Second
+	now, err := rdb.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := now.Add(-2 * window).UnixMicro()
+	ikey := InstancesKey(Key(prefix, "t"))
+	fields := make([]interface{}, 0, 2*n)
+	for i := range n {
+		fields = append(fields, fmt.Sprintf("old-%d", i), fmt.Sprintf("%d:0:1:", old))
+	}
+	if err := rdb.HSet(ctx, ikey, fields...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewClient(rdb, prefix, WithInstance("new", window))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.AcquireMany(ctx, []Request{{Tenant: "t", Limits: Limits{Rate: 100, Burst: 100}, Want: 1}}, nil)
+	if err != nil || res[0].Err != nil || res[0].Grant.Granted != 1 {
+		t.Fatalf("acquire over %d stale registry entries: %+v, %v", n, res, err)
+	}
+	if left, err := rdb.HLen(ctx, ikey).Result(); err != nil || left != 1 {
+		t.Errorf("the registry keeps %d entries (%v), want the caller's alone", left, err)
+	}
 }
