@@ -45,7 +45,12 @@ func (s *Syncer) acquire(ctx context.Context, now time.Time, node *redisNode, jo
 	results, err := s.call(ctx, telemetry.OpAcquire, node, len(reqs), 0, func(ctx context.Context) ([]lease.Result, error) {
 		return s.client.AcquireMany(ctx, reqs, nil)
 	})
-	tot.Calls = 1
+	// A call the breaker refused was not sent: it is no lease request
+	// (the metric's "sent to Redis"), though its tenants failed.
+	sent := !refused(err)
+	if sent {
+		tot.Calls = 1
+	}
 	for i, j := range jobs {
 		var r lease.Result
 		if err != nil {
@@ -54,8 +59,10 @@ func (s *Syncer) acquire(ctx context.Context, now time.Time, node *redisNode, jo
 			r = results[i]
 		}
 		s.apply(ctx, j.t, node, now, j.want, j.share, r)
-		tot.Tenants++
-		tot.Requested += j.want
+		if sent {
+			tot.Tenants++
+			tot.Requested += j.want
+		}
 		if r.Err != nil {
 			tot.Failed++
 		} else {

@@ -8,6 +8,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sony/gobreaker/v2"
+
 	"github.com/leasequota/leasequota/lease"
 )
 
@@ -243,6 +245,13 @@ func (s *Syncer) nodeOf(ctx context.Context, tenant string) (string, bool) {
 		return "", false
 	}
 	return loc.NodeOf(ctx, tenant)
+}
+
+// refused reports whether err is the circuit breaker's refusal: the call
+// was not sent, and counts in no total of calls sent (Stats().Calls, the
+// rounds' lease requests, the calls' durations).
+func refused(err error) bool {
+	return errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests)
 }
 
 // timedOut reports whether err is a call's deadline or a network

@@ -149,7 +149,9 @@ func (s *Syncer) refillLocked(ctx context.Context, link trace.Link, t *Tenant, n
 		r.Err = err
 	}
 	s.apply(ctx, t, node, now, a.Acquire, a.Share, r)
-	round.Add(telemetry.Round{Tenants: 1, Calls: 1, Requested: a.Acquire, Granted: r.Grant.Granted})
+	if !refused(err) { // a call the breaker refused was not sent (acquire)
+		round.Add(telemetry.Round{Tenants: 1, Calls: 1, Requested: a.Acquire, Granted: r.Grant.Granted})
+	}
 	if r.Err != nil {
 		round.Failed++
 	}

@@ -298,15 +298,22 @@ func (t *Telemetry) StartCall(ctx context.Context, op string, size int) (context
 	return ctx, &Call{t: t, span: span, op: op, start: time.Now()}
 }
 
-// End records the call's duration and error, and ends its span.
+// End records the call's duration and error, and ends its span. A call
+// the circuit breaker refused (error.type breaker_open) never reached
+// Redis: its error counts, its duration does not (it was counted as a
+// round trip, seven for each one sent during an outage).
 func (c *Call) End(err error) {
 	if c.t == nil {
 		return
 	}
-	opt := c.t.opAttrs[c.op]
-	c.t.callDuration.Record(context.Background(), time.Since(c.start).Seconds(), opt)
+	kind := ""
 	if err != nil {
-		kind := ErrorType(err)
+		kind = ErrorType(err)
+	}
+	if kind != "breaker_open" {
+		c.t.callDuration.Record(context.Background(), time.Since(c.start).Seconds(), c.t.opAttrs[c.op])
+	}
+	if err != nil {
 		c.t.callErrors.Add(context.Background(), 1, metric.WithAttributes(append(append([]attribute.KeyValue(nil), c.t.base...),
 			attribute.String("operation", c.op), attribute.String("error.type", kind))...))
 		c.span.SetStatus(codes.Error, err.Error())
