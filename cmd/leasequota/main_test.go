@@ -146,6 +146,14 @@ func TestQuotaCommands(t *testing.T) {
 		t.Errorf("quota version %d after a set, want 1", v)
 	}
 	c.mustRun("quota", "set", "-rate", "1", "-burst", "2", "tenant with spaces")
+	// A name with a terminal's escape sequence is printed quoted, not
+	// sent to the terminal as it is.
+	if out := c.mustRun("quota", "set", "-rate", "1", "-burst", "2", "evil\x1b[2Jname"); !strings.Contains(out, `"evil\x1b[2Jname": quota set`) {
+		t.Errorf("set of a name with an escape sequence printed %q", out)
+	}
+	if _, err := lc.AdminDeleteOverride(ctx, "evil\x1b[2Jname"); err != nil {
+		t.Fatal(err)
+	}
 	// A rate of seven digits is printed as stored, not rounded to six.
 	if out := c.mustRun("quota", "set", "-rate", "1234567", "-burst", "10", "precise"); !strings.Contains(out, "rate 1.234567e+06/s") {
 		t.Errorf("set of a rate of 1234567 printed %q", out)

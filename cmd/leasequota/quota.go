@@ -138,7 +138,7 @@ func quotaSet(ctx context.Context, e *env, args []string) (ret error) {
 		}
 		return writeJSON(e, out)
 	}
-	fmt.Fprintf(e.stdout, "%s: quota set: %s", tenant, describe(q))
+	fmt.Fprintf(e.stdout, "%s: quota set: %s", printable(tenant), describe(q))
 	if res.Stored {
 		fmt.Fprintf(e.stdout, " (bucket now %s tokens)", formatFloat(res.Tokens))
 	}
@@ -190,10 +190,10 @@ func quotaGet(ctx context.Context, e *env, args []string) error {
 		return writeJSON(e, out)
 	}
 	if o == nil {
-		fmt.Fprintf(e.stdout, "%s: no override (the services' quota applies)\n", tenant)
+		fmt.Fprintf(e.stdout, "%s: no override (the services' quota applies)\n", printable(tenant))
 		return nil
 	}
-	fmt.Fprintf(e.stdout, "%s: %s\n", tenant, describe(quota.FromOverride(*o)))
+	fmt.Fprintf(e.stdout, "%s: %s\n", printable(tenant), describe(quota.FromOverride(*o)))
 	return nil
 }
 
@@ -219,10 +219,10 @@ func quotaDelete(ctx context.Context, e *env, args []string) (ret error) {
 		}{tenant, res.Had})
 	}
 	if !res.Had {
-		fmt.Fprintf(e.stdout, "%s: no override to delete\n", tenant)
+		fmt.Fprintf(e.stdout, "%s: no override to delete\n", printable(tenant))
 		return nil
 	}
-	fmt.Fprintf(e.stdout, "%s: override deleted (the services' quota applies from their next lease call)\n", tenant)
+	fmt.Fprintf(e.stdout, "%s: override deleted (the services' quota applies from their next lease call)\n", printable(tenant))
 	return nil
 }
 
@@ -294,8 +294,10 @@ func quotaList(ctx context.Context, e *env, args []string) error {
 	return nil
 }
 
-// printable quotes a tenant name that a table would garble (spaces,
-// control or non-UTF-8 bytes), and cuts one over 64 bytes.
+// printable quotes a tenant name that a table or a terminal would garble
+// (spaces, control or non-UTF-8 bytes: escape sequences went to the
+// terminal as they were from quota set, get and delete), and cuts one
+// over 64 bytes.
 func printable(s string) string {
 	if strconv.CanBackquote(s) && !strings.ContainsAny(s, " \t") && len(s) <= 64 {
 		return s
