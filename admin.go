@@ -125,8 +125,10 @@ type TenantQuota struct {
 // As with SCAN, a quota stored for the whole listing is yielded at least
 // once; one set or deleted meanwhile may or may not be (a deleted one is
 // never yielded with a zero Quota), and one may be yielded twice (Redis
-// rehashing its keyspace, or a cluster slot moving during the listing):
-// keep the keys seen when each must be handled once. The operator's
+// rehashing its keyspace): keep the keys seen when each must be handled
+// once. On a Redis Cluster whose slots move during the listing (a
+// reshard), a quota may be yielded twice or missed (lease.Client's
+// ListOverrides): list again once the reshard is done. The operator's
 // command, which has no Limiter, lists with lease.NewClient(rdb,
 // prefix).ListOverrides, which this method wraps.
 func (l *Limiter) ListQuotas(ctx context.Context) iter.Seq2[TenantQuota, error] {

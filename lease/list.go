@@ -57,11 +57,16 @@ type ListedOverride struct {
 //   - about the listing: a SCAN or a read failed, or ctx is done (it is
 //     checked before each yield). It is the last value yielded.
 //
-// SCAN's guarantees carry over: an override stored for the whole listing
-// is yielded at least once; one set or deleted meanwhile may or may not
-// be (a deleted one is never yielded as a zero value); one may be yielded
-// twice (Redis rehashing, or a cluster slot moving between masters during
-// the listing). Callers that need each once keep the keys seen.
+// SCAN's guarantees carry over, on one server and on a Redis Cluster whose
+// slots stay put: an override stored for the whole listing is yielded at
+// least once; one set or deleted meanwhile may or may not be (a deleted
+// one is never yielded as a zero value); one may be yielded twice (Redis
+// rehashing). On a Cluster whose slots move during the listing (a
+// reshard), the masters are scanned one after the other, so an override
+// may be yielded twice (its slot moved to a master not scanned yet) or not
+// at all (moved from a master not scanned yet to one scanned already):
+// list again once the reshard is done. Callers that need each once keep
+// the keys seen.
 func (c *Client) ListOverrides(ctx context.Context) iter.Seq2[ListedOverride, error] {
 	return func(yield func(ListedOverride, error) bool) {
 		scanners, err := c.scanners(ctx)
