@@ -271,7 +271,14 @@ func (s *script) runMany(ctx context.Context, c Scripter, calls []call) []*redis
 // (TestClusterTryAgainRunsEachAcquireOnce, in the integration module).
 // The batches of a call's other nodes, when its calls span several (a
 // stale slot map), are not guarded; runMany sends one pipeline per
-// master.
+// master. Nor does the guard cover the other replies go-redis retries
+// when the read gets them while the batch's scripts run: CLUSTERDOWN for
+// the read's slot alone (a slot not served while the node's others are,
+// as in a reshard with partial coverage, or a failover's end), LOADING,
+// READONLY. Then the batch's acquires run again (four times in a helper's
+// test that took the read's slot away): the bound holds, the buckets lose
+// those tokens. Not fixed: the client's retries are the caller's setting
+// (ClusterOptions.MaxRedirects).
 //
 // It queues commands it builds itself (the same ones that the pipeline's
 // EvalSha and Eval build) all at once: EvalSha would copy each call's
