@@ -458,6 +458,7 @@ type BucketSampler struct {
 	wraps   []int    // per node, how many times its cursor came back to 0
 	pending []string // keys SCAN returned beyond a Next's count
 	passes  int
+	base    int // the passes completed before the nodes were last listed (an error starts wraps over)
 	scans   int
 }
 
@@ -504,7 +505,7 @@ func (s *BucketSampler) Next(ctx context.Context, count int) ([]string, error) {
 		s.scans++
 		got, next, err := n.Scan(ctx, s.cursors[i], match, int64(per)).Result()
 		if err != nil {
-			s.nodes, s.cursors, s.wraps = nil, nil, nil
+			s.nodes, s.cursors, s.wraps, s.base = nil, nil, nil, s.passes
 			return keys, fmt.Errorf("lease: sample buckets: scan: %w", err)
 		}
 		s.cursors[i] = next
@@ -523,7 +524,9 @@ func (s *BucketSampler) Next(ctx context.Context, count int) ([]string, error) {
 // its own completes a pass too.
 func (s *BucketSampler) settle() {
 	if len(s.pending) == 0 && len(s.wraps) > 0 {
-		s.passes = slices.Min(s.wraps)
+		// wraps starts over after an error (the nodes are listed
+		// again): the passes completed before it still count.
+		s.passes = max(s.passes, s.base+slices.Min(s.wraps))
 	}
 }
 
