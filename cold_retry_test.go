@@ -2,10 +2,13 @@ package leasequota_test
 
 import (
 	"context"
+	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/leasequota/leasequota"
+	"github.com/leasequota/leasequota/lease"
 	"github.com/leasequota/leasequota/lease/memstore"
 )
 
@@ -30,5 +33,60 @@ func TestColdStartRetryAfter(t *testing.T) {
 	}
 	if w := l.AllowNWithin(ctx, "other", 1, time.Second); !w.Allowed {
 		t.Errorf("AllowNWithin(1 s) of a new tenant: %v, RetryAfter %v; want it admitted once its lease came", w.Reason, w.RetryAfter)
+	}
+}
+
+// coldTimeoutStore times out the first lease call that names the tenant
+// "cold" (a busy Redis: the deadline passes), and passes every other.
+type coldTimeoutStore struct {
+	lease.Store
+	done *atomic.Bool
+}
+
+func (s coldTimeoutStore) AcquireMany(ctx context.Context, reqs []lease.Request, res []lease.Result) ([]lease.Result, error) {
+	if slices.ContainsFunc(reqs, func(r lease.Request) bool { return r.Tenant == "cold" }) && s.done.CompareAndSwap(false, true) {
+		<-ctx.Done()
+		res = make([]lease.Result, len(reqs))
+		for i := range res {
+			res[i].Err = ctx.Err()
+		}
+		return res, ctx.Err()
+	}
+	return s.Store.AcquireMany(ctx, reqs, res)
+}
+
+type coldTimeoutBackend struct {
+	*memstore.Store
+	done *atomic.Bool
+}
+
+func (b coldTimeoutBackend) Instance(id string, window time.Duration) (lease.Store, error) {
+	in, err := b.Store.Instance(id, window)
+	return coldTimeoutStore{in, b.done}, err
+}
+
+// TestColdWaitAfterABusyFirstCall: a WaitN of a new tenant whose first
+// lease call timed out (Redis busy, not down) tries again within a refresh
+// interval, not after an empty bucket's n/Rate: for a daily quota of 1,000
+// it slept 86 s beside a full bucket.
+func TestColdWaitAfterABusyFirstCall(t *testing.T) {
+	var done atomic.Bool
+	l, err := leasequota.NewWithStore(coldTimeoutBackend{memstore.New(), &done}, leasequota.WithDefaultQuota(leasequota.Per(1000, 24*time.Hour)),
+		leasequota.WithLogger(testLogger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close(context.Background())
+	ctx := context.Background()
+	if _, err := l.WaitN(ctx, "warm", 1); err != nil { // Redis answered: a timeout now is congestion
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if d, err := l.WaitN(wctx, "cold", 1); err != nil || !d.Allowed {
+		t.Errorf("WaitN of a new tenant whose first call timed out: %v, %v, want admitted within 10 s", d.Reason, err)
+	}
+	if !done.Load() {
+		t.Errorf("the first call of the new tenant was not the one timed out: the test did not test")
 	}
 }

@@ -157,6 +157,14 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n
 		// denied at its deadline with the token here: TestSimulation,
 		// seed 6056.)
 		wait := max(e.RetryAfter(l.cfg.now(), n), time.Millisecond)
+		if !e.Leased() {
+			// Nothing known of the bucket yet (its first call brought
+			// nothing: a timeout on a busy Redis): retry within a
+			// refresh interval, as deny says, not after an empty
+			// bucket's n/Rate (86 s for a daily quota of 1,000 whose
+			// bucket was full).
+			wait = min(wait, l.cfg.refreshInterval)
+		}
 		if err := sl.sleep(wctx, wait, l.sync.Recovered()); err != nil {
 			return l.gaveUp(ctx, tenant, e, n, cold, untilAdmitted, missed)
 		}

@@ -83,6 +83,12 @@ func (l *Limiter) degraded(e *syncer.Tenant, n int64) Decision {
 	now := l.cfg.now()
 	d := Decision{Quota: q, Mode: q.FailureMode}
 	lease := max(e.RetryAfter(now, n), time.Millisecond)
+	if !e.Leased() {
+		// Nothing known of the bucket (as in deny): the next lease call,
+		// a backoff of at most a refresh interval away, most likely
+		// finds it full, not an empty bucket's n/Rate away.
+		lease = min(lease, l.cfg.refreshInterval)
+	}
 	switch q.FailureMode {
 	case FailOpen:
 		d.Allowed, d.Reason = true, ReasonFailOpen

@@ -868,6 +868,9 @@ func (p *Planner) Raised(st *State, now time.Time) {
 	st.setClock(ns)
 	if st.failures == 0 && st.at(st.notBefore) > ns {
 		st.notBefore = st.stampOf(ns)
+		// A plan since the hold began left the tenant quiet until the
+		// old hold's end (settle): rounds would pass it by till then.
+		st.flags &^= flagQuiet | flagQuietHeld
 	}
 }
 

@@ -15,7 +15,9 @@ import (
 // base quota (Rebase), and a request is admitted within a second. The
 // hold, reckoned from the old rate, kept it from calling: nothing was
 // admitted for a minute, though a change applies within a poll and two
-// rounds.
+// rounds. A tick between the hold and the raise left the tenant quiet
+// until the old hold's end (30 s here, IdleTimeout/2 at most), and rounds
+// passed it by.
 func TestRaisedQuotaLiftsTheHold(t *testing.T) {
 	for _, how := range []string{"override", "Rebase"} {
 		t.Run(how, func(t *testing.T) {
@@ -39,6 +41,10 @@ func TestRaisedQuotaLiftsTheHold(t *testing.T) {
 			if held := tn.lease.Load().st.NotBefore().Sub(now()); held < time.Minute {
 				t.Fatalf("after the dry grant: held back %v, want the old rate's refill (minutes)", held)
 			}
+			// Ticks plan the held tenant: quiet until the old hold ends.
+			s.Tick(ctx)
+			advance(25 * time.Millisecond)
+			s.Tick(ctx)
 			if how == "Rebase" {
 				raised := q
 				raised.Rate, raised.Burst, raised.MaxLease = 1000, 1000, 500
