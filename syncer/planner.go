@@ -703,10 +703,15 @@ func (p *Planner) plan(st *State, lim quota.Quota, now time.Time, in Input) Acti
 		st.dripLag = 0 // no reserved token held: the lag starts over
 	}
 	// Reserved tokens that came due join the lease, as a batch of their
-	// own: they expire LeaseTTL after now, and a return of them names the
-	// grant that reserved them.
-	if n, id, granted := st.takeDue(st.stampOf(ns)); n > 0 {
-		st.ledger.Add(now, n, id)
+	// own: they expire LeaseTTL after now. It names no grant (as a rate
+	// share's drips do not): a return of it is aged from its stamp less
+	// the drip lag. Named by the grant that reserved them, every drip
+	// batch and that call's lease carried one ID, so the ledger's front
+	// (Tenant.Front) stayed the same when the oldest of them left, and a
+	// give-back or a refund that trusted it put tokens back past their
+	// lease (TestGiveBackAcrossDripsOfOneGrant).
+	if n, _, granted := st.takeDue(st.stampOf(ns)); n > 0 {
+		st.ledger.Add(now, n, 0)
 		st.dripLag = max(st.dripLag, int32(st.stampOf(ns)-granted))
 		a.Drip = n
 	}

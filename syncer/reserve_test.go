@@ -365,3 +365,50 @@ func TestHugeReservationComesDueWhole(t *testing.T) {
 		t.Errorf("a renewal at 10 a second asks for %v, want the configured second", got)
 	}
 }
+
+// TestGiveBackAcrossDripsOfOneGrant: reserved tokens that come due join
+// the ledger unnamed, so no two of its batches carry one grant ID, and
+// the front a request reads before it spends (Tenant.Front) changes when
+// the oldest batch leaves. Named by their grant, the drips of one
+// reservation shared its ID: when the oldest left, the front stayed, and
+// a give-back that trusted it put 5 tokens back past their lease (10 in
+// the counter, 5 alive).
+func TestGiveBackAcrossDripsOfOneGrant(t *testing.T) {
+	t0 := time.Unix(1_000_000, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	p := NewPlanner(Config{Interval: 100 * time.Millisecond, Reserve: time.Second}, 1)
+	lim := quota.Quota{Rate: 10, Burst: 100, MinLease: 1, MaxLease: 50, LeaseTTL: time.Second}
+	var st State
+	p.Init(&st, "t", t0)
+	p.Reserved(&st, lim, t0, t0, lease.Grant{Granted: 10, Reserved: 10, Pace: 10, Instances: 1, ServerTime: t0})
+	level := int64(0)
+	plan := func(ms int) {
+		a := p.Plan(&st, lim, at(ms), Input{Level: level})
+		level += a.Drip
+		if a.Expire > 0 {
+			taken := min(a.Expire, level)
+			level -= taken
+			p.Expired(&st, taken, level)
+		}
+	}
+	plan(500)
+	plan(1000) // two batches of drips
+	if st.ledger.n() < 2 {
+		t.Fatalf("%d batches after two drips, want two", st.ledger.n())
+	}
+	seen := map[lease.GrantID]bool{}
+	for i := range st.ledger.n() {
+		if id := st.ledger.b.id[i]; id != 0 {
+			if seen[id] {
+				t.Fatalf("two batches of the ledger carry grant ID %d", id)
+			}
+			seen[id] = true
+		}
+	}
+	front := st.ledger.frontID()
+	level -= 5 // a multi-tenant decision spends 5
+	plan(1550) // the oldest batch's lease is over: it leaves
+	if front != 0 && st.ledger.frontID() == front {
+		t.Fatalf("the oldest batch left and the front stayed %d: a give-back would trust it", front)
+	}
+}
