@@ -40,8 +40,8 @@
 -- min(amount, burst - P) (0 if negative), with P = the highest level over
 -- (g, now] that the level history (common.lua) gives: exact, or higher.
 -- Naming the grant leaves its own level before the debit out of P, so tokens
--- leased from a full bucket can come back; with now - age alone, that level
--- (and any between now - age and the grant) counts.
+-- leased from a full bucket can come back; with clock - age alone, that
+-- level (and any between clock - age and the grant) counts.
 --
 -- A credit c is then applied to the history too: every entry after g grows
 -- by c (staying <= burst), since the bucket without those tokens granted

@@ -81,15 +81,21 @@ func TestFloorLevel(t *testing.T) {
 
 // TestSeenLevelOfACenturiesOldEmptyBucket: a level so far from empty at
 // so slow a rate that the time it took saturates an int64 of nanoseconds
-// (durationCeil: 292 years, 0.92 tokens at 1e-10 a second) reads as that
-// much, not as the deep debt that the wrapped difference made of it: a
-// RetryAfter of 292 years beside the tokens the bucket held.
+// (durationCeil: 292 years, 0.92 tokens at 1e-10 a second) reads as no
+// less than the level Redis reported, not as the deep debt the wrapped
+// difference made of it (a RetryAfter of 292 years beside the tokens the
+// bucket held), nor as the saturated 0.92 (24.6 years, and a tenant that
+// never went dormant).
 func TestSeenLevelOfACenturiesOldEmptyBucket(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)
 	var ls leaseState
 	ls.emptyAt.Store(now.UnixNano() - int64(durationCeil(2/1e-10)))
+	ls.level.Store(2)
 	level, ok := ls.seenLevel(now.Add(time.Second), 1e-10)
-	if most := 1e-10 * float64(math.MaxInt64) / 1e9; !ok || level < most*0.99 {
-		t.Fatalf("seen level %v (%v) of a bucket that held 2 at 1e-10 tokens a second: want the %v a saturated time holds", level, ok, most)
+	if !ok || level < 2 {
+		t.Fatalf("seen level %v (%v) of a bucket that held 2 at 1e-10 tokens a second: want at least the 2 Redis reported", level, ok)
+	}
+	if !ls.refilled(now.Add(time.Second), &quota.Quota{Rate: 1e-10, Burst: 2}) {
+		t.Errorf("a bucket seen at its burst of 2 is not refilled: the tenant would never go dormant")
 	}
 }

@@ -107,7 +107,7 @@ func (s *Syncer) release(ctx context.Context, round *telemetry.Round, node *redi
 			}
 			return nil, whole
 		})
-		if round != nil {
+		if round != nil && !refused(err) { // the breaker's refusal was not sent
 			round.Calls++
 		}
 		if err != nil && len(errs) == 0 {

@@ -131,8 +131,13 @@ func (ls *leaseState) seenLevel(now time.Time, rate float64) (float64, bool) {
 	if at == 0 {
 		return 0, false
 	}
+	// The level Redis reported is a floor: emptyAt cannot tell a level
+	// that took more than an int64 of nanoseconds to make (durationCeil
+	// saturates: 0.92 tokens at a rate of 1e-10), and the bucket held
+	// that level when the reply came.
+	floor := float64(ls.level.Load())
 	if d := now.UnixNano() - at; d >= 0 || at >= 0 {
-		return float64(d) / 1e9 * rate, true
+		return max(float64(d)/1e9*rate, floor), true
 	}
 	// The difference overflowed: the bucket was empty centuries ago by a
 	// rate so slow (a token in 10^9 s and more) that its level needed
@@ -140,7 +145,7 @@ func (ls *leaseState) seenLevel(now time.Time, rate float64) (float64, bool) {
 	// saturates). Wrapped, it read as a deep debt: a RetryAfter of 292
 	// years beside the tokens the bucket held, and a tenant that never
 	// went dormant (refilled).
-	return (float64(now.UnixNano()) - float64(at)) / 1e9 * rate, true
+	return max((float64(now.UnixNano())-float64(at))/1e9*rate, floor), true
 }
 
 // refilled reports whether the global bucket, as the last lease call saw
@@ -342,7 +347,11 @@ func (t *Tenant) Front() lease.GrantID { return lease.GrantID(t.front.Load()) }
 // decision that another tenant denied). It is lock-free: if the syncer
 // accounted for the spend in between, the tokens exceed what its ledger
 // accounts for, and its next plan forfeits the excess (see
-// Syncer.planWith), so that no token outlives its lease.
+// Syncer.planWith), unless requests spend it first; and if a batch left
+// the ledger in between, the tokens would live on as a later batch's,
+// past their lease. So callers give back this way only when the ledger's
+// oldest grant is known and unchanged since the spend (Front), or when no
+// plan ran since (Syncer.Unspend); otherwise they refund (Syncer.Refund).
 //
 // It does not change the count of admissions: for tokens that Spend took,
 // Uncount takes the admission back.
