@@ -43,7 +43,9 @@ func (s *Syncer) Unspend(t *Tenant, n int64, plans uint32) bool {
 		return false
 	}
 	defer s.unlock(t)
-	if s.plans.Load() != plans {
+	if s.plans.Load() != plans || t.flag(flagEvicted) || s.closing() {
+		// A plan ran, or the tenant was drained (evicted, or at Close):
+		// tokens put back into a drained counter would be lost uncounted.
 		return false
 	}
 	t.UnspendWaited(n)
