@@ -1360,7 +1360,7 @@ func confShareGrants(c *cx) {
 			level, sh = lease.RefillShares(tk, at, now, lim.Rate, lim.Burst, rec)
 		}
 		mine := held[id]
-		if !sh.Holds(mine) {
+		if !sh.Holds(mine, time.UnixMicro(now)) {
 			mine = lease.RateShare{}
 		}
 		if mine.Held() && (op == lease.ShareAsk || op == lease.ShareEnd && mine.From.Equal(from)) {

@@ -405,13 +405,15 @@ local function acquire(key, ikey, qkey, o, clock, nargs)
       share = level
     end
     -- The rate share this instance holds, while it is in force: its
-    -- entry's "rate/from/until" (SHARES), until after the start of the
-    -- record's epoch.
+    -- entry's "rate/from/until" (SHARES), until after now and after the
+    -- start of the record's epoch (a share granted under other epochs
+    -- may end between the two; counted, its instance's ask or end took
+    -- it out of a record built after it ended: lease.Shares.Holds).
     local sh = state[21]
     if prevMine and prevMine ~= '' and sh then
       local r, f, u = string.match(prevMine, '^([^/]*)/([^/]*)/([^/]*)$')
       r, f, u = tonumber(r), tonumber(f), tonumber(u)
-      if r and f and u and r > 0 and u > sh[1] * sh[4] + sh[5] then
+      if r and f and u and r > 0 and u > now and u > sh[1] * sh[4] + sh[5] then
         mine, mineText = {r, f, u}, prevMine
       end
     end

@@ -273,9 +273,15 @@ func parseRateShare(v string) (RateShare, error) {
 func (s Shares) start() int64 { return s.Epoch*s.Period + s.Phase }
 
 // Holds reports whether r, a share an instance's entry records, is among
-// the shares s has in force: it runs past the start of s's epoch.
-func (s Shares) Holds(r RateShare) bool {
-	return s.InForce() && r.Held() && r.Until.UnixMicro() > s.start()
+// the shares s has in force at now (the bucket's time): it runs past now
+// and past the start of s's epoch. Why past now: a share granted under
+// other epochs (another period or phase) may end after the start of the
+// record's epoch and before now; counted in force, an ask or end of its
+// instance took it out of a record built after it ended, which wiped
+// another instance's commitment out (1.5 times Burst + Rate·T issued in a
+// helper's test, TestExpiredShareOfOtherEpochsIsNotInForce).
+func (s Shares) Holds(r RateShare, now time.Time) bool {
+	return s.InForce() && r.Held() && r.Until.UnixMicro() > s.start() && r.Until.After(now)
 }
 
 // Drop returns s without r, a share it holds (Holds): out of Committed,

@@ -476,3 +476,65 @@ func TestShareHoldersBesideV9(t *testing.T) {
 		t.Fatalf("shares granted: %d to v9, %d to this release: want both above 0", granted[0], granted[1])
 	}
 }
+
+// TestExpiredShareOfOtherEpochsIsNotInForce, on redis-server: instance x's
+// share under 200 ms epochs ends, the record lapses, and instance y opens a
+// new record under 10 s epochs whose current epoch began before x's share
+// ended. x's entry still holds its expired share; its next ask must not
+// take it out of y's record. It did (the share counted in force while it
+// ran past the start of the record's epoch, whether or not it was over):
+// the record committed 50 where x and y held 100, and over a second the
+// fleet issued 158.9 tokens and shares where Burst + Rate·T is 109.9.
+func TestExpiredShareOfOtherEpochsIsNotInForce(t *testing.T) {
+	ctx := context.Background()
+	_, rdb, _ := setup(t)
+	prefix := redisserver.Prefix(t)
+	const tenant = "stale"
+	key := Key(prefix, tenant)
+	lim := Limits{Rate: 100, Burst: 10}
+	client := func(id string) *Client {
+		t.Helper()
+		c, err := NewClient(rdb, prefix, WithInstance(id, 5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	x, y := client("x"), client("y")
+	short := ShareTerms{Period: 200 * time.Millisecond, Hold: 200 * time.Millisecond}
+	acquireOne(t, x, Request{Tenant: tenant, Limits: lim, Demand: 1000})
+	acquireOne(t, y, Request{Tenant: tenant, Limits: lim, Demand: 1000})
+	gx := acquireOne(t, x, Request{Tenant: tenant, Limits: lim, Demand: 1000, Share: ShareAsk, ShareTerms: short})
+	if !gx.RateShare.Held() {
+		t.Fatalf("x got no share: %+v", gx)
+	}
+	ends := gx.RateShare.Until.UnixMicro()
+	deadline := time.Now().Add(10 * time.Second)
+	for redisNow(t, rdb) <= ends+5000 {
+		if time.Now().After(deadline) {
+			t.Fatal("Redis's clock did not pass x's share's end within 10 s")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	// y's epochs: 10 s, the current one begun a second before x's share
+	// ended.
+	per := int64(10_000_000)
+	phase := ((ends-1_000_000)%per + per) % per
+	long := ShareTerms{Period: time.Duration(per) * time.Microsecond, Phase: time.Duration(phase) * time.Microsecond, Hold: 200 * time.Millisecond}
+	gy := acquireOne(t, y, Request{Tenant: tenant, Limits: lim, Demand: 1000, Share: ShareAsk, ShareTerms: long})
+	if !gy.RateShare.Held() {
+		t.Fatalf("y got no share: %+v", gy)
+	}
+	gx = acquireOne(t, x, Request{Tenant: tenant, Limits: lim, Demand: 1000, Share: ShareAsk, ShareTerms: short})
+	v, err := rdb.HGet(ctx, key, "sh").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := ParseShares(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if held := gx.RateShare.Rate + gy.RateShare.Rate; rec.Committed+1e-9 < held {
+		t.Errorf("the record commits %v while the shares in force hold %v (x %v, y %v)", rec.Committed, held, gx.RateShare.Rate, gy.RateShare.Rate)
+	}
+}

@@ -142,7 +142,7 @@ func toInspectJSON(in lease.Inspection, lv lease.Level) inspectJSON {
 	for _, i := range in.Instances {
 		j := instanceJSON{ID: i.ID, LastAcquire: i.LastAcquire, Demand: i.Demand, Credit: i.Credit, Shares: i.Shares}
 		if r := i.RateShare; r.Held() {
-			j.RateShare = &rateShareJSON{r.Rate, r.From.UnixMicro(), r.Until.UnixMicro(), in.Shares.Holds(r)}
+			j.RateShare = &rateShareJSON{r.Rate, r.From.UnixMicro(), r.Until.UnixMicro(), in.Shares.Holds(r, time.UnixMicro(in.Now))}
 		}
 		out.Instances = append(out.Instances, j)
 	}
@@ -226,7 +226,7 @@ func printInspection(e *env, in lease.Inspection, lv lease.Level) {
 		fmt.Fprintln(w, "  INSTANCE\tLAST ACQUIRE\tDEMAND/S\tCREDIT\tRATE SHARE")
 		for _, i := range in.Instances {
 			share := "-"
-			if r := i.RateShare; r.Held() && in.Shares.Holds(r) {
+			if r := i.RateShare; r.Held() && in.Shares.Holds(r, time.UnixMicro(in.Now)) {
 				share = fmt.Sprintf("%s/s for %v", formatFloat(r.Rate), time.Duration(r.Until.UnixMicro()-in.Now)*time.Microsecond)
 			}
 			fmt.Fprintf(w, "  %s\t%s\t%s\t%s\t%s\n", printable(i.ID), ago(i.LastAcquire, in.Now), formatFloat(i.Demand), formatFloat(i.Credit), share)

@@ -361,7 +361,7 @@ func (s *Store) acquire(in *Instance, r lease.Request) (lease.Grant, error) {
 		// for, it ends and a new one is granted; ended when named. (No
 		// client of an earlier release shares a Store, so none is ever
 		// refused for one: acquire.lua's ol.)
-		if prev != nil && sh.Holds(prev.share) {
+		if prev != nil && sh.Holds(prev.share, time.UnixMicro(at)) {
 			g.RateShare = prev.share
 		}
 		if g.RateShare.Held() && (r.Share == lease.ShareAsk || r.Share == lease.ShareEnd && g.RateShare.From.UnixMicro() == r.ShareFrom.UnixMicro()) {
