@@ -18,7 +18,9 @@ type Decision struct {
 	// for the tenant: Remaining plus the global bucket's level as this
 	// instance's last successful lease call for the tenant left it
 	// (rounded down to whole tokens; zero before the first such call), at
-	// most Quota.Burst and never less than Remaining. It is what this
+	// most Quota.Burst and never less than Remaining (which may be more
+	// than Burst: a rate share's accrued tokens, or tokens leased before
+	// a quota lowered the burst, which stay spendable). It is what this
 	// instance knows without asking Redis: the bucket's refill since that
 	// call is not added, what other instances leased from the bucket since
 	// is not taken off, and the tokens they hold are not counted. A

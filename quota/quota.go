@@ -42,8 +42,9 @@ type Quota struct {
 	// MinLease is the smallest lease asked for while the tenant is active.
 	// Zero means 1.
 	MinLease int64
-	// MaxLease is the largest lease one instance holds at once. Zero means
-	// half of Burst (at least 1). It must be >= MinLease and <= Burst.
+	// MaxLease is the largest lease one instance asks for at once (a rate
+	// share's accrued tokens come on top of it). Zero means half of Burst
+	// (at least 1). It must be >= MinLease and <= Burst.
 	MaxLease int64
 	// LeaseTTL is how long leased tokens may be held before they expire:
 	// unspent ones are then taken back and returned to Redis as an aged
