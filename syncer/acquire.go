@@ -110,6 +110,17 @@ func (s *Syncer) apply(ctx context.Context, t *Tenant, node *redisNode, now time
 		return
 	}
 	s.setOverride(t, g.Override)
+	if immediate > 0 && ls.st.ledger.n() == 0 {
+		// Its batch will be the ledger's oldest: name it now, before
+		// requests can spend its tokens (publish, below, comes after
+		// Granted). A request reads the front before it spends; with the
+		// front still unknown, a multi-tenant decision that gave a fresh
+		// lease's tokens back took them for tokens of an unknown grant,
+		// which Syncer.Unspend refuses while this call holds the lock:
+		// forfeited (ExampleLimiter_AllowAll_gateway, under the race
+		// detector, lost a tenant's token so).
+		t.front.Store(uint32(g.ID()))
+	}
 	level := t.credit(immediate)
 	s.spread(t, now)
 	s.granted.Add(g.Granted)
