@@ -710,7 +710,7 @@ func (p *Planner) plan(st *State, lim quota.Quota, now time.Time, in Input) Acti
 	// (Tenant.Front) stayed the same when the oldest of them left, and a
 	// give-back or a refund that trusted it put tokens back past their
 	// lease (TestGiveBackAcrossDripsOfOneGrant).
-	if n, _, granted := st.takeDue(st.stampOf(ns)); n > 0 {
+	if n, granted := st.takeDue(st.stampOf(ns)); n > 0 {
 		st.ledger.Add(now, n, 0)
 		st.dripLag = max(st.dripLag, int32(st.stampOf(ns)-granted))
 		a.Drip = n

@@ -45,13 +45,12 @@ import (
 // the bucket, none of them earlier than the share accrued it. shared is
 // then the share as Redis reported it (nil for a reservation).
 type reservation struct {
-	start   stamp         // local time the first token's wait began (rounded up)
-	granted stamp         // when the oldest call whose tokens are to come was planned
-	done    int32         // tokens that came due since start
-	left    int32         // tokens still to come; 0: no reservation
-	pace    float32       // tokens per second (rounded down)
-	id      lease.GrantID // the oldest grant whose tokens these are, for returns to name
-	shared  *heldShare    // the rate share these tokens accrue from; nil for a reservation
+	start   stamp      // local time the first token's wait began (rounded up)
+	granted stamp      // when the oldest call whose tokens are to come was planned
+	done    int32      // tokens that came due since start
+	left    int32      // tokens still to come; 0: no reservation
+	pace    float32    // tokens per second (rounded down)
+	shared  *heldShare // the rate share these tokens accrue from; nil for a reservation
 }
 
 // dueBy returns the tokens still to come that are due at stamp now.
@@ -63,33 +62,34 @@ func (r *reservation) dueBy(now stamp) int64 {
 	return int64(min(max(k-float64(r.done), 0), float64(r.left)))
 }
 
-// take returns the tokens due at stamp now, the grant they come from and
-// when its call was planned, and counts them as come.
-func (r *reservation) take(now stamp) (tokens int64, id lease.GrantID, granted stamp) {
+// take returns the tokens due at stamp now and when the oldest call
+// whose tokens they are was planned, and counts them as come. (They join
+// the ledger unnamed: see Planner.plan.)
+func (r *reservation) take(now stamp) (tokens int64, granted stamp) {
 	n := r.dueBy(now)
 	if n == 0 {
-		return 0, 0, 0
+		return 0, 0
 	}
-	id, granted = r.id, r.granted
+	granted = r.granted
 	r.done += int32(n)
 	r.left -= int32(n)
 	if r.left == 0 {
 		*r = reservation{}
 	}
-	return n, id, granted
+	return n, granted
 }
 
 // takeDue is take on st's reservation, which goes once none of its tokens
 // is left to come.
-func (st *State) takeDue(now stamp) (tokens int64, id lease.GrantID, granted stamp) {
+func (st *State) takeDue(now stamp) (tokens int64, granted stamp) {
 	if st.resv == nil {
-		return 0, 0, 0
+		return 0, 0
 	}
-	tokens, id, granted = st.resv.take(now)
+	tokens, granted = st.resv.take(now)
 	if st.resv.left <= 0 {
 		st.resv = nil
 	}
-	return tokens, id, granted
+	return tokens, granted
 }
 
 // at returns the stamp (rounded up) at which k tokens after start are
@@ -120,19 +120,19 @@ func down32(x float64) float32 {
 	return f
 }
 
-// add records tokens reserved at pace by grant id from a bucket refilling
+// add records tokens reserved at pace from a bucket refilling
 // at rate (the pace is capped at the rate), on a call planned at stamp
 // planned, whose wait begins at stamp start (rounded up). Merged with
 // tokens still to come, every token comes due no earlier than it did (or
 // would have) alone: see reservation.
-func (r *reservation) add(planned, start stamp, tokens int64, pace, rate float64, id lease.GrantID) {
+func (r *reservation) add(planned, start stamp, tokens int64, pace, rate float64) {
 	p := down32(min(pace, rate))
 	if tokens <= 0 || !(p > 0) {
 		return
 	}
 	n := int32(min(tokens, math.MaxInt32))
 	if r.left <= 0 {
-		*r = reservation{start: start, granted: planned, left: n, pace: p, id: id}
+		*r = reservation{start: start, granted: planned, left: n, pace: p}
 		return
 	}
 	// The merged tokens come at the faster pace, from the latest start
@@ -152,11 +152,6 @@ func (r *reservation) add(planned, start stamp, tokens int64, pace, rate float64
 	r.done, r.pace = 0, merged
 	r.granted = min(r.granted, planned)
 	r.left = int32(min(int64(r.left)+int64(n), math.MaxInt32))
-	// Returns of the merged tokens name the older grant: naming a later
-	// one could credit more than Redis should.
-	if r.id == 0 || id == 0 {
-		r.id = 0
-	}
 }
 
 // Reserved returns the tokens reserved for the tenant that are still to
@@ -214,7 +209,7 @@ func (p *Planner) Reserved(st *State, lim quota.Quota, now, arrived time.Time, g
 	if st.resv == nil {
 		st.resv = new(reservation)
 	}
-	st.resv.add(st.stampOf(now.UnixNano()), st.stampCeil(ns+int64(max(g.Wait, 0))), g.Reserved, g.Pace, lim.Rate, g.ID())
+	st.resv.add(st.stampOf(now.UnixNano()), st.stampCeil(ns+int64(max(g.Wait, 0))), g.Reserved, g.Pace, lim.Rate)
 	if st.resv.left <= 0 {
 		st.resv = nil
 		return

@@ -50,14 +50,14 @@ func TestReservationNeverEarly(t *testing.T) {
 				// A reservation is a share over at most a minute
 				// (MaxReservation at the root).
 				n = min(n, int64(math.Ceil(pace*60)))
-				r.add(now, start, n, pace, rate, lease.GrantID(1+len(all)))
+				r.add(now, start, n, pace, rate)
 				if n > 0 {
 					all = append(all, schedule{float64(start), n, rate})
 					paces = append(paces, pace)
 				}
 			}
 			now += stamp(rapid.IntRange(0, 2000).Draw(t, "advance"))
-			got, _, _ := r.take(now)
+			got, _ := r.take(now)
 			taken += got
 			var allowed int64
 			for _, s := range all {
@@ -81,7 +81,7 @@ func TestReservationNeverEarly(t *testing.T) {
 		}
 		if len(all) > 0 {
 			end := last + float64(total)*1000/slowest + 2
-			got, _, _ := r.take(stamp(min(end, float64(stampMax))))
+			got, _ := r.take(stamp(min(end, float64(stampMax))))
 			taken += got
 		}
 		if taken != total {
