@@ -22,7 +22,7 @@
 // call's deadline, default 5s).
 //
 // Exit status: 0 on success, 1 on a failure (Redis unreachable, an error
-// reply), 2 for bad usage (an unknown subcommand or flag, a bad value: the
+// reply, a bucket top could not read), 2 for bad usage (an unknown subcommand or flag, a bad value: the
 // message names it, and nothing is written).
 package main
 

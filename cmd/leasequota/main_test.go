@@ -624,3 +624,33 @@ func TestQuotaChangeWithoutTheVersion(t *testing.T) {
 		t.Errorf("quota delete: exit %d, stdout %q, stderr %q; want 1, the deletion, and the version's failure", code, out, errs)
 	}
 }
+
+// TestTopExitsOneWhenAReadFails: a bucket top cannot read is reported on
+// stderr, the frame goes on without it, and the command ends with exit
+// status 1, not 0 ("every bucket was read").
+func TestTopExitsOneWhenAReadFails(t *testing.T) {
+	ctx := context.Background()
+	c, rdb, lc := newCLI(t)
+	if _, err := lc.Acquire(ctx, "good", lease.Limits{Rate: 1, Burst: 100}, 20); err != nil {
+		t.Fatal(err)
+	}
+	// A bucket no script writes: its level is not a number.
+	bad := lc.Key("bad")
+	if err := rdb.HSet(ctx, bad, "tk", "x", "ts", "y").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Expire(ctx, bad, time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	out, stderr, code := c.run("-json", "top", "-once")
+	if code != exitFailure {
+		t.Errorf("top -once with an unreadable bucket: exit %d, want %d", code, exitFailure)
+	}
+	if !strings.Contains(stderr, "bad") || !strings.Contains(stderr, "1 bucket reads failed") {
+		t.Errorf("stderr %q: want the bucket's error and the count of failed reads", stderr)
+	}
+	fs := frames(t, out)
+	if len(fs) != 1 || len(fs[0].Tenants) != 1 || fs[0].Tenants[0].Tenant != "good" {
+		t.Errorf("frames %+v: want one, showing the readable bucket", fs)
+	}
+}

@@ -138,14 +138,14 @@ func topCmd(ctx context.Context, e *env, args []string) error {
 			select {
 			case <-ctx.Done():
 				timer.Stop()
-				return nil // interrupted: done
+				return t.failures() // interrupted: done
 			case <-timer.C:
 			}
 		}
 		frame, err := t.refresh(ctx, i)
 		if err != nil {
 			if ctx.Err() != nil && *iterations == 0 {
-				return nil
+				return t.failures()
 			}
 			return fmt.Errorf("top: %w", err)
 		}
@@ -153,7 +153,18 @@ func topCmd(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 	}
-	return nil
+	return t.failures()
+}
+
+// failures is the error top ends with when some buckets could not be
+// read: each was reported on stderr as it failed, and the frames went
+// on without it, but a script or an operator must not read exit status 0
+// as "every bucket was read".
+func (t *top) failures() error {
+	if t.failed == 0 {
+		return nil
+	}
+	return fmt.Errorf("top: %d bucket reads failed (each reported above)", t.failed)
 }
 
 // top keeps what a refresh needs of the previous ones.
@@ -165,6 +176,7 @@ type top struct {
 	sample  int
 	watch   int
 	clear   bool
+	failed  int // bucket reads that failed, over every refresh
 }
 
 // refresh samples and reads buckets once and ranks them.
@@ -190,6 +202,7 @@ func (t *top) refresh(ctx context.Context, i int) (topFrame, error) {
 	for j, st := range states {
 		if errs[j] != nil {
 			fmt.Fprintf(t.e.stderr, "leasequota: top: %s\n", stripPrefix(errs[j].Error()))
+			t.failed++
 			continue
 		}
 		frame.Time = max(frame.Time, st.Now)
