@@ -235,6 +235,15 @@ lookup:
 			held = -1
 		}
 		e := ts[short]
+		if lim := e.Limits(); n > lim.Burst {
+			// A SetQuota since the lookup put the short tenant's burst
+			// below n: the call can never be admitted. Said here, before
+			// the pause and the denial below, which would first wait
+			// for tokens (or deny as for a lack of them).
+			d, err := l.invalidN(tenants[short], n, *lim, untilAdmitted)
+			d.Tenant = tenants[short]
+			return d, err
+		}
 		if !untilAdmitted && turns >= 2*k {
 			// Tenants took their turns and another was short each time
 			// (tokens taken by other requests in between): deny rather
