@@ -431,8 +431,11 @@ func (v *fleetView) AcquireMany(ctx context.Context, reqs []lease.Request, resul
 		v.leased[int32(k)] = true
 		n.counts.AddAcquire(r.Grant.Instances, empty)
 		n.byClass[tn.class].AddAcquire(r.Grant.Instances, empty)
-		// The level before the debit; no quota override in this run.
-		if r.Grant.Tokens+float64(r.Grant.Granted) < float64(reqs[i].Limits.Burst) {
+		// The level before the debit; no quota override in this run. An
+		// empty acquire found its bucket dry, below Burst by definition:
+		// its price (AcquireEmpty, measured on a dry bucket) already pays
+		// the level history's general path, so it takes no surcharge.
+		if !empty && r.Grant.Tokens+float64(r.Grant.Granted) < float64(reqs[i].Limits.Burst) {
 			n.counts.BelowFull++
 			n.byClass[tn.class].BelowFull++
 		}

@@ -147,8 +147,12 @@ type Counts struct {
 	// nothing.
 	Acquires [MaxInstances + 1]int64
 	Empty    [MaxInstances + 1]int64
-	// BelowFull counts the acquires (of either kind) that found the
-	// bucket below Burst before their debit.
+	// BelowFull counts the acquires granted something (or asking 0) that
+	// found the bucket below Burst before their debit: Cost adds the level
+	// history's surcharge, AcquireHistory8 - AcquireFull, to each. Not the
+	// empty ones: AcquireEmpty is measured on a dry bucket, whose history
+	// takes the general path already, so the surcharge would count it
+	// twice.
 	BelowFull int64
 	// ShareCalls counts the acquires (of either kind) that asked for or
 	// ended a rate share.
