@@ -17,6 +17,10 @@ type Result struct {
 	Started time.Time     // wall clock at the start
 	Run     time.Duration // length of the workload
 	Elapsed time.Duration // from the start to the last Close: T in the bound B + r*T
+	// WorkT is from the start to the moment every request goroutine had
+	// stopped (Close excluded): T of the fleet headline's utilization, as
+	// the baseline's is its own run.
+	WorkT   time.Duration
 	Step    time.Duration // width of a time-series bucket
 	Events  []event
 	Slots   []slot
@@ -194,6 +198,7 @@ func (r *runner) result(end time.Time, calls *callSeries) *Result {
 		Started:  r.start,
 		Run:      r.cfg.Duration,
 		Elapsed:  end.Sub(r.start),
+		WorkT:    r.workT,
 		Step:     r.step,
 		Events:   w.Events(),
 		Slots:    w.Slots(),

@@ -46,6 +46,10 @@ type runner struct {
 	cpu   time.Duration
 	cpuOK bool
 	cpu0  cpuSample
+	// workT is when every request goroutine had stopped (since start):
+	// the T of the fleet headline's utilization, which Close's time after
+	// it must not dilute.
+	workT time.Duration
 	// The account of the tight scenario (nil ledger for the others): the
 	// buckets followed through the script replies, its length T, and the
 	// leased tokens each tenant's instances held when it closed.
@@ -258,6 +262,7 @@ func (r *runner) run(ctx context.Context, prog *progress) (*Result, error) {
 		r.sampleCalls(ctx, calls, prog, stopSampler)
 	}()
 	working.Wait()
+	r.workT = r.elapsed()
 	close(stopBusy)
 	busy.Wait()
 	r.closeAccount()

@@ -178,3 +178,16 @@ func TestCallSeriesFinish(t *testing.T) {
 		t.Error("cpu ok without a reading")
 	}
 }
+
+// TestFleetUtilizationExcludesClose: the fleet headline's utilization is
+// admitted over Σ(Burst + Rate·T) with T the workload, as the baseline's
+// is its own run; the classes' Bound runs to the last Close (the bound
+// check's T), which would dilute it by Close's time.
+func TestFleetUtilizationExcludesClose(t *testing.T) {
+	res := &Result{Run: 2 * time.Second, Elapsed: 2110 * time.Millisecond,
+		Classes: []ClassResult{{Tenants: 500, Rate: 100, Burst: 100, Bound: 500 * (100 + 100*2.11)}}}
+	res.Total.Admitted = 113_671
+	if got, want := fleetMeasures(res).util, 113_671.0/150_000; math.Abs(got-want) > 1e-9 {
+		t.Errorf("utilization %.4f, want %.4f (T = the workload's 2 s, not the 2.11 s to the last Close)", got, want)
+	}
+}

@@ -408,14 +408,19 @@ func fleetMeasures(res *Result) (f fleetNumbers) {
 	if f.cpuOK {
 		f.busy = t.RedisCPU.Seconds() / res.Run.Seconds()
 	}
-	var bound, rate, burst float64
+	var rate, burst float64
 	for _, c := range res.Classes {
-		bound += c.Bound
 		rate += c.Rate * float64(c.Tenants)
 		burst += float64(c.Burst) * float64(c.Tenants)
 	}
-	if bound > 0 {
-		f.util = float64(t.Admitted) / bound
+	// T is the workload, as the baseline's is its run: not the classes'
+	// Bound, whose T runs to the last Close (the bound check's).
+	T := res.WorkT
+	if T <= 0 {
+		T = res.Run
+	}
+	if d := burst + rate*T.Seconds(); d > 0 {
+		f.util = float64(t.Admitted) / d
 	}
 	f.failed = t.Unavailable + t.Degraded
 	if b := res.Baseline; b != nil && b.Duration > 0 {
