@@ -33,7 +33,7 @@ package leasequota_test
 // an active pair renews its tokens at least once per lease lifetime: they
 // expire), which TestFleetSimulation holds to a factor.
 //
-// go test -run TestFleet -v . runs a small fleet, 40 x 1,000 (a second); -sim.fleet
+// go test -run TestFleet -v . runs a small fleet, 40 x 1,000 (4 simulated seconds); -sim.fleet
 // runs the full 1,000 x 100,000 and the shapes 16 x 1,000 and 32 x 2,000
 // (make simulation-fleet).
 

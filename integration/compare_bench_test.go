@@ -64,7 +64,7 @@ import (
 // only when the limiter falls short: denied/1k-dec reports those, and
 // more than half of the decisions denied (Redis gone, say) fails the
 // benchmark. leasequota does deny when its syncer is starved long enough
-// that leases (LeaseTTL 1s) expire before their refresh: on this
+// that leases (LeaseTTL 2s, the default) expire before their refresh: on this
 // project's shared 2-core machine, 5-14% of the closed loop's decisions
 // (64 goroutines that never block share 2 Ps with the syncer), and at
 // times some with RunParallel under other load. The denials are counted
@@ -102,7 +102,7 @@ func openLeasequota(b *testing.B, c *redis.Client, tenants []string) func(contex
 	// calls get 1s, not the default 50ms: on this project's 2-core
 	// machine, with the benchmark's loop on one core and other work on
 	// the other, a refresh of the 1,024 leases missed 50ms, the leases
-	// (LeaseTTL 1s) expired and decisions went to cold starts and the
+	// (LeaseTTL 2s, the default) expired and decisions went to cold starts and the
 	// failure mode, which is not what this measures (BenchmarkFleet
 	// measures the defaults under load).
 	l, err := leasequota.New(c, leasequota.WithKeyPrefix(redistest.Prefix(b)), leasequota.WithDefaultQuota(redisBenchQuota),

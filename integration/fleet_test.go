@@ -97,7 +97,7 @@ const (
 // driveFleet offers the shape's load to decide for d: *fleetGoroutines per
 // instance, each serving every *fleetGoroutines-th tenant at
 // s.over*Rate/instances requests per second, paced by a schedule (the
-// k-th request of a pair is due at (k+phase)/rate). Decisions are
+// k-th request of a pair is due at (k-phase)/rate). Decisions are
 // synchronous: a goroutine behind its schedule catches up as fast as the
 // decisions return, which is the most the machine can offer.
 //

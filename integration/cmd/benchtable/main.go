@@ -289,7 +289,7 @@ func formatNum(v float64) string {
 	case a < 1000 && v == float64(int64(v)):
 		return strconv.FormatInt(int64(v), 10)
 	case a < 1:
-		return strconv.FormatFloat(v, 'g', 2, 64)
+		return strconv.FormatFloat(v, 'g', 3, 64)
 	case a < 10:
 		return strconv.FormatFloat(v, 'f', 2, 64)
 	case a < 100:

@@ -74,7 +74,7 @@ func TestMediansAndRatios(t *testing.T) {
 		"| xtimerate-keyed | 300 | 0 | 0 | - | - | - | 250 | - | 7.50x |\n",
 		"| redis_rate | 40,000 | 22 | 696 | 1,000 | 3,000 | 20,000 | - | 20,000 | 1,000x |\n",
 		"Medians of 3 run(s) each",
-		"1 goroutine 0.13x, RunParallel (GOMAXPROCS 2) 0.1x; leasequota allocs/op 0 ",
+		"1 goroutine 0.133x, RunParallel (GOMAXPROCS 2) 0.1x; leasequota allocs/op 0 ",
 		"leasequota dec/s / redis_rate dec/s (denials included): 250x ",
 		"leasequota denied decisions: up to 2.50 per 1,000 in a run (BenchmarkCompareParallel)\n",
 	} {
@@ -126,7 +126,7 @@ func TestFormatNum(t *testing.T) {
 		v    float64
 		want string
 	}{
-		{0, "0"}, {0.0036, "0.0036"}, {0.5, "0.5"}, {1, "1"}, {2.104, "2.10"}, {22, "22"},
+		{0, "0"}, {0.0036, "0.0036"}, {0.125, "0.125"}, {0.12349, "0.123"}, {0.5, "0.5"}, {1, "1"}, {2.104, "2.10"}, {22, "22"},
 		{64.96, "65.0"}, {179.8, "180"}, {999, "999"}, {1000, "1,000"}, {57655.4, "57,655"},
 		{7278534, "7,278,534"}, {-1234567, "-1,234,567"},
 	} {
