@@ -58,7 +58,7 @@ func (s *Syncer) acquire(ctx context.Context, now time.Time, node *redisNode, jo
 		} else {
 			r = results[i]
 		}
-		s.apply(ctx, j.t, node, now, j.want, j.share, r)
+		s.apply(ctx, j.t, node, now, j.want, j.share, j.cut, r)
 		if sent {
 			tot.Tenants++
 			tot.Requested += j.want
@@ -73,12 +73,19 @@ func (s *Syncer) acquire(ctx context.Context, now time.Time, node *redisNode, jo
 }
 
 // apply records the result of a lease call to node for t, whose lock is
-// held.
-func (s *Syncer) apply(ctx context.Context, t *Tenant, node *redisNode, now time.Time, want int64, op lease.ShareOp, r lease.Result) {
+// held; cut is the plan's Action.cut.
+func (s *Syncer) apply(ctx context.Context, t *Tenant, node *redisNode, now time.Time, want int64, op lease.ShareOp, cut *reservation, r lease.Result) {
 	s.requested.Add(want)
 	ls := t.lease.Load() // planned: not dormant
 	if r.Err != nil {
 		s.errs.Add(1)
+		if refused(r.Err) {
+			// The circuit breaker refused the call: it was not sent, and
+			// Redis holds the rate share the plan cut for it (uncut). A
+			// call that failed otherwise may have replaced the share: it
+			// stays cut.
+			ls.st.uncut(cut)
+		}
 		s.planner.Failed(&ls.st, now)
 		s.setRetry(t) // the backoff's end, or a reserved token due before it
 		if s.busy(ctx, r.Err, s.opts.Now(), t.name) {

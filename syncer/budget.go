@@ -215,25 +215,26 @@ func (b *budget) state() (window float64, inFlight int, cuts int64) {
 }
 
 // roomFor takes room in the call budget of node, the node that serves t,
-// for t's call planned at now, and reports whether it got it. Without
+// for t's call a planned at now, and reports whether it got it. Without
 // room (the node busy) the call is not made: t is planned again a
 // quarter interval on (Planner.Skipped). A quota re-read, which follows a
 // change once, always goes. t's lock is held.
-func (s *Syncer) roomFor(t *Tenant, node *redisNode, now time.Time, read bool) bool {
-	if node.budget.take(1, read, now) == 1 {
+func (s *Syncer) roomFor(t *Tenant, node *redisNode, now time.Time, a Action) bool {
+	if node.budget.take(1, a.Read, now) == 1 {
 		return true
 	}
-	s.holdBack(t, now, 0)
+	s.holdBack(t, now, 0, a.cut)
 	return false
 }
 
 // holdBack records that t's call planned at now is not made for want of
 // room in its node's call budget: t is planned again a quarter interval
-// on, or wait on when that is longer (Planner.Skipped), and Stats counts
-// it. Requests are told when its next call may go (Tenant.RetryAfter),
-// and rounds pass it by until then (quiet.go). t's lock is held.
-func (s *Syncer) holdBack(t *Tenant, now time.Time, wait time.Duration) {
-	s.planner.Skipped(t.st(), *t.Limits(), now, wait)
+// on, or wait on when that is longer (Planner.Skipped; cut is the plan's
+// Action.cut), and Stats counts it. Requests are told when its next call
+// may go (Tenant.RetryAfter), and rounds pass it by until then
+// (quiet.go). t's lock is held.
+func (s *Syncer) holdBack(t *Tenant, now time.Time, wait time.Duration, cut *reservation) {
+	s.planner.Skipped(t.st(), *t.Limits(), now, wait, cut)
 	s.setRetry(t)
 	t.quietUntil.Store(s.quietUntil(t))
 	s.heldBack.Add(1)

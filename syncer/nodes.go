@@ -157,12 +157,15 @@ func turn(prev, stop <-chan struct{}) bool {
 }
 
 // drop gives up w without a call: its tenants are unlocked as though no
-// call had been planned (the planner keeps nothing for a call in flight),
-// the room its calls took in the node's window goes back (admit took it;
-// a call would have given it back), and its returns are left to the next
-// round or ReleaseAll. Nothing was sent, so no granted token is lost.
+// call had been planned (the planner keeps nothing for a call in flight
+// but the rate share an ask cut, which Redis still holds: given back,
+// State.uncut), the room its calls took in the node's window goes back
+// (admit took it; a call would have given it back), and its returns are
+// left to the next round or ReleaseAll. Nothing was sent, so no granted
+// token is lost.
 func (s *Syncer) drop(w *nodeWork, now time.Time) {
 	for _, j := range w.jobs {
+		j.t.st().uncut(j.cut)
 		j.t.mu.Unlock()
 	}
 	w.node.budget.giveBack(len(w.jobs))

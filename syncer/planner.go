@@ -423,6 +423,11 @@ type Action struct {
 	Share      lease.ShareOp
 	ShareTerms lease.ShareTerms
 	ShareFrom  time.Time
+	// cut is the rate share's accrual that the plan stopped for an ask
+	// (State.cutShare), nil for none: a call not made (Skipped; or
+	// refused by the circuit breaker, or dropped as Run ended) gives it
+	// back (State.uncut), since Redis still holds that share.
+	cut *reservation
 	// Read asks for a lease call even when Acquire is zero: a quota changed
 	// in Redis (Input.QuotaCheck), the tenant is active here, and the call
 	// (an acquire of Acquire tokens, possibly 0) reports the tenant's quota
@@ -813,7 +818,7 @@ func (p *Planner) plan(st *State, lim quota.Quota, now time.Time, in Input) Acti
 		if op == lease.ShareEnd {
 			a.ShareFrom = st.stopShare()
 		} else {
-			a.ShareFrom = st.cutShare()
+			a.ShareFrom, a.cut = st.cutShare()
 		}
 		if op == lease.ShareAsk {
 			a.ShareTerms = p.shareTerms(st, lim)
@@ -1087,16 +1092,19 @@ func (p *Planner) holdBack(st *State, ns int64, wait time.Duration) {
 	st.notBefore = st.stampCeil(ns + int64(wait) + p.jitter(st, ns, int64(p.cfg.Jitter)))
 }
 
-// Skipped records that the acquire an Action asked for at time now was
+// Skipped records that the call an Action asked for at time now was
 // not made: Redis is busy and this instance's call budget was spent. The
 // tenant's next call waits for the next tick (a quarter interval on),
 // when the budget may have room, or for wait when that is longer (the
 // edge knows its turn comes later: Syncer.turnWait), and it is quiet
 // until then (settle); nothing else changes, so its schedule, lease
-// target and demand carry over.
-func (p *Planner) Skipped(st *State, lim quota.Quota, now time.Time, wait time.Duration) {
+// target and demand carry over. cut is the Action's cut: a rate share's
+// renewal not made leaves the share in force in Redis, so its accrual
+// goes on (State.uncut) and the next plan asks again.
+func (p *Planner) Skipped(st *State, lim quota.Quota, now time.Time, wait time.Duration, cut *reservation) {
 	ns := now.UnixNano()
 	st.setClock(ns)
+	st.uncut(cut)
 	st.notBefore = max(st.notBefore, st.stampCeil(ns+int64(max(wait, p.cfg.Interval/4))))
 	p.settle(st, lim, ns, Action{})
 }

@@ -1097,7 +1097,7 @@ func TestSkippedWaitsATick(t *testing.T) {
 		t.Fatal("cold start: no acquire")
 	}
 	before := st
-	p.Skipped(&st, lim, now, 0)
+	p.Skipped(&st, lim, now, 0, nil)
 	if nb := st.NotBefore(); nb.Before(now.Add(cfg.Interval/4)) || nb.After(now.Add(cfg.Interval/4+time.Millisecond)) {
 		t.Fatalf("NotBefore now + %v, want a quarter interval (%v)", nb.Sub(now), cfg.Interval/4)
 	}
@@ -1113,7 +1113,7 @@ func TestSkippedWaitsATick(t *testing.T) {
 		t.Fatal("no acquire a quarter interval after a skip")
 	}
 	// Skipped until the tenant's turn: held back and quiet that long.
-	p.Skipped(&st, lim, now, 3*cfg.Interval)
+	p.Skipped(&st, lim, now, 3*cfg.Interval, nil)
 	if nb := st.NotBefore(); nb.Before(now.Add(3*cfg.Interval)) || nb.After(now.Add(3*cfg.Interval+time.Millisecond)) {
 		t.Fatalf("NotBefore now + %v, want the wait (%v)", nb.Sub(now), 3*cfg.Interval)
 	}

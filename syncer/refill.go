@@ -121,7 +121,7 @@ func (s *Syncer) refillLocked(ctx context.Context, link trace.Link, t *Tenant, n
 	if !a.Calls() {
 		return nil
 	}
-	if !s.roomFor(t, node, now, a.Read) {
+	if !s.roomFor(t, node, now, a) {
 		// Redis is busy (the call budget is full): no lease comes soon.
 		s.refillDelay.failed(now)
 		return nil
@@ -148,7 +148,7 @@ func (s *Syncer) refillLocked(ctx context.Context, link trace.Link, t *Tenant, n
 	if err != nil {
 		r.Err = err
 	}
-	s.apply(ctx, t, node, now, a.Acquire, a.Share, r)
+	s.apply(ctx, t, node, now, a.Acquire, a.Share, a.cut, r)
 	if !refused(err) { // a call the breaker refused was not sent (acquire)
 		round.Add(telemetry.Round{Tenants: 1, Calls: 1, Requested: a.Acquire, Granted: r.Grant.Granted})
 	}

@@ -21,10 +21,13 @@ type job struct {
 	want    int64
 	demand  float64       // tokens per second, reported to Redis for fair shares
 	reserve time.Duration // the reservation length (Action.Reserve)
-	// The rate share's operation (Action.Share, ShareTerms, ShareFrom).
+	// The rate share's operation (Action.Share, ShareTerms, ShareFrom),
+	// and the accrual the plan stopped for it, given back if the call is
+	// not made (Action.cut).
 	share      lease.ShareOp
 	shareTerms lease.ShareTerms
 	shareFrom  time.Time
+	cut        *reservation
 	// node names the node that serves t in Cluster mode (NodeOf; "" when
 	// unknown, and always without Cluster): the call budget the job took
 	// room in, and the group its call goes in (byNode).
@@ -119,7 +122,7 @@ func (s *Syncer) round(ctx context.Context, tenants iter.Seq[*Tenant], quotaChec
 				node, _ = s.nodeOf(locate, t.name) // "" when unknown
 			}
 			jobs = append(jobs, job{t: t, want: a.Acquire, demand: s.planner.ReportedDemand(t.st(), now, a.Acquire), reserve: a.Reserve,
-				share: a.Share, shareTerms: a.ShareTerms, shareFrom: a.ShareFrom, node: node, read: a.Read})
+				share: a.Share, shareTerms: a.ShareTerms, shareFrom: a.ShareFrom, cut: a.cut, node: node, read: a.Read})
 			continue // room is given below; unlocked once the result is applied, or then
 		}
 		s.rest(t, now, &evict)
@@ -139,7 +142,7 @@ func (s *Syncer) round(ctx context.Context, tenants iter.Seq[*Tenant], quotaChec
 	defer clear(refused)
 	defer clear(jobs)
 	for _, j := range refused {
-		s.holdBack(j.t, now, s.turnWait(j.t))
+		s.holdBack(j.t, now, s.turnWait(j.t), j.cut)
 		s.rest(j.t, now, &evict)
 	}
 	// A refill may be waiting for a lock the planning held (free when

@@ -36,7 +36,8 @@ import (
 // that asked for the share, older than the token, so Redis credits it no
 // more than it would a token leased then.) Before a call that ends or replaces the
 // share (a renewal asks again, and Redis replaces the share), the
-// accrual stops: at the plan, before the call reaches Redis.
+// accrual stops: at the plan, before the call reaches Redis. A renewal
+// not sent gives it back (State.uncut): Redis holds the share still.
 
 // heldShare is a rate share as Redis reported it (lease.RateShare): its
 // rate, and its From and Until in Redis's clock, in microseconds.
@@ -207,15 +208,35 @@ func (p *Planner) shareOp(st *State, lim quota.Quota, ns int64) (op lease.ShareO
 }
 
 // cutShare stops st's share's accrual (its tokens due by the plan have
-// come due): before a call that ends or replaces it reaches Redis. It
-// returns the share's From, for a ShareEnd to name.
-func (st *State) cutShare() time.Time {
+// come due): before a call that replaces it reaches Redis. It returns the
+// share's From, for the call to name, and the accrual it stopped, for
+// uncut to give back should the call not be made.
+func (st *State) cutShare() (time.Time, *reservation) {
 	sh := st.share()
 	if sh == nil {
-		return time.Time{}
+		return time.Time{}, nil
 	}
+	r := st.resv
 	st.resv = nil
-	return time.UnixMicro(sh.from)
+	return time.UnixMicro(sh.from), r
+}
+
+// uncut gives back the share's accrual r that cutShare stopped for a call
+// that was not made (the call budget refused it, the circuit breaker did,
+// or Run ended first): Redis holds the share still, until its end, and
+// withholds its rate from the bucket meanwhile. It accrues here as it did
+// before the cut, its tokens coming due at the same times and none after
+// its window's end (LocalWindow, as Redis reported the share), and the
+// next plan renews it again (renewAt has passed). Why: left cut, the
+// share's last tokens, two intervals and a jitter of them, never came due
+// here while Redis counted them as this instance's, and no renewal was
+// planned again until the tenant's next call for tokens
+// (TestSkippedRenewalKeepsTheShare). Nothing to give back when r is nil
+// or st holds a reservation again.
+func (st *State) uncut(r *reservation) {
+	if r != nil && st.resv == nil && r.left > 0 {
+		st.resv = r
+	}
 }
 
 // stopShare stops st's share's accrual (pace 0) but keeps it known until

@@ -4,9 +4,11 @@ import (
 	"context"
 	"math"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/sony/gobreaker/v2"
 	"pgregory.net/rapid"
 
 	"github.com/leasequota/leasequota/lease"
@@ -320,7 +322,7 @@ func TestShareAccrualNeverEarly(t *testing.T) {
 				return // the renewal: the share stops accruing
 			}
 			if a.Calls() {
-				p.Skipped(st, shareQuota, at, 0) // a call for tokens: not made
+				p.Skipped(st, shareQuota, at, 0, a.cut) // a call for tokens: not made
 			}
 			if rapid.Bool().Draw(t, "same again") {
 				// A later reply reports the same share, from a call Redis
@@ -463,7 +465,7 @@ func TestShareEndsWhenTheRateFalls(t *testing.T) {
 		s.ledger.Sync(0)
 		ended = ended || a.Share == lease.ShareEnd
 		if a.Calls() {
-			p.Skipped(s, qNew, at, 0)
+			p.Skipped(s, qNew, at, 0, a.cut)
 		}
 	}
 	if allowed := float64(qNew.Burst) + qNew.Rate*5 + 2*float64(qOld.MaxLease); float64(dripped) > allowed {
@@ -488,7 +490,7 @@ func TestSkippedShareEndIsMadeAgain(t *testing.T) {
 		t.Fatalf("the first call of an idle share-holder is %+v, want its end", end)
 	}
 	at := now.Add(after)
-	p.Skipped(st, shareQuota, at, 0) // the budget refused the call
+	p.Skipped(st, shareQuota, at, 0, end.cut) // the budget refused the call
 	if _, held := st.HeldShare(); !held {
 		t.Fatalf("the share is forgotten once its end was refused")
 	}
@@ -503,7 +505,7 @@ func TestSkippedShareEndIsMadeAgain(t *testing.T) {
 				t.Fatalf("the end made again names %v, want %v", a.ShareFrom, end.ShareFrom)
 			}
 		} else if a.Calls() {
-			p.Skipped(st, shareQuota, at, 0)
+			p.Skipped(st, shareQuota, at, 0, a.cut)
 		}
 	}
 	if ends == 0 {
@@ -589,7 +591,7 @@ func TestStoppedShareEndsWhenDemandReturns(t *testing.T) {
 			}
 			at := now.Add(after)
 			if how == "skipped" {
-				p.Skipped(st, shareQuota, at, 0)
+				p.Skipped(st, shareQuota, at, 0, end.cut)
 			} else {
 				p.Failed(st, at)
 			}
@@ -606,6 +608,210 @@ func TestStoppedShareEndsWhenDemandReturns(t *testing.T) {
 					}
 					break
 				}
+			}
+		})
+	}
+}
+
+// TestSkippedRenewalKeepsTheShare: a share's renewal that the call budget
+// refused (Skipped) was never sent, so Redis holds the share until its end
+// and withholds its rate from the bucket: it goes on accruing here, every
+// token of it and none past its end, and the renewal is planned again.
+// The plan cut the share before the call was admitted, and the refusal
+// left it cut: its last tokens (two intervals and a jitter of them) never
+// came due, though Redis counted them as this instance's.
+func TestSkippedRenewalKeepsTheShare(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	p := NewPlanner(Config{Interval: 100 * time.Millisecond, SharePeriod: 10 * time.Second}, 1)
+	st := sharedState(p, "t", now)
+	all := st.Reserved() // what the share accrues here over its window
+	end := time.Unix(0, st.at(st.resv.end()))
+	var dripped, late int64
+	refused := 0
+	for at := now; at.Before(end.Add(2 * time.Second)); at = at.Add(50 * time.Millisecond) {
+		// The demand stays at 300 a second: the share is renewed, not ended.
+		a := p.Plan(st, shareQuota, at, Input{Urgent: true, Need: 1, Missed: 15})
+		p.Expired(st, a.Expire, 0)
+		st.ledger.Sync(0) // requests spent everything
+		dripped += a.Drip
+		if at.Add(-50 * time.Millisecond).After(end) { // the plan before was past the end already
+			late += a.Drip
+		}
+		if !a.Calls() {
+			continue
+		}
+		p.Skipped(st, shareQuota, at, 0, a.cut) // the budget refused the call
+		if !at.Before(end) {
+			continue // the share has ended: a call asks for a new one
+		}
+		if a.Share != lease.ShareAsk || !a.ShareFrom.Equal(now) {
+			t.Fatalf("call at +%v: %+v, want the renewal of the share from %v", at.Sub(now), a, now)
+		}
+		refused++
+		if _, held := st.HeldShare(); !held {
+			t.Fatalf("the share is forgotten once its renewal was refused, %v before its end", end.Sub(at))
+		}
+	}
+	if refused < 2 {
+		t.Errorf("%d renewals planned before the share's end, want the refused one planned again", refused)
+	}
+	if dripped != all {
+		t.Errorf("%d tokens of the share came due, want all of its %d: Redis still held it", dripped, all)
+	}
+	if late != 0 {
+		t.Errorf("%d tokens came due after the share's end", late)
+	}
+	if _, held := st.HeldShare(); held {
+		t.Errorf("a share still held %v after its end, none renewed", 2*time.Second)
+	}
+}
+
+// askLog is a lease.Store that records the share operation of every
+// acquire request that reaches it.
+type askLog struct {
+	lease.Store
+	mu   sync.Mutex
+	reqs []lease.Request
+}
+
+func (l *askLog) AcquireMany(ctx context.Context, reqs []lease.Request, results []lease.Result) ([]lease.Result, error) {
+	l.mu.Lock()
+	l.reqs = append(l.reqs, reqs...)
+	l.mu.Unlock()
+	return l.Store.AcquireMany(ctx, reqs, results)
+}
+
+// shareRig is a Syncer on the in-process store, its clock driven by
+// tick, tracking tenant "t" (shareQuota) whose requests of 300 a second
+// spend everything each tick of 25 ms; it returns once the tenant holds
+// a rate share.
+type shareRig struct {
+	s     *Syncer
+	tn    *Tenant
+	store *askLog
+	clock time.Time
+}
+
+func newShareRig(t *testing.T) *shareRig {
+	r := &shareRig{clock: time.Unix(1_800_000_000, 0)}
+	now := func() time.Time { return r.clock }
+	view, err := memstore.New(memstore.WithClock(now)).Instance("me", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.store = &askLog{Store: view}
+	r.s = New(r.store, Options{Now: now, Planner: NewPlanner(Config{Interval: 100 * time.Millisecond, SharePeriod: 10 * time.Second}, 1)})
+	t.Cleanup(func() { r.s.Close() })
+	if r.tn, err = r.s.Track("t", shareQuota); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; ; i++ {
+		if i == 400 {
+			t.Fatal("no share held after 10 s of a demand three times the rate")
+		}
+		r.tick()
+		if _, ok := r.held(); ok {
+			return r
+		}
+	}
+}
+
+// tick moves the clock on 25 ms, spends the tenant's tokens and records
+// the misses of 300 requests a second, and runs a round.
+func (r *shareRig) tick() {
+	r.clock = r.clock.Add(25 * time.Millisecond)
+	for {
+		if ok, _ := r.tn.SpendOne(); !ok {
+			break
+		}
+	}
+	r.tn.NoteMiss(8)
+	r.s.Round(context.Background(), func(yield func(*Tenant) bool) { yield(r.tn) })
+}
+
+// held returns the share the tenant holds here.
+func (r *shareRig) held() (lease.RateShare, bool) {
+	r.tn.mu.Lock()
+	defer r.tn.mu.Unlock()
+	return r.tn.st().HeldShare()
+}
+
+// TestRefusedRenewalKeepsTheShareInRounds is TestSkippedRenewalKeepsTheShare
+// through a Syncer's rounds on the in-process store: with the call budget
+// full, the rounds refuse the share's renewal, and the share, which the
+// store still holds, goes on coming due here; once the budget has room, the
+// renewal reaches the store, naming the share, and the store replaces it.
+func TestRefusedRenewalKeepsTheShareInRounds(t *testing.T) {
+	r := newShareRig(t)
+	s := r.s
+	first, _ := r.held()
+	setWindow(s, 0) // Redis busy: every call is refused
+	heldBack := s.heldBack.Load()
+	var dripped int64 // at the first refusal
+	for i := 0; s.heldBack.Load() < heldBack+5; i++ {
+		if i == 600 {
+			t.Fatal("no renewal refused five times within 15 s of the share's grant")
+		}
+		r.tick()
+		if _, ok := r.held(); !ok {
+			t.Fatalf("the share (until %v) is gone %v before its end, its renewal refused", first.Until, first.Until.Sub(r.clock))
+		}
+		if s.heldBack.Load() == heldBack+1 && dripped == 0 {
+			dripped = s.dripped.Load()
+		}
+	}
+	if s.dripped.Load() == dripped {
+		t.Error("no token of the share came due while its renewal was refused")
+	}
+	setWindow(s, 100)
+	r.store.mu.Lock()
+	r.store.reqs = nil
+	r.store.mu.Unlock()
+	r.tick()
+	r.store.mu.Lock()
+	reqs := r.store.reqs
+	r.store.mu.Unlock()
+	if len(reqs) != 1 || reqs[0].Share != lease.ShareAsk || !reqs[0].ShareFrom.Equal(first.From) {
+		t.Fatalf("the call once the budget had room: %+v, want the renewal of the share from %v", reqs, first.From)
+	}
+	if rs, ok := r.held(); !ok || !rs.From.After(first.From) {
+		t.Errorf("after the renewal the share held is %v (%v), want the store's new one", rs, ok)
+	}
+}
+
+// TestBreakerRefusedRenewalKeepsTheShare: a renewal that the circuit
+// breaker refused was not sent either, and the share accrues on; one that
+// failed otherwise (a timeout: Redis may have replaced the share) stays
+// stopped.
+func TestBreakerRefusedRenewalKeepsTheShare(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		err  error
+		kept bool
+	}{
+		{"breaker open", gobreaker.ErrOpenState, true},
+		{"timed out", context.DeadlineExceeded, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := newShareRig(t)
+			setWindow(r.s, 0)
+			for i := 0; r.s.heldBack.Load() == 0; i++ { // to the renewal, refused
+				if i == 600 {
+					t.Fatal("no renewal within 15 s of the share's grant")
+				}
+				r.tick()
+			}
+			r.clock = r.clock.Add(25 * time.Millisecond)
+			tn := r.tn
+			tn.mu.Lock()
+			defer tn.mu.Unlock()
+			a, _, _ := r.s.planWith(tn, r.clock, r.s.input(tn))
+			if a.Share != lease.ShareAsk || a.cut == nil {
+				t.Fatalf("plan %+v, want the share's renewal", a)
+			}
+			r.s.apply(context.Background(), tn, &r.s.one, r.clock, a.Acquire, a.Share, a.cut, lease.Result{Err: c.err})
+			if _, held := tn.st().HeldShare(); held != c.kept {
+				t.Errorf("share held after the renewal %s: %v, want %v", c.name, held, c.kept)
 			}
 		})
 	}
