@@ -127,6 +127,12 @@ func TestEvictionStress(t *testing.T) {
 	if waited.Load() == 0 {
 		t.Error("no WaitN was admitted within its second")
 	}
+	// Every admission counts once, those of evicted tenants too: tokens
+	// spent between a tenant's removal and its drain were counted nowhere
+	// (TestEvictedAdmissionsCountOnce has the deterministic case).
+	if got, want := st.Admitted(), admitted.Load()+waited.Load(); got != want {
+		t.Errorf("Stats().Admitted() = %d, want the %d admissions made", got, want)
+	}
 }
 
 // TestWaitNThroughOutage: WaitN calls that start while the store (Redis)

@@ -226,7 +226,7 @@ lookup:
 				if i < maxRefundKeys {
 					front = adm.front[i]
 				}
-				ts[i].Uncount()
+				l.sync.Uncount(ts[i])
 				l.giveBack(ts[i], n, front, adm.clock, adm.plans)
 			}
 		}
@@ -315,7 +315,7 @@ func (l *Limiter) giveBackTurn(e *syncer.Tenant, n int64, d Decision) {
 		i = 1
 	}
 	if d.Reason == ReasonLeased {
-		e.Uncount() // Spend counted it on the tenant
+		l.sync.Uncount(e) // Spend counted it on the tenant
 	} else if d.Reason < numReasons {
 		l.decisions[d.Reason][i].Add(-1)
 	}

@@ -40,9 +40,11 @@ func TestAdmittedExact(t *testing.T) {
 	check("SpendWaited")
 	tn.UnspendWaited(7)
 	check("UnspendWaited")
-	tn.Uncount()
+	if !tn.uncount() {
+		t.Fatal("uncount refused")
+	}
 	want--
-	check("Uncount")
+	check("uncount")
 	if taken, _ := tn.debit(10); taken != 10 {
 		t.Fatalf("debit(10) took %d", taken)
 	}
@@ -72,7 +74,7 @@ func TestAdmittedExact(t *testing.T) {
 
 // TestAdmittedConcurrent runs requests (Spend of 1 to 3 tokens,
 // SpendWaited and UnspendWaited) against a syncer crediting and debiting
-// the counter, and a reader: Admitted never goes down (no Uncount here)
+// the counter, and a reader: Admitted never goes down (no uncount here)
 // nor above the admissions made, and ends equal to them.
 func TestAdmittedConcurrent(t *testing.T) { admittedConcurrent(t, false) }
 

@@ -12,21 +12,26 @@ type lruEntry struct {
 	t      *Tenant
 }
 
-// evict removes the tenants ts from the registry, then marks them
-// evicted and drains their tokens; it returns releases with the returns
-// of the drained tokens appended. A tenant whose lock is taken (a lease
-// call is in flight for it) is left for a later round.
+// evict drains the tenants ts, then removes them from the registry and
+// marks them evicted; it returns releases with the returns of the
+// drained tokens appended. A tenant whose lock is taken (a lease call is
+// in flight for it) is left for a later round.
 //
-// The order is what keeps readers safe: once a tenant is marked evicted a
-// request holding it looks the tenant up again, and that lookup must not
-// find the same tenant, or the request would go round in circles. So the
-// registry drops the tenants (one step for the whole batch) before any of
-// them is marked. A request that loaded a tenant before the removal may
-// still spend the tokens it holds until the drain below: they were leased,
-// so they are good.
+// The order is what keeps readers safe and the count of admissions
+// exact. Once a tenant is marked evicted a request holding it looks the
+// tenant up again, and that lookup must not find the same tenant, or the
+// request would go round in circles: so the registry drops the tenants
+// (one step for the whole batch) before any of them is marked. And the
+// removal moves a tenant's admissions to the registry's total of evicted
+// ones (registry.remove), which must then be final: so the tenants are
+// drained first. A request that loaded a tenant before may spend the
+// tokens it holds until the drain (they were leased, so they are good),
+// and none after it. Drained after the removal, as they were, a tenant's
+// tokens spent in between were admissions counted nowhere
+// (TestEvictedAdmissionsCountOnce).
 func (s *Syncer) evict(ts []*Tenant, now time.Time, releases []lease.ReleaseRequest) []lease.ReleaseRequest {
 	// Each tenant stays locked from here until it is marked, so no lease
-	// call starts for it in between.
+	// call starts for it in between, and no refund credits it.
 	locked := ts[:0]
 	for _, t := range ts {
 		if t.mu.TryLock() {
@@ -37,13 +42,14 @@ func (s *Syncer) evict(ts []*Tenant, now time.Time, releases []lease.ReleaseRequ
 	if len(ts) == 0 {
 		return releases
 	}
-	s.reg.remove(ts)
 	for _, t := range ts {
-		t.setFlag(flagEvicted, true)
-		s.forgetFailing(t)
 		if r, ok := s.drainLocked(t, now); ok {
 			releases = append(releases, r)
 		}
+	}
+	s.reg.remove(ts)
+	for _, t := range ts {
+		s.forgetFailing(t)
 		t.mu.Unlock()
 	}
 	s.unlocked.Broadcast()

@@ -52,6 +52,20 @@ func (s *Syncer) Unspend(t *Tenant, n int64, plans uint32) bool {
 	return true
 }
 
+// Uncount takes back the count of an admission Spend made from t's lease,
+// for a multi-tenant decision that gave its tokens back. The count is
+// t's until t is evicted, and then the syncer's: eviction moves a
+// tenant's admissions to a total of the evicted (registry.remove), and
+// an admission taken back after that comes off the total. (Taken off the
+// evicted tenant, it was lost: LeaseTotals counted an admission given
+// back; TestEvictedAdmissionsCountOnce.) It is lock-free: two atomic adds
+// on t.
+func (s *Syncer) Uncount(t *Tenant) {
+	if !t.uncount() {
+		s.reg.evictedAdmits.Add(-1)
+	}
+}
+
 // Refunded says what became of a refund.
 type Refunded uint8
 

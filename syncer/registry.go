@@ -21,18 +21,22 @@ var ErrTooManyTenants = errors.New("syncer: too many tenants")
 // the lookups that missed the read table have paid for the copy, so the
 // copy cost per tenant stays constant however many tenants there are.
 //
-// A tenant is removed before it is marked evicted (Syncer.evict), so no
-// lookup ever returns an evicted tenant.
+// A tenant is removed before it is marked evicted (remove), so no lookup
+// ever returns an evicted tenant.
 type registry struct {
 	read atomic.Pointer[table] // never modified once stored
 	key  hashKey               // of the tables' hashes (strHash); set by init
 
-	mu     sync.Mutex         // guards dirty and misses
+	mu     sync.Mutex         // guards dirty and misses, and the changes of evictedAdmits by remove
 	dirty  map[string]*Tenant // tenants not yet in read
 	misses int                // lookups that had to take mu since the last copy
 
 	// evictedAdmits sums the admissions of removed tenants, so that
-	// totals survive eviction.
+	// totals survive eviction: remove moves each one's there as it marks
+	// it evicted, and Syncer.Uncount takes back from it an admission of
+	// a tenant marked. A walk of the tenants for totals reads it with its
+	// snapshot of the tables, under mu (snapshot), so that each tenant
+	// counts once: in the tables or in evictedAdmits.
 	evictedAdmits atomic.Int64
 }
 
@@ -113,7 +117,6 @@ func (r *registry) rebuildLocked(gone map[*Tenant]bool) {
 	for _, src := range []iter.Seq[*Tenant]{old.all, maps.Values(r.dirty)} {
 		for t := range src {
 			if gone[t] {
-				r.evictedAdmits.Add(t.Admitted())
 				continue
 			}
 			tb.add(t, r.hash(t.name))
@@ -138,13 +141,7 @@ func (r *registry) len() int {
 // tokens (5,445 left leased in a test with requests during Close), and a
 // tick skipped them.
 func (r *registry) all(yield func(*Tenant) bool) {
-	r.mu.Lock()
-	read := r.read.Load()
-	extra := make([]*Tenant, 0, len(r.dirty))
-	for _, t := range r.dirty {
-		extra = append(extra, t)
-	}
-	r.mu.Unlock()
+	read, extra, _ := r.snapshot()
 	for t := range read.all {
 		if !yield(t) {
 			return
@@ -157,8 +154,27 @@ func (r *registry) all(yield func(*Tenant) bool) {
 	}
 }
 
-// remove deletes the tenants ts. It copies the
-// read table once for the whole batch, merging dirty into it.
+// snapshot returns the tenants as one snapshot taken under r.mu (see
+// all): the read table and those of dirty, and with them the admissions
+// of the tenants removed before (evictedAdmits).
+func (r *registry) snapshot() (read *table, extra []*Tenant, evicted int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	read = r.read.Load()
+	extra = make([]*Tenant, 0, len(r.dirty))
+	for _, t := range r.dirty {
+		extra = append(extra, t)
+	}
+	return read, extra, r.evictedAdmits.Load()
+}
+
+// remove deletes the tenants ts, then marks them evicted and moves their
+// admissions to evictedAdmits, all in one step under r.mu: a walk for
+// totals (snapshot) finds each of them either in the tables or in
+// evictedAdmits, never in both or neither. It copies the read table once
+// for the whole batch, merging dirty into it. The tenants must be drained
+// (Syncer.evict): their admissions are final, but for those taken back
+// since, which Syncer.Uncount takes off evictedAdmits.
 func (r *registry) remove(ts []*Tenant) {
 	if len(ts) == 0 {
 		return
@@ -170,6 +186,14 @@ func (r *registry) remove(ts []*Tenant) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.rebuildLocked(gone)
+	// Marked once no lookup finds them. Admitted, read after the mark,
+	// waits for an uncount under way: one that began before the mark is
+	// in it, one after finds the tenant marked (Tenant.uncount).
+	for t := range gone {
+		if !t.setFlag(flagEvicted, true) {
+			r.evictedAdmits.Add(t.Admitted())
+		}
+	}
 }
 
 // Tenant returns the tenant named name, or nil when the syncer does not
@@ -205,12 +229,20 @@ func (s *Syncer) Tenants() iter.Seq[*Tenant] { return s.reg.all }
 
 // LeaseTotals returns the requests admitted from leases without a wait,
 // over every tenant ever tracked (Tenant.Spend counts them), and the
-// leased tokens held now. It visits every tenant.
+// leased tokens held now. It visits every tenant. Each admission counts
+// once: an evicted tenant's move to a total of their own as it is
+// removed, which is read with the snapshot of the tenants visited.
 func (s *Syncer) LeaseTotals() (admitted, held int64) {
-	admitted = s.reg.evictedAdmits.Load()
-	for t := range s.reg.all {
+	read, extra, admitted := s.reg.snapshot()
+	add := func(t *Tenant) {
 		admitted += t.Admitted()
 		held += t.tokens.Load()
+	}
+	for t := range read.all {
+		add(t)
+	}
+	for _, t := range extra {
+		add(t)
 	}
 	return admitted, held
 }

@@ -42,7 +42,7 @@ type Tenant struct {
 	// the syncer put in (leases, drips, refunds credited) less those it
 	// took out (expiries, forfeits, drains), less the tokens requests
 	// took beyond one per admission counted: a Spend of n > 1 takes n-1
-	// from it, SpendWaited n, Uncount 1, and UnspendWaited gives n back.
+	// from it, SpendWaited n, uncount 1, and UnspendWaited gives n back.
 	// What changes both does so between beginSync and endSync, so that
 	// Admitted reads the two as one.
 	counted atomic.Int64
@@ -189,8 +189,9 @@ const (
 // beginSync and endSync bracket a change of both tokens and counted
 // (credit, debit, drain, spendCounting, UnspendWaited): Admitted, reading
 // the two, retries while one is under way or if one ran meanwhile. A
-// Spend(1) changes tokens alone, and Uncount counted alone: each one
-// atomic operation, no bracket.
+// Spend(1) changes tokens alone: one atomic operation, no bracket. And
+// uncount, which changes counted alone, is bracketed so that its look at
+// flagEvicted and its change count as one (see uncount).
 func (t *Tenant) beginSync() { t.flags.Add(syncBusy) }
 func (t *Tenant) endSync()   { t.flags.Add(syncDone - syncBusy) }
 
@@ -243,7 +244,7 @@ func (t *Tenant) restripe(n int) {
 }
 
 // Admitted returns the requests admitted from the tenant's lease without
-// a wait (Spend, less Uncount): exact, as of a moment during the call.
+// a wait (Spend, less Syncer.Uncount): exact, as of a moment during the call.
 // It retries while a change of both tokens and counted is under way,
 // which lasts a few atomic operations.
 func (t *Tenant) Admitted() int64 {
@@ -354,7 +355,7 @@ func (t *Tenant) Front() lease.GrantID { return lease.GrantID(t.front.Load()) }
 // plan ran since (Syncer.Unspend); otherwise they refund (Syncer.Refund).
 //
 // It does not change the count of admissions: for tokens that Spend took,
-// Uncount takes the admission back.
+// Syncer.Uncount takes the admission back.
 func (t *Tenant) UnspendWaited(n int64) {
 	if n > 0 {
 		t.beginSync()
@@ -365,9 +366,20 @@ func (t *Tenant) UnspendWaited(n int64) {
 	}
 }
 
-// Uncount takes back the count of an admission Spend made, for a
-// multi-tenant decision that gave its tokens back.
-func (t *Tenant) Uncount() { t.counted.Add(-1) }
+// uncount takes back the count of an admission Spend made, and reports
+// whether it did: not once t is marked evicted, when its admissions have
+// moved to the registry's total (registry.remove), where Syncer.Uncount
+// takes it back instead. The look at the mark is the bracket's start, so
+// that the move, which marks t and then reads Admitted (which waits for
+// a change under way), either counts this change or finds none.
+func (t *Tenant) uncount() bool {
+	defer t.endSync()
+	if t.flags.Add(syncBusy)&flagEvicted != 0 {
+		return false
+	}
+	t.counted.Add(-1)
+	return true
+}
 
 // publish makes the ledger's oldest grant visible to requests (Front).
 // t.mu must be held.
