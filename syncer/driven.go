@@ -93,6 +93,14 @@ func (s *Syncer) Refills(ctx context.Context) bool {
 	d.mu.Unlock()
 	slices.SortFunc(qs, func(a, b *queuedRefill) int { return cmp.Compare(a.t.name, b.t.name) })
 	for _, q := range qs {
+		if q.t.flag(flagEvicted) {
+			// Queued by name, it may have been joined by requests of
+			// the tenant made anew with the name since: refill that
+			// one, as refill does (TestDrivenRefillJoinedAcrossEviction).
+			if t := s.reg.load(q.t.name); t != nil {
+				q.t = t
+			}
+		}
 		if !q.t.mu.TryLock() {
 			s.requeue(q)
 			continue

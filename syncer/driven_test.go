@@ -172,6 +172,39 @@ func TestDrivenRefillRunsInTheLoop(t *testing.T) {
 	}
 }
 
+// TestDrivenRefillJoinedAcrossEviction: in driven mode a refill queued
+// for an evicted tenant is joined by the requests of the tenant made anew
+// with its name (the queue is by name): it leased nothing for either,
+// and the new tenant's requests were left to retry within a refresh
+// interval. It now refills the tenant that has the name.
+func TestDrivenRefillJoinedAcrossEviction(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	r := newDrivenRig(t, 100*time.Millisecond)
+	defer r.s.Close()
+	ctx := context.Background()
+	old := r.track(t, "a")
+	first := r.s.Refill(ctx, old, 1) // queued
+	for i := 0; !old.Evicted(); i++ {
+		if i == 10 {
+			t.Fatalf("the idle tenant was not evicted in %d ticks", i)
+		}
+		r.clock.Add(int64(time.Minute)) // the idle timeout
+		r.s.Tick(ctx)
+	}
+	tn := r.track(t, "a")
+	joined := r.s.Refill(ctx, tn, 1) // joins first: the same name
+	r.s.Refills(ctx)
+	r.s.Deliver()
+	for i, ch := range []<-chan singleflight.Result{first, joined} {
+		if err, ok := ready(ch); !ok || err != nil {
+			t.Errorf("refill %d after Deliver: answered %v, error %v; want nil", i, ok, err)
+		}
+	}
+	if tn.Held() < 1 || old.Held() != 0 {
+		t.Errorf("after the refill the new tenant holds %d tokens, the evicted one %d; want a lease for the new one only", tn.Held(), old.Held())
+	}
+}
+
 // TestDrivenTickInNameOrder: in driven mode a round visits its tenants in
 // name order (without it, in map order), so a replay sends the same
 // pipeline.

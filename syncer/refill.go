@@ -41,7 +41,9 @@ func (s *Syncer) unlock(t *Tenant) {
 }
 
 // Refill makes an urgent lease call for t now, joining one already in
-// flight for the same tenant. The channel yields the call's error (nil
+// flight for the same tenant (by name: a call that finds its tenant
+// evicted is made for the tenant made anew with the name, if any, whose
+// requests may have joined it). The channel yields the call's error (nil
 // when it succeeded, or when the planner held the call back because the
 // tenant already holds enough or Redis asked it to wait). It is meant for
 // requests that wait: a tenant's first request on this instance, and
@@ -79,6 +81,28 @@ func (s *Syncer) refill(link trace.Link, t *Tenant, need int64) error {
 
 	if !s.lock(t) {
 		return ErrClosed
+	}
+	if t.flag(flagEvicted) {
+		// Calls are joined by the tenant's name, so this one may have
+		// been joined by requests of the tenant made anew with t's name
+		// since t was removed: the call is for that tenant, the one the
+		// registry holds now. Once this call is forgotten no request
+		// joins it, and one that joined before had the tenant it holds
+		// from the registry (Track) before it joined, so the look-up
+		// below finds that tenant, or one made since if it was evicted
+		// too (its requests then look it up again). One look, no loop:
+		// a tenant found evicted again leases nothing (refillLocked).
+		// Without it, the call leased nothing, and the new tenant's
+		// requests were left to retry within a refresh interval
+		// (TestRefillJoinedAcrossEviction).
+		s.unlock(t)
+		s.sf.Forget(t.name)
+		if t = s.reg.load(t.name); t == nil {
+			return nil
+		}
+		if !s.lock(t) {
+			return ErrClosed
+		}
 	}
 	defer s.unlocked.Broadcast() // after the unlock below
 	defer t.mu.Unlock()
