@@ -810,6 +810,36 @@ func confInstanceWindow(c *cx) {
 	}
 }
 
+// confRegistryNeverShortened: an acquire that recomputes the registry
+// summary keeps the registry two of the caller's windows, but never less
+// than an earlier acquire kept it: beside a long window's entries, a short
+// window's recompute leaves the long window's TTL (it cut it to its own,
+// and the hash expired with entries the long window still counted). A
+// registry emptied of stale entries by a caller that had none is a new
+// hash, kept for the caller's two windows alone.
+func confRegistryNeverShortened(c *cx) {
+	const long, short = 2 * time.Second, 40 * time.Millisecond
+	l, s := c.view("long", long), c.view("short", short)
+	lim := lease.Limits{Rate: 1000, Burst: 100}
+	gl := c.acquire(l, "t", lim, 1, 5)
+	c.checkTTL("t", ":i", gl.ServerTime, 2*long.Milliseconds())
+	if g := c.acquire(s, "t", lim, 1, 5); g.Instances != 2 {
+		c.t.Fatalf("the short window's first acquire counted %d instances, want 2", g.Instances)
+	}
+	c.checkTTL("t", ":i", gl.ServerTime, 2*long.Milliseconds())
+
+	c.acquire(l, "u", lim, 1, 5)
+	c.sp.advance(2 * short)
+	gs := c.acquire(s, "u", lim, 1, 5)
+	if gs.Instances != 1 {
+		c.t.Fatalf("the short window's acquire two of its windows after the long one's: %d instances, want 1", gs.Instances)
+	}
+	if got := c.sp.state("u").Registry; len(got) != 1 || got["short"] == "" {
+		c.t.Fatalf("registry %v, want the short window's entry alone", got)
+	}
+	c.checkTTL("u", ":i", gs.ServerTime, 2*short.Milliseconds())
+}
+
 // checkTTL fails unless the key of tenant (suffix) lives want ms from the
 // store's time at, or a little less by the time it is read.
 func (c *cx) checkTTL(tenant, suffix string, at time.Time, want int64) {

@@ -840,6 +840,7 @@ func conformanceCases() []confCase {
 		{"half full", confHalfFull},
 		{"credit span", confCreditSpan},
 		{"instance window", confInstanceWindow},
+		{"registry never shortened", confRegistryNeverShortened},
 		{"expiry", confExpiry},
 		{"release into a missing bucket", confReleaseMissing},
 		{"release ids", confReleaseIDs},

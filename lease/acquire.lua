@@ -25,8 +25,9 @@
 --          (by more than a quarter) its demand changes, and at least every
 --          1/4 window; the shares come from the summary rg, recomputed
 --          from every entry (dropping stale ones) at least every 1/8
---          window, which also keeps the hash for 2 windows more (or until
---          the shares in force end: SHARES). So a call
+--          window, which also keeps the hash for at least 2 windows more
+--          (or until the shares in force end: SHARES), never shortening
+--          its TTL (a longer window's entries need more). So a call
 --          reads one entry, not all, and writes little: its cost does not
 --          grow with the instances.
 --          KEYS[2] is always passed (so that KEYS[3] has a fixed place) but
@@ -540,8 +541,8 @@ local function acquire(key, ikey, qkey, o, clock, nargs)
     -- The entry is written when it changes what a later call computes (the
     -- credit, a demand moved by more than a quarter), when it is new, and
     -- at least every ENTRY_AGE of the window, so that it stays active. The
-    -- hash is kept for two windows from each summary, which any active
-    -- instance recomputes within SUMMARY_AGE of a window.
+    -- hash is kept for at least two windows from each summary, which any
+    -- active instance recomputes within SUMMARY_AGE of a window.
     if prevSeen == nil or credit ~= prevCredit or now - prevSeen >= window * ENTRY_AGE or
         math.abs(demand - prevDemand) > prevDemand / 4 or mineText ~= (prevMine or '') then
       local entry
@@ -556,7 +557,8 @@ local function acquire(key, ikey, qkey, o, clock, nargs)
     -- share granted (which may end after what the last recompute kept it
     -- for), or until the record's shares end when that is later, so that
     -- the entries of instances holding shares outlive their window
-    -- (SHARES): after the bucket is stored, which says when they end.
+    -- (SHARES): after the bucket is stored, which says when they end. Its
+    -- TTL is only ever extended (below).
     keepRegistry = summary or (op == 'A' and mine)
   end
   tokens = tokens - granted
@@ -627,7 +629,18 @@ local function acquire(key, ikey, qkey, o, clock, nargs)
         ttl = ms
       end
     end
-    redis.call('PEXPIRE', ikey, string.format('%d', ttl))
+    -- Never shortened: instances with different windows (lease TTLs,
+    -- refresh intervals) share the hash, and a caller with a short window
+    -- that set its own 2 windows cut the TTL below what a longer-window
+    -- instance's recompute kept it for: the hash expired with entries a
+    -- longer window still counted, and their instances came back as new
+    -- ones (their credit full), uncounted by the others meanwhile. One
+    -- PTTL, on the calls that renew (a recompute, a share granted); -1 (no
+    -- TTL) is below any. Releases before this one set it as they found
+    -- it: beside them the hash lives as long as their last renewal says.
+    if redis.call('PTTL', ikey) < ttl then
+      redis.call('PEXPIRE', ikey, string.format('%d', ttl))
+    end
   end
 
   -- One string (see the header): the client reads it as one buffer,

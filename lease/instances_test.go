@@ -277,3 +277,69 @@ func TestManyStaleRegistryEntries(t *testing.T) {
 		t.Errorf("the registry keeps %d entries (%v), want the caller's alone", left, err)
 	}
 }
+
+// TestShortWindowKeepsTheLongerWindowsRegistry, on redis-server: instances
+// with different registry windows (different lease TTLs or refresh
+// intervals) share a tenant, and the one with the short window recomputes
+// the registry summary (it is new). The registry must stay as long as
+// the long windows' recomputes kept it: two of their windows, here 20 s.
+// The script set the hash's TTL to twice the caller's window, whatever it
+// was, so the short window's acquire cut it to 100 ms; the hash expired
+// with the long-window instances' entries, a few milliseconds old, and
+// the next of them counted itself alone, as a new instance (its credit
+// reset to full), where three were active within its window.
+func TestShortWindowKeepsTheLongerWindowsRegistry(t *testing.T) {
+	ctx := context.Background()
+	rdb := redisserver.Client(t)
+	prefix := redisserver.Prefix(t)
+	const long, short = 10 * time.Second, 50 * time.Millisecond
+	client := func(id string, window time.Duration) *Client {
+		t.Helper()
+		c, err := NewClient(rdb, prefix, WithInstance(id, window))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	l1, l2, s := client("long-1", long), client("long-2", long), client("short", short)
+	req := Request{Tenant: "t", Limits: Limits{Rate: 1000, Burst: 1000}, Want: 1, Demand: 10}
+	ikey := InstancesKey(Key(prefix, "t"))
+	acquireOne(t, l1, req)
+	gl := acquireOne(t, l2, req)
+	if gl.Instances != 2 {
+		t.Fatalf("second long-window instance: %d instances, want 2", gl.Instances)
+	}
+	gs := acquireOne(t, s, req)
+	if gs.Instances != 3 {
+		t.Fatalf("short-window instance: %d instances, want 3", gs.Instances)
+	}
+	ttl, err := rdb.PTTL(ctx, ikey).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ttl < 2*long-time.Since(gl.ServerTime)-time.Second {
+		t.Errorf("registry PTTL %v after the short window's acquire, want about %v (two long windows since the long-window acquire)", ttl, 2*long)
+	}
+	// Once Redis's clock has passed two short windows after that acquire,
+	// the long-window instances' entries, written within a window of
+	// theirs, must still be there.
+	until := gs.ServerTime.Add(-gs.Wait).Add(2*short + 5*time.Millisecond)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		now, err := rdb.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if now.After(until) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Redis's clock at %v, not past %v after 5 s", now, until)
+		}
+		time.Sleep(5 * time.Millisecond) // between polls of Redis's clock
+	}
+	if g := acquireOne(t, l1, req); g.Instances != 3 {
+		t.Errorf("long-window instance %v after the short window's acquire: %d instances, want 3 (all within its window; the registry holds %v)",
+			g.ServerTime.Sub(gs.ServerTime), g.Instances, rdb.HKeys(ctx, ikey).Val())
+	}
+}

@@ -44,8 +44,10 @@ import (
 // rate share in force once it is a window old (and to keep the registry
 // two windows only, however long the shares in force run); v10 is main at
 // d6fa13d, the last whose release counted a return's age back from the
-// bucket's time, where this release counts it back from Redis's clock
-// (its other scripts are this release's).
+// bucket's time, where this release counts it back from Redis's clock,
+// and the last whose acquire set the registry's TTL to twice the caller's
+// window, shortening what a longer window had kept it for (this release
+// only ever extends it).
 var (
 	//go:embed testdata/v1/common.lua
 	v1Common string
@@ -95,6 +97,10 @@ var (
 	v9Common string
 	//go:embed testdata/v9/acquire.lua
 	v9Acquire string
+	//go:embed testdata/v10/common.lua
+	v10Common string
+	//go:embed testdata/v10/acquire.lua
+	v10Acquire string
 	//go:embed testdata/v10/release.lua
 	v10Release string
 )
@@ -112,37 +118,52 @@ var (
 // releases before the credit span had two), long enough that their
 // credit may accrue past their share of the burst (acquire.lua's credit
 // span), while the old clients' shorter window drops their entries
-// sooner.
+// sooner. Beside v10, the last release whose acquire cut the registry's
+// TTL to its own two windows, it runs a second time with this release's
+// window a third of the old clients' (v10-shorter): their recomputes
+// leave the old clients' longer TTL as it is.
 func TestMixedFleetRollout(t *testing.T) {
 	for _, old := range []struct {
 		name, common, acquire, release string
-		reply                          int // elements in its acquire's reply
+		reply                          int  // elements in its acquire's reply; 0: one string
+		shorter                        bool // this release's window a third of the old one's
 	}{
-		{"v1", v1Common, v1Acquire, v1Release, 6},
-		{"v2", v2Common, v2Acquire, v2Release, 6},
-		{"v3", v3Common, v3Acquire, v3Release, 9},
-		{"v4", v4Common, v4Acquire, v4Release, 9},
-		{"v5", v5Common, v5Acquire, v5Release, 9},
-		{"v6", v6Common, v6Acquire, v6Release, 9},
-		{"v7", v7Common, v7Acquire, v6Release, 9},  // v7's release.lua is v6's
-		{"v8", v8Common, v8Acquire, v6Release, 10}, // and v8's
+		{"v1", v1Common, v1Acquire, v1Release, 6, false},
+		{"v2", v2Common, v2Acquire, v2Release, 6, false},
+		{"v3", v3Common, v3Acquire, v3Release, 9, false},
+		{"v4", v4Common, v4Acquire, v4Release, 9, false},
+		{"v5", v5Common, v5Acquire, v5Release, 9, false},
+		{"v6", v6Common, v6Acquire, v6Release, 9, false},
+		{"v7", v7Common, v7Acquire, v6Release, 9, false},  // v7's release.lua is v6's
+		{"v8", v8Common, v8Acquire, v6Release, 10, false}, // and v8's
+		{"v9", v9Common, v9Acquire, v10Release, 0, false}, // v9's is v10's
+		{"v10", v10Common, v10Acquire, v10Release, 0, false},
+		{"v10-shorter", v10Common, v10Acquire, v10Release, 0, true},
 	} {
 		t.Run(old.name, func(t *testing.T) {
-			mixedFleet(t, redis.NewScript(old.common+old.acquire), redis.NewScript(old.common+old.release), old.reply)
+			newWindow := 3 * mixedWindow
+			if old.shorter {
+				newWindow = mixedWindow / 3
+			}
+			mixedFleet(t, redis.NewScript(old.common+old.acquire), redis.NewScript(old.common+old.release), old.reply, newWindow)
 		})
 	}
 }
 
+// mixedWindow is the old clients' registry window in mixedFleet.
+const mixedWindow = 300 * time.Millisecond
+
 // mixedFleet runs old clients (their acquire and release scripts, whose
-// acquire replies with reply elements) and this release's on one tenant;
-// see TestMixedFleetRollout.
-func mixedFleet(t *testing.T, old, oldRelease *redis.Script, reply int) {
+// acquire replies with reply elements, or with one string when reply is
+// 0, as its release then does) and this release's, whose registry window
+// is newWindow, on one tenant; see TestMixedFleetRollout.
+func mixedFleet(t *testing.T, old, oldRelease *redis.Script, reply int, newWindow time.Duration) {
 	ctx := context.Background()
 	rdb := redisserver.Client(t)
 	prefix := redisserver.Prefix(t)
 	const (
 		tenant = "rollout"
-		window = 300 * time.Millisecond
+		window = mixedWindow
 		olds   = 3
 		news   = 3
 		run    = 1200 * time.Millisecond
@@ -182,15 +203,19 @@ func mixedFleet(t *testing.T, old, oldRelease *redis.Script, reply int) {
 			for time.Now().Before(deadline) {
 				want := 1 + rng.IntN(8)
 				demand := 50 + rng.Float64()*250
-				v, err := old.Run(ctx, rdb, []string{key, InstancesKey(key), QuotaKey(key)},
-					formatRate(lim.Rate), lim.Burst, want, fmt.Sprintf("old-%d", i), window.Milliseconds(), demand).Slice()
-				if err != nil || len(v) != reply {
-					fail(fmt.Errorf("old client: %v, %v", v, err))
+				res, err := old.Run(ctx, rdb, []string{key, InstancesKey(key), QuotaKey(key)},
+					formatRate(lim.Rate), lim.Burst, want, fmt.Sprintf("old-%d", i), window.Milliseconds(), demand).Result()
+				var g, at, n int64
+				if v, ok := res.([]interface{}); reply > 0 && ok && len(v) == reply {
+					g, _ = v[0].(int64)
+					at, _ = v[2].(int64)
+					n, _ = v[3].(int64)
+				} else if gr, perr := ParseAcquireReply(res, math.MaxInt64); reply == 0 && err == nil && perr == nil {
+					g, at, n = gr.Granted, gr.ServerTime.UnixMicro(), int64(gr.Instances)
+				} else {
+					fail(fmt.Errorf("old client: %v, %v", res, err))
 					return
 				}
-				g, _ := v[0].(int64)
-				at, _ := v[2].(int64)
-				n, _ := v[3].(int64)
 				mu.Lock()
 				granted += g
 				recordServer(at)
@@ -198,18 +223,22 @@ func mixedFleet(t *testing.T, old, oldRelease *redis.Script, reply int) {
 				calls[0]++
 				mu.Unlock()
 				if back := g / 2; back > 0 && rng.IntN(3) == 0 {
-					r, err := oldRelease.Run(ctx, rdb, []string{key, ReleasesKey(key), QuotaKey(key)},
-						formatRate(lim.Rate), lim.Burst, back, 0, uint32(at)).Slice()
-					if err != nil || len(r) != 3 {
-						fail(fmt.Errorf("old release: %v, %v", r, err))
+					res, err := oldRelease.Run(ctx, rdb, []string{key, ReleasesKey(key), QuotaKey(key)},
+						formatRate(lim.Rate), lim.Burst, back, 0, uint32(at)).Result()
+					var c float64
+					var rat int64
+					if r, ok := res.([]interface{}); reply > 0 && ok && len(r) == 3 {
+						if c, err = strconv.ParseFloat(fmt.Sprint(r[2]), 64); err != nil {
+							fail(err)
+							return
+						}
+						rat, _ = r[1].(int64)
+					} else if rr, perr := ParseReleaseReply(res, back); reply == 0 && err == nil && perr == nil {
+						c, rat = rr.Credited, rr.ServerTime.UnixMicro()
+					} else {
+						fail(fmt.Errorf("old release: %v, %v", res, err))
 						return
 					}
-					c, err := strconv.ParseFloat(fmt.Sprint(r[2]), 64)
-					if err != nil {
-						fail(err)
-						return
-					}
-					rat, _ := r[1].(int64)
 					mu.Lock()
 					credited += c
 					recordServer(rat)
@@ -222,7 +251,7 @@ func mixedFleet(t *testing.T, old, oldRelease *redis.Script, reply int) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c, err := NewClient(rdb, prefix, WithInstance(fmt.Sprintf("new-%d", i), 3*window), WithBatch(3))
+			c, err := NewClient(rdb, prefix, WithInstance(fmt.Sprintf("new-%d", i), newWindow), WithBatch(3))
 			if err != nil {
 				fail(err)
 				return
@@ -896,5 +925,165 @@ func TestRolloutAgedReleaseCreditsNoMoreThanV10(t *testing.T) {
 	t.Logf("%d releases, %d credited less than v10's", releases, less)
 	if less == 0 {
 		t.Errorf("no release of %d credited less than v10's: the test made no aged return into a frozen bucket", releases)
+	}
+}
+
+// TestRegistryTTLBesideV10: instances of different registry windows, of
+// v10 and of this release, on one tenant. This release's acquire only
+// ever extends the registry's TTL, so a short window's recompute keeps
+// v10's long-window entries (v10 cut the TTL to its caller's two windows,
+// and the hash expired under them: their next call counted itself alone,
+// as a new instance with its credit full). v10's short-window clients
+// still cut it, as they did beside each other (shown as it is: the hash
+// then lives as long as their last renewal says, and this release's
+// long-window instance comes back as a new one): fairness moves, not the
+// bound, which the test checks over every call of both, returns of both
+// included, each credited no more than it gave back.
+func TestRegistryTTLBesideV10(t *testing.T) {
+	ctx := context.Background()
+	rdb := redisserver.Client(t)
+	prefix := redisserver.Prefix(t)
+	oldAcquire, oldRelease := redis.NewScript(v10Common+v10Acquire), redis.NewScript(v10Common+v10Release)
+	const long, short = 10 * time.Second, 50 * time.Millisecond
+	lim := Limits{Rate: 100, Burst: 100}
+	var granted, credited float64
+	var first time.Time
+	type call struct {
+		granted   int64
+		at        time.Time // Redis's clock at the call
+		instances int
+	}
+	see := func(c call) call {
+		granted += float64(c.granted)
+		if first.IsZero() {
+			first = c.at
+		}
+		return c
+	}
+	give := func(amount int64, credit float64) {
+		t.Helper()
+		if credit < 0 || credit > float64(amount) {
+			t.Fatalf("a return of %d credited %v", amount, credit)
+		}
+		credited += credit
+	}
+	v10 := func(tenant, id string, window time.Duration) call {
+		t.Helper()
+		key := Key(prefix, tenant)
+		v, err := oldAcquire.Run(ctx, rdb, []string{key, InstancesKey(key), QuotaKey(key)},
+			formatRate(lim.Rate), lim.Burst, 4, id, window.Milliseconds(), 50).Result()
+		if err != nil {
+			t.Fatalf("v10 acquire as %q: %v", id, err)
+		}
+		g, err := ParseAcquireReply(v, 4)
+		if err != nil {
+			t.Fatalf("v10 acquire as %q: %v", id, err)
+		}
+		if g.Granted > 1 {
+			r, err := oldRelease.Run(ctx, rdb, []string{key, ReleasesKey(key), QuotaKey(key)},
+				formatRate(lim.Rate), lim.Burst, 1, 0, uint32(g.ServerTime.UnixMicro())).Result()
+			if err != nil {
+				t.Fatalf("v10 release: %v", err)
+			}
+			ret, err := ParseReleaseReply(r, 1)
+			if err != nil {
+				t.Fatalf("v10 release: %v", err)
+			}
+			give(1, ret.Credited)
+		}
+		return see(call{g.Granted, g.ServerTime.Add(-g.Wait), g.Instances})
+	}
+	clients := map[string]*Client{}
+	cur := func(tenant, id string, window time.Duration) call {
+		t.Helper()
+		c := clients[id]
+		if c == nil {
+			var err error
+			if c, err = NewClient(rdb, prefix, WithInstance(id, window)); err != nil {
+				t.Fatal(err)
+			}
+			clients[id] = c
+		}
+		g := acquireOne(t, c, Request{Tenant: tenant, Limits: lim, Want: 4, Demand: 50})
+		if g.Granted > 1 {
+			rr := c.ReleaseMany(ctx, []ReleaseRequest{{Tenant: tenant, Limits: lim, Amount: 1, Grant: g.ID()}})
+			if rr[0].Err != nil {
+				t.Fatalf("release: %v", rr[0].Err)
+			}
+			give(1, rr[0].Return.Credited)
+		}
+		return see(call{g.Granted, g.ServerTime.Add(-g.Wait), g.Instances})
+	}
+	pttl := func(tenant string) time.Duration {
+		t.Helper()
+		d, err := rdb.PTTL(ctx, InstancesKey(Key(prefix, tenant))).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	// pastShort polls Redis's clock until it is two short windows and a
+	// little after at.
+	pastShort := func(at time.Time) {
+		t.Helper()
+		until := at.Add(2*short + 5*time.Millisecond)
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			now, err := rdb.Time(ctx).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if now.After(until) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("Redis's clock at %v, not past %v after 5 s", now, until)
+			}
+			time.Sleep(5 * time.Millisecond) // between polls of Redis's clock
+		}
+	}
+
+	// v10's long windows, this release's short one.
+	v10("a", "old-long-1", long)
+	v10("a", "old-long-2", long)
+	c := cur("a", "new-short", short)
+	if c.instances != 3 {
+		t.Fatalf("this release's short window counted %d instances, want 3", c.instances)
+	}
+	if d := pttl("a"); d < long {
+		t.Errorf("registry PTTL %v after this release's short-window recompute, want about %v (v10's long windows')", d, 2*long)
+	}
+	pastShort(c.at)
+	if c := v10("a", "old-long-1", long); c.instances != 3 {
+		t.Errorf("v10's long window after this release's short one: %d instances, want 3 (the registry holds %v)",
+			c.instances, rdb.HKeys(ctx, InstancesKey(Key(prefix, "a"))).Val())
+	}
+
+	// This release's long windows, v10's short one: v10 cuts the TTL.
+	cur("b", "new-long-1", long)
+	cur("b", "new-long-2", long)
+	c = v10("b", "old-short", short)
+	if c.instances != 3 {
+		t.Fatalf("v10's short window counted %d instances, want 3", c.instances)
+	}
+	if d := pttl("b"); d > 2*short {
+		t.Errorf("registry PTTL %v after v10's short-window recompute: v10 set %v, want it shown as it is", d, 2*short)
+	}
+	pastShort(c.at)
+	if c := cur("b", "new-long-1", long); c.instances != 1 {
+		t.Errorf("this release's long window after v10's short one cut the registry: %d instances, want 1 (as a new instance)", c.instances)
+	}
+	if d := pttl("b"); d < 2*long-time.Second {
+		t.Errorf("registry PTTL %v after this release's recompute, want about %v", d, 2*long)
+	}
+
+	end, err := rdb.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Two tenants, each within its own bound from the first call.
+	bound := 2 * (float64(lim.Burst) + lim.Rate*end.Sub(first).Seconds())
+	if net := granted - credited; net > bound {
+		t.Fatalf("granted %v less credited %v = %v, over the two tenants' bound %v", granted, credited, net, bound)
 	}
 }

@@ -20,7 +20,8 @@
 //     that it is missing, which means full.
 //   - The instance registry: instance id → last acquire, reported demand,
 //     fair-share credit, the rate share granted last; kept for twice the
-//     instance's window after an acquire that registers.
+//     instance's window after an acquire that registers, or longer when
+//     an earlier one (a longer window's) kept it longer: never shortened.
 //   - The applied release ids, kept for lease.ReleaseDedupWindow.
 //   - The quota override, which never expires.
 //

@@ -335,6 +335,11 @@ func (s *Store) acquire(in *Instance, r lease.Request) (lease.Grant, error) {
 					demands = append(demands, saneDemand(e.demand))
 				}
 			}
+			if len(t.reg.entries) == 0 {
+				// Emptied, the hash is gone in Redis, and its TTL with it:
+				// the caller's entry makes a new one (kept below).
+				t.reg.expire = 0
+			}
 			// Max-min fair share of the rate among the demands
 			// (water-filling), in the script's order of operations.
 			slices.Sort(demands)
@@ -415,13 +420,14 @@ func (s *Store) acquire(in *Instance, r lease.Request) (lease.Grant, error) {
 		}
 		// The hash is kept two windows from each recomputed summary and
 		// each share granted, or until the shares in force end when that
-		// is later (acquire.lua).
+		// is later, and never less than it was kept for: a shorter
+		// window does not cut a longer one's (acquire.lua).
 		if (fresh != nil || r.Share == lease.ShareAsk && g.RateShare.Held()) && len(t.reg.entries) > 0 {
 			ms := 2 * in.windowMS
 			if sh.InForce() {
 				ms = max(ms, int64(math.Ceil(float64(sh.Until()-at)/1000)))
 			}
-			t.reg.expire = nowMS + ms
+			t.reg.expire = max(t.reg.expire, nowMS+ms)
 		}
 	}
 	tokens -= granted
