@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/leasequota/leasequota/internal/monoclock"
 	"github.com/leasequota/leasequota/lease"
 	"github.com/leasequota/leasequota/quota"
 	"github.com/leasequota/leasequota/syncer"
@@ -110,6 +111,9 @@ func newConfig(opts []Option) (config, error) {
 // and starts its syncer (unless cfg says a caller drives it). cluster says
 // the tenants live on several nodes (see syncer.Options.Cluster).
 func newLimiter(cfg config, b Backend, cluster bool) (*Limiter, error) {
+	if cfg.now == nil {
+		cfg.now = monoclock.New(cfg.wall())
+	}
 	l := &Limiter{cfg: cfg, instance: cfg.instanceID, done: make(chan struct{})}
 	if l.instance == "" {
 		var id [8]byte

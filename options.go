@@ -61,8 +61,13 @@ type config struct {
 	shareHeadroom   float64
 	perCPUDemand    float64 // WithPerCPUTokens; 0: never
 	// now is the clock every decision, schedule and lease lifetime is
-	// read from (time.Now; tests inject their own).
+	// read from: nil (the default) for monoclock.New(wall()), made at
+	// New, which does not step with the wall clock; tests inject their
+	// own.
 	now func() time.Time
+	// wall is the wall clock that the default clock reads once, at New
+	// (time.Now; tests inject their own).
+	wall func() time.Time
 	// manualSync leaves the syncer's loop to the caller (tests drive it
 	// through export_test.go): New starts no goroutine.
 	manualSync bool
@@ -88,7 +93,7 @@ func defaultConfig() config {
 		idleTimeout:     DefaultIdleTimeout,
 		reservation:     DefaultReservation,
 		perCPUDemand:    DefaultPerCPUDemand,
-		now:             time.Now,
+		wall:            time.Now,
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sync/semaphore"
 	"golang.org/x/sync/singleflight"
 
+	"github.com/leasequota/leasequota/internal/monoclock"
 	"github.com/leasequota/leasequota/lease"
 	"github.com/leasequota/leasequota/quota"
 	"github.com/leasequota/leasequota/telemetry"
@@ -26,7 +27,12 @@ type Options struct {
 	Planner *Planner
 	// CallTimeout is the deadline of every Redis call; default Interval/2.
 	CallTimeout time.Duration
-	// Now is the clock; default time.Now.
+	// Now is the clock: lease lifetimes, schedules, reservations and rate
+	// shares are timed by it. It must not step: a step back keeps leases
+	// that much longer, a step forward makes reserved and shared tokens
+	// come due early (TestSyncerClockStepBackKeepsLeases,
+	// TestShareClockStep). Default monoclock.New(time.Now()), which does
+	// not step with the wall clock.
 	Now func() time.Time
 
 	// OnDegraded is called when the breaker opens (degraded true, with the
@@ -211,7 +217,7 @@ func New(client lease.Store, opts Options) *Syncer {
 		opts.CallTimeout = max(iv/2, 10*time.Millisecond)
 	}
 	if opts.Now == nil {
-		opts.Now = time.Now
+		opts.Now = monoclock.New(time.Now())
 	}
 	if opts.IdleTimeout <= 0 {
 		opts.IdleTimeout = time.Minute
