@@ -327,7 +327,9 @@ func (c *Call) End(err error) {
 func (t *Telemetry) logError(op, kind string, err error) {
 	now := time.Now().UnixNano()
 	last := t.lastErrLog.Load()
-	if now-last < int64(time.Second) || !t.lastErrLog.CompareAndSwap(last, now) {
+	// A wall clock stepped back since the last log (now before last)
+	// logs: the errors are not silenced for as long as the step.
+	if d := now - last; d >= 0 && d < int64(time.Second) || !t.lastErrLog.CompareAndSwap(last, now) {
 		return
 	}
 	t.logger.Warn("leasequota: Redis call failed", "operation", op, "error.type", kind, "error", err)
