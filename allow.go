@@ -151,6 +151,10 @@ func (l *Limiter) allowNWait(d *Decision, ctx context.Context, tenant string, n 
 	wctx, cancel := context.WithTimeout(ctx, maxWait)
 	defer cancel()
 	if wd, err := l.WaitN(wctx, tenant, n); err == nil || wd.Reason != 0 {
+		// One call, one decision: the wait's replaces the denial, which
+		// was counted (counted too, a request that waited and was
+		// admitted showed in Stats as a denial and an admission).
+		l.uncount(*d)
 		*d = wd
 	}
 }

@@ -21,6 +21,7 @@ func (l *Limiter) AllowAllWithin(ctx context.Context, n int64, maxWait time.Dura
 	wctx, cancel := context.WithTimeout(ctx, maxWait)
 	defer cancel()
 	if wd, err := l.WaitAll(wctx, n, tenants...); err == nil || wd.Reason != 0 {
+		l.uncount(d) // the wait's decision replaces AllowAll's (allowNWait)
 		return wd
 	}
 	return d

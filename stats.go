@@ -14,6 +14,18 @@ func (l *Limiter) count(d Decision) Decision {
 	return d
 }
 
+// uncount takes back the count of d, a decision that count counted and
+// that a later one replaced as the answer of the same call.
+func (l *Limiter) uncount(d Decision) {
+	i := 0
+	if d.Allowed {
+		i = 1
+	}
+	if d.Reason < numReasons {
+		l.decisions[d.Reason][i].Add(-1)
+	}
+}
+
 // Stats are running totals of a Limiter's lease traffic and decisions:
 // every count only grows. Degraded, CallWindow and Instances are states,
 // not counts.
