@@ -170,6 +170,10 @@ lookup:
 		// being short for ever).
 		md   Decision // the latest such admission
 		mdAt int      // and its tenant
+		// modes counts those admissions by reason: a call that ends
+		// denied takes their counts back (uncountModes), as it does a
+		// held turn's (giveBackTurn).
+		modes [numReasons]int32
 	)
 	for {
 		l.turns.note(1)
@@ -240,6 +244,7 @@ lookup:
 			// below n: the call can never be admitted. Said here, before
 			// the pause and the denial below, which would first wait
 			// for tokens (or deny as for a lack of them).
+			l.uncountModes(&modes)
 			d, err := l.invalidN(tenants[short], n, *lim, untilAdmitted)
 			d.Tenant = tenants[short]
 			return d, err
@@ -248,6 +253,7 @@ lookup:
 			// Tenants took their turns and another was short each time
 			// (tokens taken by other requests in between): deny rather
 			// than go on.
+			l.uncountModes(&modes)
 			d := l.count(l.deny(e, n))
 			d.Tenant = tenants[short]
 			l.sync.NoteMiss(e, n)
@@ -258,6 +264,7 @@ lookup:
 			// Tokens come and go under contention: pause before the
 			// next turn rather than go round without a wait.
 			if err := sl.sleep(ctx, max(e.RetryAfter(l.cfg.now(), n), time.Millisecond), nil); err != nil {
+				l.uncountModes(&modes)
 				d := l.count(l.deny(e, n))
 				d.Tenant = tenants[short]
 				return d, waitError(tenants[short], n, err)
@@ -266,6 +273,7 @@ lookup:
 		}
 		d, err := l.decide(ctx, tenants[short], e, n, untilAdmitted)
 		if !d.Allowed {
+			l.uncountModes(&modes)
 			d.Tenant = tenants[short]
 			return d, err
 		}
@@ -277,6 +285,9 @@ lookup:
 		if d.Mode != FailDefault {
 			byMode[short] = true
 			md, mdAt = d, short
+			if d.Reason < numReasons {
+				modes[d.Reason]++
+			}
 			continue
 		}
 		held, hd = short, d
@@ -323,6 +334,18 @@ func (l *Limiter) giveBackTurn(e *syncer.Tenant, n int64, d Decision) {
 		return
 	}
 	l.giveBack(e, n, d.adm.front[0], d.adm.clock, d.adm.plans)
+}
+
+// uncountModes takes back the admissions that tenants' failure modes
+// made in a call of decideAll that then denied: modes counts them by
+// reason. The call is one decision, the denial; counted as well, a
+// denied AllowAll showed as an admission (fail_open, fallback) too.
+func (l *Limiter) uncountModes(modes *[numReasons]int32) {
+	for r, c := range modes {
+		if c > 0 {
+			l.decisions[r][1].Add(-int64(c))
+		}
+	}
 }
 
 // duplicate returns the index of the second occurrence of a tenant named
