@@ -2,6 +2,7 @@ package leasequota
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"time"
 
@@ -50,6 +51,13 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n
 				err error
 			)
 			if e, q, err = l.track(tenant); err != nil {
+				if errors.Is(err, syncer.ErrTooManyTenants) && (n <= 0 || n > q.Burst) {
+					// n can never be admitted: said at once, not after a
+					// wait for room in the registry (q is the tenant's
+					// quota, resolved, as a new tenant's first request
+					// checks n against).
+					return l.invalidN(tenant, n, q, untilAdmitted)
+				}
 				d, retry, err := l.refuseOrWait(ctx, &sl, tenant, n, q, err, untilAdmitted)
 				if !retry {
 					return d, err

@@ -2,6 +2,7 @@ package leasequota
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -124,6 +125,12 @@ lookup:
 		ts = ts[:0]
 		for _, name := range tenants {
 			e, q, err := l.track(name)
+			if errors.Is(err, syncer.ErrTooManyTenants) && (n <= 0 || n > q.Burst) {
+				// Bad n is said at once, not after a wait for room.
+				d, err := l.invalidN(name, n, q, untilAdmitted)
+				d.Tenant = name
+				return d, err
+			}
 			if err != nil {
 				// WaitAll, when the registry is full: as WaitN, it waits
 				// for eviction and looks every tenant up again (nothing is
