@@ -4,6 +4,7 @@ import (
 	"context"
 	"math/bits"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -13,6 +14,12 @@ import (
 // goroutine of the limiter runs it (run), or a test drives it (pass).
 type refresher struct {
 	wake chan struct{} // buffered 1: Invalidate wakes run
+	// gen counts the calls of Invalidate. A request that tracks a new
+	// tenant reads it before it resolves the quota and again once the
+	// tenant is tracked: an Invalidate in between found the tenant not
+	// tracked yet and did nothing, while the request may have read the
+	// quota before the change (track).
+	gen atomic.Uint64
 
 	mu      sync.Mutex
 	pending map[string]struct{} // guarded by mu: tenants named to Invalidate
@@ -38,7 +45,11 @@ type refresher struct {
 // this instance does not track (its next request resolves its quota
 // anyway), without WithQuotaFunc, or after Close.
 func (l *Limiter) Invalidate(tenant string) {
-	if l.cfg.quotaFunc == nil || l.closed.Load() || l.sync.Tenant(tenant) == nil {
+	if l.cfg.quotaFunc == nil || l.closed.Load() {
+		return
+	}
+	l.refresh.gen.Add(1) // before the lookup: see refresher.gen
+	if l.sync.Tenant(tenant) == nil {
 		return
 	}
 	r := &l.refresh

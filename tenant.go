@@ -16,6 +16,7 @@ func (l *Limiter) track(tenant string) (*syncer.Tenant, Quota, error) {
 		// Track below makes the tenant anew.)
 		return t, quotaOf(t), nil
 	}
+	gen := l.refresh.gen.Load()
 	q, err := l.baseQuota(tenant)
 	if err != nil {
 		return nil, q, err
@@ -23,6 +24,12 @@ func (l *Limiter) track(tenant string) (*syncer.Tenant, Quota, error) {
 	t, err := l.sync.Track(tenant, q)
 	if err != nil {
 		return nil, q, err
+	}
+	if l.refresh.gen.Load() != gen {
+		// Invalidate was called while the quota was resolved (a slow
+		// quota function), and may have found the tenant not tracked
+		// yet: resolve it again, as it asked (TestInvalidateDuringFirstTrack).
+		l.Invalidate(tenant)
 	}
 	return t, quotaOf(t), nil
 }
