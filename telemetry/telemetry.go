@@ -170,10 +170,17 @@ func New(cfg Config) (*Telemetry, error) {
 	// indexing what the other had just emptied (a panic on the SDK's
 	// goroutine, which ended the process: TestTwoReadersCollectAtOnce).
 	// mu guards sets and snap.
+	// seen holds the largest count of each decision series reported so
+	// far: a count may fall back for a moment (a multi-tenant decision's
+	// turn given back, the denial an AllowNWithin wait replaced), and a
+	// cumulative counter that falls reads as a reset to the backend, so
+	// the series report the largest seen until the count passes it again.
+	// mu guards sets, snap and seen.
 	var (
 		mu   sync.Mutex
 		sets []metric.ObserveOption
 		snap Snapshot
+		seen []int64 // by series: denied then allowed, per reason (as sets)
 	)
 	t.reg, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		mu.Lock()
@@ -191,14 +198,23 @@ func New(cfg Config) (*Telemetry, error) {
 				}
 			}
 		}
+		if len(seen) < len(sets) {
+			seen = append(seen, make([]int64, len(sets)-len(seen))...)
+		}
 		for i := range snap.Reasons {
 			// Report only what happened: zero series would crowd the
 			// backend with reasons that never occur.
-			if i < len(snap.Denied) && snap.Denied[i] > 0 {
-				o.ObserveInt64(decisions, snap.Denied[i], sets[2*i])
+			if i < len(snap.Denied) {
+				seen[2*i] = max(seen[2*i], snap.Denied[i])
 			}
-			if i < len(snap.Allowed) && snap.Allowed[i] > 0 {
-				o.ObserveInt64(decisions, snap.Allowed[i], sets[2*i+1])
+			if i < len(snap.Allowed) {
+				seen[2*i+1] = max(seen[2*i+1], snap.Allowed[i])
+			}
+			if seen[2*i] > 0 {
+				o.ObserveInt64(decisions, seen[2*i], sets[2*i])
+			}
+			if seen[2*i+1] > 0 {
+				o.ObserveInt64(decisions, seen[2*i+1], sets[2*i+1])
 			}
 		}
 		o.ObserveInt64(tenants, snap.Tenants, plainObs)
