@@ -131,9 +131,17 @@ func (s *Syncer) release(ctx context.Context, round *telemetry.Round, node *redi
 // after Run has returned and Close, so nothing refills or counts behind
 // it. Its calls bypass the circuit breaker: they are the last chance to
 // return the tokens. They get the time ctx gives, when it gives more than
-// a call's deadline.
+// a call's deadline, and a call's deadline otherwise: a ctx with a
+// shorter deadline, or done already, does not cut them short.
 func (s *Syncer) ReleaseAll(ctx context.Context) error {
 	defer s.leaveRoster(ctx)
+	callCtx := ctx // the calls' ctx (extended below, or detached)
+	if dl, ok := ctx.Deadline(); !ok || dl.Sub(s.opts.Now()) <= s.callTimeout(batchSize) {
+		// Derived from ctx, a call got no more than it gives: with a ctx
+		// done already, the returns failed at once and their tokens
+		// were lost uncounted (TestCloseWithAShortCtxReturnsTokens).
+		callCtx = context.WithoutCancel(ctx)
+	}
 	var (
 		reqs []lease.ReleaseRequest
 		ends []lease.Request
@@ -157,7 +165,7 @@ func (s *Syncer) ReleaseAll(ctx context.Context) error {
 		}
 		t.mu.Unlock()
 	}
-	endErr := s.endShares(ctx, ends)
+	endErr := s.endShares(callCtx, ends)
 	s.pendingMu.Lock()
 	for _, q := range s.pending {
 		reqs = append(reqs, q.aged(now))
@@ -181,10 +189,10 @@ func (s *Syncer) ReleaseAll(ctx context.Context) error {
 			}
 		}
 	}
-	ctx, round := s.opts.Telemetry.StartRound(ctx, false)
+	callCtx, round := s.opts.Telemetry.StartRound(callCtx, false)
 	defer s.endRound(round)
 	var err error
-	round.Returned, err = s.release(ctx, round, &s.one, reqs, timeout, now)
+	round.Returned, err = s.release(callCtx, round, &s.one, reqs, timeout, now)
 	return errors.Join(endErr, err)
 }
 
