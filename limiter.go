@@ -249,11 +249,11 @@ func (l *Limiter) Degraded() bool { return l.sync.Degraded() }
 // whichever is less: go-redis ends a read at its deadline, not when its
 // context is canceled, so on a Redis that accepts connections and answers
 // nothing Close may take up to twice that), and returns every unused
-// leased token to Redis (bounded by ctx), then takes this limiter out of
+// leased token to Redis (in the time below), then takes this limiter out of
 // the fleet's roster (lease.RosterLeaver; an error there is not returned:
 // the entry expires by itself). The returns get the time ctx gives, or a
 // lease call's deadline (WithRedisTimeout, plus 300 µs a tenant) when ctx
-// has no deadline or a shorter one: give a ctx with a deadline of a few
+// has no deadline or a shorter one, or is done already: give a ctx with a deadline of a few
 // seconds, or tokens held when Redis is busy may be forfeited (lost to
 // the bucket until it refills). It waits for a call of the WithQuotaFunc
 // function that the limiter made to resolve a quota again
