@@ -153,10 +153,17 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n
 		case <-wctx.Done():
 			return l.gaveUp(ctx, tenant, e, n, cold, untilAdmitted, missed)
 		}
+		if l.closed.Load() {
+			// Close began while the request waited: it is answered
+			// ReasonClosed (ErrClosed), as Close says of waiting
+			// requests, not admitted from a lease that landed meanwhile,
+			// which Close returns.
+			continue
+		}
 		if d, ok := l.spendWaited(e, n, cold, missed); ok {
 			return d, nil
 		}
-		if e.Failing() || e.Evicted() || l.closed.Load() {
+		if e.Failing() || e.Evicted() {
 			continue // the top of the loop says what now
 		}
 		// Still short: the global bucket is dry, or the tenant's calls
