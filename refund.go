@@ -80,17 +80,21 @@ func (l *Limiter) Refund(d *Decision, tenants ...string) error {
 // refund gives back n tokens of tenant spent as the i'th tenant of the
 // admission a.
 func (l *Limiter) refund(tenant string, n int64, a admission, i int) {
+	if i < maxRefundKeys && a.front[i] == 0 {
+		return // admitted by a failure mode: nothing was leased
+	}
 	e := l.sync.Tenant(tenant)
 	if e == nil || e.Evicted() {
 		// Evicted since: its lease was drained. Track it again to return
 		// the tokens (its quota as now resolved names its bucket).
 		var err error
 		if e, _, err = l.track(tenant); err != nil {
+			// Not tracked again (the registry is full, or its quota is
+			// invalid now): nothing can return them. Forfeited, and
+			// counted so (they were dropped without a count).
+			l.sync.ForfeitRefund(n)
 			return
 		}
-	}
-	if i < maxRefundKeys && a.front[i] == 0 {
-		return // admitted by a failure mode: nothing was leased
 	}
 	var front lease.GrantID // not kept beyond maxRefundKeys: forfeited
 	if i < maxRefundKeys {

@@ -66,6 +66,16 @@ func (s *Syncer) Uncount(t *Tenant) {
 	}
 }
 
+// ForfeitRefund counts n refunded tokens that the caller could not give
+// back (their tenant evicted and not tracked again): refunded and
+// forfeited, as Refund counts those whose grant nothing can name.
+func (s *Syncer) ForfeitRefund(n int64) {
+	if n > 0 {
+		s.refunded.Add(n)
+		s.forfeited.Add(n)
+	}
+}
+
 // Refunded says what became of a refund.
 type Refunded uint8
 
