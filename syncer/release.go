@@ -131,17 +131,11 @@ func (s *Syncer) release(ctx context.Context, round *telemetry.Round, node *redi
 // after Run has returned and Close, so nothing refills or counts behind
 // it. Its calls bypass the circuit breaker: they are the last chance to
 // return the tokens. They get the time ctx gives, when it gives more than
-// a call's deadline, and a call's deadline otherwise: a ctx with a
-// shorter deadline, or done already, does not cut them short.
+// a call's deadline, and a call's deadline otherwise (one for them all,
+// plus perCommand a request): a ctx with a shorter deadline, or done
+// already, does not cut them short, nor makes them outlive ctx by more.
 func (s *Syncer) ReleaseAll(ctx context.Context) error {
 	defer s.leaveRoster(ctx)
-	callCtx := ctx // the calls' ctx (extended below, or detached)
-	if dl, ok := ctx.Deadline(); !ok || dl.Sub(s.opts.Now()) <= s.callTimeout(batchSize) {
-		// Derived from ctx, a call got no more than it gives: with a ctx
-		// done already, the returns failed at once and their tokens
-		// were lost uncounted (TestCloseWithAShortCtxReturnsTokens).
-		callCtx = context.WithoutCancel(ctx)
-	}
 	var (
 		reqs []lease.ReleaseRequest
 		ends []lease.Request
@@ -165,13 +159,27 @@ func (s *Syncer) ReleaseAll(ctx context.Context) error {
 		}
 		t.mu.Unlock()
 	}
-	endErr := s.endShares(callCtx, ends)
 	s.pendingMu.Lock()
 	for _, q := range s.pending {
 		reqs = append(reqs, q.aged(now))
 	}
 	s.pending = nil
 	s.pendingMu.Unlock()
+	callCtx := ctx // the calls' ctx (extended below, or detached)
+	if dl, ok := ctx.Deadline(); !ok || dl.Sub(s.opts.Now()) <= s.callTimeout(batchSize) {
+		// Derived from ctx, a call got no more than it gives: with a ctx
+		// done already, the returns failed at once and their tokens
+		// were lost uncounted (TestCloseWithAShortCtxReturnsTokens).
+		// Detached, the calls together get one lease call's deadline
+		// (plus perCommand a request), not one each: pipelines made one
+		// after the other against a Redis that answers nothing outlived
+		// ctx by a deadline apiece
+		// (TestCloseWithADoneCtxIsBoundedByOneCallDeadline).
+		var cancel context.CancelFunc
+		callCtx, cancel = context.WithTimeout(context.WithoutCancel(ctx), s.callTimeout(len(reqs)+len(ends)))
+		defer cancel()
+	}
+	endErr := s.endShares(callCtx, ends)
 	if len(reqs) == 0 {
 		return endErr
 	}
