@@ -135,7 +135,15 @@ func (s *Syncer) release(ctx context.Context, round *telemetry.Round, node *redi
 // plus perCommand a request): a ctx with a shorter deadline, or done
 // already, does not cut them short, nor makes them outlive ctx by more.
 func (s *Syncer) ReleaseAll(ctx context.Context) error {
-	defer s.leaveRoster(ctx)
+	// The roster's leave comes last, in the calls' ctx (detached below
+	// when ctx gives less than a call's deadline: with ctx as it was, a
+	// done one, it failed at once, and the other instances counted this
+	// one for a window more: TestReleaseAllWithADoneCtxLeavesTheRoster).
+	callCtx, cancel := ctx, context.CancelFunc(func() {})
+	defer func() {
+		s.leaveRoster(callCtx)
+		cancel()
+	}()
 	var (
 		reqs []lease.ReleaseRequest
 		ends []lease.Request
@@ -165,7 +173,7 @@ func (s *Syncer) ReleaseAll(ctx context.Context) error {
 	}
 	s.pending = nil
 	s.pendingMu.Unlock()
-	callCtx := ctx // the calls' ctx (extended below, or detached)
+	// callCtx, the calls' ctx, is ctx (extended below), or detached.
 	if dl, ok := ctx.Deadline(); !ok || dl.Sub(s.opts.Now()) <= s.callTimeout(batchSize) {
 		// Derived from ctx, a call got no more than it gives: with a ctx
 		// done already, the returns failed at once and their tokens
@@ -175,9 +183,8 @@ func (s *Syncer) ReleaseAll(ctx context.Context) error {
 		// after the other against a Redis that answers nothing outlived
 		// ctx by a deadline apiece
 		// (TestCloseWithADoneCtxIsBoundedByOneCallDeadline).
-		var cancel context.CancelFunc
-		callCtx, cancel = context.WithTimeout(context.WithoutCancel(ctx), s.callTimeout(len(reqs)+len(ends)))
-		defer cancel()
+		detached, stop := context.WithTimeout(context.WithoutCancel(ctx), s.callTimeout(len(reqs)+len(ends)))
+		callCtx, cancel = detached, stop // canceled after the roster's leave
 	}
 	endErr := s.endShares(callCtx, ends)
 	if len(reqs) == 0 {
@@ -197,10 +204,10 @@ func (s *Syncer) ReleaseAll(ctx context.Context) error {
 			}
 		}
 	}
-	callCtx, round := s.opts.Telemetry.StartRound(callCtx, false)
+	rctx, round := s.opts.Telemetry.StartRound(callCtx, false)
 	defer s.endRound(round)
 	var err error
-	round.Returned, err = s.release(callCtx, round, &s.one, reqs, timeout, now)
+	round.Returned, err = s.release(rctx, round, &s.one, reqs, timeout, now)
 	return errors.Join(endErr, err)
 }
 

@@ -205,3 +205,41 @@ func TestReleaseAllLeavesTheRoster(t *testing.T) {
 		t.Errorf("an instance that never counted: %d LeaveRoster calls at ReleaseAll, want 0", got)
 	}
 }
+
+// TestReleaseAllWithADoneCtxLeavesTheRoster (review): ReleaseAll's calls
+// get a lease call's deadline when its ctx is done already (Close's ctx
+// spent by an HTTP server's shutdown), so that the returns are made; the
+// roster's leave, one of its calls, used ctx as it was and failed at
+// once: the other instances counted the closed one for a window more.
+func TestReleaseAllWithADoneCtxLeavesTheRoster(t *testing.T) {
+	var clock atomic.Int64
+	clock.Store(time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	now := func() time.Time { return time.Unix(0, clock.Load()) }
+	mem := memstore.New(memstore.WithClock(now))
+	const window, interval = 10 * time.Second, 100 * time.Millisecond
+	ctx := context.Background()
+	other := mustInstance(t, mem, "other", window).(lease.InstanceCounter)
+	if _, err := other.CountInstances(ctx); err != nil {
+		t.Fatal(err)
+	}
+	counted := &leavingView{Store: mustInstance(t, mem, "me", window)}
+	s := syncer.New(counted, syncer.Options{
+		Planner: syncer.NewPlanner(syncer.Config{Interval: interval}, 1),
+		Now:     now,
+		Driven:  true,
+	})
+	clock.Add(int64(interval))
+	s.Tick(ctx)
+	if n := s.Stats().Instances; n != 2 {
+		t.Fatalf("after a tick: %d counted, want 2", n)
+	}
+	s.Close()
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := s.ReleaseAll(done); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := other.CountInstances(ctx); err != nil || n != 1 {
+		t.Errorf("after the other instance closed with a done ctx: %d counted, %v; want 1 (it left)", n, err)
+	}
+}
