@@ -28,9 +28,10 @@ func (l *Limiter) uncount(d Decision) {
 
 // Stats are running totals of a Limiter's lease traffic and decisions:
 // every count only grows, but for Decisions, which a call in flight may
-// take back by one for a moment, when a later decision replaces one it
-// counted as the call's answer (a multi-tenant decision's turn given
-// back; the denial that an AllowNWithin or AllowAllWithin wait replaced).
+// take back for a moment, when a later decision replaces ones it counted
+// as the call's answer (a multi-tenant decision's turn given back, and
+// its tenants' failure-mode admissions when it ends denied, several at
+// once; the denial that an AllowNWithin or AllowAllWithin wait replaced).
 // The decisions metric never falls: it reports the largest count seen.
 // Degraded, CallWindow and Instances are states, not counts.
 type Stats struct {
