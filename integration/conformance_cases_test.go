@@ -1359,6 +1359,44 @@ func confShares(c *cx) {
 	}
 }
 
+// confShareInstances: an ask that names the instances it expects
+// (lease.ShareTerms.Instances) is granted at most an even part of what
+// shares may take, Rate*(1 - Headroom)/Instances, however few instances
+// have registered; an ask that names none gets min(its max-min fair
+// share, what the shares in force leave).
+func confShareInstances(c *cx) {
+	lim := lease.Limits{Rate: 100, Burst: 100}
+	terms := lease.ShareTerms{Period: 10 * time.Second, Hold: 500 * time.Millisecond, Headroom: 0.1}
+	ask := func(id string, instances int) float64 {
+		c.t.Helper()
+		t := terms
+		t.Instances = instances
+		res, err := c.view(id, confWindow).AcquireMany(c.ctx, []lease.Request{{Tenant: "t", Limits: lim, Want: 0, Demand: 60,
+			Share: lease.ShareAsk, ShareTerms: t}}, nil)
+		if err != nil || res[0].Err != nil {
+			c.t.Fatalf("%s: %v %+v", id, err, res)
+		}
+		return res[0].Grant.RateShare.Rate
+	}
+	// a alone: its fair share is its demand, 60; an even part among 4 of
+	// the 90 that shares may take is 22.5.
+	if got := ask("a", 4); got != 22.5 {
+		c.t.Fatalf("a's share among 4 expected: %v, want 22.5", got)
+	}
+	if got := ask("b", 4); got != 22.5 {
+		c.t.Fatalf("b's share among 4 expected: %v, want 22.5", got)
+	}
+	// c names none: its fair share among three demands of 60 is 100/3,
+	// and 45 is left.
+	if got := ask("c", 0); got != 100.0/3 {
+		c.t.Fatalf("c's share naming no instances: %v, want 100/3", got)
+	}
+	// 1 names none either.
+	if got := ask("a", 1); got != 100.0/3 {
+		c.t.Fatalf("a's share asked again among 1: %v, want 100/3", got)
+	}
+}
+
 // confShareGrants: instances ask for rate shares (lease.ShareAsk) and end
 // them (lease.ShareEnd). Each grant is min(the caller's fair share, what
 // the shares in force leave of rate*(1 - headroom)), until the end of the

@@ -851,6 +851,7 @@ func conformanceCases() []confCase {
 		{"reservations-held", confReservationsHeld},
 		{"rate shares", confShares},
 		{"rate share grants", confShareGrants},
+		{"rate share among the instances expected", confShareInstances},
 		{"rate share outlives the window", confShareOutlivesWindow},
 		{"instance roster", confInstanceRoster},
 	}

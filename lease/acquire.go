@@ -328,12 +328,17 @@ func (c *Client) encodeAcquire(e *encoder, r *Request, keys []string, args []int
 }
 
 // shareArg returns acquire.lua's share operation for r's Share (not
-// ShareKeep): "A<period>:<phase>:<hold>:<headroom>" or "R<from>".
+// ShareKeep): "A<period>:<phase>:<hold>:<headroom>", with
+// ":<instances>" after it when ShareTerms.Instances is above 1, or
+// "R<from>".
 func shareArg(r *Request) string {
 	if r.Share == ShareEnd {
 		return "R" + strconv.FormatInt(r.ShareFrom.UnixMicro(), 10)
 	}
 	t := r.ShareTerms
+	if t.Instances > 1 {
+		return fmt.Sprintf("A%d:%d:%d:%s:%d", t.Period.Microseconds(), t.Phase.Microseconds(), t.Hold.Microseconds(), formatRate(t.Headroom), t.Instances)
+	}
 	return fmt.Sprintf("A%d:%d:%d:%s", t.Period.Microseconds(), t.Phase.Microseconds(), t.Hold.Microseconds(), formatRate(t.Headroom))
 }
 

@@ -36,7 +36,7 @@
 --          >= 0; missing, '' or 0: no reservation.
 -- ARGV[8]  optional share operation (SHARES): '' or missing keeps the
 --          caller's share as it is, 'R<from>' ends it, 'A<period>:
---          <phase>:<hold>:<headroom>' asks for one; needs ARGV[4]. The
+--          <phase>:<hold>:<headroom>[:<instances>]' asks for one; needs ARGV[4]. The
 --          single form thus takes 3, 6, 7 or 8 arguments (ARGV[4..6] =
 --          '' '' '' without a registry, ARGV[7] = '' without a length).
 -- KEYS[3]  quota override (QuotaKey), a hash {r = rate, b = burst, min, max,
@@ -144,9 +144,11 @@ local ENTRY_AGE = 1 / 4
 -- instance for one call, and writes its entry again with three. The
 -- field costs a byte when empty (two took the registry of 32 instances a
 -- jemalloc size class up, TestRedisMemoryPerBucket). A call asks for a
--- share with ARGV[o + 8] = 'A<period>:<phase>:<hold>:<headroom>': the
+-- share with ARGV[o + 8] = 'A<period>:<phase>:<hold>:<headroom>', and
+-- optionally ':<instances>' (lease.ShareTerms.Instances): the
 -- share it held, if any, ends, and it is granted min(its max-min fair
--- share, rate*(1 - headroom) - the shares in force), none when that could
+-- share, rate*(1 - headroom) - the shares in force, and with instances
+-- above 1 rate*(1 - headroom)/instances), none when that could
 -- not hold a token over hold (share*hold < 1 s), until the end of the
 -- record's epoch (the epochs of period and phase when no share is in
 -- force); 'R<from>' ends the share granted at from, if it holds it still.
@@ -248,13 +250,16 @@ local function acquire(key, ikey, qkey, o, clock, nargs)
         return bad('share release must be R<from, µs>, got ' .. a)
       end
     elseif op == 'A' then
-      local pe, ph, ho, hr = string.match(a, '^A([^:]*):([^:]*):([^:]*):([^:]*)$')
-      pe, ph, ho, hr = tonumber(pe), tonumber(ph), tonumber(ho), tonumber(hr)
-      if not (whole(pe, 1000) and pe <= EPOCH_TIME / 4 and whole(ph, 0) and ph < pe and whole(ho, 1000) and
-          ho ~= math.huge and hr and hr >= 0 and hr < 1) then
-        return bad('share ask must be A<period>:<phase>:<hold>:<headroom> (period >= 1000 µs, phase in [0, period), hold >= 1000 µs, headroom in [0, 1)), got ' .. a)
+      local pe, ph, ho, hr, ni = string.match(a, '^A([^:]*):([^:]*):([^:]*):([^:]*)$')
+      if pe == nil then
+        pe, ph, ho, hr, ni = string.match(a, '^A([^:]*):([^:]*):([^:]*):([^:]*):([^:]*)$')
       end
-      terms = {pe, ph, ho, hr}
+      pe, ph, ho, hr, ni = tonumber(pe), tonumber(ph), tonumber(ho), tonumber(hr), tonumber(ni or '0')
+      if not (whole(pe, 1000) and pe <= EPOCH_TIME / 4 and whole(ph, 0) and ph < pe and whole(ho, 1000) and
+          ho ~= math.huge and hr and hr >= 0 and hr < 1 and whole(ni, 0) and ni <= MAX_SHARE_INSTANCES) then
+        return bad('share ask must be A<period>:<phase>:<hold>:<headroom>[:<instances>] (period >= 1000 µs, phase in [0, period), hold >= 1000 µs, headroom in [0, 1), instances 0 to ' .. MAX_SHARE_INSTANCES .. '), got ' .. a)
+      end
+      terms = {pe, ph, ho, hr, ni}
     else
       return bad('share operation must be empty, R<from> or A<terms>, got ' .. a)
     end
@@ -459,6 +464,14 @@ local function acquire(key, ikey, qkey, o, clock, nargs)
       local s = rate * (1 - terms[4]) - sh[2]
       if share < s then
         s = share
+      end
+      -- At most an even part among the instances the asker expects
+      -- (ShareTerms.Instances), however few have registered yet.
+      if terms[5] > 1 then
+        local even = rate * (1 - terms[4]) / terms[5]
+        if s > even then
+          s = even
+        end
       end
       if s > 0 and s * terms[3] / 1000000 >= 1 then
         local u = fin

@@ -260,6 +260,10 @@ end
 -- is a double computed exactly.
 local EPOCH_TIME = 9007199254740992
 
+-- MAX_SHARE_INSTANCES is the most instances a share ask may expect
+-- (lease.MaxShareInstances): the ask's optional fifth term.
+local MAX_SHARE_INSTANCES = 1048576
+
 -- refill_shares returns the level of a bucket that held tokens at from
 -- (µs), refilled up to burst as of to (>= from), and the shares in force
 -- then (nil for none): at rate less the shares in force in each epoch (at

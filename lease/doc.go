@@ -70,7 +70,9 @@
 // An acquire asks for a share with Request.Share = ShareAsk on
 // ShareTerms (it needs WithInstance): the share the caller held ends, and
 // it is granted min(its max-min fair share, what the shares in force
-// leave of the rate less ShareTerms.Headroom), none when that could not
+// leave of the rate less ShareTerms.Headroom, and an even part of that
+// rate among ShareTerms.Instances when the ask names more than one),
+// none when that could not
 // hold a token over ShareTerms.Hold; Grant.RateShare says what it holds
 // after any call. ShareEnd ends the share granted at ShareFrom, if still
 // held. The share is kept in the caller's registry entry, as its fourth

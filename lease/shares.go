@@ -177,7 +177,8 @@ const (
 	ShareKeep ShareOp = iota
 	// ShareAsk ends the share the caller holds, if any, and asks for one
 	// on Request.ShareTerms: min(its max-min fair share, what the shares
-	// in force leave of the rate less the headroom), until the end of the
+	// in force leave of the rate less the headroom, and an even part of
+	// that among ShareTerms.Instances), until the end of the
 	// bucket's epoch, or of the next one in an epoch's second half. None
 	// is granted while a client of an earlier release is active on the
 	// tenant (its registry entry has three fields), nor one that could
@@ -205,7 +206,19 @@ type ShareTerms struct {
 	// shares: the bucket keeps refilling at least at Headroom*Rate, for
 	// bursts and for instances that arrive while shares are in force.
 	Headroom float64
+	// Instances, when above 1, is how many instances the asker expects
+	// to share the tenant: a share is then at most an even part of what
+	// shares may take, Rate*(1-Headroom)/Instances, however few instances
+	// the registry holds yet. Why: the instances of a fleet that start
+	// together register one by one, and the first to ask were granted
+	// shares sized among those registered so far (their demands' water
+	// level), which left nothing for the last, refused until the first
+	// renewed. 0 or 1: no such cap (the max-min fair share alone).
+	Instances int
 }
+
+// MaxShareInstances is the most ShareTerms.Instances may be.
+const MaxShareInstances = 1 << 20
 
 // Validate returns an error wrapping ErrBadRequest that names the first
 // field of t out of range, or nil.
@@ -220,6 +233,8 @@ func (t ShareTerms) Validate() error {
 		return fmt.Errorf("%w: ShareTerms.Hold %v, want at least 1ms", ErrBadRequest, t.Hold)
 	case !(t.Headroom >= 0 && t.Headroom < 1):
 		return fmt.Errorf("%w: ShareTerms.Headroom %v, want in [0, 1)", ErrBadRequest, t.Headroom)
+	case t.Instances < 0 || t.Instances > MaxShareInstances:
+		return fmt.Errorf("%w: ShareTerms.Instances %d, want 0 to %d", ErrBadRequest, t.Instances, MaxShareInstances)
 	}
 	return nil
 }
@@ -324,6 +339,11 @@ func GrantShare(s Shares, now int64, t ShareTerms, rate, fair float64) (Shares, 
 	sr := rate*(1-t.Headroom) - s.Committed
 	if fair < sr {
 		sr = fair
+	}
+	if t.Instances > 1 {
+		if even := rate * (1 - t.Headroom) / float64(t.Instances); sr > even {
+			sr = even
+		}
 	}
 	if sr > 0 && sr*float64(t.Hold.Microseconds())/1e6 >= 1 {
 		until := fin

@@ -193,6 +193,11 @@ func TestShareArguments(t *testing.T) {
 		{"a", "A1000:0:1000:-0.1", "share ask must be"},
 		{"a", "A1000:0:1000:nan", "share ask must be"},
 		{"a", "A4503599627370497:0:1000:0", "share ask must be"},
+		{"a", "A1000:0:1000:0:-1", "share ask must be"},
+		{"a", "A1000:0:1000:0:1.5", "share ask must be"},
+		{"a", "A1000:0:1000:0:1048577", "share ask must be"},
+		{"a", "A1000:0:1000:0:2:3", "share ask must be"},
+		{"a", "A1000:0:1000:0:x", "share ask must be"},
 		{"", "A1000:0:1000:0", "a share needs an instance id"},
 	} {
 		err := acquireScript.run(ctx, rdb, keys, "1", "10", "1", tc.id, "1000", "1", "", tc.op).Err()
@@ -208,6 +213,8 @@ func TestShareArguments(t *testing.T) {
 		{Share: ShareAsk, ShareTerms: ShareTerms{Period: time.Second, Phase: time.Second, Hold: time.Second}},
 		{Share: ShareAsk, ShareTerms: ShareTerms{Period: time.Second, Hold: time.Microsecond}},
 		{Share: ShareAsk, ShareTerms: ShareTerms{Period: time.Second, Hold: time.Second, Headroom: 1}},
+		{Share: ShareAsk, ShareTerms: ShareTerms{Period: time.Second, Hold: time.Second, Instances: -1}},
+		{Share: ShareAsk, ShareTerms: ShareTerms{Period: time.Second, Hold: time.Second, Instances: MaxShareInstances + 1}},
 		{Share: ShareEnd},
 		{Share: ShareOp(9)},
 	} {
@@ -378,6 +385,17 @@ func TestSharesBesideStep1(t *testing.T) {
 // conformance case "rate share outlives the window" holds this release
 // alone to it.)
 func TestShareHoldersBesideV9(t *testing.T) {
+	for _, old := range []struct{ name, common, acquire string }{
+		{"v9", v9Common, v9Acquire},
+		{"v10", v10Common, v10Acquire},
+	} {
+		t.Run(old.name, func(t *testing.T) { shareHoldersBeside(t, old.name, redis.NewScript(old.common+old.acquire)) })
+	}
+}
+
+// shareHoldersBeside is TestShareHoldersBesideV9 beside the share-aware
+// release named name, whose acquire script is old.
+func shareHoldersBeside(t *testing.T, name string, old *redis.Script) {
 	ctx := context.Background()
 	_, rdb, _ := setup(t)
 	prefix := redisserver.Prefix(t)
@@ -386,7 +404,6 @@ func TestShareHoldersBesideV9(t *testing.T) {
 	const window = 40 * time.Millisecond
 	lim := Limits{Rate: 500, Burst: 50}
 	terms := ShareTerms{Period: 300 * time.Millisecond, Phase: 11 * time.Millisecond, Hold: 100 * time.Millisecond, Headroom: 0.1}
-	old := redis.NewScript(v9Common + v9Acquire)
 	const olds, news = 3, 3
 	clients := make([]*Client, olds+news)
 	for i := olds; i < len(clients); i++ {
@@ -404,6 +421,7 @@ func TestShareHoldersBesideV9(t *testing.T) {
 	var issued float64
 	var granted [2]int // shares granted to old and new clients
 	keptStale := 0     // replies to this release's holders that kept a share a window old
+	capped := 0        // shares granted to this release's asks that named their instances
 	accrued := func(s RateShare, end int64) float64 {
 		return s.Rate * float64(max(0, min(end, s.Until.UnixMicro())-s.From.UnixMicro())) / 1e6
 	}
@@ -421,6 +439,11 @@ func TestShareHoldersBesideV9(t *testing.T) {
 		switch r.IntN(10) {
 		case 0, 1:
 			req.Share, req.ShareTerms = ShareAsk, terms
+			if i >= olds {
+				// This release's asks may name the instances they expect
+				// (ShareTerms.Instances): 0, 2, 4 or 6.
+				req.ShareTerms.Instances = 2 * r.IntN(4)
+			}
 		case 2:
 			if held[i].Held() {
 				req.Share, req.ShareFrom = ShareEnd, held[i].From
@@ -434,10 +457,10 @@ func TestShareHoldersBesideV9(t *testing.T) {
 			}
 			v, err := old.Run(ctx, rdb, []string{key, InstancesKey(key), QuotaKey(key)}, args...).Result()
 			if err != nil {
-				t.Fatalf("v9 acquire: %v", err)
+				t.Fatalf("%s acquire: %v", name, err)
 			}
 			if g, err = ParseAcquireReply(v, req.Want); err != nil {
-				t.Fatalf("v9 acquire: %v", err)
+				t.Fatalf("%s acquire: %v", name, err)
 			}
 		} else {
 			g = acquireOne(t, clients[i], req)
@@ -450,6 +473,12 @@ func TestShareHoldersBesideV9(t *testing.T) {
 		issued += float64(g.Granted)
 		if i >= olds && held[i].Held() && g.RateShare == held[i] && at-lastCall[i] > window.Microseconds() {
 			keptStale++
+		}
+		if n := req.ShareTerms.Instances; i >= olds && req.Share == ShareAsk && n > 1 && g.RateShare.Held() {
+			if even := lim.Rate * (1 - terms.Headroom) / float64(n); g.RateShare.Rate > even {
+				t.Fatalf("a share of %v asked for among %d instances, above the even part %v", g.RateShare.Rate, n, even)
+			}
+			capped++
 		}
 		if g.RateShare != held[i] {
 			if held[i].Held() {
@@ -467,13 +496,13 @@ func TestShareHoldersBesideV9(t *testing.T) {
 		total += accrued(h, last)
 	}
 	bound := float64(lim.Burst) + lim.Rate*float64(last-first)/1e6
-	t.Logf("issued %.1f of Burst + Rate*T = %.1f over %v; shares granted to v9 %d, to this release %d; %d replies kept a share a window old",
-		total, bound, time.Duration(last-first)*time.Microsecond, granted[0], granted[1], keptStale)
+	t.Logf("issued %.1f of Burst + Rate*T = %.1f over %v; shares granted to %s %d, to this release %d (%d naming their instances); %d replies kept a share a window old",
+		total, bound, time.Duration(last-first)*time.Microsecond, name, granted[0], granted[1], capped, keptStale)
 	if total > bound+1e-6*bound {
 		t.Fatalf("issued %v, above Burst + Rate*T = %v", total, bound)
 	}
-	if granted[0] == 0 || granted[1] == 0 {
-		t.Fatalf("shares granted: %d to v9, %d to this release: want both above 0", granted[0], granted[1])
+	if granted[0] == 0 || granted[1] == 0 || capped == 0 {
+		t.Fatalf("shares granted: %d to %s, %d to this release (%d naming their instances): want all above 0", granted[0], name, granted[1], capped)
 	}
 }
 

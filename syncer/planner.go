@@ -821,7 +821,7 @@ func (p *Planner) plan(st *State, lim quota.Quota, now time.Time, in Input) Acti
 			a.ShareFrom, a.cut = st.cutShare()
 		}
 		if op == lease.ShareAsk {
-			a.ShareTerms = p.shareTerms(st, lim)
+			a.ShareTerms = p.shareTerms(st, lim, now.UnixNano(), in.Fleet)
 		}
 		if want <= 0 {
 			return a

@@ -78,18 +78,35 @@ func (st *State) HeldShare() (lease.RateShare, bool) {
 	return lease.RateShare{Rate: sh.rate, From: time.UnixMicro(sh.from), Until: time.UnixMicro(sh.until)}, true
 }
 
-// shareTerms returns the terms of st's tenant's shares: Config.SharePeriod
-// and SharePeriod's phase from the tenant's hash, its LeaseTTL as the
-// hold, Config.ShareHeadroom.
-func (p *Planner) shareTerms(st *State, lim quota.Quota) lease.ShareTerms {
+// shareTerms returns the terms of st's tenant's shares asked for at ns:
+// Config.SharePeriod and SharePeriod's phase from the tenant's hash, its
+// LeaseTTL as the hold, Config.ShareHeadroom, and, while the tenant is
+// younger here than a registry window (Config.Window), the instances it
+// is expected to have (lease.ShareTerms.Instances): the most Redis
+// reported on it or on any tenant here (fleet, Input.Fleet). Why: the
+// instances of a fleet that start together register with their first
+// calls one by one, and a share asked for then was sized among those
+// registered so far, so the first askers took the rate and the last were
+// refused until the first renewed, calling for tokens from a bucket the
+// shares had dried meanwhile. BenchmarkFleet/16x1000 with
+// -fleet.shares=10s made 0.31 script runs a pair and second with the cap
+// against 0.47 and 0.68 without it (docs/performance.md). Past the window
+// every instance of the tenant is registered, and its max-min fair share
+// alone sizes a share: an even part would hold an instance of more demand
+// than the others below its fair share.
+func (p *Planner) shareTerms(st *State, lim quota.Quota, ns int64, fleet int) lease.ShareTerms {
 	per := p.cfg.SharePeriod.Microseconds()
 	phase := hashPhase(st.hash, per)
-	return lease.ShareTerms{
+	t := lease.ShareTerms{
 		Period:   time.Duration(per) * time.Microsecond,
 		Phase:    time.Duration(phase) * time.Microsecond,
 		Hold:     max(lim.LeaseTTL, time.Millisecond),
 		Headroom: p.cfg.ShareHeadroom,
 	}
+	if p.cfg.Window > 0 && p.age(st, st.stampOf(ns)) < p.cfg.Window {
+		t.Instances = min(max(int(st.instances), fleet), lease.MaxShareInstances)
+	}
+	return t
 }
 
 // wantsShare reports whether st's tenant should hold a rate share: shares

@@ -58,7 +58,7 @@ func TestShareAskedWhenScarce(t *testing.T) {
 	if terms.Period != 10*time.Second || terms.Hold != shareQuota.LeaseTTL || terms.Headroom != 0.05 {
 		t.Errorf("terms %+v, want a period of 10s, the lease lifetime as the hold, headroom 0.05", terms)
 	}
-	if again := p.shareTerms(st, shareQuota); again != terms {
+	if again := p.shareTerms(st, shareQuota, now.UnixNano(), 0); again != terms {
 		t.Errorf("the terms move between calls: %+v, then %+v", terms, again)
 	}
 
@@ -812,6 +812,50 @@ func TestBreakerRefusedRenewalKeepsTheShare(t *testing.T) {
 			r.s.apply(context.Background(), tn, &r.s.one, r.clock, a.Acquire, a.Share, a.cut, lease.Result{Err: c.err})
 			if _, held := tn.st().HeldShare(); held != c.kept {
 				t.Errorf("share held after the renewal %s: %v, want %v", c.name, held, c.kept)
+			}
+		})
+	}
+}
+
+// TestShareAskExpectsTheFleetWhileYoung: a share asked for while the
+// tenant is younger here than a registry window names the instances it
+// is expected to have, the most Redis reported on it or on any tenant
+// here (lease.ShareTerms.Instances), so that the first askers of a fleet
+// starting together are not granted shares sized among the few
+// registered yet; past the window it names none, and its max-min fair
+// share alone sizes it.
+func TestShareAskExpectsTheFleetWhileYoung(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	const window = 12 * time.Second
+	p := NewPlanner(Config{Interval: 100 * time.Millisecond, SharePeriod: 10 * time.Second, Window: window}, 1)
+	for _, tc := range []struct {
+		name   string
+		age    time.Duration // since the tenant was first seen
+		fleet  int           // Input.Fleet
+		expect int           // ShareTerms.Instances
+	}{
+		{"young, the fleet larger", 5 * time.Second, 16, 16},
+		{"young, the tenant's own count larger", 5 * time.Second, 2, 4},
+		{"young, no fleet known", 5 * time.Second, 0, 4},
+		{"older than the window", window + time.Second, 16, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := &State{}
+			p.Init(st, "t", now.Add(-tc.age))
+			for i := range 50 {
+				p.observe(st, now.Add(-5*time.Second+time.Duration(i)*100*time.Millisecond).UnixNano(), 30)
+			}
+			st.flags |= flagGranted | flagScarce
+			st.instances = 4
+			a := p.Plan(st, shareQuota, now, Input{Urgent: true, Need: 1, Missed: 30, Fleet: tc.fleet})
+			if a.Share != lease.ShareAsk {
+				t.Fatalf("scarce tenant's call: %+v, want an ask for a share", a)
+			}
+			if got := a.ShareTerms.Instances; got != tc.expect {
+				t.Errorf("ShareTerms.Instances %d, want %d", got, tc.expect)
+			}
+			if err := a.ShareTerms.Validate(); err != nil {
+				t.Error(err)
 			}
 		})
 	}
