@@ -321,7 +321,8 @@ func (s Shares) Drop(r RateShare) Shares {
 
 // GrantShare returns s with a share granted at now (µs, the bucket's time
 // of the call, in s's epoch) on terms t, and the share: min(fair, what s
-// leaves of rate*(1 - t.Headroom)), until the end of s's epoch, or of the
+// leaves of rate*(1 - t.Headroom), and rate*(1 - t.Headroom)/t.Instances
+// when t.Instances is above 1), until the end of s's epoch, or of the
 // next one when granted in its second half (then booked too); none (the
 // zero RateShare, and s unchanged) when that could not hold a token over
 // t.Hold. Without shares in force s takes the epochs of t. It is
