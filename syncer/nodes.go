@@ -173,7 +173,7 @@ func (s *Syncer) drop(w *nodeWork, now time.Time) {
 		s.unlocked.Broadcast()
 	}
 	if len(w.releases) > 0 {
-		s.queue(now, w.releases...) // their ages were reckoned at the round's now
+		s.queueOrForfeit(now, w.releases...) // their ages were reckoned at the round's now
 	}
 }
 

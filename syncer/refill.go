@@ -140,7 +140,7 @@ func (s *Syncer) refillLocked(ctx context.Context, link trace.Link, t *Tenant, n
 	if ok {
 		// Returned by the next round: not worth a round trip here, where
 		// requests wait for the acquire.
-		s.queue(now, ret)
+		s.queueOrForfeit(now, ret)
 	}
 	if !a.Calls() {
 		return nil

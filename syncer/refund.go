@@ -156,7 +156,11 @@ func (s *Syncer) Refund(t *Tenant, n int64, front lease.GrantID, clock int64) Re
 		return RefundForfeited
 	}
 	r := lease.ReleaseRequest{Tenant: t.name, Limits: t.bucket(), Amount: n, Age: age, Grant: front}
-	s.queue(now, r)
+	if !s.queue(now, r) {
+		// Close's ReleaseAll made the queue's returns already.
+		s.forfeited.Add(n)
+		return RefundForfeited
+	}
 	// After the return is queued: a round that sees the flag also takes
 	// the return, and makes it before its acquires, so a plan that lets
 	// the tenant call while its bucket was dry finds the tokens there.

@@ -32,13 +32,32 @@ type queuedReturn struct {
 	at time.Time
 }
 
-// queue leaves returns whose Age was reckoned at at to a later round.
-func (s *Syncer) queue(at time.Time, rs ...lease.ReleaseRequest) {
+// queue leaves returns whose Age was reckoned at at to a later round,
+// and reports whether it did: not once ReleaseAll has taken the queue
+// (Close), when nobody would make them; the caller forfeits them
+// (forfeitAll). Why: a Refund that passed the closed check as Close
+// began queued its return after ReleaseAll had made the queue's, and the
+// tokens were lost, counted as refunded but neither returned nor
+// forfeited (TestRefundAfterReleaseAllIsForfeited).
+func (s *Syncer) queue(at time.Time, rs ...lease.ReleaseRequest) bool {
 	s.pendingMu.Lock()
+	defer s.pendingMu.Unlock()
+	if s.released {
+		return false
+	}
 	for _, r := range rs {
 		s.pending = append(s.pending, queuedReturn{r, at})
 	}
-	s.pendingMu.Unlock()
+	return true
+}
+
+// queueOrForfeit is queue, counting the returns it refused forfeited.
+func (s *Syncer) queueOrForfeit(at time.Time, rs ...lease.ReleaseRequest) {
+	if !s.queue(at, rs...) {
+		for _, r := range rs {
+			s.forfeited.Add(r.Amount)
+		}
+	}
 }
 
 // aged returns q's request with its Age reckoned at now instead of at q.at.
@@ -171,7 +190,7 @@ func (s *Syncer) ReleaseAll(ctx context.Context) error {
 	for _, q := range s.pending {
 		reqs = append(reqs, q.aged(now))
 	}
-	s.pending = nil
+	s.pending, s.released = nil, true
 	s.pendingMu.Unlock()
 	// callCtx, the calls' ctx, is ctx (extended below), or detached.
 	if dl, ok := ctx.Deadline(); !ok || dl.Sub(s.opts.Now()) <= s.callTimeout(batchSize) {

@@ -149,8 +149,11 @@ type Syncer struct {
 	// quota share them (see baseLimits).
 	lastBase atomic.Pointer[limits]
 
-	pendingMu sync.Mutex     // guards pending
+	pendingMu sync.Mutex     // guards pending and released
 	pending   []queuedReturn // returns left to a later round: refunds', urgent refills', a dropped node's
+	// released says ReleaseAll took the queue of returns: a return queued
+	// after it would be made by nobody (queue refuses it).
+	released bool
 
 	ctx    context.Context // lifetime of urgent refills, ended by Close
 	cancel context.CancelFunc
