@@ -45,7 +45,17 @@ type slot struct {
 	// tokens that spends on the slot's own P took from it since Homes last
 	// reported them.
 	left, home int64
-	_          [32]byte
+	// back, in the first slot alone, holds what failed spends put back
+	// (trySpendSplit): counted (Load), taken back first (Take, Drain),
+	// and spendable again only once the syncer moves it to the shared
+	// count (Restore), after its take-back. Why: a spend of n > 1 holds
+	// the tokens it gathers in no count, so a Take or Drain meanwhile
+	// missed them, and put back into the shared count they were spendable
+	// again though their batch had expired (until the next plan forfeited
+	// them) or their tenant been drained (left in it, uncounted):
+	// TestPutBackAfterEmptied.
+	back atomic.Int64
+	_    [24]byte
 }
 
 // maxSlots is the most slots Stripe makes, whatever GOMAXPROCS is.
@@ -64,12 +74,13 @@ const maxSlots = 64
 // total. A spend of n > 1 whose n tokens are in several places fails at
 // once, moving nothing, when the counter holds fewer than n; otherwise it
 // takes them place by place (a concurrent Load may miss those it holds
-// meanwhile), and puts them back in the shared count if other spends took
-// some of them first.
+// meanwhile), and, if other spends took some of them first, puts them
+// back where no request spends them until the syncer restores them
+// (Restore; see slot.back).
 func (c *Counter) TrySpend(n int64) (ok bool, left int64) {
 	if ok, left = c.TrySpendShared(n); !ok && n > 0 {
 		if s := c.slots.Load(); s != nil {
-			return c.trySpendSplit(*s, procIndex(), n)
+			return c.trySpendSplit(s, procIndex(), n)
 		}
 	}
 	return ok, left
@@ -94,7 +105,7 @@ func (c *Counter) TrySpendShared(n int64) (ok bool, left int64) {
 // there was a load and a call spent on every decision of a split tenant.
 func (c *Counter) TrySpendSlots(n int64) (ok bool, left int64) {
 	if s := c.slots.Load(); s != nil && n > 0 {
-		return c.trySpendSplit(*s, procIndex(), n)
+		return c.trySpendSplit(s, procIndex(), n)
 	}
 	return c.TrySpendShared(n)
 }
@@ -129,7 +140,8 @@ func take(v *atomic.Int64, max int64) (taken, left int64) {
 
 // trySpendSplit is TrySpend on P p of a counter split into s, whose
 // shared count held fewer than n tokens a moment ago.
-func (c *Counter) trySpendSplit(s []slot, p int, n int64) (ok bool, left int64) {
+func (c *Counter) trySpendSplit(sp *[]slot, p int, n int64) (ok bool, left int64) {
+	s := *sp
 	home := &s[p&(len(s)-1)].n
 	if ok, left = trySpend(home, n); ok {
 		return true, left + c.n.Load()
@@ -174,7 +186,17 @@ func (c *Counter) trySpendSplit(s []slot, p int, n int64) (ok bool, left int64) 
 		return true, home.Load() + c.n.Load()
 	}
 	if got > 0 {
-		c.n.Add(got)
+		s[0].back.Add(got) // see slot.back
+		if c.slots.Load() != sp {
+			// Stripe replaced the slots meanwhile, and may have gathered
+			// them before the put-back: move it where it is counted.
+			// (Stripe gathers the old slots once they are replaced, so
+			// a put-back before that is moved by Stripe, one after it by
+			// this; the Swap makes it one or the other.)
+			if v := s[0].back.Swap(0); v > 0 {
+				c.n.Add(v)
+			}
+		}
 	}
 	return false, c.Load()
 }
@@ -194,14 +216,21 @@ func (c *Counter) Add(n int64) int64 {
 }
 
 // Take removes up to max tokens (expired lease tokens going back to Redis),
-// from the shared count first, and returns how many it removed and the
-// count left.
+// from what failed spends put back first (slot.back), then the shared
+// count, then the slots, and returns how many it removed and the count
+// left.
 func (c *Counter) Take(max int64) (taken, left int64) {
 	if max <= 0 {
 		return 0, c.Load()
 	}
-	taken, left = take(&c.n, max)
-	if s := c.slots.Load(); s != nil {
+	s := c.slots.Load()
+	if s != nil {
+		// What failed spends put back first: requests cannot spend it.
+		taken, left = take(&(*s)[0].back, max)
+	}
+	t, l := take(&c.n, max-taken)
+	taken, left = taken+t, left+l
+	if s != nil {
 		fold(*s)
 		for i := range *s {
 			t, l := take(&(*s)[i].n, max-taken)
@@ -217,6 +246,7 @@ func (c *Counter) Take(max int64) (taken, left int64) {
 func (c *Counter) Drain() int64 {
 	n := c.n.Swap(0)
 	if s := c.slots.Load(); s != nil {
+		n += (*s)[0].back.Swap(0)
 		fold(*s)
 		for i := range *s {
 			v := (*s)[i].n.Swap(0)
@@ -237,11 +267,25 @@ func (c *Counter) Load() int64 {
 	return n + c.n.Load()
 }
 
+// Restore moves what failed spends put back (slot.back) to the shared
+// count, where requests spend it: the syncer calls it once its plan has
+// taken expired tokens back (Take). Calls of Restore follow the rules of
+// Stripe's.
+func (c *Counter) Restore() {
+	if s := c.slots.Load(); s != nil {
+		if v := (*s)[0].back.Swap(0); v > 0 {
+			c.n.Add(v)
+		}
+	}
+}
+
+// sumSlots returns the tokens in the slots s, what failed spends put
+// back (slot.back) included.
 func sumSlots(s []slot) (n int64) {
 	for i := range s {
 		n += s[i].n.Load()
 	}
-	return n
+	return n + s[0].back.Load()
 }
 
 // Slots returns the number of slots the counter is split into, 0 when it
@@ -265,9 +309,12 @@ func (c *Counter) Stripe(procs int) {
 	if procs <= 1 {
 		if old != nil {
 			// Gathered first: a spend that finds no slots finds their
-			// tokens in the shared count.
+			// tokens in the shared count. And again once replaced: a
+			// failed spend that put back into the old slots in between
+			// found them still in place (see trySpendSplit).
 			c.gather(*old)
 			c.slots.Store(nil)
+			c.gather(*old)
 		}
 		return
 	}
@@ -290,6 +337,9 @@ func (c *Counter) gather(s []slot) {
 		if v := s[i].n.Swap(0); v > 0 {
 			c.n.Add(v)
 		}
+	}
+	if v := s[0].back.Swap(0); v > 0 {
+		c.n.Add(v)
 	}
 }
 

@@ -1,6 +1,9 @@
 package bucket
 
-import "time"
+import (
+	"time"
+	"unsafe"
+)
 
 // NewTokenBucket returns a full bucket with the given capacity and rate,
 // as of time now: what the tests start from.
@@ -24,8 +27,20 @@ func (b *TokenBucket) Available(now time.Time) float64 {
 func (c *Counter) TrySpendFrom(p int, n int64) (ok bool, left int64) {
 	if ok, left = c.TrySpendShared(n); !ok && n > 0 {
 		if s := c.slots.Load(); s != nil {
-			return c.trySpendSplit(*s, p, n)
+			return c.trySpendSplit(s, p, n)
 		}
 	}
 	return ok, left
 }
+
+// Back returns what failed spends put back into a split counter and the
+// syncer has not restored yet (slot.back): counted, not spendable.
+func (c *Counter) Back() int64 {
+	if s := c.slots.Load(); s != nil {
+		return (*s)[0].back.Load()
+	}
+	return 0
+}
+
+// SlotSize is the size of a slot: a cache line.
+const SlotSize = unsafe.Sizeof(slot{})

@@ -260,6 +260,10 @@ func (s *Syncer) endRound(r *telemetry.Round) {
 func (s *Syncer) planWith(t *Tenant, now time.Time, in Input) (a Action, ret lease.ReleaseRequest, ok bool) {
 	s.revive(t, now)
 	defer t.publish()
+	// After the expiry below: what failed spends put back is spendable
+	// again only once expired tokens were taken back, from it first
+	// (bucket.Counter.Restore).
+	defer t.restore()
 	s.plans.Add(1)
 	s.noteClock(now)
 	if ex := in.Level - t.st().Held(); ex > 0 {

@@ -229,6 +229,15 @@ func (t *Tenant) drain() int64 {
 	return n
 }
 
+// restore makes what failed spends put back spendable again
+// (bucket.Counter.Restore): once a plan has taken expired tokens back.
+// t's lock is held. The move is one change of tokens for Admitted.
+func (t *Tenant) restore() {
+	t.beginSync()
+	t.tokens.Restore()
+	t.endSync()
+}
+
 // restripe splits t's counter into n slots and tops them up from the
 // shared count (bucket.Counter.Stripe, Spread), or for n <= 1 joins a
 // split counter back into one count. t's lock is held. The moves are one
