@@ -192,8 +192,15 @@ func (s *Syncer) ReleaseAll(ctx context.Context) error {
 	}
 	s.pending, s.released = nil, true
 	s.pendingMu.Unlock()
-	// callCtx, the calls' ctx, is ctx (extended below), or detached.
-	if dl, ok := ctx.Deadline(); !ok || dl.Sub(s.opts.Now()) <= s.callTimeout(batchSize) {
+	// callCtx, the calls' ctx, is ctx (extended below), or detached: when
+	// ctx gives less than a lease call's deadline plus perCommand a
+	// request (budget), what Close's doc promises. Compared with one
+	// pipeline's deadline instead, a ctx between the two got less than a
+	// done one (more than 1,000 tenants: TestReleaseAllShortDeadlineGetsADoneCtxsTime),
+	// and one that gave more than budget (fewer tenants) got budget.
+	budget := s.callTimeout(len(reqs) + len(ends))
+	extend := true // the returns may take the time ctx gives
+	if dl, ok := ctx.Deadline(); !ok || dl.Sub(s.opts.Now()) <= budget {
 		// Derived from ctx, a call got no more than it gives: with a ctx
 		// done already, the returns failed at once and their tokens
 		// were lost uncounted (TestCloseWithAShortCtxReturnsTokens).
@@ -202,8 +209,9 @@ func (s *Syncer) ReleaseAll(ctx context.Context) error {
 		// after the other against a Redis that answers nothing outlived
 		// ctx by a deadline apiece
 		// (TestCloseWithADoneCtxIsBoundedByOneCallDeadline).
-		detached, stop := context.WithTimeout(context.WithoutCancel(ctx), s.callTimeout(len(reqs)+len(ends)))
+		detached, stop := context.WithTimeout(context.WithoutCancel(ctx), budget)
 		callCtx, cancel = detached, stop // canceled after the roster's leave
+		extend = false
 	}
 	endErr := s.endShares(callCtx, ends)
 	if len(reqs) == 0 {
@@ -215,7 +223,7 @@ func (s *Syncer) ReleaseAll(ctx context.Context) error {
 	// Each request's Age grows by the extra time, as returnOf counts the
 	// standard deadline in it: the release may run that much later.
 	var timeout time.Duration
-	if dl, ok := ctx.Deadline(); ok {
+	if dl, ok := ctx.Deadline(); ok && extend {
 		if extra := dl.Sub(s.opts.Now()) - s.callTimeout(batchSize); extra > 0 {
 			timeout = s.callTimeout(batchSize) + extra
 			for i := range reqs {
