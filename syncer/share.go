@@ -103,7 +103,13 @@ func (p *Planner) shareTerms(st *State, lim quota.Quota, ns int64, fleet int) le
 		Hold:     max(lim.LeaseTTL, time.Millisecond),
 		Headroom: p.cfg.ShareHeadroom,
 	}
-	if p.cfg.Window > 0 && p.age(st, st.stampOf(ns)) < p.cfg.Window {
+	// Young: for a registry window of lease lifetimes, the time a fleet
+	// starting together takes to register, not Config.Window, which rate
+	// shares stretch to two periods (up to 2 h): a tenant on 2 instances
+	// beside one on 64 asked for a 64th of its rate for that long
+	// (TestShareAskYoungnessFollowsRegistrationNotSharePeriod).
+	young := min(p.cfg.Window, RegistryWindow(lim.LeaseTTL, p.cfg.Interval, 0))
+	if p.cfg.Window > 0 && p.age(st, st.stampOf(ns)) < young {
 		t.Instances = min(max(int(st.instances), fleet), lease.MaxShareInstances)
 	}
 	return t
