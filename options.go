@@ -123,7 +123,10 @@ func WithMaxTenants(n int) Option {
 // FailLocal its fallback bucket gets Rate/n tokens per second and Burst/n
 // capacity. With neither, n is 1: a first lease is then what the bucket
 // refills in a refresh interval, and each instance falls back to the
-// tenant's whole quota. See docs/failure-modes.md.
+// tenant's whole quota. With WithRateShares, n also caps the rate share a
+// tenant young here asks for, at an even part of the rate among the
+// larger of n and the tenant's own count (docs/design.md, "The Limiter's
+// side"). See docs/failure-modes.md.
 func WithExpectedInstances(n int) Option {
 	return func(c *config) { c.expectedInstances = n }
 }

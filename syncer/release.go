@@ -35,7 +35,7 @@ type queuedReturn struct {
 // queue leaves returns whose Age was reckoned at at to a later round,
 // and reports whether it did: not once ReleaseAll has taken the queue
 // (Close), when nobody would make them; the caller forfeits them
-// (forfeitAll). Why: a Refund that passed the closed check as Close
+// (queueOrForfeit). Why: a Refund that passed the closed check as Close
 // began queued its return after ReleaseAll had made the queue's, and the
 // tokens were lost, counted as refunded but neither returned nor
 // forfeited (TestRefundAfterReleaseAllIsForfeited).
@@ -153,6 +153,7 @@ func (s *Syncer) release(ctx context.Context, round *telemetry.Round, node *redi
 // a call's deadline, and a call's deadline otherwise (one for them all,
 // plus perCommand a request): a ctx with a shorter deadline, or done
 // already, does not cut them short, nor makes them outlive ctx by more.
+// A return queued after it (a Refund racing Close) is forfeited (queue).
 func (s *Syncer) ReleaseAll(ctx context.Context) error {
 	// The roster's leave comes last, in the calls' ctx (detached below
 	// when ctx gives less than a call's deadline: with ctx as it was, a

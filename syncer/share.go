@@ -81,16 +81,18 @@ func (st *State) HeldShare() (lease.RateShare, bool) {
 // shareTerms returns the terms of st's tenant's shares asked for at ns:
 // Config.SharePeriod and SharePeriod's phase from the tenant's hash, its
 // LeaseTTL as the hold, Config.ShareHeadroom, and, while the tenant is
-// younger here than a registry window (Config.Window), the instances it
-// is expected to have (lease.ShareTerms.Instances): the most Redis
-// reported on it or on any tenant here (fleet, Input.Fleet). Why: the
+// younger here than a registry window, the instances it is expected to
+// have (lease.ShareTerms.Instances): the most Redis reported on it or on
+// any tenant here, or Options.Instances when larger (fleet, Input.Fleet;
+// the limiter's WithExpectedInstances). Why: the
 // instances of a fleet that start together register with their first
 // calls one by one, and a share asked for then was sized among those
 // registered so far, so the first askers took the rate and the last were
 // refused until the first renewed, calling for tokens from a bucket the
 // shares had dried meanwhile. BenchmarkFleet/16x1000 with
-// -fleet.shares=10s made 0.31 script runs a pair and second with the cap
-// against 0.47 and 0.68 without it (docs/performance.md). Past the window
+// -fleet.shares=10s -fleet.coldasync made 0.32 script runs a pair and
+// second with the cap against 0.57 and 0.80 without it, at 0.12-0.16 of
+// redis_rate's Redis CPU against 0.23-0.34 (docs/performance.md). Past the window
 // every instance of the tenant is registered, and its max-min fair share
 // alone sizes a share: an even part would hold an instance of more demand
 // than the others below its fair share.
