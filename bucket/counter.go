@@ -187,16 +187,7 @@ func (c *Counter) trySpendSplit(sp *[]slot, p int, n int64) (ok bool, left int64
 	}
 	if got > 0 {
 		s[0].back.Add(got) // see slot.back
-		if c.slots.Load() != sp {
-			// Stripe replaced the slots meanwhile, and may have gathered
-			// them before the put-back: move it where it is counted.
-			// (Stripe gathers the old slots once they are replaced, so
-			// a put-back before that is moved by Stripe, one after it by
-			// this; the Swap makes it one or the other.)
-			if v := s[0].back.Swap(0); v > 0 {
-				c.n.Add(v)
-			}
-		}
+		c.carry(sp)
 	}
 	return false, c.Load()
 }
@@ -279,6 +270,46 @@ func (c *Counter) Restore() {
 	}
 }
 
+// carry moves what failed spends put back into the slots sp, if Stripe
+// replaced them, where it is counted. Stripe carries the old slots'
+// put-backs once they are replaced, so a put-back before that is carried
+// by Stripe, one after it by this (the Swap makes it one or the other):
+// into the new slots', and, should those be replaced too meanwhile, or
+// the counter joined, into the shared count, where it is spendable
+// before the next plan's take-back (the one way left: a failed gather
+// that a restripe overtook; Stripe joins no counter whose put-backs
+// wait, but cannot see one under way without waiting for it, which it
+// does not). At most two moves: no spin.
+func (c *Counter) carry(sp *[]slot) {
+	from := sp
+	for try := 0; ; try++ {
+		cur := c.slots.Load()
+		if cur == from {
+			return // in place
+		}
+		v := (*from)[0].back.Swap(0)
+		if v == 0 {
+			return // Stripe carried it
+		}
+		if cur == nil || try > 0 {
+			c.n.Add(v)
+			return
+		}
+		(*cur)[0].back.Add(v)
+		from = cur
+	}
+}
+
+// Back returns what failed spends put back into a split counter and the
+// syncer has not restored yet (slot.back): counted, not spendable. The
+// syncer plans a tenant that holds some rather than leave it quiet.
+func (c *Counter) Back() int64 {
+	if s := c.slots.Load(); s != nil {
+		return (*s)[0].back.Load()
+	}
+	return 0
+}
+
 // sumSlots returns the tokens in the slots s, what failed spends put
 // back (slot.back) included.
 func sumSlots(s []slot) (n int64) {
@@ -308,13 +339,22 @@ func (c *Counter) Stripe(procs int) {
 	old := c.slots.Load()
 	if procs <= 1 {
 		if old != nil {
+			if (*old)[0].back.Load() != 0 {
+				// What failed spends put back has nowhere to wait in one
+				// count: joined, it would be spendable before the plan's
+				// take-back. The counter stays split until restored.
+				return
+			}
 			// Gathered first: a spend that finds no slots finds their
 			// tokens in the shared count. And again once replaced: a
-			// failed spend that put back into the old slots in between
-			// found them still in place (see trySpendSplit).
+			// spend that loaded them may still have taken from them,
+			// and put back since (see trySpendSplit).
 			c.gather(*old)
 			c.slots.Store(nil)
 			c.gather(*old)
+			if v := (*old)[0].back.Swap(0); v > 0 {
+				c.n.Add(v)
+			}
 		}
 		return
 	}
@@ -326,6 +366,11 @@ func (c *Counter) Stripe(procs int) {
 	c.slots.Store(&s)
 	if old != nil {
 		c.gather(*old)
+		// What failed spends put back waits in the new slots, carried
+		// once they are in place (see trySpendSplit).
+		if v := (*old)[0].back.Swap(0); v > 0 {
+			s[0].back.Add(v)
+		}
 	}
 }
 
@@ -337,9 +382,6 @@ func (c *Counter) gather(s []slot) {
 		if v := s[i].n.Swap(0); v > 0 {
 			c.n.Add(v)
 		}
-	}
-	if v := s[0].back.Swap(0); v > 0 {
-		c.n.Add(v)
 	}
 }
 

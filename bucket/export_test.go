@@ -33,14 +33,5 @@ func (c *Counter) TrySpendFrom(p int, n int64) (ok bool, left int64) {
 	return ok, left
 }
 
-// Back returns what failed spends put back into a split counter and the
-// syncer has not restored yet (slot.back): counted, not spendable.
-func (c *Counter) Back() int64 {
-	if s := c.slots.Load(); s != nil {
-		return (*s)[0].back.Load()
-	}
-	return 0
-}
-
 // SlotSize is the size of a slot: a cache line.
 const SlotSize = unsafe.Sizeof(slot{})

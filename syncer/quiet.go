@@ -93,7 +93,9 @@ func (p *Planner) Quiet(st *State, ns, level int64, urgent bool) bool {
 func (s *Syncer) quiet(t *Tenant, now time.Time) bool {
 	f := t.flags.Load()
 	ls := t.lease.Load()
-	if wantsPlan(f) || ls == nil { // nil: dormant, woken by a request, revived by its plan
+	if wantsPlan(f) || ls == nil || t.tokens.Back() != 0 { // nil: dormant, woken by a request, revived by its plan
+		// Back: tokens failed spends put back wait for a plan to be
+		// spendable again (bucket.Counter.Restore).
 		return false
 	}
 	ns := now.UnixNano()
@@ -131,5 +133,5 @@ func wantsPlan(f uint32) bool { return f&(flagRefunded|flagFailing) != 0 }
 // refund or failure since asks for a plan. A tenant being planned
 // elsewhere at that moment (a refill) is one a round would skip anyway.
 func (s *Syncer) heldQuiet(t *Tenant, ns int64) bool {
-	return ns < t.quietUntil.Load() && !wantsPlan(t.flags.Load()) && t.lease.Load() != nil
+	return ns < t.quietUntil.Load() && !wantsPlan(t.flags.Load()) && t.lease.Load() != nil && t.tokens.Back() == 0
 }
