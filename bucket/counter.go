@@ -259,9 +259,11 @@ func (c *Counter) Load() int64 {
 }
 
 // Restore moves what failed spends put back (slot.back) to the shared
-// count, where requests spend it: the syncer calls it once its plan has
-// taken expired tokens back (Take). Calls of Restore follow the rules of
-// Stripe's.
+// count, where requests spend it: the syncer calls it at the start of a
+// plan, once it has taken from it what its ledger no longer holds (the
+// excess: Take takes from it first), so that a put-back of tokens an
+// expiry missed is forfeited rather than spent. Calls of Restore follow
+// the rules of Stripe's.
 func (c *Counter) Restore() {
 	if s := c.slots.Load(); s != nil {
 		if v := (*s)[0].back.Swap(0); v > 0 {
