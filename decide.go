@@ -2,7 +2,6 @@ package leasequota
 
 import (
 	"context"
-	"errors"
 	"sync/atomic"
 	"time"
 
@@ -51,13 +50,6 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n
 				err error
 			)
 			if e, q, err = l.track(tenant); err != nil {
-				if errors.Is(err, syncer.ErrTooManyTenants) && (n <= 0 || n > q.Burst) {
-					// n can never be admitted: said at once, not after a
-					// wait for room in the registry (q is the tenant's
-					// quota, resolved, as a new tenant's first request
-					// checks n against).
-					return l.invalidN(tenant, n, q, untilAdmitted)
-				}
 				d, retry, err := l.refuseOrWait(ctx, &sl, tenant, n, q, err, untilAdmitted)
 				if !retry {
 					return d, err
@@ -179,16 +171,7 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n
 		// past the lease that the first call after it brought, and was
 		// denied at its deadline with the token here: TestSimulation,
 		// seed 6056.)
-		wait := max(e.RetryAfter(l.cfg.now(), n), time.Millisecond)
-		if !e.Leased() {
-			// Nothing known of the bucket yet (its first call brought
-			// nothing: a timeout on a busy Redis): retry within a
-			// refresh interval, as deny says, not after an empty
-			// bucket's n/Rate (86 s for a daily quota of 1,000 whose
-			// bucket was full).
-			wait = min(wait, l.cfg.refreshInterval)
-		}
-		if err := sl.sleep(wctx, wait, l.sync.Recovered()); err != nil {
+		if err := sl.sleep(wctx, l.retryAfter(e, l.cfg.now(), n), l.sync.Recovered()); err != nil {
 			return l.gaveUp(ctx, tenant, e, n, cold, untilAdmitted, missed)
 		}
 	}

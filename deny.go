@@ -29,6 +29,14 @@ func (l *Limiter) refuse(tenant string, n int64, q Quota, err error, untilAdmitt
 // catch up and reports retry, for the caller to look the tenant up again;
 // anything else is refused (refuse), and so is a wait that ctx ends.
 func (l *Limiter) refuseOrWait(ctx context.Context, sl *sleeper, tenant string, n int64, q Quota, err error, untilAdmitted bool) (d Decision, retry bool, werr error) {
+	if errors.Is(err, syncer.ErrTooManyTenants) && (n <= 0 || n > q.Burst) {
+		// n can never be admitted: said at once (WaitN: ErrInvalidN or
+		// ErrExceedsBurst), not after a wait for room in the registry,
+		// nor as too_many_tenants. q is the tenant's quota, resolved, as
+		// a new tenant's first request checks n against.
+		d, err := l.invalidN(tenant, n, q, untilAdmitted)
+		return d, false, err
+	}
 	if !errors.Is(err, syncer.ErrTooManyTenants) || !untilAdmitted {
 		d, err := l.refuse(tenant, n, q, err, untilAdmitted)
 		return d, false, err
@@ -82,13 +90,7 @@ func (l *Limiter) degraded(e *syncer.Tenant, n int64) Decision {
 	q := quotaOf(e)
 	now := l.cfg.now()
 	d := Decision{Quota: q, Mode: q.FailureMode}
-	lease := max(e.RetryAfter(now, n), time.Millisecond)
-	if !e.Leased() {
-		// Nothing known of the bucket (as in deny): the next lease call,
-		// a backoff of at most a refresh interval away, most likely
-		// finds it full, not an empty bucket's n/Rate away.
-		lease = min(lease, l.cfg.refreshInterval)
-	}
+	lease := l.retryAfter(e, now, n)
 	switch q.FailureMode {
 	case FailOpen:
 		d.Allowed, d.Reason = true, ReasonFailOpen
@@ -119,19 +121,27 @@ func (l *Limiter) deny(e *syncer.Tenant, n int64) Decision {
 		d.Reason = ReasonClosed
 		return d
 	case !e.Leased():
-		// Nothing is known of the global bucket yet (no lease call has
-		// answered for the tenant here), and a bucket Redis does not hold
-		// is full: the first lease, a refresh interval away at most,
-		// most likely brings the tokens. Counted as an empty bucket's
-		// n/Rate, a new tenant of a daily quota of 1,000 was told to
-		// retry in 86 s, and AllowNWithin did not wait for the lease that
-		// came 50 ms later.
 		d.Reason = ReasonColdStart
-		d.RetryAfter = max(min(e.RetryAfter(l.cfg.now(), n), l.cfg.refreshInterval), time.Millisecond)
-		return d
 	}
-	d.RetryAfter = max(e.RetryAfter(l.cfg.now(), n), time.Millisecond)
+	d.RetryAfter = l.retryAfter(e, l.cfg.now(), n)
 	return d
+}
+
+// retryAfter is how long a request for n of e's tokens should wait from
+// now for them (e.RetryAfter), at least a millisecond, and at most a
+// refresh interval while nothing is known of the tenant's global bucket
+// (no lease call has answered for it here): a bucket Redis does not hold
+// is full, and the first lease, a refresh interval away at most, most
+// likely brings the tokens. Counted as an empty bucket's n/Rate, a new
+// tenant of a daily quota of 1,000 was told to retry in 86 s, and
+// AllowNWithin did not wait for the lease that came 50 ms later; WaitN
+// slept that long, and a failure mode's RetryAfter said it.
+func (l *Limiter) retryAfter(e *syncer.Tenant, now time.Time, n int64) time.Duration {
+	wait := e.RetryAfter(now, n)
+	if !e.Leased() {
+		wait = min(wait, l.cfg.refreshInterval)
+	}
+	return max(wait, time.Millisecond)
 }
 
 // truncate shortens a tenant name for an error message.

@@ -2,7 +2,6 @@ package leasequota
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -125,12 +124,6 @@ lookup:
 		ts = ts[:0]
 		for _, name := range tenants {
 			e, q, err := l.track(name)
-			if errors.Is(err, syncer.ErrTooManyTenants) && (n <= 0 || n > q.Burst) {
-				// Bad n is said at once, not after a wait for room.
-				d, err := l.invalidN(name, n, q, untilAdmitted)
-				d.Tenant = name
-				return d, err
-			}
 			if err != nil {
 				// WaitAll, when the registry is full: as WaitN, it waits
 				// for eviction and looks every tenant up again (nothing is
@@ -270,7 +263,7 @@ lookup:
 		if untilAdmitted && quick > k {
 			// Tokens come and go under contention: pause before the
 			// next turn rather than go round without a wait.
-			if err := sl.sleep(ctx, max(e.RetryAfter(l.cfg.now(), n), time.Millisecond), nil); err != nil {
+			if err := sl.sleep(ctx, l.retryAfter(e, l.cfg.now(), n), nil); err != nil {
 				l.uncountModes(&modes)
 				d := l.count(l.deny(e, n))
 				d.Tenant = tenants[short]
@@ -328,14 +321,10 @@ func (l *Limiter) giveBack(e *syncer.Tenant, n int64, front lease.GrantID, clock
 // by a failure mode (a FailLocal admission's fallback token is not given
 // back: the fallback bucket admits a little less, never more).
 func (l *Limiter) giveBackTurn(e *syncer.Tenant, n int64, d Decision) {
-	i := 0
-	if d.Allowed {
-		i = 1
-	}
 	if d.Reason == ReasonLeased {
 		l.sync.Uncount(e) // Spend counted it on the tenant
-	} else if d.Reason < numReasons {
-		l.decisions[d.Reason][i].Add(-1)
+	} else {
+		l.uncount(d)
 	}
 	if d.Mode != FailDefault || d.adm.n == 0 {
 		return
@@ -350,7 +339,7 @@ func (l *Limiter) giveBackTurn(e *syncer.Tenant, n int64, d Decision) {
 func (l *Limiter) uncountModes(modes *[numReasons]int32) {
 	for r, c := range modes {
 		if c > 0 {
-			l.decisions[r][1].Add(-int64(c))
+			l.addCount(Decision{Allowed: true, Reason: Reason(r)}, -int64(c))
 		}
 	}
 }

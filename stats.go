@@ -4,25 +4,22 @@ import "github.com/leasequota/leasequota/telemetry"
 
 // count records a decision made off the hot path and returns it.
 func (l *Limiter) count(d Decision) Decision {
-	i := 0
-	if d.Allowed {
-		i = 1
-	}
-	if d.Reason < numReasons {
-		l.decisions[d.Reason][i].Add(1)
-	}
+	l.addCount(d, 1)
 	return d
 }
 
 // uncount takes back the count of d, a decision that count counted and
 // that a later one replaced as the answer of the same call.
-func (l *Limiter) uncount(d Decision) {
+func (l *Limiter) uncount(d Decision) { l.addCount(d, -1) }
+
+// addCount adds delta to the count of d's reason and outcome.
+func (l *Limiter) addCount(d Decision, delta int64) {
 	i := 0
 	if d.Allowed {
 		i = 1
 	}
 	if d.Reason < numReasons {
-		l.decisions[d.Reason][i].Add(-1)
+		l.decisions[d.Reason][i].Add(delta)
 	}
 }
 
