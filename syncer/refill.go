@@ -104,8 +104,7 @@ func (s *Syncer) refill(link trace.Link, t *Tenant, need int64) error {
 			return ErrClosed
 		}
 	}
-	defer s.unlocked.Broadcast() // after the unlock below
-	defer t.mu.Unlock()
+	defer s.unlock(t)
 	// Close does not cancel the call, which CallTimeout bounds, but waits
 	// for it (inflight), as for a round's: a reply lost to a cancel would
 	// lose the tokens Redis granted, and a rate share it asked for, which

@@ -143,8 +143,7 @@ func (s *Syncer) Refund(t *Tenant, n int64, front lease.GrantID, clock int64) Re
 			ls.st.ledger.credit(min(n, level-ls.st.ledger.Total()))
 			credited = true
 		}
-		t.mu.Unlock()
-		s.unlocked.Broadcast()
+		s.unlock(t)
 		if credited {
 			return RefundCredited
 		}

@@ -230,8 +230,9 @@ func (t *Tenant) drain() int64 {
 }
 
 // restore makes what failed spends put back spendable again
-// (bucket.Counter.Restore): once a plan has taken expired tokens back.
-// t's lock is held. The move is one change of tokens for Admitted.
+// (bucket.Counter.Restore): at the start of a plan, once its excess
+// forfeit has taken from them what the ledger no longer holds
+// (Syncer.planWith). t's lock is held. The move is one change of tokens for Admitted.
 func (t *Tenant) restore() {
 	t.beginSync()
 	t.tokens.Restore()
