@@ -266,9 +266,7 @@ func (c *Counter) Load() int64 {
 // the rules of Stripe's.
 func (c *Counter) Restore() {
 	if s := c.slots.Load(); s != nil {
-		if v := (*s)[0].back.Swap(0); v > 0 {
-			c.n.Add(v)
-		}
+		move(&(*s)[0].back, &c.n)
 	}
 }
 
@@ -289,15 +287,13 @@ func (c *Counter) carry(sp *[]slot) {
 		if cur == from {
 			return // in place
 		}
-		v := (*from)[0].back.Swap(0)
-		if v == 0 {
-			return // Stripe carried it
+		to := &c.n
+		if cur != nil && try == 0 {
+			to = &(*cur)[0].back
 		}
-		if cur == nil || try > 0 {
-			c.n.Add(v)
-			return
+		if move(&(*from)[0].back, to) == 0 || to == &c.n {
+			return // Stripe carried it, or it is in the shared count
 		}
-		(*cur)[0].back.Add(v)
 		from = cur
 	}
 }
@@ -354,9 +350,7 @@ func (c *Counter) Stripe(procs int) {
 			c.gather(*old)
 			c.slots.Store(nil)
 			c.gather(*old)
-			if v := (*old)[0].back.Swap(0); v > 0 {
-				c.n.Add(v)
-			}
+			move(&(*old)[0].back, &c.n)
 		}
 		return
 	}
@@ -370,9 +364,7 @@ func (c *Counter) Stripe(procs int) {
 		c.gather(*old)
 		// What failed spends put back waits in the new slots, carried
 		// once they are in place (see trySpendSplit).
-		if v := (*old)[0].back.Swap(0); v > 0 {
-			s[0].back.Add(v)
-		}
+		move(&(*old)[0].back, &s[0].back)
 	}
 }
 
@@ -381,10 +373,18 @@ func (c *Counter) Stripe(procs int) {
 // one adds to them any more.
 func (c *Counter) gather(s []slot) {
 	for i := range s {
-		if v := s[i].n.Swap(0); v > 0 {
-			c.n.Add(v)
-		}
+		move(&s[i].n, &c.n)
 	}
+}
+
+// move moves every token of from to to, and returns how many: a Swap,
+// so that of two moves of one count, one gets them and the other none.
+func move(from, to *atomic.Int64) int64 {
+	v := from.Swap(0)
+	if v > 0 {
+		to.Add(v)
+	}
+	return v
 }
 
 // Spread moves the tokens of a split counter's shared count into its
