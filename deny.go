@@ -27,7 +27,9 @@ func (l *Limiter) refuse(tenant string, n int64, q Quota, err error, untilAdmitt
 // the tenant's quota q): a WaitN or WaitAll whose registry is full (twice
 // WithMaxTenants tracked) waits a refresh interval on sl for eviction to
 // catch up and reports retry, for the caller to look the tenant up again;
-// anything else is refused (refuse), and so is a wait that ctx ends.
+// anything else is refused (refuse), and so is a wait that ctx ends. An n
+// that q's burst can never admit is answered as invalid (invalidN) before
+// any wait (TestInvalidNWithFullRegistry).
 func (l *Limiter) refuseOrWait(ctx context.Context, sl *sleeper, tenant string, n int64, q Quota, err error, untilAdmitted bool) (d Decision, retry bool, werr error) {
 	if errors.Is(err, syncer.ErrTooManyTenants) && (n <= 0 || n > q.Burst) {
 		// n can never be admitted: said at once (WaitN: ErrInvalidN or
