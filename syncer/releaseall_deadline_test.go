@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/leasequota/leasequota/lease"
@@ -41,12 +42,12 @@ func (s *slowReleaseStore) ReleaseMany(ctx context.Context, reqs []lease.Release
 // TestReleaseAllShortDeadlineGetsADoneCtxsTime: Close's doc says the
 // returns get "a lease call's deadline (WithRedisTimeout, plus 300 µs a
 // tenant) when ctx has no deadline or a shorter one, or is done already".
-// ReleaseAll detaches only when ctx gives less than one pipeline's
-// deadline (callTimeout(batchSize)), but a done ctx then gets
-// callTimeout(all requests). A ctx whose deadline falls between the two
-// gets less than a done one: with 2,500 tenants in three pipelines of
-// 250 ms each, a done ctx returns them all, a ctx of 550 ms (more than
-// one pipeline's 500 ms, less than the 950 ms promised) forfeits the
+// ReleaseAll detached only when ctx gave less than one pipeline's
+// deadline (callTimeout(batchSize)), while a done ctx then got
+// callTimeout(all requests), so a ctx whose deadline fell between the two
+// got less than a done one: with 2,500 tenants in three pipelines of
+// 250 ms each, a done ctx returned them all, a ctx of 550 ms (more than
+// one pipeline's 500 ms, less than the 950 ms promised) forfeited the
 // third pipeline.
 func TestReleaseAllShortDeadlineGetsADoneCtxsTime(t *testing.T) {
 	const tenants = 2500
@@ -59,45 +60,49 @@ func TestReleaseAllShortDeadlineGetsADoneCtxsTime(t *testing.T) {
 		{"done ctx", 0},
 		{"ctx of 550ms", 550 * time.Millisecond},
 	} {
+		// In a synctest bubble: the pipelines' delays and the deadlines
+		// are on its clock, so a loaded machine moves neither.
 		t.Run(tc.name, func(t *testing.T) {
-			view, err := memstore.New().Instance("i", time.Second)
-			if err != nil {
-				t.Fatal(err)
-			}
-			store := &slowReleaseStore{Store: view}
-			s := syncer.New(store, syncer.Options{CallTimeout: callTimeout})
-			var wg sync.WaitGroup
-			for w := range 8 {
-				wg.Go(func() {
-					for i := w; i < tenants; i += 8 {
-						tn, err := s.Track(fmt.Sprint("t", i), quota.Quota{Rate: 1, Burst: 1000, MinLease: 5, MaxLease: 10, LeaseTTL: time.Minute})
-						if err != nil {
-							t.Error(err)
-							return
+			synctest.Test(t, func(t *testing.T) {
+				view, err := memstore.New().Instance("i", time.Second)
+				if err != nil {
+					t.Fatal(err)
+				}
+				store := &slowReleaseStore{Store: view}
+				s := syncer.New(store, syncer.Options{CallTimeout: callTimeout})
+				var wg sync.WaitGroup
+				for w := range 8 {
+					wg.Go(func() {
+						for i := w; i < tenants; i += 8 {
+							tn, err := s.Track(fmt.Sprint("t", i), quota.Quota{Rate: 1, Burst: 1000, MinLease: 5, MaxLease: 10, LeaseTTL: time.Minute})
+							if err != nil {
+								t.Error(err)
+								return
+							}
+							if r := <-s.Refill(context.Background(), tn, 1); r.Err != nil {
+								t.Error(r.Err)
+								return
+							}
 						}
-						if r := <-s.Refill(context.Background(), tn, 1); r.Err != nil {
-							t.Error(r.Err)
-							return
-						}
-					}
-				})
-			}
-			wg.Wait()
-			s.Close()
-			store.delay.Store(int64(250 * time.Millisecond))
-			ctx, cancel := context.WithCancel(context.Background())
-			if tc.deadline > 0 {
-				ctx, cancel = context.WithTimeout(context.Background(), tc.deadline)
-			} else {
-				cancel()
-			}
-			defer cancel()
-			start := time.Now()
-			err = s.ReleaseAll(ctx)
-			t.Logf("ReleaseAll took %v (promised for a ctx shorter than %v: %v), %d pipelines cut, err %v", time.Since(start), promised, promised, store.cut.Load(), err)
-			if n := store.cut.Load(); n != 0 {
-				t.Errorf("%d release pipelines cut by the deadline: a ctx shorter than a lease call's deadline plus 300 µs a tenant (%v) got less than that", n, promised)
-			}
+					})
+				}
+				wg.Wait()
+				s.Close()
+				store.delay.Store(int64(250 * time.Millisecond))
+				ctx, cancel := context.WithCancel(context.Background())
+				if tc.deadline > 0 {
+					ctx, cancel = context.WithTimeout(context.Background(), tc.deadline)
+				} else {
+					cancel()
+				}
+				defer cancel()
+				start := time.Now()
+				err = s.ReleaseAll(ctx)
+				t.Logf("ReleaseAll took %v (promised for a ctx shorter than %v: %v), %d pipelines cut, err %v", time.Since(start), promised, promised, store.cut.Load(), err)
+				if n := store.cut.Load(); n != 0 {
+					t.Errorf("%d release pipelines cut by the deadline: a ctx shorter than a lease call's deadline plus 300 µs a tenant (%v) got less than that", n, promised)
+				}
+			})
 		})
 	}
 }
