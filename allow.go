@@ -45,8 +45,9 @@ func (l *Limiter) allowMissed(tenant string, t *syncer.Tenant) bool {
 // level last seen): no lock, allocation, clock read or network call.
 // Allow skips the four loads.
 // Otherwise it tells the syncer (without blocking) and:
-//   - on the tenant's first request here, waits for its first lease, up to
-//     WithColdStartWait and ctx;
+//   - when the tenant holds no lease here (its first request, or its
+//     last lease lapsed: its tokens expired unspent), waits for a lease,
+//     up to WithColdStartWait and ctx (syncer.Tenant.Cold);
 //   - when WithMaxWait is set, waits up to that long (and ctx) for a fresh
 //     lease;
 //   - when Redis cannot be reached, decides by the tenant's FailureMode at

@@ -22,7 +22,7 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n
 	var (
 		sl     = sleeper{closing: l.done}
 		waits  int64
-		cold   bool           // the tenant had no lease here when the first wait began
+		cold   bool           // the tenant held no lease here when the first wait began (syncer.Tenant.Cold)
 		missed *syncer.Tenant // the tenant this request's miss was noted on before it waited, or nil
 		budget struct {       // AllowN: its wait, bounded by its limit and ctx; nil before the first
 			ctx    context.Context
@@ -68,7 +68,7 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n
 			// nothing and the read would make a cold request a warm miss,
 			// denied at once with the lease's tokens there
 			// (TestColdStartSharesOneCall, beside two busy loops).
-			cold = !e.Leased()
+			cold = e.Cold()
 			front, clock, plans := e.Front(), l.sync.Clock(), l.sync.Plans()
 			if ok, left := e.Spend(n); ok {
 				return spent(e, lim, "", left, ReasonLeased, leased(n, front, clock, plans)), nil

@@ -30,9 +30,9 @@ type Decision struct {
 	FleetRemaining int64
 	// RetryAfter, when denied, estimates how long until n tokens could be
 	// admitted. It is zero when Allowed, and zero when n can never be
-	// admitted (see Reason). For a cold start (ReasonColdStart: nothing
-	// known of the global bucket yet) it is at most the refresh interval,
-	// within which the first lease comes.
+	// admitted (see Reason). Before the tenant's first lease here
+	// (ReasonColdStart, nothing known of the global bucket yet) it is at
+	// most the refresh interval, within which the first lease comes.
 	RetryAfter time.Duration
 	// Quota is the tenant's quota, with defaults resolved.
 	Quota Quota
@@ -78,9 +78,10 @@ type Reason uint8
 const (
 	// ReasonLeased: decided from tokens this instance already held.
 	ReasonLeased Reason = iota + 1
-	// ReasonColdStart: the tenant had no lease on this instance yet; the
-	// request waited for its first lease (bounded by WithColdStartWait and
-	// ctx), then was decided.
+	// ReasonColdStart: the tenant held no lease on this instance (none
+	// yet, or its last one lapsed, its tokens expired unspent); the
+	// request waited for a lease (bounded by WithColdStartWait and ctx),
+	// then was decided.
 	ReasonColdStart
 	// ReasonRefilled: the lease ran out and the request waited for a fresh
 	// one (WithMaxWait, or WaitN), then was admitted.

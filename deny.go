@@ -122,7 +122,7 @@ func (l *Limiter) deny(e *syncer.Tenant, n int64) Decision {
 	case l.closed.Load():
 		d.Reason = ReasonClosed
 		return d
-	case !e.Leased():
+	case e.Cold():
 		d.Reason = ReasonColdStart
 	}
 	d.RetryAfter = l.retryAfter(e, l.cfg.now(), n)

@@ -42,3 +42,11 @@ func SyncQuotas(l *Limiter) { l.refreshQuotas(context.Background()) }
 // DormantTenants returns the number of l's tenants that are dormant
 // (syncer.Syncer.Dormant).
 func DormantTenants(l *Limiter) int { return l.sync.Dormant() }
+
+// TenantCold reports whether a request of tenant on l may wait for a
+// lease as a cold one (syncer.Tenant.Cold): l does not track it, or it
+// holds no lease there and no lease call has answered for it since.
+func TenantCold(l *Limiter, tenant string) bool {
+	t := l.sync.Tenant(tenant)
+	return t == nil || t.Cold()
+}

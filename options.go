@@ -294,9 +294,13 @@ func WithPerCPUTokens(minDemand float64) Option {
 	return func(c *config) { c.perCPUDemand = minDemand }
 }
 
-// WithColdStartWait bounds how long a tenant's first request on this
-// instance waits for its first lease (default 100ms; 0 means do not
-// wait, deny at once while the lease is fetched). The request's ctx bounds
+// WithColdStartWait bounds how long a request waits for a lease when its
+// tenant holds none on this instance (default 100ms; 0 means do not
+// wait, deny at once while the lease is fetched): the tenant's first
+// request here, and a request after its last lease lapsed, its tokens
+// expired unspent (a tenant whose requests here come further apart than
+// its lease lifetime). A request that finds its lease spent by other
+// requests does not wait for this (see WithMaxWait). The request's ctx bounds
 // it too. A cold request does not wait either when this instance's last
 // urgent lease call, ended within the last second, took d or longer (a
 // saturated Redis, or a process too busy to read its replies): its lease

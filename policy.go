@@ -34,16 +34,17 @@ func Per(n int64, period time.Duration) Quota {
 //
 // It takes n from each tenant's local lease in order; when one is short,
 // it gives back what it took from the earlier ones (exact: they are local
-// counters) and that tenant decides as AllowN would: it waits for its
-// first lease on this instance (up to WithColdStartWait and ctx), or for
+// counters) and that tenant decides as AllowN would: it waits for a
+// lease when it holds none on this instance (its first, or one after its
+// last lapsed unspent: up to WithColdStartWait and ctx), or for
 // a fresh lease when WithMaxWait is set; when Redis cannot be reached and
 // its lease is spent, its own FailureMode decides at once, and an
 // admission by its mode (which holds no leased token) stands for the rest
 // of the call. If it admits, AllowAll takes n from the others again; when
 // another is short then, the turn's tokens go back too and that tenant
 // takes a turn. AllowAll never holds one tenant's tokens while it waits
-// for another's. (Tenants without a lease yet are all asked for one at
-// the start, so that their first leases come in together.) It denies when
+// for another's. (Tenants holding no lease are all asked for one at
+// the start, so that their leases come in together.) It denies when
 // a turn denies, and when a tenant is short again after the call took
 // twice as many turns as it has tenants (other requests taking the
 // tokens in between).
@@ -148,13 +149,13 @@ lookup:
 		break
 	}
 	sum := sumHashes(tenants)
-	// Ask for the first lease of every tenant that has none, so that they
+	// Ask for a lease for every tenant that holds none, so that they
 	// come in one round rather than one wait after another. A need, not a
 	// miss: the tenant's demand counts this request once, when its turn
 	// spends or misses below. (Noted as a miss, a cold WaitAll counted
 	// twice in each tenant's demand: TestColdWaitAllCountsOnceInDemand.)
 	for _, e := range ts {
-		if !e.Leased() && !e.Failing() {
+		if e.Cold() && !e.Failing() {
 			l.sync.NoteNeed(e, n)
 		}
 	}

@@ -652,11 +652,12 @@ func fleetBubble(t *testing.T, sh fleetShape) *fleetResult {
 			denied++
 		}
 	}
-	// A pair's requests go in the driver until its instance holds a
-	// lease for the tenant; before, a request may wait for the first
-	// lease (WithColdStartWait), and the driver waiting would stop the
-	// world: such requests go in goroutines of their own, which every step
-	// lets run until they are done or blocked (synctest.Wait).
+	// A pair's requests go in the driver while its instance holds a
+	// lease for the tenant; before its first lease, and once one lapsed
+	// (syncer.Tenant.Cold), a request may wait for a lease
+	// (WithColdStartWait), and the driver waiting would stop the world:
+	// such requests go in goroutines of their own, which every step lets
+	// run until they are done or blocked (synctest.Wait).
 	var late fleetLate
 	settle := func() {
 		if late.pending() > 0 {
@@ -679,7 +680,7 @@ func fleetBubble(t *testing.T, sh fleetShape) *fleetResult {
 				}
 				for pr.acc >= 1 {
 					pr.acc--
-					if pr.warm {
+					if pr.warm && !leasequota.TenantCold(l, names[pr.tenant]) {
 						decided(pr.tenant, l.AllowN(ctx, names[pr.tenant], 1))
 						continue
 					}

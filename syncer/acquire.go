@@ -152,6 +152,9 @@ func (s *Syncer) apply(ctx context.Context, t *Tenant, node *redisNode, now time
 	ls.level.Store(floorLevel(g.Tokens))
 	s.setRetry(t)
 	t.setFlag(flagLeased, true)
+	if immediate > 0 {
+		t.setFlag(flagIdle, false)
+	}
 	s.setFailing(t, false, nil)
 	ls.fallback.Store(nil)
 	s.opts.Telemetry.LeaseGranted(ctx, t.name, want, g.Granted, level, g.Tokens)

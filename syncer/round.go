@@ -291,6 +291,7 @@ func (s *Syncer) planWith(t *Tenant, now time.Time, in Input) (a Action, ret lea
 		// Reserved tokens that came due: into the counter before the
 		// expiry below reads it (the ledger holds them already).
 		t.credit(a.Drip)
+		t.setFlag(flagIdle, false)
 		s.dripped.Add(a.Drip)
 		s.setRetry(t)
 	}
@@ -300,17 +301,21 @@ func (s *Syncer) planWith(t *Tenant, now time.Time, in Input) (a Action, ret lea
 		t.setFlag(flagUrgent, true)
 	}
 	s.spread(t, now)
+	idle := t.st().Target() == 0
 	if a.Expire > 0 {
 		taken, left := t.debit(a.Expire)
 		s.planner.Expired(t.st(), taken, left)
 		s.expired.Add(taken)
 		s.opts.Telemetry.Expired(taken)
+		t.setFlag(flagIdle, idle || taken > 0 && t.st().ledger.n() == 0)
 		switch {
 		case taken > 0 && !s.planner.ReturnsExpired(t.st(), a, t.lease.Load().refilled(now, t.Limits())):
 			s.forfeited.Add(taken)
 		case taken > 0:
 			return a, s.returnOf(t, taken, now, a.ExpiredGranted, a.ExpiredGrant), true
 		}
+		return a, ret, false
 	}
+	t.setFlag(flagIdle, idle)
 	return a, ret, false
 }

@@ -172,6 +172,13 @@ const (
 	// P alone, and is not split again before its probe (Syncer.spread).
 	// The syncer's, under the tenant's lock.
 	flagSolo
+	// flagIdle: the syncer keeps no lease for the tenant: its last plan
+	// sized its lease at nothing (too little demand, Planner.target), or
+	// took back the last tokens it held, expired unspent. A request that
+	// misses then waits for a lease as a first request does (Cold). Set
+	// and cleared by planWith; cleared too when tokens land (a grant, a
+	// drip). The syncer's, under the tenant's lock.
+	flagIdle
 )
 
 // Above the flags, Tenant.flags holds a seqlock of the changes of tokens
@@ -183,7 +190,7 @@ const (
 	syncDone uint32 = 1 << 20
 	syncMask uint32 = syncDone - syncBusy // the changes under way
 
-	_ int = int(syncBusy) - 2*int(flagSolo) // the flags fit under syncBusy
+	_ int = int(syncBusy) - 2*int(flagIdle) // the flags fit under syncBusy
 )
 
 // beginSync and endSync bracket a change of both tokens and counted
@@ -462,6 +469,20 @@ func (t *Tenant) Failing() bool { return t.flag(flagFailing) }
 
 // Leased reports whether the tenant has ever been granted a lease here.
 func (t *Tenant) Leased() bool { return t.flag(flagLeased) }
+
+// Cold reports whether the syncer keeps no lease for the tenant: no
+// lease call has answered for it yet (its first request), or its last
+// plan found it idle (its demand too low to size a lease at a token, or
+// the last tokens it held expired unspent) and no tokens came since. A
+// request that misses on a cold tenant may wait for a lease (the root's
+// WithColdStartWait): its miss says the syncer was not keeping a lease
+// for it, not that its quota was spent, and no scheduled refresh would
+// bring one. A tenant whose requests come further apart than its lease
+// lifetime is cold at every request; denied then at once, as a miss on
+// a lease that requests spent is, it was denied nearly every request
+// while its bucket stood full (TestSparseTenantAdmitted in the root
+// package).
+func (t *Tenant) Cold() bool { return t.flags.Load()&(flagLeased|flagIdle) != flagLeased }
 
 // Evicted reports whether the tenant was evicted: a request holding it
 // should look the tenant up again.
