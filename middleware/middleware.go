@@ -610,7 +610,14 @@ func RetrySeconds(d time.Duration) int64 { return retrySeconds(d) }
 // RateLimit-Policy advertises for quota q: the time its bucket takes to
 // refill from empty, ceil(Burst/Rate), at least 1.
 func Window(q leasequota.Quota) int64 {
-	w := math.Ceil(float64(q.Burst) / q.Rate)
+	x := float64(q.Burst) / q.Rate
+	// A quotient a hair above a whole number is that number: the rate of
+	// leasequota.Per(11, time.Minute), 11/60 rounded to a float64, gives
+	// 60.00000000000001, which is 60 s, not 61.
+	if r := math.Round(x); x > r && x-r <= r*1e-12 {
+		x = r
+	}
+	w := math.Ceil(x)
 	switch {
 	case !(w >= 1): // also NaN
 		return 1
