@@ -475,7 +475,9 @@ func (lim *limiter) setMetadata(ctx context.Context, d *leasequota.Decision, key
 	md := make(metadata.MD, 2)
 	md[MetadataPolicy] = policy
 	if rate && valid && dec >= 0 {
-		md[MetadataRateLimit] = lim.pols[dec].rPrefix.RateLimit(min(max(d.FleetRemaining, 0), maxSFInteger), t)
+		// r at most q: FleetRemaining is above Burst when this instance
+		// holds more tokens than that (leased before SetQuota lowered it).
+		md[MetadataRateLimit] = lim.pols[dec].rPrefix.RateLimit(min(max(d.FleetRemaining, 0), d.Quota.Burst, maxSFInteger), t)
 	}
 	_ = setHeader(ctx, md) // fails only when headers were sent: not yet
 }

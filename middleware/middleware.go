@@ -205,7 +205,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				pol = p.member(q)
 			}
 			hdr[headerPolicy] = pol
-			hdr[headerRateLimit] = p.rPrefix.RateLimit(d.FleetRemaining, 0)
+			hdr[headerRateLimit] = p.rPrefix.RateLimit(min(d.FleetRemaining, q.Burst), 0) // r <= q: see setFields
 		}
 		h.next.ServeHTTP(w, r)
 		return
@@ -479,7 +479,7 @@ func (h *handler) setFields(hdr http.Header, d *leasequota.Decision, keys []stri
 	hdr[headerPolicy] = policy
 	if !h.cfg.legacy {
 		if rate {
-			hdr[headerRateLimit] = p.rPrefix.RateLimit(min(max(d.FleetRemaining, 0), maxSFInteger), t)
+			hdr[headerRateLimit] = p.rPrefix.RateLimit(remaining(d), t)
 		}
 		return
 	}
@@ -500,7 +500,7 @@ func (h *handler) setFields(hdr http.Header, d *leasequota.Decision, keys []stri
 	if !rate {
 		return
 	}
-	r := min(max(d.FleetRemaining, 0), maxSFInteger)
+	r := remaining(d)
 	hdr[headerRateLimit] = p.rPrefix.RateLimit(r, t)
 	vals[1] = strconv.FormatInt(r, 10)
 	hdr[headerLegacyRemaining] = vals[1:2:2]
@@ -508,6 +508,14 @@ func (h *handler) setFields(hdr http.Header, d *leasequota.Decision, keys []stri
 		vals[2] = strconv.FormatInt(t, 10)
 		hdr[headerLegacyReset] = vals[2:3:3]
 	}
+}
+
+// remaining returns RateLimit's r for decision d, whose quota is valid:
+// d.FleetRemaining, at least 0 and at most q, the quota's Burst.
+// FleetRemaining is above Burst when this instance holds more tokens than
+// that (leased before SetQuota lowered it, or a rate share's).
+func remaining(d *leasequota.Decision) int64 {
+	return min(max(d.FleetRemaining, 0), d.Quota.Burst, maxSFInteger)
 }
 
 // policyList returns the RateLimit-Policy field value of several
