@@ -206,8 +206,13 @@ func splitXFF(line string) ([]string, bool) {
 }
 
 // splitForwarded parses a Forwarded line (RFC 7239, section 4) and returns
-// the "for" value of each element, "" for an element without one. ok is
-// false when the line does not parse.
+// the "for" value of each element, "" for an element without one, with
+// two, or that does not parse. Proxies append their elements to the line
+// they received, so an element that does not parse does not spoil those
+// after it: the parse goes on after the next comma. (A quoted string
+// opened by a bad element cannot swallow a well-formed element appended
+// after it: ending at that element's opening quote, it is not followed by
+// ';' or ','.) ok is always true.
 func splitForwarded(line string) ([]string, bool) {
 	var nodes []string
 	s := line
@@ -220,56 +225,72 @@ func splitForwarded(line string) ([]string, bool) {
 			s = s[1:]
 			continue
 		}
-		var forValue string
-		haveFor := false
-		for { // pairs of one element
-			s = trimOWS(s)
-			i := 0
-			for i < len(s) && isTokenChar(s[i]) {
-				i++
+		value, rest, ok := forwardedElement(s)
+		if !ok {
+			value, rest = "", ""
+			if i := strings.IndexByte(s, ','); i >= 0 {
+				rest = s[i:]
 			}
-			if i == 0 || i == len(s) || s[i] != '=' {
-				return nil, false
-			}
-			name := s[:i]
-			s = s[i+1:]
-			var value string
-			if s != "" && s[0] == '"' {
-				v, rest, ok := unquote(s)
-				if !ok {
-					return nil, false
-				}
-				value, s = v, rest
-			} else {
-				j := 0
-				for j < len(s) && isTokenChar(s[j]) {
-					j++
-				}
-				if j == 0 {
-					return nil, false
-				}
-				value, s = s[:j], s[j:]
-			}
-			if strings.EqualFold(name, "for") {
-				if haveFor {
-					return nil, false
-				}
-				forValue, haveFor = value, true
-			}
-			s = trimOWS(s)
-			if s == "" || s[0] == ',' {
-				break
-			}
-			if s[0] != ';' {
-				return nil, false
-			}
-			s = s[1:]
 		}
-		nodes = append(nodes, forValue)
+		nodes = append(nodes, value)
+		s = rest
 		if s != "" {
 			s = s[1:] // the comma
 		}
 	}
+}
+
+// forwardedElement parses the Forwarded element at the start of s and
+// returns its "for" value ("" without one, or with two) and the rest of
+// s, "" or starting with the comma that ends the element. ok is false
+// when the element does not parse.
+func forwardedElement(s string) (forValue, rest string, ok bool) {
+	haveFor, twice := false, false
+	for { // pairs of one element
+		s = trimOWS(s)
+		i := 0
+		for i < len(s) && isTokenChar(s[i]) {
+			i++
+		}
+		if i == 0 || i == len(s) || s[i] != '=' {
+			return "", "", false
+		}
+		name := s[:i]
+		s = s[i+1:]
+		var value string
+		if s != "" && s[0] == '"' {
+			v, rest, ok := unquote(s)
+			if !ok {
+				return "", "", false
+			}
+			value, s = v, rest
+		} else {
+			j := 0
+			for j < len(s) && isTokenChar(s[j]) {
+				j++
+			}
+			if j == 0 {
+				return "", "", false
+			}
+			value, s = s[:j], s[j:]
+		}
+		if strings.EqualFold(name, "for") {
+			twice = haveFor
+			forValue, haveFor = value, true
+		}
+		s = trimOWS(s)
+		if s == "" || s[0] == ',' {
+			break
+		}
+		if s[0] != ';' {
+			return "", "", false
+		}
+		s = s[1:]
+	}
+	if twice {
+		forValue = ""
+	}
+	return forValue, s, true
 }
 
 // unquote reads an RFC 9110 quoted-string at the start of s.
