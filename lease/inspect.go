@@ -310,11 +310,16 @@ func (b *BucketState) parseBucket(h map[string]string) error {
 	}
 	b.Exists = true
 	var err error
-	if b.Tokens, err = strconv.ParseFloat(tk, 64); err != nil {
+	// What read_bucket (common.lua) refuses as a corrupt bucket: a level
+	// that is not a finite number, a time before 1970 or from 2^53 µs on.
+	if b.Tokens, err = parseFinite(tk); err != nil {
 		return fmt.Errorf("tk: %w", err)
 	}
 	if b.Updated, err = strconv.ParseInt(ts, 10, 64); err != nil {
 		return fmt.Errorf("ts: %w", err)
+	}
+	if b.Updated < 0 || b.Updated >= 1<<53 {
+		return fmt.Errorf("ts: %d is not a time the scripts write", b.Updated)
 	}
 	hb, hasHb := h["hb"]
 	_, hasP1 := h["p1"]
