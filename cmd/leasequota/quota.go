@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
-	"time"
 
 	"github.com/leasequota/leasequota/lease"
 	"github.com/leasequota/leasequota/quota"
@@ -283,7 +282,7 @@ func quotaList(ctx context.Context, e *env, args []string) error {
 		}
 		ttl := "default"
 		if q.LeaseTTL != 0 {
-			ttl = q.LeaseTTL.Round(time.Millisecond).String()
+			ttl = q.LeaseTTL.String()
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%v\n", printable(name), formatFloat(q.Rate), q.Burst, q.MinLease, q.MaxLease, ttl, q.FailureMode)
 	}
