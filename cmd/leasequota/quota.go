@@ -296,9 +296,11 @@ func quotaList(ctx context.Context, e *env, args []string) error {
 // printable quotes a tenant name that a table or a terminal would garble
 // (spaces, control or non-UTF-8 bytes: escape sequences went to the
 // terminal as they were from quota set, get and delete), and cuts one
-// over 64 bytes.
+// over 64 bytes. Control characters include C1's (U+0080..U+009F, the
+// CSI U+009B among them), which strconv.CanBackquote passes, and every
+// other character strconv.Quote escapes.
 func printable(s string) string {
-	if strconv.CanBackquote(s) && !strings.ContainsAny(s, " \t") && len(s) <= 64 {
+	if strconv.CanBackquote(s) && !strings.ContainsFunc(s, func(r rune) bool { return r == ' ' || !strconv.IsPrint(r) }) && len(s) <= 64 {
 		return s
 	}
 	if len(s) > 64 {
