@@ -298,9 +298,10 @@ func quotaList(ctx context.Context, e *env, args []string) error {
 // terminal as they were from quota set, get and delete), and cuts one
 // over 64 bytes. Control characters include C1's (U+0080..U+009F, the
 // CSI U+009B among them), which strconv.CanBackquote passes, and every
-// other character strconv.Quote escapes.
+// other character strconv.Quote escapes. The empty name is quoted, so
+// that it shows.
 func printable(s string) string {
-	if strconv.CanBackquote(s) && !strings.ContainsFunc(s, func(r rune) bool { return r == ' ' || !strconv.IsPrint(r) }) && len(s) <= 64 {
+	if s != "" && strconv.CanBackquote(s) && !strings.ContainsFunc(s, func(r rune) bool { return r == ' ' || !strconv.IsPrint(r) }) && len(s) <= 64 {
 		return s
 	}
 	if len(s) > 64 {

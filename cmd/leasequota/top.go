@@ -62,8 +62,7 @@ Flags:
 
 // topRow is one tenant's line of a refresh.
 type topRow struct {
-	Tenant    string   `json:"tenant"`
-	Named     bool     `json:"-"`
+	Tenant    *string  `json:"tenant"` // null when not known: a hashed key without a stored name
 	Key       string   `json:"key"`
 	Granted   *float64 `json:"granted_per_s"`
 	Level     *float64 `json:"level"`
@@ -247,9 +246,9 @@ func dedupe(fresh []string, watched map[string]lease.BucketState) []string {
 // makeRow is a bucket's line: cur as read now, prev as read at the
 // previous refresh (when seen).
 func makeRow(cur, prev lease.BucketState, seen bool) topRow {
-	r := topRow{Tenant: cur.Tenant, Named: cur.Named, Key: cur.Key, Override: cur.Override != nil, state: cur}
-	if !cur.Named {
-		r.Tenant = ""
+	r := topRow{Key: cur.Key, Override: cur.Override != nil, state: cur}
+	if cur.Named {
+		r.Tenant = &cur.Tenant
 	}
 	lv := cur.Level()
 	if lv.Known {
@@ -318,9 +317,9 @@ func (t *top) print(f topFrame) error {
 	w := tabwriter.NewWriter(t.e.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "TENANT\tGRANTED/S\tLEVEL\tBURST\tFILL\tINSTANCES\tDEMAND/S\tQUOTA\t")
 	for _, r := range f.Tenants {
-		name := printable(r.Tenant)
-		if !r.Named {
-			name = "(hashed) " + printable(r.Key)
+		name := "(hashed) " + printable(r.Key)
+		if r.Tenant != nil {
+			name = printable(*r.Tenant)
 		}
 		fill := "-"
 		if r.Level != nil && r.Burst != nil {
