@@ -97,7 +97,7 @@ const globalUsage = `usage: leasequota [global flags] <command> [flags] [TENANT]
 Commands:
   quota set -rate R -burst B [-lease-ttl D] [-min-lease N] [-max-lease N] [-failure-mode M] TENANT
                    store TENANT's quota override (every instance applies it
-                   within about half a refresh interval)
+                   within about half a refresh interval plus two rounds)
   quota get TENANT     print TENANT's override, if any
   quota delete TENANT  remove TENANT's override (the services' quota applies again)
   quota list           every stored override (SCAN on every node)
