@@ -153,8 +153,14 @@ func (l *Limiter) collect(s *telemetry.Snapshot) {
 	s.ModeOf = reasonModes
 	s.Tenants = int64(l.sync.Len())
 	s.Degraded = l.sync.Degraded()
-	s.TokensGranted = st.Granted
+	// The tokens that came to the leases here: granted at once, and
+	// reserved ones (WithReservation) and rate shares' (WithRateShares)
+	// as they came due. Reserved tokens not due yet are neither held nor
+	// spent: counted as granted, they read as spent (and those a drain
+	// dropped before they came due, for ever).
+	in := st.Granted - st.Reserved + st.Dripped
+	s.TokensGranted = in
 	// Every token taken back (expired, evicted, closed) is given back, and
 	// counted as returned or forfeited.
-	s.TokensSpent = max(st.Granted-st.Returned-st.Forfeited-c.held, 0)
+	s.TokensSpent = max(in-st.Returned-st.Forfeited-c.held, 0)
 }

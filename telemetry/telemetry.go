@@ -52,7 +52,8 @@ type Snapshot struct {
 	Tenants int64
 	// Degraded is true while Redis calls fail.
 	Degraded bool
-	// Lease tokens: granted by Redis and spent by requests, since start.
+	// Lease tokens: come to the leases (granted at once, or reserved and
+	// come due) and spent by requests, since start.
 	TokensGranted, TokensSpent int64
 }
 
@@ -141,7 +142,7 @@ func New(cfg Config) (*Telemetry, error) {
 		metric.WithUnit("1"), metric.WithDescription("1 while Redis calls fail (breaker open or probing), else 0."))
 	add(e)
 	utilization, e := meter.Float64ObservableGauge("leasequota.lease.utilization",
-		metric.WithUnit("1"), metric.WithDescription("Tokens spent by requests over tokens granted by Redis, since start."))
+		metric.WithUnit("1"), metric.WithDescription("Tokens spent by requests over tokens that came to the leases, since start."))
 	add(e)
 	if err != nil {
 		return nil, err
