@@ -214,7 +214,13 @@ func (s *Syncer) ReleaseAll(ctx context.Context) error {
 		callCtx, cancel = detached, stop // canceled after the roster's leave
 		extend = false
 	}
-	endErr := s.endShares(callCtx, ends)
+	if len(reqs) == 0 && len(ends) == 0 {
+		return nil
+	}
+	// One span for Close's calls, the shares' ends with the returns.
+	rctx, round := s.opts.Telemetry.StartRound(callCtx, false)
+	defer s.endRound(round)
+	endErr := s.endShares(rctx, round, ends)
 	if len(reqs) == 0 {
 		return endErr
 	}
@@ -232,33 +238,39 @@ func (s *Syncer) ReleaseAll(ctx context.Context) error {
 			}
 		}
 	}
-	rctx, round := s.opts.Telemetry.StartRound(callCtx, false)
-	defer s.endRound(round)
 	var err error
 	round.Returned, err = s.release(rctx, round, &s.one, reqs, timeout, now)
 	return errors.Join(endErr, err)
 }
 
 // endShares ends the rate shares ends name, in pipelines of up to
-// batchSize tenants. A share whose end fails stays in force in Redis
-// until its epoch ends, unspent: a loss of quota, never of the bound.
-func (s *Syncer) endShares(ctx context.Context, ends []lease.Request) error {
+// batchSize tenants, counting the calls and lease requests in round. A
+// share whose end fails stays in force in Redis until its epoch ends,
+// unspent: a loss of quota, never of the bound.
+func (s *Syncer) endShares(ctx context.Context, round *telemetry.Round, ends []lease.Request) error {
 	var errs []error
 	for start := 0; start < len(ends); start += batchSize {
 		chunk := ends[start:min(start+batchSize, len(ends))]
 		s.one.budget.take(len(chunk), true, s.opts.Now())
+		failed := 0
 		_, err := s.call(ctx, telemetry.OpAcquire, &s.one, len(chunk), 0, func(ctx context.Context) ([]lease.Result, error) {
 			res, err := s.client.AcquireMany(ctx, chunk, nil)
 			for _, r := range res {
 				if r.Err != nil {
 					errs = append(errs, r.Err)
+					failed++
 				}
 			}
 			return nil, err
 		})
 		if err != nil {
 			errs = append(errs, err)
+			failed = len(chunk)
 		}
+		if !refused(err) { // the breaker's refusal was not sent (acquire)
+			round.Add(telemetry.Round{Tenants: len(chunk), Calls: 1})
+		}
+		round.Failed += failed
 	}
 	return errors.Join(errs...)
 }
