@@ -18,8 +18,9 @@ import (
 // call's deadline allows (TestSaturatedSparseFleet).
 
 // ErrNoRoster is wrapped by CountInstances when Redis refuses the roster
-// for good: an ACL that does not allow its key or script (NOPERM), or a key
-// of another type at RosterKey (WRONGTYPE). Counting again would not help;
+// for good: an ACL that does not allow its key, its script (NOPERM) or a
+// command the script calls, or a key of another type at RosterKey
+// (WRONGTYPE). Counting again would not help;
 // the syncer stops counting and sizes its call window's floor by the
 // tenants' registries.
 var ErrNoRoster = errors.New("lease: the fleet's roster cannot be kept")
@@ -84,7 +85,7 @@ func (c *Client) CountInstances(ctx context.Context) (int, error) {
 	}
 	n, err := rosterScript.run(ctx, c.s, []string{RosterKey(c.prefix)},
 		c.instance, strconv.FormatInt(c.window.Milliseconds(), 10)).Int64()
-	if redis.HasErrorPrefix(err, "NOPERM") || redis.HasErrorPrefix(err, "WRONGTYPE") {
+	if refusedForGood(err) {
 		return 0, fmt.Errorf("%w: %w", ErrNoRoster, err)
 	}
 	if err != nil {
@@ -106,11 +107,24 @@ func (c *Client) LeaveRoster(ctx context.Context) error {
 		return fmt.Errorf("%w: LeaveRoster needs an instance id", ErrBadRequest)
 	}
 	err := leaveScript.run(ctx, c.s, []string{RosterKey(c.prefix)}, c.instance).Err()
-	if redis.HasErrorPrefix(err, "NOPERM") || redis.HasErrorPrefix(err, "WRONGTYPE") {
+	if refusedForGood(err) {
 		return fmt.Errorf("%w: %w", ErrNoRoster, err)
 	}
 	if err != nil {
 		return fmt.Errorf("lease: leave the roster: %w", err)
 	}
 	return nil
+}
+
+// refusedForGood reports whether err is Redis refusing the roster for
+// good: an ACL that does not allow the script or its key (NOPERM), one
+// that does not allow a command the script calls, or a key of another
+// type (WRONGTYPE). An ACL refusal inside a script is no NOPERM: Redis
+// 7.0 says "ERR The user executing the script can't run this command or
+// subcommand" (or "can't access at least one of the keys"), 7.2 on "ERR
+// ACL failure in script: ..." (HasErrorPrefix drops the "ERR ").
+func refusedForGood(err error) bool {
+	return redis.HasErrorPrefix(err, "NOPERM") || redis.HasErrorPrefix(err, "WRONGTYPE") ||
+		redis.HasErrorPrefix(err, "ACL failure in script") ||
+		redis.HasErrorPrefix(err, "The user executing the script can't")
 }

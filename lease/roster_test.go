@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/leasequota/leasequota/internal/redisserver"
 )
 
@@ -188,5 +190,36 @@ func TestLeaveRoster(t *testing.T) {
 	}
 	if v, err := rdb.Get(ctx, other).Result(); err != nil || v != "someone else's" {
 		t.Fatalf("the string at the roster's key is now %q, %v", v, err)
+	}
+}
+
+// TestRosterRefusedByACLInsideTheScript, on a redis-server of its own: an
+// ACL that lets the user run the scripts on the roster's key but not a
+// command the roster's scripts call (ZCARD, ZREM: the tenants' scripts
+// use neither, so an ACL written for an earlier release's commands lacks
+// them) refuses the roster for good, as NOPERM does. Redis does not say
+// NOPERM then: the script's call fails with "ERR The user executing the
+// script can't run this command or subcommand" (7.0) or "ERR ACL failure
+// in script: ..." (7.2 on).
+func TestRosterRefusedByACLInsideTheScript(t *testing.T) {
+	ctx := context.Background()
+	srv := redisserver.StartServer(t)
+	admin := srv.Client()
+	defer admin.Close()
+	const user, pass = "limiter", "limiter-pass"
+	if err := admin.Do(ctx, "ACL", "SETUSER", user, "on", ">"+pass, "~*", "+@all", "-zcard", "-zrem").Err(); err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: user, Password: pass})
+	defer rdb.Close()
+	c, err := NewClient(rdb, redisserver.Prefix(t), WithInstance("a", time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := c.CountInstances(ctx); !errors.Is(err, ErrNoRoster) || n != 0 {
+		t.Errorf("CountInstances without ZCARD in the ACL: %d, %v; want 0 and ErrNoRoster", n, err)
+	}
+	if err := c.LeaveRoster(ctx); !errors.Is(err, ErrNoRoster) {
+		t.Errorf("LeaveRoster without ZREM in the ACL: %v; want ErrNoRoster", err)
 	}
 }
