@@ -199,6 +199,7 @@ const (
 	flagEnding                      // the rate share's demand is gone: it ends at shareAfter (Planner.endAfter)
 	flagQuiet                       // quiet is set: a plan before it would only observe (Planner.settle)
 	flagQuietHeld                   // quiet because a call is held back: whatever the level and misses
+	flagSparse                      // the last request came a lease's usable lifetime or more after the one before: no lease is kept (Planner.sparse)
 )
 
 // stampOf returns ns as a stamp of st, rounded down.
@@ -539,6 +540,32 @@ func (p *Planner) jitter(st *State, slot, span int64) int64 {
 	return int64(mix(uint64(st.hash)^p.seed^uint64(slot)) % uint64(span))
 }
 
+// sparse records whether the requests that a plan at ns observes, asked
+// tokens since the last plan that saw any, came a lease's usable lifetime
+// or more apart on average (flagSparse; asked over the largest request
+// lately, needMax, counts them, at least one). Tokens leased for such a
+// tenant expire before its next request: a tenant of one request every
+// 5 s on an instance, with 2 s leases, made two lease calls a request (the
+// lease its request waited for, then a top-up as the demand estimate,
+// raised by that one request for a second or so, asked for) and let two
+// tokens expire. While sparse, its lease is sized at nothing, so the
+// syncer keeps none (Tenant.Cold): a request waits for a lease of its own
+// size (at least MinLease), as a first request does, one call a request,
+// as a limiter that calls Redis for each request makes. Requests closer
+// together end it. A tenant never granted has its cold target instead,
+// and its first requests are not sparse. (The gap alone would not do: a
+// tenant whose calls are held back is passed by while its requests miss,
+// and the plan after the hold sees them all at once.)
+func (p *Planner) sparse(st *State, lim quota.Quota, ns int64, asked int64) {
+	requests := max(float64(asked)/max(float64(st.needMax), 1), 1)
+	gap := float64(ns - st.at(st.lastActive))
+	if st.flags&flagGranted != 0 && gap >= requests*float64(p.usableLifetime(lim)) {
+		st.flags |= flagSparse
+	} else {
+		st.flags &^= flagSparse
+	}
+}
+
 // mix is the splitmix64 finalizer: a cheap, well-spread hash of x.
 func mix(x uint64) uint64 {
 	x ^= x >> 30
@@ -686,6 +713,9 @@ func (p *Planner) plan(st *State, lim quota.Quota, now time.Time, in Input) Acti
 		a.Unobserved, asked = -asked, 0
 	}
 	p.observe(st, ns, asked)
+	if asked > 0 {
+		p.sparse(st, lim, ns, asked)
+	}
 	if asked > 0 || in.Urgent {
 		st.lastActive = st.stampOf(ns)
 	}
@@ -729,7 +759,11 @@ func (p *Planner) plan(st *State, lim quota.Quota, now time.Time, in Input) Acti
 	held := st.ledger.Total() - st.ledger.ExpiringBefore(now.Add(p.renewHorizon(lim)), lim.LeaseTTL) + st.Reserved()
 
 	granted := st.flags&flagGranted != 0
-	if granted {
+	if granted && st.flags&flagSparse != 0 {
+		// Sparse: a request's lease is what it asks for (Input.Need,
+		// below; at least MinLease), and no more is kept.
+		st.target = 0
+	} else if granted {
 		st.target = p.target(lim, st.Demand(), st.instances)
 		if asked, young := p.askedSoFar(st, ns); young {
 			st.target = min(st.target, max(asked, 1))
@@ -789,8 +823,12 @@ func (p *Planner) plan(st *State, lim quota.Quota, now time.Time, in Input) Acti
 	want := st.target - held
 	switch {
 	case in.Urgent && in.Need > held:
-		// A request is short: ask for at least what it needs.
+		// A request is short: ask for at least what it needs (a sparse
+		// tenant's lease, no less than MinLease).
 		want = max(want, in.Need-held)
+		if st.flags&flagSparse != 0 {
+			want = max(want, lim.MinLease-held)
+		}
 	case held < int64(float64(st.target)*p.cfg.LowWatermark):
 		// Below the low watermark: prefetch now.
 	case scheduled && want > 0 && want >= topUpNeed(st):

@@ -173,7 +173,8 @@ const (
 	// The syncer's, under the tenant's lock.
 	flagSolo
 	// flagIdle: the syncer keeps no lease for the tenant: its last plan
-	// sized its lease at nothing (too little demand, Planner.target), or
+	// sized its lease at nothing (too little demand, Planner.target, or
+	// requests too far apart for a lease to last, Planner.sparse), or
 	// took back the last tokens it held, expired unspent. A request that
 	// misses then waits for a lease as a first request does (Cold). Set
 	// and cleared by planWith; cleared too when tokens land (a grant, a
@@ -472,8 +473,9 @@ func (t *Tenant) Leased() bool { return t.flag(flagLeased) }
 
 // Cold reports whether the syncer keeps no lease for the tenant: no
 // lease call has answered for it yet (its first request), or its last
-// plan found it idle (its demand too low to size a lease at a token, or
-// the last tokens it held expired unspent) and no tokens came since. A
+// plan found it idle (its demand too low to size a lease at a token, its
+// requests too far apart for a lease to last till the next, or the last
+// tokens it held expired unspent) and no tokens came since. A
 // request that misses on a cold tenant may wait for a lease (the root's
 // WithColdStartWait): its miss says the syncer was not keeping a lease
 // for it, not that its quota was spent, and no scheduled refresh would
