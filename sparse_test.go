@@ -75,17 +75,19 @@ func TestSparseTenantAdmitted(t *testing.T) {
 // (Planner.target) while its demand is low; a request then waits for a
 // lease as a first one does (syncer.Tenant.Cold). Denied at once, as a
 // miss on a spent lease is, it admitted 83.2 % of what it asked for with
-// 1-token requests and 64.0 % with 1 or 2 tokens; now 96.0 % and 89.6 %
-// (what is denied is a request close behind another that spent the
-// lease's last token, before the next plan tops it up: a lease spent,
-// which AllowN denies at once without WithMaxWait). The syncer's
+// 1-token requests and 64.0 % with 1 or 2 tokens; with cold waits, 96.0 %
+// and 89.6 %; and since a tenant whose requests come a lease's usable
+// lifetime apart keeps no lease (Planner.sparse), 98.1 % and 96.5 % (what
+// is denied is a request close behind another that spent the lease's
+// last token, before the next plan tops it up: a lease spent, which
+// AllowN denies at once without WithMaxWait). The syncer's
 // simulation, which does not model waiting requests, keeps the scenario
 // as a known bug (TestKnownBugLowRateTenantsDenied).
 func TestLowRateTenantAdmitted(t *testing.T) {
 	for _, tc := range []struct {
 		maxN int64
 		want float64
-	}{{1, 0.93}, {2, 0.85}} {
+	}{{1, 0.95}, {2, 0.93}} {
 		synctest.Test(t, func(t *testing.T) {
 			store := memstore.New()
 			q := leasequota.Quota{Rate: 20, Burst: 10, MinLease: 1, MaxLease: 5, LeaseTTL: time.Second}
