@@ -46,7 +46,10 @@ func (h ProxyHeader) String() string {
 // is the client.
 //
 // Addresses may carry a port ("192.0.2.1:80", "[2001:db8::1]:80");
-// IPv4-mapped IPv6 addresses are returned as IPv4, without zone.
+// IPv4-mapped IPv6 addresses are returned as IPv4, without zone, and are
+// compared with trusted in that form: a trusted prefix in IPv4-mapped form
+// (::ffff:10.0.0.0/104) matches none of them; give it as IPv4
+// (10.0.0.0/8), as WithTrustedProxies does.
 func ClientIP(r *http.Request, h ProxyHeader, trusted []netip.Prefix) (netip.Addr, bool) {
 	remote, ok := parseRemote(r.RemoteAddr)
 	if !ok {

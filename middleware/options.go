@@ -75,6 +75,10 @@ func (c *config) fail(format string, args ...any) {
 // those proxies when walking the header; see ClientIP. Name the one header
 // your proxies write: a header they do not write passes through them
 // unchanged, under the client's control.
+//
+// Client addresses are compared in IPv4 form (IPv4-mapped IPv6 addresses
+// are unmapped), so a prefix given in IPv4-mapped form, as
+// ::ffff:10.0.0.0/104, is taken as its IPv4 prefix, 10.0.0.0/8.
 func WithTrustedProxies(h ProxyHeader, proxies ...netip.Prefix) Option {
 	return func(c *config) {
 		if h != Forwarded && h != XForwardedFor {
@@ -86,7 +90,11 @@ func WithTrustedProxies(h ProxyHeader, proxies ...netip.Prefix) Option {
 				c.fail("WithTrustedProxies: invalid prefix %v", p)
 				return
 			}
-			c.trusted = append(c.trusted, p.Masked())
+			p = p.Masked()
+			if p.Addr().Is4In6() { // masked, so at least /96
+				p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+			}
+			c.trusted = append(c.trusted, p)
 		}
 		c.proxyHeader = h
 	}
