@@ -46,8 +46,10 @@ type Decision struct {
 	// WaitN; for AllowAll and WaitAll the one that denied or, when
 	// allowed, the one with the least Remaining. Remaining, RetryAfter,
 	// Quota, Reason and Mode are that tenant's. It is the caller's own
-	// string, not a copy. Empty only for a decision about no tenant
-	// (ReasonNoTenants).
+	// string, not a copy. Empty only when no tenant decided: AllowAll or
+	// WaitAll given no tenant (ReasonNoTenants), or given several and
+	// finding the limiter closed as it begins (ReasonClosed; closed while
+	// the call waits, it names the tenant it waited for).
 	Tenant string
 
 	// adm is what the decision admitted from leases, for Refund.

@@ -89,6 +89,11 @@ func (l *Limiter) WaitAll(ctx context.Context, n int64, tenants ...string) (Deci
 func (l *Limiter) decideAll(ctx context.Context, n int64, tenants []string, untilAdmitted bool) (Decision, error) {
 	k := len(tenants)
 	switch {
+	case k == 1: // closed too: AllowN's denial names the tenant
+		if untilAdmitted {
+			return l.WaitN(ctx, tenants[0], n)
+		}
+		return l.AllowN(ctx, tenants[0], n), nil
 	case l.closed.Load():
 		return l.count(Decision{Reason: ReasonClosed}), l.errClosed(untilAdmitted)
 	case k == 0:
@@ -97,11 +102,6 @@ func (l *Limiter) decideAll(ctx context.Context, n int64, tenants []string, unti
 			return d, fmt.Errorf("%w: WaitAll(%d) of no tenant", ErrNoTenants, n)
 		}
 		return d, nil
-	case k == 1:
-		if untilAdmitted {
-			return l.WaitN(ctx, tenants[0], n)
-		}
-		return l.AllowN(ctx, tenants[0], n), nil
 	}
 	if i := duplicate(tenants); i >= 0 {
 		d := l.count(Decision{Reason: ReasonDuplicateTenant, Tenant: tenants[i]})
