@@ -69,6 +69,13 @@ type Stats struct {
 	// Decisions counts every decision by its Reason, the hot path's
 	// included (ReasonLeased). A reason that no decision had yet is
 	// absent; a Reason added in a later version adds a key, not a field.
+	// A call of one tenant counts one. AllowAll, WaitAll and
+	// AllowAllWithin of k tenants count k admissions when they admit,
+	// one per tenant under the reason that admitted that tenant
+	// (ReasonLeased for tokens taken from its lease, the reason of the
+	// turn that waited for it, its failure mode's), which need not be the
+	// returned Decision's; when they deny, one denial, under the
+	// Decision's Reason.
 	Decisions map[Reason]Outcomes
 
 	// Degraded is true while Redis calls are failing.
