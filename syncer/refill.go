@@ -127,12 +127,23 @@ func (s *Syncer) refillLocked(ctx context.Context, link trace.Link, t *Tenant, n
 	// Redis answers again (the breaker closed after this tenant's calls
 	// failed): a waiting request need not sit out the tenant's backoff.
 	in.Recovered = t.flag(flagFailing) && !s.opts.Cluster && s.breaker.State() == gobreaker.StateClosed
+	var links []trace.Link
+	if link.SpanContext.IsValid() {
+		links = append(links, link)
+	}
+	// The refill's span, begun by its first Redis call (none may be made).
+	var round *telemetry.Round
+	defer func() {
+		if round != nil {
+			s.endRound(round)
+		}
+	}()
 	// Tokens refunded here wait in the queue of returns (Refund): return
 	// them first, so that the acquire may find them in a bucket that the
 	// last call found dry. Without that, the tenant's waiting requests
 	// would be denied until the next round.
 	if t.flag(flagRefunded) {
-		s.returnQueued(ctx, t, node)
+		ctx, round = s.returnQueued(ctx, t, node, links)
 		in.Refunded = t.setFlag(flagRefunded, false)
 	}
 	a, ret, ok := s.planWith(t, now, in)
@@ -149,12 +160,9 @@ func (s *Syncer) refillLocked(ctx context.Context, link trace.Link, t *Tenant, n
 		s.refillDelay.failed(now)
 		return nil
 	}
-	var links []trace.Link
-	if link.SpanContext.IsValid() {
-		links = append(links, link)
+	if round == nil {
+		ctx, round = s.opts.Telemetry.StartRound(ctx, true, links...)
 	}
-	ctx, round := s.opts.Telemetry.StartRound(ctx, true, links...)
-	defer s.endRound(round)
 	var r lease.Result
 	defer func() {
 		if r.Err != nil {

@@ -4,7 +4,10 @@ import (
 	"context"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/leasequota/leasequota/lease"
+	"github.com/leasequota/leasequota/telemetry"
 )
 
 // RefundHorizon is how long after its admission a refund may still name
@@ -168,14 +171,20 @@ func (s *Syncer) Refund(t *Tenant, n int64, front lease.GrantID, clock int64) Re
 }
 
 // returnQueued makes the queued returns of t's tokens now, to node, the
-// node that serves t (a refill does, before its acquire). A round leaves them queued while t is locked
-// (takePending); the queue may still hold none when a round took a return
-// queued just before the refund set flagRefunded, and then made it first
-// thing, before its acquires.
-func (s *Syncer) returnQueued(ctx context.Context, t *Tenant, node *redisNode) {
+// node that serves t (a refill does, before its acquire). A round leaves
+// them queued while t is locked (takePending); the queue may still hold
+// none when a round took a return queued just before the refund set
+// flagRefunded, and then made it first thing, before its acquires. When
+// it makes a return it begins the refill's span (urgent, with links), the
+// return's parent, and returns it with its context for the acquire; else
+// ctx and nil.
+func (s *Syncer) returnQueued(ctx context.Context, t *Tenant, node *redisNode, links []trace.Link) (context.Context, *telemetry.Round) {
 	now := s.opts.Now()
 	mine := s.takeQueued(nil, now, func(tenant string) bool { return tenant == t.name })
-	if len(mine) > 0 {
-		s.release(ctx, nil, node, mine, 0, now) // what fails is forfeited, as in a round
+	if len(mine) == 0 {
+		return ctx, nil
 	}
+	ctx, round := s.opts.Telemetry.StartRound(ctx, true, links...)
+	round.Returned, _ = s.release(ctx, round, node, mine, 0, now) // what fails is forfeited, as in a round
+	return ctx, round
 }

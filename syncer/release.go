@@ -134,9 +134,9 @@ func (s *Syncer) release(ctx context.Context, round *telemetry.Round, node *redi
 		}
 	}
 	if round == nil {
-		// A release outside a round (a refund's return ahead of an urgent
-		// refill, a grant that came back for an evicted tenant): no
-		// round's totals carry it to the metric, so it goes there now.
+		// A release outside a round (a grant that came back for an
+		// evicted tenant): no round's totals carry it to the metric, so
+		// it goes there now.
 		s.opts.Telemetry.Leases(0, 0, 0, returned)
 	}
 	return returned, errors.Join(errs...)
