@@ -63,7 +63,7 @@ var failureModes = map[string]quota.FailureMode{
 func writeJSON(e *env, v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
-		return fmt.Errorf("json: %w", err)
+		return err // "json: ...": encoding/json names itself
 	}
 	_, err = fmt.Fprintf(e.stdout, "%s\n", b)
 	return err
