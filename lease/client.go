@@ -151,7 +151,9 @@ func scriptError(op string, err error) error {
 // ran out of time or failed otherwise (a reset under load, a client out
 // of file descriptors), and a Scripter that is not a *redis.Client (a
 // Cluster client, which is not dialed). A Sentinel failover client is
-// dialed through its sentinels, whose errors say nothing here.
+// dialed through its sentinels: when every one refuses, go-redis's error
+// wraps their refusals and Refuses reports true (the client cannot reach
+// its master without a sentinel).
 //
 // The dial is its Options' Dialer but for a TLS client, whose default
 // Dialer does not heed ctx in the handshake (go-redis v9): that one dials
