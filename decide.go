@@ -121,10 +121,21 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n
 				// (the last urgent refill took longer than it may wait:
 				// a saturated Redis, or a process too busy to read the
 				// replies) is denied at once, as with no wait at all.
-				if limit <= 0 || cold && l.sync.RefillOutlasts(limit, l.cfg.now()) {
+				// But not while Redis is down for every tenant: the
+				// refill's call fails at once there (the breaker refuses
+				// it), and the tenant's failure mode decides, as it does
+				// for a tenant whose own call failed; said at once, a
+				// new tenant of a FailOpen quota was denied (cold_start)
+				// during an outage (TestColdRequestInAnOutageByItsMode).
+				down := l.sync.Down()
+				if limit <= 0 || cold && !down && l.sync.RefillOutlasts(limit, l.cfg.now()) {
 					// The denial first: once the syncer is told, a lease
 					// may land before the denial reads the tenant.
 					d := l.deny(e, n)
+					if down {
+						// No wait at all: the mode decides at once.
+						d = l.degraded(e, n)
+					}
 					l.sync.NoteMiss(e, n)
 					return l.count(d), nil
 				}

@@ -19,6 +19,17 @@ func (s *Syncer) Degraded() bool {
 	return s.breaker.State() != gobreaker.StateClosed
 }
 
+// Down reports whether lease calls fail for every tenant: on one Redis
+// server (or Sentinel), while the circuit breaker is open or probing. On a
+// Redis Cluster it is false: a node's failures say nothing of the others',
+// and each tenant's own calls tell (Tenant.Failing).
+//
+// It is one atomic load (the breaker's State takes its lock), for the
+// request path's misses.
+func (s *Syncer) Down() bool {
+	return !s.opts.Cluster && s.down.Load()
+}
+
 // Recovered returns a channel that is closed the next time lease calls
 // succeed again after failing: when the circuit breaker closes, or in
 // Cluster mode when a failing tenant's call succeeds. Requests waiting
@@ -92,6 +103,7 @@ func (s *Syncer) newBreaker(iv time.Duration) *gobreaker.CircuitBreaker[[]lease.
 			return errors.Is(err, context.Canceled) || s.busy(context.Background(), err, s.opts.Now(), "")
 		},
 		OnStateChange: func(_ string, from, to gobreaker.State) {
+			s.down.Store(to != gobreaker.StateClosed)
 			switch {
 			case to == gobreaker.StateOpen && from == gobreaker.StateClosed:
 				s.one.budget.outage()

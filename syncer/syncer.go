@@ -177,6 +177,9 @@ type Syncer struct {
 
 	// refillDelay is how long the last urgent refill took (refilldelay.go).
 	refillDelay refillDelay
+	// down is whether the circuit breaker is not closed (open or
+	// probing), as its OnStateChange last said: Down reads it.
+	down atomic.Bool
 
 	// Running totals (Stats).
 	refunded                                                               atomic.Int64 // tokens refunded (Refund)
