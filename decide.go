@@ -23,6 +23,7 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n
 		sl     = sleeper{closing: l.done}
 		waits  int64
 		cold   bool           // the tenant held no lease here when the first wait began (syncer.Tenant.Cold)
+		first  bool           // and no lease call had answered for it here yet (its first lease)
 		missed *syncer.Tenant // the tenant this request's miss was noted on before it waited, or nil
 		budget struct {       // AllowN: its wait, bounded by its limit and ctx; nil before the first
 			ctx    context.Context
@@ -68,7 +69,8 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n
 			// nothing and the read would make a cold request a warm miss,
 			// denied at once with the lease's tokens there
 			// (TestColdStartSharesOneCall, beside two busy loops).
-			cold = e.Cold()
+			first = !e.Leased()
+			cold = first || e.Cold()
 			front, clock, plans := e.Front(), l.sync.Clock(), l.sync.Plans()
 			if ok, left := e.Spend(n); ok {
 				return spent(e, lim, "", left, ReasonLeased, leased(n, front, clock, plans)), nil
@@ -113,8 +115,15 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n
 		wctx := ctx
 		if !untilAdmitted {
 			if budget.ctx == nil {
+				// A cold request waits for WithColdStartWait; one whose
+				// lease lapsed (leased here before) for WithMaxWait
+				// instead when that is longer, as it did as a miss: with
+				// the cold wait alone, WithColdStartWait(0) denied every
+				// request of a sparse tenant at once, its bucket full,
+				// whatever its max wait (TestSparseTenantKeepsMaxWait).
+				coldWait := cold && (first || l.cfg.coldStartWait > l.cfg.maxWait)
 				limit := l.cfg.maxWait
-				if cold {
+				if coldWait {
 					limit = l.cfg.coldStartWait
 				}
 				// A cold request whose lease could not come in time
@@ -128,7 +137,7 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n
 				// new tenant of a FailOpen quota was denied (cold_start)
 				// during an outage (TestColdRequestInAnOutageByItsMode).
 				down := l.sync.Down()
-				if limit <= 0 || cold && !down && l.sync.RefillOutlasts(limit, l.cfg.now()) {
+				if limit <= 0 || coldWait && !down && l.sync.RefillOutlasts(limit, l.cfg.now()) {
 					// The denial first: once the syncer is told, a lease
 					// may land before the denial reads the tenant.
 					d := l.deny(e, n)

@@ -300,9 +300,11 @@ func WithPerCPUTokens(minDemand float64) Option {
 // request here, and a request after its last lease lapsed, its tokens
 // expired unspent (a tenant whose requests here come further apart than
 // its lease lifetime). A request that finds its lease spent by other
-// requests does not wait for this (see WithMaxWait). The request's ctx bounds
-// it too. A cold request does not wait either when this instance's last
-// urgent lease call, ended within the last second, took d or longer (a
+// requests does not wait for this (see WithMaxWait); one whose last lease
+// lapsed waits up to WithMaxWait instead when that is longer. The
+// request's ctx bounds it too. A cold request does not wait either when
+// this instance's last urgent lease call, ended within the last second,
+// took d or longer (a
 // saturated Redis, or a process too busy to read its replies): its lease
 // would not come in time, so it is denied at once (ReasonColdStart) and
 // its tenant goes in the next round.
