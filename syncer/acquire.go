@@ -152,7 +152,9 @@ func (s *Syncer) apply(ctx context.Context, t *Tenant, node *redisNode, now time
 	ls.level.Store(floorLevel(g.Tokens))
 	s.setRetry(t)
 	t.setFlag(flagLeased, true)
-	if immediate > 0 {
+	if immediate > 0 || want > 0 {
+		// Tokens came, or the acquire answered (an empty bucket: the
+		// tenant's next misses are its quota spent, not a cold start).
 		t.setFlag(flagIdle, false)
 	}
 	s.setFailing(t, false, nil)

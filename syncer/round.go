@@ -307,7 +307,7 @@ func (s *Syncer) planWith(t *Tenant, now time.Time, in Input) (a Action, ret lea
 		s.planner.Expired(t.st(), taken, left)
 		s.expired.Add(taken)
 		s.opts.Telemetry.Expired(taken)
-		t.setFlag(flagIdle, idle || taken > 0 && t.st().ledger.n() == 0)
+		setIdle(t, idle || taken > 0 && t.st().ledger.n() == 0, a)
 		switch {
 		case taken > 0 && !s.planner.ReturnsExpired(t.st(), a, t.lease.Load().refilled(now, t.Limits())):
 			s.forfeited.Add(taken)
@@ -316,6 +316,19 @@ func (s *Syncer) planWith(t *Tenant, now time.Time, in Input) (a Action, ret lea
 		}
 		return a, ret, false
 	}
-	t.setFlag(flagIdle, idle)
+	setIdle(t, idle, a)
 	return a, ret, false
+}
+
+// setIdle sets t's flagIdle when its plan found it idle (a), and else
+// clears it, but not while the plan's acquire is out: a tenant idle until
+// then stays cold until that call answers (apply), as a tenant before
+// its first lease does. Cleared at the plan, a request whose wait for
+// that lease ended before the call answered was denied as a warm miss,
+// ReasonExhausted, with its bucket full (TestLapsedColdDenialIsAColdStart
+// in the root package).
+func setIdle(t *Tenant, idle bool, a Action) {
+	if idle || a.Acquire == 0 {
+		t.setFlag(flagIdle, idle)
+	}
 }

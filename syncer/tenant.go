@@ -177,8 +177,9 @@ const (
 	// requests too far apart for a lease to last, Planner.sparse), or
 	// took back the last tokens it held, expired unspent. A request that
 	// misses then waits for a lease as a first request does (Cold). Set
-	// and cleared by planWith; cleared too when tokens land (a grant, a
-	// drip). The syncer's, under the tenant's lock.
+	// and cleared by planWith, which leaves it set while its acquire is
+	// out (setIdle); cleared too when an acquire answers or tokens land
+	// (a grant, a drip). The syncer's, under the tenant's lock.
 	flagIdle
 )
 
