@@ -301,26 +301,23 @@ func (s *Syncer) planWith(t *Tenant, now time.Time, in Input) (a Action, ret lea
 		t.setFlag(flagUrgent, true)
 	}
 	s.spread(t, now)
-	idle := t.st().Target() == 0
+	setIdle(t, t.st().Target() == 0, a)
 	if a.Expire > 0 {
 		taken, left := t.debit(a.Expire)
 		s.planner.Expired(t.st(), taken, left)
 		s.expired.Add(taken)
 		s.opts.Telemetry.Expired(taken)
-		setIdle(t, idle || taken > 0 && t.st().ledger.n() == 0, a)
 		switch {
 		case taken > 0 && !s.planner.ReturnsExpired(t.st(), a, t.lease.Load().refilled(now, t.Limits())):
 			s.forfeited.Add(taken)
 		case taken > 0:
 			return a, s.returnOf(t, taken, now, a.ExpiredGranted, a.ExpiredGrant), true
 		}
-		return a, ret, false
 	}
-	setIdle(t, idle, a)
 	return a, ret, false
 }
 
-// setIdle sets t's flagIdle when its plan found it idle (a), and else
+// setIdle sets t's flagIdle when its plan a found it idle, and else
 // clears it, but not while the plan's acquire is out: a tenant idle until
 // then stays cold until that call answers (apply), as a tenant before
 // its first lease does. Cleared at the plan, a request whose wait for

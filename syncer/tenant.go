@@ -174,9 +174,13 @@ const (
 	flagSolo
 	// flagIdle: the syncer keeps no lease for the tenant: its last plan
 	// sized its lease at nothing (too little demand, Planner.target, or
-	// requests too far apart for a lease to last, Planner.sparse), or
-	// took back the last tokens it held, expired unspent. A request that
-	// misses then waits for a lease as a first request does (Cold). Set
+	// requests too far apart for a lease to last, Planner.sparse). A
+	// request that misses then waits for a lease as a first request does
+	// (Cold). Not set when the last tokens expired unspent while the plan
+	// still sizes a lease: a busy tenant whose calls are held back (its
+	// bucket dry) strands tokens its requests cannot spend, and its misses
+	// are its quota spent (TestHotTenantLapseDeniedAtOnce in the root
+	// package). Set
 	// and cleared by planWith, which leaves it set while its acquire is
 	// out (setIdle); cleared too when an acquire answers or tokens land
 	// (a grant, a drip). The syncer's, under the tenant's lock.
@@ -474,10 +478,10 @@ func (t *Tenant) Leased() bool { return t.flag(flagLeased) }
 
 // Cold reports whether the syncer keeps no lease for the tenant: no
 // lease call has answered for it yet (its first request), or its last
-// plan found it idle (its demand too low to size a lease at a token, its
-// requests too far apart for a lease to last till the next, or the last
-// tokens it held expired unspent) and no tokens came since. A
-// request that misses on a cold tenant may wait for a lease (the root's
+// plan found it idle (its demand too low to size a lease at a token, or
+// its requests too far apart for a lease to last till the next) and no
+// lease call answered nor tokens came since. A request that misses
+// on a cold tenant may wait for a lease (the root's
 // WithColdStartWait): its miss says the syncer was not keeping a lease
 // for it, not that its quota was spent, and no scheduled refresh would
 // bring one. A tenant whose requests come further apart than its lease
