@@ -45,9 +45,10 @@ func (l *Limiter) allowMissed(tenant string, t *syncer.Tenant) bool {
 // level last seen): no lock, allocation, clock read or network call.
 // Allow skips the four loads.
 // Otherwise it tells the syncer (without blocking) and:
-//   - when the tenant holds no lease here (its first request, or its
-//     last lease lapsed: its tokens expired unspent), waits for a lease,
-//     up to WithColdStartWait and ctx (syncer.Tenant.Cold);
+//   - when the syncer keeps no lease for the tenant here (its first
+//     request, or its demand too low or its requests too far apart to
+//     keep one: syncer.Tenant.Cold), waits for a lease, up to
+//     WithColdStartWait and ctx;
 //   - when WithMaxWait is set, waits up to that long (and ctx) for a fresh
 //     lease;
 //   - when Redis cannot be reached, decides by the tenant's FailureMode at

@@ -80,10 +80,10 @@ type Reason uint8
 const (
 	// ReasonLeased: decided from tokens this instance already held.
 	ReasonLeased Reason = iota + 1
-	// ReasonColdStart: the tenant held no lease on this instance (none
-	// yet, or its last one lapsed, its tokens expired unspent); the
-	// request waited for a lease (bounded by WithColdStartWait and ctx),
-	// then was decided.
+	// ReasonColdStart: the syncer kept no lease for the tenant on this
+	// instance (none yet, or its demand here too low or too sparse to
+	// keep one: see WithColdStartWait); the request waited for a lease
+	// (bounded by WithColdStartWait and ctx), then was decided.
 	ReasonColdStart
 	// ReasonRefilled: the lease ran out and the request waited for a fresh
 	// one (WithMaxWait, or WaitN), then was admitted.

@@ -294,20 +294,21 @@ func WithPerCPUTokens(minDemand float64) Option {
 	return func(c *config) { c.perCPUDemand = minDemand }
 }
 
-// WithColdStartWait bounds how long a request waits for a lease when its
-// tenant holds none on this instance (default 100ms; 0 means do not
-// wait, deny at once while the lease is fetched): the tenant's first
-// request here, and a request after its last lease lapsed, its tokens
-// expired unspent (a tenant whose requests here come further apart than
-// its lease lifetime). A request that finds its lease spent by other
-// requests does not wait for this (see WithMaxWait); one whose last lease
-// lapsed waits up to WithMaxWait instead when that is longer. The
-// request's ctx bounds it too. A cold request does not wait either when
-// this instance's last urgent lease call, ended within the last second,
-// took d or longer (a
-// saturated Redis, or a process too busy to read its replies): its lease
-// would not come in time, so it is denied at once (ReasonColdStart) and
-// its tenant goes in the next round.
+// WithColdStartWait bounds how long a request waits for a lease when the
+// syncer keeps none for its tenant on this instance (default 100ms; 0
+// means do not wait, deny at once while the lease is fetched): the
+// tenant's first request here, and a request of a tenant whose demand
+// here is too low to size a lease for, or whose requests come too far
+// apart for a lease to last till the next (docs/design.md, "Scheduling
+// and sizing"). A request that finds its lease spent by other requests
+// does not wait for this (see WithMaxWait); a cold request of a tenant
+// leased here before waits up to WithMaxWait instead when that is
+// longer. The request's ctx bounds it too. A cold request does not wait
+// either when this instance's last urgent lease call, ended within the
+// last second, took d or longer (a saturated Redis, or a process too busy
+// to read its replies): its lease would not come in time, so it is denied
+// at once (ReasonColdStart) and its tenant goes in the next round; but
+// while Redis is down for every tenant, its failure mode decides.
 func WithColdStartWait(d time.Duration) Option {
 	return func(c *config) { c.coldStartWait = d }
 }

@@ -35,8 +35,9 @@ func Per(n int64, period time.Duration) Quota {
 // It takes n from each tenant's local lease in order; when one is short,
 // it gives back what it took from the earlier ones (exact: they are local
 // counters) and that tenant decides as AllowN would: it waits for a
-// lease when it holds none on this instance (its first, or one after its
-// last lapsed unspent: up to WithColdStartWait and ctx), or for
+// lease when the syncer keeps none for it on this instance (its first,
+// or one for a tenant too sparse to keep one: up to WithColdStartWait and
+// ctx), or for
 // a fresh lease when WithMaxWait is set; when Redis cannot be reached and
 // its lease is spent, its own FailureMode decides at once, and an
 // admission by its mode (which holds no leased token) stands for the rest
