@@ -543,7 +543,13 @@ func (p *Planner) jitter(st *State, slot, span int64) int64 {
 // sparse records whether the requests that a plan at ns observes, asked
 // tokens since the last plan that saw any, came a lease's usable lifetime
 // or more apart on average (flagSparse; asked over the largest request
-// lately, needMax, counts them, at least one). Tokens leased for such a
+// lately, needMax, or over need, the largest of the plan's own requests
+// (Input.Need), when that is larger, counts them, at least one). Why
+// need: needMax is forgotten after 4 half-lives (2 s by default), before
+// a sparse tenant's next request, and the plan takes that request's size
+// into it only after this count, so requests of 2 tokens 3 s apart with
+// 2 s leases read as 2 requests, not sparse, at 2 lease calls and 3
+// expired tokens a request (TestSparseCountsRequestsOfSeveralTokens). Tokens leased for such a
 // tenant expire before its next request: a tenant of one request every
 // 5 s on an instance, with 2 s leases, made two lease calls a request (the
 // lease its request waited for, then a top-up as the demand estimate,
@@ -556,8 +562,8 @@ func (p *Planner) jitter(st *State, slot, span int64) int64 {
 // and its first requests are not sparse. (The gap alone would not do: a
 // tenant whose calls are held back is passed by while its requests miss,
 // and the plan after the hold sees them all at once.)
-func (p *Planner) sparse(st *State, lim quota.Quota, ns int64, asked int64) {
-	requests := max(float64(asked)/max(float64(st.needMax), 1), 1)
+func (p *Planner) sparse(st *State, lim quota.Quota, ns, asked, need int64) {
+	requests := max(float64(asked)/max(float64(st.needMax), float64(need), 1), 1)
 	gap := float64(ns - st.at(st.lastActive))
 	if st.flags&flagGranted != 0 && gap >= requests*float64(p.usableLifetime(lim)) {
 		st.flags |= flagSparse
@@ -714,7 +720,7 @@ func (p *Planner) plan(st *State, lim quota.Quota, now time.Time, in Input) Acti
 	}
 	p.observe(st, ns, asked)
 	if asked > 0 {
-		p.sparse(st, lim, ns, asked)
+		p.sparse(st, lim, ns, asked, in.Need)
 	}
 	if asked > 0 || in.Urgent {
 		st.lastActive = st.stampOf(ns)
