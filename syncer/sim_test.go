@@ -1533,6 +1533,18 @@ func spikyTenant(period float64) simTenant {
 	}
 }
 
+// spikyBusyTenant is spikyTenant with lo times its rate between spikes
+// instead of 0.2: 50 instances then see a request about every 0.4 s each
+// (at 0.6), closer than a lease's usable lifetime, and keep leases that
+// expire unspent, which mutateUnagedReturns needs. At 0.2 they are sparse
+// (Planner.sparse) and keep none: with nothing held when the spike comes,
+// the over-credited returns showed in no window.
+func spikyBusyTenant(period, lo float64) simTenant {
+	t := spikyTenant(period)
+	t.demand = square(period, 0.5, 20, lo)
+	return t
+}
+
 // TestSimCatchesMutations: the simulation is only worth its green if it
 // turns red on a broken edge. Each planted bug must be caught by the
 // checks named, all of which a correct edge passes (TestSimulation*):
@@ -1552,6 +1564,9 @@ func spikyTenant(period float64) simTenant {
 //     did before aged returns) is caught by the window bound at the spiky
 //     tenant's first spike (20 s in): tokens that expired unspent on many
 //     instances were leased again with fresh lifetimes and spent at once.
+//     (Its baseline is 0.6 of its rate, spikyBusyTenant, so that its
+//     instances keep leases; the scenario with the mutation taken out
+//     passes every check, below.)
 func TestSimCatchesMutations(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
@@ -1568,13 +1583,20 @@ func TestSimCatchesMutations(t *testing.T) {
 		cfg := simConfig{
 			seed:      4,
 			instances: 50,
-			tenants:   append(fleetTenants(100*time.Millisecond), spikyTenant(20)),
+			tenants:   append(fleetTenants(100*time.Millisecond), spikyBusyTenant(20, 0.6)),
 			duration:  time.Minute,
 			step:      time.Millisecond,
 			faults:    simFaults{maxDelay: 3 * time.Millisecond, pDupReply: 0.05},
 			windows:   []time.Duration{time.Second, 10 * time.Second},
 			mutate:    c.m,
 			planner:   syncer.Config{Reserve: c.reserve},
+		}
+		if c.m == mutateUnagedReturns {
+			clean := cfg
+			clean.mutate = mutateNone
+			if st := newSim(clean).run(); st.violations > 0 {
+				t.Errorf("the scenario of %v without the mutation: %d violations; first %s", c.m, st.violations, st.firstViolation)
+			}
 		}
 		first := cfg
 		first.stopAtViolation = true
