@@ -425,15 +425,20 @@ func percentile(samples []time.Duration, p float64) time.Duration {
 }
 
 // idealAdmitted is what a single exact token bucket (burst, rate),
-// starting full, admits of the requests offered per bucket of step. It is
-// the denominator of utilization: a perfect central limiter.
+// starting full, admits of the requests offered per bucket of step, the
+// requests of a bucket spread evenly over it. It is the denominator of
+// utilization: a perfect central limiter. Within a bucket such a bucket
+// admits what it held plus what it refills meanwhile (it only reaches
+// Burst, and stops refilling, when the requests come slower than Rate, and
+// then it admits them all); so over a steady demand above the rate it
+// admits Burst + Rate*T, whatever the step.
 func idealAdmitted(offered []int64, rate float64, burst int64, step time.Duration) float64 {
 	tokens := float64(burst)
+	refill := rate * step.Seconds()
 	var admitted float64
 	for _, o := range offered {
-		tokens = math.Min(float64(burst), tokens+rate*step.Seconds())
-		a := math.Min(float64(o), math.Floor(tokens))
-		tokens -= a
+		a := math.Min(float64(o), math.Floor(tokens+refill))
+		tokens = math.Min(float64(burst), tokens+refill-a)
 		admitted += a
 	}
 	return admitted

@@ -13,13 +13,13 @@ func TestIdealAdmitted(t *testing.T) {
 	if got := idealAdmitted([]int64{5, 5, 5, 5}, 100, 10, step); got != 20 {
 		t.Errorf("under: %v, want 20", got)
 	}
-	// Far over: the burst, then the rate (10 per bucket).
-	if got := idealAdmitted([]int64{100, 100, 100}, 100, 50, step); got != 50+10+10 {
-		t.Errorf("over: %v, want 70", got)
+	// Far over: the burst, then the rate (10 per bucket, the first's too).
+	if got := idealAdmitted([]int64{100, 100, 100}, 100, 50, step); got != 50+10+10+10 {
+		t.Errorf("over: %v, want 80", got)
 	}
 	// Idle buckets refill up to the burst only.
-	if got := idealAdmitted([]int64{100, 0, 0, 0, 0, 0, 0, 0, 100}, 100, 20, step); got != 40 {
-		t.Errorf("idle gap: %v, want 40", got)
+	if got := idealAdmitted([]int64{100, 0, 0, 0, 0, 0, 0, 0, 100}, 100, 20, step); got != 60 {
+		t.Errorf("idle gap: %v, want 60", got)
 	}
 }
 
