@@ -224,6 +224,15 @@ func (c Config) Validate() error {
 			}
 		}
 	}
+	if c.Metrics != "" {
+		_, port, err := net.SplitHostPort(c.Metrics)
+		if err == nil {
+			_, err = net.LookupPort("tcp", port)
+		}
+		if err != nil {
+			return usagef("-metrics %q: %v (want host:port, e.g. localhost:9464)", c.Metrics, err)
+		}
+	}
 	if c.RedisURL != "" {
 		if _, err := redis.ParseURL(c.RedisURL); err != nil {
 			return usagef("-redis %q: %v (want e.g. redis://localhost:6379/0)", c.RedisURL, err)
