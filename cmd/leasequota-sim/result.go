@@ -83,7 +83,7 @@ type TenantResult struct {
 	WindowExcess float64 // worst window's admitted minus Burst + Rate*(W + L); <= 0 when the bound held
 	WindowFrom   time.Duration
 	WindowTo     time.Duration
-	LeaseCalls   int64    // lease script runs for the tenant (acquire and release)
+	LeaseCalls   int64    // lease script runs for the tenant during the workload (acquire and release; the final Close's excluded)
 	Account      *Account // nil but for the tight scenario
 }
 
@@ -281,8 +281,8 @@ func (r *runner) result(end time.Time, calls *callSeries) *Result {
 			Bound:  float64(t.Quota.Burst) + t.Quota.Rate*T,
 			Ideal:  idealAdmitted(off[i], t.Quota.Rate, t.Quota.Burst, r.step),
 		}
-		for _, inst := range r.insts {
-			tr.LeaseCalls += inst.cc.scripts[i].Load()
+		if i < len(r.scripts) {
+			tr.LeaseCalls = r.scripts[i]
 		}
 		ex, from, to := worstWindow(adm[i], t.Quota.Rate, t.Quota.Burst, r.step, L)
 		tr.WindowExcess, tr.WindowFrom, tr.WindowTo = ex, from, to
