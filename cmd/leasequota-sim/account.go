@@ -587,24 +587,27 @@ func writeAccountTable(out io.Writer, res *Result) {
 	fmt.Fprintln(out)
 	writeCells(out, append([][]string{accountDiagHeader}, accountDiagRows(res)...))
 	fmt.Fprintln(out)
-	for _, l := range accountNotes {
+	for _, l := range accountNotes(res.Step) {
 		fmt.Fprintln(out, l)
 	}
 }
 
-// accountNotes say how each column is computed.
-var accountNotes = []string{
-	"admitted: requests admitted with a lease. The bucket is followed through every lease script reply",
-	"  (tokens left, bucket time; a release's credit); between calls it refills at Rate up to Burst.",
-	"spill: what it refilled past Burst (exact when every reply is seen), by 100 ms step: idle when no",
-	fmt.Sprintf("  request of the tenant was denied in that step; else late when the calls around it were > %d x -refresh", lateGaps),
-	"  apart, partial when the call before it granted less than asked, between otherwise (calls on schedule).",
-	"forfeited: given back during the run (expired or evicted leases) and not credited by Redis.",
-	"held: unspent in the instances' leases at the end; bucket: left in the bucket at the end.",
-	"unaccounted: the rest: calls whose replies were not seen (unseen: timed out, failed, out of order).",
-	"calls/1k: lease script runs per 1,000 decisions; partial: acquires granted less than asked; gap: between",
-	fmt.Sprintf("  successive calls on a bucket; fill B/r: an empty bucket's time to full; held idle: mean tokens instance %d", onOffSlot),
-	"  held for the class while idle (its off phases); returned: tokens given back during the run.",
+// accountNotes say how each column is computed; step is the series'
+// bucket width (Result.Step), the spill's unit of time.
+func accountNotes(step time.Duration) []string {
+	return []string{
+		"admitted: requests admitted with a lease. The bucket is followed through every lease script reply",
+		"  (tokens left, bucket time; a release's credit); between calls it refills at Rate up to Burst.",
+		fmt.Sprintf("spill: what it refilled past Burst (exact when every reply is seen), by %v step: idle when no", step),
+		fmt.Sprintf("  request of the tenant was denied in that step; else late when the calls around it were > %d x -refresh", lateGaps),
+		"  apart, partial when the call before it granted less than asked, between otherwise (calls on schedule).",
+		"forfeited: given back during the run (expired or evicted leases) and not credited by Redis.",
+		"held: unspent in the instances' leases at the end; bucket: left in the bucket at the end.",
+		"unaccounted: the rest: calls whose replies were not seen (unseen: timed out, failed, out of order).",
+		"calls/1k: lease script runs per 1,000 decisions; partial: acquires granted less than asked; gap: between",
+		fmt.Sprintf("  successive calls on a bucket; fill B/r: an empty bucket's time to full; held idle: mean tokens instance %d", onOffSlot),
+		"  held for the class while idle (its off phases); returned: tokens given back during the run.",
+	}
 }
 
 // writeCells prints rows as a right-aligned table, the first column
@@ -633,5 +636,5 @@ func accountTables(res *Result) *accountTable {
 		return nil
 	}
 	return &accountTable{Header: accountHeader, DiagHeader: accountDiagHeader, Rows: accountRows(res), DiagRows: accountDiagRows(res),
-		T: fmt.Sprintf("%.2f", res.AccountT.Seconds()), Notes: accountNotes}
+		T: fmt.Sprintf("%.2f", res.AccountT.Seconds()), Notes: accountNotes(res.Step)}
 }
