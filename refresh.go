@@ -2,6 +2,7 @@ package leasequota
 
 import (
 	"context"
+	"fmt"
 	"math/bits"
 	"sync"
 	"sync/atomic"
@@ -129,19 +130,32 @@ func (l *Limiter) refreshQuotas(ctx context.Context) {
 }
 
 // reresolve resolves tenant's configured quota again and applies it when
-// it changed. An invalid one is logged and not applied.
+// it changed. An invalid one is logged and not applied, and so is a call
+// of the quota function that panics: it runs in the limiter's goroutine,
+// where no caller could recover the panic (TestQuotaFuncPanicInRefresh).
 func (l *Limiter) reresolve(tenant string) {
 	t := l.sync.Tenant(tenant)
 	if t == nil {
 		return
 	}
-	q, err := l.baseQuota(tenant)
+	q, err := l.baseQuotaRecovered(tenant)
 	if err != nil {
 		l.cfg.logger.Warn("leasequota: the quota function returned an invalid quota for a tracked tenant; keeping its quota",
 			"tenant", truncate(tenant), "error", err)
 		return
 	}
 	l.sync.Rebase(t, q)
+}
+
+// baseQuotaRecovered is baseQuota, with a panic of the quota function
+// returned as an error wrapping ErrInvalidQuota.
+func (l *Limiter) baseQuotaRecovered(tenant string) (q Quota, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%w: the quota function panicked: %v", ErrInvalidQuota, r)
+		}
+	}()
+	return l.baseQuota(tenant)
 }
 
 // floorDiv is a/b rounded toward negative infinity, for b > 0.
