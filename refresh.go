@@ -50,6 +50,16 @@ func (l *Limiter) Invalidate(tenant string) {
 		return
 	}
 	l.refresh.gen.Add(1) // before the lookup: see refresher.gen
+	l.invalidate(tenant)
+}
+
+// invalidate queues tenant for the refresher, if tracked, and wakes it. It
+// does not count as a call of Invalidate in refresher.gen: track calls it
+// for a tenant whose quota an Invalidate may have missed, and counted,
+// that call made every new tenant whose quota was being read meanwhile
+// ask again too, and each of those the next ones
+// (TestInvalidateDuringTrackDoesNotChain).
+func (l *Limiter) invalidate(tenant string) {
 	if l.sync.Tenant(tenant) == nil {
 		return
 	}

@@ -29,7 +29,7 @@ func (l *Limiter) track(tenant string) (*syncer.Tenant, Quota, error) {
 		// Invalidate was called while the quota was resolved (a slow
 		// quota function), and may have found the tenant not tracked
 		// yet: resolve it again, as it asked (TestInvalidateDuringFirstTrack).
-		l.Invalidate(tenant)
+		l.invalidate(tenant)
 	}
 	return t, quotaOf(t), nil
 }
