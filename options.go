@@ -154,9 +154,11 @@ func WithDefaultQuota(q Quota) Option {
 // on the hot path), and again, from a background goroutine, with
 // WithQuotaRefresh and after Limiter.Invalidate; it must be safe for
 // concurrent use. A tenant whose quota is invalid is denied with
-// ReasonInvalidQuota. A panic in a call made to resolve a quota again is
-// logged, as an invalid quota is, and the tenant keeps its quota; in a
-// call on a tenant's first request it reaches that request's caller.
+// ReasonInvalidQuota, and is not tracked: the function is called again
+// on each of its requests, so it should answer such a tenant cheaply. A
+// panic in a call made to resolve a quota again is logged, as an invalid
+// quota is, and the tenant keeps its quota; in a call on a tenant's
+// request it reaches that request's caller.
 func WithQuotaFunc(f func(tenant string) Quota) Option {
 	return func(c *config) { c.quotaFunc = f }
 }

@@ -43,8 +43,9 @@ type Quota struct {
 	// Zero means 1.
 	MinLease int64
 	// MaxLease is the largest lease one instance asks for at once (a rate
-	// share's accrued tokens come on top of it). Zero means half of Burst
-	// (at least 1). It must be >= MinLease and <= Burst.
+	// share's accrued tokens come on top of it). Zero means half of Burst,
+	// at least MinLease (and so at least 1). It must be >= MinLease and
+	// <= Burst.
 	MaxLease int64
 	// LeaseTTL is how long leased tokens may be held before they expire:
 	// unspent ones are then taken back and returned to Redis as an aged
