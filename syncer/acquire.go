@@ -178,7 +178,10 @@ func (s *Syncer) setRetry(t *Tenant) {
 // (whose lock is held): nil means none, and the tenant's base limits
 // apply. An override is resolved with Options.Defaults, as a configured
 // quota is with the limiter's; its limits are replaced only when the
-// resolved quota changed.
+// resolved quota changed, or when they are the base limits: an override
+// equal to the base quota is recorded as one all the same, so that Rebase
+// keeps it in force over a new base quota
+// (TestRebaseKeepsAnOverrideEqualToTheBase).
 func (s *Syncer) setOverride(t *Tenant, o *lease.Override) {
 	cur := t.limits.Load()
 	base := cur.baseOf()
@@ -189,7 +192,7 @@ func (s *Syncer) setOverride(t *Tenant, o *lease.Override) {
 		}
 		return
 	}
-	if q := s.opts.Defaults.Resolve(quota.FromOverride(*o)); q != cur.Quota {
+	if q := s.opts.Defaults.Resolve(quota.FromOverride(*o)); q != cur.Quota || cur == base {
 		t.limits.Store(&limits{Quota: q, base: base})
 		s.requota(t, &cur.Quota, &q)
 	}
