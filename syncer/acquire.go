@@ -152,9 +152,16 @@ func (s *Syncer) apply(ctx context.Context, t *Tenant, node *redisNode, now time
 	ls.level.Store(floorLevel(g.Tokens))
 	s.setRetry(t)
 	t.setFlag(flagLeased, true)
-	if immediate > 0 || want > 0 {
+	if (immediate > 0 || want > 0) && (ls.st.Target() > 0 || immediate < want) {
 		// Tokens came, or the acquire answered (an empty bucket: the
 		// tenant's next misses are its quota spent, not a cold start).
+		// But a tenant whose plan keeps no lease (target 0: sparse, or
+		// its demand too low) and got all it asked for stays cold: those
+		// tokens are its waiting request's, and the syncer still keeps
+		// no lease for it. Cleared, a request close behind the one that
+		// spent them was denied at once (exhausted) with the bucket
+		// full, until the next plan sized a lease
+		// (TestPausedTenantAdmittedAfterItsPause in the root package).
 		t.setFlag(flagIdle, false)
 	}
 	s.setFailing(t, false, nil)

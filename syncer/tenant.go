@@ -183,7 +183,9 @@ const (
 	// package). Set
 	// and cleared by planWith, which leaves it set while its acquire is
 	// out (setIdle); cleared too when an acquire answers or tokens land
-	// (a grant, a drip). The syncer's, under the tenant's lock.
+	// (a grant, a drip), except for a grant of all that a plan keeping
+	// no lease asked for (a request's own tokens: apply). The syncer's,
+	// under the tenant's lock.
 	flagIdle
 )
 
@@ -480,9 +482,10 @@ func (t *Tenant) Leased() bool { return t.flag(flagLeased) }
 // lease call has answered for it yet (its first request), or its last
 // plan found it idle (its demand too low to size a lease at a token, or
 // its requests too far apart for a lease to last till the next) and no
-// lease call answered nor tokens came since. A request that misses
-// on a cold tenant may wait for a lease (the root's
-// WithColdStartWait): its miss says the syncer was not keeping a lease
+// lease call answered nor tokens came since (save a call that brought
+// in full what such a plan asked for: a waiting request's own tokens).
+// A request that misses on a cold tenant may wait for a lease (the
+// root's WithColdStartWait): its miss says the syncer was not keeping a lease
 // for it, not that its quota was spent, and no scheduled refresh would
 // bring one. A tenant whose requests come further apart than its lease
 // lifetime is cold at every request; denied then at once, as a miss on
