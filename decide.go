@@ -28,6 +28,8 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n
 		budget struct {       // AllowN: its wait, bounded by its limit and ctx; nil before the first
 			ctx    context.Context
 			cancel context.CancelFunc
+			start  time.Time // when it began
+			cold   bool      // its limit is WithColdStartWait's, for a tenant leased here before
 		}
 	)
 	defer func() {
@@ -148,7 +150,8 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n
 					l.sync.NoteMiss(e, n)
 					return l.count(d), nil
 				}
-				budget.ctx, budget.cancel = context.WithTimeout(ctx, limit)
+				budget.start, budget.cold = time.Now(), coldWait && !first
+				budget.ctx, budget.cancel = context.WithDeadline(ctx, budget.start.Add(limit))
 			}
 			wctx = budget.ctx
 		}
@@ -177,6 +180,24 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n
 		}
 		if e.Failing() || e.Evicted() {
 			continue // the top of the loop says what now
+		}
+		if budget.cold && !e.Cold() {
+			// The lease call answered, and the syncer keeps a lease for
+			// the tenant again: the request is a miss on a lease that
+			// requests spent, or on a dry bucket, and waits no longer
+			// than WithMaxWait, as a warm miss does (denied at once
+			// without it). A busy tenant judged sparse by the first plan
+			// after a pause (it saw one request after the gap) was cold
+			// for a plan; its next miss, its bucket dry, waited out
+			// WithColdStartWait for tokens its quota did not have
+			// (TestPausingBusyTenantDeniedAtOnce).
+			budget.cold = false
+			if l.cfg.maxWait <= 0 {
+				return l.gaveUp(ctx, tenant, e, n, cold, untilAdmitted, missed)
+			}
+			budget.cancel()
+			budget.ctx, budget.cancel = context.WithDeadline(ctx, budget.start.Add(l.cfg.maxWait))
+			wctx = budget.ctx
 		}
 		// Still short: the global bucket is dry, or the tenant's calls
 		// are held back (a failure's backoff, a wait for its share to

@@ -307,7 +307,8 @@ func WithPerCPUTokens(minDemand float64) Option {
 // and sizing"). A request that finds its lease spent by other requests
 // does not wait for this (see WithMaxWait); a cold request of a tenant
 // leased here before waits up to WithMaxWait instead when that is
-// longer. The request's ctx bounds it too. A cold request does not wait
+// longer, and no longer than WithMaxWait once its lease call answered
+// leaving it short with a lease kept for the tenant (its bucket dry). The request's ctx bounds it too. A cold request does not wait
 // either when this instance's last urgent lease call, ended within the
 // last second, took d or longer (a saturated Redis, or a process too busy
 // to read its replies): its lease would not come in time, so it is denied
