@@ -29,9 +29,11 @@
 // Allow and AllowN decide from the leased tokens: for a tenant that holds
 // enough, one map read and one compare-and-swap, with no lock, allocation,
 // clock read or network call. A request that finds too few tokens signals
-// the syncer without blocking and is denied, unless it is the tenant's first
-// request on this instance (it waits up to WithColdStartWait for the first
-// lease) or WithMaxWait allows a bounded wait for a fresh lease. WaitN waits
+// the syncer without blocking and is denied, unless the syncer keeps no
+// lease for the tenant on this instance (its first request here, or a
+// tenant whose demand is too low or requests too sparse to keep one: it
+// waits up to WithColdStartWait for a lease) or WithMaxWait allows a
+// bounded wait for a fresh lease. WaitN waits
 // as long as its context allows; AllowNWithin waits only when the wait is
 // expected to be within a bound the caller gives.
 //
