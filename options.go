@@ -308,10 +308,11 @@ func WithPerCPUTokens(minDemand float64) Option {
 // does not wait for this (see WithMaxWait); a cold request of a tenant
 // leased here before waits up to WithMaxWait instead when that is
 // longer, and no longer than WithMaxWait once its lease call answered
-// leaving it short with a lease kept for the tenant (its bucket dry). The request's ctx bounds it too. A cold request does not wait
-// either when this instance's last urgent lease call, ended within the
-// last second, took d or longer (a saturated Redis, or a process too busy
-// to read its replies): its lease would not come in time, so it is denied
+// leaving it short with a lease kept for the tenant (its bucket dry).
+// The request's ctx bounds it too. A cold request does not wait either
+// when this instance's last urgent lease call, ended within the last
+// second, took d or longer (a saturated Redis, or a process too busy to
+// read its replies): its lease would not come in time, so it is denied
 // at once (ReasonColdStart) and its tenant goes in the next round; but
 // while Redis is down for every tenant, its failure mode decides.
 func WithColdStartWait(d time.Duration) Option {
