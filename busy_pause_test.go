@@ -3,7 +3,6 @@ package leasequota_test
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -31,12 +30,9 @@ func TestPausingBusyTenantDeniedAtOnce(t *testing.T) {
 		store.SetHook(faultstore.Delay(2 * time.Millisecond)) // a lease call takes time
 		var lims []*leasequota.Limiter
 		for i := range 3 {
-			l, err := leasequota.NewWithStore(store,
+			l := newLimiter(t, store,
 				leasequota.WithDefaultQuota(leasequota.Quota{Rate: 10, Burst: 10}),
-				leasequota.WithInstanceID(fmt.Sprint("i", i)), leasequota.WithLogger(slog.New(slog.DiscardHandler)))
-			if err != nil {
-				t.Fatal(err)
-			}
+				leasequota.WithInstanceID(fmt.Sprint("i", i)))
 			lims = append(lims, l)
 		}
 		ctx := context.Background()
@@ -62,11 +58,6 @@ func TestPausingBusyTenantDeniedAtOnce(t *testing.T) {
 			})
 		}
 		wg.Wait()
-		for _, l := range lims {
-			if err := l.Close(ctx); err != nil {
-				t.Fatal(err)
-			}
-		}
 		for k, n := range waited {
 			t.Errorf("a request of a busy tenant whose bucket is dry, no WithMaxWait: %s (%d times); want a denial at once", k, n)
 		}

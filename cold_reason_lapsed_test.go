@@ -21,12 +21,8 @@ import (
 // tenant that had spent nothing of it.
 func TestLapsedColdDenialIsAColdStart(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l, err := leasequota.NewWithStore(slowBackend{Store: memstore.New(), delay: 150 * time.Millisecond},
-			leasequota.WithDefaultQuota(leasequota.Quota{Rate: 100, Burst: 100}), leasequota.WithRedisTimeout(time.Second),
-			leasequota.WithLogger(testLogger(t)))
-		if err != nil {
-			t.Fatal(err)
-		}
+		l := newLimiter(t, slowBackend{Store: memstore.New(), delay: 150 * time.Millisecond},
+			leasequota.WithDefaultQuota(leasequota.Quota{Rate: 100, Burst: 100}), leasequota.WithRedisTimeout(time.Second))
 		ctx := context.Background()
 		gap := 3 * leasequota.DefaultLeaseTTL
 		for i := range 4 {
@@ -44,9 +40,6 @@ func TestLapsedColdDenialIsAColdStart(t *testing.T) {
 		}
 		if got := l.Stats().Decisions[leasequota.ReasonExhausted]; got.Denied != 0 {
 			t.Errorf("Stats: %d denials counted exhausted, of a tenant that spent nothing", got.Denied)
-		}
-		if err := l.Close(ctx); err != nil {
-			t.Fatal(err)
 		}
 	})
 }

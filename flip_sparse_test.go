@@ -22,12 +22,8 @@ import (
 // one pause in two or more.
 func TestPausedTenantAdmittedAfterItsPause(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l, err := leasequota.NewWithStore(memstore.New(),
-			leasequota.WithDefaultQuota(leasequota.Quota{Rate: 100, Burst: 100}),
-			leasequota.WithLogger(testLogger(t)))
-		if err != nil {
-			t.Fatal(err)
-		}
+		l := newLimiter(t, memstore.New(),
+			leasequota.WithDefaultQuota(leasequota.Quota{Rate: 100, Burst: 100}))
 		ctx := context.Background()
 		const pace = 20 * time.Millisecond
 		run := func(after time.Duration, k int) {
@@ -42,9 +38,6 @@ func TestPausedTenantAdmittedAfterItsPause(t *testing.T) {
 		for _, p := range []time.Duration{2500 * time.Millisecond, 4 * time.Second, 6 * time.Second, 10 * time.Second, 30 * time.Second} {
 			time.Sleep(p)
 			run(p, 50)
-		}
-		if err := l.Close(ctx); err != nil {
-			t.Fatal(err)
 		}
 	})
 }

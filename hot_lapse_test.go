@@ -23,12 +23,8 @@ import (
 // denied.
 func TestHotTenantLapseDeniedAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l, err := leasequota.NewWithStore(memstore.New(),
-			leasequota.WithDefaultQuota(leasequota.Quota{Rate: 1, Burst: 3, LeaseTTL: 300 * time.Millisecond}),
-			leasequota.WithLogger(testLogger(t)))
-		if err != nil {
-			t.Fatal(err)
-		}
+		l := newLimiter(t, memstore.New(),
+			leasequota.WithDefaultQuota(leasequota.Quota{Rate: 1, Burst: 3, LeaseTTL: 300 * time.Millisecond}))
 		ctx := context.Background()
 		if d := l.AllowN(ctx, "busy", 2); !d.Allowed {
 			t.Fatalf("first request: %v", d.Reason)
@@ -47,9 +43,6 @@ func TestHotTenantLapseDeniedAtOnce(t *testing.T) {
 		}
 		if waited > 0 {
 			t.Errorf("%d requests of a busy tenant waited", waited)
-		}
-		if err := l.Close(ctx); err != nil {
-			t.Fatal(err)
 		}
 	})
 }

@@ -33,13 +33,9 @@ func TestSparseTenantKeepsMaxWait(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				l, err := leasequota.NewWithStore(slowBackend{Store: memstore.New(), delay: tc.callDelay},
+				l := newLimiter(t, slowBackend{Store: memstore.New(), delay: tc.callDelay},
 					leasequota.WithDefaultQuota(leasequota.Quota{Rate: 100, Burst: 100}),
-					leasequota.WithColdStartWait(tc.coldWait), leasequota.WithMaxWait(tc.maxWait), leasequota.WithRedisTimeout(time.Second),
-					leasequota.WithLogger(testLogger(t)))
-				if err != nil {
-					t.Fatal(err)
-				}
+					leasequota.WithColdStartWait(tc.coldWait), leasequota.WithMaxWait(tc.maxWait), leasequota.WithRedisTimeout(time.Second))
 				ctx := context.Background()
 				// The first request: its wait is WithColdStartWait's.
 				// Wait for its lease to come, and to lapse.
@@ -54,9 +50,6 @@ func TestSparseTenantKeepsMaxWait(t *testing.T) {
 						t.Errorf("request %d, %v after the one before, of a tenant with its bucket full, WithMaxWait(%v): denied, %v", i, gap, tc.maxWait, d.Reason)
 					}
 					time.Sleep(gap)
-				}
-				if err := l.Close(ctx); err != nil {
-					t.Fatal(err)
 				}
 			})
 		})

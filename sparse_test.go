@@ -26,12 +26,8 @@ import (
 // still a miss that AllowN denies at once without WithMaxWait.
 func TestSparseTenantAdmitted(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l, err := leasequota.NewWithStore(memstore.New(),
-			leasequota.WithDefaultQuota(leasequota.Quota{Rate: 100, Burst: 100}),
-			leasequota.WithLogger(testLogger(t)))
-		if err != nil {
-			t.Fatal(err)
-		}
+		l := newLimiter(t, memstore.New(),
+			leasequota.WithDefaultQuota(leasequota.Quota{Rate: 100, Burst: 100}))
 		ctx := context.Background()
 		gap := 3 * leasequota.DefaultLeaseTTL
 		for i := range 6 {
@@ -60,9 +56,6 @@ func TestSparseTenantAdmitted(t *testing.T) {
 				}
 				break
 			}
-		}
-		if err := l.Close(ctx); err != nil {
-			t.Fatal(err)
 		}
 	})
 }
@@ -96,11 +89,8 @@ func TestLowRateTenantAdmitted(t *testing.T) {
 			q := leasequota.Quota{Rate: 20, Burst: 10, MinLease: 1, MaxLease: 5, LeaseTTL: time.Second}
 			var lims []*leasequota.Limiter
 			for i := range 5 {
-				l, err := leasequota.NewWithStore(store, leasequota.WithDefaultQuota(q),
-					leasequota.WithInstanceID(fmt.Sprint("i", i)), leasequota.WithLogger(testLogger(t)))
-				if err != nil {
-					t.Fatal(err)
-				}
+				l := newLimiter(t, store, leasequota.WithDefaultQuota(q),
+					leasequota.WithInstanceID(fmt.Sprint("i", i)))
 				lims = append(lims, l)
 			}
 			var asked, admitted atomic.Int64
@@ -120,11 +110,6 @@ func TestLowRateTenantAdmitted(t *testing.T) {
 				})
 			}
 			wg.Wait()
-			for _, l := range lims {
-				if err := l.Close(context.Background()); err != nil {
-					t.Fatal(err)
-				}
-			}
 			got := float64(admitted.Load()) / float64(asked.Load())
 			t.Logf("requests of 1 to %d tokens: admitted %d of %d (%.1f%%)", tc.maxN, admitted.Load(), asked.Load(), 100*got)
 			if got < tc.want {
