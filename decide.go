@@ -72,7 +72,7 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n
 			// denied at once with the lease's tokens there
 			// (TestColdStartSharesOneCall, beside two busy loops).
 			first = !e.Leased()
-			cold = first || e.Cold()
+			cold = e.Cold() // true too when first
 			front, clock, plans := e.Front(), l.sync.Clock(), l.sync.Plans()
 			if ok, left := e.Spend(n); ok {
 				return spent(e, lim, "", left, ReasonLeased, leased(n, front, clock, plans)), nil
@@ -140,12 +140,15 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n
 				// during an outage (TestColdRequestInAnOutageByItsMode).
 				down := l.sync.Down()
 				if limit <= 0 || coldWait && !down && l.sync.RefillOutlasts(limit, l.cfg.now()) {
-					// The denial first: once the syncer is told, a lease
-					// may land before the denial reads the tenant.
-					d := l.deny(e, n)
+					// The decision first: once the syncer is told, a
+					// lease may land before the denial reads the tenant.
+					// With no wait at all while Redis is down, the mode
+					// decides at once.
+					var d Decision
 					if down {
-						// No wait at all: the mode decides at once.
 						d = l.degraded(e, n)
+					} else {
+						d = l.deny(e, n)
 					}
 					l.sync.NoteMiss(e, n)
 					return l.count(d), nil

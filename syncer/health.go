@@ -10,13 +10,14 @@ import (
 	"github.com/leasequota/leasequota/lease"
 )
 
-// Degraded reports whether the circuit breaker is open or probing: Redis
-// calls have been failing.
+// Degraded reports whether Redis calls have been failing: on one server,
+// while the circuit breaker is open or probing (Down); on a Redis
+// Cluster, while any tenant's last lease call failed.
 func (s *Syncer) Degraded() bool {
 	if s.opts.Cluster {
 		return s.failingTenants.Load() > 0
 	}
-	return s.breaker.State() != gobreaker.StateClosed
+	return s.Down()
 }
 
 // Down reports whether lease calls fail for every tenant: on one Redis
