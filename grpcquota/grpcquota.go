@@ -475,15 +475,10 @@ func (lim *limiter) setMetadata(ctx context.Context, d *leasequota.Decision, key
 	md := make(metadata.MD, 2)
 	md[MetadataPolicy] = policy
 	if rate && valid && dec >= 0 {
-		// r at most q: FleetRemaining is above Burst when this instance
-		// holds more tokens than that (leased before SetQuota lowered it).
-		md[MetadataRateLimit] = lim.pols[dec].rPrefix.RateLimit(min(max(d.FleetRemaining, 0), d.Quota.Burst, maxSFInteger), t)
+		md[MetadataRateLimit] = lim.pols[dec].rPrefix.RateLimit(middleware.Remaining(d), t)
 	}
 	_ = setHeader(ctx, md) // fails only when headers were sent: not yet
 }
-
-// maxSFInteger is the largest RFC 9651 Integer.
-const maxSFInteger = 999_999_999_999_999
 
 // keyProblem says why a call has no key to be limited by.
 type keyProblem uint8

@@ -205,7 +205,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				pol = p.member(q)
 			}
 			hdr[headerPolicy] = pol
-			hdr[headerRateLimit] = p.rPrefix.RateLimit(min(d.FleetRemaining, q.Burst), 0) // r <= q: see setFields
+			hdr[headerRateLimit] = p.rPrefix.RateLimit(Remaining(&d), 0)
 		}
 		h.next.ServeHTTP(w, r)
 		return
@@ -479,7 +479,7 @@ func (h *handler) setFields(hdr http.Header, d *leasequota.Decision, keys []stri
 	hdr[headerPolicy] = policy
 	if !h.cfg.legacy {
 		if rate {
-			hdr[headerRateLimit] = p.rPrefix.RateLimit(remaining(d), t)
+			hdr[headerRateLimit] = p.rPrefix.RateLimit(Remaining(d), t)
 		}
 		return
 	}
@@ -500,7 +500,7 @@ func (h *handler) setFields(hdr http.Header, d *leasequota.Decision, keys []stri
 	if !rate {
 		return
 	}
-	r := remaining(d)
+	r := Remaining(d)
 	hdr[headerRateLimit] = p.rPrefix.RateLimit(r, t)
 	vals[1] = strconv.FormatInt(r, 10)
 	hdr[headerLegacyRemaining] = vals[1:2:2]
@@ -510,11 +510,13 @@ func (h *handler) setFields(hdr http.Header, d *leasequota.Decision, keys []stri
 	}
 }
 
-// remaining returns RateLimit's r for decision d, whose quota is valid:
-// d.FleetRemaining, at least 0 and at most q, the quota's Burst.
-// FleetRemaining is above Burst when this instance holds more tokens than
-// that (leased before SetQuota lowered it, or a rate share's).
-func remaining(d *leasequota.Decision) int64 {
+// Remaining returns RateLimit's r for decision d, whose quota is valid:
+// d.FleetRemaining, at least 0 and at most q, the quota's Burst (and the
+// largest structured-field integer). FleetRemaining is above Burst when
+// this instance holds more tokens than that (leased before SetQuota
+// lowered it, or a rate share's). The gRPC interceptors' ratelimit
+// metadata uses it too.
+func Remaining(d *leasequota.Decision) int64 {
 	return min(max(d.FleetRemaining, 0), d.Quota.Burst, maxSFInteger)
 }
 
