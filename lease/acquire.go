@@ -336,10 +336,11 @@ func shareArg(r *Request) string {
 		return "R" + strconv.FormatInt(r.ShareFrom.UnixMicro(), 10)
 	}
 	t := r.ShareTerms
+	op := fmt.Sprintf("A%d:%d:%d:%s", t.Period.Microseconds(), t.Phase.Microseconds(), t.Hold.Microseconds(), formatRate(t.Headroom))
 	if t.Instances > 1 {
-		return fmt.Sprintf("A%d:%d:%d:%s:%d", t.Period.Microseconds(), t.Phase.Microseconds(), t.Hold.Microseconds(), formatRate(t.Headroom), t.Instances)
+		op += ":" + strconv.Itoa(t.Instances)
 	}
-	return fmt.Sprintf("A%d:%d:%d:%s", t.Period.Microseconds(), t.Phase.Microseconds(), t.Hold.Microseconds(), formatRate(t.Headroom))
+	return op
 }
 
 // acquireCall validates r and returns the keys and arguments of its
