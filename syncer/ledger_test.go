@@ -1,7 +1,6 @@
 package syncer
 
 import (
-	"os"
 	"slices"
 	"testing"
 	"time"
@@ -581,17 +580,6 @@ func TestLedgerProperties(t *testing.T) {
 			},
 		})
 	})
-}
-
-// showKnownBugs gates the tests that demonstrate behaviour reported to the
-// lead as wrong: they fail until it is fixed. Run them with
-//
-//	LEASEQUOTA_KNOWN_BUGS=1 go test ./syncer/ -run KnownBug -v
-func showKnownBugs(t *testing.T) {
-	t.Helper()
-	if os.Getenv("LEASEQUOTA_KNOWN_BUGS") == "" {
-		t.Skip("KNOWN BUG reported to the lead; set LEASEQUOTA_KNOWN_BUGS=1 to run")
-	}
 }
 
 // TestLedgerOutOfOrderAdd guards the fix of a reported bug: batches may be
