@@ -237,8 +237,10 @@ func (l *Limiter) onDegraded(degraded bool, err error) {
 	l.cfg.logger.Info("leasequota: Redis reachable again, leasing resumed")
 }
 
-// Degraded reports whether Redis calls are failing (the circuit breaker is
-// open or probing).
+// Degraded reports whether Redis calls are failing: on one Redis server
+// (or Sentinel), while the circuit breaker is open or probing; on a Redis
+// Cluster, which has no shared breaker, while any tenant's last lease call
+// failed.
 func (l *Limiter) Degraded() bool { return l.sync.Degraded() }
 
 // Close stops the syncer, waits for its goroutines and for the lease
