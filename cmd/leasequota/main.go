@@ -7,7 +7,7 @@
 //
 // Usage:
 //
-//	leasequota [global flags] quota set -rate R -burst B [-lease-ttl D] TENANT
+//	leasequota [global flags] quota set -rate R -burst B [-lease-ttl D] [-min-lease N] [-max-lease N] [-failure-mode M] TENANT
 //	leasequota [global flags] quota get TENANT
 //	leasequota [global flags] quota delete TENANT
 //	leasequota [global flags] quota list
