@@ -7,9 +7,9 @@ type Stats struct {
 	Errors    int64 // lease calls (per tenant) that failed
 	Requested int64 // tokens asked for
 	Granted   int64 // tokens granted
-	Returned  int64 // tokens given back to Redis and credited there (expiry, eviction, Close)
-	Forfeited int64 // tokens given back that Redis did not credit, or whose return failed
-	Expired   int64 // leased tokens taken back unspent at the end of their lifetime (and returned)
+	Returned  int64 // tokens given back to Redis and credited there (expiry, eviction, Close, Refund)
+	Forfeited int64 // tokens given back that Redis did not credit, whose return failed, or that were not returned (expired into a bucket refilled to full)
+	Expired   int64 // leased tokens taken back unspent at the end of their lifetime (then returned, or forfeited without a call: Forfeited)
 	Evicted   int64 // tenants evicted (idle or over MaxTenants)
 	Refunded  int64 // tokens refunded (Refund), whatever became of them
 	// HeldBack counts the acquires held back because the call budget was
