@@ -57,8 +57,10 @@
 // active on it (":i" appended), the ids of applied releases (":r") and a
 // quota stored by SetQuota (":q"). They share the hash tag, so every
 // script touches one cluster slot; any tenant byte string is encoded
-// safely (see package lease). One more key per prefix, quota-version,
-// counts quota changes; docs/design.md lists the keys.
+// safely (see package lease). Two more keys belong to the prefix, not to
+// a tenant: quota-version, which counts quota changes, and roster, which
+// counts the limiters sharing the prefix (Stats.Instances);
+// docs/design.md lists the keys.
 //
 // Every Redis call has a deadline (WithRedisTimeout). A tenant whose lease
 // call failed backs off (10 ms doubling up to the refresh interval), and a
@@ -84,7 +86,7 @@
 // with WithQuotaFunc, a goroutine that resolves quotas again
 // (WithQuotaRefresh, Invalidate); the loop starts short-lived goroutines
 // of its own (a round's Redis calls, one per master on a Redis Cluster,
-// and the read of the quota version). Close stops them, waits for every
-// goroutine the Limiter started, and returns unused leased tokens to
-// Redis. There is no package-level state.
+// and the read of the quota version with the count of the roster).
+// Close stops them, waits for every goroutine the Limiter started, and
+// returns unused leased tokens to Redis. There is no package-level state.
 package leasequota
