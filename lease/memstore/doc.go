@@ -10,7 +10,8 @@
 //
 // A Store is one Redis database under one key prefix: a keyspace of
 // tenants, each with up to four entries that expire as the Redis keys do,
-// plus the prefix's quota version.
+// plus the prefix's quota version and the fleet's roster (each instance
+// that counted itself with Instance.CountInstances, for its window).
 //
 //   - The bucket: tokens, the bucket's time of its last call, the burst
 //     its level history was recorded under and the history itself (at most
