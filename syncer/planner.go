@@ -77,7 +77,9 @@ func RegistryWindow(leaseTTL, interval, reserve time.Duration) time.Duration {
 	return 6*leaseTTL + interval
 }
 
-// DefaultConfig returns the defaults that zero fields of a Config take.
+// DefaultConfig returns the defaults that zero fields of a Config take,
+// as they are at the default Interval: a zero Jitter takes a tenth of the
+// Config's own Interval, and a zero MaxBackoff that Interval.
 func DefaultConfig() Config {
 	return Config{
 		Interval:         100 * time.Millisecond,
