@@ -25,7 +25,8 @@ var ErrClosed = errors.New("syncer: closed")
 type Options struct {
 	// Planner decides what to do; default NewPlanner(Config{}, 0).
 	Planner *Planner
-	// CallTimeout is the deadline of every Redis call; default Interval/2.
+	// CallTimeout is the deadline of every Redis call; default Interval/2,
+	// at least 10ms.
 	CallTimeout time.Duration
 	// Now is the clock: lease lifetimes, schedules, reservations and rate
 	// shares are timed by it. It must not step: a step back keeps leases
