@@ -20,7 +20,7 @@ func (l *Limiter) refuse(tenant string, n int64, q Quota, err error, untilAdmitt
 	if !untilAdmitted {
 		return d, nil
 	}
-	return d, fmt.Errorf("%w (WaitN of %d for tenant %q)", err, n, truncate(tenant))
+	return d, fmt.Errorf("%w (%s)", err, waitFor(tenant, n))
 }
 
 // refuseOrWait answers a request whose tenant track could not track (err,
@@ -56,9 +56,9 @@ func (l *Limiter) invalidN(tenant string, n int64, q Quota, untilAdmitted bool) 
 	case !untilAdmitted:
 		return d, nil
 	case n <= 0:
-		return d, fmt.Errorf("%w: WaitN(%q, %d)", ErrInvalidN, truncate(tenant), n)
+		return d, fmt.Errorf("%w: %s", ErrInvalidN, waitFor(tenant, n))
 	default:
-		return d, fmt.Errorf("%w: WaitN(%q, %d): Burst is %d", ErrExceedsBurst, truncate(tenant), n, q.Burst)
+		return d, fmt.Errorf("%w: %s: Burst is %d", ErrExceedsBurst, waitFor(tenant, n), q.Burst)
 	}
 }
 
@@ -71,15 +71,22 @@ func (l *Limiter) errClosed(untilAdmitted bool) error {
 	return nil
 }
 
-// waitError is WaitN's error when its wait ends without an admission.
+// waitFor names, in an error of WaitN or WaitAll, the wait for n of
+// tenant's tokens that failed: for WaitAll, the tenant that could not be
+// served. (The errors said "WaitN(tenant, n)" for WaitAll's too.)
+func waitFor(tenant string, n int64) string {
+	return fmt.Sprintf("wait for %d of tenant %q", n, truncate(tenant))
+}
+
+// waitError is WaitN's or WaitAll's error when its wait ends without an admission.
 func waitError(tenant string, n int64, err error) error {
-	return fmt.Errorf("leasequota: WaitN(%q, %d): %w", truncate(tenant), n, err)
+	return fmt.Errorf("leasequota: %s: %w", waitFor(tenant, n), err)
 }
 
 // unavailableError is WaitN's error when its ctx ended while Redis could
 // not be reached: it wraps both ErrUnavailable and ctx's error.
 func unavailableError(tenant string, n int64, err error) error {
-	return fmt.Errorf("%w: WaitN(%q, %d) waited for Redis until: %w", ErrUnavailable, truncate(tenant), n, err)
+	return fmt.Errorf("%w: %s waited for Redis until: %w", ErrUnavailable, waitFor(tenant, n), err)
 }
 
 // degraded decides n tokens for e by its failure mode, Redis failing and
