@@ -72,8 +72,9 @@ const maxSlots = 64
 // the current P, then from the other slots, and the tokens it reports are
 // those of its slot and the shared count: a lower bound of the counter's
 // total. A spend of n > 1 whose n tokens are in several places fails at
-// once, moving nothing, when the counter holds fewer than n; otherwise it
-// takes them place by place (a concurrent Load may miss those it holds
+// once, moving nothing, when the counter holds fewer than n spendable
+// tokens (what failed spends put back is not: see slot.back); otherwise
+// it takes them place by place (a concurrent Load may miss those it holds
 // meanwhile), and, if other spends took some of them first, puts them
 // back where no request spends them until the syncer restores them
 // (Restore; see slot.back).
@@ -161,9 +162,17 @@ func (c *Counter) trySpendSplit(sp *[]slot, p int, n int64) (ok bool, left int64
 		// below n, the common way to fail, then fails here with nothing
 		// moved (TestFailedSplitSpendMovesNothing); only a spend that
 		// loses a race with others after this look still gathers and
-		// puts back.
-		if total := c.Load(); total < n {
-			return false, total
+		// puts back. What failed spends put back (slot.back) is held but
+		// not spendable: counted towards n, a spend of more than the
+		// spendable tokens gathered them all and put them back there,
+		// where no request could spend them until the syncer restored
+		// them (TestFailedSplitSpendIgnoresPutBack).
+		var held int64
+		for i := range s {
+			held += s[i].n.Load()
+		}
+		if held += c.n.Load(); held < n {
+			return false, held + s[0].back.Load()
 		}
 		// What the home slot and the shared count hold goes towards n.
 		got, _ = take(home, n)
