@@ -58,9 +58,9 @@ type Decision struct {
 
 // admission is what a Decision admitted from leases, for Refund: n tokens
 // from each of keys tenants, the first four spent with the grant IDs in
-// front (each read before its spend: zero when not from a lease) at the
-// syncer's clock. Zero when nothing was admitted from a lease, and after
-// a Refund.
+// front (each read before its spend: zero when not from a lease, see
+// modes, or when its grant is unknown) at the syncer's clock. Zero when
+// nothing was admitted from a lease, and after a Refund.
 type admission struct {
 	n     int64
 	clock int64
@@ -68,6 +68,11 @@ type admission struct {
 	front [maxRefundKeys]lease.GrantID
 	keys  int32
 	plans uint32 // the syncer's Plans() before the spend (giveBack)
+	// modes marks the first maxRefundKeys tenants (bit i: the i'th) that
+	// their failure mode admitted: nothing was leased for them. A zero
+	// front of a tenant not marked is a lease's token of an unknown grant
+	// (a rate share's), which Refund forfeits and counts.
+	modes uint8
 }
 
 // maxRefundKeys is how many tenants of an AllowAll decision a Refund can

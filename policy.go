@@ -192,7 +192,10 @@ lookup:
 				continue
 			}
 			if byMode[i] {
-				continue // front stays zero: nothing was leased
+				if i < maxRefundKeys {
+					adm.modes |= 1 << i // nothing was leased: Refund skips it
+				}
+				continue
 			}
 			front := e.Front()
 			// Spend counts the admission now (for n = 1 the spend is the

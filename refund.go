@@ -80,7 +80,7 @@ func (l *Limiter) Refund(d *Decision, tenants ...string) error {
 // refund gives back n tokens of tenant spent as the i'th tenant of the
 // admission a.
 func (l *Limiter) refund(tenant string, n int64, a admission, i int) {
-	if i < maxRefundKeys && a.front[i] == 0 {
+	if i < maxRefundKeys && a.modes&(1<<i) != 0 {
 		return // admitted by a failure mode: nothing was leased
 	}
 	e := l.sync.Tenant(tenant)
