@@ -1094,3 +1094,37 @@ func TestAgedReleaseOfAFrozenBucket(t *testing.T) {
 	}
 	t.Fatal("no attempt reached Redis within the bucket's lead")
 }
+
+// TestNamedGrantOfAFrozenBucketNearTheWrap: a release names its grant,
+// with an age just under 2^32 µs that is a true upper bound of Redis's
+// clock less the grant's time, into a bucket whose time runs 0.9 s ahead
+// of the clock (reservations). From the bucket's time the grant is then
+// more than 2^32 µs back, so the latest time with the ID's low bits is
+// 2^32 µs after the grant: the levels in between (the bucket full again
+// after the grant) were left out of the peak, and the tokens credited
+// though none was owed.
+func TestNamedGrantOfAFrozenBucketNearTheWrap(t *testing.T) {
+	ctx := context.Background()
+	c, rdb := agedClient(t)
+	lim := Limits{Rate: 1e-9, Burst: 100}
+	key := c.Key("wrap")
+	clock := redisNow(t, rdb)
+	const age = 4294966 * time.Millisecond // ms below 2^32 µs
+	// The grant: 200 ms less than the age before the clock, so the age
+	// bounds the release's own trip too.
+	grant := clock - age.Microseconds() + 200_000
+	ts := clock + 900_000 // frozen: 0.9 s ahead
+	// After the grant the bucket was full (100), then drained to 10.
+	h := packed(ts, lim.Burst, at3(clock-1_000_000_000, 100), at3(clock-1_000, 10))
+	if err := rdb.HSet(ctx, key, "tk", "10", "ts", strconv.FormatInt(ts, 10), "h", h).Err(); err != nil {
+		t.Fatal(err)
+	}
+	res := c.ReleaseMany(ctx, []ReleaseRequest{{Tenant: "wrap", Limits: lim, Amount: 50, Age: age, Grant: GrantID(uint32(grant))}})
+	if res[0].Err != nil {
+		t.Fatal(res[0].Err)
+	}
+	if got := res[0].Return; got.Credited != 0 {
+		t.Fatalf("tokens of a grant after which the bucket was full, named %v before the bucket's time: %+v, want 0 credited",
+			time.Duration(got.ServerTime.UnixMicro()-grant)*time.Microsecond, got)
+	}
+}

@@ -195,7 +195,8 @@
 // A release is told an age, an upper bound of how long ago the returned
 // tokens were granted, and, optionally, the oldest grant they come from
 // (ReleaseRequest.Grant, from Grant.ID: the low 32 bits of its time, which
-// tell the time exactly while the age is below about 71 minutes, even if
+// tell the time exactly while the age, plus how far the bucket's time runs
+// ahead of Redis's clock, is below about 71 minutes, even if
 // the release arrives later than the age allows). It takes g = that grant's time, or
 // Redis's clock less the age without it (not the bucket's time, which runs
 // ahead of the clock while its refill is reserved), credits c = min(amount, Burst - P) with P from the

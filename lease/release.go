@@ -32,7 +32,8 @@ type ReleaseRequest struct {
 	// (Grant.ID), or zero for unknown. With it, the credit counts only the
 	// bucket's levels after that grant's debit; without it, the levels
 	// since Redis's clock less Age (see Release). With it, Age need only be below about
-	// 71 minutes (2^32 µs), to tell which time the ID's low bits are: a
+	// 71 minutes (2^32 µs, less how far the bucket's time runs ahead of
+	// Redis's clock, at most ReserveAhead), to tell which time the ID's low bits are: a
 	// release that reaches Redis later than Age allows is still judged
 	// from its grant. For the tokens of one
 	// grant that is exact, unless the bucket's history merged entries

@@ -28,9 +28,14 @@
 --
 -- The credit. The tokens were granted at g or later, where g is the grant's
 -- own time when ARGV[5] names it: the latest time before now with those
--- low 32 bits, which is the grant's when the age is below 2^32
--- microseconds (about 71 minutes; the age need not be exact then, so a
--- release that reaches Redis late is still judged from its grant); else
+-- low 32 bits, which is the grant's when the earliest time the age allows
+-- for it, clock - age, is less than 2^32 microseconds (about 71 minutes)
+-- before now (the age need not be exact then, so a release that reaches
+-- Redis late is still judged from its grant; and now, which runs up to
+-- ReserveAhead ahead of the clock on a frozen bucket, counts: with the age
+-- alone below 2^32 µs, a grant more than 2^32 µs before now was taken for
+-- the time 2^32 µs after it, and the levels between left out of the peak,
+-- TestNamedGrantOfAFrozenBucketNearTheWrap); else
 -- clock - age, Redis's clock less the age (the bucket's time, now, runs
 -- ahead of the clock while its refill is reserved, and the grant was made
 -- no earlier than the clock then). And g is before now, since the grant
@@ -164,7 +169,7 @@ local h = history(state, now, burst)
 -- now, the grant would seem later than calls made after it, and their
 -- levels would be left out of the peak (more credit than owed).
 local g = clock - age * 1000
-if grant ~= 0 and age * 1000 < 4294967296 then
+if grant ~= 0 and now - g < 4294967296 then
   g = now - (now - grant) % 4294967296
 end
 -- Every grant was made by an earlier call, at an earlier bucket time.

@@ -47,7 +47,10 @@ import (
 // bucket's time, where this release counts it back from Redis's clock,
 // and the last whose acquire set the registry's TTL to twice the caller's
 // window, shortening what a longer window had kept it for (this release
-// only ever extends it).
+// only ever extends it); v11 is main at 959c7b1, the last whose release
+// took a named grant's low bits for the latest such time whenever the
+// age alone was below 2^32 µs, though the bucket's time may run ahead of
+// the clock (this release counts from clock - age to the bucket's time).
 var (
 	//go:embed testdata/v1/common.lua
 	v1Common string
@@ -103,6 +106,10 @@ var (
 	v10Acquire string
 	//go:embed testdata/v10/release.lua
 	v10Release string
+	//go:embed testdata/v11/common.lua
+	v11Common string
+	//go:embed testdata/v11/release.lua
+	v11Release string
 )
 
 // TestMixedFleetRollout runs clients of an earlier release and of this
@@ -1086,4 +1093,81 @@ func TestRegistryTTLBesideV10(t *testing.T) {
 	if net := granted - credited; net > bound {
 		t.Fatalf("granted %v less credited %v = %v, over the two tenants' bound %v", granted, credited, net, bound)
 	}
+}
+
+// TestRolloutNamedGrantNearTheWrapCreditsNoMoreThanV11: releases that name
+// their grant, with ages near 2^32 µs, into buckets frozen up to
+// ReserveAhead ahead of the clock or not, run by v11 and by this release
+// on copies of one bucket in one MULTI: this release never credits more
+// than v11 (a fleet of both keeps the bound whichever runs a release), and
+// credits less where v11 took the grant for a time 2^32 µs after it.
+func TestRolloutNamedGrantNearTheWrapCreditsNoMoreThanV11(t *testing.T) {
+	ctx := context.Background()
+	rdb := redisserver.Client(t)
+	prefix := redisserver.Prefix(t)
+	plain, err := NewClient(rdb, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v11 := redis.NewScript(v11Common + v11Release)
+	for _, src := range []string{v11Common + v11Release, releaseScript.src} {
+		if err := rdb.ScriptLoad(ctx, src).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lim := Limits{Rate: 1e-9, Burst: 100}
+	rng := rand.New(rand.NewPCG(11, 1))
+	var less int
+	for round := range 80 {
+		tenant := fmt.Sprintf("t%d", round)
+		key := Key(prefix, tenant)
+		clock := redisNow(t, rdb)
+		lead := int64(rng.IntN(2)) * int64(rng.IntN(int(ReserveAhead.Microseconds())))
+		ageMS := int64(1<<32)/1000 - int64(rng.IntN(2000))
+		// The grant, within the age (with 300 ms for the trip), and the
+		// bucket full after it, then drained.
+		grant := clock - ageMS*1000 + 300_000 + int64(rng.IntN(1000))
+		ts := clock + lead
+		full := grant + 1 + int64(rng.IntN(int(clock-1000-grant-1)))
+		h := packed(ts, lim.Burst, at3(full, 100), at3(clock-1000, float64(1+rng.IntN(90))))
+		cp := key + ":copy"
+		for _, k := range []string{key, cp} {
+			if err := rdb.HSet(ctx, k, "tk", "5", "ts", strconv.FormatInt(ts, 10), "h", h).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		amount := 1 + int64(rng.IntN(60))
+		cl := plain.releaseCall(ReleaseRequest{Tenant: tenant, Limits: lim, Amount: amount,
+			Age: time.Duration(ageMS) * time.Millisecond, Grant: GrantID(uint32(grant))})
+		var oldCmd, newCmd *redis.Cmd
+		if _, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			oldCmd = v11.EvalSha(ctx, p, []string{cp, cl.keys[1] + ":copy", cl.keys[2]}, cl.argv()...)
+			newCmd = releaseScript.run(ctx, p, cl.keys, cl.argv()...)
+			return nil
+		}); err != nil {
+			t.Fatalf("release: %v", err)
+		}
+		oldRet, err := parseRelease(oldCmd, amount)
+		if err != nil {
+			t.Fatalf("v11's release: %v", err)
+		}
+		newRet, err := parseRelease(newCmd, amount)
+		if err != nil {
+			t.Fatalf("this release's release: %v", err)
+		}
+		if newRet.Credited > oldRet.Credited {
+			t.Fatalf("round %d: %d tokens aged %d ms into a bucket %d µs ahead: credited %v, v11's %v: more",
+				round, amount, ageMS, lead, newRet.Credited, oldRet.Credited)
+		}
+		if newRet.Credited != 0 {
+			t.Fatalf("round %d: %d tokens of a grant after which the bucket was full: credited %v, want 0", round, amount, newRet.Credited)
+		}
+		if newRet.Credited < oldRet.Credited {
+			less++
+		}
+	}
+	if less == 0 {
+		t.Error("no release credited less than v11's: the test met no grant past the wrap")
+	}
+	t.Logf("%d of 80 releases credited less than v11's", less)
 }

@@ -183,9 +183,10 @@ func raise(e []Entry, after int64, c float64, round bool) []Entry {
 // its refill is reserved), with age ageUS (µs, an upper bound of clock −
 // the grant's time, as the client measures it against Redis's clock) and
 // grant id (the low 32 bits of the oldest grant's time in µs, the bucket's
-// time then, or 0 for unknown): with an id and an age below 2^32 µs, the
-// latest time up to now with those low bits, which is the grant's
-// (whether or not the age is exact); else clock − ageUS, not now − ageUS:
+// time then, or 0 for unknown): with an id, when clock − ageUS (the
+// earliest time the age allows for the grant) is less than 2^32 µs before
+// now, the latest time up to now with those low bits, which is the
+// grant's (whether or not the age is exact); else clock − ageUS, not now − ageUS:
 // the grant was made at the bucket's time then, which is no earlier than
 // the clock then, and counting the age back from a bucket's time ahead of
 // the clock would put the grant after calls that followed it, leaving
@@ -194,7 +195,10 @@ func raise(e []Entry, after int64, c float64, round bool) []Entry {
 // the bucket.
 func GrantTime(now, clock, ageUS int64, id uint32) int64 {
 	g := min(clock, now) - ageUS
-	if id != 0 && ageUS < 1<<32 {
+	// now - g, not the age alone: now runs ahead of the clock on a frozen
+	// bucket, and a grant 2^32 µs or more before now would be taken for
+	// one 2^32 µs later, the levels between left out of the peak.
+	if id != 0 && now-g < 1<<32 {
 		g = now - (now-int64(id))&(1<<32-1)
 	}
 	return min(g, now-1)
