@@ -19,7 +19,7 @@
 -- KEYS[2], ARGV[4], ARGV[5], ARGV[6]  optional instance registry: a hash
 --          {instance id = "last acquire (microseconds):demand (tokens/s):
 --          credit (tokens):share (see SHARES)"} next to the bucket, the
---          caller's id, the window in milliseconds within which an instance counts as active (and
+--          caller's id, the window in milliseconds (at most 1e15) within which an instance counts as active (and
 --          for half of which its credit may accrue: the credit span), and
 --          the caller's demand. An entry is rewritten when its credit or
 --          (by more than a quarter) its demand changes, and at least every
@@ -304,8 +304,11 @@ local function acquire(key, ikey, qkey, o, clock, nargs)
   local mineText = ''     -- and as its entry's fourth field holds it
   if id ~= nil and id ~= '' then
     local wms = tonumber(ARGV[o + 5])
-    if wms == nil or wms ~= wms or wms < 1 or wms == math.huge then
-      return bad('window must be a number >= 1, got ' .. tostring(ARGV[o + 5]))
+    -- At most 1e15 ms (as roster.lua's): the registry's TTL, two
+    -- windows, goes to PEXPIRE as %d, which is -2^63 for a number past
+    -- 2^63, and a negative TTL deletes the hash just written.
+    if wms == nil or wms ~= wms or wms < 1 or wms > 1e15 then
+      return bad('window must be a number in [1, 1e15] (ms), got ' .. tostring(ARGV[o + 5]))
     end
     window = wms * 1000
     demand = sane_demand(ARGV[o + 6])

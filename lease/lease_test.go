@@ -935,3 +935,48 @@ func TestStoredState(t *testing.T) {
 		}
 	}
 }
+
+// TestScriptsRefuseWindowsBeyondPEXPIRE: the release's dedup window and
+// the acquire's registry window, numbers PEXPIRE takes as %d, are refused
+// beyond 1e15 ms (as roster.lua's). 1e300 was taken: %d of it is
+// -2^63, a PEXPIRE that deleted the key just written, so the applied
+// release ids were gone and a retried release was credited again (the
+// same 50 tokens twice), and the acquire's registry entry was gone.
+func TestScriptsRefuseWindowsBeyondPEXPIRE(t *testing.T) {
+	ctx := context.Background()
+	c, rdb, _ := setup(t)
+	lim := Limits{Rate: 1e-9, Burst: 100}
+	key := c.Key("dedup")
+	keys := []string{key, ReleasesKey(key), QuotaKey(key)}
+	var g Grant
+	for range 2 {
+		var err error
+		if g, err = c.Acquire(ctx, "dedup", lim, 50); err != nil || g.Granted != 50 {
+			t.Fatalf("acquire: %+v, %v", g, err)
+		}
+	}
+	id := strconv.FormatUint(uint64(g.ID()), 10) // the second grant's
+	credited := 0.0
+	for try := range 2 {
+		r, err := parseRelease(releaseScript.run(ctx, rdb, keys, "1e-9", "100", "50", "1000", id, "rid-1", "1e300"), 50)
+		if err != nil {
+			if !errors.Is(err, ErrBadRequest) {
+				t.Fatalf("release %d: %v, want credited or a bad argument", try, err)
+			}
+			continue
+		}
+		credited += r.Credited
+	}
+	if credited > 50 {
+		t.Errorf("one release of 50 tokens (id rid-1) sent twice: credited %v", credited)
+	}
+	ikey := InstancesKey(c.Key("reg"))
+	err := acquireScript.run(ctx, rdb, []string{c.Key("reg"), ikey, QuotaKey(c.Key("reg"))}, "1", "100", "1", "a", "1e300", "1").Err()
+	if err == nil {
+		if n, _ := rdb.Exists(ctx, ikey).Result(); n != 1 {
+			t.Errorf("an acquire registering with window 1e300 ms: the registry is gone")
+		}
+	} else if !redis.HasErrorPrefix(err, "leasequota: bad argument") {
+		t.Errorf("window 1e300: %v, want a bad argument or a registry kept", err)
+	}
+}

@@ -16,6 +16,7 @@
 --          how long ids are kept, in milliseconds. A release whose id is in
 --          the set was applied already (a client retried it after losing
 --          the reply) and changes nothing, so tokens are never credited twice.
+--          The window is a number of ms in [1, 1e15].
 -- KEYS[3]  quota override (QuotaKey): when it holds r and b they replace
 --          ARGV[1] and ARGV[2], as in acquire.lua. KEYS[2] is always passed
 --          (so that KEYS[3] has a fixed place) but only touched with ARGV[6].
@@ -147,8 +148,11 @@ end
 local rid = ARGV[6]
 if rid ~= nil and rid ~= '' then
   local keep = tonumber(ARGV[7])
-  if keep == nil or keep ~= keep or keep < 1 or keep == math.huge then
-    return bad('dedup window must be a number >= 1, got ' .. tostring(ARGV[7]))
+  -- At most 1e15 ms (as roster.lua's window): PEXPIRE takes it as %d,
+  -- which is -2^63 for a larger number, and a negative TTL deletes the
+  -- set just written: a retried release was credited again.
+  if keep == nil or keep ~= keep or keep < 1 or keep > 1e15 then
+    return bad('dedup window must be a number in [1, 1e15] (ms), got ' .. tostring(ARGV[7]))
   end
   local rkey = KEYS[2]
   if redis.call('ZSCORE', rkey, rid) then
