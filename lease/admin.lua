@@ -49,12 +49,13 @@ if op ~= 'set' and op ~= 'del' then
   return bad('op must be set or del, got ' .. tostring(op))
 end
 
-local q = redis.call('HMGET', qkey, 'r', 'b')
+local q = redis.call('HMGET', qkey, 'r', 'b', 'min', 'max', 'ttl', 'mode')
 local oldRate, oldBurst = nil, nil
 if q[1] and q[2] then
   oldRate, oldBurst = tonumber(q[1]), tonumber(q[2])
-  if not rate_ok(oldRate) or not whole(oldBurst, 1) then
-    -- A corrupt override: its rate is not known either.
+  -- Corrupt as read_override judges it (the acquires failed under it):
+  -- its rate was never in force, and is not known either (quota.lua).
+  if override_problem(q[1], q[2], q[3] or '0', q[4] or '0', q[5] or '0', q[6] or '0') then
     oldRate, oldBurst = nil, nil
   end
 end

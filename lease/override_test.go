@@ -178,3 +178,48 @@ func TestOverrideTheClientsCannotReadIsRefused(t *testing.T) {
 		t.Fatalf("acquire under the largest override: %v", err)
 	}
 }
+
+// TestQuotaChangeOverACorruptOverride: an override the acquire and release
+// scripts refuse as corrupt (read_override: a rate past 1e12, or written
+// as hex, or with a space) was never in force: they failed, and the bucket stayed as the
+// base quota left it. SetOverride and AdminSetOverride replace it taking
+// the base quota as the old one (SetOverride), or no refill (admin), as
+// for any corrupt override; quota.lua and admin.lua judged it by a looser
+// rule than read_override and refilled the drained bucket at its rate:
+// full at once.
+func TestQuotaChangeOverACorruptOverride(t *testing.T) {
+	ctx := context.Background()
+	c, rdb, _ := setup(t)
+	base := Limits{Rate: 1e-6, Burst: 100}
+	for i, r := range []string{"1e13", "0x10000000", " 1e9"} {
+		for _, admin := range []bool{false, true} {
+			tenant := fmt.Sprintf("t%d-%v", i, admin)
+			if g, err := c.Acquire(ctx, tenant, base, 100); err != nil || g.Granted != 100 {
+				t.Fatalf("drain: %+v, %v", g, err)
+			}
+			qkey := QuotaKey(c.Key(tenant))
+			if err := rdb.HSet(ctx, qkey, "r", r, "b", "100", "min", "0", "max", "0", "ttl", "0", "mode", "0").Err(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.Acquire(ctx, tenant, base, 1); err == nil || !strings.Contains(err.Error(), "corrupt quota") {
+				t.Fatalf("rate %q: acquire: %v, want a corrupt quota", r, err)
+			}
+			var tokens float64
+			if admin {
+				res, err := c.AdminSetOverride(ctx, tenant, Override{Rate: 1e-6, Burst: 100})
+				if err != nil {
+					t.Fatal(err)
+				}
+				tokens = res.Tokens
+			} else {
+				var err error
+				if tokens, err = c.SetOverride(ctx, tenant, base, Override{Rate: 1e-6, Burst: 100}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tokens > 1 {
+				t.Errorf("rate %q, admin %v: a drained bucket after replacing an override never in force: %v tokens, want about 0", r, admin, tokens)
+			}
+		}
+	}
+}

@@ -66,8 +66,12 @@ end
 local oldRate, oldBurst = baseRate, baseBurst
 if stored then
   oldRate, oldBurst = tonumber(q[1]), tonumber(q[2])
-  if not rate_ok(oldRate) or not whole(oldBurst, 1) then
-    -- A corrupt override is replaced: take the base quota as the old one.
+  -- A corrupt override is replaced: take the base quota as the old one.
+  -- Corrupt as read_override judges it (acquire.lua and release.lua fail
+  -- under it, so it was never in force): judged by rate_ok alone, a rate
+  -- past MAX_RATE or written as hex refilled the bucket at it, full at
+  -- once (TestQuotaChangeOverACorruptOverride).
+  if override_problem(q[1], q[2], q[3] or '0', q[4] or '0', q[5] or '0', q[6] or '0') then
     oldRate, oldBurst = baseRate, baseBurst
   end
 end
