@@ -882,12 +882,13 @@ func (in *Instance) CountInstances(ctx context.Context) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, fmt.Errorf("memstore: count instances: %w", err)
 	}
+	// The clock is read under the mutex, as WithClock promises.
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	_, nowMS, err := s.clock()
 	if err != nil {
 		return 0, err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.roster == nil {
 		s.roster = make(map[string]int64)
 	}
