@@ -132,12 +132,14 @@ type Request struct {
 	// tokens per second, recorded in the instance registry (WithInstance)
 	// so that each instance learns its max-min fair share (Grant.Share).
 	Demand float64
-	// Reserve is the length of a reservation, 0 for none. When the bucket
-	// cannot serve Want now and the caller has a fair share (WithInstance,
-	// Grant.Share > 0), the acquire also reserves the caller's share of
-	// the bucket's refill over Reserve: Share*Reserve tokens (fewer when
-	// the refill is committed ReserveAhead ahead already), paced at Share
-	// (Grant.Reserved, Grant.Pace). It is sent in whole milliseconds,
+	// Reserve is the length of a reservation, 0 for none. When the caller
+	// has a fair share (WithInstance, Grant.Share > 0) and the bucket
+	// cannot serve Want now, or the credit rule holds the caller to its
+	// share while its demand is above it, the acquire also reserves the
+	// caller's share of the bucket's refill over Reserve:
+	// min(Share, rate)*Reserve tokens (fewer when the refill is committed
+	// ReserveAhead ahead already), paced at min(Share, rate)
+	// (Grant.Reserved, Grant.Pace); none while a rate share is in force. It is sent in whole milliseconds,
 	// rounded up. Without WithInstance it has no effect and is not sent.
 	Reserve time.Duration
 	// Share is what the acquire does with the caller's rate share: kept

@@ -70,8 +70,10 @@
 -- with a share > 0, the call reserves if it wants more than the immediate
 -- grant gives and the bucket cannot serve more now (tokens left < 1), or
 -- if the caller is held to its share (its demand is above it while the
--- credit rule caps grants, below): r = min(floor(share*L/1000),
--- floor(room)) tokens, its fair share over L, within room = (clock +
+-- credit rule caps grants, below): r = min(floor(pace*L/1000),
+-- floor(room)) tokens, its fair share over L (pace = min(share, rate),
+-- below: a summary older than a jump in the caller's demand can put its
+-- share above the rate), within room = (clock +
 -- RESERVE_AHEAD - now)*rate + f, the refill from the bucket's time now to
 -- RESERVE_AHEAD after the clock plus f, the fraction of a token left. The
 -- whole tokens left (k0 = floor(tokens left)) stay available to the other

@@ -97,16 +97,18 @@
 // lets a starved instance (it has a registry entry and a fair share, and
 // the bucket cannot serve its Want now, or the credit rule holds it to
 // its share while it asks for more) commit part of the refill to itself:
-// floor(Share*L) tokens, within the room up to ReserveAhead (990 ms) after
+// floor(Pace*L) tokens, Pace = min(Share, rate) (a registry summary older
+// than a jump in the caller's demand can put its Share above the rate),
+// within the room up to ReserveAhead (990 ms) after
 // Redis's clock, which the bucket produces one by one until the ts it is
 // frozen to. The whole tokens the bucket held stay available to the
 // other instances. Grant.Reserved of Grant.Granted are such tokens; token k of
 // them may be spent from Grant.Wait + k/Grant.Pace after the reply (from
-// ServerTime + k/Pace in Redis time), Pace being the share (<= the rate),
+// ServerTime + k/Pace in Redis time),
 // so no token is spent before the bucket produced it, and the bound below
 // holds as before. An instance then calls about once per L, whatever its
 // demand: its reservation lasts L at its pace but takes only
-// Share*L/rate of the bucket's refill (L/n with n equal shares), so many
+// Pace*L/rate of the bucket's refill (L/n with n equal shares), so many
 // instances' reservations fit in the second ahead. A later acquire on a
 // frozen bucket runs at ts + 1 µs (Grant.Wait > 0): its reservation starts
 // where the others end.
