@@ -7,7 +7,10 @@
 -- (Redis TIME, microseconds; after the clock for a frozen bucket: tk
 -- tokens available now and no refill until ts, see acquire.lua), h = the
 -- level history and the burst it was recorded under, packed (below),
--- rg = the summary of the instance registry that acquire.lua keeps}. The
+-- rg = the summary of the instance registry that acquire.lua keeps,
+-- sh = the rate shares in force (below), only while some are, and ol =
+-- when rg's last recompute saw a client that does not honour shares
+-- (acquire.lua's SHARES), only while one does}. The
 -- history (see below, and the Go model in internal/peaks, which the tests
 -- hold these functions to) is what release.lua credits returned tokens
 -- against. Clients of the previous release kept the history as hb (its
