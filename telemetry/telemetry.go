@@ -396,7 +396,8 @@ func (t *Telemetry) Leases(requests int, requested, granted, returned int64) {
 }
 
 // Expired records leased tokens taken back unspent at the end of their
-// lifetime (to be returned to Redis).
+// lifetime: returned to Redis, or forfeited without a call when the
+// return would find the bucket full (the syncer's Planner.ReturnsExpired).
 func (t *Telemetry) Expired(n int64) {
 	if t == nil || n <= 0 {
 		return
