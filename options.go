@@ -287,10 +287,9 @@ func WithRateShares(period time.Duration, headroom float64) Option {
 // What it costs: 64 bytes a P for each tenant split, and a split tenant's
 // decision on one goroutine is about 1.7 times as long (a call out of
 // line, which P it runs on, one more cache line), which the joining above
-// confines to those looks. Measured on a 2-core AMD EPYC host over 1,024
-// hot tenants, Allow from both cores took 13.7-14.3 ns a decision by
-// default against 37-50 with one count, and from one goroutine 13.7-14.5
-// ns, as with one count (docs/performance.md, "Tokens per CPU"). A tenant
+// confines to those looks. docs/tuning.md ("Hot tenants on many cores") gives the
+// figures measured with and without the split, and the command that
+// prints them; docs/performance.md has the runs. A tenant
 // that is not split pays nothing: its counter is one count, spent as
 // before.
 // minDemand must be 0 or at least 1; it does nothing with GOMAXPROCS 1.
