@@ -139,7 +139,7 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n
 				// new tenant of a FailOpen quota was denied (cold_start)
 				// during an outage (TestColdRequestInAnOutageByItsMode).
 				down := l.sync.Down()
-				if limit <= 0 || coldWait && !down && l.sync.RefillOutlasts(limit, l.cfg.now()) {
+				if limit <= 0 || coldWait && !down && l.sync.RefillOutlasts(tenant, limit, l.cfg.now()) {
 					// The decision first: once the syncer is told, a
 					// lease may land before the denial reads the tenant.
 					// With no wait at all while Redis is down, the mode

@@ -29,6 +29,10 @@ type redisNode struct {
 	// flight on the node (budget.go): rounds and refills take room in it
 	// per tenant before calling, call gives it back.
 	budget budget
+	// refillDelay is how long the last urgent refill of a tenant the
+	// node serves took (refilldelay.go): a dead or slow master's refills
+	// say nothing of how soon another master answers.
+	refillDelay refillDelay
 }
 
 // answeredWithin reports whether the node answered a call in time within

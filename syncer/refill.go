@@ -157,7 +157,7 @@ func (s *Syncer) refillLocked(ctx context.Context, link trace.Link, t *Tenant, n
 	}
 	if !s.roomFor(t, node, now, a) {
 		// Redis is busy (the call budget is full): no lease comes soon.
-		s.refillDelay.failed(now)
+		node.refillDelay.failed(now)
 		return nil
 	}
 	if round == nil {
@@ -166,9 +166,9 @@ func (s *Syncer) refillLocked(ctx context.Context, link trace.Link, t *Tenant, n
 	var r lease.Result
 	defer func() {
 		if r.Err != nil {
-			s.refillDelay.failed(s.opts.Now())
+			node.refillDelay.failed(s.opts.Now())
 		} else {
-			s.refillDelay.note(now, s.opts.Now())
+			node.refillDelay.note(now, s.opts.Now())
 		}
 	}()
 	_, err := s.call(ctx, telemetry.OpAcquire, node, 1, 0, func(ctx context.Context) ([]lease.Result, error) {

@@ -1,6 +1,7 @@
 package syncer
 
 import (
+	"context"
 	"math"
 	"sync/atomic"
 	"time"
@@ -12,9 +13,9 @@ import (
 // requests from waiting once it is not.
 const refillDelayFresh = time.Second
 
-// refillDelay is how long the syncer's last urgent refill took, from its
-// plan to the reply (its wait for a free call included), and when it
-// ended.
+// refillDelay is how long the last urgent refill on a Redis node took (a
+// redisNode's), from its plan to the reply (its wait for a free call
+// included), and when it ended.
 //
 // Why: on a saturated Redis, or in a process too busy to read replies in
 // time, an urgent refill takes longer than a cold tenant's request may
@@ -57,12 +58,26 @@ func (d *refillDelay) last(now time.Time) (time.Duration, bool) {
 	return time.Duration(d.took.Load()), true
 }
 
-// RefillOutlasts reports whether an urgent refill asked for at now would
-// likely take longer than wait: the last one did, or brought no lease
-// (its call failed, or Redis was too busy to take it), and ended within a
-// second. A request whose wait is shorter than that need not wait (see
-// refillDelay).
-func (s *Syncer) RefillOutlasts(wait time.Duration, now time.Time) bool {
-	took, ok := s.refillDelay.last(now)
+// RefillOutlasts reports whether an urgent refill for tenant asked for at
+// now would likely take longer than wait: the last one on the tenant's
+// Redis node did, or brought no lease (its call failed, or the node was
+// too busy to take it), and ended within a second. A request whose wait
+// is shorter than that need not wait (see refillDelay).
+//
+// In Cluster mode the delay is the node's (NodeOf, looked up within
+// wait at most): a dead or slow master says nothing of the others. One
+// delay for the whole syncer, a refill that timed out on a dead master
+// had every new tenant of every live one denied at once (cold_start)
+// for a second (TestClusterDeadNodeRefillKeepsLiveColdWait in the root
+// package).
+func (s *Syncer) RefillOutlasts(tenant string, wait time.Duration, now time.Time) bool {
+	node := &s.one
+	if s.opts.Cluster {
+		ctx, cancel := context.WithTimeout(context.Background(), max(min(wait, s.opts.CallTimeout), 0))
+		name, _ := s.nodeOf(ctx, tenant)
+		cancel()
+		node = s.node(name)
+	}
+	took, ok := node.refillDelay.last(now)
 	return ok && took >= wait
 }

@@ -176,8 +176,6 @@ type Syncer struct {
 	// tenant was planned since the spend (Unspend).
 	plans atomic.Uint32
 
-	// refillDelay is how long the last urgent refill took (refilldelay.go).
-	refillDelay refillDelay
 	// down is whether the circuit breaker is not closed (open or
 	// probing), as its OnStateChange last said: Down reads it.
 	down atomic.Bool

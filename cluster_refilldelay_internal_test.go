@@ -1,0 +1,82 @@
+package leasequota
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/leasequota/leasequota/lease"
+	"github.com/leasequota/leasequota/lease/memstore"
+)
+
+// deadNodeBackend is a memstore on two Redis Cluster masters: tenants
+// named "dead-..." live on a master that answers nothing (their lease
+// calls hang until their deadline), every other on a live one.
+type deadNodeBackend struct{ mem *memstore.Store }
+
+func (b deadNodeBackend) Instance(id string, window time.Duration) (lease.Store, error) {
+	s, err := b.mem.Instance(id, window)
+	return deadNodeStore{s}, err
+}
+
+type deadNodeStore struct{ lease.Store }
+
+func onDeadNode(tenant string) bool { return strings.HasPrefix(tenant, "dead-") }
+
+func (s deadNodeStore) NodeOf(_ context.Context, tenant string) (string, bool) {
+	if onDeadNode(tenant) {
+		return "dead:6379", true
+	}
+	return "live:6379", true
+}
+
+func (s deadNodeStore) AcquireMany(ctx context.Context, reqs []lease.Request, results []lease.Result) ([]lease.Result, error) {
+	if len(reqs) > 0 && onDeadNode(reqs[0].Tenant) {
+		<-ctx.Done()
+		res := make([]lease.Result, len(reqs))
+		for i := range res {
+			res[i].Err = ctx.Err()
+		}
+		return res, ctx.Err()
+	}
+	return s.Store.AcquireMany(ctx, reqs, results)
+}
+
+// TestClusterDeadNodeRefillKeepsLiveColdWait: on a Redis Cluster a dead
+// master delays its own tenants only. A new tenant's first request on a
+// live master waits for its first lease (WithColdStartWait) and is
+// admitted, its bucket full, though a refill of a tenant on the dead
+// master failed just before. The delay of the last urgent refill was one
+// for the whole syncer: the dead master's failed refill made every cold
+// request of every master denied at once (cold_start) for a second.
+func TestClusterDeadNodeRefillKeepsLiveColdWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg, err := newConfig([]Option{WithDefaultQuota(Quota{Rate: 100, Burst: 100}),
+			WithRedisTimeout(50 * time.Millisecond), WithFailureMode(FailClosed), WithColdStartWait(200 * time.Millisecond)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := newLimiter(cfg, deadNodeBackend{memstore.New()}, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close(context.Background())
+		ctx := context.Background()
+		if d := l.AllowN(ctx, "dead-a", 1); d.Allowed {
+			t.Fatalf("a tenant on the dead master admitted without a lease: %+v", d)
+		}
+		d := l.AllowN(ctx, "live-b", 1)
+		t.Logf("live tenant's first request after the dead master's failed refill: allowed %v, reason %v", d.Allowed, d.Reason)
+		if !d.Allowed {
+			t.Fatalf("a new tenant on a live master was denied (%v) because a refill on the dead master failed", d.Reason)
+		}
+		// The dead master's own new tenants are still denied at once: its
+		// refills would not come in time.
+		start := time.Now()
+		if d := l.AllowN(ctx, "dead-c", 1); d.Allowed || time.Since(start) != 0 {
+			t.Fatalf("a new tenant on the dead master: %+v after %v, want a denial at once", d, time.Since(start))
+		}
+	})
+}
