@@ -19,7 +19,7 @@ const perCommand = 300 * time.Microsecond
 
 // Bounds of the syncer's Redis traffic (docs/failure-modes.md states them).
 const (
-	maxInFlight = 8    // Redis calls made at once; a pipeline counts as one
+	maxInFlight = 8    // Redis calls made at once to one node (a redisNode's); a pipeline counts as one
 	batchSize   = 1000 // the most tenants in one pipeline
 	// breakerFailures failed Redis calls in a row open the circuit
 	// breaker: calls then fail at once without reaching Redis, until after
@@ -81,10 +81,10 @@ func (s *Syncer) call(ctx context.Context, op string, node *redisNode, size int,
 		}
 		node.budget.done(size, sent, now, late, s.callFloor())
 	}()
-	if err := s.sem.Acquire(ctx, 1); err != nil {
+	if err := node.sem.Acquire(ctx, 1); err != nil {
 		return nil, err
 	}
-	defer s.sem.Release(1)
+	defer node.sem.Release(1)
 	// The delay that tells congestion is Redis's (and the client's), not
 	// the wait for a slot among this syncer's own calls.
 	sent = s.opts.Now()

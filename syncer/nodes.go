@@ -83,8 +83,9 @@ func (s *Syncer) byNode(ctx context.Context, releases []lease.ReleaseRequest, jo
 //
 // A node's work waits for the node's work of earlier rounds to finish
 // before it makes its calls: a dead node then has at most one round's
-// calls in flight, and never holds more than that of the maxInFlight
-// slots that the live nodes' calls need too. Work that has not started
+// calls in flight from rounds; and the maxInFlight slots are each
+// node's, so its calls and its tenants' refills hold none that the live
+// nodes' calls need. Work that has not started
 // its calls when Run's ctx ends is dropped (see drop), so that Run waits
 // for no more than the calls in flight.
 //

@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/sync/semaphore"
 )
 
 // redisNode is what a Syncer knows of one Redis server it calls: the one
@@ -33,6 +35,19 @@ type redisNode struct {
 	// node serves took (refilldelay.go): a dead or slow master's refills
 	// say nothing of how soon another master answers.
 	refillDelay refillDelay
+	// sem bounds the node's calls in flight (maxInFlight; call.go): a
+	// dead master's calls, each hanging until its deadline, hold its own
+	// slots, not those the other masters' calls need. Shared by every
+	// node, eight refills of tenants on a dead master held up every lease
+	// call to the live ones for a call deadline
+	// (TestClusterDeadNodeRefillsLeaveLiveCalls).
+	sem *semaphore.Weighted
+}
+
+// init prepares a node first seen at now.
+func (n *redisNode) init(now time.Time) {
+	n.budget.init(now)
+	n.sem = semaphore.NewWeighted(maxInFlight)
 }
 
 // answeredWithin reports whether the node answered a call in time within
@@ -106,7 +121,7 @@ func (s *Syncer) node(name string) *redisNode {
 		return v.(*redisNode)
 	}
 	n := &redisNode{}
-	n.budget.init(s.opts.Now())
+	n.init(s.opts.Now())
 	v, _ := s.nodes.LoadOrStore(name, n)
 	return v.(*redisNode)
 }

@@ -39,7 +39,7 @@ type job struct {
 // only observe their demand (quiet.go), and carries the plan out:
 // expired tokens are taken back and returned, idle tenants evicted (their
 // tokens returned), then leases are acquired in pipelines of up to
-// batchSize tenants, at most maxInFlight at once. A tenant that is
+// batchSize tenants, at most maxInFlight at once to a node. A tenant that is
 // locked (an urgent refill, or an earlier round's call, is running for
 // it) is skipped. It must not run concurrently with Tick, Urgent, Wait or
 // another Round.

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/sony/gobreaker/v2"
-	"golang.org/x/sync/semaphore"
 	"golang.org/x/sync/singleflight"
 
 	"github.com/leasequota/leasequota/internal/monoclock"
@@ -102,7 +101,6 @@ type Syncer struct {
 	// Safe for concurrent use on their own.
 	urgent  chan *Tenant                              // tenants that ran short (NoteMiss); never blocks a sender
 	sf      singleflight.Group                        // joins concurrent refills of a tenant (refill.go)
-	sem     *semaphore.Weighted                       // bounds concurrent Redis calls (call.go)
 	breaker *gobreaker.CircuitBreaker[[]lease.Result] // health.go
 	lastErr atomic.Pointer[error]                     // last error of a Redis call, for OnDegraded
 	// one is the Redis this instance calls (its call budget and last
@@ -236,14 +234,13 @@ func New(client lease.Store, opts Options) *Syncer {
 		planner: opts.Planner,
 		opts:    opts,
 		urgent:  make(chan *Tenant, 1024),
-		sem:     semaphore.NewWeighted(maxInFlight),
 		ctx:     ctx,
 		cancel:  cancel,
 	}
 	s.roster.counter, _ = client.(lease.InstanceCounter)
 	s.fleet.Store(int64(max(opts.Instances, 0)))
 	s.reg.init()
-	s.one.budget.init(opts.Now())
+	s.one.init(opts.Now())
 	s.breaker = s.newBreaker(iv)
 	s.leaseTTL = opts.Defaults.Resolve(quota.Quota{}).LeaseTTL
 	return s
