@@ -80,3 +80,37 @@ func TestClusterDeadNodeRefillKeepsLiveColdWait(t *testing.T) {
 		}
 	})
 }
+
+// TestClusterDeadNodeNewTenantByItsMode: on a Redis Cluster, where Down
+// is always false, a new tenant on a dead master is decided by its
+// failure mode once a refill there has failed as an outage, as on one
+// server while the breaker is open (TestColdRequestInAnOutageByItsMode):
+// FailOpen admits it. Each new tenant after the first was denied at once
+// (cold_start) for a second after every failed refill on the master.
+func TestClusterDeadNodeNewTenantByItsMode(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg, err := newConfig([]Option{WithDefaultQuota(Quota{Rate: 100, Burst: 100}),
+			WithRedisTimeout(50 * time.Millisecond), WithFailureMode(FailOpen), WithColdStartWait(200 * time.Millisecond)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := newLimiter(cfg, deadNodeBackend{memstore.New()}, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close(context.Background())
+		ctx := context.Background()
+		for _, name := range []string{"dead-a", "dead-b", "dead-c"} {
+			start := time.Now()
+			d := l.AllowN(ctx, name, 1)
+			t.Logf("%s: allowed %v, reason %v, after %v", name, d.Allowed, d.Reason, time.Since(start))
+			if !d.Allowed || d.Reason != ReasonFailOpen {
+				t.Fatalf("new tenant %s on the dead master: allowed %v, reason %v; want fail_open", name, d.Allowed, d.Reason)
+			}
+		}
+		// A new tenant on the live master still gets its lease.
+		if d := l.AllowN(ctx, "live-b", 1); !d.Allowed || d.Reason != ReasonColdStart {
+			t.Fatalf("new tenant on the live master: %+v", d)
+		}
+	})
+}

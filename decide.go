@@ -138,8 +138,20 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n
 				// for a tenant whose own call failed; said at once, a
 				// new tenant of a FailOpen quota was denied (cold_start)
 				// during an outage (TestColdRequestInAnOutageByItsMode).
+				// On a Redis Cluster, nor while the tenant's master is
+				// down (its last refill failed as an outage): Down is
+				// always false there, and a new tenant of a FailOpen
+				// quota on a dead master was denied cold_start for a
+				// second after each failed refill
+				// (TestClusterDeadNodeNewTenantByItsMode).
 				down := l.sync.Down()
-				if limit <= 0 || coldWait && !down && l.sync.RefillOutlasts(tenant, limit, l.cfg.now()) {
+				outlasts := false
+				if coldWait && !down {
+					var nodeDown bool
+					outlasts, nodeDown = l.sync.RefillOutlasts(tenant, limit, l.cfg.now())
+					down = nodeDown
+				}
+				if limit <= 0 || outlasts {
 					// The decision first: once the syncer is told, a
 					// lease may land before the denial reads the tenant.
 					// With no wait at all while Redis is down, the mode
