@@ -90,7 +90,19 @@ func (s *Syncer) apply(ctx context.Context, t *Tenant, node *redisNode, now time
 		s.setRetry(t) // the backoff's end, or a reserved token due before it
 		if s.busy(ctx, r.Err, s.opts.Now(), t.name) {
 			// Redis is busy, not down: the tenant backs off, and its
-			// requests are decided by its lease, not its failure mode.
+			// requests are decided by its lease, not its failure mode,
+			// whatever an outage before said. Why: a tenant put in its
+			// mode by an outage stayed there until a call of its own
+			// succeeded, so one whose calls timed out on the busy Redis
+			// that came back (a fleet's calls flooding it after the
+			// outage) was decided by its mode with Redis up, the
+			// breaker closed and Degraded false: a FailOpen tenant
+			// admitted without a lease, outside the bound
+			// (TestBusyAfterOutageEndsFailureMode in the root package).
+			// Its fallback bucket goes too: a later failure starts one
+			// empty, as the first did.
+			s.setFailing(t, false, nil)
+			ls.fallback.Store(nil)
 			return
 		}
 		rate, capacity := s.planner.FallbackRate(&ls.st, *t.Limits(), now, s.fleetSize())

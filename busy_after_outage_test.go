@@ -1,0 +1,135 @@
+package leasequota_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/leasequota/leasequota"
+	"github.com/leasequota/leasequota/lease"
+	"github.com/leasequota/leasequota/lease/memstore"
+)
+
+// phasedStore is a lease.Store whose Redis refuses every call while down
+// is set (an outage: the calls fail at once, not by their deadline), and
+// once it is up again answers every call but the acquires naming the
+// tenant "slow", which run out of their deadline (a busy Redis: it
+// answers the limiter's other calls in time).
+type phasedStore struct {
+	lease.Store
+	down *atomic.Bool
+}
+
+var errRefusedConn = errors.New("dial tcp: connect: connection refused")
+
+func (s phasedStore) AcquireMany(ctx context.Context, reqs []lease.Request, res []lease.Result) ([]lease.Result, error) {
+	fail := func(err error) ([]lease.Result, error) {
+		res = make([]lease.Result, len(reqs))
+		for i := range res {
+			res[i].Err = err
+		}
+		return res, err
+	}
+	if s.down.Load() {
+		return fail(errRefusedConn)
+	}
+	if slices.ContainsFunc(reqs, func(r lease.Request) bool { return r.Tenant == "slow" }) {
+		<-ctx.Done()
+		return fail(ctx.Err())
+	}
+	return s.Store.AcquireMany(ctx, reqs, res)
+}
+
+func (s phasedStore) ReleaseMany(ctx context.Context, reqs []lease.ReleaseRequest) []lease.ReleaseResult {
+	if s.down.Load() {
+		res := make([]lease.ReleaseResult, len(reqs))
+		for i := range res {
+			res[i].Err = errRefusedConn
+		}
+		return res
+	}
+	return s.Store.ReleaseMany(ctx, reqs)
+}
+
+func (s phasedStore) QuotaVersion(ctx context.Context) (int64, error) {
+	if s.down.Load() {
+		return 0, errRefusedConn
+	}
+	return s.Store.QuotaVersion(ctx)
+}
+
+type phasedBackend struct {
+	*memstore.Store
+	down *atomic.Bool
+}
+
+func (b phasedBackend) Instance(id string, window time.Duration) (lease.Store, error) {
+	in, err := b.Store.Instance(id, window)
+	return phasedStore{in, b.down}, err
+}
+
+// TestBusyAfterOutageEndsFailureMode: a tenant put in its failure mode by
+// an outage leaves it once Redis answers again, when its own calls then
+// time out on a Redis that answers the limiter's other calls in time (a
+// busy Redis, not a down one). Before, a lease call that timed out on a
+// busy Redis left the tenant's failing state as it was: a FailOpen
+// tenant whose calls kept timing out after the outage was admitted
+// without a lease (fail_open), outside the bound, with Redis up, the
+// breaker closed and Degraded false.
+func TestBusyAfterOutageEndsFailureMode(t *testing.T) {
+	var down atomic.Bool
+	down.Store(true)
+	l, err := leasequota.NewWithStore(phasedBackend{memstore.New(), &down},
+		leasequota.WithDefaultQuota(leasequota.Quota{Rate: 10, Burst: 10}),
+		leasequota.WithFailureMode(leasequota.FailOpen),
+		leasequota.WithRedisTimeout(20*time.Millisecond),
+		leasequota.WithRefreshInterval(40*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		l.Close(ctx)
+	}()
+	ctx := context.Background()
+	// The outage: both tenants' calls fail, and their mode decides.
+	deadline := time.Now().Add(2 * time.Second)
+	for time.Now().Before(deadline) {
+		a, b := l.AllowN(ctx, "slow", 1), l.AllowN(ctx, "other", 1)
+		if a.Reason == leasequota.ReasonFailOpen && b.Reason == leasequota.ReasonFailOpen && l.Degraded() {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if !l.Degraded() {
+		t.Fatal("the outage did not open the breaker: the test did not test")
+	}
+	// Redis is back: "other" leases again; "slow"'s calls time out while
+	// Redis answers the others in time.
+	down.Store(false)
+	deadline = time.Now().Add(2 * time.Second)
+	for l.Degraded() || l.AllowN(ctx, "other", 1).Reason != leasequota.ReasonLeased {
+		if time.Now().After(deadline) {
+			t.Fatal("the breaker did not close within 2 s of Redis answering")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// Give "slow" time for a call or two on the busy Redis.
+	time.Sleep(200 * time.Millisecond)
+	open := 0
+	for range 50 {
+		if d := l.AllowN(ctx, "slow", 1); d.Reason == leasequota.ReasonFailOpen {
+			open++
+		}
+		l.AllowN(ctx, "other", 1)
+		time.Sleep(4 * time.Millisecond)
+	}
+	if open > 0 {
+		t.Errorf("after the outage, with Redis answering and busy for the tenant: %d of 50 requests admitted fail_open (Degraded %v), want 0",
+			open, l.Degraded())
+	}
+}
