@@ -73,6 +73,13 @@ type admission struct {
 	// front of a tenant not marked is a lease's token of an unknown grant
 	// (a rate share's), which Refund forfeits and counts.
 	modes uint8
+	// tailModes counts the tenants after the first maxRefundKeys that
+	// their failure mode admitted. Refund forfeits the tokens of the
+	// others there (their grants are not kept), and counts nothing for
+	// these: which ones they were does not matter, only how many.
+	// (Unmarked, a fifth tenant admitted by FailOpen was counted
+	// refunded and forfeited: TestRefundSkipsFifthTenantAdmittedByMode.)
+	tailModes int32
 }
 
 // maxRefundKeys is how many tenants of an AllowAll decision a Refund can

@@ -194,6 +194,8 @@ lookup:
 			if byMode[i] {
 				if i < maxRefundKeys {
 					adm.modes |= 1 << i // nothing was leased: Refund skips it
+				} else {
+					adm.tailModes++ // and counts nothing for it
 				}
 				continue
 			}

@@ -71,8 +71,14 @@ func (l *Limiter) Refund(d *Decision, tenants ...string) error {
 		l.refund(d.Tenant, a.n, a, 0)
 		return nil
 	}
-	for i, name := range tenants {
+	for i, name := range tenants[:min(len(tenants), maxRefundKeys)] {
 		l.refund(name, a.n, a, i)
+	}
+	// Beyond the first maxRefundKeys no grant was kept: the leased
+	// tenants' tokens are forfeited (counted refunded), and those its
+	// failure mode admitted count nothing (a.tailModes of them).
+	for range len(tenants) - maxRefundKeys - int(a.tailModes) {
+		l.sync.ForfeitRefund(a.n)
 	}
 	return nil
 }
