@@ -99,7 +99,7 @@ func (l *Limiter) allowN(d *Decision, ctx context.Context, tenant string, n int6
 			}
 		}
 	}
-	*d, _ = l.decide(ctx, tenant, t, n, false)
+	*d, _ = l.decide(ctx, tenant, t, n, false, nil)
 	d.Tenant = tenant
 }
 
@@ -116,7 +116,7 @@ func (l *Limiter) allowN(d *Decision, ctx context.Context, tenant string, n int6
 // refresh interval plus a round trip of the first call that succeeds) and
 // is admitted as soon as the global bucket allows.
 func (l *Limiter) WaitN(ctx context.Context, tenant string, n int64) (Decision, error) {
-	d, err := l.decide(ctx, tenant, l.sync.Tenant(tenant), n, true)
+	d, err := l.decide(ctx, tenant, l.sync.Tenant(tenant), n, true, nil)
 	d.Tenant = tenant
 	return d, err
 }

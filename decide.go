@@ -18,7 +18,11 @@ import (
 // and the syncer never hands out an evicted tenant. So it never
 // recurses and never spins: turns are bounded by waits (turns counts them
 // for tests).
-func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n int64, untilAdmitted bool) (Decision, error) {
+//
+// at, when not nil, receives the tenant it decided with: e, or the entry
+// it tracked anew when e was evicted, whose lease an admission spent
+// (decideAll gives a turn's tokens back to it).
+func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n int64, untilAdmitted bool, at **syncer.Tenant) (Decision, error) {
 	var (
 		sl     = sleeper{closing: l.done}
 		waits  int64
@@ -36,6 +40,9 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n
 		sl.stop()
 		if budget.cancel != nil {
 			budget.cancel()
+		}
+		if at != nil {
+			*at = e
 		}
 	}()
 	for turn := int64(1); ; turn++ {

@@ -278,7 +278,12 @@ lookup:
 			}
 			quick = 0
 		}
-		d, err := l.decide(ctx, tenants[short], e, n, untilAdmitted)
+		// The turn may track the tenant anew (e evicted since the
+		// lookup): the call goes on with that entry, whose lease the
+		// turn spent. (Kept, the evicted entry took the turn's tokens
+		// when given back, to Redis as a refund rather than into the
+		// new entry's lease: TestAllowAllGivesBackToRetrackedTenant.)
+		d, err := l.decide(ctx, tenants[short], e, n, untilAdmitted, &ts[short])
 		if !d.Allowed {
 			l.uncountModes(&modes)
 			d.Tenant = tenants[short]
