@@ -48,7 +48,8 @@ func Per(n int64, period time.Duration) Quota {
 // the start, so that their leases come in together.) It denies when
 // a turn denies, and when a tenant is short again after the call took
 // twice as many turns as it has tenants (other requests taking the
-// tokens in between).
+// tokens in between), unless Redis is failing for that tenant: then its
+// FailureMode decides at once, as in a turn.
 //
 // Decision.Tenant names the tenant that decided: the one that denied or,
 // when allowed, the one with the least Remaining (of those, the one with
@@ -259,11 +260,32 @@ lookup:
 		if !untilAdmitted && turns >= 2*k {
 			// Tenants took their turns and another was short each time
 			// (tokens taken by other requests in between): deny rather
-			// than go on.
-			l.uncountModes(&modes)
-			d := l.count(l.deny(e, n))
-			d.Tenant = tenants[short]
+			// than go on. But a tenant Redis is failing for, its lease
+			// spent, is decided by its failure mode at once, as its turn
+			// would (decide): denied exhausted, a FailOpen tenant was
+			// refused during an outage, and a FailClosed one said
+			// exhausted rather than unavailable
+			// (TestAllowAllOutOfTurnsFailingTenantByItsMode). An
+			// admission by its mode stands for the rest of the call, so
+			// each tenant has one such turn at most: the call still ends.
+			var d Decision
+			if e.Failing() {
+				d = l.degraded(e, n)
+			} else {
+				d = l.deny(e, n)
+			}
 			l.sync.NoteMiss(e, n)
+			d = l.count(d)
+			if d.Allowed {
+				byMode[short] = true
+				md, mdAt = d, short
+				if d.Reason < numReasons {
+					modes[d.Reason]++
+				}
+				continue
+			}
+			l.uncountModes(&modes)
+			d.Tenant = tenants[short]
 			return d, nil
 		}
 		turns++
