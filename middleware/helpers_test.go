@@ -65,12 +65,20 @@ func testLogger(t testing.TB) *slog.Logger {
 }
 
 // newLimiter returns a Limiter on the shared Redis with a key prefix of
-// its own, logging to t.Log, closed when the test ends.
+// its own, logging to t.Log, closed when the test ends. Its Redis calls
+// get a second and a tenant's first request waits up to 10 s for its
+// first lease (opts may set either): the tests here send a tenant's first
+// request expecting it admitted, often from a burst of 1 that refills in
+// minutes. With the defaults (50 ms a call, a cold-start wait of 100 ms)
+// a loaded machine lost that request: denied cold_start while the lease
+// came late, or its token spent in Redis by a call that timed out before
+// it read the reply, so that the bucket was empty for the rest of the test.
 func newLimiter(t testing.TB, opts ...leasequota.Option) *leasequota.Limiter {
 	t.Helper()
 	logger := testLogger(t)
 	c := redisserver.Client(t)
-	opts = append([]leasequota.Option{leasequota.WithKeyPrefix(redisserver.Prefix(t)), leasequota.WithLogger(logger)}, opts...)
+	opts = append([]leasequota.Option{leasequota.WithKeyPrefix(redisserver.Prefix(t)), leasequota.WithLogger(logger),
+		leasequota.WithRedisTimeout(time.Second), leasequota.WithColdStartWait(10 * time.Second)}, opts...)
 	l, err := leasequota.New(c, opts...)
 	if err != nil {
 		t.Fatal(err)
