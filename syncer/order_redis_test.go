@@ -45,7 +45,10 @@ func TestReturnAfterRefillOvertookRound(t *testing.T) {
 	// stamps differ even when both run within a millisecond.
 	var ahead atomic.Int64
 	now := func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) }
-	s := syncer.New(mine, syncer.Options{Planner: planner, Now: now})
+	// Calls get 10 s, not the default half interval (50 ms): the refill
+	// is the first script call on a new server (NOSCRIPT, then EVAL),
+	// and on a loaded machine it timed out, the test then showing nothing.
+	s := syncer.New(mine, syncer.Options{Planner: planner, Now: now, CallTimeout: 10 * time.Second})
 	tn, err := s.Track(name, lim)
 	if err != nil {
 		t.Fatal(err)
