@@ -178,6 +178,11 @@ local ENTRY_AGE = 1 / 4
 
 -- sane_demand returns a reported demand as a number >= 0: what is not one
 -- (missing, NaN, negative, infinite) counts as 0.
+-- finite reports whether x is a number other than NaN and the infinities.
+local function finite(x)
+  return x ~= nil and x == x and x ~= math.huge and x ~= -math.huge
+end
+
 local function sane_demand(v)
   local d = tonumber(v)
   if d == nil or d ~= d or d < 0 or d == math.huge then
@@ -212,7 +217,15 @@ local function read_entry(mine, cutoff, now)
     s, d, c = string.match(mine, '^([^:]*):([^:]*):([^:]*)$')
   end
   local seen, demand, credit = tonumber(s), tonumber(d), tonumber(c)
-  if seen == nil or demand == nil or (seen < cutoff and not holds_share(r, now)) then
+  -- Numbers no call writes (not finite, a demand or a credit below 0:
+  -- tonumber reads 'nan' and 'inf') make an entry that does not read.
+  -- Used, a credit of nan turned the fair-share cap off and was written
+  -- back as nan call after call, a negative one made a negative grant
+  -- (tokens put into the bucket; -inf stored it as inf), and a time of
+  -- inf never went stale (TestCorruptRegistryIsRepaired). Taken for
+  -- none, the instance's own is written again as a new instance's.
+  if not (finite(seen) and finite(demand) and demand >= 0 and finite(credit) and credit >= 0) or
+      (seen < cutoff and not holds_share(r, now)) then
     return nil, nil, nil, nil
   end
   return seen, demand, credit, r
@@ -329,6 +342,13 @@ local function acquire(key, ikey, qkey, o, clock, nargs)
       -- A summary too old to use is recomputed, whatever the rest holds.
       if st ~= nil and st <= now and now - st < window * SUMMARY_AGE then
         sn, sd, sl = tonumber(b), tonumber(c), tonumber(d)
+        -- A summary no recompute writes (instances not a whole number
+        -- >= 1, a demand or level not finite, a level below 0 but -1) is
+        -- recomputed: used, inf instances replied -2^63 of them, and an
+        -- infinite demand capped every grant (TestCorruptRegistryIsRepaired).
+        if not (whole(sn, 1) and finite(sd) and sd >= 0 and finite(sl) and (sl >= 0 or sl == -1)) then
+          sn, sd, sl = nil, nil, nil
+        end
       end
     end
     -- all: every entry, when the summary is recomputed. A summary too old
@@ -359,7 +379,7 @@ local function acquire(key, ikey, qkey, o, clock, nargs)
         if all[i] ~= id then
           local s, d, r = string.match(all[i + 1], '^([^:]*):([^:]*):[^:]*(:?)')
           local seen = tonumber(s)
-          if seen == nil or seen < cutoff then
+          if not finite(seen) or seen < cutoff then
             -- Not active, and dropped unless its instance would still
             -- read it as its own: it holds a share in force (SHARES).
             if not read_entry(all[i + 1], cutoff, now) then

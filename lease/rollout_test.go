@@ -1171,3 +1171,104 @@ func TestRolloutNamedGrantNearTheWrapCreditsNoMoreThanV11(t *testing.T) {
 	}
 	t.Logf("%d of 80 releases credited less than v11's", less)
 }
+
+// TestRolloutCorruptRegistryBesideV10: this release repairs a corrupt
+// registry (entries whose numbers are not finite or are negative, a
+// summary of inf instances) where v10 used it as it was. Beside v10 on one
+// tenant, with v10's own entry's credit nan (which v10 keeps writing
+// back), this release's calls never fail, write only finite entries and
+// drop the entry at time inf; and the bound holds over what both granted,
+// less what both credited.
+func TestRolloutCorruptRegistryBesideV10(t *testing.T) {
+	ctx := context.Background()
+	rdb := redisserver.Client(t)
+	prefix := redisserver.Prefix(t)
+	oldAcquire, oldRelease := redis.NewScript(v10Common+v10Acquire), redis.NewScript(v10Common+v10Release)
+	lim := Limits{Rate: 100, Burst: 50}
+	key := Key(prefix, "t")
+	ikey := InstancesKey(key)
+	c, err := NewClient(rdb, prefix, WithInstance("new", time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := rdb.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var granted, credited float64
+	give := func(amount int64, credit float64) {
+		t.Helper()
+		if credit < 0 || credit > float64(amount) {
+			t.Fatalf("a return of %d credited %v", amount, credit)
+		}
+		credited += credit
+	}
+	g := acquireOne(t, c, Request{Tenant: "t", Limits: lim, Want: 40, Demand: 500})
+	granted += float64(g.Granted)
+	corrupt := func() {
+		t.Helper()
+		now := strconv.FormatInt(g.ServerTime.UnixMicro(), 10)
+		if err := rdb.HSet(ctx, ikey, "old", now+":500:nan:", "new", now+":500:-100:", "ghost", "inf:500:5:").Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := rdb.HSet(ctx, key, "rg", now+":inf:1500:33").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < 30; i++ {
+		if i%10 == 0 {
+			corrupt()
+		}
+		g = acquireOne(t, c, Request{Tenant: "t", Limits: lim, Want: 8, Demand: 500})
+		granted += float64(g.Granted)
+		if g.Granted > 1 {
+			rr := c.ReleaseMany(ctx, []ReleaseRequest{{Tenant: "t", Limits: lim, Amount: 1, Grant: g.ID()}})
+			if rr[0].Err != nil {
+				t.Fatalf("release: %v", rr[0].Err)
+			}
+			give(1, rr[0].Return.Credited)
+		}
+		m, err := rdb.HGetAll(ctx, ikey).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := m["ghost"]; ok {
+			t.Fatalf("call %d: the entry at time inf was kept: %v", i, m)
+		}
+		for _, f := range strings.Split(m["new"], ":")[:3] {
+			if x, err := strconv.ParseFloat(f, 64); err != nil || math.IsNaN(x) || math.IsInf(x, 0) || x < 0 {
+				t.Fatalf("call %d: this release's entry %q", i, m["new"])
+			}
+		}
+		v, err := oldAcquire.Run(ctx, rdb, []string{key, ikey, QuotaKey(key)},
+			formatRate(lim.Rate), lim.Burst, 8, "old", time.Minute.Milliseconds(), 500).Result()
+		if err != nil {
+			t.Fatalf("v10 acquire: %v", err)
+		}
+		og, err := ParseAcquireReply(v, 8)
+		if err != nil {
+			t.Fatalf("v10 acquire: %v", err)
+		}
+		granted += float64(og.Granted)
+		if og.Granted > 1 {
+			r, err := oldRelease.Run(ctx, rdb, []string{key, ReleasesKey(key), QuotaKey(key)},
+				formatRate(lim.Rate), lim.Burst, 1, 0, uint32(og.ServerTime.UnixMicro())).Result()
+			if err != nil {
+				t.Fatalf("v10 release: %v", err)
+			}
+			ret, err := ParseReleaseReply(r, 1)
+			if err != nil {
+				t.Fatalf("v10 release: %v", err)
+			}
+			give(1, ret.Credited)
+		}
+	}
+	end, err := rdb.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bound := float64(lim.Burst) + lim.Rate*end.Sub(first).Seconds()
+	if net := granted - credited; net > bound {
+		t.Fatalf("granted %v less credited %v = %v, over the bound %v", granted, credited, net, bound)
+	}
+}
