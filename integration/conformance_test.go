@@ -639,7 +639,7 @@ func sameErr(a, b error) bool {
 func sameGrant(a, b lease.Grant) bool {
 	return a.Granted == b.Granted && a.Tokens == b.Tokens && a.ServerTime.Equal(b.ServerTime) &&
 		a.Instances == b.Instances && a.Share == b.Share && reflect.DeepEqual(a.Override, b.Override) &&
-		a.Reserved == b.Reserved && a.Pace == b.Pace && a.Wait == b.Wait
+		a.Reserved == b.Reserved && a.Pace == b.Pace && a.Wait == b.Wait && a.RateShare.Equal(b.RateShare)
 }
 
 func sameReturn(a, b lease.Return) bool {
