@@ -119,7 +119,7 @@ func confClockBehind(c *cx) {
 		prev++
 	}
 	r := c.release(v, "t", lim, 5, time.Hour, g.ID())
-	credit, tokens, _ := m.release(us(r.ServerTime), lim, 5, time.Hour, g.ID())
+	credit, tokens, _ := m.release(us(r.ServerTime), us(r.ServerTime), lim, 5, time.Hour, g.ID())
 	c.checkReturn("a release behind", r, credit, tokens)
 	if us(r.ServerTime) != prev+1 {
 		c.t.Fatalf("release with the clock behind: at %d, want %d", us(r.ServerTime), prev+1)
@@ -226,7 +226,7 @@ func confBatches(c *cx) {
 	if rel[1].Err != nil {
 		c.t.Fatal(rel[1].Err)
 	}
-	credit, tokens, _ := models["u"].release(us(rel[1].Return.ServerTime), lim, 1, time.Second, res[1].Grant.ID())
+	credit, tokens, _ := models["u"].release(us(rel[1].Return.ServerTime), us(rel[1].Return.ServerTime), lim, 1, time.Second, res[1].Grant.ID())
 	c.checkReturn("a release of 1", rel[1].Return, credit, tokens)
 	for tn, m := range models {
 		c.checkStored(tn, m)
@@ -251,7 +251,7 @@ func confAgedReturns(c *cx) {
 	}
 	rel := func(v lease.Store, amount int64, age time.Duration, id lease.GrantID) float64 {
 		r := c.release(v, "t", lim, amount, age, id)
-		credit, tokens, _ := m.release(us(r.ServerTime), lim, amount, age, id)
+		credit, tokens, _ := m.release(us(r.ServerTime), us(r.ServerTime), lim, amount, age, id)
 		c.checkReturn(fmt.Sprintf("release %d (age %v, grant %d)", amount, age, id), r, credit, tokens)
 		c.checkStored("t", &m)
 		return r.Credited
@@ -302,7 +302,7 @@ func confAgeRoundsUp(c *cx) {
 	const age = 1500 * time.Microsecond
 	c.sp.advance(age)
 	r := c.release(v, "t", lim, 10, age, 0)
-	credit, tokens, _ := m.release(us(r.ServerTime), lim, 10, age, 0)
+	credit, tokens, _ := m.release(us(r.ServerTime), us(r.ServerTime), lim, 10, age, 0)
 	c.checkReturn("10 back, 1.5ms old", r, credit, tokens)
 	if c.sp.still() && r.Credited != 0 {
 		c.t.Fatalf("credited %v: an age of 1.5ms must count as 2ms and reach the full level", r.Credited)
@@ -345,7 +345,7 @@ func confHistoryMerges(c *cx) {
 	}
 	g := grants[merged]
 	r := c.release(v, "t", lim, g.Granted, time.Hour, g.ID())
-	credit, tokens, unmerged := m.release(us(r.ServerTime), lim, g.Granted, time.Hour, g.ID())
+	credit, tokens, unmerged := m.release(us(r.ServerTime), us(r.ServerTime), lim, g.Granted, time.Hour, g.ID())
 	c.checkReturn("a return from between merged entries", r, credit, tokens)
 	if !(credit < unmerged) {
 		c.t.Fatalf("credited %v; without merges %v: the case must credit less for the merge", credit, unmerged)
@@ -371,7 +371,7 @@ func confBurstChange(c *cx) {
 	}
 	c.checkStored("t", &m)
 	r := c.release(v, "t", small, 30, time.Hour, g1.ID())
-	credit, tokens, _ := m.release(us(r.ServerTime), small, 30, time.Hour, g1.ID())
+	credit, tokens, _ := m.release(us(r.ServerTime), us(r.ServerTime), small, 30, time.Hour, g1.ID())
 	c.checkReturn("a return from before the change", r, credit, tokens)
 	if r.Credited != 0 {
 		c.t.Fatalf("credited %v for tokens granted under another burst, want 0", r.Credited)
@@ -424,13 +424,13 @@ func confOverrides(c *cx) {
 	// Tokens granted before the change are not credited; after it, they
 	// are, under the override's burst.
 	r := c.release(v, "t", base, 60, time.Hour, g1.ID())
-	credit, left, _ := m.release(us(r.ServerTime), ol, 60, time.Hour, g1.ID())
+	credit, left, _ := m.release(us(r.ServerTime), us(r.ServerTime), ol, 60, time.Hour, g1.ID())
 	c.checkReturn("a return from before the change", r, credit, left)
 	if r.Credited != 0 {
 		c.t.Fatalf("credited %v across a quota change, want 0", r.Credited)
 	}
 	r = c.release(v, "t", base, 30, time.Hour, g.ID())
-	credit, left, _ = m.release(us(r.ServerTime), ol, 30, time.Hour, g.ID())
+	credit, left, _ = m.release(us(r.ServerTime), us(r.ServerTime), ol, 30, time.Hour, g.ID())
 	c.checkReturn("a return under the override", r, credit, left)
 	if r.Tokens > float64(o.Burst) {
 		c.t.Fatalf("%v tokens above the override's burst %d", r.Tokens, o.Burst)
@@ -611,7 +611,7 @@ func confFairShares(c *cx) {
 	// Put 200 of the plain view's 600 back: a, its credit spent, gets
 	// next to nothing, while c, with its credit, gets what it asks.
 	r := c.release(plain, "t", lim, 200, time.Hour, big.ID())
-	credit, tokens, _ := m.release(us(r.ServerTime), lim, 200, time.Hour, big.ID())
+	credit, tokens, _ := m.release(us(r.ServerTime), us(r.ServerTime), lim, 200, time.Hour, big.ID())
 	c.checkReturn("200 back", r, credit, tokens)
 	if r.Credited != 200 {
 		c.t.Fatalf("200 of 600 granted from a full bucket, named: credited %v", r.Credited)
@@ -886,7 +886,7 @@ func confExpiry(c *cx) {
 	c.checkTTL("t", "", g.ServerTime, ttl(g.Tokens))
 	c.checkTTL("t", ":i", g.ServerTime, 2*window.Milliseconds())
 	r := c.release(v, "t", lim, 2, time.Second, g.ID())
-	credit, tokens, _ := m.release(us(r.ServerTime), lim, 2, time.Second, g.ID())
+	credit, tokens, _ := m.release(us(r.ServerTime), us(r.ServerTime), lim, 2, time.Second, g.ID())
 	c.checkReturn("2 back", r, credit, tokens)
 	c.checkTTL("t", "", r.ServerTime, ttl(r.Tokens))
 	c.checkTTL("t", ":r", r.ServerTime, lease.ReleaseDedupWindow.Milliseconds())
@@ -965,7 +965,7 @@ func confReleaseIDs(c *cx) {
 		return r
 	}
 	r := rel(one, 10) // dup:1
-	credit, tokens, _ := m.release(us(r.ServerTime), lim, 10, time.Hour, g.ID())
+	credit, tokens, _ := m.release(us(r.ServerTime), us(r.ServerTime), lim, 10, time.Hour, g.ID())
 	c.checkReturn("dup:1", r, credit, tokens)
 	before := c.sp.state("t")
 	r = rel(two, 10) // dup:1 again
@@ -976,7 +976,7 @@ func confReleaseIDs(c *cx) {
 		c.t.Fatalf("a release id applied before changed the tenant:\n%+v\n%+v", before, after)
 	}
 	r = rel(two, 10) // dup:2
-	credit, tokens, _ = m.release(us(r.ServerTime), lim, 10, time.Hour, g.ID())
+	credit, tokens, _ = m.release(us(r.ServerTime), us(r.ServerTime), lim, 10, time.Hour, g.ID())
 	c.checkReturn("dup:2", r, credit, tokens)
 	if ids := c.sp.state("t").Releases; len(ids) != 2 || ids["dup:1"] == 0 || ids["dup:2"] == 0 {
 		c.t.Fatalf("release ids %v, want dup:1 and dup:2", ids)
@@ -986,7 +986,7 @@ func confReleaseIDs(c *cx) {
 	p, q := c.view("", 0), c.view("", 0)
 	for _, v := range []lease.Store{p, q} {
 		r := c.release(v, "t", lim, 1, time.Hour, g.ID())
-		credit, tokens, _ := m.release(us(r.ServerTime), lim, 1, time.Hour, g.ID())
+		credit, tokens, _ := m.release(us(r.ServerTime), us(r.ServerTime), lim, 1, time.Hour, g.ID())
 		c.checkReturn("a release without id", r, credit, tokens)
 		if r.Credited != 1 {
 			c.t.Fatalf("a release without id: credited %v, want 1", r.Credited)
@@ -1270,7 +1270,7 @@ func confReservations(c *cx) {
 	}
 	// A release into the frozen bucket keeps ts: the credit goes into tk.
 	r := c.release(v, "t", lim, g.Reserved, time.Second, g.ID())
-	credit, tokens, _ := m.release(us(r.ServerTime), lim, g.Reserved, time.Second, g.ID())
+	credit, tokens, _ := m.release(us(r.ServerTime), us(clock), lim, g.Reserved, time.Second, g.ID())
 	c.checkReturn("release into a frozen bucket", r, credit, tokens)
 	if r.ServerTime.UnixMicro() <= us(clock) {
 		c.t.Fatalf("release: bucket time %v, want ahead of the clock %v", r.ServerTime, clock)
@@ -1638,4 +1638,49 @@ func confInstanceRoster(c *cx) {
 		c.t.Fatalf("a view without an instance id leaves: %v; want ErrBadRequest", err)
 	}
 	count(b, "b after a refused leave", 3)
+}
+
+// confFrozenReleaseAge: a release that names no grant into a frozen
+// bucket (its time ahead of Redis's clock while its refill is reserved)
+// counts its age back from Redis's clock, not from the bucket's time: a
+// grant age before the clock may be older than the calls since, and their
+// levels count. Here the drain's own level (the burst) is within the age
+// of the clock, so nothing is credited; counted back from the bucket's
+// time (some 800 ms ahead), the age would end after every call, and the
+// whole return would be credited.
+func confFrozenReleaseAge(c *cx) {
+	lim := lease.Limits{Rate: 100, Burst: 10}
+	v := c.view("a", confWindow)
+	var m confModel
+	reg := &confRegistry{}
+	acq := func(what string, want int64, h time.Duration) lease.Grant {
+		c.t.Helper()
+		res, err := v.AcquireMany(c.ctx, []lease.Request{{Tenant: "t", Limits: lim, Want: want, Demand: 40, Reserve: h}}, nil)
+		if err != nil || res[0].Err != nil {
+			c.t.Fatalf("%s: %v, %+v", what, err, res)
+		}
+		g := res[0].Grant
+		c.checkReserving(what, g, &m, reg, "a", lim, want, 40, h.Milliseconds())
+		return g
+	}
+	drain := acq("drain", 10, 0)
+	g := acq("reserve", 100, 2*time.Second)
+	if g.Reserved == 0 {
+		c.t.Fatalf("reserve: %+v, want a reservation", g)
+	}
+	clock := us(g.ServerTime.Add(-g.Wait)) // Redis's clock then: the release's is as late or later
+	const age = 400 * time.Millisecond
+	if clock-us(drain.ServerTime) >= age.Microseconds() || m.ts-clock <= age.Microseconds() {
+		c.t.Skipf("the calls took %v: the drain is not within the age of the clock, or the bucket not that far ahead", time.Duration(clock-us(drain.ServerTime))*time.Microsecond)
+	}
+	r := c.release(v, "t", lim, 5, age, 0)
+	if us(r.ServerTime) != m.ts+1 {
+		c.t.Fatalf("release: bucket time %v, want the frozen bucket's ts + 1 µs (%d)", r.ServerTime, m.ts+1)
+	}
+	credit, tokens, _ := m.release(us(r.ServerTime), clock, lim, 5, age, 0)
+	c.checkReturn("a release without a grant into a frozen bucket", r, credit, tokens)
+	if credit != 0 {
+		c.t.Fatalf("the model credits %v of a return whose age reaches back past the drain", credit)
+	}
+	c.checkStored("t", &m)
 }

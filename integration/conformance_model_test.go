@@ -90,10 +90,14 @@ func (m *confModel) acquire(at int64, lim lease.Limits, want int64) (int64, floa
 	return g, m.tk
 }
 
-// release is a release of amount tokens at time at with age and grant:
-// the credit, the tokens after it, and the credit a history without
-// merges would have given.
-func (m *confModel) release(at int64, lim lease.Limits, amount int64, age time.Duration, grant lease.GrantID) (credit, tokens, unmerged float64) {
+// release is a release of amount tokens at the bucket's time at, Redis's
+// clock being clock (at, unless the bucket is frozen ahead of the clock),
+// with age and grant: the credit, the tokens after it, and the credit a
+// history without merges would have given. The age counts back from the
+// clock, as release.lua counts it: from at, a frozen bucket's release
+// that names no grant left the calls since clock - age out of the peak,
+// and the model expected more credit than the scripts give.
+func (m *confModel) release(at, clock int64, lim lease.Limits, amount int64, age time.Duration, grant lease.GrantID) (credit, tokens, unmerged float64) {
 	if !m.live {
 		return 0, float64(lim.Burst), 0
 	}
@@ -103,7 +107,7 @@ func (m *confModel) release(at int64, lim lease.Limits, amount int64, age time.D
 	if age%time.Millisecond != 0 {
 		ageMS++
 	}
-	g := peaks.GrantTime(at, at, ageMS*1000, uint32(grant))
+	g := peaks.GrantTime(at, clock, ageMS*1000, uint32(grant))
 	clamp := func(c float64) float64 { return max(min(c, float64(amount)), 0) }
 	credit = clamp(float64(lim.Burst) - m.h.Peak(g, x))
 	unmerged = clamp(float64(lim.Burst) - m.u.Peak(g, x))

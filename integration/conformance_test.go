@@ -849,6 +849,7 @@ func conformanceCases() []confCase {
 		{"canceled context", confCanceled},
 		{"reservations", confReservations},
 		{"reservations-held", confReservationsHeld},
+		{"frozen release age", confFrozenReleaseAge},
 		{"rate shares", confShares},
 		{"rate share grants", confShareGrants},
 		{"rate share among the instances expected", confShareInstances},
