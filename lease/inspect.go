@@ -266,7 +266,11 @@ func (c *Client) parseInspect(key string, cmd *redis.Cmd) (Inspection, error) {
 	}
 	var name string
 	var named bool
-	if len(q) > 0 {
+	// Without both r and b the hash is no override, as the scripts read it
+	// (read_override): not a bad reply.
+	_, hasR := q["r"]
+	_, hasB := q["b"]
+	if hasR && hasB {
 		fields := make([]interface{}, 6)
 		for i, f := range overrideFields[:6] {
 			v, ok := q[f]

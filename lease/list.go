@@ -185,7 +185,7 @@ func (c *Client) readOverrides(ctx context.Context, keys []string) ([]*redis.Sli
 }
 
 // listed decodes the override at key as read by cmd. ok is false when
-// the key holds no override (deleted since the SCAN).
+// the key holds no override (deleted since the SCAN, or without r or b).
 func (c *Client) listed(key string, cmd *redis.SliceCmd) (lo ListedOverride, ok bool, err error) {
 	lo.Key = key
 	v, err := cmd.Result()
@@ -195,7 +195,11 @@ func (c *Client) listed(key string, cmd *redis.SliceCmd) (lo ListedOverride, ok 
 	if len(v) != len(overrideFields) {
 		return lo, true, fmt.Errorf("%w: list overrides: %q: %d fields, want %d", ErrBadReply, key, len(v), len(overrideFields))
 	}
-	if v[0] == nil && v[1] == nil {
+	// Without both r and b the hash is no override, as every script reads
+	// it (read_override, quota.lua's get): acquires apply the quota passed.
+	// Listed, one with b alone was a bad reply that GetOverride and the
+	// scripts never saw.
+	if v[0] == nil || v[1] == nil {
 		return lo, false, nil
 	}
 	fields := make([]interface{}, 6)
