@@ -1649,13 +1649,27 @@ func confInstanceRoster(c *cx) {
 // time (some 800 ms ahead), the age would end after every call, and the
 // whole return would be credited.
 func confFrozenReleaseAge(c *cx) {
+	// The result is the same whatever the release's clock only while the
+	// calls come close enough together (below): a machine too busy for
+	// that gets another try on a tenant of its own, rather than a skip.
+	for try := range 5 {
+		if confFrozenReleaseAgeOn(c, fmt.Sprintf("t%d", try)) {
+			return
+		}
+	}
+	c.t.Fatal("five tries, each with calls more than 400 ms apart")
+}
+
+// confFrozenReleaseAgeOn runs confFrozenReleaseAge on tenant, and reports
+// false, having checked nothing, when its calls came too far apart.
+func confFrozenReleaseAgeOn(c *cx, tenant string) bool {
 	lim := lease.Limits{Rate: 100, Burst: 10}
 	v := c.view("a", confWindow)
 	var m confModel
 	reg := &confRegistry{}
 	acq := func(what string, want int64, h time.Duration) lease.Grant {
 		c.t.Helper()
-		res, err := v.AcquireMany(c.ctx, []lease.Request{{Tenant: "t", Limits: lim, Want: want, Demand: 40, Reserve: h}}, nil)
+		res, err := v.AcquireMany(c.ctx, []lease.Request{{Tenant: tenant, Limits: lim, Want: want, Demand: 40, Reserve: h}}, nil)
 		if err != nil || res[0].Err != nil {
 			c.t.Fatalf("%s: %v, %+v", what, err, res)
 		}
@@ -1671,9 +1685,10 @@ func confFrozenReleaseAge(c *cx) {
 	clock := us(g.ServerTime.Add(-g.Wait)) // Redis's clock then: the release's is as late or later
 	const age = 400 * time.Millisecond
 	if clock-us(drain.ServerTime) >= age.Microseconds() || m.ts-clock <= age.Microseconds() {
-		c.t.Skipf("the calls took %v: the drain is not within the age of the clock, or the bucket not that far ahead", time.Duration(clock-us(drain.ServerTime))*time.Microsecond)
+		c.t.Logf("the calls took %v: the drain is not within the age of the clock, or the bucket not that far ahead; again", time.Duration(clock-us(drain.ServerTime))*time.Microsecond)
+		return false
 	}
-	r := c.release(v, "t", lim, 5, age, 0)
+	r := c.release(v, tenant, lim, 5, age, 0)
 	if us(r.ServerTime) != m.ts+1 {
 		c.t.Fatalf("release: bucket time %v, want the frozen bucket's ts + 1 µs (%d)", r.ServerTime, m.ts+1)
 	}
@@ -1682,5 +1697,6 @@ func confFrozenReleaseAge(c *cx) {
 	if credit != 0 {
 		c.t.Fatalf("the model credits %v of a return whose age reaches back past the drain", credit)
 	}
-	c.checkStored("t", &m)
+	c.checkStored(tenant, &m)
+	return true
 }
