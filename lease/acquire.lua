@@ -176,13 +176,13 @@ local ENTRY_AGE = 1 / 4
 -- says so, and the record withholds it until its end: fewer tokens, never
 -- more.
 
--- sane_demand returns a reported demand as a number >= 0: what is not one
--- (missing, NaN, negative, infinite) counts as 0.
 -- finite reports whether x is a number other than NaN and the infinities.
 local function finite(x)
   return x ~= nil and x == x and x ~= math.huge and x ~= -math.huge
 end
 
+-- sane_demand returns a reported demand as a number >= 0: what is not one
+-- (missing, NaN, negative, infinite) counts as 0.
 local function sane_demand(v)
   local d = tonumber(v)
   if d == nil or d ~= d or d < 0 or d == math.huge then
