@@ -50,7 +50,10 @@ import (
 // only ever extends it); v11 is main at 959c7b1, the last whose release
 // took a named grant's low bits for the latest such time whenever the
 // age alone was below 2^32 µs, though the bucket's time may run ahead of
-// the clock (this release counts from clock - age to the bucket's time).
+// the clock (this release counts from clock - age to the bucket's time),
+// and whose acquire used a registry of numbers no call writes (NaN,
+// infinities, negative credits) as it found them, and took a registry
+// window past 2^63 ms.
 var (
 	//go:embed testdata/v1/common.lua
 	v1Common string
@@ -110,6 +113,8 @@ var (
 	v11Common string
 	//go:embed testdata/v11/release.lua
 	v11Release string
+	//go:embed testdata/v11/acquire.lua
+	v11Acquire string
 )
 
 // TestMixedFleetRollout runs clients of an earlier release and of this
@@ -146,6 +151,7 @@ func TestMixedFleetRollout(t *testing.T) {
 		{"v9", v9Common, v9Acquire, v10Release, 0, false}, // v9's is v10's
 		{"v10", v10Common, v10Acquire, v10Release, 0, false},
 		{"v10-shorter", v10Common, v10Acquire, v10Release, 0, true},
+		{"v11", v11Common, v11Acquire, v11Release, 0, false},
 	} {
 		t.Run(old.name, func(t *testing.T) {
 			newWindow := 3 * mixedWindow
@@ -1172,18 +1178,18 @@ func TestRolloutNamedGrantNearTheWrapCreditsNoMoreThanV11(t *testing.T) {
 	t.Logf("%d of 80 releases credited less than v11's", less)
 }
 
-// TestRolloutCorruptRegistryBesideV10: this release repairs a corrupt
+// TestRolloutCorruptRegistryBesideV11: this release repairs a corrupt
 // registry (entries whose numbers are not finite or are negative, a
-// summary of inf instances) where v10 used it as it was. Beside v10 on one
-// tenant, with v10's own entry's credit nan (which v10 keeps writing
+// summary of inf instances) where v11 used it as it was. Beside v11 on one
+// tenant, with v11's own entry's credit nan (which v11 keeps writing
 // back), this release's calls never fail, write only finite entries and
 // drop the entry at time inf; and the bound holds over what both granted,
 // less what both credited.
-func TestRolloutCorruptRegistryBesideV10(t *testing.T) {
+func TestRolloutCorruptRegistryBesideV11(t *testing.T) {
 	ctx := context.Background()
 	rdb := redisserver.Client(t)
 	prefix := redisserver.Prefix(t)
-	oldAcquire, oldRelease := redis.NewScript(v10Common+v10Acquire), redis.NewScript(v10Common+v10Release)
+	oldAcquire, oldRelease := redis.NewScript(v11Common+v11Acquire), redis.NewScript(v11Common+v11Release)
 	lim := Limits{Rate: 100, Burst: 50}
 	key := Key(prefix, "t")
 	ikey := InstancesKey(key)
@@ -1243,22 +1249,22 @@ func TestRolloutCorruptRegistryBesideV10(t *testing.T) {
 		v, err := oldAcquire.Run(ctx, rdb, []string{key, ikey, QuotaKey(key)},
 			formatRate(lim.Rate), lim.Burst, 8, "old", time.Minute.Milliseconds(), 500).Result()
 		if err != nil {
-			t.Fatalf("v10 acquire: %v", err)
+			t.Fatalf("v11 acquire: %v", err)
 		}
 		og, err := ParseAcquireReply(v, 8)
 		if err != nil {
-			t.Fatalf("v10 acquire: %v", err)
+			t.Fatalf("v11 acquire: %v", err)
 		}
 		granted += float64(og.Granted)
 		if og.Granted > 1 {
 			r, err := oldRelease.Run(ctx, rdb, []string{key, ReleasesKey(key), QuotaKey(key)},
 				formatRate(lim.Rate), lim.Burst, 1, 0, uint32(og.ServerTime.UnixMicro())).Result()
 			if err != nil {
-				t.Fatalf("v10 release: %v", err)
+				t.Fatalf("v11 release: %v", err)
 			}
 			ret, err := ParseReleaseReply(r, 1)
 			if err != nil {
-				t.Fatalf("v10 release: %v", err)
+				t.Fatalf("v11 release: %v", err)
 			}
 			give(1, ret.Credited)
 		}
