@@ -99,23 +99,9 @@ func (s *Syncer) newBreaker(iv time.Duration) *gobreaker.CircuitBreaker[[]lease.
 			return c.ConsecutiveFailures >= breakerFailures
 		},
 		// Calls canceled because the limiter is closing say nothing
-		// about Redis, and a busy Redis is not down (busy): while closed,
-		// such a timeout does not count. But a probe (the breaker
-		// half-open: down, and the call was let through, so not open)
-		// that times out on a busy Redis says that Redis answers: it
-		// closes the breaker. Why: excluded, it left the breaker
-		// half-open, its next call the next probe; a limiter whose calls
-		// timed out on a busy Redis after an outage stayed Degraded for
-		// good, every call but the probe refused and its tenant put in
-		// its failure mode (TestBusyProbeClosesBreaker in the root
-		// package). The callbacks run under the breaker's lock: s.down,
-		// not State, tells half-open.
+		// about Redis, and a busy Redis is not down (busy).
 		IsExcluded: func(err error) bool {
-			return errors.Is(err, context.Canceled) ||
-				!s.down.Load() && s.busy(context.Background(), err, s.opts.Now(), "")
-		},
-		IsSuccessful: func(err error) bool {
-			return err == nil || s.down.Load() && s.busy(context.Background(), err, s.opts.Now(), "")
+			return errors.Is(err, context.Canceled) || s.busy(context.Background(), err, s.opts.Now(), "")
 		},
 		OnStateChange: func(_ string, from, to gobreaker.State) {
 			s.down.Store(to != gobreaker.StateClosed)
