@@ -183,14 +183,21 @@ func (s *Syncer) apply(ctx context.Context, t *Tenant, node *redisNode, now time
 
 // setRetry publishes when t's requests may next find tokens without a
 // lease call of their own: when the next reserved token comes due, or
-// when a lease call may be made, whichever is first.
+// when a lease call may be made, whichever is first, rounded up to the
+// tick that does it (nextTick). Both are the work of a plan, and a
+// held-back tenant is planned by Run's ticks (every quarter interval; its
+// misses meanwhile do not queue it again: planWith), not when its hold
+// ends: published at the hold's end, a dry tenant's denials (Rate 10,
+// Burst 10) sent clients back up to a quarter interval before the call,
+// each retry then told 1 ms, about 20 in a row
+// (TestRetryAfterWaitsForTheTick in the root package).
 func (s *Syncer) setRetry(t *Tenant) {
 	ls := t.lease.Load()
 	at := ls.st.at(ls.st.notBefore)
 	if due, ok := ls.st.NextDue(); ok {
 		at = min(at, due.UnixNano())
 	}
-	ls.retryAt.Store(at)
+	ls.retryAt.Store(s.nextTick(at))
 }
 
 // setOverride applies the quota override a lease call reported for t

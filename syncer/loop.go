@@ -3,6 +3,7 @@ package syncer
 import (
 	"cmp"
 	"context"
+	"math"
 	"slices"
 	"time"
 )
@@ -39,8 +40,11 @@ func (s *Syncer) noteUrgent(t *Tenant, missed, need int64) {
 // tenant; a caller that drives the syncer itself (a deterministic
 // simulation) calls those two instead of Run, and Wait.
 func (s *Syncer) Run(ctx context.Context) error {
-	tick := time.NewTicker(max(s.planner.Config().Interval/4, time.Millisecond))
+	tick := time.NewTicker(s.tickEvery())
 	defer tick.Stop()
+	// Read after the ticker started: the ticks nextTick counts from it
+	// are no earlier than the ticker's.
+	s.tickEpoch.Store(s.opts.Now().UnixNano())
 	s.stopping = ctx.Done()
 	// A round in flight when ctx ends finishes its calls (each bounded by
 	// CallTimeout): canceling them would lose tokens Redis already granted.
@@ -71,6 +75,31 @@ func (s *Syncer) Run(ctx context.Context) error {
 			s.urgentRound(calls, t)
 		}
 	}
+}
+
+// tickEvery is the period of Run's ticks: a quarter interval, at least a
+// millisecond.
+func (s *Syncer) tickEvery() time.Duration {
+	return max(s.planner.Config().Interval/4, time.Millisecond)
+}
+
+// nextTick returns the time (unix nanoseconds) of Run's first tick at or
+// after at: a tenant whose lease calls are held back until at, and whose
+// requests missed meanwhile (it stays urgent: planWith), is called for by
+// the round of that tick, not by one of its own at at. It returns at
+// itself before Run started its ticker, in driven mode (the caller's steps
+// set the times) and for an at before the ticker started.
+func (s *Syncer) nextTick(at int64) int64 {
+	epoch := s.tickEpoch.Load()
+	if epoch == 0 || at <= epoch {
+		return at
+	}
+	every := int64(s.tickEvery())
+	k := (at - epoch + every - 1) / every
+	if k > (math.MaxInt64-epoch)/every {
+		return at // beyond the clock's range: no tick to round to
+	}
+	return epoch + k*every
 }
 
 // Tick runs one scheduled round: it polls the quota version when due, then

@@ -202,6 +202,12 @@ type Syncer struct {
 	// driven is the state of driven mode (Options.Driven).
 	driven driven
 
+	// tickEpoch is when Run's ticker started (unix nanoseconds of
+	// Options.Now; 0 before Run, and in driven mode): its ticks, the
+	// rounds that make a held-back tenant's call, come every tickEvery
+	// after it (nextTick).
+	tickEpoch atomic.Int64
+
 	// unlocked is broadcast after tenants' locks are released (a lease
 	// call's result applied, a round planned, an eviction done): a refill
 	// that finds its tenant locked waits on it instead of on the lock,

@@ -1,0 +1,58 @@
+package leasequota_test
+
+import (
+	"context"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/leasequota/leasequota"
+	"github.com/leasequota/leasequota/lease/memstore"
+)
+
+// TestRetryAfterWaitsForTheTick: a client that obeys RetryAfter on a
+// tenant whose global bucket is dry (Rate 10, Burst 10, spent) must not be
+// sent back before a lease call for the tenant can have been made. The
+// syncer makes a held-back tenant's call at the first tick (every quarter
+// interval) at or after its hold ends, not at the hold's end itself: a
+// RetryAfter to the hold's end sent the client back up to a quarter
+// interval early, and each retry then was denied with RetryAfter 1 ms (the
+// hold over), about 20 times in a row (a denial said 509 ms, the call came
+// 22 ms after that). Here a retry that finds no lease call made since the
+// denial it obeyed is wasted; with ticks on a fixed grid and the clock
+// exact, the tick and the client may meet at the same instant, so one
+// wasted retry in a row is allowed, not two.
+func TestRetryAfterWaitsForTheTick(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := newLimiter(t, memstore.New(), leasequota.WithDefaultQuota(leasequota.Quota{Rate: 10, Burst: 10}))
+		ctx := context.Background()
+		start := time.Now()
+		var denials, wasted, inRow, worst int
+		lastCalls := int64(-1) // lease calls when the last denial was made; -1 after an admission
+		for time.Since(start) < 5*time.Second {
+			calls := l.Stats().Calls
+			d := l.AllowN(ctx, "a", 1)
+			if d.Allowed {
+				lastCalls, inRow = -1, 0
+				continue
+			}
+			denials++
+			if lastCalls >= 0 && calls == lastCalls {
+				wasted++
+				inRow++
+				if inRow > worst {
+					worst = inRow
+					t.Logf("%v: retry %d in a row with no lease call since the denial it obeyed (RetryAfter now %v)", time.Since(start), inRow, d.RetryAfter)
+				}
+			} else {
+				inRow = 0
+			}
+			lastCalls = calls
+			time.Sleep(d.RetryAfter)
+		}
+		t.Logf("%d denials, %d of them retries with no lease call since the denial obeyed, at most %d in a row", denials, wasted, worst)
+		if worst > 1 {
+			t.Errorf("a client obeying RetryAfter came back %d times in a row before a lease call had been made, want at most 1", worst)
+		}
+	})
+}
