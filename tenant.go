@@ -89,7 +89,7 @@ func (l *Limiter) Tenant(tenant string) (TenantInfo, bool) {
 	if e == nil {
 		return TenantInfo{}, false
 	}
-	s := e.Snapshot()
+	s := l.sync.Snapshot(e)
 	return TenantInfo{
 		Quota:     quotaOf(e),
 		Tokens:    s.Tokens,

@@ -38,7 +38,7 @@ func TestDormantTenant(t *testing.T) {
 	if !tn.Dormant() || r.s.Dormant() != 1 {
 		t.Fatal("not dormant after 8.5 s idle, with its lease expired")
 	}
-	if s := tn.Snapshot(); s.Tokens != 0 || s.Target != 0 || s.Demand != 0 {
+	if s := r.s.Snapshot(tn); s.Tokens != 0 || s.Target != 0 || s.Demand != 0 {
 		t.Errorf("dormant snapshot %+v, want all zero", s)
 	}
 	if w := tn.RetryAfter(r.now(), 10); w != 0 {

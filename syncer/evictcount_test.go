@@ -69,7 +69,7 @@ func TestEvictedAdmissionsCountOnce(t *testing.T) {
 	clock.Add(150 * time.Millisecond) // past the hold-back after a grant
 	<-s.Refill(ctx, c, c.Held()+1)
 	if !c.Failing() {
-		t.Fatalf("c is not failing after a failed call: %+v", c.Snapshot())
+		t.Fatalf("c is not failing after a failed call: %+v", s.Snapshot(c))
 	}
 	for i := 0; !c.Evicted(); i++ {
 		if i == 1000 {

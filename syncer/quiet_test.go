@@ -48,7 +48,7 @@ func TestRoundLeavesHeldBackTenantAlone(t *testing.T) {
 	// misses since and is the last until the hold ends.
 	tn.NoteMiss(perTick)
 	tick()
-	calls, demand := len(r.store.calls()), tn.Snapshot().Demand
+	calls, demand := len(r.store.calls()), r.s.Snapshot(tn).Demand
 	quietTicks := 0
 	for r.now().Add(25 * time.Millisecond).Before(held) {
 		tn.NoteMiss(perTick)
@@ -57,7 +57,7 @@ func TestRoundLeavesHeldBackTenantAlone(t *testing.T) {
 		if n := len(r.store.calls()); n != calls {
 			t.Fatalf("%d calls while held back until %v (now %v)", n-calls, held, r.now())
 		}
-		if d := tn.Snapshot().Demand; d != demand {
+		if d := r.s.Snapshot(tn).Demand; d != demand {
 			t.Fatalf("tick %d: demand moved from %v to %v: the round planned a held-back tenant", quietTicks, demand, d)
 		}
 	}
@@ -73,8 +73,8 @@ func TestRoundLeavesHeldBackTenantAlone(t *testing.T) {
 	}
 	// Had the misses of the hold been lost, the demand would have decayed
 	// toward the last tick's alone (under half of 80/s after 500 ms).
-	if d := tn.Snapshot().Demand; d < 0.75*perTick*float64(time.Second/(25*time.Millisecond)) {
+	if d := r.s.Snapshot(tn).Demand; d < 0.75*perTick*float64(time.Second/(25*time.Millisecond)) {
 		t.Fatalf("demand %.1f/s after the hold, want about 80/s: the misses in between were lost", d)
 	}
-	t.Logf("held back %d ticks, demand %.1f/s before and %.1f/s after", quietTicks, demand, tn.Snapshot().Demand)
+	t.Logf("held back %d ticks, demand %.1f/s before and %.1f/s after", quietTicks, demand, r.s.Snapshot(tn).Demand)
 }

@@ -600,11 +600,16 @@ type Snapshot struct {
 	// moment after a multi-tenant decision gave tokens back).
 }
 
-// Snapshot returns the tenant's lease state as of its last plan. It takes
-// the tenant's lock, so it waits for a lease call in flight.
-func (t *Tenant) Snapshot() Snapshot {
+// Snapshot returns t's lease state as of its last plan. It takes the
+// tenant's lock, so it waits for a lease call in flight, and releases it
+// as every holder must (unlock): waking the refills that found it locked.
+// (It was a method of Tenant, which released the lock without the wake:
+// a refill that tried the lock while a snapshot held it waited for the
+// next round's release, up to a quarter interval, and in driven mode with
+// no round to come for ever: TestSnapshotWakesRefills.)
+func (s *Syncer) Snapshot(t *Tenant) Snapshot {
 	t.mu.Lock()
-	defer t.mu.Unlock()
+	defer s.unlock(t)
 	ls := t.lease.Load()
 	if ls == nil {
 		// Dormant: nothing planned, demanded or failed (Syncer.sleep).
