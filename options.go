@@ -107,8 +107,9 @@ func WithFailureMode(m FailureMode) Option {
 // WithMaxTenants bounds the tenants tracked at once. Each syncer round
 // evicts the least recently active tenants beyond n (their tokens go back
 // to Redis first); eviction never blocks a request. Between rounds up to
-// 2n may be tracked; beyond that, requests of new tenants are denied with
-// ReasonTooManyTenants. Default: no bound but idle eviction.
+// 2n may be tracked, however many new tenants come at once; beyond that,
+// requests of new tenants are denied with ReasonTooManyTenants. Default:
+// no bound but idle eviction.
 func WithMaxTenants(n int) Option {
 	return func(c *config) { c.maxTenants = n }
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"iter"
 	"maps"
+	"math"
 	"sync"
 	"sync/atomic"
 
@@ -72,21 +73,34 @@ func (r *registry) loadSlow(name string) *Tenant {
 
 // loadOrStore returns the tenant named t.name, storing t if there is none.
 func (r *registry) loadOrStore(t *Tenant) (actual *Tenant, loaded bool) {
+	actual, loaded, _ = r.loadOrStoreBelow(t, 0)
+	return actual, loaded
+}
+
+// loadOrStoreBelow is loadOrStore that stores t only while r holds fewer
+// than limit tenants (no limit when limit <= 0), counted under the same
+// lock as the store: stored is false, and actual nil, when t was refused.
+// A count read before the lock let tenants stored at once each find room
+// for one more (TestTrackHoldsTheCap).
+func (r *registry) loadOrStoreBelow(t *Tenant, limit int) (actual *Tenant, loaded, stored bool) {
 	h := r.hash(t.name)
 	if got := r.read.Load().find(t.name, h); got != nil {
-		return got, true
+		return got, true, false
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if got := r.read.Load().find(t.name, h); got != nil {
-		return got, true
+		return got, true, false
 	}
 	if got := r.dirty[t.name]; got != nil {
-		return got, true
+		return got, true, false
+	}
+	if limit > 0 && r.read.Load().n+len(r.dirty) >= limit {
+		return nil, false, false
 	}
 	r.dirty[t.name] = t
 	r.missLocked()
-	return t, false
+	return t, false, true
 }
 
 // missLocked counts a lookup that took the lock and copies dirty into read
@@ -207,17 +221,27 @@ func (s *Syncer) Tenant(name string) *Tenant { return s.reg.load(name) }
 // resolved, when the syncer does not track it. A new tenant's first lease
 // call is up to the caller (Refill) or the next round. With
 // Options.MaxTenants set, Track refuses a new tenant with
-// ErrTooManyTenants while the syncer tracks twice that many.
+// ErrTooManyTenants while the syncer tracks twice that many. The cap
+// holds when new tenants come at once: it is checked under the lock that
+// stores the tenant (registry.loadOrStoreBelow).
 func (s *Syncer) Track(name string, q quota.Quota) (*Tenant, error) {
 	if t := s.reg.load(name); t != nil {
 		return t, nil
 	}
-	if max := s.opts.MaxTenants; max > 0 && s.reg.len()/2 >= max {
-		return nil, ErrTooManyTenants
+	limit := 0
+	if max := s.opts.MaxTenants; max > 0 {
+		limit = 2 * min(max, math.MaxInt/2)
+		if s.reg.len() >= limit {
+			// Full: refused before a Tenant is made for nothing.
+			return nil, ErrTooManyTenants
+		}
 	}
 	t := &Tenant{}
 	t.init(name, s.baseLimits(q), s.planner, s.opts.Now())
-	t, _ = s.reg.loadOrStore(t)
+	t, loaded, stored := s.reg.loadOrStoreBelow(t, limit)
+	if !loaded && !stored {
+		return nil, ErrTooManyTenants
+	}
 	return t, nil
 }
 
