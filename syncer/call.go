@@ -102,6 +102,7 @@ func (s *Syncer) call(ctx context.Context, op string, node *redisNode, size int,
 		span.End(err)
 		return res, err
 	}
+	s.breakerTried.Store(s.opts.Now().UnixNano())
 	res, err = s.breaker.Execute(func() ([]lease.Result, error) {
 		s.calls.Add(1)
 		res, err := f(ctx)

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"sync"
 	"time"
+
+	"github.com/leasequota/leasequota/lease"
 )
 
 // quotaPoll is the poll of the quota version, which runs beside the
@@ -122,7 +124,45 @@ func (s *Syncer) quotaDue(now time.Time) bool {
 // their failure mode while Redis answered. And a process too short of
 // CPU to read replies within the call deadline read none for a lease
 // lifetime, and did the same (redisNode.reachedLate).
+//
+// Without Cluster, while the circuit breaker is open or probing (Down)
+// and no lease call has tried it for an interval (idleBreaker), the read
+// is also the breaker's probe: once the breaker lets one call through,
+// the read is that call, and its answer closes the breaker (a read the
+// breaker refuses is made beside it, as before). Why: only lease calls
+// probed the breaker, and a limiter that made none after an outage (no
+// request, or its tenants gone quiet) stayed Degraded for good while
+// Redis answered its reads: leasequota.degraded stayed 1, and Close
+// skipped leaving the roster (TestDegradedEndsWithoutTraffic: Degraded
+// still true 10 s after Redis came back, at R = 100 ms). While lease
+// calls are made, one of them probes, as before: a read answered in time
+// says less of a saturated Redis than a lease call does (a lease probe
+// that times out there cuts the call window as the breaker closes).
 func (s *Syncer) readQuota(ctx context.Context, timeout time.Duration) (int64, error) {
+	if s.opts.Cluster || !s.down.Load() || !s.idleBreaker() {
+		return s.readQuotaOnce(ctx, timeout)
+	}
+	var v int64
+	_, err := s.breaker.Execute(func() ([]lease.Result, error) {
+		var err error
+		v, err = s.readQuotaOnce(ctx, timeout)
+		return nil, err
+	})
+	if refused(err) {
+		return s.readQuotaOnce(ctx, timeout)
+	}
+	return v, err
+}
+
+// idleBreaker reports whether no lease call has tried the circuit breaker
+// (call) for an interval, the breaker's own timeout: then none would
+// probe it.
+func (s *Syncer) idleBreaker() bool {
+	return s.opts.Now().UnixNano()-s.breakerTried.Load() >= int64(s.planner.Config().Interval)
+}
+
+// readQuotaOnce is readQuota without the breaker.
+func (s *Syncer) readQuotaOnce(ctx context.Context, timeout time.Duration) (int64, error) {
 	began := s.opts.Now()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()

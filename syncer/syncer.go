@@ -177,6 +177,10 @@ type Syncer struct {
 	// down is whether the circuit breaker is not closed (open or
 	// probing), as its OnStateChange last said: Down reads it.
 	down atomic.Bool
+	// breakerTried is when (unix nanoseconds) a lease call last went to
+	// the circuit breaker (call): while none has for an interval, the
+	// read of the quota version probes it (readQuota).
+	breakerTried atomic.Int64
 
 	// Running totals (Stats).
 	refunded                                                               atomic.Int64 // tokens refunded (Refund)

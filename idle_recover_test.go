@@ -1,0 +1,142 @@
+package leasequota_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/leasequota/leasequota"
+	"github.com/leasequota/leasequota/lease"
+	"github.com/leasequota/leasequota/lease/memstore"
+)
+
+// rosterDownStore is a memstore instance that keeps the fleet's roster
+// and refuses every call while down is set.
+type rosterDownStore struct {
+	*memstore.Instance
+	down *atomic.Bool
+}
+
+var errDown = errors.New("dial tcp: connect: connection refused")
+
+func (s rosterDownStore) AcquireMany(ctx context.Context, reqs []lease.Request, res []lease.Result) ([]lease.Result, error) {
+	if s.down.Load() {
+		return nil, errDown
+	}
+	return s.Instance.AcquireMany(ctx, reqs, res)
+}
+
+func (s rosterDownStore) ReleaseMany(ctx context.Context, reqs []lease.ReleaseRequest) []lease.ReleaseResult {
+	if s.down.Load() {
+		res := make([]lease.ReleaseResult, len(reqs))
+		for i := range res {
+			res[i].Err = errDown
+		}
+		return res
+	}
+	return s.Instance.ReleaseMany(ctx, reqs)
+}
+
+func (s rosterDownStore) QuotaVersion(ctx context.Context) (int64, error) {
+	if s.down.Load() {
+		return 0, errDown
+	}
+	return s.Instance.QuotaVersion(ctx)
+}
+
+func (s rosterDownStore) CountInstances(ctx context.Context) (int, error) {
+	if s.down.Load() {
+		return 0, errDown
+	}
+	return s.Instance.CountInstances(ctx)
+}
+
+func (s rosterDownStore) LeaveRoster(ctx context.Context) error {
+	if s.down.Load() {
+		return errDown
+	}
+	return s.Instance.LeaveRoster(ctx)
+}
+
+type rosterDownBackend struct {
+	mem  *memstore.Store
+	down *atomic.Bool
+}
+
+func (b rosterDownBackend) Instance(id string, window time.Duration) (lease.Store, error) {
+	in, err := b.mem.Instance(id, window)
+	if err != nil {
+		return nil, err
+	}
+	return rosterDownStore{in.(*memstore.Instance), b.down}, nil
+}
+
+// TestDegradedEndsWithoutTraffic: after an outage, a limiter that makes
+// no request once Redis is back finds Redis healthy by itself: Degraded
+// turns false within a few refresh intervals, and Close takes the
+// instance out of the fleet's roster. Before, only a lease call probed
+// the circuit breaker: once the tenants had gone quiet (an outage of 5 s
+// or more at R = 100 ms), Degraded stayed true 10 s after Redis came back
+// (and with it leasequota.degraded), and Close left the instance in the
+// roster, where the others counted it for another registry window.
+func TestDegradedEndsWithoutTraffic(t *testing.T) {
+	for _, outage := range []time.Duration{0, time.Second, 5 * time.Second, 2 * time.Minute} {
+		t.Run(outage.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) { degradedEndsWithoutTraffic(t, outage) })
+		})
+	}
+}
+
+func degradedEndsWithoutTraffic(t *testing.T, outage time.Duration) {
+	var down atomic.Bool
+	mem := memstore.New()
+	l, err := leasequota.NewWithStore(rosterDownBackend{mem, &down},
+		leasequota.WithLogger(testLogger(t)),
+		leasequota.WithInstanceID("i1"),
+		leasequota.WithDefaultQuota(leasequota.Quota{Rate: 100, Burst: 100}),
+		leasequota.WithRefreshInterval(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for range 100 {
+		l.AllowN(ctx, "a", 1)
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := l.Stats().Instances; n != 1 {
+		t.Fatalf("the limiter counted %d instances in the roster, want 1: the test would not test", n)
+	}
+	down.Store(true)
+	for i := 0; !l.Degraded(); i++ {
+		if i > 1000 {
+			t.Fatal("the breaker did not open")
+		}
+		l.AllowN(ctx, "a", 1)
+		time.Sleep(10 * time.Millisecond)
+	}
+	// No request from now on; Redis stays down a while.
+	time.Sleep(outage)
+	down.Store(false)
+	up := time.Now()
+	for l.Degraded() && time.Since(up) < 10*time.Second {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if l.Degraded() {
+		t.Errorf("Degraded still true %v after Redis came back, no request made meanwhile", time.Since(up))
+	} else {
+		t.Logf("Degraded false %v after Redis came back", time.Since(up))
+	}
+	if err := l.Close(ctx); err != nil {
+		t.Error(err)
+	}
+	probe, err := mem.Instance("probe", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := probe.(lease.InstanceCounter).CountInstances(ctx); err != nil || n != 1 {
+		t.Errorf("after Close, the roster counts %d instances (%v), want 1 (the probe's own): the closed limiter did not leave it", n, err)
+	}
+}
