@@ -53,18 +53,20 @@ func (s *Syncer) downAfter() time.Duration { return min(s.leaseTTL, MaxDownAfter
 //
 // The size commands were taken from node's call budget by the caller;
 // they go back when the call ends, and a call that came back slow
-// (congestedAfter) or timed out cuts the window. In Cluster mode a
-// timeout cuts it only while the node is busy rather than down (it
-// answered another call within downAfter, as busy tells):
-// there is no circuit breaker there to undo the cuts of an outage
-// (budget.recovered), and a dead master's timeouts say nothing of how
-// many calls it runs once it is back.
+// (congestedAfter) or timed out cuts the window. A timed-out call is a
+// slow one, so in an outage every timeout cuts it too; they say nothing
+// of how many calls the node runs once it is back, and the outage's end
+// undoes them: without Cluster the circuit breaker's closing, in Cluster
+// mode (no breaker) the node's first answer after it (nodeHealth).
 func (s *Syncer) call(ctx context.Context, op string, node *redisNode, size int, timeout time.Duration, f func(context.Context) ([]lease.Result, error)) (res []lease.Result, err error) {
 	sent := s.opts.Now()
 	defer func() {
 		now := s.opts.Now()
 		late := now.Sub(sent) > s.congestedAfter(size) ||
 			timedOut(err) && (!s.opts.Cluster || node.answeredWithin(now, s.downAfter()))
+		if s.opts.Cluster {
+			s.nodeHealth(node, err, now)
+		}
 		if err == nil {
 			node.answer(now, true)
 		}
@@ -113,6 +115,35 @@ func (s *Syncer) call(ctx context.Context, op string, node *redisNode, size int,
 	})
 	span.End(err)
 	return res, err
+}
+
+// nodeHealth records in Cluster mode, where no circuit breaker watches
+// the masters, the outage of node and its end, as the breaker's state
+// changes do for one Redis (health.go): a call that failed at now with
+// the node silent for downAfter (no call answered in time within it, as
+// busy tells) begins an outage, and the window as of the node's last
+// call answered in time is kept (budget.outage); the first call answered
+// after it ends the outage and gives that window back (budget.recovered).
+//
+// Why: a timed-out call is slow, so every timeout of a master paused or
+// stopped cut its window, down to its floor, and with no breaker to undo
+// those cuts a master back at the same address kept the window of its
+// outage, held back for budgetCalm and grown back one command a window
+// after it: 29 commands a second after it answered again where it had
+// 256 before (TestClusterPausedMasterGetsItsWindowBack). A new master (a
+// failover) gets a new node and a fresh window anyway. The cuts made
+// while the master still answered stay, as on one Redis.
+func (s *Syncer) nodeHealth(node *redisNode, err error, now time.Time) {
+	switch {
+	case err == nil:
+		if node.down.CompareAndSwap(true, false) {
+			node.budget.recovered()
+		}
+	case !errors.Is(err, context.Canceled) && !node.answeredWithin(now, s.downAfter()):
+		if node.down.CompareAndSwap(false, true) {
+			node.budget.outage()
+		}
+	}
 }
 
 // callTimeout is the deadline of a call of size commands: a pipeline of

@@ -42,6 +42,11 @@ type redisNode struct {
 	// call to the live ones for a call deadline
 	// (TestClusterDeadNodeRefillsLeaveLiveCalls).
 	sem *semaphore.Weighted
+	// down is whether, in Cluster mode, a call failed with the node
+	// silent for downAfter and none has been answered since: an outage,
+	// whose end gives the node its window back (Syncer.nodeHealth).
+	// Without Cluster the circuit breaker does this.
+	down atomic.Bool
 }
 
 // init prepares a node first seen at now.
