@@ -23,7 +23,7 @@ func TestCloseWithADoneCtxIsBoundedByOneCallDeadline(t *testing.T) {
 	const tenants = 2500
 	l, err := leasequota.NewWithStore(store, leasequota.WithLogger(testLogger(t)),
 		leasequota.WithRedisTimeout(rt), leasequota.WithColdStartWait(10*time.Second), leasequota.WithLeaseTTL(time.Minute),
-		leasequota.WithDefaultQuota(leasequota.Quota{Rate: 1, Burst: 100}))
+		leasequota.WithDefaultQuota(leasequota.Quota{Rate: 1, Burst: 100, MinLease: 2}))
 	if err != nil {
 		t.Fatal(err)
 	}
