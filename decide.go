@@ -234,7 +234,7 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n
 		// past the lease that the first call after it brought, and was
 		// denied at its deadline with the token here: TestSimulation,
 		// seed 6056.)
-		if err := sl.sleep(wctx, l.retryAfter(e, l.cfg.now(), n), l.sync.Recovered()); err != nil {
+		if err := sl.sleep(wctx, l.sleepFor(e, l.cfg.now(), n), l.sync.Recovered()); err != nil {
 			return l.gaveUp(ctx, tenant, e, n, cold, untilAdmitted, missed)
 		}
 	}

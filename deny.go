@@ -146,7 +146,20 @@ func (l *Limiter) deny(e *syncer.Tenant, n int64) Decision {
 // AllowNWithin did not wait for the lease that came 50 ms later; WaitN
 // slept that long, and a failure mode's RetryAfter said it.
 func (l *Limiter) retryAfter(e *syncer.Tenant, now time.Time, n int64) time.Duration {
-	wait := e.RetryAfter(now, n)
+	return l.capRetry(e, l.sync.RetryAfter(e, now, n))
+}
+
+// sleepFor is retryAfter for a request that waits here (WaitN, a max
+// wait): until its own lease call may be made, not the tick that would
+// make it for a client coming back (Syncer.RetryAfter). Rounded to the
+// tick, a waiting request slept up to a quarter interval past the hold's
+// end before its call.
+func (l *Limiter) sleepFor(e *syncer.Tenant, now time.Time, n int64) time.Duration {
+	return l.capRetry(e, e.RetryAfter(now, n))
+}
+
+// capRetry bounds a wait for e's tokens as retryAfter says.
+func (l *Limiter) capRetry(e *syncer.Tenant, wait time.Duration) time.Duration {
 	if !e.Leased() {
 		wait = min(wait, l.cfg.refreshInterval)
 	}

@@ -292,7 +292,7 @@ lookup:
 		if untilAdmitted && quick > k {
 			// Tokens come and go under contention: pause before the
 			// next turn rather than go round without a wait.
-			if err := sl.sleep(ctx, l.retryAfter(e, l.cfg.now(), n), nil); err != nil {
+			if err := sl.sleep(ctx, l.sleepFor(e, l.cfg.now(), n), nil); err != nil {
 				l.uncountModes(&modes)
 				d := l.count(l.deny(e, n))
 				d.Tenant = tenants[short]

@@ -183,21 +183,38 @@ func (s *Syncer) apply(ctx context.Context, t *Tenant, node *redisNode, now time
 
 // setRetry publishes when t's requests may next find tokens without a
 // lease call of their own: when the next reserved token comes due, or
-// when a lease call may be made, whichever is first, rounded up to the
-// tick that does it (nextTick). Both are the work of a plan, and a
-// held-back tenant is planned by Run's ticks (every quarter interval; its
-// misses meanwhile do not queue it again: planWith), not when its hold
-// ends: published at the hold's end, a dry tenant's denials (Rate 10,
-// Burst 10) sent clients back up to a quarter interval before the call,
-// each retry then told 1 ms, about 20 in a row
-// (TestRetryAfterWaitsForTheTick in the root package).
+// when a lease call may be made, whichever is first. A request that waits
+// (WaitN, a max wait) makes its own call then; a client that comes back
+// with a request of its own is answered at the tick that plans the tenant
+// (Syncer.RetryAfter).
 func (s *Syncer) setRetry(t *Tenant) {
 	ls := t.lease.Load()
 	at := ls.st.at(ls.st.notBefore)
 	if due, ok := ls.st.NextDue(); ok {
 		at = min(at, due.UnixNano())
 	}
-	ls.retryAt.Store(s.nextTick(at))
+	ls.retryAt.Store(at)
+}
+
+// RetryAfter is t.RetryAfter for a client that comes back with a request
+// of its own, the RetryAfter of a denial: the time when t's requests may
+// next find tokens rounded up to the tick that makes the call or drips the
+// reserved token (nextTick). Both are the work of a plan, and a held-back
+// tenant is planned by Run's ticks (every quarter interval; its misses
+// meanwhile do not queue it again: planWith), not when its hold ends:
+// counted to the hold's end, a dry tenant's denials (Rate 10, Burst 10)
+// sent clients back up to a quarter interval before the call, each retry
+// then told 1 ms, about 20 in a row (TestRetryAfterWaitsForTheTick in the
+// root package). A request that waits counts to the hold's end
+// (t.RetryAfter): its own call, when it wakes, need not wait for a tick.
+func (s *Syncer) RetryAfter(t *Tenant, now time.Time, n int64) time.Duration {
+	wait := t.RetryAfter(now, n)
+	if ls := t.lease.Load(); ls != nil {
+		if r := time.Duration(s.nextTick(ls.retryAt.Load()) - now.UnixNano()); r > wait {
+			wait = r
+		}
+	}
+	return wait
 }
 
 // setOverride applies the quota override a lease call reported for t

@@ -524,8 +524,9 @@ func (t *Tenant) Fallback() *bucket.TokenBucket {
 // RetryAfter estimates how long after now a request for n tokens could
 // succeed: the time the global bucket needs to hold what this instance
 // lacks of n, as last seen and refilled at the tenant's rate since, and no
-// earlier than the next lease call may be made (the tick that makes it,
-// while calls are held back: Syncer.setRetry).
+// earlier than the next lease call may be made (Syncer.setRetry; a client
+// that comes back with a request of its own waits for the tick that makes
+// the call: Syncer.RetryAfter).
 func (t *Tenant) RetryAfter(now time.Time, n int64) time.Duration {
 	var wait time.Duration
 	rate := t.Limits().Rate
