@@ -151,6 +151,13 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n
 				// quota on a dead master was denied cold_start for a
 				// second after each failed refill
 				// (TestClusterDeadNodeNewTenantByItsMode).
+				// The wait is counted from here: in Cluster mode the
+				// look-up of the tenant's master below (RefillOutlasts)
+				// may take up to the wait itself, and counted from after
+				// it, a cold request on an unreachable cluster waited it
+				// and then its whole limit again
+				// (TestClusterColdWaitBoundedByColdStartWait).
+				began := time.Now()
 				down := l.sync.Down()
 				outlasts := false
 				if coldWait && !down {
@@ -172,7 +179,7 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n
 					l.sync.NoteMiss(e, n)
 					return l.count(d), nil
 				}
-				budget.start, budget.cold = time.Now(), coldWait && !first
+				budget.start, budget.cold = began, coldWait && !first
 				budget.ctx, budget.cancel = context.WithDeadline(ctx, budget.start.Add(limit))
 			}
 			wctx = budget.ctx

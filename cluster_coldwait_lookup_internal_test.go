@@ -1,0 +1,68 @@
+package leasequota
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/leasequota/leasequota/lease"
+	"github.com/leasequota/leasequota/lease/memstore"
+)
+
+// hangingClusterBackend is a memstore behind a Redis Cluster that answers
+// nothing: the slot map cannot be loaded (NodeOf waits for its ctx, as
+// go-redis's MasterForKey does while it dials), and lease calls hang until
+// their deadline.
+type hangingClusterBackend struct{ mem *memstore.Store }
+
+func (b hangingClusterBackend) Instance(id string, window time.Duration) (lease.Store, error) {
+	s, err := b.mem.Instance(id, window)
+	return hangingClusterStore{s}, err
+}
+
+type hangingClusterStore struct{ lease.Store }
+
+func (hangingClusterStore) NodeOf(ctx context.Context, _ string) (string, bool) {
+	<-ctx.Done()
+	return "", false
+}
+
+func (hangingClusterStore) AcquireMany(ctx context.Context, reqs []lease.Request, _ []lease.Result) ([]lease.Result, error) {
+	<-ctx.Done()
+	res := make([]lease.Result, len(reqs))
+	for i := range res {
+		res[i].Err = ctx.Err()
+	}
+	return res, ctx.Err()
+}
+
+// TestClusterColdWaitBoundedByColdStartWait: a cold AllowN waits at most
+// WithColdStartWait in Cluster mode too. RefillOutlasts looks the tenant's
+// master up (NodeOf, up to the wait) before the request's wait budget
+// starts, so a request on an unreachable cluster waited the look-up and
+// then its whole cold wait again.
+func TestClusterColdWaitBoundedByColdStartWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const wait = 200 * time.Millisecond
+		cfg, err := newConfig([]Option{WithDefaultQuota(Quota{Rate: 100, Burst: 100}),
+			WithRedisTimeout(wait), WithFailureMode(FailClosed), WithColdStartWait(wait),
+			WithLogger(slog.New(slog.DiscardHandler))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := newLimiter(cfg, hangingClusterBackend{memstore.New()}, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close(context.Background())
+		start := time.Now()
+		d := l.AllowN(context.Background(), "a", 1)
+		took := time.Since(start)
+		t.Logf("cold request on an unreachable cluster: allowed %v, reason %v, after %v", d.Allowed, d.Reason, took)
+		if took > wait {
+			t.Fatalf("cold AllowN took %v, WithColdStartWait is %v", took, wait)
+		}
+	})
+}
