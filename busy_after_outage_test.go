@@ -134,3 +134,49 @@ func TestBusyAfterOutageEndsFailureMode(t *testing.T) {
 			open, l.Degraded())
 	}
 }
+
+// TestBusyProbeClosesBreaker: after an outage, the breaker's probe call
+// that times out on a Redis answering the limiter's other reads in time
+// (busy, not down) closes the breaker: Redis answers. Before, the busy
+// probe was excluded from the breaker's counts, which kept it half-open:
+// with only such calls to make, Degraded stayed true for good with Redis
+// up, and every call but the probe in flight was refused, its tenant put
+// in its failure mode (recovery took 68 ms to over 2 s at R = 40 ms
+// beside a tenant whose calls succeeded).
+func TestBusyProbeClosesBreaker(t *testing.T) {
+	var down atomic.Bool
+	down.Store(true)
+	l, err := leasequota.NewWithStore(phasedBackend{memstore.New(), &down},
+		leasequota.WithDefaultQuota(leasequota.Quota{Rate: 10, Burst: 10}),
+		leasequota.WithFailureMode(leasequota.FailClosed),
+		leasequota.WithRedisTimeout(20*time.Millisecond),
+		leasequota.WithRefreshInterval(40*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		l.Close(ctx)
+	}()
+	ctx := context.Background()
+	deadline := time.Now().Add(2 * time.Second)
+	for !l.Degraded() {
+		if time.Now().After(deadline) {
+			t.Fatal("the outage did not open the breaker: the test did not test")
+		}
+		l.AllowN(ctx, "slow", 1)
+		time.Sleep(5 * time.Millisecond)
+	}
+	down.Store(false)
+	back := time.Now()
+	for l.Degraded() && time.Since(back) < time.Second {
+		l.AllowN(ctx, "slow", 1)
+		time.Sleep(5 * time.Millisecond)
+	}
+	if l.Degraded() {
+		t.Errorf("Degraded 1 s after Redis answered again (its only lease calls timing out on a busy Redis), want the breaker closed within about 2R (80 ms)")
+	} else {
+		t.Logf("breaker closed %v after Redis answered", time.Since(back))
+	}
+}

@@ -212,6 +212,13 @@ type Syncer struct {
 	// after it (nextTick).
 	tickEpoch atomic.Int64
 
+	// busyProbe says the breaker's last success was a probe that timed
+	// out on a busy Redis (newBreaker's IsSuccessful): the breaker closes
+	// on it, but the call window keeps the cuts made since the outage.
+	// Read and written only by the breaker's callbacks, which run under
+	// the breaker's lock.
+	busyProbe bool
+
 	// unlocked is broadcast after tenants' locks are released (a lease
 	// call's result applied, a round planned, an eviction done): a refill
 	// that finds its tenant locked waits on it instead of on the lock,
