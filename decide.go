@@ -170,12 +170,7 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n
 					// lease may land before the denial reads the tenant.
 					// With no wait at all while Redis is down, the mode
 					// decides at once.
-					var d Decision
-					if down {
-						d = l.degraded(e, n)
-					} else {
-						d = l.deny(e, n)
-					}
+					d := l.missNow(e, n, down)
 					l.sync.NoteMiss(e, n)
 					return l.count(d), nil
 				}

@@ -120,6 +120,16 @@ func (l *Limiter) degraded(e *syncer.Tenant, n int64) Decision {
 	return d
 }
 
+// missNow is the decision of a miss on e's tokens that does not wait:
+// the tenant's failure mode decides while Redis fails for it (failing),
+// else the denial.
+func (l *Limiter) missNow(e *syncer.Tenant, n int64, failing bool) Decision {
+	if failing {
+		return l.degraded(e, n)
+	}
+	return l.deny(e, n)
+}
+
 // deny builds the denial of n tokens for e.
 func (l *Limiter) deny(e *syncer.Tenant, n int64) Decision {
 	lim := e.Limits()

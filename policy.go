@@ -268,12 +268,7 @@ lookup:
 			// (TestAllowAllOutOfTurnsFailingTenantByItsMode). An
 			// admission by its mode stands for the rest of the call, so
 			// each tenant has one such turn at most: the call still ends.
-			var d Decision
-			if e.Failing() {
-				d = l.degraded(e, n)
-			} else {
-				d = l.deny(e, n)
-			}
+			d := l.missNow(e, n, e.Failing())
 			l.sync.NoteMiss(e, n)
 			d = l.count(d)
 			if d.Allowed {
