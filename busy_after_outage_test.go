@@ -147,6 +147,7 @@ func TestBusyProbeClosesBreaker(t *testing.T) {
 	var down atomic.Bool
 	down.Store(true)
 	l, err := leasequota.NewWithStore(phasedBackend{memstore.New(), &down},
+		leasequota.WithLogger(testLogger(t)),
 		leasequota.WithDefaultQuota(leasequota.Quota{Rate: 10, Burst: 10}),
 		leasequota.WithFailureMode(leasequota.FailClosed),
 		leasequota.WithRedisTimeout(20*time.Millisecond),
