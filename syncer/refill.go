@@ -157,7 +157,7 @@ func (s *Syncer) refillLocked(ctx context.Context, link trace.Link, t *Tenant, n
 	}
 	if !s.roomFor(t, node, now, a) {
 		// Redis is busy (the call budget is full): no lease comes soon.
-		node.refillDelay.failed(now)
+		node.refillDelay.failed(now, false)
 		return nil
 	}
 	if round == nil {
@@ -166,7 +166,7 @@ func (s *Syncer) refillLocked(ctx context.Context, link trace.Link, t *Tenant, n
 	var r lease.Result
 	defer func() {
 		if r.Err != nil {
-			node.refillDelay.failed(s.opts.Now())
+			node.refillDelay.failed(s.opts.Now(), t.flag(flagFailing)) // apply said whether it is an outage
 		} else {
 			node.refillDelay.note(now, s.opts.Now())
 		}

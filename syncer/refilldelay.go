@@ -32,19 +32,24 @@ const refillDelayFresh = time.Second
 type refillDelay struct {
 	took atomic.Int64 // nanoseconds the last urgent refill took
 	at   atomic.Int64 // when it ended, unix nanoseconds; 0: none yet
+	// down says the last urgent refill's call failed as an outage: its
+	// tenant was failing after it (not a busy Redis, nor no room).
+	down atomic.Bool
 }
 
 // note records an urgent refill that began at began and ended at ended.
 func (d *refillDelay) note(began, ended time.Time) {
+	d.down.Store(false)
 	d.took.Store(int64(max(ended.Sub(began), 0)))
 	d.at.Store(ended.UnixNano())
 }
 
 // failed records an urgent refill that ended at ended without a lease:
-// its call failed, or found no
+// its call failed (down: as an outage, its tenant failing), or found no
 // room in the call budget. It outlasts any wait: while it is fresh, no
 // cold request waits for the next one.
-func (d *refillDelay) failed(ended time.Time) {
+func (d *refillDelay) failed(ended time.Time, down bool) {
+	d.down.Store(down)
 	d.took.Store(math.MaxInt64)
 	d.at.Store(ended.UnixNano())
 }
@@ -72,12 +77,11 @@ func (d *refillDelay) last(now time.Time) (time.Duration, bool) {
 // for a second (TestClusterDeadNodeRefillKeepsLiveColdWait in the root
 // package).
 //
-// down reports, in Cluster mode, that the node is down (redisNode.down,
-// which Syncer.nodeHealth keeps from every call to it): down for the
-// tenant as the breaker says Down on one server (which is always false
-// in Cluster mode), and the tenant's failure mode decides its request,
-// not a cold start's denial (TestClusterDeadNodeNewTenantByItsMode in the
-// root package).
+// down reports, in Cluster mode, that the node's last refill failed as an
+// outage: the node is down for the tenant as the breaker says Down on
+// one server (which is always false in Cluster mode), and the tenant's
+// failure mode decides its request, not a cold start's denial
+// (TestClusterDeadNodeNewTenantByItsMode in the root package).
 func (s *Syncer) RefillOutlasts(tenant string, wait time.Duration, now time.Time) (outlasts, down bool) {
 	node := &s.one
 	if s.opts.Cluster {
@@ -87,5 +91,5 @@ func (s *Syncer) RefillOutlasts(tenant string, wait time.Duration, now time.Time
 		node = s.node(name)
 	}
 	took, ok := node.refillDelay.last(now)
-	return ok && took >= wait, s.opts.Cluster && node.down.Load()
+	return ok && took >= wait, ok && s.opts.Cluster && node.refillDelay.down.Load()
 }

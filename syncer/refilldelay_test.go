@@ -39,7 +39,7 @@ func TestRefillDelayIsFreshForASecond(t *testing.T) {
 func TestFailedRefillOutlastsAnyWait(t *testing.T) {
 	var d refillDelay
 	t0 := time.Unix(1_000, 0)
-	d.failed(t0)
+	d.failed(t0, false)
 	if took, ok := d.last(t0); !ok || took < time.Hour {
 		t.Fatalf("after a failed refill: %v, %v; want a delay longer than any wait", took, ok)
 	}
