@@ -33,7 +33,15 @@ type refillDelay struct {
 	took atomic.Int64 // nanoseconds the last urgent refill took
 	at   atomic.Int64 // when it ended, unix nanoseconds; 0: none yet
 	// down says the last urgent refill's call failed as an outage: its
-	// tenant was failing after it (not a busy Redis, nor no room).
+	// tenant was failing after it (not a busy Redis, nor no room). It is
+	// not redisNode.down, which nodeHealth sets on any failed call while
+	// the master has answered nothing within the outage window: true of
+	// every master at a run's start, and kept until a call answers. Read
+	// by cold requests in its place (d5dd68e), it decided tenants whose
+	// own calls never failed by their failure mode (integration's
+	// TestClusterGlobalBound: FailClosed tenants denied unavailable).
+	// This flag is set only by a refill whose tenant failed, and cleared
+	// by the next refill of the node.
 	down atomic.Bool
 }
 
