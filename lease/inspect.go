@@ -7,6 +7,7 @@ package lease
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"sort"
 	"strconv"
@@ -44,7 +45,10 @@ type BucketState struct {
 	Burst int64
 	// TTL is the key's remaining time to live, -1 when it has no expiry
 	// (0 when missing). Every write sets it to one second after the
-	// bucket would be full at the rate and burst of that write.
+	// bucket would be full at the rate and burst of that write (kept
+	// for good past about 31,700 years). A TTL longer than a Duration
+	// holds (about 292 years: a drained bucket of 10 tokens at 1e-9 a
+	// second) is math.MaxInt64.
 	TTL time.Duration
 	// History is the level history release.lua credits returns against
 	// (field h, or p1..p8 when a client of the previous release wrote the
@@ -122,6 +126,10 @@ type Level struct {
 	Exact bool
 }
 
+// maxTTL is the TTL Inspect gives a key that expires later than a
+// Duration holds.
+const maxTTL = time.Duration(math.MaxInt64)
+
 // minTTLSpan is the shortest time to full from which Level estimates a
 // rate: the TTL has millisecond resolution and is rounded up, so over
 // 100 ms the estimate is within 1%.
@@ -135,8 +143,9 @@ const minTTLSpan = 100 * time.Millisecond
 // full at F = Now + TTL - 1 s, so rate = (Burst - Tokens)/(F - Updated),
 // and the level refills linearly from Tokens at Updated to Burst at F.
 // That is exact up to the TTL's rounding (below 1% when the bucket is
-// more than 100 ms from full), and unknown for a key without a TTL, a
-// bucket at its burst (its rate does not show), a bucket with shares in
+// more than 100 ms from full), and unknown for a key without a TTL or
+// with one past what a Duration holds (TTL math.MaxInt64), a bucket at
+// its burst (its rate does not show), a bucket with shares in
 // force (its TTL counts from when they end) or a missing bucket without
 // an override (full, at a burst not stored).
 func (b BucketState) Level() Level {
@@ -157,7 +166,7 @@ func (b BucketState) Level() Level {
 		lv.Tokens, lv.Known, lv.Full = float64(b.Burst), true, true
 		return lv
 	}
-	if b.TTL <= 0 || b.Burst <= 0 || b.Shares.InForce() {
+	if b.TTL <= 0 || b.TTL == maxTTL || b.Burst <= 0 || b.Shares.InForce() {
 		// With shares in force the TTL counts from when they end, and the
 		// refill until then is not at the rate: no estimate.
 		return lv
@@ -255,9 +264,17 @@ func (c *Client) parseInspect(key string, cmd *redis.Cmd) (Inspection, error) {
 	if err != nil {
 		return Inspection{}, fmt.Errorf("%w: ttl: %w", ErrBadReply, err)
 	}
-	if ttl >= 0 {
+	switch {
+	case ttl > int64(maxTTL/time.Millisecond):
+		// A bucket that refills for longer than a Duration holds
+		// (store in common.lua keeps keys up to 1e15 ms): multiplied
+		// out, its TTL wrapped, to a negative one (read as no expiry)
+		// or a positive one decades short (read as a rate many times
+		// the real one).
+		in.TTL = maxTTL
+	case ttl >= 0:
 		in.TTL = time.Duration(ttl) * time.Millisecond
-	} else if ttl == -1 {
+	case ttl == -1:
 		in.TTL = -1
 	}
 	q, err := replyHash(a[3])
