@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"text/tabwriter"
 	"time"
 
@@ -46,7 +47,7 @@ type storedJS struct {
 	Tokens  float64 `json:"tokens"`
 	Updated int64   `json:"updated_us"`
 	Burst   int64   `json:"burst"`
-	TTLms   int64   `json:"ttl_ms"` // -1: no expiry
+	TTLms   int64   `json:"ttl_ms"` // -1: no expiry; 9223372036854: that or more
 }
 
 type instanceJSON struct {
@@ -182,7 +183,7 @@ func printInspection(e *env, in lease.Inspection, lv lease.Level) {
 	case lv.Full:
 		fmt.Fprintf(w, "tokens now\tfull: no bucket stored (never used, or expired once full)\n")
 	default:
-		fmt.Fprintf(w, "tokens now\tunknown: no override and no TTL to tell the rate; %s stored, refilling since\n", formatFloat(in.Tokens))
+		fmt.Fprintf(w, "tokens now\tunknown: no override, and the key's TTL does not tell the rate; %s stored, refilling since\n", formatFloat(in.Tokens))
 	}
 	if in.Exists {
 		fmt.Fprintf(w, "last refill\t%s tokens, %s (burst %d)\n", formatFloat(in.Tokens), ago(in.Updated, in.Now), in.Burst)
@@ -200,7 +201,11 @@ func printInspection(e *env, in lease.Inspection, lv lease.Level) {
 			if in.Shares.InForce() {
 				full += ", its shares ended"
 			}
-			fmt.Fprintf(w, "key expiry\tin %v (%s)\n", in.TTL, full)
+			more := ""
+			if in.TTL == math.MaxInt64 {
+				more = "more than " // saturated (lease.Inspection.TTL)
+			}
+			fmt.Fprintf(w, "key expiry\tin %s%v (%s)\n", more, in.TTL, full)
 		}
 	}
 	if in.Override != nil {
