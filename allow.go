@@ -126,7 +126,9 @@ func (l *Limiter) WaitN(ctx context.Context, tenant string, n int64) (Decision, 
 // waits for it, as WaitN does, for up to maxWait (and ctx). It is what a
 // request handler with a latency budget wants: the HTTP middleware and
 // the gRPC interceptors use it. A wait that fails returns the fresh
-// denial it ended with.
+// denial it ended with. The waits of AllowN itself (WithColdStartWait for
+// a cold tenant, WithMaxWait when set) come first and add to maxWait: a
+// handler whose budget must hold them too passes a ctx with its deadline.
 func (l *Limiter) AllowNWithin(ctx context.Context, tenant string, n int64, maxWait time.Duration) (d Decision) {
 	// One call, so that AllowNWithin is inlined and the Decision built
 	// in the caller's variable: AllowN's result copied into AllowNWithin's
