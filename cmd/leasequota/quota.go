@@ -80,6 +80,13 @@ func quotaSet(ctx context.Context, e *env, args []string) (ret error) {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	// The arguments first: flags after the tenant are left unparsed, and
+	// checked after the flags' values, a command line that gave -rate was
+	// told "-rate is required".
+	tenant, err := tenantArg(fs)
+	if err != nil {
+		return err
+	}
 	var q quota.Quota
 	if *rate == "" {
 		return usagef("quota set: -rate is required")
@@ -106,10 +113,6 @@ func quotaSet(ctx context.Context, e *env, args []string) (ret error) {
 	// which depends on each service's refresh interval).
 	if err := q.Validate(); err != nil {
 		return usagef("quota set: %s", flagNames(strings.TrimPrefix(err.Error(), "leasequota: invalid quota: ")))
-	}
-	tenant, err := tenantArg(fs)
-	if err != nil {
-		return err
 	}
 	cctx, cancel := e.call(ctx)
 	defer cancel()
