@@ -24,3 +24,27 @@ func TestNamesWithC1ControlsArePrintedQuoted(t *testing.T) {
 		}
 	}
 }
+
+// TestLongNamesAreCutAt64Bytes: printable cuts a name over 64 bytes to
+// at most 64 bytes of it (at a character's start) and marks the cut. It
+// cut with fmt's %.64q, whose precision counts characters, not bytes: a
+// name of 35 two-byte characters (70 bytes) was printed whole with "…"
+// after it, as if cut, and one of 64 three-byte characters (192 bytes)
+// printed all 192.
+func TestLongNamesAreCutAt64Bytes(t *testing.T) {
+	for _, name := range []string{strings.Repeat("é", 35), strings.Repeat("日", 64), strings.Repeat("x", 65), strings.Repeat("é", 32) + "x", strings.Repeat("\x80", 100)} {
+		got := printable(name)
+		shown, ok := strings.CutSuffix(got, "…")
+		if !ok {
+			t.Errorf("printable(%d bytes) = %q: no mark of the cut", len(name), got)
+			continue
+		}
+		s, err := strconv.Unquote(shown)
+		if err != nil || len(s) > 64 || !strings.HasPrefix(name, s) || len(s) < 62 {
+			t.Errorf("printable(%d bytes) = %q: shows %d bytes (%v); want the name's first 62 to 64", len(name), got, len(s), err)
+		}
+	}
+	if got := printable(strings.Repeat("é", 32)); got != strings.Repeat("é", 32) {
+		t.Errorf("a 64-byte name printed as %q, want it whole", got)
+	}
+}

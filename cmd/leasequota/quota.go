@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"unicode/utf8"
 
 	"github.com/leasequota/leasequota/lease"
 	"github.com/leasequota/leasequota/quota"
@@ -308,7 +309,20 @@ func printable(s string) string {
 		return s
 	}
 	if len(s) > 64 {
-		return fmt.Sprintf("%.64q…", s)
+		// Cut at 64 bytes, before a character that would straddle the
+		// cut (bytes that are not UTF-8 are quoted one by one). fmt's
+		// %.64q counts characters: a 70-byte name of 35 was printed
+		// whole, as if cut.
+		cut := 64
+		for i := cut - 1; i > cut-utf8.UTFMax; i-- {
+			if utf8.RuneStart(s[i]) {
+				if r, size := utf8.DecodeRuneInString(s[i:]); (r != utf8.RuneError || size > 1) && i+size > cut {
+					cut = i
+				}
+				break
+			}
+		}
+		return strconv.Quote(s[:cut]) + "…"
 	}
 	return strconv.Quote(s)
 }
