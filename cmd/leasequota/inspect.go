@@ -156,6 +156,25 @@ func toInspectJSON(in lease.Inspection, lv lease.Level) inspectJSON {
 	return out
 }
 
+// unknownWhy says why the level of a bucket without an override is not
+// known (lease.BucketState.Level): it said "no TTL to tell the rate" of
+// every such bucket, those with a TTL too (one too near full for the TTL
+// to tell the rate, or with rate shares in force).
+func unknownWhy(in lease.Inspection) string {
+	switch {
+	case in.Burst <= 0:
+		return "no override, and no burst stored with the bucket"
+	case in.Shares.InForce():
+		return "no override, and rate shares in force (the key's TTL counts from their end)"
+	case in.TTL < 0:
+		return "no override, and no TTL to tell the rate"
+	case in.TTL == math.MaxInt64:
+		// Saturated (lease.Inspection.TTL): longer than a Duration holds.
+		return "no override, and the key's TTL does not tell the rate (too long to read)"
+	}
+	return "no override, and the bucket too near full for its TTL to tell the rate"
+}
+
 // ago writes the time between the Redis times at and now.
 func ago(at, now int64) string {
 	d := time.Duration(now-at) * time.Microsecond
@@ -183,7 +202,7 @@ func printInspection(e *env, in lease.Inspection, lv lease.Level) {
 	case lv.Full:
 		fmt.Fprintf(w, "tokens now\tfull: no bucket stored (never used, or expired once full)\n")
 	default:
-		fmt.Fprintf(w, "tokens now\tunknown: no override, and the key's TTL does not tell the rate; %s stored, refilling since\n", formatFloat(in.Tokens))
+		fmt.Fprintf(w, "tokens now\tunknown: %s; %s stored, refilling since\n", unknownWhy(in), formatFloat(in.Tokens))
 	}
 	if in.Exists {
 		fmt.Fprintf(w, "last refill\t%s tokens, %s (burst %d)\n", formatFloat(in.Tokens), ago(in.Updated, in.Now), in.Burst)
