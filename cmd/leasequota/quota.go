@@ -284,17 +284,27 @@ func quotaList(ctx context.Context, e *env, args []string) error {
 		if !named {
 			name = "(unnamed) " + lo.Key
 		}
+		// A zero lease field is each service's default (as quota get
+		// leaves it out): "0" read as a MAX LEASE of none.
 		ttl := "default"
 		if q.LeaseTTL != 0 {
 			ttl = q.LeaseTTL.String()
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%v\n", printable(name), formatFloat(q.Rate), q.Burst, q.MinLease, q.MaxLease, ttl, q.FailureMode)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%v\n", printable(name), formatFloat(q.Rate), q.Burst, leaseSize(q.MinLease), leaseSize(q.MaxLease), ttl, q.FailureMode)
 	}
 	tw.Flush()
 	if bad > 0 {
 		return fmt.Errorf("quota list: %w: %d", errListing, bad)
 	}
 	return nil
+}
+
+// leaseSize is a MIN LEASE or MAX LEASE of quota list: "default" for 0.
+func leaseSize(n int64) string {
+	if n == 0 {
+		return "default"
+	}
+	return strconv.FormatInt(n, 10)
 }
 
 // printable quotes a tenant name that a table or a terminal would garble
