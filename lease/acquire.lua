@@ -160,7 +160,8 @@ local ENTRY_AGE = 1 / 4
 -- last saw one) until a recompute sees none. An instance that holds a
 -- share accrues its fair-share credit at its fair share less its share.
 -- An entry older than the window that holds a share whose until is after
--- the call's time is kept, and read by its own instance as its entry
+-- the call's time, and not past the bucket's record of shares (in_record),
+-- is kept, and read by its own instance as its entry
 -- (holds_share), though not counted among the active instances: its
 -- instance makes no call between renewals, which come up to a period and
 -- a half apart, and each caller judges the entries by its own window. The
@@ -191,24 +192,36 @@ local function sane_demand(v)
   return d
 end
 
+-- in_record reports whether a share that ends at u (µs) may be in force
+-- under the bucket's record of shares sh (nil for none): every share
+-- granted ends by the end of the epoch after the record's (the booked
+-- part), and with no record none is in force. An end past it (inf, 1e300,
+-- 2^53) is one no call writes: taken as it was, such an entry was kept
+-- for as long as the hash lived, however old, and its rate was taken out
+-- of a record that never held it (TestShareNoRecordHoldsIsDropped).
+local function in_record(u, sh)
+  return sh ~= nil and u <= (sh[1] + 2) * sh[4] + sh[5]
+end
+
 -- holds_share reports whether a registry entry's share field r ("rate/
--- from/until", '' or nil for none) ends after now (µs): the entry is kept
+-- from/until", '' or nil for none) ends after now (µs) and may be in
+-- force under the bucket's record sh (in_record): the entry is kept
 -- however old (SHARES).
-local function holds_share(r, now)
+local function holds_share(r, now, sh)
   if r == nil or r == '' then
     return false
   end
   local u = tonumber(string.match(r, '^[^/]*/[^/]*/([^/]*)$'))
-  return u ~= nil and u > now
+  return u ~= nil and u > now and in_record(u, sh)
 end
 
 -- read_entry returns the last acquire (us), demand (tokens/s) and credit
 -- (tokens) of a registry entry, "last acquire:demand:credit:share", and
 -- its share as written (an earlier release's entry has none: nil; see
 -- SHARES); nils for none, and for one that does not read or is older
--- than cutoff without a share that ends after now (not this instance's
--- any more).
-local function read_entry(mine, cutoff, now)
+-- than cutoff without a share in force after now under the record sh
+-- (holds_share: not this instance's any more).
+local function read_entry(mine, cutoff, now, sh)
   if not mine then
     return nil, nil, nil, nil
   end
@@ -225,7 +238,7 @@ local function read_entry(mine, cutoff, now)
   -- inf never went stale (TestCorruptRegistryIsRepaired). Taken for
   -- none, the instance's own is written again as a new instance's.
   if not (finite(seen) and finite(demand) and demand >= 0 and finite(credit) and credit >= 0) or
-      (seen < cutoff and not holds_share(r, now)) then
+      (seen < cutoff and not holds_share(r, now, sh)) then
     return nil, nil, nil, nil
   end
   return seen, demand, credit, r
@@ -360,12 +373,12 @@ local function acquire(key, ikey, qkey, o, clock, nargs)
       all = redis.call('HGETALL', ikey)
       for i = 1, #all, 2 do
         if all[i] == id then
-          prevSeen, prevDemand, prevCredit, prevMine = read_entry(all[i + 1], cutoff, now)
+          prevSeen, prevDemand, prevCredit, prevMine = read_entry(all[i + 1], cutoff, now, state[21])
           break
         end
       end
     else
-      prevSeen, prevDemand, prevCredit, prevMine = read_entry(redis.call('HGET', ikey, id), cutoff, now)
+      prevSeen, prevDemand, prevCredit, prevMine = read_entry(redis.call('HGET', ikey, id), cutoff, now, state[21])
       -- An entry older than the window (kept for its share) is not
       -- counted in the summaries either: recompute, to count the caller.
       if prevSeen == nil or prevSeen < cutoff then
@@ -382,7 +395,7 @@ local function acquire(key, ikey, qkey, o, clock, nargs)
           if not finite(seen) or seen < cutoff then
             -- Not active, and dropped unless its instance would still
             -- read it as its own: it holds a share in force (SHARES).
-            if not read_entry(all[i + 1], cutoff, now) then
+            if not read_entry(all[i + 1], cutoff, now, state[21]) then
               stale = stale or {}
               stale[#stale + 1] = all[i]
             end
@@ -444,7 +457,7 @@ local function acquire(key, ikey, qkey, o, clock, nargs)
     if prevMine and prevMine ~= '' and sh then
       local r, f, u = string.match(prevMine, '^([^/]*)/([^/]*)/([^/]*)$')
       r, f, u = tonumber(r), tonumber(f), tonumber(u)
-      if r and f and u and r > 0 and u > now and u > sh[1] * sh[4] + sh[5] then
+      if r and f and u and r > 0 and u > now and u > sh[1] * sh[4] + sh[5] and in_record(u, sh) then
         mine, mineText = {r, f, u}, prevMine
       end
     end

@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"strconv"
 	"strings"
@@ -127,5 +128,90 @@ func TestCorruptRegistryIsRepaired(t *testing.T) {
 		if err != nil || strings.Contains(v, "inf") || strings.Contains(v, "nan") || strings.HasSuffix(v, rg) {
 			t.Errorf("a summary %q was left as %q, %v; want it recomputed", rg, v, err)
 		}
+	}
+}
+
+// TestShareNoRecordHoldsIsDropped: an entry older than the window is
+// kept only while the share it holds is in force (SHARES), and no share is
+// in force past the end of the bucket's record of shares (the epoch after
+// the record's), or with no record at all. An entry whose share ran until
+// inf, nan-free but past every record (2^53 µs, 1e300), was kept for as
+// long as the hash lived: never dropped as stale, read as its instance's
+// own however long after, so that a registry no call writes was not
+// repaired as TestCorruptRegistryIsRepaired's are.
+func TestShareNoRecordHoldsIsDropped(t *testing.T) {
+	ctx := context.Background()
+	rdb := redisserver.Client(t)
+	prefix := redisserver.Prefix(t)
+	lim := Limits{Rate: 100, Burst: 1000}
+	client := func(id string) *Client {
+		t.Helper()
+		c, err := NewClient(rdb, prefix, WithInstance(id, time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	a, b, holder := client("a"), client("b"), client("holder")
+	terms := ShareTerms{Period: time.Hour, Hold: time.Second}
+	for _, withRecord := range []bool{false, true} {
+		for _, until := range []string{"inf", "1e300", "9007199254740992"} {
+			tenant := fmt.Sprintf("until%s-record%v", until, withRecord)
+			ikey := InstancesKey(Key(prefix, tenant))
+			acquireOne(t, a, Request{Tenant: tenant, Limits: lim, Want: 1, Demand: 10})
+			if withRecord {
+				g := acquireOne(t, holder, Request{Tenant: tenant, Limits: lim, Demand: 10, Share: ShareAsk, ShareTerms: terms})
+				if !g.RateShare.Held() {
+					t.Fatalf("%s: holder got no share: %+v", tenant, g)
+				}
+			}
+			// An entry an hour old (60 windows), its share from then.
+			old := strconv.FormatInt(redisNow(t, rdb)-int64(time.Hour/time.Microsecond), 10)
+			if err := rdb.HSet(ctx, ikey, "ghost", old+":10:5:5/"+old+"/"+until).Err(); err != nil {
+				t.Fatal(err)
+			}
+			// A new instance recomputes the summary from every entry.
+			acquireOne(t, b, Request{Tenant: tenant, Limits: lim, Want: 1, Demand: 10})
+			m, err := rdb.HGetAll(ctx, ikey).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if e, ok := m["ghost"]; ok {
+				t.Errorf("%s: an hour-old entry whose share runs until %s was kept: %q", tenant, until, e)
+			}
+			if withRecord {
+				if _, ok := m["holder"]; !ok {
+					t.Errorf("%s: the holder's entry was dropped: %v", tenant, m)
+				}
+			}
+		}
+	}
+
+	// An active entry's share that ends past the record is not the
+	// instance's: taken for its own, its next ask took its rate out of a
+	// record that never held it, so the record committed less than the
+	// shares in force hold.
+	const tenant = "fresh"
+	ikey := InstancesKey(Key(prefix, tenant))
+	acquireOne(t, a, Request{Tenant: tenant, Limits: lim, Want: 1, Demand: 10})
+	gh := acquireOne(t, holder, Request{Tenant: tenant, Limits: lim, Demand: 10, Share: ShareAsk, ShareTerms: terms})
+	if !gh.RateShare.Held() {
+		t.Fatalf("holder got no share: %+v", gh)
+	}
+	now := strconv.FormatInt(redisNow(t, rdb), 10)
+	if err := rdb.HSet(ctx, ikey, "ghost", now+":10:5:5/"+now+"/inf").Err(); err != nil {
+		t.Fatal(err)
+	}
+	gg := acquireOne(t, client("ghost"), Request{Tenant: tenant, Limits: lim, Demand: 10, Share: ShareAsk, ShareTerms: terms})
+	v, err := rdb.HGet(ctx, Key(prefix, tenant), "sh").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := ParseShares(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if held := gh.RateShare.Rate + gg.RateShare.Rate; rec.Committed+1e-9 < held {
+		t.Errorf("the record commits %v while the shares in force hold %v (holder %v, ghost %v)", rec.Committed, held, gh.RateShare.Rate, gg.RateShare.Rate)
 	}
 }

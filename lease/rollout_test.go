@@ -52,8 +52,9 @@ import (
 // age alone was below 2^32 µs, though the bucket's time may run ahead of
 // the clock (this release counts from clock - age to the bucket's time),
 // and whose acquire used a registry of numbers no call writes (NaN,
-// infinities, negative credits) as it found them, and took a registry
-// window past 2^63 ms.
+// infinities, negative credits) as it found them, kept an entry however
+// old whose share ran past every record of shares (until inf), and took a
+// registry window past 2^63 ms.
 var (
 	//go:embed testdata/v1/common.lua
 	v1Common string
@@ -1214,7 +1215,11 @@ func TestRolloutCorruptRegistryBesideV11(t *testing.T) {
 	corrupt := func() {
 		t.Helper()
 		now := strconv.FormatInt(g.ServerTime.UnixMicro(), 10)
-		if err := rdb.HSet(ctx, ikey, "old", now+":500:nan:", "new", now+":500:-100:", "ghost", "inf:500:5:").Err(); err != nil {
+		// An hour old, its share "in force" until inf: past any record
+		// (there is none), so not in force.
+		hour := strconv.FormatInt(g.ServerTime.UnixMicro()-int64(time.Hour/time.Microsecond), 10)
+		if err := rdb.HSet(ctx, ikey, "old", now+":500:nan:", "new", now+":500:-100:", "ghost", "inf:500:5:",
+			"shared", hour+":500:5:5/"+hour+"/inf").Err(); err != nil {
 			t.Fatal(err)
 		}
 		if err := rdb.HSet(ctx, key, "rg", now+":inf:1500:33").Err(); err != nil {
@@ -1240,6 +1245,9 @@ func TestRolloutCorruptRegistryBesideV11(t *testing.T) {
 		}
 		if _, ok := m["ghost"]; ok {
 			t.Fatalf("call %d: the entry at time inf was kept: %v", i, m)
+		}
+		if _, ok := m["shared"]; ok {
+			t.Fatalf("call %d: the hour-old entry whose share ran until inf was kept: %v", i, m)
 		}
 		for _, f := range strings.Split(m["new"], ":")[:3] {
 			if x, err := strconv.ParseFloat(f, 64); err != nil || math.IsNaN(x) || math.IsInf(x, 0) || x < 0 {

@@ -294,9 +294,13 @@ func (s Shares) start() int64 { return s.Epoch*s.Period + s.Phase }
 // record's epoch and before now; counted in force, an ask or end of its
 // instance took it out of a record built after it ended, which wiped
 // another instance's commitment out (1.5 times Burst + Rate·T issued in a
-// helper's test, TestExpiredShareOfOtherEpochsIsNotInForce).
+// helper's test, TestExpiredShareOfOtherEpochsIsNotInForce). And not past
+// the end of the epoch after s's (s.end(1)), by which every share granted
+// ends: an entry no call writes (until 2^53 µs) is not one s holds, as
+// acquire.lua's in_record (TestShareNoRecordHoldsIsDropped).
 func (s Shares) Holds(r RateShare, now time.Time) bool {
-	return s.InForce() && r.Held() && r.Until.UnixMicro() > s.start() && r.Until.After(now)
+	u := r.Until.UnixMicro()
+	return s.InForce() && r.Held() && u > s.start() && r.Until.After(now) && u <= s.end(1)
 }
 
 // Drop returns s without r, a share it holds (Holds): out of Committed,
