@@ -91,6 +91,10 @@ func (s *Syncer) drainLocked(t *Tenant, now time.Time) (lease.ReleaseRequest, bo
 // for eviction by age (s.lru).
 func (s *Syncer) idleOrKept(t *Tenant, now time.Time, evict *[]*Tenant) bool {
 	active := t.lastActive()
+	// Kept while its State's stamp is exact, for when it is clamped.
+	if ls := t.lease.Load(); ls != nil && ls.st.lastActive != stampMin {
+		t.idleSince = active
+	}
 	if now.UnixNano()-active >= int64(s.opts.IdleTimeout) {
 		*evict = append(*evict, t)
 		return true
@@ -119,7 +123,7 @@ func (s *Syncer) sleep(t *Tenant, now time.Time) {
 	if !s.planner.Dormant(&ls.st, *lim, now) {
 		return
 	}
-	t.idleSince = ls.st.at(ls.st.lastActive)
+	t.idleSince = t.lastActive()
 	t.restripe(1) // the counter is empty: only its slots' memory goes
 	t.dropUnobserved()
 	t.lease.Store(nil)

@@ -88,9 +88,11 @@ type Tenant struct {
 	quietUntil atomic.Int64
 
 	mu sync.Mutex // guards lease's State, the swap of lease, and idleSince; held across a lease call for this tenant
-	// idleSince is when a dormant tenant was last active (unix
-	// nanoseconds): its State's lastActive when it went dormant. Unused
-	// while lease is set (its State's is the one).
+	// idleSince is when the tenant was last active (unix nanoseconds):
+	// for a dormant tenant, its State's lastActive when it went dormant;
+	// while lease is set, its State's as the last idle check saw it
+	// (Syncer.idleOrKept), read only once that stamp is clamped (see
+	// lastActive).
 	idleSince int64
 }
 
@@ -310,9 +312,18 @@ func (t *Tenant) init(name string, lim *limits, p *Planner, now time.Time) {
 func (t *Tenant) st() *State { return &t.lease.Load().st }
 
 // lastActive returns when t was last active (unix nanoseconds), dormant or
-// not. t.mu must be held.
+// not. t.mu must be held. A State's lastActive is a stamp, clamped at
+// stampMin (24.8 days before its base) when the base moves on, so that a
+// tenant idle longer, and awake (its bucket refilling for months at a low
+// rate, say), read as idle for at most 37 days (24.8 plus the 12.4 its
+// base runs before it moves): with an IdleTimeout above that it was never
+// evicted (TestLongIdleTimeoutEvictsAwakeTenant). For a clamped stamp the
+// time the idle checks kept before it was clamped (idleSince) is the one.
 func (t *Tenant) lastActive() int64 {
 	if ls := t.lease.Load(); ls != nil {
+		if ls.st.lastActive == stampMin && t.idleSince != 0 {
+			return min(t.idleSince, ls.st.at(stampMin))
+		}
 		return ls.st.at(ls.st.lastActive)
 	}
 	return t.idleSince
