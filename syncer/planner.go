@@ -1168,9 +1168,14 @@ func (p *Planner) Failed(st *State, now time.Time) {
 		st.lastGrant = st.stampOf(ns) // where FallbackRate starts
 	}
 	st.failures = min(st.failures, math.MaxUint8-1) + 1
-	b := p.cfg.MinBackoff << min(st.failures-1, 20)
-	if b > p.cfg.MaxBackoff || b <= 0 {
-		b = p.cfg.MaxBackoff
+	// MinBackoff doubled, at most 20 times, up to MaxBackoff, checked
+	// before the shift (Min <= Max>>k: Min<<k <= Max, no overflow):
+	// shifted past 2^63 ns (from 2.4 hours on) it wrapped, to any size
+	// (1 s after 21 failures for 2^44 ns + 1 µs: a call a second;
+	// TestFailedBackoffHugeBounds).
+	b := p.cfg.MaxBackoff
+	if k := min(st.failures-1, 20); p.cfg.MinBackoff <= p.cfg.MaxBackoff>>k {
+		b = p.cfg.MinBackoff << k
 	}
 	// Jitter over the upper half: [b/2, b).
 	half := int64(b / 2)

@@ -1428,3 +1428,39 @@ func TestSmallLeaseTopsUpWhenNearlySpent(t *testing.T) {
 		t.Errorf("%d of %d tokens acquired expired, want at most the first lease's 10", r.expired, r.acquired)
 	}
 }
+
+// TestFailedBackoffHugeBounds: backoffs of hours and more never wrap.
+// MinBackoff doubled 20 times went past 2^63 ns from 2.4 hours on, and
+// wrapped: to a negative number (taken for MaxBackoff), or to a positive
+// one of any size, 1 s for a MinBackoff of 2^44 ns + 1 µs (4.9 h) after
+// 21 failures, a call a second in an outage. A MaxBackoff near the
+// largest Duration is pinned too: now + the wait wraps past 2^63 ns, and
+// the stamp's difference from its base wraps back (stampOf), so the wait
+// is the longest a stamp holds. Every wait is at least half MinBackoff,
+// at most MaxBackoff, but never past what a State's stamps hold (at
+// least 12 days ahead).
+func TestFailedBackoffHugeBounds(t *testing.T) {
+	const day = 24 * time.Hour
+	for _, cfg := range []Config{
+		{MinBackoff: 1<<44 + time.Microsecond, MaxBackoff: 30 * day},
+		{MinBackoff: 5 * time.Hour, MaxBackoff: 20 * day},
+		{MinBackoff: 3 * time.Hour, MaxBackoff: math.MaxInt64},
+		{MinBackoff: math.MaxInt64, MaxBackoff: math.MaxInt64},
+	} {
+		p := NewPlanner(cfg, testSeed)
+		c := p.Config()
+		for _, name := range []string{"a", "b", "c", "d"} {
+			var st State
+			p.Init(&st, name, pt0)
+			now := pt0
+			for k := 1; k <= 30; k++ {
+				p.Failed(&st, now)
+				d := st.NotBefore().Sub(now)
+				if least := min(c.MinBackoff/2, 12*day); d < least || d > c.MaxBackoff {
+					t.Fatalf("%+v, tenant %s: failure %d backs off %v, want in [%v, %v]", c, name, k, d, least, c.MaxBackoff)
+				}
+				now = now.Add(time.Minute) // the retry, early: a refill's
+			}
+		}
+	}
+}
