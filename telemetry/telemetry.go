@@ -455,5 +455,11 @@ func (t *Telemetry) LeaseGranted(ctx context.Context, tenant string, asked, gran
 		slog.Int64("held", held), slog.Float64("global_tokens_left", global))
 }
 
-// Logger returns the logger.
-func (t *Telemetry) Logger() *slog.Logger { return t.logger }
+// Logger returns the logger; of a nil *Telemetry, which records nothing,
+// one that writes nothing.
+func (t *Telemetry) Logger() *slog.Logger {
+	if t == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return t.logger
+}
