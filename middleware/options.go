@@ -378,8 +378,9 @@ type Denial struct {
 
 // WithDenialHandler answers the requests the middleware refuses (429 and
 // 503, see Denial) with f instead of the default application/problem+json
-// body. When f is called, the header fields of the refusal (RateLimit,
-// RateLimit-Policy, Retry-After) are set on w.Header() already; f writes
+// body. When f is called, the header fields of the refusal are set on
+// w.Header() already (on a 429 RateLimit, RateLimit-Policy and
+// Retry-After; on a 503, which knows no quota, Retry-After); f writes
 // the status and the body, and may change the fields. f runs on the
 // request's goroutine. Requests without a key (WithMissingKeyHandler)
 // and the 500 answers to server-side errors do not reach f.
