@@ -2,73 +2,30 @@ package leasequota_test
 
 import (
 	"context"
-	"errors"
 	"slices"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/leasequota/leasequota"
-	"github.com/leasequota/leasequota/lease"
+	"github.com/leasequota/leasequota/internal/faultstore"
 	"github.com/leasequota/leasequota/lease/memstore"
 )
 
-// phasedStore is a lease.Store whose Redis refuses every call while down
-// is set (an outage: the calls fail at once, not by their deadline), and
-// once it is up again answers every call but the acquires naming the
-// tenant "slow", which run out of their deadline (a busy Redis: it
-// answers the limiter's other calls in time).
-type phasedStore struct {
-	lease.Store
-	down *atomic.Bool
-}
-
-var errRefusedConn = errors.New("dial tcp: connect: connection refused")
-
-func (s phasedStore) AcquireMany(ctx context.Context, reqs []lease.Request, res []lease.Result) ([]lease.Result, error) {
-	fail := func(err error) ([]lease.Result, error) {
-		res = make([]lease.Result, len(reqs))
-		for i := range res {
-			res[i].Err = err
+// phasedStore is an in-process store that is down (an outage: every call
+// fails at once, not by its deadline) until SetUp, and then answers every
+// call but the acquires naming the tenant "slow", which run out of their
+// deadline (a busy Redis: it answers the limiter's other calls in time).
+func phasedStore() *faultstore.Store {
+	s := faultstore.New(memstore.New())
+	s.SetDown(nil)
+	s.SetHook(func(ctx context.Context, c faultstore.Call) error {
+		if c.Op == faultstore.OpAcquire && slices.Contains(c.Tenants, "slow") {
+			<-ctx.Done()
+			return ctx.Err()
 		}
-		return res, err
-	}
-	if s.down.Load() {
-		return fail(errRefusedConn)
-	}
-	if slices.ContainsFunc(reqs, func(r lease.Request) bool { return r.Tenant == "slow" }) {
-		<-ctx.Done()
-		return fail(ctx.Err())
-	}
-	return s.Store.AcquireMany(ctx, reqs, res)
-}
-
-func (s phasedStore) ReleaseMany(ctx context.Context, reqs []lease.ReleaseRequest) []lease.ReleaseResult {
-	if s.down.Load() {
-		res := make([]lease.ReleaseResult, len(reqs))
-		for i := range res {
-			res[i].Err = errRefusedConn
-		}
-		return res
-	}
-	return s.Store.ReleaseMany(ctx, reqs)
-}
-
-func (s phasedStore) QuotaVersion(ctx context.Context) (int64, error) {
-	if s.down.Load() {
-		return 0, errRefusedConn
-	}
-	return s.Store.QuotaVersion(ctx)
-}
-
-type phasedBackend struct {
-	*memstore.Store
-	down *atomic.Bool
-}
-
-func (b phasedBackend) Instance(id string, window time.Duration) (lease.Store, error) {
-	in, err := b.Store.Instance(id, window)
-	return phasedStore{in, b.down}, err
+		return nil
+	})
+	return s
 }
 
 // TestBusyAfterOutageEndsFailureMode: a tenant put in its failure mode by
@@ -80,9 +37,8 @@ func (b phasedBackend) Instance(id string, window time.Duration) (lease.Store, e
 // without a lease (fail_open), outside the bound, with Redis up, the
 // breaker closed and Degraded false.
 func TestBusyAfterOutageEndsFailureMode(t *testing.T) {
-	var down atomic.Bool
-	down.Store(true)
-	l, err := leasequota.NewWithStore(phasedBackend{memstore.New(), &down},
+	store := phasedStore()
+	l, err := leasequota.NewWithStore(store,
 		leasequota.WithLogger(testLogger(t)),
 		leasequota.WithDefaultQuota(leasequota.Quota{Rate: 10, Burst: 10}),
 		leasequota.WithFailureMode(leasequota.FailOpen),
@@ -111,7 +67,7 @@ func TestBusyAfterOutageEndsFailureMode(t *testing.T) {
 	}
 	// Redis is back: "other" leases again; "slow"'s calls time out while
 	// Redis answers the others in time.
-	down.Store(false)
+	store.SetUp()
 	deadline = time.Now().Add(2 * time.Second)
 	for l.Degraded() || l.AllowN(ctx, "other", 1).Reason != leasequota.ReasonLeased {
 		if time.Now().After(deadline) {
@@ -144,9 +100,8 @@ func TestBusyAfterOutageEndsFailureMode(t *testing.T) {
 // in its failure mode (recovery took 68 ms to over 2 s at R = 40 ms
 // beside a tenant whose calls succeeded).
 func TestBusyProbeClosesBreaker(t *testing.T) {
-	var down atomic.Bool
-	down.Store(true)
-	l, err := leasequota.NewWithStore(phasedBackend{memstore.New(), &down},
+	store := phasedStore()
+	l, err := leasequota.NewWithStore(store,
 		leasequota.WithLogger(testLogger(t)),
 		leasequota.WithDefaultQuota(leasequota.Quota{Rate: 10, Burst: 10}),
 		leasequota.WithFailureMode(leasequota.FailClosed),
@@ -169,7 +124,7 @@ func TestBusyProbeClosesBreaker(t *testing.T) {
 		l.AllowN(ctx, "slow", 1)
 		time.Sleep(5 * time.Millisecond)
 	}
-	down.Store(false)
+	store.SetUp()
 	back := time.Now()
 	for l.Degraded() && time.Since(back) < time.Second {
 		l.AllowN(ctx, "slow", 1)

@@ -51,8 +51,8 @@ func TestCloseWithADoneCtxIsBoundedByOneCallDeadline(t *testing.T) {
 		mu    sync.Mutex
 		calls []call
 	)
-	store.SetHook(func(ctx context.Context, _ string, op faultstore.Op, _ int) error {
-		if op != faultstore.OpRelease {
+	store.SetHook(func(ctx context.Context, c faultstore.Call) error {
+		if c.Op != faultstore.OpRelease {
 			return nil
 		}
 		began := time.Now()

@@ -2,77 +2,15 @@ package leasequota_test
 
 import (
 	"context"
-	"errors"
-	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/leasequota/leasequota"
+	"github.com/leasequota/leasequota/internal/faultstore"
 	"github.com/leasequota/leasequota/lease"
 	"github.com/leasequota/leasequota/lease/memstore"
 )
-
-// rosterDownStore is a memstore instance that keeps the fleet's roster
-// and refuses every call while down is set.
-type rosterDownStore struct {
-	*memstore.Instance
-	down *atomic.Bool
-}
-
-var errDown = errors.New("dial tcp: connect: connection refused")
-
-func (s rosterDownStore) AcquireMany(ctx context.Context, reqs []lease.Request, res []lease.Result) ([]lease.Result, error) {
-	if s.down.Load() {
-		return nil, errDown
-	}
-	return s.Instance.AcquireMany(ctx, reqs, res)
-}
-
-func (s rosterDownStore) ReleaseMany(ctx context.Context, reqs []lease.ReleaseRequest) []lease.ReleaseResult {
-	if s.down.Load() {
-		res := make([]lease.ReleaseResult, len(reqs))
-		for i := range res {
-			res[i].Err = errDown
-		}
-		return res
-	}
-	return s.Instance.ReleaseMany(ctx, reqs)
-}
-
-func (s rosterDownStore) QuotaVersion(ctx context.Context) (int64, error) {
-	if s.down.Load() {
-		return 0, errDown
-	}
-	return s.Instance.QuotaVersion(ctx)
-}
-
-func (s rosterDownStore) CountInstances(ctx context.Context) (int, error) {
-	if s.down.Load() {
-		return 0, errDown
-	}
-	return s.Instance.CountInstances(ctx)
-}
-
-func (s rosterDownStore) LeaveRoster(ctx context.Context) error {
-	if s.down.Load() {
-		return errDown
-	}
-	return s.Instance.LeaveRoster(ctx)
-}
-
-type rosterDownBackend struct {
-	mem  *memstore.Store
-	down *atomic.Bool
-}
-
-func (b rosterDownBackend) Instance(id string, window time.Duration) (lease.Store, error) {
-	in, err := b.mem.Instance(id, window)
-	if err != nil {
-		return nil, err
-	}
-	return rosterDownStore{in.(*memstore.Instance), b.down}, nil
-}
 
 // TestDegradedEndsWithoutTraffic: after an outage, a limiter that makes
 // no request once Redis is back finds Redis healthy by itself: Degraded
@@ -91,9 +29,11 @@ func TestDegradedEndsWithoutTraffic(t *testing.T) {
 }
 
 func degradedEndsWithoutTraffic(t *testing.T, outage time.Duration) {
-	var down atomic.Bool
+	// The in-process store keeps the fleet's roster, and so does the
+	// faultstore around it, refusing the roster's calls too while down.
 	mem := memstore.New()
-	l, err := leasequota.NewWithStore(rosterDownBackend{mem, &down},
+	store := faultstore.New(mem)
+	l, err := leasequota.NewWithStore(store,
 		leasequota.WithLogger(testLogger(t)),
 		leasequota.WithInstanceID("i1"),
 		leasequota.WithDefaultQuota(leasequota.Quota{Rate: 100, Burst: 100}),
@@ -109,7 +49,7 @@ func degradedEndsWithoutTraffic(t *testing.T, outage time.Duration) {
 	if n := l.Stats().Instances; n != 1 {
 		t.Fatalf("the limiter counted %d instances in the roster, want 1: the test would not test", n)
 	}
-	down.Store(true)
+	store.SetDown(nil)
 	for i := 0; !l.Degraded(); i++ {
 		if i > 1000 {
 			t.Fatal("the breaker did not open")
@@ -119,7 +59,7 @@ func degradedEndsWithoutTraffic(t *testing.T, outage time.Duration) {
 	}
 	// No request from now on; Redis stays down a while.
 	time.Sleep(outage)
-	down.Store(false)
+	store.SetUp()
 	up := time.Now()
 	for l.Degraded() && time.Since(up) < 10*time.Second {
 		time.Sleep(10 * time.Millisecond)

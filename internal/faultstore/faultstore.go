@@ -1,8 +1,10 @@
 // Package faultstore wraps the global buckets of Limiters (a Backend, such
 // as *memstore.Store) with the faults of a network: an outage, a delay per
 // call, and a hook that may fail or hold any call (Delay and Pause make
-// the common ones). It counts the calls by kind. Tests of the root package and the deterministic simulation use it
-// where Redis itself is not the subject.
+// the common ones; a hook of its own may pick calls by instance, kind or
+// tenant). It counts the calls by kind. Tests of the root package and the
+// syncer use it where Redis itself is not the subject, instead of a
+// wrapper of their own for each fault.
 package faultstore
 
 import (
@@ -30,6 +32,7 @@ const (
 	OpRelease  Op = "release"
 	OpOverride Op = "override" // GetOverride, SetOverride, DeleteOverride
 	OpVersion  Op = "version"  // QuotaVersion
+	OpRoster   Op = "roster"   // CountInstances, LeaveRoster
 )
 
 // Backend is what a Store wraps: it hands out one view per instance.
@@ -37,10 +40,21 @@ type Backend interface {
 	Instance(id string, window time.Duration) (lease.Store, error)
 }
 
-// A Hook runs before every call of instance id, of op over n requests;
-// a non-nil error fails the call as a whole, without reaching the store.
-// It may block (a delay) until ctx is done.
-type Hook func(ctx context.Context, id string, op Op, n int) error
+// A Call is what a Hook is told of one store call.
+type Call struct {
+	Instance string // the id the view was made for
+	Op       Op
+	// Tenants names the tenant of each request of an acquire or a
+	// release, in order, and the one tenant of GetOverride, SetOverride
+	// and DeleteOverride; it is empty for the other calls. The hook must
+	// not keep or change it.
+	Tenants []string
+}
+
+// A Hook runs before every call that the store is up for (an outage fails
+// a call at once, without it); a non-nil error fails the call as a whole,
+// without reaching the store. It may block (a delay) until ctx is done.
+type Hook func(ctx context.Context, c Call) error
 
 // Store wraps a Backend with faults. Its zero value is not usable: call
 // New. It is safe for concurrent use.
@@ -60,7 +74,7 @@ func New(b Backend) *Store {
 }
 
 // SetDown makes every call fail with err (ErrDown when err is nil) until
-// SetUp.
+// SetUp: at once, as a Redis that refuses connections, before any hook.
 func (s *Store) SetDown(err error) {
 	if err == nil {
 		err = ErrDown
@@ -82,7 +96,7 @@ func (s *Store) SetHook(h Hook) {
 // does, then lets it through. A call whose ctx is done first fails with
 // ctx.Err() without reaching the store, as a client call that timed out.
 func Delay(d time.Duration) Hook {
-	return func(ctx context.Context, _ string, _ Op, _ int) error {
+	return func(ctx context.Context, _ Call) error {
 		return hold(ctx, d)
 	}
 }
@@ -92,7 +106,7 @@ func Delay(d time.Duration) Hook {
 // client until the pause ends. A call made after until is not held. A call
 // whose ctx is done first fails with ctx.Err() without reaching the store.
 func Pause(until time.Time) Hook {
-	return func(ctx context.Context, _ string, _ Op, _ int) error {
+	return func(ctx context.Context, _ Call) error {
 		return hold(ctx, time.Until(until))
 	}
 }
@@ -124,17 +138,26 @@ func (s *Store) Calls(op Op) (made, reached int64) {
 }
 
 // Instance returns instance id's view of the wrapped store, with the
-// faults of s.
+// faults of s. When the wrapped view keeps the fleet's roster
+// (lease.InstanceCounter and lease.RosterLeaver, as memstore's and
+// lease.Client's do), so does the returned one, its calls faulted as
+// OpRoster; otherwise the returned view has neither.
 func (s *Store) Instance(id string, window time.Duration) (lease.Store, error) {
 	v, err := s.inner.Instance(id, window)
 	if err != nil {
 		return nil, err
 	}
-	return &view{s: s, id: id, inner: v}, nil
+	w := &view{s: s, id: id, inner: v}
+	if r, ok := v.(roster); ok {
+		return &rosterView{view: w, roster: r}, nil
+	}
+	return w, nil
 }
 
 // enter runs the faults of one call and reports the error that fails it.
-func (s *Store) enter(ctx context.Context, id string, op Op, n int) error {
+// tenants gives the call's tenants to a hook (see Call.Tenants): it is
+// called only when there is one.
+func (s *Store) enter(ctx context.Context, id string, op Op, tenants func() []string) error {
 	s.mu.Lock()
 	c := s.calls[op]
 	if c == nil {
@@ -144,13 +167,17 @@ func (s *Store) enter(ctx context.Context, id string, op Op, n int) error {
 	c[0]++
 	h := s.hook
 	s.mu.Unlock()
-	if h != nil {
-		if err := h(ctx, id, op, n); err != nil {
-			return err
-		}
-	}
 	if p := s.down.Load(); p != nil {
 		return fmt.Errorf("faultstore: %s: %w", op, *p)
+	}
+	if h != nil {
+		call := Call{Instance: id, Op: op}
+		if tenants != nil {
+			call.Tenants = tenants()
+		}
+		if err := h(ctx, call); err != nil {
+			return err
+		}
 	}
 	if err := ctx.Err(); err != nil {
 		return err
@@ -167,15 +194,29 @@ type view struct {
 	inner lease.Store
 }
 
+// tenantsOf gives the tenants of a call's requests to a hook.
+func tenantsOf[R any](reqs []R, tenant func(R) string) func() []string {
+	return func() []string {
+		t := make([]string, len(reqs))
+		for i, r := range reqs {
+			t[i] = tenant(r)
+		}
+		return t
+	}
+}
+
+// one gives a call on one tenant's name to a hook.
+func one(tenant string) func() []string { return func() []string { return []string{tenant} } }
+
 func (v *view) AcquireMany(ctx context.Context, reqs []lease.Request, results []lease.Result) ([]lease.Result, error) {
-	if err := v.s.enter(ctx, v.id, OpAcquire, len(reqs)); err != nil {
+	if err := v.s.enter(ctx, v.id, OpAcquire, tenantsOf(reqs, func(r lease.Request) string { return r.Tenant })); err != nil {
 		return nil, err
 	}
 	return v.inner.AcquireMany(ctx, reqs, results)
 }
 
 func (v *view) ReleaseMany(ctx context.Context, reqs []lease.ReleaseRequest) []lease.ReleaseResult {
-	if err := v.s.enter(ctx, v.id, OpRelease, len(reqs)); err != nil {
+	if err := v.s.enter(ctx, v.id, OpRelease, tenantsOf(reqs, func(r lease.ReleaseRequest) string { return r.Tenant })); err != nil {
 		out := make([]lease.ReleaseResult, len(reqs))
 		for i := range out {
 			out[i].Err = err
@@ -186,21 +227,21 @@ func (v *view) ReleaseMany(ctx context.Context, reqs []lease.ReleaseRequest) []l
 }
 
 func (v *view) GetOverride(ctx context.Context, tenant string) (*lease.Override, error) {
-	if err := v.s.enter(ctx, v.id, OpOverride, 1); err != nil {
+	if err := v.s.enter(ctx, v.id, OpOverride, one(tenant)); err != nil {
 		return nil, err
 	}
 	return v.inner.GetOverride(ctx, tenant)
 }
 
 func (v *view) SetOverride(ctx context.Context, tenant string, base lease.Limits, o lease.Override) (float64, error) {
-	if err := v.s.enter(ctx, v.id, OpOverride, 1); err != nil {
+	if err := v.s.enter(ctx, v.id, OpOverride, one(tenant)); err != nil {
 		return 0, err
 	}
 	return v.inner.SetOverride(ctx, tenant, base, o)
 }
 
 func (v *view) DeleteOverride(ctx context.Context, tenant string, base lease.Limits) (float64, error) {
-	if err := v.s.enter(ctx, v.id, OpOverride, 1); err != nil {
+	if err := v.s.enter(ctx, v.id, OpOverride, one(tenant)); err != nil {
 		return 0, err
 	}
 	return v.inner.DeleteOverride(ctx, tenant, base)
@@ -208,7 +249,7 @@ func (v *view) DeleteOverride(ctx context.Context, tenant string, base lease.Lim
 
 func (v *view) ListOverrides(ctx context.Context) iter.Seq2[lease.ListedOverride, error] {
 	return func(yield func(lease.ListedOverride, error) bool) {
-		if err := v.s.enter(ctx, v.id, OpOverride, 1); err != nil {
+		if err := v.s.enter(ctx, v.id, OpOverride, nil); err != nil {
 			yield(lease.ListedOverride{}, err)
 			return
 		}
@@ -217,8 +258,34 @@ func (v *view) ListOverrides(ctx context.Context) iter.Seq2[lease.ListedOverride
 }
 
 func (v *view) QuotaVersion(ctx context.Context) (int64, error) {
-	if err := v.s.enter(ctx, v.id, OpVersion, 1); err != nil {
+	if err := v.s.enter(ctx, v.id, OpVersion, nil); err != nil {
 		return 0, err
 	}
 	return v.inner.QuotaVersion(ctx)
+}
+
+// roster is what a view that keeps the fleet's roster offers.
+type roster interface {
+	lease.InstanceCounter
+	lease.RosterLeaver
+}
+
+// rosterView is a view of a store that keeps the roster.
+type rosterView struct {
+	*view
+	roster roster
+}
+
+func (v *rosterView) CountInstances(ctx context.Context) (int, error) {
+	if err := v.s.enter(ctx, v.id, OpRoster, nil); err != nil {
+		return 0, err
+	}
+	return v.roster.CountInstances(ctx)
+}
+
+func (v *rosterView) LeaveRoster(ctx context.Context) error {
+	if err := v.s.enter(ctx, v.id, OpRoster, nil); err != nil {
+		return err
+	}
+	return v.roster.LeaveRoster(ctx)
 }

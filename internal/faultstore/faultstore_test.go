@@ -3,6 +3,7 @@ package faultstore_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -83,4 +84,116 @@ func TestDelayAndPause(t *testing.T) {
 	if made, reached := s.Calls(faultstore.OpAcquire); made != 3 || reached != 2 {
 		t.Errorf("acquires made %d, reached %d; want 3 and 2", made, reached)
 	}
+}
+
+// TestHookSeesTheCall: a hook is told the instance, the kind of call and
+// its tenants, and may fail the calls it picks by them, the others
+// reaching the store; an outage fails a call at once, before the hook.
+func TestHookSeesTheCall(t *testing.T) {
+	s := faultstore.New(memstore.New())
+	v, err := s.Instance("a", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen []faultstore.Call
+	boom := errors.New("boom")
+	s.SetHook(func(_ context.Context, c faultstore.Call) error {
+		seen = append(seen, faultstore.Call{Instance: c.Instance, Op: c.Op, Tenants: slices.Clone(c.Tenants)})
+		if slices.Contains(c.Tenants, "bad") {
+			return boom
+		}
+		return nil
+	})
+	ctx := context.Background()
+	reqs := []lease.Request{{Tenant: "x", Limits: lim, Want: 1}, {Tenant: "bad", Limits: lim, Want: 1}}
+	if _, err := v.AcquireMany(ctx, reqs, nil); !errors.Is(err, boom) {
+		t.Errorf("an acquire naming the tenant the hook fails: %v, want its error", err)
+	}
+	if res := v.ReleaseMany(ctx, []lease.ReleaseRequest{{Tenant: "x", Limits: lim, Amount: 1}}); res[0].Err != nil {
+		t.Errorf("a release the hook lets through: %v", res[0].Err)
+	}
+	if _, err := v.GetOverride(ctx, "bad"); !errors.Is(err, boom) {
+		t.Errorf("GetOverride of the tenant the hook fails: %v, want its error", err)
+	}
+	if _, err := v.QuotaVersion(ctx); err != nil {
+		t.Errorf("QuotaVersion: %v", err)
+	}
+	want := []faultstore.Call{
+		{Instance: "a", Op: faultstore.OpAcquire, Tenants: []string{"x", "bad"}},
+		{Instance: "a", Op: faultstore.OpRelease, Tenants: []string{"x"}},
+		{Instance: "a", Op: faultstore.OpOverride, Tenants: []string{"bad"}},
+		{Instance: "a", Op: faultstore.OpVersion},
+	}
+	if !slices.EqualFunc(seen, want, func(a, b faultstore.Call) bool {
+		return a.Instance == b.Instance && a.Op == b.Op && slices.Equal(a.Tenants, b.Tenants)
+	}) {
+		t.Errorf("the hook saw %+v, want %+v", seen, want)
+	}
+	if made, reached := s.Calls(faultstore.OpAcquire); made != 1 || reached != 0 {
+		t.Errorf("acquires made %d, reached %d; want 1 and 0", made, reached)
+	}
+	// Down: the call fails at once, with the outage's error, and the hook
+	// (which would hold it for an hour) does not run.
+	s.SetHook(faultstore.Delay(time.Hour))
+	s.SetDown(nil)
+	if _, err := v.QuotaVersion(ctx); !errors.Is(err, faultstore.ErrDown) {
+		t.Errorf("QuotaVersion while down: %v, want ErrDown", err)
+	}
+}
+
+// TestRoster: a view of a store that keeps the fleet's roster keeps it
+// too, its calls faulted as OpRoster; a view of one that does not has no
+// roster.
+func TestRoster(t *testing.T) {
+	s := faultstore.New(memstore.New())
+	v, err := s.Instance("a", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	count := func() (int, error) { return v.(lease.InstanceCounter).CountInstances(ctx) }
+	if n, err := count(); err != nil || n != 1 {
+		t.Fatalf("CountInstances: %d, %v; want 1", n, err)
+	}
+	s.SetDown(nil)
+	if _, err := count(); !errors.Is(err, faultstore.ErrDown) {
+		t.Errorf("CountInstances while down: %v, want ErrDown", err)
+	}
+	if err := v.(lease.RosterLeaver).LeaveRoster(ctx); !errors.Is(err, faultstore.ErrDown) {
+		t.Errorf("LeaveRoster while down: %v, want ErrDown", err)
+	}
+	s.SetUp()
+	if err := v.(lease.RosterLeaver).LeaveRoster(ctx); err != nil {
+		t.Fatal(err)
+	}
+	other, err := s.Instance("b", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := other.(lease.InstanceCounter).CountInstances(ctx); err != nil || n != 1 {
+		t.Errorf("after a left the roster, b counts %d (%v), want 1", n, err)
+	}
+	if made, reached := s.Calls(faultstore.OpRoster); made != 5 || reached != 3 {
+		t.Errorf("roster calls made %d, reached %d; want 5 and 3", made, reached)
+	}
+
+	bare := faultstore.New(noRoster{memstore.New()})
+	bv, err := bare.Instance("a", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := bv.(lease.InstanceCounter); ok {
+		t.Error("a view of a store without a roster counts instances")
+	}
+	if _, ok := bv.(lease.RosterLeaver); ok {
+		t.Error("a view of a store without a roster leaves one")
+	}
+}
+
+// noRoster hands out views that keep no roster: lease.Store alone.
+type noRoster struct{ m *memstore.Store }
+
+func (b noRoster) Instance(id string, window time.Duration) (lease.Store, error) {
+	v, err := b.m.Instance(id, window)
+	return struct{ lease.Store }{v}, err
 }
