@@ -13,38 +13,9 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/leasequota/leasequota"
-	"github.com/leasequota/leasequota/lease"
+	"github.com/leasequota/leasequota/internal/faultstore"
 	"github.com/leasequota/leasequota/lease/memstore"
 )
-
-// refusingBackend's instances refuse every acquire at once (a Redis that
-// refuses connections), counting the calls and the tenants' requests that
-// reached them.
-type refusingBackend struct {
-	*memstore.Store
-	calls, requests *atomic.Int64
-}
-
-func (b refusingBackend) Instance(id string, window time.Duration) (lease.Store, error) {
-	s, err := b.Store.Instance(id, window)
-	return refusingStore{Store: s, calls: b.calls, requests: b.requests}, err
-}
-
-type refusingStore struct {
-	lease.Store
-	calls, requests *atomic.Int64
-}
-
-func (s refusingStore) AcquireMany(_ context.Context, reqs []lease.Request, _ []lease.Result) ([]lease.Result, error) {
-	s.calls.Add(1)
-	s.requests.Add(int64(len(reqs)))
-	err := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
-	res := make([]lease.Result, len(reqs))
-	for i := range res {
-		res[i].Err = err
-	}
-	return res, err
-}
 
 // TestBreakerRefusalsAreNotRoundTrips: during an outage the metrics count
 // the lease requests and round trips that reached Redis, not the calls the
@@ -54,8 +25,19 @@ func (s refusingStore) AcquireMany(_ context.Context, reqs []lease.Request, _ []
 func TestBreakerRefusalsAreNotRoundTrips(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	var calls, requests atomic.Int64
-	l, err := leasequota.NewWithStore(refusingBackend{Store: memstore.New(), calls: &calls, requests: &requests},
+	// The store refuses every acquire at once (a Redis that refuses
+	// connections), counting the tenants' requests that reached it.
+	var requests atomic.Int64
+	store := faultstore.New(memstore.New())
+	refusal := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	store.SetHook(func(_ context.Context, c faultstore.Call) error {
+		if c.Op != faultstore.OpAcquire {
+			return nil
+		}
+		requests.Add(int64(len(c.Tenants)))
+		return refusal
+	})
+	l, err := leasequota.NewWithStore(store,
 		leasequota.WithDefaultQuota(leasequota.Quota{Rate: 100, Burst: 100}),
 		leasequota.WithMeterProvider(mp), leasequota.WithLogger(testLogger(t)))
 	if err != nil {
@@ -90,7 +72,9 @@ func TestBreakerRefusalsAreNotRoundTrips(t *testing.T) {
 	if sent != requests.Load() {
 		t.Errorf("leasequota.lease.requests = %d, but %d requests reached the store", sent, requests.Load())
 	}
-	if trips != calls.Load() || l.Stats().Calls != calls.Load() {
-		t.Errorf("leasequota.redis.duration counts %d acquires and Stats().Calls %d, but %d reached the store", trips, l.Stats().Calls, calls.Load())
+	// The calls made to the store are the acquires it refused.
+	calls, _ := store.Calls(faultstore.OpAcquire)
+	if trips != calls || l.Stats().Calls != calls {
+		t.Errorf("leasequota.redis.duration counts %d acquires and Stats().Calls %d, but %d reached the store", trips, l.Stats().Calls, calls)
 	}
 }

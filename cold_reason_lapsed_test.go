@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/leasequota/leasequota"
-	"github.com/leasequota/leasequota/lease/memstore"
 )
 
 // TestLapsedColdDenialIsAColdStart: a request of a tenant whose lease
@@ -21,7 +20,7 @@ import (
 // tenant that had spent nothing of it.
 func TestLapsedColdDenialIsAColdStart(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l := newLimiter(t, slowBackend{Store: memstore.New(), delay: 150 * time.Millisecond},
+		l := newLimiter(t, slowAcquires(150*time.Millisecond),
 			leasequota.WithDefaultQuota(leasequota.Quota{Rate: 100, Burst: 100}), leasequota.WithRedisTimeout(time.Second))
 		ctx := context.Background()
 		gap := 3 * leasequota.DefaultLeaseTTL

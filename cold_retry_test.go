@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/leasequota/leasequota"
-	"github.com/leasequota/leasequota/lease"
+	"github.com/leasequota/leasequota/internal/faultstore"
 	"github.com/leasequota/leasequota/lease/memstore"
 )
 
@@ -36,42 +36,23 @@ func TestColdStartRetryAfter(t *testing.T) {
 	}
 }
 
-// coldTimeoutStore times out the first lease call that names the tenant
-// "cold" (a busy Redis: the deadline passes), and passes every other.
-type coldTimeoutStore struct {
-	lease.Store
-	done *atomic.Bool
-}
-
-func (s coldTimeoutStore) AcquireMany(ctx context.Context, reqs []lease.Request, res []lease.Result) ([]lease.Result, error) {
-	if slices.ContainsFunc(reqs, func(r lease.Request) bool { return r.Tenant == "cold" }) && s.done.CompareAndSwap(false, true) {
-		<-ctx.Done()
-		res = make([]lease.Result, len(reqs))
-		for i := range res {
-			res[i].Err = ctx.Err()
-		}
-		return res, ctx.Err()
-	}
-	return s.Store.AcquireMany(ctx, reqs, res)
-}
-
-type coldTimeoutBackend struct {
-	*memstore.Store
-	done *atomic.Bool
-}
-
-func (b coldTimeoutBackend) Instance(id string, window time.Duration) (lease.Store, error) {
-	in, err := b.Store.Instance(id, window)
-	return coldTimeoutStore{in, b.done}, err
-}
-
 // TestColdWaitAfterABusyFirstCall: a WaitN of a new tenant whose first
 // lease call timed out (Redis busy, not down) tries again within a refresh
 // interval, not after an empty bucket's n/Rate: for a daily quota of 1,000
 // it slept 86 s beside a full bucket.
 func TestColdWaitAfterABusyFirstCall(t *testing.T) {
+	// The store times out the first lease call that names the tenant
+	// "cold" (a busy Redis: the deadline passes), and passes every other.
 	var done atomic.Bool
-	l, err := leasequota.NewWithStore(coldTimeoutBackend{memstore.New(), &done}, leasequota.WithDefaultQuota(leasequota.Per(1000, 24*time.Hour)),
+	store := faultstore.New(memstore.New())
+	store.SetHook(func(ctx context.Context, c faultstore.Call) error {
+		if c.Op == faultstore.OpAcquire && slices.Contains(c.Tenants, "cold") && done.CompareAndSwap(false, true) {
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		return nil
+	})
+	l, err := leasequota.NewWithStore(store, leasequota.WithDefaultQuota(leasequota.Per(1000, 24*time.Hour)),
 		leasequota.WithLogger(testLogger(t)))
 	if err != nil {
 		t.Fatal(err)

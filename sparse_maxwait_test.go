@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/leasequota/leasequota"
-	"github.com/leasequota/leasequota/lease/memstore"
 )
 
 // TestSparseTenantKeepsMaxWait: a tenant whose requests come further
@@ -33,7 +32,7 @@ func TestSparseTenantKeepsMaxWait(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				l := newLimiter(t, slowBackend{Store: memstore.New(), delay: tc.callDelay},
+				l := newLimiter(t, slowAcquires(tc.callDelay),
 					leasequota.WithDefaultQuota(leasequota.Quota{Rate: 100, Burst: 100}),
 					leasequota.WithColdStartWait(tc.coldWait), leasequota.WithMaxWait(tc.maxWait), leasequota.WithRedisTimeout(time.Second))
 				ctx := context.Background()

@@ -8,35 +8,22 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/leasequota/leasequota"
-	"github.com/leasequota/leasequota/lease"
+	"github.com/leasequota/leasequota/internal/faultstore"
 	"github.com/leasequota/leasequota/lease/memstore"
 )
 
-// slowBackend is an in-process store whose acquires answer after delay:
-// a Redis that is up but slow.
-type slowBackend struct {
-	*memstore.Store
-	delay time.Duration
-}
-
-func (b slowBackend) Instance(id string, window time.Duration) (lease.Store, error) {
-	s, err := b.Store.Instance(id, window)
-	return slowStore{Store: s, delay: b.delay}, err
-}
-
-type slowStore struct {
-	lease.Store
-	delay time.Duration
-}
-
-func (s slowStore) AcquireMany(ctx context.Context, reqs []lease.Request, results []lease.Result) ([]lease.Result, error) {
-	t := time.NewTimer(s.delay) // the store's latency, not a wait for a condition
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-	}
-	return s.Store.AcquireMany(ctx, reqs, results)
+// slowAcquires returns an in-process store whose acquires answer after
+// delay: a Redis that is up but slow.
+func slowAcquires(delay time.Duration) *faultstore.Store {
+	s := faultstore.New(memstore.New())
+	slow := faultstore.Delay(delay)
+	s.SetHook(func(ctx context.Context, c faultstore.Call) error {
+		if c.Op != faultstore.OpAcquire {
+			return nil
+		}
+		return slow(ctx, c)
+	})
+	return s
 }
 
 // TestStatsReportTheCallBudget: Stats shows the call budget. A fresh
@@ -46,7 +33,7 @@ func (s slowStore) AcquireMany(ctx context.Context, reqs []lease.Request, result
 // cut it, which WindowCuts counts.
 func TestStatsReportTheCallBudget(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	l, err := leasequota.NewWithStore(slowBackend{Store: memstore.New(), delay: 30 * time.Millisecond},
+	l, err := leasequota.NewWithStore(slowAcquires(30*time.Millisecond),
 		leasequota.WithDefaultQuota(leasequota.Quota{Rate: 100, Burst: 100}),
 		leasequota.WithRedisTimeout(40*time.Millisecond), leasequota.WithLogger(testLogger(t)))
 	if err != nil {
