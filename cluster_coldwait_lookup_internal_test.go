@@ -7,35 +7,28 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/leasequota/leasequota/lease"
+	"github.com/leasequota/leasequota/internal/faultstore"
 	"github.com/leasequota/leasequota/lease/memstore"
 )
 
-// hangingClusterBackend is a memstore behind a Redis Cluster that answers
+// hangingCluster is a memstore behind a Redis Cluster that answers
 // nothing: the slot map cannot be loaded (NodeOf waits for its ctx, as
 // go-redis's MasterForKey does while it dials), and lease calls hang until
 // their deadline.
-type hangingClusterBackend struct{ mem *memstore.Store }
-
-func (b hangingClusterBackend) Instance(id string, window time.Duration) (lease.Store, error) {
-	s, err := b.mem.Instance(id, window)
-	return hangingClusterStore{s}, err
-}
-
-type hangingClusterStore struct{ lease.Store }
-
-func (hangingClusterStore) NodeOf(ctx context.Context, _ string) (string, bool) {
-	<-ctx.Done()
-	return "", false
-}
-
-func (hangingClusterStore) AcquireMany(ctx context.Context, reqs []lease.Request, _ []lease.Result) ([]lease.Result, error) {
-	<-ctx.Done()
-	res := make([]lease.Result, len(reqs))
-	for i := range res {
-		res[i].Err = ctx.Err()
-	}
-	return res, ctx.Err()
+func hangingCluster() *faultstore.Store {
+	store := faultstore.New(memstore.New())
+	store.SetNodes(func(ctx context.Context, _ string) (string, bool) {
+		<-ctx.Done()
+		return "", false
+	})
+	store.SetHook(func(ctx context.Context, c faultstore.Call) error {
+		if c.Op == faultstore.OpAcquire {
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		return nil
+	})
+	return store
 }
 
 // TestClusterColdWaitBoundedByColdStartWait: a cold AllowN waits at most
@@ -52,7 +45,7 @@ func TestClusterColdWaitBoundedByColdStartWait(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		l, err := newLimiter(cfg, hangingClusterBackend{memstore.New()}, true)
+		l, err := newLimiter(cfg, hangingCluster(), true)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -2,46 +2,21 @@ package leasequota
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
 
-	"github.com/leasequota/leasequota/lease"
+	"github.com/leasequota/leasequota/internal/faultstore"
 	"github.com/leasequota/leasequota/lease/memstore"
 )
 
-// deadNodeBackend is a memstore on two Redis Cluster masters: tenants
+// deadNodeStore is a memstore on two Redis Cluster masters: tenants
 // named "dead-..." live on a master that answers nothing (their lease
 // calls hang until their deadline), every other on a live one.
-type deadNodeBackend struct{ mem *memstore.Store }
-
-func (b deadNodeBackend) Instance(id string, window time.Duration) (lease.Store, error) {
-	s, err := b.mem.Instance(id, window)
-	return deadNodeStore{s}, err
-}
-
-type deadNodeStore struct{ lease.Store }
-
-func onDeadNode(tenant string) bool { return strings.HasPrefix(tenant, "dead-") }
-
-func (s deadNodeStore) NodeOf(_ context.Context, tenant string) (string, bool) {
-	if onDeadNode(tenant) {
-		return "dead:6379", true
-	}
-	return "live:6379", true
-}
-
-func (s deadNodeStore) AcquireMany(ctx context.Context, reqs []lease.Request, results []lease.Result) ([]lease.Result, error) {
-	if len(reqs) > 0 && onDeadNode(reqs[0].Tenant) {
-		<-ctx.Done()
-		res := make([]lease.Result, len(reqs))
-		for i := range res {
-			res[i].Err = ctx.Err()
-		}
-		return res, ctx.Err()
-	}
-	return s.Store.AcquireMany(ctx, reqs, results)
+func deadNodeStore() *faultstore.Store {
+	store := faultstore.New(memstore.New())
+	store.SetHook(twoMasters(store, "dead-"))
+	return store
 }
 
 // TestClusterDeadNodeRefillKeepsLiveColdWait: on a Redis Cluster a dead
@@ -58,7 +33,7 @@ func TestClusterDeadNodeRefillKeepsLiveColdWait(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		l, err := newLimiter(cfg, deadNodeBackend{memstore.New()}, true)
+		l, err := newLimiter(cfg, deadNodeStore(), true)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -94,7 +69,7 @@ func TestClusterDeadNodeNewTenantByItsMode(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		l, err := newLimiter(cfg, deadNodeBackend{memstore.New()}, true)
+		l, err := newLimiter(cfg, deadNodeStore(), true)
 		if err != nil {
 			t.Fatal(err)
 		}

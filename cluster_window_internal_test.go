@@ -3,66 +3,36 @@ package leasequota
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
-	"github.com/leasequota/leasequota/lease"
+	"github.com/leasequota/leasequota/internal/faultstore"
 	"github.com/leasequota/leasequota/lease/memstore"
 )
 
-// pausableNodeBackend is a memstore on two Redis Cluster masters: tenants
-// named "paused-..." live on a master whose calls hang until their
-// deadline while paused is set (a master paused, or stopped and started
-// again at the same address), every other on a live one.
-type pausableNodeBackend struct {
-	mem    *memstore.Store
-	paused *atomic.Bool
-}
-
-func (b pausableNodeBackend) Instance(id string, window time.Duration) (lease.Store, error) {
-	s, err := b.mem.Instance(id, window)
-	return pausableNodeStore{s, b.paused}, err
-}
-
-type pausableNodeStore struct {
-	lease.Store
-	paused *atomic.Bool
-}
-
-func onPausedNode(tenant string) bool { return strings.HasPrefix(tenant, "paused-") }
-
-func (s pausableNodeStore) NodeOf(_ context.Context, tenant string) (string, bool) {
-	if onPausedNode(tenant) {
-		return "paused:6379", true
-	}
-	return "live:6379", true
-}
-
-func (s pausableNodeStore) AcquireMany(ctx context.Context, reqs []lease.Request, results []lease.Result) ([]lease.Result, error) {
-	if len(reqs) > 0 && onPausedNode(reqs[0].Tenant) && s.paused.Load() {
-		<-ctx.Done()
-		res := make([]lease.Result, len(reqs))
-		for i := range res {
-			res[i].Err = ctx.Err()
+// twoMasters makes store a memstore on two Redis Cluster masters: the
+// tenants whose names begin with prefix live on one of them, failing,
+// every other on a live one. It returns the failing master's hook:
+// while it is set, the master's lease calls (acquires and releases) hang
+// until their deadline.
+func twoMasters(store *faultstore.Store, prefix string) faultstore.Hook {
+	onFailing := func(tenant string) bool { return strings.HasPrefix(tenant, prefix) }
+	store.SetNodes(func(_ context.Context, tenant string) (string, bool) {
+		if onFailing(tenant) {
+			return "failing:6379", true
 		}
-		return res, ctx.Err()
-	}
-	return s.Store.AcquireMany(ctx, reqs, results)
-}
-
-func (s pausableNodeStore) ReleaseMany(ctx context.Context, reqs []lease.ReleaseRequest) []lease.ReleaseResult {
-	if len(reqs) > 0 && onPausedNode(reqs[0].Tenant) && s.paused.Load() {
-		<-ctx.Done()
-		res := make([]lease.ReleaseResult, len(reqs))
-		for i := range res {
-			res[i].Err = ctx.Err()
+		return "live:6379", true
+	})
+	return func(ctx context.Context, c faultstore.Call) error {
+		if (c.Op == faultstore.OpAcquire || c.Op == faultstore.OpRelease) && slices.ContainsFunc(c.Tenants, onFailing) {
+			<-ctx.Done()
+			return ctx.Err()
 		}
-		return res
+		return nil
 	}
-	return s.Store.ReleaseMany(ctx, reqs)
 }
 
 // TestClusterPausedMasterGetsItsWindowBack: on a Redis Cluster, a master
@@ -75,14 +45,18 @@ func (s pausableNodeStore) ReleaseMany(ctx context.Context, reqs []lease.Release
 // second after it answered again.
 func TestClusterPausedMasterGetsItsWindowBack(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var paused atomic.Bool
+		// Tenants named "paused-..." live on a master that hangs while
+		// paused (a master paused, or stopped and started again at the
+		// same address), every other on a live one.
+		store := faultstore.New(memstore.New())
+		paused := twoMasters(store, "paused-")
 		cfg, err := newConfig([]Option{WithDefaultQuota(Quota{Rate: 1000, Burst: 1000}),
 			WithRedisTimeout(50 * time.Millisecond), WithRefreshInterval(100 * time.Millisecond),
 			WithExpectedInstances(16), WithFailureMode(FailClosed)})
 		if err != nil {
 			t.Fatal(err)
 		}
-		l, err := newLimiter(cfg, pausableNodeBackend{memstore.New(), &paused}, true)
+		l, err := newLimiter(cfg, store, true)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -99,10 +73,10 @@ func TestClusterPausedMasterGetsItsWindowBack(t *testing.T) {
 		}
 		traffic(time.Second)
 		before := l.Stats()
-		paused.Store(true)
+		store.SetHook(paused)
 		traffic(2 * time.Second)
 		during := l.Stats()
-		paused.Store(false)
+		store.SetHook(nil)
 		traffic(time.Second)
 		after := l.Stats()
 		t.Logf("call window: %d before the pause, %d at its end (%d cuts), %d a second after it; lease calls held back for want of room in that second: %d",

@@ -61,9 +61,10 @@ type Hook func(ctx context.Context, c Call) error
 type Store struct {
 	inner Backend
 
-	down atomic.Pointer[error] // nil: up
-	mu   sync.Mutex            // guards hook and calls
-	hook Hook
+	down   atomic.Pointer[error] // nil: up
+	mu     sync.Mutex            // guards hook, nodeOf and calls
+	hook   Hook
+	nodeOf func(ctx context.Context, tenant string) (string, bool)
 	// calls counts the calls by kind and whether they reached the store.
 	calls map[Op]*[2]int64
 }
@@ -89,6 +90,19 @@ func (s *Store) SetUp() { s.down.Store(nil) }
 func (s *Store) SetHook(h Hook) {
 	s.mu.Lock()
 	s.hook = h
+	s.mu.Unlock()
+}
+
+// SetNodes makes the views that Instance hands out from now on those of a
+// Redis Cluster: they implement NodeOf(ctx, tenant) (node string, ok bool),
+// the syncer's NodeLocator, by calling nodeOf; nil makes them one
+// server's again. A hook picks a master's calls by Call.Tenants (the
+// syncer sends each master its own calls). NodeOf is neither faulted nor
+// counted: nodeOf is the look-up's whole behaviour, and may wait for its
+// ctx as loading the slot map of an unreachable cluster does.
+func (s *Store) SetNodes(nodeOf func(ctx context.Context, tenant string) (node string, ok bool)) {
+	s.mu.Lock()
+	s.nodeOf = nodeOf
 	s.mu.Unlock()
 }
 
@@ -141,17 +155,40 @@ func (s *Store) Calls(op Op) (made, reached int64) {
 // faults of s. When the wrapped view keeps the fleet's roster
 // (lease.InstanceCounter and lease.RosterLeaver, as memstore's and
 // lease.Client's do), so does the returned one, its calls faulted as
-// OpRoster; otherwise the returned view has neither.
+// OpRoster; otherwise the returned view has neither. It implements
+// NodeOf only after SetNodes.
 func (s *Store) Instance(id string, window time.Duration) (lease.Store, error) {
 	v, err := s.inner.Instance(id, window)
 	if err != nil {
 		return nil, err
 	}
-	w := &view{s: s, id: id, inner: v}
-	if r, ok := v.(roster); ok {
-		return &rosterView{view: w, roster: r}, nil
+	s.mu.Lock()
+	w := &view{s: s, id: id, inner: v, nodeOf: s.nodeOf}
+	s.mu.Unlock()
+	r, hasRoster := v.(roster)
+	w.roster = r
+	// The returned value has only the methods of what it wraps: a caller
+	// that asks for the roster, or for a Cluster's nodes, finds them
+	// where the store behind it has them.
+	switch {
+	case hasRoster && w.nodeOf != nil:
+		return struct {
+			lease.Store
+			roster
+			nodeLocator
+		}{w, w, w}, nil
+	case hasRoster:
+		return struct {
+			lease.Store
+			roster
+		}{w, w}, nil
+	case w.nodeOf != nil:
+		return struct {
+			lease.Store
+			nodeLocator
+		}{w, w}, nil
 	}
-	return w, nil
+	return struct{ lease.Store }{w}, nil
 }
 
 // enter runs the faults of one call and reports the error that fails it.
@@ -188,10 +225,15 @@ func (s *Store) enter(ctx context.Context, id string, op Op, tenants func() []st
 	return nil
 }
 
+// view is one instance's view of a Store, with every method Instance may
+// hand out: roster's when the wrapped view has them, NodeOf after
+// SetNodes.
 type view struct {
-	s     *Store
-	id    string
-	inner lease.Store
+	s      *Store
+	id     string
+	inner  lease.Store
+	roster roster // nil when inner keeps no roster
+	nodeOf func(ctx context.Context, tenant string) (string, bool)
 }
 
 // tenantsOf gives the tenants of a call's requests to a hook.
@@ -270,22 +312,27 @@ type roster interface {
 	lease.RosterLeaver
 }
 
-// rosterView is a view of a store that keeps the roster.
-type rosterView struct {
-	*view
-	roster roster
+// nodeLocator is a Redis Cluster's view: syncer.NodeLocator, written
+// again because the syncer's tests may use this package, which then
+// cannot import syncer.
+type nodeLocator interface {
+	NodeOf(ctx context.Context, tenant string) (string, bool)
 }
 
-func (v *rosterView) CountInstances(ctx context.Context) (int, error) {
+func (v *view) CountInstances(ctx context.Context) (int, error) {
 	if err := v.s.enter(ctx, v.id, OpRoster, nil); err != nil {
 		return 0, err
 	}
 	return v.roster.CountInstances(ctx)
 }
 
-func (v *rosterView) LeaveRoster(ctx context.Context) error {
+func (v *view) LeaveRoster(ctx context.Context) error {
 	if err := v.s.enter(ctx, v.id, OpRoster, nil); err != nil {
 		return err
 	}
 	return v.roster.LeaveRoster(ctx)
+}
+
+func (v *view) NodeOf(ctx context.Context, tenant string) (string, bool) {
+	return v.nodeOf(ctx, tenant)
 }

@@ -190,6 +190,45 @@ func TestRoster(t *testing.T) {
 	}
 }
 
+// TestNodes: after SetNodes, the views are a Redis Cluster's, NodeOf
+// answering as the function given; before it, and after SetNodes(nil),
+// they have no NodeOf.
+func TestNodes(t *testing.T) {
+	type locator interface {
+		NodeOf(ctx context.Context, tenant string) (string, bool)
+	}
+	s := faultstore.New(memstore.New())
+	one, err := s.Instance("a", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := one.(locator); ok {
+		t.Error("a view made before SetNodes has NodeOf")
+	}
+	s.SetNodes(func(_ context.Context, tenant string) (string, bool) { return "n-" + tenant, true })
+	v, err := s.Instance("a", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loc, ok := v.(locator)
+	if !ok {
+		t.Fatal("a view made after SetNodes has no NodeOf")
+	}
+	if node, ok := loc.NodeOf(context.Background(), "x"); node != "n-x" || !ok {
+		t.Errorf("NodeOf(x) = %q, %v; want n-x, true", node, ok)
+	}
+	if _, ok := v.(lease.InstanceCounter); !ok {
+		t.Error("a Cluster view of a store that keeps the roster has none")
+	}
+	s.SetNodes(nil)
+	if v, err = s.Instance("a", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := v.(locator); ok {
+		t.Error("a view made after SetNodes(nil) has NodeOf")
+	}
+}
+
 // noRoster hands out views that keep no roster: lease.Store alone.
 type noRoster struct{ m *memstore.Store }
 
