@@ -252,7 +252,15 @@ func one(tenant string) func() []string { return func() []string { return []stri
 
 func (v *view) AcquireMany(ctx context.Context, reqs []lease.Request, results []lease.Result) ([]lease.Result, error) {
 	if err := v.s.enter(ctx, v.id, OpAcquire, tenantsOf(reqs, func(r lease.Request) string { return r.Tenant })); err != nil {
-		return nil, err
+		// Every request failed, as lease.Store says: the error in each
+		// result too. Without results, the syncer's acquire of one
+		// (urgent refills) took the fault for a bad reply, which is
+		// Redis answering, not failing.
+		results = results[:0]
+		for range reqs {
+			results = append(results, lease.Result{Err: err})
+		}
+		return results, err
 	}
 	return v.inner.AcquireMany(ctx, reqs, results)
 }

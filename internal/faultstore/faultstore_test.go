@@ -106,8 +106,14 @@ func TestHookSeesTheCall(t *testing.T) {
 	})
 	ctx := context.Background()
 	reqs := []lease.Request{{Tenant: "x", Limits: lim, Want: 1}, {Tenant: "bad", Limits: lim, Want: 1}}
-	if _, err := v.AcquireMany(ctx, reqs, nil); !errors.Is(err, boom) {
+	res, err := v.AcquireMany(ctx, reqs, nil)
+	if !errors.Is(err, boom) {
 		t.Errorf("an acquire naming the tenant the hook fails: %v, want its error", err)
+	}
+	// lease.Store's contract: a result a request, the batch's error in
+	// each.
+	if len(res) != len(reqs) || !errors.Is(res[0].Err, boom) || !errors.Is(res[1].Err, boom) {
+		t.Errorf("the failed acquire's results: %+v, want %d, each with the hook's error", res, len(reqs))
 	}
 	if res := v.ReleaseMany(ctx, []lease.ReleaseRequest{{Tenant: "x", Limits: lim, Amount: 1}}); res[0].Err != nil {
 		t.Errorf("a release the hook lets through: %v", res[0].Err)
