@@ -7,34 +7,9 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/leasequota/leasequota/lease"
+	"github.com/leasequota/leasequota/internal/faultstore"
 	"github.com/leasequota/leasequota/quota"
 )
-
-// gatedStore holds every acquire until gate closes (or its context ends),
-// telling entered when one arrives.
-type gatedStore struct {
-	lease.Store
-	entered chan struct{}
-	gate    chan struct{}
-}
-
-func (g *gatedStore) AcquireMany(ctx context.Context, reqs []lease.Request, results []lease.Result) ([]lease.Result, error) {
-	select {
-	case g.entered <- struct{}{}:
-	default:
-	}
-	select {
-	case <-g.gate:
-	case <-ctx.Done():
-		results = results[:0]
-		for range reqs {
-			results = append(results, lease.Result{Err: ctx.Err()})
-		}
-		return results, ctx.Err()
-	}
-	return g.Store.AcquireMany(ctx, reqs, results)
-}
 
 // TestCloseWaitsForARefillsCall: Close does not cancel a refill's lease
 // call in flight, which CallTimeout bounds, but waits for it; the tokens
@@ -43,9 +18,31 @@ func (g *gatedStore) AcquireMany(ctx context.Context, reqs []lease.Request, resu
 // asked for).
 func TestCloseWaitsForARefillsCall(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	now, _, _, mine, _ := MemstorePair(t)
-	g := &gatedStore{Store: mine, entered: make(chan struct{}, 1), gate: make(chan struct{})}
-	s := New(g, Options{
+	now, _, mem, _, _ := MemstorePair(t)
+	// The store holds every acquire until gate closes (or its ctx ends),
+	// telling entered when one arrives.
+	store := faultstore.New(mem)
+	mine, err := store.Instance("mine", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entered, gate := make(chan struct{}, 1), make(chan struct{})
+	store.SetHook(func(ctx context.Context, c faultstore.Call) error {
+		if c.Op != faultstore.OpAcquire {
+			return nil
+		}
+		select {
+		case entered <- struct{}{}:
+		default:
+		}
+		select {
+		case <-gate:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	s := New(mine, Options{
 		Planner:     NewPlanner(Config{Interval: time.Second}, 1),
 		Now:         now,
 		CallTimeout: time.Minute,
@@ -55,7 +52,7 @@ func TestCloseWaitsForARefillsCall(t *testing.T) {
 		t.Fatal(err)
 	}
 	ch := s.Refill(context.Background(), tn, 5)
-	<-g.entered
+	<-entered
 	closed := make(chan struct{})
 	go func() {
 		s.Close()
@@ -75,7 +72,7 @@ func TestCloseWaitsForARefillsCall(t *testing.T) {
 		t.Fatalf("the refill answered %v while its call was held", r.Err)
 	default:
 	}
-	close(g.gate)
+	close(gate)
 	<-closed
 	if r := <-ch; r.Err != nil {
 		t.Fatalf("the refill: %v, want its grant", r.Err)

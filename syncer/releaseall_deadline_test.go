@@ -9,35 +9,11 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/leasequota/leasequota/lease"
+	"github.com/leasequota/leasequota/internal/faultstore"
 	"github.com/leasequota/leasequota/lease/memstore"
 	"github.com/leasequota/leasequota/quota"
 	"github.com/leasequota/leasequota/syncer"
 )
-
-// slowReleaseStore answers each release pipeline after delay, or fails it
-// when its ctx ends first (cut counts those).
-type slowReleaseStore struct {
-	lease.Store
-	delay atomic.Int64
-	cut   atomic.Int64
-}
-
-func (s *slowReleaseStore) ReleaseMany(ctx context.Context, reqs []lease.ReleaseRequest) []lease.ReleaseResult {
-	if d := time.Duration(s.delay.Load()); d > 0 {
-		select {
-		case <-time.After(d):
-		case <-ctx.Done():
-			s.cut.Add(1)
-			out := make([]lease.ReleaseResult, len(reqs))
-			for i := range out {
-				out[i].Err = ctx.Err()
-			}
-			return out
-		}
-	}
-	return s.Store.ReleaseMany(ctx, reqs)
-}
 
 // TestReleaseAllShortDeadlineGetsADoneCtxsTime: Close's doc says the
 // returns get "a lease call's deadline (WithRedisTimeout, plus 300 µs a
@@ -64,12 +40,12 @@ func TestReleaseAllShortDeadlineGetsADoneCtxsTime(t *testing.T) {
 		// are on its clock, so a loaded machine moves neither.
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				view, err := memstore.New().Instance("i", time.Second)
+				store := faultstore.New(memstore.New())
+				view, err := store.Instance("i", time.Second)
 				if err != nil {
 					t.Fatal(err)
 				}
-				store := &slowReleaseStore{Store: view}
-				s := syncer.New(store, syncer.Options{CallTimeout: callTimeout})
+				s := syncer.New(view, syncer.Options{CallTimeout: callTimeout})
 				var wg sync.WaitGroup
 				for w := range 8 {
 					wg.Go(func() {
@@ -88,7 +64,20 @@ func TestReleaseAllShortDeadlineGetsADoneCtxsTime(t *testing.T) {
 				}
 				wg.Wait()
 				s.Close()
-				store.delay.Store(int64(250 * time.Millisecond))
+				// From now on each release pipeline answers after
+				// 250 ms, or fails when its ctx ends first: cut.
+				var cut atomic.Int64
+				slow := faultstore.Delay(250 * time.Millisecond)
+				store.SetHook(func(ctx context.Context, c faultstore.Call) error {
+					if c.Op != faultstore.OpRelease {
+						return nil
+					}
+					err := slow(ctx, c)
+					if err != nil {
+						cut.Add(1)
+					}
+					return err
+				})
 				ctx, cancel := context.WithCancel(context.Background())
 				if tc.deadline > 0 {
 					ctx, cancel = context.WithTimeout(context.Background(), tc.deadline)
@@ -98,8 +87,8 @@ func TestReleaseAllShortDeadlineGetsADoneCtxsTime(t *testing.T) {
 				defer cancel()
 				start := time.Now()
 				err = s.ReleaseAll(ctx)
-				t.Logf("ReleaseAll took %v (promised for a ctx shorter than %v: %v), %d pipelines cut, err %v", time.Since(start), promised, promised, store.cut.Load(), err)
-				if n := store.cut.Load(); n != 0 {
+				t.Logf("ReleaseAll took %v (promised for a ctx shorter than %v: %v), %d pipelines cut, err %v", time.Since(start), promised, promised, cut.Load(), err)
+				if n := cut.Load(); n != 0 {
 					t.Errorf("%d release pipelines cut by the deadline: a ctx shorter than a lease call's deadline plus 300 µs a tenant (%v) got less than that", n, promised)
 				}
 			})
