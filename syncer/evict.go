@@ -91,10 +91,6 @@ func (s *Syncer) drainLocked(t *Tenant, now time.Time) (lease.ReleaseRequest, bo
 // for eviction by age (s.lru).
 func (s *Syncer) idleOrKept(t *Tenant, now time.Time, evict *[]*Tenant) bool {
 	active := t.lastActive()
-	// Kept while its State's stamp is exact, for when it is clamped.
-	if ls := t.lease.Load(); ls != nil && ls.st.lastActive != stampMin {
-		t.idleSince = active
-	}
 	if now.UnixNano()-active >= int64(s.opts.IdleTimeout) {
 		*evict = append(*evict, t)
 		return true

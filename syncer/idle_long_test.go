@@ -76,3 +76,46 @@ func TestLongIdleTimeoutEvictsAwakeTenant(t *testing.T) {
 		})
 	}
 }
+
+// TestLongIdleTimeoutCountsLatestActivity: an awake tenant's idleness is
+// counted from its latest activity, however long after that its State's
+// stamp of it is clamped. Active at T0 (an idle check saw that), then at
+// T0 + 10 days (a refill: no idle check after it), then ticked once the
+// stamp has been clamped (30 days later, say after the host slept): it has
+// been idle for 30 days, under its IdleTimeout of 40, and is kept.
+func TestLongIdleTimeoutCountsLatestActivity(t *testing.T) {
+	const day = 24 * time.Hour
+	for _, gap := range []time.Duration{26 * day, 30 * day, 35 * day} {
+		t.Run(gap.String(), func(t *testing.T) {
+			const idle = 40 * day
+			now, advance, _, mine, _ := MemstorePair(t)
+			s := New(mine, Options{Planner: NewPlanner(Config{Interval: 100 * time.Millisecond}, 1), Now: now, Driven: true, IdleTimeout: idle})
+			defer s.Close()
+			tn, err := s.Track("x", quota.Quota{Rate: 1e-7, Burst: 20})
+			if err != nil {
+				t.Fatal(err)
+			}
+			refillNow(t, s, tn, 5)
+			advance(time.Second)
+			s.Tick(context.Background()) // an idle check sees the activity
+			advance(10 * day)
+			refillNow(t, s, tn, 1)
+			last := now()
+			advance(gap)
+			s.Tick(context.Background())
+			if tn.Evicted() {
+				t.Fatalf("evicted %v after its last request, before its idle timeout %v", now().Sub(last), idle)
+			}
+			for !tn.Evicted() {
+				if now().Sub(last) > 2*idle {
+					t.Fatalf("still tracked %v after its last request (idle timeout %v)", now().Sub(last), idle)
+				}
+				advance(idle / 200)
+				s.Tick(context.Background())
+			}
+			if got := now().Sub(last); got < idle {
+				t.Errorf("evicted %v after its last request, before its idle timeout %v", got, idle)
+			}
+		})
+	}
+}

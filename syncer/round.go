@@ -283,6 +283,7 @@ func (s *Syncer) planWith(t *Tenant, now time.Time, in Input) (a Action, ret lea
 	// test: 8,903 of 18,398 such put-backs spendable).
 	t.restore()
 	a = s.planner.Plan(t.st(), *t.Limits(), now, in)
+	t.keepActive()
 	if a.Unobserved > 0 {
 		t.Unmiss(a.Unobserved)
 	}

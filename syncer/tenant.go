@@ -90,8 +90,8 @@ type Tenant struct {
 	mu sync.Mutex // guards lease's State, the swap of lease, and idleSince; held across a lease call for this tenant
 	// idleSince is when the tenant was last active (unix nanoseconds):
 	// for a dormant tenant, its State's lastActive when it went dormant;
-	// while lease is set, its State's as the last idle check saw it
-	// (Syncer.idleOrKept), read only once that stamp is clamped (see
+	// while lease is set, its State's as the last plan left it
+	// (keepActive), read only once that stamp is clamped (see
 	// lastActive).
 	idleSince int64
 }
@@ -305,6 +305,23 @@ func (t *Tenant) init(name string, lim *limits, p *Planner, now time.Time) {
 	ls := &leaseState{}
 	p.Init(&ls.st, name, now)
 	t.lease.Store(ls)
+	t.keepActive()
+}
+
+// keepActive copies t's State's lastActive, while that stamp is exact, to
+// idleSince, for when it is clamped: called after every change of it (a
+// plan, a new State; a revived one's is idleSince already), so that
+// idleSince is the latest activity however long before the clamp, with no
+// idle check in between (a refill's plan is followed by none; a round
+// that calls, or passes a quiet tenant by, runs none). Kept by the idle
+// checks alone, it was an earlier activity's, and a tenant active 10 days
+// after it was evicted 30 days after its last request with an
+// IdleTimeout of 40 (TestLongIdleTimeoutCountsLatestActivity). t.mu must
+// be held, or t not yet shared.
+func (t *Tenant) keepActive() {
+	if ls := t.lease.Load(); ls != nil && ls.st.lastActive != stampMin {
+		t.idleSince = ls.st.at(ls.st.lastActive)
+	}
 }
 
 // st returns t's planner State. t.mu must be held, and t not dormant (see
@@ -318,7 +335,7 @@ func (t *Tenant) st() *State { return &t.lease.Load().st }
 // rate, say), read as idle for at most 37 days (24.8 plus the 12.4 its
 // base runs before it moves): with an IdleTimeout above that it was never
 // evicted (TestLongIdleTimeoutEvictsAwakeTenant). For a clamped stamp the
-// time the idle checks kept before it was clamped (idleSince) is the one.
+// time kept before it was clamped (idleSince, keepActive) is the one.
 func (t *Tenant) lastActive() int64 {
 	if ls := t.lease.Load(); ls != nil {
 		if ls.st.lastActive == stampMin && t.idleSince != 0 {
