@@ -93,7 +93,11 @@ func TestHostileTenantNames(t *testing.T) {
 	c, prefix := redistest.Client(t), redistest.Prefix(t)
 	// WithMaxWait: a request that finds the lease empty waits for a fresh
 	// one, so each tenant's whole burst is admitted whatever the lease size.
+	// The names, not the timing, are the subject: a second for a call and
+	// ten for a first lease, where the defaults (50 ms, 100 ms) denied a
+	// tenant cold_start under -race beside other tests on both cores.
 	l := newRedisLimiter(t, c, prefix, leasequota.WithMaxWait(200*time.Millisecond),
+		leasequota.WithRedisTimeout(time.Second), leasequota.WithColdStartWait(10*time.Second),
 		leasequota.WithDefaultQuota(leasequota.Quota{Rate: 1e-6, Burst: 3}))
 	huge := strings.Repeat("{}\n", 1<<20/3)
 	names := []string{"", "{", "}", "{}", "a}b{c", "\n", "\x00", "\xff\xfe", huge, huge + "x"}
