@@ -191,3 +191,23 @@ func TestFleetUtilizationExcludesClose(t *testing.T) {
 		t.Errorf("utilization %.4f, want %.4f (T = the workload's 2 s, not the 2.11 s to the last Close)", got, want)
 	}
 }
+
+// TestFleetRatesOverTheWorkload: the fleet headline's script runs a
+// second and Redis CPU busy are over the workload's T (WorkT), the window
+// in which the script runs and the CPU were counted (read once every
+// request goroutine had stopped), as the baseline's are over its measured
+// run; over the nominal Run, the requests that finish after it raise them.
+func TestFleetRatesOverTheWorkload(t *testing.T) {
+	res := &Result{Run: 8 * time.Second, WorkT: 10 * time.Second, Elapsed: 10500 * time.Millisecond,
+		Classes: []ClassResult{{Tenants: 100, Rate: 100, Burst: 100}}}
+	res.Total.Evals = 20_000
+	res.Total.Admitted = 100_000
+	res.Total.RedisCPU, res.Total.HasCPU = 2*time.Second, true
+	f := fleetMeasures(res)
+	if want := 2000.0; math.Abs(f.scripts-want) > 1e-9 {
+		t.Errorf("script runs/s %.1f, want %.1f (20,000 over the workload's 10 s)", f.scripts, want)
+	}
+	if want := 0.2; math.Abs(f.busy-want) > 1e-9 {
+		t.Errorf("Redis CPU busy %.3f, want %.3f (2 s of CPU over the workload's 10 s)", f.busy, want)
+	}
+}

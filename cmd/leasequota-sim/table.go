@@ -403,21 +403,25 @@ type fleetNumbers struct {
 
 func fleetMeasures(res *Result) (f fleetNumbers) {
 	t := res.Total
+	// T is the workload, as the baseline's is its run: not the classes'
+	// Bound, whose T runs to the last Close (the bound check's). It is
+	// also the window of the script runs and the Redis CPU, both read
+	// once every request goroutine had stopped (WorkT): over the nominal
+	// Run, the requests that finish after it would raise the rates above
+	// what Redis did, where the baseline's are over its measured run.
+	T := res.WorkT
+	if T <= 0 {
+		T = res.Run
+	}
 	f.cpuAdm, f.cpuOK = t.CPUPerAdmitted()
-	f.scripts = float64(t.Evals) / res.Run.Seconds()
+	f.scripts = float64(t.Evals) / T.Seconds()
 	if f.cpuOK {
-		f.busy = t.RedisCPU.Seconds() / res.Run.Seconds()
+		f.busy = t.RedisCPU.Seconds() / T.Seconds()
 	}
 	var rate, burst float64
 	for _, c := range res.Classes {
 		rate += c.Rate * float64(c.Tenants)
 		burst += float64(c.Burst) * float64(c.Tenants)
-	}
-	// T is the workload, as the baseline's is its run: not the classes'
-	// Bound, whose T runs to the last Close (the bound check's).
-	T := res.WorkT
-	if T <= 0 {
-		T = res.Run
 	}
 	if d := burst + rate*T.Seconds(); d > 0 {
 		f.util = float64(t.Admitted) / d
