@@ -63,7 +63,7 @@ func writeReport(w io.Writer, res *Result) error {
 		"CPUNote":   cpuNote(res),
 		"Baseline":  template.HTML(baselineCharts(res)),
 		"BaseRows":  baselineRowsOrNil(res),
-		"Elapsed":   fmt.Sprintf("%.2f", res.Elapsed.Seconds()),
+		"BoundT":    fmt.Sprintf("%.2f", res.BoundT().Seconds()),
 		"LeaseTTL":  res.LeaseTTL.String(),
 		"WindowL":   res.WindowL.String(),
 		"Step":      res.Step.String(),
@@ -615,7 +615,7 @@ dl { font-size: 13px; } dt { font-weight: 600; margin-top: 6px; } dd { margin-le
 </table>
 <p class="note">A class is the tenants of one quota tier (large, medium, small) and one demand pattern: <b>over</b> asks for 3x its quota, <b>under</b> for half of it, <b>bursty</b> for 6x during one second out of two.
 <b>quota/s</b> and <b>burst</b> are per tenant (the <i>all</i> row: the sum of the rates). <b>offered/s</b> is the requests made per second.
-<b>admitted</b> counts requests admitted with leased tokens. <b>bound</b> is the sum over the class's tenants of Burst + Rate·T, with T = {{.Elapsed}} s from the start to the last Close: no tenant may exceed its own.
+<b>admitted</b> counts requests admitted with leased tokens. <b>bound</b> is the sum over the class's tenants of Burst + Rate·T, with T = {{.BoundT}} s from the start to the moment the last request was decided (Close excluded: no request is admitted in it): no tenant may exceed its own.
 <b>util</b> is admitted divided by what one exact token bucket per tenant would have admitted of the same requests; above 100% means leases held through an idle gap were spent as extra burst (still within the bound).
 <b>over</b> is admissions above the bound. <b>degraded</b> counts decisions made by the failure mode while Redis was unreachable and the lease spent (admitted without a lease, or denied).
 <b>lease</b> is the mean lease size per instance in tokens; <b>calls/1k</b> is lease script runs for the class's tenants per 1,000 of their decisions (many tenants share one pipelined round trip).

@@ -16,10 +16,12 @@ type Result struct {
 	Redis   string        // where Redis was
 	Started time.Time     // wall clock at the start
 	Run     time.Duration // length of the workload
-	Elapsed time.Duration // from the start to the last Close: T in the bound B + r*T
+	Elapsed time.Duration // from the start to the last Close
 	// WorkT is from the start to the moment every request goroutine had
-	// stopped (Close excluded): T of the fleet headline's utilization, as
-	// the baseline's is its own run.
+	// stopped (Close excluded): T in the bound B + r*T, as no request is
+	// admitted after it (the time Close takes would loosen the bound by
+	// r a second and hide an over-admission that size), and T of the
+	// fleet headline's utilization, as the baseline's is its own run.
 	WorkT   time.Duration
 	Step    time.Duration // width of a time-series bucket
 	Events  []event
@@ -78,7 +80,7 @@ type TenantResult struct {
 	Rate  float64
 	Burst int64
 	Counts
-	Bound        float64 // Burst + Rate*Elapsed
+	Bound        float64 // Burst + Rate*T, T = Result.BoundT()
 	Ideal        float64 // what one exact global token bucket would have admitted of the same requests
 	WindowExcess float64 // worst window's admitted minus Burst + Rate*(W + L); <= 0 when the bound held
 	WindowFrom   time.Duration
@@ -185,6 +187,15 @@ type Violation struct {
 	From, To time.Duration
 }
 
+// BoundT is T of the bound B + r*T: the workload (WorkT), or, when that
+// was not recorded, the run to the last Close.
+func (r *Result) BoundT() time.Duration {
+	if r.WorkT > 0 {
+		return r.WorkT
+	}
+	return r.Elapsed
+}
+
 // BoundOK reports whether every tenant stayed within the bound.
 func (r *Result) BoundOK() bool { return len(r.Violations) == 0 }
 
@@ -268,7 +279,7 @@ func (r *runner) result(end time.Time, calls *callSeries) *Result {
 	}
 	res.Modes = modes
 	res.Logs, res.LogsDropped = r.logs.Lines()
-	T := res.Elapsed.Seconds()
+	T := res.BoundT().Seconds()
 	L := r.cfg.windowL()
 	res.Tenants = make([]TenantResult, nt)
 	if r.ledger != nil {
@@ -288,7 +299,7 @@ func (r *runner) result(end time.Time, calls *callSeries) *Result {
 		tr.WindowExcess, tr.WindowFrom, tr.WindowTo = ex, from, to
 		if float64(tr.Admitted) > tr.Bound {
 			res.Violations = append(res.Violations, Violation{Tenant: t.Name, Kind: "total",
-				Admitted: float64(tr.Admitted), Bound: tr.Bound, From: 0, To: res.Elapsed})
+				Admitted: float64(tr.Admitted), Bound: tr.Bound, From: 0, To: res.BoundT()})
 		}
 		if ex > 0 {
 			wlen := (to - from).Seconds()

@@ -181,8 +181,8 @@ func TestCallSeriesFinish(t *testing.T) {
 
 // TestFleetUtilizationExcludesClose: the fleet headline's utilization is
 // admitted over Σ(Burst + Rate·T) with T the workload, as the baseline's
-// is its own run; the classes' Bound runs to the last Close (the bound
-// check's T), which would dilute it by Close's time.
+// is its own run; Elapsed runs to the last Close, which would dilute it
+// by Close's time.
 func TestFleetUtilizationExcludesClose(t *testing.T) {
 	res := &Result{Run: 2 * time.Second, Elapsed: 2110 * time.Millisecond,
 		Classes: []ClassResult{{Tenants: 500, Rate: 100, Burst: 100, Bound: 500 * (100 + 100*2.11)}}}
@@ -209,5 +209,45 @@ func TestFleetRatesOverTheWorkload(t *testing.T) {
 	}
 	if want := 0.2; math.Abs(f.busy-want) > 1e-9 {
 		t.Errorf("Redis CPU busy %.3f, want %.3f (2 s of CPU over the workload's 10 s)", f.busy, want)
+	}
+}
+
+// TestBoundEndsWithTheWorkload: a tenant's total bound is Burst +
+// Rate*T with T the workload (WorkT, when the last request goroutine
+// stopped): no request is admitted after it, so the final Close's time
+// would only loosen the bound by Rate per second of it and hide an
+// over-admission of that size.
+func TestBoundEndsWithTheWorkload(t *testing.T) {
+	cfg := testConfig("steady")
+	cfg.Tenants, cfg.Instances, cfg.Workers, cfg.Duration = 1, 1, 1, time.Second
+	cfg.LeaseTTL = time.Second
+	w := newWorkload(cfg)
+	r := newRunner(cfg, w, &backend{Label: "test"})
+	r.start = time.Now()
+	r.workT = time.Second // the requests stopped at 1 s; Close took 0.5 s more
+	inst := &instance{slot: 0, cc: newCallCounter(r.keyIndex, 1),
+		leaseSum: make([]float64, r.nb), leaseN: make([]int32, r.nb)}
+	ws := &workerStats{tenants: []int{0},
+		off: make([]int32, r.nb), adm: make([]int32, r.nb), deg: make([]int32, r.nb), all: make([]int32, r.nb),
+		denied: make([]int64, 1), unavail: make([]int64, 1), lat: make([][]time.Duration, 1), seen: make([]int64, 1)}
+	// Quota 2000/s, burst 400: 3000 admitted evenly over the 1 s break
+	// the total bound 400 + 2000*1 = 2400 (and no window's: 400 +
+	// 2000*(W + 1) is more than 3000 for every window W); over the 1.5 s
+	// to the last Close it would be 3400.
+	for b := 0; b < r.nb; b++ {
+		ws.off[b] = int32(3000 / r.nb)
+		ws.adm[b] = ws.off[b]
+	}
+	if got := int(ws.adm[0]) * r.nb; got != 3000 {
+		t.Fatalf("%d buckets: %d admitted, want 3000", r.nb, got)
+	}
+	inst.workers = []*workerStats{ws}
+	r.insts = []*instance{inst}
+	res := r.result(r.start.Add(1500*time.Millisecond), newCallSeriesFinished(r.nb))
+	if len(res.Violations) != 1 || res.Violations[0].Kind != "total" || res.Violations[0].Bound != 2400 {
+		t.Fatalf("violations %+v, want a total one of bound 2400 (T = the workload's 1 s)", res.Violations)
+	}
+	if res.Classes[0].OverAdmission != 600 {
+		t.Errorf("over-admission %d, want 600", res.Classes[0].OverAdmission)
 	}
 }

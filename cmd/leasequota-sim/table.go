@@ -126,7 +126,7 @@ func writeClassTable(out io.Writer, res *Result) {
 		fmt.Fprintln(tw, strings.Join(cells, "\t")+"\t")
 	}
 	tw.Flush()
-	fmt.Fprintf(out, "\nquota/s and burst are per tenant (all: the sum); bound = sum of Burst + Rate*T, T = %.2fs;\n", res.Elapsed.Seconds())
+	fmt.Fprintf(out, "\nquota/s and burst are per tenant (all: the sum); bound = sum of Burst + Rate*T, T = %.2fs (the workload, Close excluded);\n", res.BoundT().Seconds())
 	fmt.Fprintln(out, "util = admitted / what one exact global token bucket would admit of the same requests;")
 	fmt.Fprintln(out, "over = admitted above the bound; degraded = decided by the failure mode while Redis was unreachable;")
 	fmt.Fprintln(out, "lease = mean lease size per instance (tokens); calls/1k = lease script runs per 1,000 decisions;")
@@ -403,8 +403,8 @@ type fleetNumbers struct {
 
 func fleetMeasures(res *Result) (f fleetNumbers) {
 	t := res.Total
-	// T is the workload, as the baseline's is its run: not the classes'
-	// Bound, whose T runs to the last Close (the bound check's). It is
+	// T is the workload, as the baseline's is its run (and the bound
+	// check's, Result.BoundT; Elapsed would add Close's time). It is
 	// also the window of the script runs and the Redis CPU, both read
 	// once every request goroutine had stopped (WorkT): over the nominal
 	// Run, the requests that finish after it would raise the rates above
