@@ -486,7 +486,7 @@ func baselineCharts(res *Result) string {
 		return ""
 	}
 	t := res.Total
-	lqRT := float64(t.RoundTrips) / res.Run.Seconds()
+	lqRT := float64(t.RoundTrips) / res.workload().Seconds() // as baselineRows
 	bRT := float64(b.RoundTrips) / b.Duration.Seconds()
 	var sb strings.Builder
 	sb.WriteString(barPanel("bar-per1k", "Redis round trips per 1,000 decisions (log scale)", t.RoundTripsPer1k, b.RoundTripsPer1k, true,

@@ -187,6 +187,16 @@ type Violation struct {
 	From, To time.Duration
 }
 
+// workload is the workload's length, WorkT, or, when that was not
+// recorded, the nominal Run: the window of the Redis traffic and CPU the
+// simulation counted (read once every request goroutine had stopped).
+func (r *Result) workload() time.Duration {
+	if r.WorkT > 0 {
+		return r.WorkT
+	}
+	return r.Run
+}
+
 // BoundT is T of the bound B + r*T: the workload (WorkT), or, when that
 // was not recorded, the run to the last Close.
 func (r *Result) BoundT() time.Duration {

@@ -251,3 +251,22 @@ func TestBoundEndsWithTheWorkload(t *testing.T) {
 		t.Errorf("over-admission %d, want 600", res.Classes[0].OverAdmission)
 	}
 }
+
+// TestRoundTripsPerSecondOverTheWorkload: the comparison's Redis round
+// trips a second are over the window they were counted in, the workload
+// (WorkT) for leasequota as the baseline's measured run for it.
+func TestRoundTripsPerSecondOverTheWorkload(t *testing.T) {
+	res := &Result{Run: 8 * time.Second, WorkT: 10 * time.Second,
+		Baseline: &BaselineResult{Duration: 4 * time.Second, RoundTrips: 100_000, Decisions: 100_000}}
+	res.Total.RoundTrips, res.Total.Decisions = 2000, 200_000
+	for _, row := range baselineRows(res) {
+		if row.Name != "Redis round trips/s" {
+			continue
+		}
+		if row.Lease != "200" || row.Base != "25,000" {
+			t.Errorf("round trips/s %s and %s, want 200 (2,000 over the workload's 10 s) and 25,000", row.Lease, row.Base)
+		}
+		return
+	}
+	t.Fatal("no Redis round trips/s row")
+}

@@ -275,7 +275,10 @@ func baselineRows(res *Result) []baselineRow {
 	b := res.Baseline
 	t := res.Total
 	secs := res.Run.Seconds()
-	lqRT := float64(t.RoundTrips) / secs
+	// The round trips were counted until every request goroutine had
+	// stopped (WorkT), the baseline's until its last decision: each over
+	// its own window, not the nominal -duration.
+	lqRT := float64(t.RoundTrips) / res.workload().Seconds()
 	bRT := float64(b.RoundTrips) / b.Duration.Seconds()
 	lqCPU, lqOK := t.CPUPerDecision()
 	bCPU, bOK := b.CPUPerDecision()
