@@ -48,7 +48,9 @@ type Stats struct {
 	// the tenant was planned again a quarter refresh interval on, or
 	// nearer its turn when a round refused it (the room goes in turns).
 	// CallWindow is the budget's window now, in script calls (on a Redis
-	// Cluster, the smallest of the masters': each has its own), and
+	// Cluster, the smallest of the masters' called within twice the idle
+	// timeout or lease TTL, whichever is longer: each has its own, and
+	// an address a failover left is forgotten then), and
 	// WindowCuts how often a window was halved. A CallWindow that stays
 	// small with HeldBack growing says Redis, or this process, cannot
 	// run the calls the tenants need (docs/failure-modes.md, "A busy

@@ -47,6 +47,10 @@ type redisNode struct {
 	// whose end gives the node its window back (Syncer.nodeHealth).
 	// Without Cluster the circuit breaker does this.
 	down atomic.Bool
+	// used is when (Options.Now, unix nanoseconds) the syncer last looked
+	// the node up for a tenant's call (Syncer.node): a node unused for
+	// nodeForget is forgotten (Syncer.forgetNodes).
+	used atomic.Int64
 }
 
 // init prepares a node first seen at now.
@@ -112,23 +116,68 @@ func (n *redisNode) reachedLate(now time.Time, d time.Duration) bool {
 }
 
 // node returns the redisNode named name (an address from NodeOf), made
-// with a fresh budget when first seen. Without Cluster, and for the name
-// "" (a tenant whose node is unknown, or calls that mix the nodes' tenants,
-// as Close's returns do), it is s.one.
+// with a fresh budget when first seen, and notes its use at now. Without
+// Cluster, and for the name "" (a tenant whose node is unknown, or calls
+// that mix the nodes' tenants, as Close's returns do), it is s.one.
 //
-// The nodes are kept for the Syncer's life: a few entries, one per master
-// address seen (a failover adds one).
+// A node unused for nodeForget is forgotten (forgetNodes, which node runs
+// at most once per nodeForget): node names change with failovers (a
+// replica promoted under its own address, a master restarted under a new
+// one), and an old address, never looked up again, would otherwise stay
+// for the Syncer's life, its window as its last timeouts cut it, the
+// smallest that Stats reports.
 func (s *Syncer) node(name string) *redisNode {
 	if !s.opts.Cluster || name == "" {
 		return &s.one
 	}
+	now := s.opts.Now().UnixNano()
+	if last := s.nodesForgot.Load(); now-last >= int64(s.nodeForget()) && s.nodesForgot.CompareAndSwap(last, now) {
+		s.forgetNodes(now)
+	}
 	if v, ok := s.nodes.Load(name); ok {
-		return v.(*redisNode)
+		n := v.(*redisNode)
+		n.used.Store(now)
+		return n
 	}
 	n := &redisNode{}
 	n.init(s.opts.Now())
 	v, _ := s.nodes.LoadOrStore(name, n)
-	return v.(*redisNode)
+	n = v.(*redisNode)
+	n.used.Store(now)
+	return n
+}
+
+// nodeForget is how long a Cluster master may go without a tenant's call
+// before its redisNode is forgotten: twice the longest a tracked tenant
+// goes without one (a lease TTL between refreshes, an idle timeout before
+// its eviction's return), so that a master that still serves a tenant
+// keeps its window and health. One forgotten and seen again starts afresh,
+// as a master first seen does.
+func (s *Syncer) nodeForget() time.Duration {
+	return 2 * max(s.opts.IdleTimeout, s.leaseTTL)
+}
+
+// stale reports whether n was unused for nodeForget before now (unix
+// nanoseconds).
+func (s *Syncer) stale(n *redisNode, now int64) bool {
+	return now-n.used.Load() >= int64(s.nodeForget())
+}
+
+// forgetNodes drops the nodes unused for nodeForget before now (unix
+// nanoseconds), keeping their cuts in cutsForgot (Stats.WindowCuts only
+// grows). A call still holding one (none should, after so long)
+// finishes on it unharmed: it is only no longer counted.
+func (s *Syncer) forgetNodes(now int64) {
+	s.nodesMu.Lock()
+	defer s.nodesMu.Unlock()
+	s.nodes.Range(func(k, v any) bool {
+		n := v.(*redisNode)
+		if s.stale(n, now) && s.nodes.CompareAndDelete(k, v) {
+			_, _, c := n.budget.state()
+			s.cutsForgot += c
+		}
+		return true
+	})
 }
 
 // nodeOfTenant returns the redisNode that serves tenant: in Cluster mode
@@ -147,16 +196,22 @@ func (s *Syncer) nodeOfTenant(ctx context.Context, tenant string) *redisNode {
 
 // windows returns the smallest window of the nodes' budgets (the most
 // congested node's) and the cuts of all of them: in Cluster mode those of
-// the masters seen, without it s.one's.
+// the masters used within nodeForget (cuts: of all kept), without it
+// s.one's.
 func (s *Syncer) windows() (window float64, cuts int64) {
 	window, _, cuts = s.one.budget.state()
 	if !s.opts.Cluster {
 		return window, cuts
 	}
 	first := true
+	now := s.opts.Now().UnixNano()
+	s.nodesMu.Lock()
+	defer s.nodesMu.Unlock()
+	cuts += s.cutsForgot
 	s.nodes.Range(func(_, v any) bool {
-		w, _, c := v.(*redisNode).budget.state()
-		if first || w < window {
+		n := v.(*redisNode)
+		w, _, c := n.budget.state()
+		if !s.stale(n, now) && (first || w < window) {
 			window, first = w, false
 		}
 		cuts += c

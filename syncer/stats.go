@@ -16,7 +16,9 @@ type Stats struct {
 	// spent (Redis busy); CallWindow is the budget's window now (script
 	// calls this instance may have in flight) and WindowCuts how often it
 	// was halved. In Cluster mode each master has a budget of its own:
-	// CallWindow is the smallest of their windows (the busiest master's),
+	// CallWindow is the smallest of their windows (the busiest master's)
+	// among the masters called within the last two idle timeouts or lease
+	// TTLs (a master address left by a failover is forgotten then),
 	// WindowCuts the sum.
 	HeldBack, CallWindow, WindowCuts int64
 	// Reserved counts the granted tokens that were reserved (part of

@@ -110,6 +110,12 @@ type Syncer struct {
 	// nodes holds, in Cluster mode, each master's redisNode by address
 	// (NodeOf): a busy master cuts its own window, not the others'.
 	nodes sync.Map
+	// nodesForgot is when (unix nanoseconds) node last ran forgetNodes.
+	nodesForgot atomic.Int64
+	// nodesMu serializes forgetNodes and windows, so that a forgotten
+	// node's cuts move to cutsForgot (guarded by it) unseen by Stats.
+	nodesMu    sync.Mutex
+	cutsForgot int64
 	// leaseTTL is the default lease TTL, as Options.Defaults resolves it:
 	// how long a reply may take before it is congestion
 	// (congestedAfter), and with MaxDownAfter how long Redis may be
