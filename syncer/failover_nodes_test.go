@@ -3,6 +3,7 @@ package syncer_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -92,5 +93,35 @@ func TestClusterFailoverForgetsOldMaster(t *testing.T) {
 	}
 	if n := s.Nodes(); n != 1 {
 		t.Errorf("%d masters kept 10 minutes after the failover; want 1, the new one", n)
+	}
+}
+
+// TestClusterNodesKeptWithEndlessIdleTimeout: with an IdleTimeout of
+// "never" (math.MaxInt64), the masters' state is kept. nodeForget doubled
+// it and wrapped negative, so that every lookup forgot every master: a
+// dying master's late replies cut a window no later call saw (the window
+// of a fresh node each time).
+func TestClusterNodesKeptWithEndlessIdleTimeout(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	clock, view := clockedView(t)
+	st := &failoverStore{Store: view, clock: clock, lateOld: 60 * time.Millisecond}
+	s := syncer.New(st, syncer.Options{
+		Planner:     syncer.NewPlanner(syncer.Config{Interval: 100 * time.Millisecond}, 1),
+		Now:         clock.Now,
+		Cluster:     true,
+		CallTimeout: 10 * time.Second,
+		Instances:   32,
+		IdleTimeout: math.MaxInt64,
+	})
+	defer s.Close()
+	ctx := context.Background()
+	track := tracker(t, s, quota.Quota{Rate: 1000, Burst: 1000, MinLease: 1, MaxLease: 100, LeaseTTL: time.Second})
+	for i := range 6 {
+		tn := track(fmt.Sprintf("t-%d", i))
+		clock.Add(time.Millisecond)
+		<-s.Refill(ctx, tn, 1)
+	}
+	if got := s.Stats(); got.CallWindow != 8 || s.Nodes() != 1 {
+		t.Errorf("after 6 late replies of the master, IdleTimeout never: window %d, %d nodes; want the floor, 8, and 1 node", got.CallWindow, s.Nodes())
 	}
 }

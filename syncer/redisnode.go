@@ -2,6 +2,7 @@ package syncer
 
 import (
 	"context"
+	"math"
 	"sync/atomic"
 	"time"
 
@@ -154,7 +155,13 @@ func (s *Syncer) node(name string) *redisNode {
 // keeps its window and health. One forgotten and seen again starts afresh,
 // as a master first seen does.
 func (s *Syncer) nodeForget() time.Duration {
-	return 2 * max(s.opts.IdleTimeout, s.leaseTTL)
+	d := max(s.opts.IdleTimeout, s.leaseTTL)
+	if d > math.MaxInt64/2 {
+		// An idle timeout of "never" (math.MaxInt64): doubled, it wrapped
+		// negative, and every lookup forgot every node.
+		return math.MaxInt64
+	}
+	return 2 * d
 }
 
 // stale reports whether n was unused for nodeForget before now (unix
