@@ -108,6 +108,8 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n
 			}
 			select {
 			case <-l.sync.Refill(ctx, e, n):
+			case <-l.done:
+				continue // the top of the loop says ReasonClosed
 			case <-ctx.Done():
 				// The mode decides once more: an admission (the fallback
 				// bucket refilled meanwhile) spent its tokens, and is
@@ -185,10 +187,17 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n
 			e.NoteMiss(n)
 			missed = e
 		}
-		// Ask for an urgent refill (joining one in flight) and wait for it.
+		// Ask for an urgent refill (joining one in flight) and wait for it,
+		// or for Close to begin: Close waits for the call (a grant lost to
+		// a cancel would be lost to the bucket) and returns what it
+		// brings, but the request need not wait with it. Waiting for the
+		// call alone, a request whose refill hung on a Redis that answers
+		// nothing returned ReasonClosed up to WithRedisTimeout after Close
+		// began (TestCloseWakesRequestsWaitingOnAHungRefill).
 		waits++
 		select {
 		case <-l.sync.Refill(wctx, e, n):
+		case <-l.done:
 		case <-wctx.Done():
 			return l.gaveUp(ctx, tenant, e, n, cold, untilAdmitted, missed)
 		}

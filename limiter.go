@@ -263,7 +263,9 @@ func (l *Limiter) Degraded() bool { return l.sync.Degraded() }
 //
 // Admissions stop when Close is called, not when it returns: a decision
 // that starts after the call began is denied with ReasonClosed (WaitN
-// returns ErrClosed), and waiting WaitN calls return ErrClosed. Only a
+// returns ErrClosed), and waiting requests return at once, ReasonClosed
+// (WaitN: ErrClosed), even those whose lease call is still in flight
+// (Close waits for the call, not they). Only a
 // decision already past that check when Close began may still spend from
 // its lease. Once Close has returned, every decision is denied with
 // ReasonClosed. Close is idempotent: later calls return the first call's
