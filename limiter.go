@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	mrand "math/rand/v2"
-	"sync"
 	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
@@ -57,8 +56,15 @@ type Limiter struct {
 	decisions [numReasons][2]atomic.Int64
 	turns     turnCount // for tests: see decide
 
-	closeOnce sync.Once // runs Close's work once
-	closeErr  error     // Close's result, written inside closeOnce
+	// closing is claimed by the first Close, which does the work, sets
+	// closeErr and closes closeDone; later calls wait on closeDone. (A
+	// sync.Once made them wait on its mutex, which a testing/synctest
+	// bubble does not count as durably blocked: its clock stopped, and
+	// two concurrent Closes, the first waiting for a lease call's
+	// deadline, hung for ever: TestConcurrentCloseInABubble.)
+	closing   atomic.Bool
+	closeDone chan struct{} // closed when Close's work is done
+	closeErr  error         // Close's result, written before closeDone is closed
 }
 
 // New returns a Limiter that keeps its global buckets in client and starts
@@ -114,7 +120,7 @@ func newLimiter(cfg config, b Backend, cluster bool) (*Limiter, error) {
 	if cfg.now == nil {
 		cfg.now = monoclock.New(cfg.wall())
 	}
-	l := &Limiter{cfg: cfg, instance: cfg.instanceID, done: make(chan struct{})}
+	l := &Limiter{cfg: cfg, instance: cfg.instanceID, done: make(chan struct{}), closeDone: make(chan struct{})}
 	if l.instance == "" {
 		var id [8]byte
 		rand.Read(id[:])
@@ -271,22 +277,25 @@ func (l *Limiter) Degraded() bool { return l.sync.Degraded() }
 // ReasonClosed. Close is idempotent: later calls return the first call's
 // result.
 func (l *Limiter) Close(ctx context.Context) error {
-	l.closeOnce.Do(func() {
-		l.closed.Store(true)
-		close(l.done)
-		l.cfg.logger.Info("leasequota: closing: admissions stopped, returning leased tokens")
-		l.stop()
-		l.group.Wait()
-		l.sync.Close()
-		if err := l.sync.ReleaseAll(ctx); err != nil {
-			l.closeErr = fmt.Errorf("leasequota: Close: returning leased tokens and ending rate shares: %w", err)
-		}
-		// Driven mode (WithManualSync) held the answers of refills that
-		// Close canceled until the tokens were returned; Deliver does
-		// nothing otherwise.
-		l.sync.Deliver()
-		l.tel.Close()
-	})
+	if !l.closing.CompareAndSwap(false, true) {
+		<-l.closeDone
+		return l.closeErr
+	}
+	defer close(l.closeDone)
+	l.closed.Store(true)
+	close(l.done)
+	l.cfg.logger.Info("leasequota: closing: admissions stopped, returning leased tokens")
+	l.stop()
+	l.group.Wait()
+	l.sync.Close()
+	if err := l.sync.ReleaseAll(ctx); err != nil {
+		l.closeErr = fmt.Errorf("leasequota: Close: returning leased tokens and ending rate shares: %w", err)
+	}
+	// Driven mode (WithManualSync) held the answers of refills that
+	// Close canceled until the tokens were returned; Deliver does
+	// nothing otherwise.
+	l.sync.Deliver()
+	l.tel.Close()
 	return l.closeErr
 }
 
