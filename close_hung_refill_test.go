@@ -3,6 +3,7 @@ package leasequota_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -72,6 +73,67 @@ func TestCloseWakesRequestsWaitingOnAHungRefill(t *testing.T) {
 		}
 		if err := <-closed; err != nil {
 			t.Error(err)
+		}
+	})
+}
+
+// TestCloseWakesWaitNInAnOutageOnAHungRefill: as
+// TestCloseWakesRequestsWaitingOnAHungRefill, for a WaitN that waits
+// through an outage (its tenant's last call failed, FailClosed) and has
+// asked for a lease again when the call hangs. Without l.done in that
+// select (e21f2ca), it returned 7.58 s after Close began: the hung calls
+// of the loop's round and of its refill, one after the other.
+func TestCloseWakesWaitNInAnOutageOnAHungRefill(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := faultstore.New(memstore.New())
+		var hang atomic.Bool
+		store.SetHook(func(ctx context.Context, c faultstore.Call) error {
+			if c.Op != faultstore.OpAcquire {
+				return nil
+			}
+			if hang.Load() {
+				<-ctx.Done() // answers nothing: the call ends at its deadline
+				return ctx.Err()
+			}
+			return faultstore.ErrDown
+		})
+		l := newLimiter(t, store, leasequota.WithDefaultQuota(leasequota.Quota{Rate: 10, Burst: 10}),
+			leasequota.WithRedisTimeout(2*time.Second), leasequota.WithFailureMode(leasequota.FailClosed))
+		ctx := context.Background()
+		if d := l.AllowN(ctx, "a", 1); d.Allowed || d.Reason != leasequota.ReasonUnavailable {
+			t.Fatalf("first request, its lease call failed: %+v, want unavailable", d)
+		}
+		hang.Store(true)
+		type result struct {
+			reason leasequota.Reason
+			err    error
+			at     time.Time
+		}
+		results := make(chan result, 1)
+		go func() {
+			d, err := l.WaitN(ctx, "a", 1)
+			results <- result{d.Reason, err, time.Now()}
+		}()
+		// Past its sleep (RetryAfter: the tenant's backoff, 100 ms): it
+		// has asked for a lease again, and the call hangs.
+		time.Sleep(500 * time.Millisecond)
+		synctest.Wait()
+		if len(results) != 0 {
+			t.Fatal("WaitN returned before Close, its lease call hung")
+		}
+		began := time.Now()
+		closed := make(chan error, 1)
+		go func() { closed <- l.Close(ctx) }()
+		r := <-results
+		t.Logf("WaitN: %v, %v, %v after Close began", r.reason, r.err, r.at.Sub(began))
+		if r.reason != leasequota.ReasonClosed || !errors.Is(r.err, leasequota.ErrClosed) {
+			t.Errorf("WaitN after Close: %v, %v; want ReasonClosed and ErrClosed", r.reason, r.err)
+		}
+		if wait := r.at.Sub(began); wait != 0 {
+			t.Errorf("WaitN returned %v after Close began, want at once", wait)
+		}
+		if err := <-closed; err != nil {
+			t.Log(err) // the hung call's tokens: none were granted
 		}
 	})
 }
