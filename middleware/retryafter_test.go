@@ -1,9 +1,11 @@
 package middleware_test
 
 import (
+	"math"
 	"net/http"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/leasequota/leasequota"
 	"github.com/leasequota/leasequota/middleware"
@@ -51,7 +53,7 @@ func TestRetryAfterFollowsDecision(t *testing.T) {
 			t.Fatalf("reason %v, want exhausted", d.Reason)
 		}
 		ra := check429(t, res, want) // also: RateLimit t == Retry-After
-		if wantRA := middleware.RetrySeconds(d.RetryAfter); ra != wantRA {
+		if wantRA := ceilSeconds(d.RetryAfter); ra != wantRA {
 			t.Fatalf("Retry-After %d for a RetryAfter of %v, want %d", ra, d.RetryAfter, wantRA)
 		}
 		t.Logf("RetryAfter %v: Retry-After %d", d.RetryAfter, ra)
@@ -65,7 +67,7 @@ func TestRetryAfterFollowsDecision(t *testing.T) {
 			t.Fatalf("decision %+v, want a fallback denial with a RetryAfter", d)
 		}
 		ra := check429(t, res, want)
-		if wantRA := middleware.RetrySeconds(d.RetryAfter); ra != wantRA {
+		if wantRA := ceilSeconds(d.RetryAfter); ra != wantRA {
 			t.Fatalf("Retry-After %d for a RetryAfter of %v, want %d", ra, d.RetryAfter, wantRA)
 		}
 		t.Logf("RetryAfter %v: Retry-After %d", d.RetryAfter, ra)
@@ -80,7 +82,7 @@ func TestRetryAfterFollowsDecision(t *testing.T) {
 		}
 		checkProblem(t, res, http.StatusServiceUnavailable, middleware.ProblemTemporaryReducedCapacity)
 		ra := retryAfter(t, res)
-		if wantRA := middleware.RetrySeconds(d.RetryAfter); ra != wantRA {
+		if wantRA := ceilSeconds(d.RetryAfter); ra != wantRA {
 			t.Fatalf("Retry-After %d for a RetryAfter of %v, want %d", ra, d.RetryAfter, wantRA)
 		}
 		t.Logf("RetryAfter %v: Retry-After %d", d.RetryAfter, ra)
@@ -89,3 +91,10 @@ func TestRetryAfterFollowsDecision(t *testing.T) {
 		}
 	})
 }
+
+// ceilSeconds is d rounded up to whole seconds, at least 1: what the
+// fields must carry, computed here and not by the middleware's own
+// RetrySeconds, so that a rounding bug there cannot pass for the
+// expected figure (with RetrySeconds truncating, a RetryAfter of 3.9996 s
+// gave Retry-After 3 and this test passed).
+func ceilSeconds(d time.Duration) int64 { return max(1, int64(math.Ceil(d.Seconds()))) }
