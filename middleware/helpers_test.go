@@ -99,9 +99,9 @@ func closeAtEnd(t testing.TB, l *leasequota.Limiter) {
 	})
 }
 
-// deadLimiter returns a Limiter with quota q and failure mode mode on a
-// Redis that is down for good, closed when the test ends.
-func deadLimiter(t testing.TB, q leasequota.Quota, mode leasequota.FailureMode) *leasequota.Limiter {
+// deadLimiter returns a Limiter with quota q and failure mode mode (and
+// opts) on a Redis that is down for good, closed when the test ends.
+func deadLimiter(t testing.TB, q leasequota.Quota, mode leasequota.FailureMode, opts ...leasequota.Option) *leasequota.Limiter {
 	t.Helper()
 	logger := testLogger(t)
 	s := redisserver.StartServer(t)
@@ -110,8 +110,9 @@ func deadLimiter(t testing.TB, q leasequota.Quota, mode leasequota.FailureMode) 
 	}
 	c := s.Client()
 	t.Cleanup(func() { c.Close() })
-	l, err := leasequota.New(c, leasequota.WithDefaultQuota(q), leasequota.WithRedisTimeout(20*time.Millisecond),
-		leasequota.WithFailureMode(mode), leasequota.WithLogger(logger))
+	opts = append([]leasequota.Option{leasequota.WithDefaultQuota(q), leasequota.WithRedisTimeout(20 * time.Millisecond),
+		leasequota.WithFailureMode(mode), leasequota.WithLogger(logger)}, opts...)
+	l, err := leasequota.New(c, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,6 +21,9 @@ func TestRetryAfterFollowsDecision(t *testing.T) {
 	// A slow refill, so that waits are seconds long and rounding shows.
 	q := leasequota.Quota{Rate: 0.25, Burst: 1}
 	want := policy{"default", 1, 4}
+	// The refresh interval bounds a failing tenant's backoff: 3 s lets it
+	// pass a second (and asks leases of twice that lifetime).
+	slowRetry := []leasequota.Option{leasequota.WithRefreshInterval(3 * time.Second), leasequota.WithLeaseTTL(6 * time.Second)}
 	// firstDenial sends requests until one is refused and returns it with
 	// the decision the hook saw for it. A cold-start denial (the first
 	// lease took longer than the cold-start wait, as on a loaded machine)
@@ -35,6 +38,27 @@ func TestRetryAfterFollowsDecision(t *testing.T) {
 		}
 		t.Fatal("no refusal in 20 requests")
 		return result{}, leasequota.Decision{}
+	}
+	// longDenial is firstDenial for a limiter on a dead Redis, whose
+	// first denials' RetryAfter (the tenant's next lease call, 10 ms of
+	// backoff after its first failure) rounds to 1 s, as a constant 1
+	// would: it sends requests until the backoff, doubling with each
+	// failed call up to the refresh interval, has grown a RetryAfter
+	// above a second (about 3 s), which a constant 1 cannot pass for.
+	longDenial := func(t *testing.T, srv func() result, hook *hookLog) (result, leasequota.Decision) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			res := srv()
+			if d := hook.last(t).d; !d.Allowed && d.Reason != leasequota.ReasonColdStart &&
+				d.RetryAfter > time.Second {
+				return res, d
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no denial with a RetryAfter above 1 s in 20 s; the last: %+v", hook.last(t).d)
+			}
+			time.Sleep(pollEvery) // the backoff grows with the failed calls' time
+		}
 	}
 	retryAfter := func(t *testing.T, res result) int64 {
 		t.Helper()
@@ -59,10 +83,10 @@ func TestRetryAfterFollowsDecision(t *testing.T) {
 		t.Logf("RetryAfter %v: Retry-After %d", d.RetryAfter, ra)
 	})
 	t.Run("fallback", func(t *testing.T) {
-		l := deadLimiter(t, q, leasequota.FailLocal)
+		l := deadLimiter(t, q, leasequota.FailLocal, slowRetry...)
 		var hook hookLog
 		srv := serve(t, l, hook.option(), middleware.WithMaxWait(0))
-		res, d := firstDenial(t, func() result { return get(t, srv) }, &hook)
+		res, d := longDenial(t, func() result { return get(t, srv) }, &hook)
 		if d.Reason != leasequota.ReasonFallback || d.RetryAfter <= 0 {
 			t.Fatalf("decision %+v, want a fallback denial with a RetryAfter", d)
 		}
@@ -73,10 +97,10 @@ func TestRetryAfterFollowsDecision(t *testing.T) {
 		t.Logf("RetryAfter %v: Retry-After %d", d.RetryAfter, ra)
 	})
 	t.Run("unavailable", func(t *testing.T) {
-		l := deadLimiter(t, q, leasequota.FailClosed)
+		l := deadLimiter(t, q, leasequota.FailClosed, slowRetry...)
 		var hook hookLog
 		srv := serve(t, l, hook.option(), middleware.WithMaxWait(0))
-		res, d := firstDenial(t, func() result { return get(t, srv) }, &hook)
+		res, d := longDenial(t, func() result { return get(t, srv) }, &hook)
 		if d.Reason != leasequota.ReasonUnavailable || d.RetryAfter <= 0 {
 			t.Fatalf("decision %+v, want unavailable with a RetryAfter", d)
 		}
