@@ -11,3 +11,14 @@ func (s *Syncer) Nodes() (n int) {
 	s.nodes.Range(func(_, _ any) bool { n++; return true })
 	return n
 }
+
+// NodeNamed is node, for the tests of package syncer_test: the redisNode
+// a call to the master named name would use, as an opaque identity.
+func (s *Syncer) NodeNamed(name string) any { return s.node(name) }
+
+// NodeKept reports whether the syncer keeps node (from NodeNamed) for
+// name, the redisNode later calls to the master use.
+func (s *Syncer) NodeKept(name string, node any) bool {
+	v, ok := s.nodes.Load(name)
+	return ok && v == node
+}

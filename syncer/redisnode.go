@@ -135,17 +135,46 @@ func (s *Syncer) node(name string) *redisNode {
 	if last := s.nodesForgot.Load(); now-last >= int64(s.nodeForget()) && s.nodesForgot.CompareAndSwap(last, now) {
 		s.forgetNodes(now)
 	}
-	if v, ok := s.nodes.Load(name); ok {
+	for {
+		v, ok := s.nodes.Load(name)
+		if !ok {
+			n := &redisNode{}
+			n.init(s.opts.Now())
+			n.used.Store(now)
+			v, _ = s.nodes.LoadOrStore(name, n)
+		}
 		n := v.(*redisNode)
-		n.used.Store(now)
-		return n
+		if n.touch(now) {
+			return n
+		}
+		// forgetNodes forgot n between the load and the touch: it is no
+		// longer the master's node. Used, it would be a second node of
+		// the master beside the one the next lookup makes, with its own
+		// semaphore and window (twice the calls in flight the master
+		// may have), its cuts and outage seen by no later call
+		// (TestForgetNodesRaceKeepsOneNodePerMaster). Its cuts are
+		// counted; take it out if forgetNodes has not yet, and look
+		// again.
+		s.nodes.CompareAndDelete(name, v)
 	}
-	n := &redisNode{}
-	n.init(s.opts.Now())
-	v, _ := s.nodes.LoadOrStore(name, n)
-	n = v.(*redisNode)
-	n.used.Store(now)
-	return n
+}
+
+// forgotten is redisNode.used of a node that forgetNodes forgot: touch
+// refuses it, so that no lookup uses a node once it is forgotten.
+const forgotten = math.MinInt64
+
+// touch notes n's use at now (unix nanoseconds), unless forgetNodes has
+// forgot it, which it reports by false.
+func (n *redisNode) touch(now int64) bool {
+	for {
+		u := n.used.Load()
+		if u == forgotten {
+			return false
+		}
+		if n.used.CompareAndSwap(u, now) {
+			return true
+		}
+	}
 }
 
 // nodeForget is how long a Cluster master may go without a tenant's call
@@ -167,19 +196,27 @@ func (s *Syncer) nodeForget() time.Duration {
 // stale reports whether n was unused for nodeForget before now (unix
 // nanoseconds).
 func (s *Syncer) stale(n *redisNode, now int64) bool {
-	return now-n.used.Load() >= int64(s.nodeForget())
+	u := n.used.Load()
+	return u == forgotten || now-u >= int64(s.nodeForget())
 }
 
 // forgetNodes drops the nodes unused for nodeForget before now (unix
 // nanoseconds), keeping their cuts in cutsForgot (Stats.WindowCuts only
-// grows). A call still holding one (none should, after so long)
-// finishes on it unharmed: it is only no longer counted.
+// grows). A node is marked forgotten (used) by a compare-and-swap of the
+// use it was found stale at, so that a lookup that loaded it meanwhile
+// either noted its use first (the node is kept) or finds it forgotten and
+// looks again (node): a stale check and a delete alone let that lookup
+// use the node it deleted. A call still holding one from before (none
+// should, after so long) finishes on it unharmed: it is only no longer
+// counted.
 func (s *Syncer) forgetNodes(now int64) {
 	s.nodesMu.Lock()
 	defer s.nodesMu.Unlock()
 	s.nodes.Range(func(k, v any) bool {
 		n := v.(*redisNode)
-		if s.stale(n, now) && s.nodes.CompareAndDelete(k, v) {
+		u := n.used.Load()
+		if u != forgotten && now-u >= int64(s.nodeForget()) && n.used.CompareAndSwap(u, forgotten) {
+			s.nodes.CompareAndDelete(k, v)
 			_, _, c := n.budget.state()
 			s.cutsForgot += c
 		}
