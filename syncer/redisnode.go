@@ -178,11 +178,14 @@ func (n *redisNode) touch(now int64) bool {
 }
 
 // nodeForget is how long a Cluster master may go without a tenant's call
-// before its redisNode is forgotten: twice the longest a tracked tenant
-// goes without one (a lease TTL between refreshes, an idle timeout before
-// its eviction's return), so that a master that still serves a tenant
-// keeps its window and health. One forgotten and seen again starts afresh,
-// as a master first seen does.
+// before its redisNode is forgotten: twice the longer of the idle timeout
+// and the syncer's lease TTL, so that a master whose tenants call it
+// within either keeps its window and health. A quota's own LeaseTTL may
+// be longer (up to a day), and a tenant that holds such a lease may go
+// longer without a call: if every tenant of a master does, the master is
+// forgotten, and seen again it starts afresh (a whole window, no outage),
+// as a master first seen does. Keeping every address for the Syncer's
+// life instead kept a dead one's cut window in Stats for good.
 func (s *Syncer) nodeForget() time.Duration {
 	d := max(s.opts.IdleTimeout, s.leaseTTL)
 	if d > math.MaxInt64/2 {
