@@ -2,6 +2,8 @@ package syncer
 
 import (
 	"context"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/leasequota/leasequota/bucket"
@@ -37,14 +39,23 @@ func (s *Syncer) acquire(ctx context.Context, now time.Time, node *redisNode, jo
 		}
 		s.unlocked.Broadcast()
 	}()
-	reqs := make([]lease.Request, len(jobs))
+	buf, _ := s.acquireBufs.Get().(*acquireBuf)
+	if buf == nil {
+		buf = new(acquireBuf)
+	}
+	defer buf.put(&s.acquireBufs)
+	reqs := slices.Grow(buf.reqs[:0], len(jobs))[:len(jobs)]
+	buf.reqs = reqs
 	for i, j := range jobs {
 		reqs[i] = lease.Request{Tenant: j.t.name, Limits: j.t.bucket(), Want: j.want, Demand: j.demand, Reserve: j.reserve,
 			Share: j.share, ShareTerms: j.shareTerms, ShareFrom: j.shareFrom}
 	}
 	results, err := s.call(ctx, telemetry.OpAcquire, node, len(reqs), 0, func(ctx context.Context) ([]lease.Result, error) {
-		return s.client.AcquireMany(ctx, reqs, nil)
+		return s.client.AcquireMany(ctx, reqs, buf.results)
 	})
+	if cap(results) > cap(buf.results) {
+		buf.results = results[:0] // the Store's, made for this call: the caller's to reuse
+	}
 	// A call the breaker refused was not sent: it is no lease request
 	// (the metric's "sent to Redis"), though its tenants failed.
 	sent := !refused(err)
@@ -70,6 +81,27 @@ func (s *Syncer) acquire(ctx context.Context, now time.Time, node *redisNode, jo
 		}
 	}
 	return tot
+}
+
+// acquireBuf is the requests and results of one acquire pipeline, kept
+// for the next one (Syncer.acquireBufs): made anew, they were two blocks
+// of 1,000 elements a pipeline, most of the bytes a round allocated
+// (BenchmarkRoundAcquire: 3.4 MB a round of 10,000 tenants, 0.5 to 0.6
+// MB with them reused). The Store is done with both when AcquireMany returns: the
+// requests are its input, and the results slice is the caller's
+// (lease.Client.AcquireMany).
+type acquireBuf struct {
+	reqs    []lease.Request
+	results []lease.Result
+}
+
+// put clears b, so that what its elements name (tenants, overrides,
+// errors) is not kept alive by the pool, and puts it in pool.
+func (b *acquireBuf) put(pool *sync.Pool) {
+	clear(b.reqs)
+	clear(b.results[:cap(b.results)])
+	b.reqs, b.results = b.reqs[:0], b.results[:0]
+	pool.Put(b)
 }
 
 // apply records the result of a lease call to node for t, whose lock is

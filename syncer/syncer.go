@@ -122,6 +122,12 @@ type Syncer struct {
 	// silent before it is down (downAfter).
 	leaseTTL time.Duration
 
+	// acquireBufs holds *acquireBuf: the requests and results of an
+	// acquire pipeline, reused by the next (acquire). A pool, not a
+	// field of the loop's: a round's pipelines run at once, and in
+	// Cluster mode outlive the round.
+	acquireBufs sync.Pool
+
 	// Owned by the loop (Run and Round are not called concurrently).
 	lru           []lruEntry // reused by Round when MaxTenants is set
 	short         []*Tenant  // reused by Urgent
