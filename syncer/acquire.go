@@ -109,6 +109,7 @@ func (b *acquireBuf) put(pool *sync.Pool) {
 func (s *Syncer) apply(ctx context.Context, t *Tenant, node *redisNode, now time.Time, want int64, op lease.ShareOp, cut *reservation, r lease.Result) {
 	s.requested.Add(want)
 	ls := t.lease.Load() // planned: not dormant
+	defer ls.st.ledger.trim()
 	if r.Err != nil {
 		s.errs.Add(1)
 		if refused(r.Err) {

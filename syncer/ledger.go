@@ -68,7 +68,11 @@ const maxBatches = 3
 // tokens, a grant is known by its 32-bit ID only (see grantDelta for how
 // two are ordered), and the batches are allocated only while the ledger
 // holds tokens: a tenant whose lease expired or went back keeps a nil
-// pointer (8 bytes) instead of them (48).
+// pointer (8 bytes) instead of them (48). A ledger its spends or expiry
+// drained keeps them, zeroed, until its owner trims it (trim): the
+// syncer does so once a tenant's plan is carried out, so that a tenant
+// that spent its whole lease and calls again gets its next batch in the
+// same block, where one a round was made anew (BenchmarkRoundAcquire).
 type Ledger struct {
 	base int64 // unix nanoseconds; the batches' stamps are ms after it
 	// b holds the batches, oldest grant first; nil when the ledger holds
@@ -163,7 +167,7 @@ func (l *Ledger) Sync(level int64) (spent int64) {
 	}
 	spent = total - level
 	rest := spent
-	for l.b != nil && rest > 0 {
+	for rest > 0 && l.n() > 0 {
 		if l.b.left[0] > rest {
 			l.b.left[0] -= rest
 			break
@@ -297,6 +301,15 @@ func (l *Ledger) ExpiringBefore(t time.Time, ttl time.Duration) (tokens int64) {
 	return tokens
 }
 
+// trim drops the batches of a ledger that holds no tokens (shift keeps
+// them): its owner calls it when no Add is coming soon, so that an idle
+// tenant's ledger costs 8 bytes, not 56.
+func (l *Ledger) trim() {
+	if l.n() == 0 {
+		l.b = nil
+	}
+}
+
 // Clear forgets every batch (the counter was drained) and returns the
 // tokens it accounted for, the earliest stamp (the zero time for none)
 // and the ID of the oldest grant (zero when unknown), as Expire does.
@@ -312,7 +325,7 @@ func (l *Ledger) Clear() (tokens int64, oldest time.Time, id lease.GrantID) {
 // NextExpiry returns when the oldest batch expires, given the lease TTL
 // ttl, and false when the ledger is empty.
 func (l *Ledger) NextExpiry(ttl time.Duration) (time.Time, bool) {
-	if l.b == nil {
+	if l.n() == 0 {
 		return time.Time{}, false
 	}
 	return time.Unix(0, l.expiresAt(0, ttl)), true
@@ -330,16 +343,17 @@ func (l *Ledger) frontID() lease.GrantID {
 // credit adds n > 0 tokens back to the oldest batch: the refund of tokens
 // spent from it (see Syncer.Refund). The ledger must not be empty.
 func (l *Ledger) credit(n int64) {
-	if n > 0 && l.b != nil {
+	if n > 0 && l.n() > 0 {
 		l.b.left[0] += n
 	}
 }
 
-// shift drops the oldest batch, and the batches once none is left.
+// shift drops the oldest batch. The last one leaves the batches zeroed,
+// for the next Add to reuse (see trim).
 func (l *Ledger) shift() {
 	b := l.b
 	if b.left[1] == 0 {
-		l.b = nil
+		*b = batches{}
 		return
 	}
 	copy(b.left[:], b.left[1:])

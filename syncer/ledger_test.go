@@ -84,6 +84,50 @@ func TestLedgerZero(t *testing.T) {
 	checkLedger(t, &l)
 }
 
+// TestLedgerDrainedKeepsBatches: a ledger that spends drained keeps its
+// batches, zeroed, and behaves as an empty one (no expiry, no front, a
+// credit adds nothing, Sync and Expire find nothing); the next Add fills
+// the same block, and trim drops the block of an empty ledger only.
+func TestLedgerDrainedKeepsBatches(t *testing.T) {
+	var l Ledger
+	l.Add(at(100), 5, 7)
+	l.Add(at(200), 3, 9)
+	block := l.b
+	if got := l.Sync(0); got != 8 {
+		t.Fatalf("Sync(0) = %d, want 8", got)
+	}
+	if l.b != block || *l.b != (batches{}) {
+		t.Fatalf("drained ledger's batches = %p %+v, want its block %p, zeroed", l.b, l.b, block)
+	}
+	if exp, ok := l.NextExpiry(0); ok {
+		t.Fatalf("drained ledger NextExpiry(0) = %v, true", exp)
+	}
+	l.credit(4)
+	if l.Total() != 0 || l.frontID() != 0 || l.n() != 0 {
+		t.Fatalf("drained ledger after credit(4): Total %d, front %d, n %d; want all 0", l.Total(), l.frontID(), l.n())
+	}
+	if got := l.Sync(0); got != 0 {
+		t.Fatalf("Sync(0) on drained = %d", got)
+	}
+	if got := l.expire0(farFuture); got != 0 {
+		t.Fatalf("Expire on drained = %d", got)
+	}
+	l.Add(at(300), 2, 11)
+	if l.b != block || l.Total() != 2 || l.frontID() != 11 {
+		t.Fatalf("Add after drain: block %p (want %p), Total %d (want 2), front %d (want 11)", l.b, block, l.Total(), l.frontID())
+	}
+	l.trim()
+	if l.b != block {
+		t.Fatal("trim dropped the batches of a ledger that holds tokens")
+	}
+	l.Sync(0)
+	l.trim()
+	if l.b != nil {
+		t.Fatal("trim kept the batches of a drained ledger")
+	}
+	checkLedger(t, &l)
+}
+
 func TestLedgerAddIgnoresNonPositive(t *testing.T) {
 	var l Ledger
 	l.Add(at(100), 0, 0)

@@ -147,6 +147,7 @@ func (s *Syncer) refillLocked(ctx context.Context, link trace.Link, t *Tenant, n
 		in.Refunded = t.setFlag(flagRefunded, false)
 	}
 	a, ret, ok := s.planWith(t, now, in)
+	defer trim(t) // after apply, or at once when no call is made
 	if ok {
 		// Returned by the next round: not worth a round trip here, where
 		// requests wait for the acquire.

@@ -178,10 +178,20 @@ func (s *Syncer) round(ctx context.Context, tenants iter.Seq[*Tenant], quotaChec
 // rest ends the round's planning of t, which makes no call: t counts as
 // idle (to evict) or kept, may go dormant, and is unlocked.
 func (s *Syncer) rest(t *Tenant, now time.Time, evict *[]*Tenant) {
+	trim(t)
 	if !s.idleOrKept(t, now, evict) {
 		s.sleep(t, now)
 	}
 	t.mu.Unlock()
+}
+
+// trim drops the ledger batches of t (whose lock is held) if its plan
+// drained them and no grant filled them again (Ledger.trim): its plan is
+// carried out, and no Add comes before its next plan's call.
+func trim(t *Tenant) {
+	if ls := t.lease.Load(); ls != nil {
+		ls.st.ledger.trim()
+	}
 }
 
 // takePending appends the queued returns to releases and returns it,
