@@ -185,3 +185,27 @@ func TestWithRateSharesBadInput(t *testing.T) {
 	}
 	l.Close(context.Background())
 }
+
+// TestShareRenewalWithLongIntervals: with a refresh interval long beside
+// the share period (500 ms and 1 s), a share is still renewed about once
+// a period and the tenants get their rate. Renewed two intervals before
+// its end, every renewal came in an epoch's first half, which grants a
+// share to the epoch's end only: renewed at every tick, its accrual
+// restarting each time (Planner.renewAt).
+func TestShareRenewalWithLongIntervals(t *testing.T) {
+	const pairs, steadySeconds = 4 * 10, 20.0
+	r := runShares(t, leasequota.WithRefreshInterval(500*time.Millisecond), leasequota.WithLeaseTTL(time.Second),
+		leasequota.WithRateShares(time.Second, 0))
+	least := 1.0
+	for _, n := range r.steadyAdmit {
+		least = min(least, float64(n)/(100*steadySeconds))
+	}
+	perPair := float64(r.steadyCalls) / pairs / steadySeconds
+	t.Logf("steady state: %.3f calls a pair and second, the least tenant %.3f of its rate", perPair, least)
+	if perPair > 1.5 {
+		t.Errorf("%.3f calls a pair and second, want at most 1.5 (a renewal a period of 1 s, and the calls before shares)", perPair)
+	}
+	if least < 0.9 {
+		t.Errorf("the least tenant admitted %.3f of its rate in the steady state, want >= 0.9", least)
+	}
+}
