@@ -184,7 +184,7 @@ func (s *Syncer) apply(ctx context.Context, t *Tenant, node *redisNode, now time
 	s.planner.Reserved(&ls.st, *t.Limits(), now, arrived, g)
 	// The rate share the reply says this instance holds accrues from the
 	// reply's arrival (share.go).
-	s.planner.Shared(&ls.st, *t.Limits(), op, now, arrived, g)
+	s.planner.SharedAfter(&ls.st, *t.Limits(), op, now, arrived, g, cut)
 	t.publish()
 	if g.Instances > 0 {
 		s.noteFleet(g.Instances)

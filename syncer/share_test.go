@@ -860,3 +860,62 @@ func TestShareAskExpectsTheFleetWhileYoung(t *testing.T) {
 		})
 	}
 }
+
+// TestShareRenewalCarryNeverEarly: the part of a token a renewed share
+// had accrued carries over to the share that replaces it (SharedAfter),
+// and still no token comes due before the two shares together accrued it
+// in Redis's clock: the old one until Redis ran the renewal, the new one
+// from then. Over random clock offsets, delays, rates and plan times.
+func TestShareRenewalCarryNeverEarly(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		p := NewPlanner(Config{Interval: 100 * time.Millisecond, SharePeriod: 10 * time.Second}, 1)
+		base := time.Unix(1_000_000, 0)
+		st := scarceState(p, base, 300)
+		offset := time.Duration(rapid.Int64Range(-int64(time.Hour), int64(time.Hour)).Draw(t, "offset")) // local - Redis
+		delay := func(name string) time.Duration {
+			return time.Duration(rapid.Int64Range(0, int64(300*time.Millisecond)).Draw(t, name))
+		}
+		rate1 := rapid.Float64Range(0.1, 50).Draw(t, "rate1")
+		rate2 := rapid.Float64Range(0.1, 50).Draw(t, "rate2")
+		out1, back1 := delay("out1"), delay("back1")
+		ran1 := base.Add(out1).Add(-offset)
+		g1 := grantShare(rate1, ran1, ran1.Add(20*time.Second))
+		p.Shared(st, shareQuota, lease.ShareAsk, base, base.Add(out1+back1), g1)
+		accrued := func(g lease.Grant, redis time.Time) float64 {
+			rs := g.RateShare
+			if redis.After(rs.Until) {
+				redis = rs.Until
+			}
+			return rs.Rate * max(redis.Sub(rs.From), 0).Seconds()
+		}
+		var dripped int64
+		at := base.Add(out1 + back1)
+		cutAt := at.Add(time.Duration(rapid.Int64Range(0, int64(8*time.Second)).Draw(t, "cut")))
+		for ; at.Before(cutAt); at = at.Add(time.Duration(rapid.Int64Range(1, int64(500*time.Millisecond)).Draw(t, "step"))) {
+			a := p.Plan(st, shareQuota, at, Input{Level: 0})
+			dripped += a.Drip
+			st.ledger.Sync(0)
+		}
+		// The renewal's plan: what is due comes due, then the share is cut.
+		a := p.Plan(st, shareQuota, cutAt, Input{Level: 0})
+		dripped += a.Drip
+		st.ledger.Sync(0)
+		_, cut := st.cutShare()
+		out2, back2 := delay("out2"), delay("back2")
+		ran2 := cutAt.Add(out2).Add(-offset) // Redis replaced the share then
+		g2 := grantShare(rate2, ran2, ran2.Add(10*time.Second))
+		p.SharedAfter(st, shareQuota, lease.ShareAsk, cutAt, cutAt.Add(out2+back2), g2, cut)
+		for at = cutAt.Add(out2 + back2); at.Before(cutAt.Add(12 * time.Second)); at = at.Add(time.Duration(rapid.Int64Range(1, int64(500*time.Millisecond)).Draw(t, "step2"))) {
+			a := p.Plan(st, shareQuota, at, Input{Level: 0})
+			dripped += a.Drip
+			st.ledger.Sync(0)
+			redis := at.Add(-offset)
+			if both := accrued(g1, minTime(redis, ran2)) + accrued(g2, redis); float64(dripped) > both+1e-9 {
+				t.Fatalf("at local +%v: %d tokens came due, the shares accrued %.3f in Redis's clock", at.Sub(base), dripped, both)
+			}
+			if a.Share != lease.ShareKeep {
+				return
+			}
+		}
+	})
+}
