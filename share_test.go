@@ -238,3 +238,29 @@ func TestShareRenewalKeepsTheFraction(t *testing.T) {
 		}
 	}
 }
+
+// TestSmallShareRenewedOncePerPeriod: shares of a token or two a period
+// (tenants of a rate of 4 and of 6 on 4 instances, 3 times over, period
+// 1 s) are renewed about once a period and give the tenants their rate.
+// Such a share comes due whole up to a token's time before it ends: the
+// planner then forgot it (Redis still held it) and asked at once, and
+// renewAt counted back from the last token; either way the new ask came
+// in the epoch's first half, which grants a share to that epoch's end
+// only, and asked again (heldShare.end).
+func TestSmallShareRenewedOncePerPeriod(t *testing.T) {
+	for _, rate := range []float64{4, 6} {
+		r := runSharesAt(t, rate, leasequota.WithLeaseTTL(time.Second), leasequota.WithRateShares(time.Second, 0))
+		least := 1.0
+		for _, n := range r.steadyAdmit {
+			least = min(least, float64(n)/(rate*20))
+		}
+		perPair := float64(r.steadyCalls) / 40 / 20
+		t.Logf("rate %v: %.3f calls a pair and second, the least tenant %.3f of its rate", rate, perPair, least)
+		if perPair > 1.2 {
+			t.Errorf("rate %v: %.3f calls a pair and second, want at most 1.2 (a renewal a period of 1 s)", rate, perPair)
+		}
+		if least < 0.9 {
+			t.Errorf("rate %v: the least tenant admitted %.3f of its rate in the steady state, want >= 0.9", rate, least)
+		}
+	}
+}

@@ -226,6 +226,9 @@ func (st *State) setClock(ns int64) {
 	}
 	if r := st.resv; r != nil {
 		r.start, r.granted = shiftStamp(r.start, shift), shiftStamp(r.granted, shift)
+		if sh := r.shared; sh != nil {
+			sh.end = shiftStamp(sh.end, shift)
+		}
 	}
 }
 

@@ -73,7 +73,7 @@ func (r *reservation) take(now stamp) (tokens int64, granted stamp) {
 	granted = r.granted
 	r.done += int32(n)
 	r.left -= int32(n)
-	if r.left == 0 {
+	if r.left == 0 && r.shared == nil {
 		*r = reservation{}
 	}
 	return n, granted
@@ -86,7 +86,11 @@ func (st *State) takeDue(now stamp) (tokens int64, granted stamp) {
 		return 0, 0
 	}
 	tokens, granted = st.resv.take(now)
-	if st.resv.left <= 0 {
+	// A rate share stays known until its end once its last whole token
+	// came due: Redis holds it still, and renewAt counts back from its end
+	// (heldShare.end). Dropped, the planner asked for a share at once,
+	// which replaced the share early, in its epoch's first half.
+	if r := st.resv; r.left <= 0 && (r.shared == nil || now >= r.shared.end) {
 		st.resv = nil
 	}
 	return tokens, granted

@@ -51,7 +51,16 @@ type heldShare struct {
 	// handing out the old shares until their renewals, up to 1.5 periods
 	// (4,669 tokens in 5 s after a rate of 1,000 went to 10, where the
 	// bound after a change allows 260: TestShareEndsWhenTheRateFalls).
-	under float64
+	// Rounded down to a float32: a fall by less than that is missed.
+	under float32
+	// end is the share's end in the local clock (its LocalWindow's until,
+	// rounded down), which renewAt counts back from. Why not the last
+	// token's due time: a share of a token or two a period comes due
+	// whole up to a token's time before it ends, and renewed counting
+	// back from there, the renewal came in the epoch's first half, which
+	// grants a share to that epoch's end only, renewed again at every
+	// tick (TestSmallShareRenewedOncePerPeriod).
+	end stamp
 }
 
 // shareDrift is the most the local clock's rate may differ from Redis's,
@@ -134,7 +143,7 @@ func (p *Planner) wantsShare(st *State, lim quota.Quota) bool {
 
 // renewAt returns when a call should renew or end st's share sh: two
 // intervals, but at most three eighths of the period, and a jitter of up
-// to a twentieth of the period before its last token comes due, so that
+// to a twentieth of the period before its end (heldShare.end), so that
 // a round's call reaches Redis before the share ends, and the instances
 // of a tenant do not renew together. Why at most 3/8 of the period: a
 // share ends with an epoch, and a renewal made in an epoch's first half
@@ -150,7 +159,7 @@ func (p *Planner) wantsShare(st *State, lim quota.Quota) bool {
 func (p *Planner) renewAt(st *State, sh *heldShare) int64 {
 	span := int64(p.cfg.SharePeriod / 20)
 	lead := min(int64(2*p.cfg.Interval), int64(p.cfg.SharePeriod)*3/8)
-	return st.at(st.resv.end()) - lead - p.jitter(st, sh.from, span)
+	return st.at(sh.end) - lead - p.jitter(st, sh.from, span)
 }
 
 // endAfter returns when a call may end st's share sh, whose demand was
@@ -210,7 +219,7 @@ func (p *Planner) shareOp(st *State, lim quota.Quota, ns int64) (op lease.ShareO
 		return lease.ShareKeep, false
 	}
 	sh := st.share()
-	if sh != nil && (lim.Rate < sh.under || st.resv.pace == 0) {
+	if sh != nil && (lim.Rate < float64(sh.under) || st.resv.pace == 0) {
 		// The rate fell (see heldShare.under), or the share is being
 		// ended (stopShare; Shared when the rate fell): its end goes, again
 		// if an earlier one was refused or failed. Why again: a stopped
@@ -271,7 +280,7 @@ func (st *State) cutShare() (time.Time, *reservation) {
 // (TestSkippedRenewalKeepsTheShare). Nothing to give back when r is nil
 // or st holds a reservation again.
 func (st *State) uncut(r *reservation) {
-	if r != nil && st.resv == nil && r.left > 0 {
+	if r != nil && st.resv == nil && (r.left > 0 || r.shared != nil) {
 		st.resv = r
 	}
 }
@@ -317,7 +326,7 @@ func (p *Planner) Shared(st *State, lim quota.Quota, op lease.ShareOp, sent, arr
 func (p *Planner) SharedAfter(st *State, lim quota.Quota, op lease.ShareOp, sent, arrived time.Time, g lease.Grant, cut *reservation) {
 	rs := g.RateShare
 	cur := st.share()
-	if cur != nil && lim.Rate < cur.under {
+	if cur != nil && lim.Rate < float64(cur.under) {
 		// The quota's rate fell since the share was granted (the reply
 		// brought the override): no more of its tokens come due (pace
 		// 0; left, the share stays known for the end to name it), and
@@ -378,7 +387,7 @@ func (p *Planner) SharedAfter(st *State, lim quota.Quota, op lease.ShareOp, sent
 		// stamp less the drip lag (how long before coming due a dripped
 		// token was granted: since the ask was planned), which reaches
 		// back past the share's From.
-		shared: &heldShare{rate: rs.Rate, from: from, until: until, under: lim.Rate},
+		shared: &heldShare{rate: rs.Rate, from: from, until: until, under: down32(lim.Rate), end: st.stampOf(lu * 1000)},
 	}
 }
 
@@ -392,7 +401,11 @@ func (p *Planner) SharedAfter(st *State, lim quota.Quota, op lease.ShareOp, sent
 // together. A stamp that is off (a rebase between the plan and the reply
 // moves the base on) only makes it smaller.
 func carried(cut *reservation, at stamp) float64 {
-	if cut == nil || cut.shared == nil || cut.left <= 0 || !(cut.pace > 0) || at <= cut.start {
+	if cut == nil || cut.shared == nil || !(cut.pace > 0) {
+		return 0
+	}
+	at = min(at, cut.shared.end) // nothing accrues past the share's end
+	if at <= cut.start {
 		return 0
 	}
 	q := float64(at-cut.start)*float64(cut.pace)/1000 - float64(cut.done)

@@ -28,7 +28,7 @@ import (
 // as for a tenant that leased before, when a request or a refund needs it
 // planned. Allocated apart as well, while needed: the ledger's batches
 // while tokens are leased (48 bytes), a reservation while reserved tokens
-// or a rate share's are to come (32, and 24 for the share), the fallback bucket once Redis has failed. Its name
+// or a rate share's are to come (32, and 32 for the share), the fallback bucket once Redis has failed. Its name
 // is the one copy the registry has: its table holds the Tenant (see
 // table).
 type Tenant struct {
