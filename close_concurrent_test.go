@@ -24,13 +24,7 @@ func TestConcurrentCloseInABubble(t *testing.T) {
 		defer close(done)
 		synctest.Test(t, func(t *testing.T) {
 			store := faultstore.New(memstore.New())
-			store.SetHook(func(ctx context.Context, c faultstore.Call) error {
-				if c.Op == faultstore.OpAcquire {
-					<-ctx.Done() // answers nothing: the call ends at its deadline
-					return ctx.Err()
-				}
-				return nil
-			})
+			store.SetHook(faultstore.Hang(faultstore.OpAcquire)) // answers nothing: a call ends at its deadline
 			l, err := leasequota.NewWithStore(store, leasequota.WithLogger(testLogger(t)),
 				leasequota.WithDefaultQuota(leasequota.Quota{Rate: 10, Burst: 10}), leasequota.WithRedisTimeout(time.Second))
 			if err != nil {

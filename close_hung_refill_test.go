@@ -24,13 +24,7 @@ import (
 func TestCloseWakesRequestsWaitingOnAHungRefill(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := faultstore.New(memstore.New())
-		store.SetHook(func(ctx context.Context, c faultstore.Call) error {
-			if c.Op == faultstore.OpAcquire {
-				<-ctx.Done() // answers nothing: the call ends at its deadline
-				return ctx.Err()
-			}
-			return nil
-		})
+		store.SetHook(faultstore.Hang(faultstore.OpAcquire)) // answers nothing: a call ends at its deadline
 		l := newLimiter(t, store, leasequota.WithDefaultQuota(leasequota.Quota{Rate: 10, Burst: 10}),
 			leasequota.WithRedisTimeout(2*time.Second), leasequota.WithColdStartWait(5*time.Second))
 		ctx := context.Background()

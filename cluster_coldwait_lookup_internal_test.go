@@ -21,13 +21,7 @@ func hangingCluster() *faultstore.Store {
 		<-ctx.Done()
 		return "", false
 	})
-	store.SetHook(func(ctx context.Context, c faultstore.Call) error {
-		if c.Op == faultstore.OpAcquire {
-			<-ctx.Done()
-			return ctx.Err()
-		}
-		return nil
-	})
+	store.SetHook(faultstore.Hang(faultstore.OpAcquire)) // answers nothing: a call ends at its deadline
 	return store
 }
 

@@ -125,6 +125,20 @@ func Pause(until time.Time) Hook {
 	}
 }
 
+// Hang returns a Hook that holds every call of kind op until its ctx is
+// done, and fails it with ctx.Err(): a Redis that takes the command and
+// answers nothing, so that the call ends at its deadline. Other calls go
+// through.
+func Hang(op Op) Hook {
+	return func(ctx context.Context, c Call) error {
+		if c.Op != op {
+			return nil
+		}
+		<-ctx.Done()
+		return ctx.Err()
+	}
+}
+
 // hold waits for d, or until ctx is done: then it returns ctx.Err().
 func hold(ctx context.Context, d time.Duration) error {
 	if d <= 0 {

@@ -86,6 +86,28 @@ func TestDelayAndPause(t *testing.T) {
 	}
 }
 
+// TestHang: Hang holds the calls of its kind until their deadline, and
+// lets the others through.
+func TestHang(t *testing.T) {
+	s := faultstore.New(memstore.New())
+	v, err := s.Instance("a", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.SetHook(faultstore.Hang(faultstore.OpAcquire))
+	short, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if err := acquire(short, v); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("a hung acquire: %v, want DeadlineExceeded", err)
+	}
+	if _, err := v.QuotaVersion(context.Background()); err != nil {
+		t.Errorf("a quota-version read under Hang(OpAcquire): %v, want it through", err)
+	}
+	if made, reached := s.Calls(faultstore.OpAcquire); made != 1 || reached != 0 {
+		t.Errorf("acquires made %d, reached %d; want 1 and 0", made, reached)
+	}
+}
+
 // TestHookSeesTheCall: a hook is told the instance, the kind of call and
 // its tenants, and may fail the calls it picks by them, the others
 // reaching the store; an outage fails a call at once, before the hook.
