@@ -1,13 +1,10 @@
 package syncer
 
 import (
-	"context"
-	"fmt"
 	"testing"
 	"time"
 
 	"github.com/leasequota/leasequota/lease/memstore"
-	"github.com/leasequota/leasequota/quota"
 )
 
 // BenchmarkRoundWindowCut is one round over 2,000 tenants that each plan a
@@ -25,25 +22,7 @@ func BenchmarkRoundWindowCut(b *testing.B) {
 		b.Fatal(err)
 	}
 	s := New(view, Options{Planner: NewPlanner(Config{Interval: 100 * time.Millisecond}, 1), Now: clock})
-	q := quota.Quota{Rate: 1e6, Burst: 1e6, MinLease: 1, MaxLease: 10, LeaseTTL: time.Second}
-	all := make([]*Tenant, tenants)
-	for i := range all {
-		if all[i], err = s.Track(fmt.Sprintf("tenant-%05d", i), q); err != nil {
-			b.Fatal(err)
-		}
-	}
-	ctx := context.Background()
-	round := func() {
-		for _, t := range all {
-			if h := t.Held(); h > 0 {
-				t.Spend(h)
-			}
-			t.NoteMiss(2)
-		}
-		now = now.Add(2 * time.Second)
-		setWindow(s, room)
-		s.Tick(ctx)
-	}
+	round := spendingRounds(b, s, &now, tenants, room)
 	for range 4 {
 		round()
 	}

@@ -25,26 +25,7 @@ func BenchmarkRoundAcquire(b *testing.B) {
 	clock := func() time.Time { return now }
 	st := &grantAll{now: clock}
 	s := New(st, Options{Planner: NewPlanner(Config{Interval: 100 * time.Millisecond}, 1), Now: clock})
-	q := quota.Quota{Rate: 1e6, Burst: 1e6, MinLease: 1, MaxLease: 10, LeaseTTL: time.Second}
-	all := make([]*Tenant, tenants)
-	var err error
-	for i := range all {
-		if all[i], err = s.Track(fmt.Sprintf("tenant-%05d", i), q); err != nil {
-			b.Fatal(err)
-		}
-	}
-	ctx := context.Background()
-	round := func() {
-		for _, t := range all {
-			if h := t.Held(); h > 0 {
-				t.Spend(h)
-			}
-			t.NoteMiss(2)
-		}
-		now = now.Add(2 * time.Second)
-		setWindow(s, 2*tenants)
-		s.Tick(ctx)
-	}
+	round := spendingRounds(b, s, &now, tenants, 2*tenants)
 	for range 4 {
 		round()
 	}
@@ -59,6 +40,35 @@ func BenchmarkRoundAcquire(b *testing.B) {
 		b.Fatalf("%.0f acquires a round, want about %d", n, tenants)
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/tenants, "ns/tenant")
+}
+
+// spendingRounds tracks n tenants on s (a quota that leases up to 10
+// tokens a call) and returns a round of them: every tenant spends what it
+// holds and misses, the clock *now moves 2 s on, past every hold, the
+// call budget's window is set to window, and s ticks. Each round then
+// plans a call for every tenant.
+func spendingRounds(b *testing.B, s *Syncer, now *time.Time, n, window int) func() {
+	b.Helper()
+	q := quota.Quota{Rate: 1e6, Burst: 1e6, MinLease: 1, MaxLease: 10, LeaseTTL: time.Second}
+	all := make([]*Tenant, n)
+	for i := range all {
+		var err error
+		if all[i], err = s.Track(fmt.Sprintf("tenant-%05d", i), q); err != nil {
+			b.Fatal(err)
+		}
+	}
+	ctx := context.Background()
+	return func() {
+		for _, t := range all {
+			if h := t.Held(); h > 0 {
+				t.Spend(h)
+			}
+			t.NoteMiss(2)
+		}
+		*now = now.Add(2 * time.Second)
+		setWindow(s, window)
+		s.Tick(ctx)
+	}
 }
 
 // grantAll is a lease.Store that grants every acquire in full, at once,
