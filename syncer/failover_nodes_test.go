@@ -40,6 +40,32 @@ func (s *failoverStore) AcquireMany(ctx context.Context, reqs []lease.Request, r
 	return s.Store.AcquireMany(ctx, reqs, results)
 }
 
+// cutOldMaster makes a Cluster syncer on a failoverStore, with idle as
+// its IdleTimeout, and 6 tenants whose refills the old master answers
+// late, one cut of its window each (to its floor of 8: 32 instances). The
+// caller closes s.
+func cutOldMaster(t *testing.T, idle time.Duration) (s *syncer.Syncer, st *failoverStore, clock *fakeClock, tenants []*syncer.Tenant) {
+	t.Helper()
+	clock, view := clockedView(t)
+	st = &failoverStore{Store: view, clock: clock, lateOld: 60 * time.Millisecond}
+	s = syncer.New(st, syncer.Options{
+		Planner:     syncer.NewPlanner(syncer.Config{Interval: 100 * time.Millisecond}, 1),
+		Now:         clock.Now,
+		Cluster:     true,
+		CallTimeout: 10 * time.Second, // the delays that count are the test clock's
+		Instances:   32,               // a window's floor of 8
+		IdleTimeout: idle,
+	})
+	track := tracker(t, s, quota.Quota{Rate: 1000, Burst: 1000, MinLease: 1, MaxLease: 100, LeaseTTL: time.Second})
+	for i := range 6 {
+		tn := track(fmt.Sprintf("t-%d", i))
+		clock.Add(time.Millisecond) // one cut per round trip
+		<-s.Refill(context.Background(), tn, 1)
+		tenants = append(tenants, tn)
+	}
+	return s, st, clock, tenants
+}
+
 // TestClusterFailoverForgetsOldMaster: after a failover (the master's
 // replica promoted under a new address, which NodeOf names from then on),
 // the syncer forgets the old address's redisNode once no tenant has been
@@ -52,26 +78,9 @@ func (s *failoverStore) AcquireMany(ctx context.Context, reqs []lease.Request, r
 // restart, where masters get new addresses).
 func TestClusterFailoverForgetsOldMaster(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	clock, view := clockedView(t)
-	st := &failoverStore{Store: view, clock: clock, lateOld: 60 * time.Millisecond}
-	s := syncer.New(st, syncer.Options{
-		Planner:     syncer.NewPlanner(syncer.Config{Interval: 100 * time.Millisecond}, 1),
-		Now:         clock.Now,
-		Cluster:     true,
-		CallTimeout: 10 * time.Second, // the delays that count are the test clock's
-		Instances:   32,               // a window's floor of 8
-	})
+	s, st, clock, tenants := cutOldMaster(t, 0)
 	defer s.Close()
 	ctx := context.Background()
-	track := tracker(t, s, quota.Quota{Rate: 1000, Burst: 1000, MinLease: 1, MaxLease: 100, LeaseTTL: time.Second})
-	var tenants []*syncer.Tenant
-	for i := range 6 {
-		tenants = append(tenants, track(fmt.Sprintf("t-%d", i)))
-	}
-	for _, tn := range tenants {
-		clock.Add(time.Millisecond) // one cut per round trip
-		<-s.Refill(ctx, tn, 1)
-	}
 	if got := s.Stats(); got.CallWindow != 8 || s.Nodes() != 1 {
 		t.Fatalf("after 6 late replies of the old master: window %d, %d nodes; want the floor, 8, and 1 node", got.CallWindow, s.Nodes())
 	}
@@ -103,24 +112,8 @@ func TestClusterFailoverForgetsOldMaster(t *testing.T) {
 // of a fresh node each time).
 func TestClusterNodesKeptWithEndlessIdleTimeout(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	clock, view := clockedView(t)
-	st := &failoverStore{Store: view, clock: clock, lateOld: 60 * time.Millisecond}
-	s := syncer.New(st, syncer.Options{
-		Planner:     syncer.NewPlanner(syncer.Config{Interval: 100 * time.Millisecond}, 1),
-		Now:         clock.Now,
-		Cluster:     true,
-		CallTimeout: 10 * time.Second,
-		Instances:   32,
-		IdleTimeout: math.MaxInt64,
-	})
+	s, _, _, _ := cutOldMaster(t, math.MaxInt64)
 	defer s.Close()
-	ctx := context.Background()
-	track := tracker(t, s, quota.Quota{Rate: 1000, Burst: 1000, MinLease: 1, MaxLease: 100, LeaseTTL: time.Second})
-	for i := range 6 {
-		tn := track(fmt.Sprintf("t-%d", i))
-		clock.Add(time.Millisecond)
-		<-s.Refill(ctx, tn, 1)
-	}
 	if got := s.Stats(); got.CallWindow != 8 || s.Nodes() != 1 {
 		t.Errorf("after 6 late replies of the master, IdleTimeout never: window %d, %d nodes; want the floor, 8, and 1 node", got.CallWindow, s.Nodes())
 	}
