@@ -200,6 +200,18 @@ lookup:
 				}
 				continue
 			}
+			// n against the burst as it is now, as AllowN checks it
+			// before its spend: a quota lowered below n while the call
+			// waited for another tenant (a turn) left this one's lease
+			// holding n tokens of the old quota, and the pass spent them,
+			// admitting n above its Burst
+			// (TestAllowAllChecksEveryBurstAtEachPass). Short here, the
+			// tenant is answered ReasonInvalidN below.
+			lim := e.Limits()
+			if n > lim.Burst {
+				short = i
+				break
+			}
 			front := e.Front()
 			// Spend counts the admission now (for n = 1 the spend is the
 			// count: no atomic add): a pass that ends short takes it back.
@@ -212,7 +224,7 @@ lookup:
 				adm.front[i] = front
 			}
 			if best < 0 || left <= bestLeft {
-				fleet := fleetRemaining(e.Level(), left, e.Limits().Burst)
+				fleet := fleetRemaining(e.Level(), left, lim.Burst)
 				if best < 0 || left < bestLeft || fleet < bestFleet {
 					best, bestLeft, bestFleet = i, left, fleet
 				}
@@ -248,10 +260,11 @@ lookup:
 		}
 		e := ts[short]
 		if lim := e.Limits(); n > lim.Burst {
-			// A SetQuota since the lookup put the short tenant's burst
-			// below n: the call can never be admitted. Said here, before
-			// the pause and the denial below, which would first wait
-			// for tokens (or deny as for a lack of them).
+			// A quota lowered since the lookup (SetQuota, a refresh) put
+			// the short tenant's burst below n: the call can never be
+			// admitted. Said here, before the pause and the denial
+			// below, which would first wait for tokens (or deny as for
+			// a lack of them).
 			l.uncountModes(&modes)
 			d, err := l.invalidN(tenants[short], n, *lim, untilAdmitted)
 			d.Tenant = tenants[short]
