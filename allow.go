@@ -104,10 +104,11 @@ func (l *Limiter) allowN(d *Decision, ctx context.Context, tenant string, n int6
 }
 
 // WaitN blocks until n tokens of tenant's quota are admitted and returns
-// the admission, or until ctx is done (returning ctx's error, wrapped), or
-// the limiter is closed (ErrClosed). It returns an error at once when n
-// can never be admitted: n <= 0 (ErrInvalidN), n > Burst (ErrExceedsBurst)
-// or an invalid quota (ErrInvalidQuota).
+// the admission, or until ctx is done (returning ctx's error, wrapped,
+// with the cause ctx was given, if any: context.WithCancelCause), or the
+// limiter is closed (ErrClosed). It returns an error at once when n can
+// never be admitted: n <= 0 (ErrInvalidN), n > Burst (ErrExceedsBurst) or
+// an invalid quota (ErrInvalidQuota).
 //
 // While Redis cannot be reached and the lease is spent, WaitN keeps
 // waiting in every failure mode: FailOpen admits at once, FailLocal admits

@@ -2,6 +2,7 @@ package leasequota
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -119,7 +120,7 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n
 				if d.Allowed {
 					return d, nil
 				}
-				return d, unavailableError(tenant, n, ctx.Err())
+				return d, unavailableError(tenant, n, ctxError(ctx))
 			}
 			continue
 		}
@@ -330,7 +331,7 @@ func (l *Limiter) gaveUp(ctx context.Context, tenant string, e *syncer.Tenant, n
 	if !untilAdmitted {
 		return d, nil
 	}
-	return d, waitError(tenant, n, context.Cause(ctx))
+	return d, waitError(tenant, n, ctxError(ctx))
 }
 
 // sleeper sleeps on one timer, reused across the sleeps of a wait loop,
@@ -345,7 +346,7 @@ type sleeper struct {
 }
 
 // sleep waits d, or until wake is closed (nil: never), or the Limiter
-// closes, or until ctx is done (returning ctx's error).
+// closes, or until ctx is done (returning ctxError).
 func (s *sleeper) sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) error {
 	if s.t == nil {
 		s.t = time.NewTimer(d)
@@ -360,8 +361,23 @@ func (s *sleeper) sleep(ctx context.Context, d time.Duration, wake <-chan struct
 	case <-s.closing:
 		return nil
 	case <-ctx.Done():
-		return ctx.Err()
+		return ctxError(ctx)
 	}
+}
+
+// ctxError is the error of a wait that ctx ended: ctx's error and, when
+// ctx was given a cause of its own (context.WithCancelCause,
+// WithTimeoutCause), that cause, both wrapped. WaitN's and WaitAll's docs
+// promise ctx's error, which callers test for (errors.Is(err,
+// context.DeadlineExceeded), as ExampleLimiter_WaitN does); the wait for a
+// refill returned the cause alone, and the waits through an outage and
+// WaitAll's pause ctx.Err() alone (TestWaitErrorWrapsCtxErrorAndCause).
+func ctxError(ctx context.Context) error {
+	err := ctx.Err()
+	if cause := context.Cause(ctx); cause != nil && cause != err {
+		return fmt.Errorf("%w: %w", err, cause)
+	}
+	return err
 }
 
 // stop stops the timer, if any.

@@ -70,11 +70,12 @@ func (l *Limiter) AllowAll(ctx context.Context, n int64, tenants ...string) Deci
 
 // WaitAll is AllowAll with WaitN's contract: it blocks until n tokens of
 // every tenant are admitted at once and returns the admission, or until
-// ctx is done (returning the denial and ctx's error, wrapped), or the
-// limiter is closed (ErrClosed). It returns an error at once when the
-// call can never be admitted: no tenants (ErrNoTenants), a tenant named
-// twice (ErrDuplicateTenant), n <= 0 (ErrInvalidN), n above a tenant's
-// Burst (ErrExceedsBurst), or an invalid quota (ErrInvalidQuota).
+// ctx is done (returning the denial and ctx's error, wrapped, with its
+// cause if it was given one), or the limiter is closed (ErrClosed). It
+// returns an error at once when the call can never be admitted: no
+// tenants (ErrNoTenants), a tenant named twice (ErrDuplicateTenant),
+// n <= 0 (ErrInvalidN), n above a tenant's Burst (ErrExceedsBurst), or an
+// invalid quota (ErrInvalidQuota).
 //
 // It waits for one tenant at a time, as WaitN does (on the same wake-ups:
 // a lease call for the tenant, the global bucket refilling, Redis
