@@ -9,10 +9,12 @@ import (
 // that waiting could turn into an admission (Reason.Waitable) with a
 // RetryAfter of at most maxWait waits for it, as WaitAll does, for up to
 // maxWait (and ctx). A wait that fails returns the fresh denial it ended
-// with. When it denies, it spends nothing from any tenant, waiting or
-// not. It is what a request handler with a latency budget and several
-// policies wants: the HTTP middleware and the gRPC interceptors use it.
-// With one tenant it is AllowNWithin.
+// with. When it denies, it spends nothing from any tenant's lease,
+// waiting or not (a token that a tenant's FailLocal fallback bucket gave
+// a turn is not given back, as for AllowAll: docs/policies.md). It is
+// what a request handler with a latency budget and several policies
+// wants: the HTTP middleware and the gRPC interceptors use it. With one
+// tenant it is AllowNWithin.
 func (l *Limiter) AllowAllWithin(ctx context.Context, n int64, maxWait time.Duration, tenants ...string) Decision {
 	d := l.AllowAll(ctx, n, tenants...)
 	if d.Allowed || maxWait <= 0 || !d.Reason.Waitable() || d.RetryAfter > maxWait {
