@@ -149,9 +149,14 @@ drain:
 			break drain
 		}
 	}
-	if s.opts.Driven {
-		// In name order, once each: the order in which requests queued
-		// them is up to the scheduler.
+	// Once each, in name order (in driven mode the order matters: the
+	// order in which requests queued them is up to the scheduler). A
+	// tenant is queued again by a miss after a tick took its urgency,
+	// while the queue still holds it: planned twice in one round, it was
+	// listed twice as kept, and the round counted it twice toward
+	// MaxTenants (with MaxTenants 1, the one tenant was evicted:
+	// TestUrgentRoundCountsATenantOnce).
+	if len(short) > 1 {
 		slices.SortFunc(short, func(a, b *Tenant) int { return cmp.Compare(a.name, b.name) })
 		short = slices.Compact(short)
 	}
