@@ -88,9 +88,18 @@ func (s *Syncer) drainLocked(t *Tenant, now time.Time) (lease.ReleaseRequest, bo
 // idleOrKept adds t, whose lock is held and which has no call planned, to
 // evict when it has been idle for Options.IdleTimeout at time now, and
 // reports whether it did; else, with Options.MaxTenants set, it lists t
-// for eviction by age (s.lru).
+// for eviction by age (s.lru). A tenant with requests since its last plan
+// (activeSincePlan) was active after it: as of now. Why: a round passes
+// by a held-back tenant (quiet.go) whatever its requests miss or spend,
+// so its last plan's activity was stale by up to half the idle timeout,
+// and over MaxTenants the tenant whose requests came at every tick was
+// evicted as the least recently active, before tenants whose last
+// request was older (TestMaxTenantsKeepsAHeldBackTenantItsRequestsHit).
 func (s *Syncer) idleOrKept(t *Tenant, now time.Time, evict *[]*Tenant) bool {
 	active := t.lastActive()
+	if t.activeSincePlan() {
+		active = max(active, now.UnixNano())
+	}
 	if now.UnixNano()-active >= int64(s.opts.IdleTimeout) {
 		*evict = append(*evict, t)
 		return true
@@ -99,6 +108,19 @@ func (s *Syncer) idleOrKept(t *Tenant, now time.Time, evict *[]*Tenant) bool {
 		s.lru = append(s.lru, lruEntry{active: active, t: t})
 	}
 	return false
+}
+
+// activeSincePlan reports whether requests missed, or spent from t's
+// lease, since its last plan (t.mu held): its miss word holds something
+// (NoteMiss, NoteNeed, Unmiss), or its counter holds less than its ledger,
+// which each plan brings down to the counter (Ledger.Sync) and nothing
+// else lowers but a drain.
+func (t *Tenant) activeSincePlan() bool {
+	if t.miss.Load() != 0 {
+		return true
+	}
+	ls := t.lease.Load()
+	return ls != nil && t.tokens.Load() < ls.st.ledger.Total()
 }
 
 // sleep lets t go dormant (see Tenant) when it may at time now: its

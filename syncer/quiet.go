@@ -88,8 +88,8 @@ func (p *Planner) Quiet(st *State, ns, level int64, urgent bool) bool {
 // quiet reports whether a round may leave t (locked) alone
 // at now (Planner.Quiet): it has nothing but its demand to observe, no
 // refund or recovery due, and it was active within half the idle timeout,
-// so the idle check needs no fresh plan (the misses it has not observed do
-// not count as activity yet).
+// so the idle check needs no fresh plan (its requests since its last plan
+// count as activity there, as of now: idleOrKept).
 func (s *Syncer) quiet(t *Tenant, now time.Time) bool {
 	f := t.flags.Load()
 	ls := t.lease.Load()
