@@ -274,16 +274,22 @@ func (s *Syncer) setOverride(t *Tenant, o *lease.Override) {
 	}
 }
 
-// requota lifts t's hold-back when the quota in force went from old to
-// next with a higher rate or burst (Planner.Raised), and lets rounds plan
-// t again at once (its quiet time was reckoned from the old quota too).
-// t.mu must be held.
+// requota lets rounds plan t again at once when the quota in force went
+// from old to next (its quiet time was reckoned from the old quota: the
+// expiry of its batches from the old LeaseTTL, which a shorter one brings
+// forward; TestRebaseShorterLeaseTTLExpiresAQuietTenantsTokens), and lifts
+// its hold-back when the rate or burst rose (Planner.Raised). t.mu must be
+// held.
 func (s *Syncer) requota(t *Tenant, old, next *quota.Quota) {
 	ls := t.lease.Load()
-	if ls == nil || next.Rate <= old.Rate && next.Burst <= old.Burst {
+	if ls == nil || *next == *old {
+		return
+	}
+	ls.st.flags &^= flagQuiet | flagQuietHeld
+	t.quietUntil.Store(0)
+	if next.Rate <= old.Rate && next.Burst <= old.Burst {
 		return
 	}
 	s.planner.Raised(&ls.st, s.opts.Now())
-	t.quietUntil.Store(0)
 	s.setRetry(t)
 }
