@@ -77,6 +77,7 @@ func (s *Syncer) round(ctx context.Context, tenants iter.Seq[*Tenant], quotaChec
 	s.lockedRefunds = s.lockedRefunds[:0]
 	ns := now.UnixNano()
 	leftAlone := false // a tenant was left to a later tick (quiet.go)
+	locked := 0        // tenants found locked: a call in flight for them
 	for t := range tenants {
 		if t.flag(flagEvicted) {
 			continue
@@ -89,6 +90,7 @@ func (s *Syncer) round(ctx context.Context, tenants iter.Seq[*Tenant], quotaChec
 			continue
 		}
 		if !t.mu.TryLock() {
+			locked++
 			if t.flag(flagRefunded) {
 				s.lockedRefunds = append(s.lockedRefunds, t.name)
 			}
@@ -150,8 +152,13 @@ func (s *Syncer) round(ctx context.Context, tenants iter.Seq[*Tenant], quotaChec
 	s.unlocked.Broadcast()
 	// Over the cap: evict the least recently active of the tenants with
 	// no call in flight. Tenants waiting for a lease count toward the cap
-	// too, or a burst of new tenants would stall eviction.
-	if over := len(s.lru) + len(jobs) - s.opts.MaxTenants; track && over > 0 {
+	// too, or a burst of new tenants would stall eviction: this round's
+	// calls, and those found locked, whose call is in flight already (a
+	// new tenant's first lease, a refill, an earlier round's call in
+	// Cluster mode). Uncounted, a round over 4 old tenants and 4 new ones
+	// with their first lease calls in flight, of MaxTenants 4, evicted
+	// none (TestMaxTenantsCountsTenantsWithARefillInFlight).
+	if over := len(s.lru) + len(jobs) + locked - s.opts.MaxTenants; track && over > 0 {
 		slices.SortFunc(s.lru, func(a, b lruEntry) int {
 			// Ties by name, so that the choice does not follow map order.
 			return cmp.Or(cmp.Compare(a.active, b.active), cmp.Compare(a.t.name, b.t.name))
