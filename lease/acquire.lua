@@ -27,7 +27,8 @@
 --          from every entry (dropping stale ones) at least every 1/8
 --          window, which also keeps the hash for at least 2 windows more
 --          (or until the shares in force end: SHARES), never shortening
---          its TTL (a longer window's entries need more). So a call
+--          its TTL (a longer window's entries need more; unless an ACL
+--          refuses PTTL: see keepRegistry below). So a call
 --          reads one entry, not all, and writes little: its cost does not
 --          grow with the instances.
 --          KEYS[2] is always passed (so that KEYS[3] has a fixed place) but
@@ -689,7 +690,15 @@ local function acquire(key, ikey, qkey, o, clock, nargs)
     -- PTTL, on the calls that renew (a recompute, a share granted); -1 (no
     -- TTL) is below any. Releases before this one set it as they found
     -- it: beside them the hash lives as long as their last renewal says.
-    if redis.call('PTTL', ikey) < ttl then
+    -- PTTL is the one command of this script that the previous release's
+    -- (v10) did not call, so an ACL written for those commands refuses
+    -- it; and it comes after the bucket and the caller's entry are
+    -- written, which a failing script does not roll back: raised, the
+    -- refusal failed the acquire after its tokens were taken, at every
+    -- renewal (TestAcquireBesideAnACLWithoutPTTL). Refused (an error
+    -- table, not a number), the TTL is set as v10 sets it.
+    local pttl = redis.pcall('PTTL', ikey)
+    if type(pttl) ~= 'number' or pttl < ttl then
       redis.call('PEXPIRE', ikey, string.format('%d', ttl))
     end
   end

@@ -134,46 +134,71 @@ var (
 // sooner. Beside v10, the last release whose acquire cut the registry's
 // TTL to its own two windows, it runs a second time with this release's
 // window a third of the old clients' (v10-shorter): their recomputes
-// leave the old clients' longer TTL as it is.
+// leave the old clients' longer TTL as it is. And a third time on a
+// redis-server of its own whose ACL refuses PTTL, as one written for
+// v10's commands does (v10-acl): both sides' calls all succeed
+// (TestAcquireBesideAnACLWithoutPTTL).
 func TestMixedFleetRollout(t *testing.T) {
 	for _, old := range []struct {
 		name, common, acquire, release string
 		reply                          int  // elements in its acquire's reply; 0: one string
 		shorter                        bool // this release's window a third of the old one's
+		acl                            bool // an ACL of v10's commands: no PTTL
 	}{
-		{"v1", v1Common, v1Acquire, v1Release, 6, false},
-		{"v2", v2Common, v2Acquire, v2Release, 6, false},
-		{"v3", v3Common, v3Acquire, v3Release, 9, false},
-		{"v4", v4Common, v4Acquire, v4Release, 9, false},
-		{"v5", v5Common, v5Acquire, v5Release, 9, false},
-		{"v6", v6Common, v6Acquire, v6Release, 9, false},
-		{"v7", v7Common, v7Acquire, v6Release, 9, false},  // v7's release.lua is v6's
-		{"v8", v8Common, v8Acquire, v6Release, 10, false}, // and v8's
-		{"v9", v9Common, v9Acquire, v10Release, 0, false}, // v9's is v10's
-		{"v10", v10Common, v10Acquire, v10Release, 0, false},
-		{"v10-shorter", v10Common, v10Acquire, v10Release, 0, true},
-		{"v11", v11Common, v11Acquire, v11Release, 0, false},
+		{"v1", v1Common, v1Acquire, v1Release, 6, false, false},
+		{"v2", v2Common, v2Acquire, v2Release, 6, false, false},
+		{"v3", v3Common, v3Acquire, v3Release, 9, false, false},
+		{"v4", v4Common, v4Acquire, v4Release, 9, false, false},
+		{"v5", v5Common, v5Acquire, v5Release, 9, false, false},
+		{"v6", v6Common, v6Acquire, v6Release, 9, false, false},
+		{"v7", v7Common, v7Acquire, v6Release, 9, false, false},  // v7's release.lua is v6's
+		{"v8", v8Common, v8Acquire, v6Release, 10, false, false}, // and v8's
+		{"v9", v9Common, v9Acquire, v10Release, 0, false, false}, // v9's is v10's
+		{"v10", v10Common, v10Acquire, v10Release, 0, false, false},
+		{"v10-shorter", v10Common, v10Acquire, v10Release, 0, true, false},
+		{"v10-acl", v10Common, v10Acquire, v10Release, 0, false, true},
+		{"v11", v11Common, v11Acquire, v11Release, 0, false, false},
 	} {
 		t.Run(old.name, func(t *testing.T) {
 			newWindow := 3 * mixedWindow
 			if old.shorter {
 				newWindow = mixedWindow / 3
 			}
-			mixedFleet(t, redis.NewScript(old.common+old.acquire), redis.NewScript(old.common+old.release), old.reply, newWindow)
+			rdb := redisserver.Client(t)
+			if old.acl {
+				rdb = withoutPTTL(t)
+			}
+			mixedFleet(t, rdb, redis.NewScript(old.common+old.acquire), redis.NewScript(old.common+old.release), old.reply, newWindow)
 		})
 	}
+}
+
+// withoutPTTL returns a client of a redis-server of its own, logged in as
+// a user whose ACL allows every command but PTTL: one written for the
+// commands of v10's scripts.
+func withoutPTTL(t *testing.T) *redis.Client {
+	t.Helper()
+	srv := redisserver.StartServer(t)
+	admin := srv.Client()
+	defer admin.Close()
+	const user, pass = "limiter", "limiter-pass"
+	if err := admin.Do(context.Background(), "ACL", "SETUSER", user, "on", ">"+pass, "~*", "+@all", "-pttl").Err(); err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: user, Password: pass})
+	t.Cleanup(func() { rdb.Close() })
+	return rdb
 }
 
 // mixedWindow is the old clients' registry window in mixedFleet.
 const mixedWindow = 300 * time.Millisecond
 
-// mixedFleet runs old clients (their acquire and release scripts, whose
+// mixedFleet runs on rdb old clients (their acquire and release scripts, whose
 // acquire replies with reply elements, or with one string when reply is
 // 0, as its release then does) and this release's, whose registry window
 // is newWindow, on one tenant; see TestMixedFleetRollout.
-func mixedFleet(t *testing.T, old, oldRelease *redis.Script, reply int, newWindow time.Duration) {
+func mixedFleet(t *testing.T, rdb *redis.Client, old, oldRelease *redis.Script, reply int, newWindow time.Duration) {
 	ctx := context.Background()
-	rdb := redisserver.Client(t)
 	prefix := redisserver.Prefix(t)
 	const (
 		tenant = "rollout"
