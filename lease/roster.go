@@ -69,8 +69,9 @@ var (
 // roster at RosterKey for its window and returns how many instances have
 // an entry there that has not expired, this one included: each entry
 // lives for its own instance's window after its last count. One script
-// call (ZADD, ZREMRANGEBYSCORE, PTTL, at most one PEXPIRE and ZCARD of the
-// roster, at Redis's TIME). It fails with an error wrapping ErrBadRequest
+// call (ZCARD and PTTL of the roster, then ZADD, ZREMRANGEBYSCORE and at
+// most one PEXPIRE, at Redis's TIME: the reads first, so that an ACL that
+// refuses one leaves the roster as it was). It fails with an error wrapping ErrBadRequest
 // for a client without WithInstance, without calling Redis, and with one
 // wrapping ErrNoRoster when Redis refuses the roster for good.
 //

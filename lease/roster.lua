@@ -22,9 +22,20 @@ if window == nil or window < 1 or window ~= math.floor(window) or window > 1e15 
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('ZADD', KEYS[1], string.format('%d', now + window), id)
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. string.format('%d', now))
-if redis.call('PTTL', KEYS[1]) < 2 * window then
+-- The reads come before the writes: a script that fails is not rolled
+-- back, and an ACL may refuse a command (PTTL and ZCARD, which the
+-- tenants' scripts of earlier releases never called, are missing from
+-- one written for theirs): refused after the ZADD, a count left the
+-- caller's entry, without PTTL in a roster nothing would expire
+-- (TestRosterRefusedWritesNothing). The count is the entries before,
+-- plus the caller's when new (ZADD's reply), less those expired (the
+-- caller's, scored after now, is not among them); the TTL read before
+-- the ZADD is the one after it (-2 for a new key: renewed below).
+local n = redis.call('ZCARD', KEYS[1])
+local ttl = redis.call('PTTL', KEYS[1])
+n = n + redis.call('ZADD', KEYS[1], string.format('%d', now + window), id)
+n = n - redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. string.format('%d', now))
+if ttl < 2 * window then
   redis.call('PEXPIRE', KEYS[1], string.format('%d', 2 * window))
 end
-return redis.call('ZCARD', KEYS[1])
+return n

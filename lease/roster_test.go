@@ -223,3 +223,38 @@ func TestRosterRefusedByACLInsideTheScript(t *testing.T) {
 		t.Errorf("LeaveRoster without ZREM in the ACL: %v; want ErrNoRoster", err)
 	}
 }
+
+// TestRosterRefusedWritesNothing, on a redis-server of its own: an ACL
+// that refuses a command roster.lua calls refuses the roster before the
+// script writes. It read the key's TTL (PTTL, which the previous
+// release's scripts, v10, never called: an ACL written for their
+// commands refuses it) and counted the entries (ZCARD) after its ZADD,
+// and a script that fails is not rolled back: each refused count left
+// the caller's entry in the roster, without PTTL in a roster that nothing
+// would expire.
+func TestRosterRefusedWritesNothing(t *testing.T) {
+	ctx := context.Background()
+	srv := redisserver.StartServer(t)
+	admin := srv.Client()
+	defer admin.Close()
+	for _, refused := range []string{"pttl", "zcard"} {
+		user, pass := "limiter-no-"+refused, "limiter-pass"
+		if err := admin.Do(ctx, "ACL", "SETUSER", user, "on", ">"+pass, "~*", "+@all", "-"+refused).Err(); err != nil {
+			t.Fatal(err)
+		}
+		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: user, Password: pass})
+		defer rdb.Close()
+		prefix := redisserver.Prefix(t)
+		c, err := NewClient(rdb, prefix, WithInstance("a", time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, err := c.CountInstances(ctx); !errors.Is(err, ErrNoRoster) || n != 0 {
+			t.Errorf("CountInstances without %s in the ACL: %d, %v; want 0 and ErrNoRoster", refused, n, err)
+		}
+		key := RosterKey(prefix)
+		if n := admin.ZCard(ctx, key).Val(); n != 0 {
+			t.Errorf("without %s: the refused count left %d entries in the roster, TTL %v; want none", refused, n, admin.PTTL(ctx, key).Val())
+		}
+	}
+}
