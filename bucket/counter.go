@@ -78,12 +78,12 @@ const maxSlots = 64
 // meanwhile), and, if other spends took some of them first, puts them
 // back where no request spends them until the syncer restores them
 // (Restore; see slot.back). A spend that fails while Stripe moves the
-// tokens looks again where they went (trySpendSlots).
+// tokens looks again where they went (trySpendSlots), and a spend that
+// finds the counter joined after its shared count fell short looks at
+// the shared count again: the join gathered the slots into it.
 func (c *Counter) TrySpend(n int64) (ok bool, left int64) {
 	if ok, left = c.TrySpendShared(n); !ok && n > 0 {
-		if s := c.slots.Load(); s != nil {
-			return c.trySpendSlots(s, n)
-		}
+		return c.TrySpendSlots(n)
 	}
 	return ok, left
 }
