@@ -12,7 +12,12 @@ type Decision struct {
 	// Allowed reports whether the n tokens were admitted.
 	Allowed bool
 	// Remaining is the number of tokens this instance can still spend now
-	// for the tenant without asking Redis (its leased tokens).
+	// for the tenant without asking Redis (its leased tokens). For a
+	// tenant whose tokens are split per CPU (WithPerCPUTokens) it is a
+	// lower bound: the tokens of the slot of the CPU the request ran on
+	// and of the shared count, not those of the other slots (about one
+	// slot's share of what the instance holds), as reading every slot on
+	// every decision would cost what the split saves.
 	Remaining int64
 	// FleetRemaining estimates the tokens the whole fleet can still spend
 	// for the tenant: Remaining plus the global bucket's level as this

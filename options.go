@@ -283,7 +283,9 @@ func WithRateShares(period time.Duration, headroom float64) Option {
 // then splits the tenant again only to look, for one refresh interval
 // every 8 seconds.
 // The bound, the ledger and every total are unchanged: a token is in one
-// place at a time.
+// place at a time. A split tenant's Decision.Remaining, and so its
+// FleetRemaining, counts the slot of the request's CPU and the shared
+// count alone: a lower bound of the tokens the instance holds.
 //
 // What it costs: 64 bytes a P for each tenant split, and a split tenant's
 // decision on one goroutine is about 1.7 times as long (a call out of
