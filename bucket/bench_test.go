@@ -8,10 +8,14 @@ import (
 	"github.com/leasequota/leasequota/bucket"
 )
 
-// TestNoAllocations: the package promises that no method allocates.
+// TestNoAllocations: the package promises that no method allocates but
+// Stripe, and that one only its slots.
 func TestNoAllocations(t *testing.T) {
 	var c bucket.Counter
 	c.Add(1 << 40)
+	var split bucket.Counter
+	split.Add(1 << 40)
+	split.Stripe(4)
 	b := bucket.NewTokenBucket(t0, 1e12, 1e9)
 	now := t0
 
@@ -37,6 +41,12 @@ func TestNoAllocations(t *testing.T) {
 			b.SetRate(now, 1e9)
 		}},
 		{"UpdateRate", func() { sink += bucket.UpdateRate(sink, 3, time.Millisecond, time.Second) }},
+		{"split Counter.TrySpend", func() { split.TrySpend(1) }},
+		{"split Counter.TrySpendSlots", func() { split.TrySpendSlots(3) }},
+		{"split Counter.Spread", func() { split.Spread() }},
+		{"split Counter.Homes", func() { split.Homes(1) }},
+		{"split Counter.Take", func() { split.Take(1) }},
+		{"split Counter.Restore", func() { split.Restore() }},
 	}
 	for _, tc := range cases {
 		if got := testing.AllocsPerRun(1000, tc.f); got != 0 {
@@ -45,6 +55,10 @@ func TestNoAllocations(t *testing.T) {
 	}
 	if sink <= 0 {
 		t.Errorf("Delay/UpdateRate returned nothing positive (sink %v)", sink)
+	}
+	// A split and a join: the slots and the pointer to them, then nothing.
+	if got := testing.AllocsPerRun(1000, func() { split.Stripe(8); split.Stripe(1) }); got != 2 {
+		t.Errorf("Stripe(8) then Stripe(1): %v allocations per run, want 2", got)
 	}
 }
 

@@ -12,5 +12,7 @@
 //     the next lease.
 //
 // Nothing here reads a clock, sleeps or starts a goroutine: time is a
-// parameter, so every behaviour can be tested exactly. No method allocates.
+// parameter, so every behaviour can be tested exactly. No method
+// allocates but Stripe, which makes the slots of a split Counter (two
+// allocations a split; the syncer restripes a tenant rarely).
 package bucket
