@@ -371,6 +371,11 @@ type Input struct {
 	// QuotaCheck says a quota changed in Redis (the quota version moved):
 	// a tenant active here re-reads its quota now.
 	QuotaCheck bool
+	// Reread says the round that saw the quota version move found the
+	// tenant locked (flagReread): it re-reads even if its last call was
+	// made within a quarter interval, since Redis may have run that call
+	// before the change. QuotaCheck is set with it.
+	Reread bool
 	// Recovered says Redis answers again after the tenant's lease calls
 	// failed: the failure backoff no longer holds the call back.
 	Recovered bool
@@ -813,11 +818,13 @@ func (p *Planner) plan(st *State, lim quota.Quota, now time.Time, in Input) Acti
 		st.next = st.stampCeil(p.nextScheduled(st, ns))
 	}
 	// When a quota changed in Redis, a tenant active here re-reads its own
-	// (a lease call reports it) unless it made one just now. Idle tenants,
+	// (a lease call reports it) unless it made one just now, which Redis
+	// ran after the change but for a call in flight as the change was
+	// seen (Input.Reread). Idle tenants,
 	// and every tenant while no quota changes, cost Redis nothing.
 	read := in.QuotaCheck && granted && st.failures == 0 &&
 		ns-st.at(st.lastActive) < int64(lim.LeaseTTL) &&
-		ns-st.at(st.lastGrant) >= int64(p.cfg.Interval)/4
+		(in.Reread || ns-st.at(st.lastGrant) >= int64(p.cfg.Interval)/4)
 	// A rate share due for renewal (or to end) makes a call of its own;
 	// an ask otherwise goes with a call made for tokens.
 	op, shareDue := p.shareOp(st, lim, ns)

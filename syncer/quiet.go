@@ -124,9 +124,10 @@ func (s *Syncer) idleCheckDue(st *State) int64 {
 }
 
 // wantsPlan reports whether a tenant's flags f ask for a plan whatever
-// the planner said last: a refund's return is queued (Input.Refunded), or
-// its calls fail (Input.Recovered).
-func wantsPlan(f uint32) bool { return f&(flagRefunded|flagFailing) != 0 }
+// the planner said last: a refund's return is queued (Input.Refunded),
+// its calls fail (Input.Recovered), or it owes a quota re-read
+// (flagReread).
+func wantsPlan(f uint32) bool { return f&(flagRefunded|flagFailing|flagReread) != 0 }
 
 // heldQuiet reports, without t's lock, whether a round may pass t by at ns:
 // its last plan published a quiet time after ns (quietUntil), and no

@@ -94,6 +94,16 @@ func (s *Syncer) round(ctx context.Context, tenants iter.Seq[*Tenant], quotaChec
 			if t.flag(flagRefunded) {
 				s.lockedRefunds = append(s.lockedRefunds, t.name)
 			}
+			if quotaCheck {
+				// Its call in flight may have run before the quota
+				// changed, and this round is the only one that asks for
+				// a re-read: the next plan of t does (planWith). Left
+				// out, a tenant whose refill's reply came after this
+				// round kept the old quota until its next call for
+				// tokens, minutes for one held back on a dry bucket
+				// (TestQuotaCheckRoundRereadsLockedTenant).
+				t.setFlag(flagReread, true)
+			}
 			continue
 		}
 		if t.lease.Load() == nil && !t.wakes() {
@@ -278,6 +288,9 @@ func (s *Syncer) planWith(t *Tenant, now time.Time, in Input) (a Action, ret lea
 	s.revive(t, now)
 	defer t.publish()
 	s.plans.Add(1)
+	if t.setFlag(flagReread, false) {
+		in.QuotaCheck, in.Reread = true, true
+	}
 	s.noteClock(now)
 	if ex := in.Level - t.st().Held(); ex > 0 {
 		// Tokens a multi-tenant decision gave back (Tenant.UnspendWaited) after

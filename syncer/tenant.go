@@ -189,6 +189,11 @@ const (
 	// no lease asked for (a request's own tokens: apply). The syncer's,
 	// under the tenant's lock.
 	flagIdle
+	// flagReread: a round that found the quota version moved
+	// (Input.QuotaCheck) found the tenant locked, by a lease call that
+	// Redis may have run before the change: its next plan re-reads the
+	// quota (Input.Reread). Set by that round, taken by planWith.
+	flagReread
 )
 
 // Above the flags, Tenant.flags holds a seqlock of the changes of tokens
@@ -200,7 +205,7 @@ const (
 	syncDone uint32 = 1 << 20
 	syncMask uint32 = syncDone - syncBusy // the changes under way
 
-	_ int = int(syncBusy) - 2*int(flagIdle) // the flags fit under syncBusy
+	_ int = int(syncBusy) - 2*int(flagReread) // the flags fit under syncBusy
 )
 
 // beginSync and endSync bracket a change of both tokens and counted
