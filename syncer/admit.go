@@ -14,15 +14,20 @@ import (
 //
 // When a node's window holds fewer calls than the round plans for it, the
 // calls that go are taken in the order of their tenants' turns (turn)
-// from where the last short round stopped (admitFrom), so that over the
-// rounds every tenant gets its turn.
+// from where the node's last short round stopped (redisNode.admitFrom),
+// so that over the rounds every tenant gets its turn.
 //
 // Why: in the order of the registry, the round gave room to the same
 // tenants first every time. With Redis saturated (the queue model of
 // TestSaturatedRedisSharesItsCapacityEvenly, at 1.6 times what its thread
 // runs), the tenants early in that order were admitted their whole rate
 // and 661 of 1,500 less than half of the mean, many nothing at all
-// (Jain's index 0.61 over the tenants).
+// (Jain's index 0.61 over the tenants). Why a place to start from for
+// each node: with one for all, set by the first call refused on any
+// node, a Cluster master with few tenants followed the turns of one with
+// many, and gave its few places to the same tenants round after round
+// (TestAdmitGivesTurnsOnEachNode: 4 tenants of a master with 1 place
+// admitted 16, 34, 140 and 110 times in 300 rounds).
 func (s *Syncer) admit(now time.Time, cands []job) (jobs, refused []job) {
 	if len(cands) == 0 {
 		return nil, nil
@@ -30,47 +35,51 @@ func (s *Syncer) admit(now time.Time, cands []job) (jobs, refused []job) {
 	// The room each node has for the round's calls, taken at once: what
 	// a node's window cannot hold is refused, whoever asks.
 	type room struct {
+		name        string // the node's name (job.node)
 		node        *redisNode
 		want, grant int
+		granted     int    // grant as taken (walk counts grant down)
+		first       uint64 // the key of the node's first call refused
 	}
 	var rooms []room // one entry a node, usually one
-	at := func(node *redisNode) *room {
+	at := func(name string) *room {
 		for i := range rooms {
-			if rooms[i].node == node {
+			if rooms[i].name == name {
 				return &rooms[i]
 			}
 		}
-		rooms = append(rooms, room{node: node})
+		rooms = append(rooms, room{name: name, node: s.node(name), first: math.MaxUint64})
 		return &rooms[len(rooms)-1]
 	}
 	for _, j := range cands {
-		node := s.node(j.node)
+		r := at(j.node)
 		if j.read {
-			node.budget.take(1, true, now)
+			r.node.budget.take(1, true, now)
 			continue
 		}
-		at(node).want++
+		r.want++
 	}
 	short := false
 	for i := range rooms {
 		r := &rooms[i]
 		r.grant = r.node.budget.take(r.want, false, now)
+		r.granted = r.grant
 		short = short || r.grant < r.want
 	}
 	if !short {
 		return cands, nil
 	}
-	// In the order of turn from admitFrom (wrapping), ties in the round's
-	// order: each key is the turn's distance from admitFrom above the
-	// candidate's index. Turns are spread evenly, so the keys under a
-	// threshold sized for about twice the room are sorted first (a round
-	// under a cut window plans thousands of calls for tens of places:
-	// sorting them all, every round of every instance, took a tenth of the
-	// CPU of BenchmarkFleet at 32 x 2,000), and the rest only when the
-	// room goes further.
+	// In the order of turn from the node's admitFrom (wrapping), ties in
+	// the round's order: each key is the turn's distance from admitFrom
+	// above the candidate's index. Turns are spread evenly, so the keys
+	// under a threshold sized for about twice the room are sorted first
+	// (a round under a cut window plans thousands of calls for tens of
+	// places: sorting them all, every round of every instance, took a
+	// tenth of the CPU of BenchmarkFleet at 32 x 2,000), and the rest only
+	// when the room goes further.
 	granted := 0
 	for _, r := range rooms {
-		granted += r.grant
+		granted += r.granted
 	}
 	limit := uint64(math.MaxUint32)
 	if n := uint64(len(cands)); 2*uint64(granted)+16 < n {
@@ -87,7 +96,7 @@ func (s *Syncer) admit(now time.Time, cands []job) (jobs, refused []job) {
 			jobs = append(jobs, j) // its room is taken
 			continue
 		}
-		k := uint64(s.turn(j.t)-s.admitFrom)<<32 | uint64(i)
+		k := uint64(s.turn(j.t)-at(j.node).node.admitFrom)<<32 | uint64(i)
 		if k>>32 < limit {
 			early = append(early, k)
 		} else {
@@ -95,17 +104,16 @@ func (s *Syncer) admit(now time.Time, cands []job) (jobs, refused []job) {
 		}
 	}
 	slices.Sort(early)
-	first := uint64(math.MaxUint64) // the key of the first call refused
 	walk := func(keys []uint64) {
 		for _, k := range keys {
 			j := cands[uint32(k)]
-			if r := at(s.node(j.node)); r.grant > 0 {
+			if r := at(j.node); r.grant > 0 {
 				r.grant--
 				jobs = append(jobs, j)
-				continue
+			} else {
+				r.first = min(r.first, k)
+				refused = append(refused, j)
 			}
-			first = min(first, k)
-			refused = append(refused, j)
 		}
 	}
 	walk(early)
@@ -120,24 +128,29 @@ func (s *Syncer) admit(now time.Time, cands []job) (jobs, refused []job) {
 	} else {
 		// Every place taken under the threshold: the rest are refused.
 		for _, k := range late {
-			first = min(first, k)
+			r := at(cands[uint32(k)].node)
+			r.first = min(r.first, k)
 			refused = append(refused, cands[uint32(k)])
 		}
 	}
-	if first != math.MaxUint64 {
-		// The next short round starts at the first call refused.
-		s.admitFrom = s.turn(cands[uint32(first)].t)
+	for _, r := range rooms {
+		if r.first == math.MaxUint64 {
+			continue // not short: its turns stay where they were
+		}
+		// The node's next short round starts at its first call refused.
+		r.node.admitFrom = s.turn(cands[uint32(r.first)].t)
+		r.node.admitPace = float64(r.granted) / float64(r.want)
 	}
-	s.admitPace = float64(granted) / float64(len(early)+len(late))
 	return jobs, refused
 }
 
-// turnWait is how long t, whose call the last short round refused, may
-// wait before it is planned again and still be a candidate when its turn
-// comes: a third of the rounds that its distance from admitFrom, over
-// the share of the calls a round admits (admitPace), puts before its
-// turn, in whole ticks, and at most its lease TTL. Zero when no short
-// round admitted anything: the next tick, as before.
+// turnWait is how long t, whose call to node the last short round
+// refused, may wait before it is planned again and still be a candidate
+// when its turn comes: a third of the rounds that its distance from the
+// node's admitFrom, over the share of the node's calls a round admits
+// (admitPace), puts before its turn, in whole ticks, and at most its
+// lease TTL. Zero when no short round admitted anything: the next tick,
+// as before.
 //
 // Why: under a cut window a round plans thousands of calls for tens of
 // places, and planned them all again at the next tick, to refuse nearly
@@ -147,13 +160,13 @@ func (s *Syncer) admit(now time.Time, cands []job) (jobs, refused []job) {
 // candidates of one round, and the window may grow; a tenant planned
 // again at a third of its distance, then a third of the rest, is a
 // candidate well before its turn unless the room more than triples.
-func (s *Syncer) turnWait(t *Tenant) time.Duration {
-	if s.admitPace <= 0 {
+func (s *Syncer) turnWait(t *Tenant, node *redisNode) time.Duration {
+	if node.admitPace <= 0 {
 		return 0
 	}
-	ahead := float64(s.turn(t)-s.admitFrom) / (1 << 32) // of the turns, those before t's
+	ahead := float64(s.turn(t)-node.admitFrom) / (1 << 32) // of the turns, those before t's
 	tick := s.planner.Config().Interval / 4
-	ticks := math.Floor(ahead / s.admitPace / 3)
+	ticks := math.Floor(ahead / node.admitPace / 3)
 	return min(time.Duration(ticks)*tick, t.Limits().LeaseTTL)
 }
 

@@ -46,7 +46,7 @@ func TestAdmitGivesTurns(t *testing.T) {
 			setWindow(s, g)
 
 			// What a sort of every planned call by its turn would admit.
-			from := s.admitFrom
+			from := s.one.admitFrom
 			order := slices.Clone(cands)
 			slices.SortStableFunc(order, func(a, b job) int { return int64Cmp(int64(s.turn(a.t)-from), int64(s.turn(b.t)-from)) })
 			want := map[*Tenant]bool{}
@@ -158,7 +158,7 @@ func TestTurnWaitKeepsTurns(t *testing.T) {
 				admitted[j.t] = true
 			}
 			for _, j := range refused {
-				back[j.t] = r + 1 + int(s.turnWait(j.t)/tick)
+				back[j.t] = r + 1 + int(s.turnWait(j.t, &s.one)/tick)
 			}
 		}
 		if len(admitted) != n {

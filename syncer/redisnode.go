@@ -52,6 +52,11 @@ type redisNode struct {
 	// the node up for a tenant's call (Syncer.node): a node unused for
 	// nodeForget is forgotten (Syncer.forgetNodes).
 	used atomic.Int64
+	// admitFrom is the turn from which a round short of room on the node
+	// gives its calls room, and admitPace the share of the node's calls
+	// the last such round admitted (admit, turnWait). Owned by the loop.
+	admitFrom uint32
+	admitPace float64
 }
 
 // init prepares a node first seen at now.

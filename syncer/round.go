@@ -154,7 +154,7 @@ func (s *Syncer) round(ctx context.Context, tenants iter.Seq[*Tenant], quotaChec
 	defer clear(refused)
 	defer clear(jobs)
 	for _, j := range refused {
-		s.holdBack(j.t, now, s.turnWait(j.t), j.cut)
+		s.holdBack(j.t, now, s.turnWait(j.t, s.node(j.node)), j.cut)
 		s.rest(j.t, now, &evict)
 	}
 	// A refill may be waiting for a lock the planning held (free when

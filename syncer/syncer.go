@@ -132,8 +132,6 @@ type Syncer struct {
 	lru           []lruEntry // reused by Round when MaxTenants is set
 	short         []*Tenant  // reused by Urgent
 	lockedRefunds []string   // reused by Round: tenants it found locked with a refund's return queued
-	admitFrom     uint32     // the turn a short round's calls start from (admit)
-	admitPace     float64    // the share of its calls the last short round admitted (admit, turnWait)
 	// admitKeys and admitLate are reused by admit: a round under a cut
 	// window sorts keys of its planned calls every time.
 	admitKeys, admitLate []uint64
