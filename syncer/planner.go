@@ -376,6 +376,11 @@ type Input struct {
 	// made within a quarter interval, since Redis may have run that call
 	// before the change. QuotaCheck is set with it.
 	Reread bool
+	// QuotaSeen is when (unix nanoseconds) the read that found the quota
+	// version moved ended, with QuotaCheck: a call made within a quarter
+	// interval spares the tenant its re-read only if it was planned after
+	// that (Redis ran it after the change). 0 when unknown.
+	QuotaSeen int64
 	// Recovered says Redis answers again after the tenant's lease calls
 	// failed: the failure backoff no longer holds the call back.
 	Recovered bool
@@ -818,13 +823,14 @@ func (p *Planner) plan(st *State, lim quota.Quota, now time.Time, in Input) Acti
 		st.next = st.stampCeil(p.nextScheduled(st, ns))
 	}
 	// When a quota changed in Redis, a tenant active here re-reads its own
-	// (a lease call reports it) unless it made one just now, which Redis
-	// ran after the change but for a call in flight as the change was
-	// seen (Input.Reread). Idle tenants,
+	// (a lease call reports it) unless it made one just now, after the
+	// change was seen (Input.QuotaSeen: one planned before may have run
+	// before the change, and one in flight then always may:
+	// Input.Reread). Idle tenants,
 	// and every tenant while no quota changes, cost Redis nothing.
 	read := in.QuotaCheck && granted && st.failures == 0 &&
 		ns-st.at(st.lastActive) < int64(lim.LeaseTTL) &&
-		(in.Reread || ns-st.at(st.lastGrant) >= int64(p.cfg.Interval)/4)
+		(in.Reread || ns-st.at(st.lastGrant) >= int64(p.cfg.Interval)/4 || st.at(st.lastGrant) < in.QuotaSeen)
 	// A rate share due for renewal (or to end) makes a call of its own;
 	// an ask otherwise goes with a call made for tokens.
 	op, shareDue := p.shareOp(st, lim, ns)

@@ -31,6 +31,7 @@ type quotaPoll struct {
 type quotaRead struct {
 	v   int64
 	err error
+	at  int64 // when it ended (Options.Now, unix nanoseconds)
 }
 
 // take returns the result of the poll that finished last, once.
@@ -56,9 +57,9 @@ func (p *quotaPoll) start() bool {
 }
 
 // finish records the result of the poll in flight.
-func (p *quotaPoll) finish(v int64, err error) {
+func (p *quotaPoll) finish(v int64, err error, at time.Time) {
 	p.mu.Lock()
-	p.running, p.finished, p.done, p.last = false, true, true, quotaRead{v, err}
+	p.running, p.finished, p.done, p.last = false, true, true, quotaRead{v, err, at.UnixNano()}
 	p.answered = p.answered || err == nil
 	p.mu.Unlock()
 }
@@ -101,10 +102,11 @@ func (s *Syncer) pollQuota(ctx context.Context, now time.Time) bool {
 	}
 	s.quotaPolled = now.UnixNano()
 	v, err := s.readQuota(ctx, s.opts.CallTimeout)
+	read := quotaRead{v, err, s.opts.Now().UnixNano()}
 	if s.rosterDue(now) {
 		s.countRoster(ctx, now, s.opts.CallTimeout, err == nil)
 	}
-	return s.noteQuota(v, err)
+	return s.noteQuota(read)
 }
 
 // quotaDue reports whether the quota version is due to be read.
@@ -204,12 +206,15 @@ func (s *Syncer) livenessTimeout() time.Duration {
 
 // noteQuota records a read of the quota version and reports whether the
 // quotas must be read again: the version moved, or could not be read.
-func (s *Syncer) noteQuota(v int64, err error) bool {
-	if err != nil {
-		return true
+// Then the read's end is when the change was seen (quotaSeen).
+func (s *Syncer) noteQuota(r quotaRead) bool {
+	changed := r.err != nil || !s.quotaKnown || r.v != s.quotaVer
+	if r.err == nil {
+		s.quotaVer, s.quotaKnown = r.v, true
 	}
-	changed := !s.quotaKnown || v != s.quotaVer
-	s.quotaVer, s.quotaKnown = v, true
+	if changed {
+		s.quotaSeen.Store(max(s.quotaSeen.Load(), r.at))
+	}
 	return changed
 }
 
@@ -219,7 +224,7 @@ func (s *Syncer) noteQuota(v int64, err error) bool {
 func (s *Syncer) pollQuotaAsync(ctx context.Context, now time.Time) bool {
 	changed := false
 	if r, ok := s.poll.take(); ok {
-		changed = s.noteQuota(r.v, r.err)
+		changed = s.noteQuota(r)
 	}
 	if !s.quotaDue(now) || !s.poll.start() {
 		return changed
@@ -237,9 +242,10 @@ func (s *Syncer) pollQuotaAsync(ctx context.Context, now time.Time) bool {
 			s.roster.busy.Store(false) // closed: no count
 		}
 		// Closed: nothing may outlive Close, so read now.
-		s.poll.finish(s.readQuota(ctx, s.opts.CallTimeout))
+		v, err := s.readQuota(ctx, s.opts.CallTimeout)
+		s.poll.finish(v, err, s.opts.Now())
 		r, _ := s.poll.take()
-		return s.noteQuota(r.v, r.err) || changed
+		return s.noteQuota(r) || changed
 	}
 	go func() {
 		defer s.async.Done()
@@ -250,11 +256,11 @@ func (s *Syncer) pollQuotaAsync(ctx context.Context, now time.Time) bool {
 		if !s.poll.hasFinished() && s.refuses(s.ctx) {
 			// Down, not busy: the first read ends here, and the lease
 			// calls' timeouts count from now on (busy).
-			s.poll.finish(0, errRefused)
+			s.poll.finish(0, errRefused, s.opts.Now())
 			return
 		}
 		v, err := s.readQuota(s.ctx, s.livenessTimeout())
-		s.poll.finish(v, err)
+		s.poll.finish(v, err, s.opts.Now())
 		answered = err == nil
 	}()
 	return changed

@@ -291,6 +291,9 @@ func (s *Syncer) planWith(t *Tenant, now time.Time, in Input) (a Action, ret lea
 	if t.setFlag(flagReread, false) {
 		in.QuotaCheck, in.Reread = true, true
 	}
+	if in.QuotaCheck {
+		in.QuotaSeen = s.quotaSeen.Load()
+	}
 	s.noteClock(now)
 	if ex := in.Level - t.st().Held(); ex > 0 {
 		// Tokens a multi-tenant decision gave back (Tenant.UnspendWaited) after
