@@ -90,7 +90,7 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n
 				return d, nil
 			}
 		}
-		if e.Failing() {
+		if l.sync.Failing(e) {
 			// Redis is failing for the tenant: its failure mode decides.
 			d := l.degraded(e, n)
 			if d.Allowed || !untilAdmitted {
@@ -212,7 +212,7 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n
 		if d, ok := l.spendWaited(e, n, cold, missed); ok {
 			return d, nil
 		}
-		if e.Failing() || e.Evicted() {
+		if l.sync.Failing(e) || e.Evicted() {
 			continue // the top of the loop says what now
 		}
 		if budget.cold && !e.Cold() {
@@ -319,7 +319,7 @@ func (l *Limiter) gaveUp(ctx context.Context, tenant string, e *syncer.Tenant, n
 	if l.closed.Load() {
 		return l.count(Decision{Quota: quotaOf(e), Reason: ReasonClosed}), l.errClosed(untilAdmitted)
 	}
-	if e.Failing() && !untilAdmitted {
+	if l.sync.Failing(e) && !untilAdmitted {
 		return l.count(l.degraded(e, n)), nil
 	}
 	if !untilAdmitted && ctx.Err() == nil {

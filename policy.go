@@ -158,7 +158,7 @@ lookup:
 	// spends or misses below. (Noted as a miss, a cold WaitAll counted
 	// twice in each tenant's demand: TestColdWaitAllCountsOnceInDemand.)
 	for _, e := range ts {
-		if e.Cold() && !e.Failing() {
+		if e.Cold() && !l.sync.Failing(e) {
 			l.sync.NoteNeed(e, n)
 		}
 	}
@@ -282,7 +282,7 @@ lookup:
 			// (TestAllowAllOutOfTurnsFailingTenantByItsMode). An
 			// admission by its mode stands for the rest of the call, so
 			// each tenant has one such turn at most: the call still ends.
-			d := l.missNow(e, n, e.Failing())
+			d := l.missNow(e, n, l.sync.Failing(e))
 			l.sync.NoteMiss(e, n)
 			d = l.count(d)
 			if d.Allowed {

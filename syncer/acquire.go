@@ -6,7 +6,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/leasequota/leasequota/bucket"
 	"github.com/leasequota/leasequota/lease"
 	"github.com/leasequota/leasequota/quota"
 	"github.com/leasequota/leasequota/telemetry"
@@ -139,14 +138,22 @@ func (s *Syncer) apply(ctx context.Context, t *Tenant, node *redisNode, now time
 			return
 		}
 		rate, capacity := s.planner.FallbackRate(&ls.st, *t.Limits(), now, s.fleetSize())
-		if fb := ls.fallback.Load(); fb != nil {
+		fb := ls.fallback.Load()
+		if fb != nil {
 			fb.SetRate(now, rate)
 		} else {
 			// Start empty: the lease just spent was this instance's share.
-			fb = &bucket.TokenBucket{}
+			fb = &fallback{}
 			fb.Reset(now, capacity, rate, 0)
-			ls.fallback.Store(fb)
 		}
+		// Redis did not answer the call: an answer to a later one ends
+		// the outage for the tenant (Syncer.Failing).
+		var outage int64
+		if wholeFailure(r.Err) != nil {
+			outage = s.opts.Now().UnixNano()
+		}
+		fb.outage.Store(outage)
+		ls.fallback.Store(fb)
 		s.setFailing(t, true, r.Err)
 		return
 	}

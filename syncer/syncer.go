@@ -216,7 +216,6 @@ type Syncer struct {
 	// mode, a failing tenant's call succeeds): requests waiting through an
 	// outage wake on it.
 	recovered signal
-
 	// driven is the state of driven mode (Options.Driven).
 	driven driven
 

@@ -118,7 +118,7 @@ type leaseState struct {
 
 	// fallback is the local bucket of the fallback mode, made on the first
 	// failure and retuned by the syncer while failures go on.
-	fallback atomic.Pointer[bucket.TokenBucket]
+	fallback atomic.Pointer[fallback]
 
 	st State // guarded by the Tenant's mu
 }
@@ -549,9 +549,20 @@ func (t *Tenant) Level() int64 {
 // lease calls have not failed.
 func (t *Tenant) Fallback() *bucket.TokenBucket {
 	if ls := t.lease.Load(); ls != nil {
-		return ls.fallback.Load()
+		if fb := ls.fallback.Load(); fb != nil {
+			return &fb.TokenBucket
+		}
 	}
 	return nil
+}
+
+// fallback is a failing tenant's local bucket (leaseState.fallback), and
+// when (unix nanoseconds) its last lease call failed without an answer
+// from Redis (an outage; 0 when Redis answered it with an error about
+// the tenant): Syncer.Failing. It exists only while the tenant fails.
+type fallback struct {
+	bucket.TokenBucket
+	outage atomic.Int64
 }
 
 // RetryAfter estimates how long after now a request for n tokens could
