@@ -246,7 +246,8 @@ func (l *Limiter) onDegraded(degraded bool, err error) {
 // Degraded reports whether Redis calls are failing: on one Redis server
 // (or Sentinel), while the circuit breaker is open or probing; on a Redis
 // Cluster, which has no shared breaker, while any tenant's last lease call
-// failed.
+// failed (but a tenant that keeps no lease here, once its master has
+// answered another call since: docs/failure-modes.md).
 func (l *Limiter) Degraded() bool { return l.sync.Degraded() }
 
 // Close stops the syncer, waits for its goroutines and for the lease

@@ -152,6 +152,7 @@ func (s *Syncer) apply(ctx context.Context, t *Tenant, node *redisNode, now time
 		if wholeFailure(r.Err) != nil {
 			outage = s.opts.Now().UnixNano()
 		}
+		fb.node.Store(node)
 		fb.outage.Store(outage)
 		ls.fallback.Store(fb)
 		s.setFailing(t, true, r.Err)

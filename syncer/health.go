@@ -12,7 +12,8 @@ import (
 
 // Degraded reports whether Redis calls have been failing: on one server,
 // while the circuit breaker is open or probing (Down); on a Redis
-// Cluster, while any tenant's last lease call failed.
+// Cluster, while any tenant's last lease call failed (but a Cold one's
+// in an outage that has ended: Failing, which the round's rest clears).
 func (s *Syncer) Degraded() bool {
 	if s.opts.Cluster {
 		return s.failingTenants.Load() > 0
@@ -52,26 +53,27 @@ func (s *Syncer) broadcastRecovered() {
 // Failing reports whether t's requests are decided by its failure mode
 // once its lease cannot cover them: its last lease call failed, and,
 // for a tenant the syncer keeps no lease for (Cold: sparse, idle, or
-// never leased here), not in an outage that has ended since: Redis did
-// not answer that call, and has answered one of this limiter's calls in
-// time since, the circuit breaker closed. Such a tenant plans no call of
-// its own (it keeps no lease), so only a request's call could clear its
-// failure: its request waits for that call, as a cold request does with
-// Redis up, instead of its mode deciding. Why: a sparse tenant whose
-// request came during an outage was decided by its mode at its first
-// request after Redis came back, however long after: a FailClosed
-// tenant denied unavailable, a FailOpen one admitted without a lease,
-// with Degraded false and its bucket full
-// (TestSparseTenantAfterOutageLeasesAgain in the root package). A
+// never leased here), not in an outage that has ended since: Redis (on a
+// Redis Cluster, the master the call went to) did not answer that call,
+// and has answered one of this limiter's calls in time since, the
+// circuit breaker closed. Such a tenant plans no call of its own (it
+// keeps no lease), so only a request's call could clear its failure: its
+// request waits for that call, as a cold request does with Redis up,
+// instead of its mode deciding. Why: a sparse tenant whose request came
+// during an outage was decided by its mode at its first request after
+// Redis came back, however long after: a FailClosed tenant denied
+// unavailable, a FailOpen one admitted without a lease, with Degraded
+// false and its bucket full (TestSparseTenantAfterOutageLeasesAgain and
+// TestClusterSparseTenantAfterOutageLeasesAgain in the root package). A
 // failure that Redis answered (an error reply about the tenant, as OOM
 // under noeviction) stands until the tenant's own call succeeds, as
 // before; so does a warm tenant's, whose scheduled call comes within its
-// backoff, and, in Cluster mode, every failure.
+// backoff.
 func (s *Syncer) Failing(t *Tenant) bool {
 	if !t.flag(flagFailing) {
 		return false
 	}
-	if s.opts.Cluster || !t.Cold() || s.Down() {
+	if !t.Cold() || s.Down() {
 		return true
 	}
 	ls := t.lease.Load()
@@ -82,8 +84,8 @@ func (s *Syncer) Failing(t *Tenant) bool {
 	if fb == nil {
 		return true
 	}
-	at := fb.outage.Load()
-	return at == 0 || s.one.answered.Load() <= at
+	at, node := fb.outage.Load(), fb.node.Load()
+	return at == 0 || node == nil || node.answered.Load() <= at
 }
 
 // setFailing records t's health, counting failing tenants and reporting

@@ -196,6 +196,17 @@ func (s *Syncer) round(ctx context.Context, tenants iter.Seq[*Tenant], quotaChec
 // idle (to evict) or kept, may go dormant, and is unlocked.
 func (s *Syncer) rest(t *Tenant, now time.Time, evict *[]*Tenant) {
 	trim(t)
+	if t.flag(flagFailing) && !s.Failing(t) {
+		// The outage its last call failed in has ended, and the tenant
+		// plans no call that would say so (Failing): it is failing no
+		// more. Why: in Cluster mode such a sparse tenant kept the
+		// Syncer Degraded, after its master answered again, until its
+		// next request (TestClusterSparseTenantAfterOutageLeasesAgain in
+		// the root package); and its fallback bucket kept it from going
+		// dormant.
+		s.setFailing(t, false, nil)
+		t.lease.Load().fallback.Store(nil)
+	}
 	if !s.idleOrKept(t, now, evict) {
 		s.sleep(t, now)
 	}

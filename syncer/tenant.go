@@ -556,13 +556,15 @@ func (t *Tenant) Fallback() *bucket.TokenBucket {
 	return nil
 }
 
-// fallback is a failing tenant's local bucket (leaseState.fallback), and
-// when (unix nanoseconds) its last lease call failed without an answer
-// from Redis (an outage; 0 when Redis answered it with an error about
-// the tenant): Syncer.Failing. It exists only while the tenant fails.
+// fallback is a failing tenant's local bucket (leaseState.fallback),
+// and, for Syncer.Failing, when (unix nanoseconds) the tenant's last
+// lease call failed without an answer from Redis (an outage; 0 when Redis
+// answered it with an error about the tenant) and the node it went to.
+// It exists only while the tenant fails.
 type fallback struct {
 	bucket.TokenBucket
 	outage atomic.Int64
+	node   atomic.Pointer[redisNode]
 }
 
 // RetryAfter estimates how long after now a request for n tokens could
