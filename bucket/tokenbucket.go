@@ -52,6 +52,19 @@ func (b *TokenBucket) SetRate(now time.Time, rate float64) {
 	b.rate = sane(rate)
 }
 
+// Retune changes the capacity and the refill rate from time now on,
+// keeping the tokens accrued until now, but no more than the new
+// capacity: a bucket whose capacity falls holds at most the new one at
+// once. A NaN, infinite or negative value is taken as zero.
+func (b *TokenBucket) Retune(now time.Time, capacity, rate float64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.advance(now)
+	b.capacity = sane(capacity)
+	b.rate = sane(rate)
+	b.tokens = min(b.tokens, b.capacity)
+}
+
 // advance refills the bucket up to now. b.mu must be held.
 func (b *TokenBucket) advance(now time.Time) {
 	if b.last.IsZero() {

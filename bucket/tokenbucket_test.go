@@ -192,6 +192,21 @@ func TestTokenBucketSetRate(t *testing.T) {
 	wantAvailable(t, b, at(2*time.Hour+3*time.Second), 10)
 }
 
+// TestTokenBucketRetune: a new capacity caps the tokens held at once, a
+// larger one lets them grow, and the new rate refills from then on.
+func TestTokenBucketRetune(t *testing.T) {
+	b := bucket.NewTokenBucket(t0, 100, 10)
+	wantAvailable(t, b, at(20*time.Second), 100)
+	b.Retune(at(20*time.Second), 5, 1)
+	wantAvailable(t, b, at(20*time.Second), 5) // capped at once
+	b.TryConsume(at(20*time.Second), 5)
+	wantAvailable(t, b, at(23*time.Second), 3) // at the new rate
+	b.Retune(at(23*time.Second), 50, 10)
+	wantAvailable(t, b, at(24*time.Second), 13) // kept, and room to grow
+	b.Retune(at(24*time.Second), math.NaN(), 1)
+	wantAvailable(t, b, at(time.Hour), 0)
+}
+
 // TestTokenBucketInvalidInputs: NaN, infinite and negative inputs become 0
 // without panicking.
 func TestTokenBucketInvalidInputs(t *testing.T) {

@@ -140,7 +140,9 @@ func (s *Syncer) apply(ctx context.Context, t *Tenant, node *redisNode, now time
 		rate, capacity := s.planner.FallbackRate(&ls.st, *t.Limits(), now, s.fleetSize())
 		fb := ls.fallback.Load()
 		if fb != nil {
-			fb.SetRate(now, rate)
+			// The capacity too, as requota retunes it: the quota, or
+			// the instances Redis last counted, may have changed.
+			fb.Retune(now, capacity, rate)
 		} else {
 			// Start empty: the lease just spent was this instance's share.
 			fb = &fallback{}
@@ -282,16 +284,29 @@ func (s *Syncer) setOverride(t *Tenant, o *lease.Override) {
 	}
 }
 
-// requota lets rounds plan t again at once when the quota in force went
-// from old to next (its quiet time was reckoned from the old quota: the
-// expiry of its batches from the old LeaseTTL, which a shorter one brings
-// forward; TestRebaseShorterLeaseTTLExpiresAQuietTenantsTokens), and lifts
-// its hold-back when the rate or burst rose (Planner.Raised). t.mu must be
+// requota follows a change of the quota in force from old to next. It
+// retunes a failing t's fallback bucket to next; lets rounds plan t again
+// at once (its quiet time was reckoned from the old quota: the expiry of
+// its batches from the old LeaseTTL, which a shorter one brings forward;
+// TestRebaseShorterLeaseTTLExpiresAQuietTenantsTokens); and lifts its
+// hold-back when the rate or burst rose (Planner.Raised). t.mu must be
 // held.
+//
+// Why the fallback bucket: it was made under the old quota, and retuned
+// only by the tenant's failed lease calls, which a tenant whose requests
+// stopped makes none of; filled to its capacity under a Burst of 1,000,
+// it admitted 500 requests at once after the Burst fell to 10 during the
+// outage (TestFallbackFollowsLoweredBurst in the root package), where it
+// holds at most Burst/n.
 func (s *Syncer) requota(t *Tenant, old, next *quota.Quota) {
 	ls := t.lease.Load()
 	if ls == nil || *next == *old {
 		return
+	}
+	if fb := ls.fallback.Load(); fb != nil {
+		now := s.opts.Now()
+		rate, capacity := s.planner.FallbackRate(&ls.st, *next, now, s.fleetSize())
+		fb.Retune(now, capacity, rate)
 	}
 	ls.st.flags &^= flagQuiet | flagQuietHeld
 	t.quietUntil.Store(0)
