@@ -205,14 +205,23 @@ func (s *Syncer) livenessTimeout() time.Duration {
 }
 
 // noteQuota records a read of the quota version and reports whether the
-// quotas must be read again: the version moved, or could not be read.
-// Then the read's end is when the change was seen (quotaSeen).
+// quotas must be read again: the version moved, or could not be read, or
+// was read for the first time. Only a move from a version read before
+// makes calls in flight or planned before the read re-read too
+// (quotaMoved, quotaSeen: flagReread, Input.QuotaSeen). Why: the first
+// read comes as a fleet starts, and a read that fails comes when Redis is
+// saturated; counted as moves, they made every tenant whose first call
+// came before them call again to re-read, a call a pair more when calls
+// are dearest (TestLapsedColdDenialIsAColdStart met the extra call of its
+// one tenant at the first read). A quota changed between a tenant's call
+// and the first read is read at its next call, as before the rule.
 func (s *Syncer) noteQuota(r quotaRead) bool {
 	changed := r.err != nil || !s.quotaKnown || r.v != s.quotaVer
+	s.quotaMoved = r.err == nil && s.quotaKnown && r.v != s.quotaVer
 	if r.err == nil {
 		s.quotaVer, s.quotaKnown = r.v, true
 	}
-	if changed {
+	if s.quotaMoved {
 		s.quotaSeen.Store(max(s.quotaSeen.Load(), r.at))
 	}
 	return changed

@@ -94,7 +94,7 @@ func (s *Syncer) round(ctx context.Context, tenants iter.Seq[*Tenant], quotaChec
 			if t.flag(flagRefunded) {
 				s.lockedRefunds = append(s.lockedRefunds, t.name)
 			}
-			if quotaCheck {
+			if quotaCheck && s.quotaMoved {
 				// Its call in flight may have run before the quota
 				// changed, and this round is the only one that asks for
 				// a re-read: the next plan of t does (planWith). Left

@@ -144,8 +144,12 @@ type Syncer struct {
 	quotaVer                   int64 // the quota version last seen
 	quotaPolled                int64 // unix nanoseconds of the last poll of it
 	quotaKnown                 bool  // quotaVer has been read once
+	// quotaMoved is whether the last read of the quota version found it
+	// moved from a version read before: not the first read, nor one that
+	// failed (written and read by the loop: pollQuota, round).
+	quotaMoved bool
 	// quotaSeen is when (unix nanoseconds) the last read of the quota
-	// version that found it moved (or failed) ended: a lease call planned
+	// version that found it moved (quotaMoved) ended: a lease call planned
 	// before may have run in Redis before the change (Input.QuotaSeen).
 	quotaSeen atomic.Int64
 	// nodeDone is closed when the last round's work on the node is done
