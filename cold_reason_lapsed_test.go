@@ -38,9 +38,7 @@ func TestLapsedColdDenialIsAColdStart(t *testing.T) {
 		// Quiet until the syncer keeps no lease for the tenant, the
 		// tokens it holds still unexpired. Steps off the syncer's ticks
 		// (multiples of a quarter interval), each settled (synctest.Wait),
-		// from after the first lease came (Tenant waits for a call in
-		// flight, which in a bubble is a deadlock: the wait on the
-		// tenant's lock is not durable).
+		// from after the first lease came.
 		time.Sleep(call + 2*time.Millisecond)
 		var info leasequota.TenantInfo
 		for start := time.Now(); ; {

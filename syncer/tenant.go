@@ -654,8 +654,17 @@ type Snapshot struct {
 // a refill that tried the lock while a snapshot held it waited for the
 // next round's release, up to a quarter interval, and in driven mode with
 // no round to come for ever: TestSnapshotWakesRefills.)
+//
+// It waits as a refill does (Syncer.lock), on the broadcast of unlock, not
+// on the mutex: a wait on a mutex is not durable in a testing/synctest
+// bubble, so a test that read a tenant (Limiter.Tenant) while its call was
+// held until a fake deadline hung for good, the bubble's clock never
+// moving (TestSnapshotWaitsDurably). Once the syncer is closed no
+// broadcast is owed, and it waits on the mutex.
 func (s *Syncer) Snapshot(t *Tenant) Snapshot {
-	t.mu.Lock()
+	if !s.lock(t) {
+		t.mu.Lock()
+	}
 	defer s.unlock(t)
 	ls := t.lease.Load()
 	if ls == nil {
