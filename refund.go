@@ -36,7 +36,12 @@ import (
 //     their grant: when the admission plus the lease lifetime and two
 //     refresh intervals may be an hour old or more (Redis tells grants
 //     apart within 71 minutes; with a LeaseTTL near an hour, every
-//     refund that cannot go back into the lease is forfeited), for the
+//     refund that cannot go back into the lease is forfeited; the lease
+//     lifetime is the longest that may have kept the tokens: after a
+//     quota's LeaseTTL fell, or a tenant was evicted, the longer one
+//     counts, for every tenant, in refunds of admissions made up to
+//     that lifetime, two refresh intervals and two call timeouts later),
+//     for the
 //     fifth or a later tenant of an AllowAll call, or when the lease's
 //     grant was unknown.
 //

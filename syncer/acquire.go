@@ -273,12 +273,14 @@ func (s *Syncer) setOverride(t *Tenant, o *lease.Override) {
 	base := cur.baseOf()
 	if o == nil {
 		if cur != base {
+			s.ttlFalls(&cur.Quota, &base.Quota)
 			t.limits.Store(base)
 			s.requota(t, &cur.Quota, &base.Quota)
 		}
 		return
 	}
 	if q := s.opts.Defaults.Resolve(quota.FromOverride(*o)); q != cur.Quota || cur == base {
+		s.ttlFalls(&cur.Quota, &q)
 		t.limits.Store(&limits{Quota: q, base: base})
 		s.requota(t, &cur.Quota, &q)
 	}

@@ -43,6 +43,9 @@ func (s *Syncer) evict(ts []*Tenant, now time.Time, releases []lease.ReleaseRequ
 		return releases
 	}
 	for _, t := range ts {
+		// Tracked again, the tenant may resolve a shorter LeaseTTL than
+		// the one its refunds' tokens were leased under.
+		s.noteTTLFell(t.Limits().LeaseTTL, now)
 		if r, ok := s.drainLocked(t, now); ok {
 			releases = append(releases, r)
 		}

@@ -25,6 +25,7 @@ func (s *Syncer) Rebase(t *Tenant, q quota.Quota) bool {
 	}
 	base := s.baseLimits(q)
 	if cur.base == nil {
+		s.ttlFalls(&cur.Quota, &base.Quota)
 		t.limits.Store(base)
 		s.requota(t, &cur.Quota, &base.Quota)
 	} else {

@@ -7,6 +7,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/leasequota/leasequota/lease"
+	"github.com/leasequota/leasequota/quota"
 	"github.com/leasequota/leasequota/telemetry"
 )
 
@@ -18,6 +19,45 @@ const RefundHorizon = time.Hour
 
 // noteClock records now as the time of the latest plan (raising it only).
 func (s *Syncer) noteClock(now time.Time) { raise(&s.clock, now.UnixNano()) }
+
+// noteTTLFell records that a tenant's LeaseTTL may have fallen from ttl
+// at now: its quota changed (Rebase, an override), or it was evicted and
+// may be tracked again under a shorter one. Refund's age of tokens
+// spent before the change counts a lease lifetime, and the one in force
+// at the refund understated it: a return named its grant with an age
+// under 2^32 µs, and Redis took the grant for the time 2^32 µs later,
+// leaving out of the peak levels after the real one
+// (TestRefundAfterTheLeaseTTLFell: 3.75 tokens credited of a return owed
+// none). Until the tenant's ledger has surely dropped every batch that
+// the longer TTL kept (a round may pass it by until its next expiry under
+// that TTL, then a round and a call), refunds whose admissions noted an
+// earlier clock count ttl instead. Call it before the shorter quota is
+// stored: Refund reads the quota first, then this.
+func (s *Syncer) noteTTLFell(ttl time.Duration, now time.Time) {
+	cfg := s.planner.Config()
+	raise(&s.ttlFell, int64(ttl))
+	raise(&s.ttlFellUntil, now.Add(ttl+2*cfg.Interval+2*s.opts.CallTimeout).UnixNano())
+}
+
+// ttlFalls calls noteTTLFell when the quota in force on a tenant goes
+// from old to next with a shorter LeaseTTL. t.mu must be held, and next
+// not stored yet.
+func (s *Syncer) ttlFalls(old, next *quota.Quota) {
+	if next.LeaseTTL < old.LeaseTTL {
+		s.noteTTLFell(old.LeaseTTL, s.opts.Now())
+	}
+}
+
+// leaseTTLOf returns the lease lifetime Refund counts in the age of
+// tokens spent after a plan at clock (unix nanoseconds): lim's, or a
+// longer one a quota fell from since (noteTTLFell).
+func (s *Syncer) leaseTTLOf(lim *quota.Quota, clock int64) time.Duration {
+	ttl := lim.LeaseTTL
+	if clock < s.ttlFellUntil.Load() {
+		ttl = max(ttl, time.Duration(s.ttlFell.Load()))
+	}
+	return ttl
+}
 
 // Clock returns the time of the latest plan (unix nanoseconds), zero
 // before the first. A request reads it with Tenant.Front when it spends:
@@ -116,14 +156,15 @@ func (s *Syncer) Refund(t *Tenant, n int64, front lease.GrantID, clock int64) Re
 	s.refunded.Add(n)
 	lim := t.Limits()
 	// The tokens were granted after the latest plan before the spend
-	// minus a lease lifetime (a round and a call may pass between a plan
+	// minus a lease lifetime (the longest in force since: leaseTTLOf;
+	// a round and a call may pass between a plan
 	// and its expiries), and, reserved, up to a reservation's wait (at
 	// most lease.ReserveAhead) and twice its length before they came due
 	// (Redis names the grant by front whatever the age, which only keeps
 	// it under RefundHorizon): an upper bound of their age.
 	now := s.opts.Now()
 	cfg := s.planner.Config()
-	age := time.Duration(now.UnixNano()-clock) + lim.LeaseTTL + 2*cfg.Interval + 2*s.opts.CallTimeout
+	age := time.Duration(now.UnixNano()-clock) + s.leaseTTLOf(lim, clock) + 2*cfg.Interval + 2*s.opts.CallTimeout
 	if cfg.Reserve > 0 {
 		age += lease.ReserveAhead + 2*cfg.Reserve
 	}
