@@ -92,7 +92,9 @@ func (s *Syncer) release(ctx context.Context, round *telemetry.Round, node *redi
 		// Returns always go (or the tokens are lost for a refill), but
 		// they load Redis like the rest.
 		node.budget.take(len(chunk), true, s.opts.Now())
+		sent := false
 		_, err := s.call(ctx, telemetry.OpRelease, node, len(chunk), timeout, func(ctx context.Context) ([]lease.Result, error) {
+			sent = true
 			var whole error
 			answered := false
 			if late := s.opts.Now().Sub(planned); late > 0 {
@@ -126,6 +128,17 @@ func (s *Syncer) release(ctx context.Context, round *telemetry.Round, node *redi
 			}
 			return nil, whole
 		})
+		if !sent {
+			// Refused by the open breaker, or no call slot before ctx
+			// ended: the tokens are lost to the bucket as a failed
+			// return's are. (Counted neither returned nor forfeited, they
+			// read as spent: TestRefusedReturnIsForfeited.)
+			// Each request failed, as a refused acquire's does (Errors).
+			for _, r := range chunk {
+				s.forfeited.Add(r.Amount)
+			}
+			s.errs.Add(int64(len(chunk)))
+		}
 		if round != nil && !refused(err) { // the breaker's refusal was not sent
 			round.Calls++
 		}
