@@ -260,7 +260,9 @@ func (l *Limiter) Degraded() bool { return l.sync.Degraded() }
 // nothing Close may take up to twice that), and returns every unused
 // leased token to Redis (in the time below), then takes this limiter out of
 // the fleet's roster (lease.RosterLeaver; an error there is not returned:
-// the entry expires by itself). The returns get the time ctx gives, or a
+// the entry expires by itself). The returns get the time ctx gives (each
+// pipeline at most ten minutes more than a lease call's deadline: a
+// return sent later could not name its grant to Redis), or a
 // lease call's deadline (WithRedisTimeout, plus 300 µs a tenant) when ctx
 // has no deadline or a shorter one, or is done already: give a ctx with a deadline of a few
 // seconds, or tokens held when Redis is busy may be forfeited (lost to

@@ -155,6 +155,17 @@ func (s *Syncer) release(ctx context.Context, round *telemetry.Round, node *redi
 	return returned, errors.Join(errs...)
 }
 
+// maxCloseExtra is the most time ReleaseAll's returns get beyond a
+// call's deadline when Close's ctx gives more. Why a cap: each return's
+// Age grows by that time (the release may run that much later), and a
+// return whose Age passes 2^32 µs (71.6 minutes) can no longer be judged
+// from the grant it names, only by its age, from before its grant: a
+// Close with a deadline hours away had every return credited as if its
+// tokens were that old, nothing for tokens leased from a full bucket
+// (and one of a far date overflowed the Age: TestReleaseAllWithAFarDeadline).
+// Ten minutes is longer than any Redis call worth waiting for.
+const maxCloseExtra = 10 * time.Minute
+
 // ReleaseAll drains every tenant's tokens and returns them to Redis, and
 // ends the rate shares the tenants hold (an acquire of nothing with
 // lease.ShareEnd: Redis refills the bucket at the whole rate again,
@@ -163,9 +174,10 @@ func (s *Syncer) release(ctx context.Context, round *telemetry.Round, node *redi
 // after Run has returned and Close, so nothing refills or counts behind
 // it. Its calls bypass the circuit breaker: they are the last chance to
 // return the tokens. They get the time ctx gives, when it gives more than
-// a call's deadline, and a call's deadline otherwise (one for them all,
-// plus perCommand a request): a ctx with a shorter deadline, or done
-// already, does not cut them short, nor makes them outlive ctx by more.
+// a call's deadline (a pipeline's deadline is then a call's plus at most
+// maxCloseExtra), and a call's deadline otherwise (one for them all, plus
+// perCommand a request): a ctx with a shorter deadline, or done already,
+// does not cut them short, nor makes them outlive ctx by more.
 // A return queued after it (a Refund racing Close) is forfeited (queue).
 func (s *Syncer) ReleaseAll(ctx context.Context) error {
 	// The roster's leave comes last, in the calls' ctx (detached below
@@ -240,11 +252,12 @@ func (s *Syncer) ReleaseAll(ctx context.Context) error {
 	// The returns get the caller's time, when it gives more than a
 	// call's deadline: tokens whose return times out are forfeited, and a
 	// limiter closing while Redis is busy would otherwise lose them all.
+	// At most maxCloseExtra more (see there).
 	// Each request's Age grows by the extra time, as returnOf counts the
 	// standard deadline in it: the release may run that much later.
 	var timeout time.Duration
 	if dl, ok := ctx.Deadline(); ok && extend {
-		if extra := dl.Sub(s.opts.Now()) - s.callTimeout(batchSize); extra > 0 {
+		if extra := min(dl.Sub(s.opts.Now())-s.callTimeout(batchSize), maxCloseExtra); extra > 0 {
 			timeout = s.callTimeout(batchSize) + extra
 			for i := range reqs {
 				reqs[i].Age += extra
