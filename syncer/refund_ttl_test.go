@@ -151,3 +151,57 @@ func TestRefundOfAnEvictedTenantTrackedWithAShorterTTL(t *testing.T) {
 	}
 	checkOldRefund(t, s, rec, tn, grant, clock)
 }
+
+// TestRefundAfterTheOverridesLeaseTTLEnded: as
+// TestRefundAfterTheLeaseTTLFell, with the 55 minute LeaseTTL an
+// override's, deleted after the spend: the lease call that counts the
+// spend reports none, and the base quota's 1 minute applies. A guard
+// with two lines of defence: the syncer counts the override's LeaseTTL
+// in the refund's age (setOverride's ttlFalls), and Redis credits nothing
+// for tokens granted before a change of the override (their bucket's
+// level history starts again). It passes with either alone.
+func TestRefundAfterTheOverridesLeaseTTLEnded(t *testing.T) {
+	now, advance, _, mine, other := MemstorePair(t)
+	rec := &releasesSeen{Store: mine}
+	s := New(rec, Options{Planner: NewPlanner(Config{Interval: time.Minute}, 1), Now: now, Driven: true, IdleTimeout: 24 * time.Hour})
+	defer s.Close()
+	q := quota.Quota{Rate: 10.0 / 2400, Burst: 10, MinLease: 10, MaxLease: 10, LeaseTTL: time.Minute}
+	ctx := context.Background()
+	if _, err := other.SetOverride(ctx, "x", quota.Bucket(q), lease.Override{Rate: q.Rate, Burst: q.Burst, MinLease: 10, MaxLease: 10, LeaseTTL: 55 * time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	tn, err := s.Track("x", q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	refillNow(t, s, tn, 10)
+	grant := tn.Front()
+	if ttl := tn.Limits().LeaseTTL; ttl != 55*time.Minute || grant == 0 {
+		t.Fatalf("LeaseTTL %v, front %d: want the override's 55m and a known grant", ttl, grant)
+	}
+	advance(50 * time.Minute)
+	s.Tick(ctx)
+	front, clock := tn.Front(), s.Clock()
+	if front != grant {
+		t.Fatalf("front %d after the plan, want the grant %d", front, grant)
+	}
+	if ok, _ := tn.Spend(10); !ok {
+		t.Fatal("the spend of 10 failed")
+	}
+	if _, err := other.DeleteOverride(ctx, "x", quota.Bucket(q)); err != nil {
+		t.Fatal(err)
+	}
+	advance(time.Second)
+	s.Tick(ctx) // counts the spend, and its lease call finds the bucket full and no override
+	if ttl := tn.Limits().LeaseTTL; ttl != time.Minute || tn.Front() == grant {
+		t.Fatalf("LeaseTTL %v, front %d: want the base quota's 1m, and the grant gone", ttl, tn.Front())
+	}
+	advance(25 * time.Minute)
+	// The round returns the lease that call brought, expired; then
+	// another instance takes what the bucket holds.
+	s.Tick(ctx)
+	if res, err := other.AcquireMany(ctx, []lease.Request{{Tenant: "x", Limits: quota.Bucket(q), Want: 10}}, nil); err != nil || res[0].Err != nil {
+		t.Fatalf("the other instance's acquire: %v %+v", err, res)
+	}
+	checkOldRefund(t, s, rec, tn, grant, clock)
+}
