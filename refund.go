@@ -48,7 +48,11 @@ import (
 // So the bound holds for admitted tokens net of refunds: for each tenant,
 // admitted - refunded <= granted - returned <= Burst + Rate*T.
 //
-// Refund never waits, never calls Redis and allocates nothing. Tokens
+// Refund never waits for a lease call, never calls Redis, and allocates
+// nothing while d's tenants are tracked here (a return queued for Redis
+// may grow the queue of returns, once); a tenant evicted since is
+// tracked anew, which allocates its entry (12 allocations in
+// TestRefundAllocations) and may take the registry's lock. Tokens
 // admitted without a lease (FailOpen, FailLocal) are not refunded:
 // nothing was debited for them. Stats.Refunded counts the tokens
 // refunded. Refund returns an error wrapping ErrNotRefundable when d
