@@ -48,6 +48,11 @@ func checkEvictedAfter(t *testing.T, idle time.Duration, q quota.Quota, awake bo
 		t.Fatal(err)
 	}
 	refillNow(t, s, tn, 5)
+	// Taken: spent, not left to expire and go back, which would fill the
+	// bucket again (as a return's reply says: leaseState.sawReturn).
+	if ok, _ := tn.Spend(5); !ok {
+		t.Fatalf("could not spend the 5 tokens leased (held %d)", tn.Held())
+	}
 	start := now()
 	step := idle / 200
 	for !tn.Evicted() {

@@ -114,6 +114,7 @@ func (s *Syncer) release(ctx context.Context, round *telemetry.Round, node *redi
 					answered = true
 					returned += credited
 					s.returned.Add(credited)
+					s.sawReturn(chunk[i].Tenant, res.Return.Tokens)
 				case wholeFailure(err) == nil:
 					answered = true
 					fallthrough
@@ -165,6 +166,20 @@ func (s *Syncer) release(ctx context.Context, round *telemetry.Round, node *redi
 // (and one of a far date overflowed the Age: TestReleaseAllWithAFarDeadline).
 // Ten minutes is longer than any Redis call worth waiting for.
 const maxCloseExtra = 10 * time.Minute
+
+// sawReturn tells the tenant named tenant, if tracked, the level of its
+// global bucket that a release of its tokens reported (leaseState.sawReturn):
+// the tokens given back are in the bucket for its requests' RetryAfter and
+// waits. (A tenant tracked anew under the name since has the same bucket.)
+func (s *Syncer) sawReturn(tenant string, level float64) {
+	t := s.reg.load(tenant)
+	if t == nil {
+		return
+	}
+	if ls := t.lease.Load(); ls != nil {
+		ls.sawReturn(s.opts.Now(), level, t.Limits().Rate)
+	}
+}
 
 // ReleaseAll drains every tenant's tokens and returns them to Redis, and
 // ends the rate shares the tenants hold (an acquire of nothing with

@@ -183,10 +183,10 @@ func (p *Planner) endAfter(st *State, sh *heldShare, ns int64) int64 {
 
 // ReturnsExpired reports whether the tokens that plan a of st's tenant
 // expired (a.Expire) go back to Redis in a release; refilled says whether
-// the tenant's bucket, as the last lease call saw it, has refilled to its
-// burst since (leaseState.refilled). They do not when it has and the
-// tenant is neither scarce nor short (its instances together ask for less
-// than its rate, as Redis last said): a return to a full bucket is
+// the tenant's bucket, as the last lease call (or a return since) saw it,
+// has refilled to its burst since (leaseState.refilled). They do not when
+// it has and the tenant is neither scarce nor short (its instances
+// together ask for less than its rate, as Redis last said): a return to a full bucket is
 // credited nothing (release.lua credits what the bucket would hold had
 // the tokens never been leased, at most its burst), so the call is
 // wasted, and forfeiting credits less, never more. Why: a pair that

@@ -106,11 +106,13 @@ type leaseState struct {
 	// next be made, or a reserved token comes due, whichever is first
 	// (Syncer.setRetry, its only writer).
 	retryAt atomic.Int64
-	// emptyAt is when the global bucket, as the last lease call saw it and
-	// refilling at the tenant's rate, was empty (unix nanoseconds): it holds
-	// (now - emptyAt) * rate tokens now. One number instead of a level and
-	// a time. Zero when no lease call reported it since the State was
-	// made: a revived tenant's bucket was full when it went dormant.
+	// emptyAt is when the global bucket, as the last lease call saw it (or
+	// a return of this instance's tokens since, when that saw more:
+	// sawReturn) and refilling at the tenant's rate, was empty (unix
+	// nanoseconds): it holds (now - emptyAt) * rate tokens now. One number
+	// instead of a level and a time. Zero when no lease call reported it
+	// since the State was made: a revived tenant's bucket was full when it
+	// went dormant.
 	emptyAt atomic.Int64
 	// level is the global bucket's level, in whole tokens, as the last
 	// successful lease call reported it (after its grant): see Level.
@@ -150,8 +152,30 @@ func (ls *leaseState) seenLevel(now time.Time, rate float64) (float64, bool) {
 	return max((float64(now.UnixNano())-float64(at))/1e9*rate, floor), true
 }
 
+// sawReturn raises the level seen (emptyAt) to tokens, the level a
+// release of this instance's tokens reported, anchored at its reply's
+// arrival (as a lease call's is): a return only adds to the bucket, so a
+// level below the one seen is older news (a lease call that Redis ran
+// after the return answered first) and is ignored. Unseen, a return left
+// the level where the last lease call had found it: a WaitN whose ctx
+// cut it off after a partial grant that emptied the bucket (40 of 60,
+// Rate 1, Burst 100) saw its 40 tokens expire and go back, and the next
+// WaitN(60) slept until 60 s, the denial before it saying RetryAfter 50 s,
+// though the bucket held 60 at 20 s (TestWaitCountsReturnedTokens in the
+// root package). Nothing is raised while no lease call has reported the
+// level since the State was made (emptyAt zero: seenLevel).
+func (ls *leaseState) sawReturn(arrived time.Time, tokens, rate float64) {
+	at := arrived.UnixNano() - int64(durationCeil(tokens/rate))
+	for {
+		cur := ls.emptyAt.Load()
+		if cur == 0 || at >= cur || ls.emptyAt.CompareAndSwap(cur, at) {
+			return
+		}
+	}
+}
+
 // refilled reports whether the global bucket, as the last lease call saw
-// it and refilling at lim's rate, holds lim's burst by now: full, unless
+// it (or a return since: sawReturn) and refilling at lim's rate, holds lim's burst by now: full, unless
 // other instances took from it since. True when no lease call reported
 // it since the State was made (seenLevel).
 func (ls *leaseState) refilled(now time.Time, lim *quota.Quota) bool {
@@ -569,7 +593,8 @@ type fallback struct {
 
 // RetryAfter estimates how long after now a request for n tokens could
 // succeed: the time the global bucket needs to hold what this instance
-// lacks of n, as last seen and refilled at the tenant's rate since, and no
+// lacks of n, as last seen (a lease call's reply, or a return's since:
+// leaseState.sawReturn) and refilled at the tenant's rate since, and no
 // earlier than the next lease call may be made (Syncer.setRetry; a client
 // that comes back with a request of its own waits for the tick that makes
 // the call: Syncer.RetryAfter).
