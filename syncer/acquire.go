@@ -68,7 +68,7 @@ func (s *Syncer) acquire(ctx context.Context, now time.Time, node *redisNode, jo
 		} else {
 			r = results[i]
 		}
-		s.apply(ctx, j.t, node, now, j.want, j.share, j.cut, r)
+		s.apply(ctx, j.t, node, now, j.want, false, j.share, j.cut, r)
 		if sent {
 			tot.Tenants++
 			tot.Requested += j.want
@@ -104,8 +104,8 @@ func (b *acquireBuf) put(pool *sync.Pool) {
 }
 
 // apply records the result of a lease call to node for t, whose lock is
-// held; cut is the plan's Action.cut.
-func (s *Syncer) apply(ctx context.Context, t *Tenant, node *redisNode, now time.Time, want int64, op lease.ShareOp, cut *reservation, r lease.Result) {
+// held; cut and forNeed are the plan's Action.cut and Action.ForNeed.
+func (s *Syncer) apply(ctx context.Context, t *Tenant, node *redisNode, now time.Time, want int64, forNeed bool, op lease.ShareOp, cut *reservation, r lease.Result) {
 	s.requested.Add(want)
 	ls := t.lease.Load() // planned: not dormant
 	defer ls.st.ledger.trim()
@@ -187,7 +187,7 @@ func (s *Syncer) apply(ctx context.Context, t *Tenant, node *redisNode, now time
 	s.spread(t, now)
 	s.granted.Add(g.Granted)
 	s.reserved.Add(g.Reserved)
-	s.planner.Granted(&ls.st, *t.Limits(), now, want, g, level)
+	s.planner.GrantedFor(&ls.st, *t.Limits(), now, want, forNeed, g, level)
 	// The reservation's wait begins when the reply arrived, which is no
 	// earlier than Redis ran the call.
 	arrived := s.opts.Now()

@@ -413,6 +413,12 @@ type Action struct {
 	ExpiredGrant lease.GrantID
 	// Acquire is the number of tokens to ask Redis for; zero for none.
 	Acquire int64
+	// ForNeed says Acquire was asked for a request that is short
+	// (Input.Urgent with Input.Need beyond what the tenant holds), which
+	// waits for the call: a partial grant then holds the tenant's next
+	// call back only until the bucket has refilled what the call still
+	// lacks (GrantedFor).
+	ForNeed bool
 	// Reserve is the reservation length to send with the acquire
 	// (lease.Request.Reserve): zero but while the tenant is scarce and
 	// Config.Reserve is set.
@@ -854,6 +860,7 @@ func (p *Planner) plan(st *State, lim quota.Quota, now time.Time, in Input) Acti
 		// A request is short: ask for at least what it needs (a sparse
 		// tenant's lease, no less than MinLease).
 		want = max(want, in.Need-held)
+		a.ForNeed = true
 		if st.flags&flagSparse != 0 {
 			want = max(want, lim.MinLease-held)
 		}
@@ -959,8 +966,15 @@ func (p *Planner) Expired(st *State, taken, level int64) {
 // Granted records a successful lease call made at time now that asked for
 // asked tokens and got g; level is the counter after the grant's tokens
 // for now (g.Granted less g.Reserved) were added. Reserved tokens are
-// recorded by Reserved, which follows.
+// recorded by Reserved, which follows. It is GrantedFor of a call that
+// was not asked for a short request.
 func (p *Planner) Granted(st *State, lim quota.Quota, now time.Time, asked int64, g lease.Grant, level int64) {
+	p.GrantedFor(st, lim, now, asked, false, g, level)
+}
+
+// GrantedFor is Granted, forNeed saying that the call was asked for a
+// short request that waits for it (Action.ForNeed).
+func (p *Planner) GrantedFor(st *State, lim quota.Quota, now time.Time, asked int64, forNeed bool, g lease.Grant, level int64) {
 	ns := now.UnixNano()
 	st.setClock(ns)
 	st.failures = 0
@@ -1033,6 +1047,22 @@ func (p *Planner) Granted(st *State, lim quota.Quota, now time.Time, asked int64
 	// shares sum to the rate. Else wait for this instance's turn, as if
 	// each of them took a lease of the same size.
 	need := max(min(asked, st.target), 1)
+	if forNeed {
+		// The call was for a request that waits (Action.ForNeed): what
+		// it still lacks is what it asked less what it got (held here,
+		// or back in the bucket once it expires), and a call before the
+		// bucket holds that cannot serve it, nor one long after it help
+		// it. Counted as the whole ask, a WaitN(60) that got 40 of 60
+		// from an emptied bucket (Rate 1, Burst 100, MaxLease 60, alone)
+		// held the tenant's calls back 60 s, the bucket holding the 20 it
+		// lacked at 20 s: its denial said RetryAfter 50 s at 10 s, and
+		// AllowNWithin with 11 s to spare did not wait
+		// (TestPartialGrantHoldCountsTheGrant in the root package). A
+		// lease's calls keep the whole ask: coming back for the rest
+		// would take it a few tokens at a time
+		// (TestScarceAsksForItsShareOfTheBurst).
+		need = max(min(asked-g.Granted, st.target), 1)
+	}
 	var wait time.Duration
 	if g.Share > 0 {
 		// Redis grants at most the credit this instance's share accrued,

@@ -180,7 +180,7 @@ func (s *Syncer) refillLocked(ctx context.Context, link trace.Link, t *Tenant, n
 	if err != nil {
 		r.Err = err
 	}
-	s.apply(ctx, t, node, now, a.Acquire, a.Share, a.cut, r)
+	s.apply(ctx, t, node, now, a.Acquire, a.ForNeed, a.Share, a.cut, r)
 	if !refused(err) { // a call the breaker refused was not sent (acquire)
 		round.Add(telemetry.Round{Tenants: 1, Calls: 1, Requested: a.Acquire, Granted: r.Grant.Granted})
 	}

@@ -809,7 +809,7 @@ func TestBreakerRefusedRenewalKeepsTheShare(t *testing.T) {
 			if a.Share != lease.ShareAsk || a.cut == nil {
 				t.Fatalf("plan %+v, want the share's renewal", a)
 			}
-			r.s.apply(context.Background(), tn, &r.s.one, r.clock, a.Acquire, a.Share, a.cut, lease.Result{Err: c.err})
+			r.s.apply(context.Background(), tn, &r.s.one, r.clock, a.Acquire, a.ForNeed, a.Share, a.cut, lease.Result{Err: c.err})
 			if _, held := tn.st().HeldShare(); held != c.kept {
 				t.Errorf("share held after the renewal %s: %v, want %v", c.name, held, c.kept)
 			}
