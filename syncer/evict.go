@@ -60,14 +60,18 @@ func (s *Syncer) evict(ts []*Tenant, now time.Time, releases []lease.ReleaseRequ
 	return releases
 }
 
-// drainLocked empties t's counter and returns the release that gives its
-// tokens back, if any. t.mu must be held. Tokens beyond what the ledger
+// drainLocked empties t's counter for good and returns the release that
+// gives its tokens back, if any. t.mu must be held. It marks t first and
+// waits for the give-backs and spends under way (Tenant.quiesce): what
+// they put into the counter is in the drain, and none puts anything
+// after it (see flagDrained). Tokens beyond what the ledger
 // holds (given back by a multi-tenant decision after the ledger had
 // accounted for their spend, as planWith finds them) are forfeited: their
 // grant is unknown, and with no batch left the release had no age at all
 // (the zero time's, which overflowed into a negative Age that Redis
 // refused, and Close reported an error).
 func (s *Syncer) drainLocked(t *Tenant, now time.Time) (lease.ReleaseRequest, bool) {
+	t.quiesce() // nothing is put into the counter after the drain (flagDrained)
 	n := t.drain()
 	var (
 		held   int64

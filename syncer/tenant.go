@@ -218,18 +218,34 @@ const (
 	// Redis may have run before the change: its next plan re-reads the
 	// quota (Input.Reread). Set by that round, taken by planWith.
 	flagReread
+	// flagDrained: the counter is being drained for good (an eviction,
+	// Close's ReleaseAll: drainLocked), and nothing may put tokens into
+	// it again. Set by the syncer, under the tenant's lock, before the
+	// drain; never cleared. The rule it keeps, in one place
+	// (beginLive): what requests may put into the counter without the
+	// lock (a give-back, UnspendAt; a failed spend of n > 1 that puts
+	// back what it gathered, spendCounting) is put inside a bracket
+	// (beginSync) whose start refuses once the mark is set, and the
+	// drain waits, once it has set the mark, for the brackets under
+	// way (quiesce). A bracket either started before the mark, and
+	// the drain takes what it put, or after it, and put nothing. Why:
+	// put after the drain, the tokens were neither returned nor
+	// forfeited, and a request that still held the evicted tenant
+	// spent them, an admission LeaseTotals never counted
+	// (TestGiveBackDuringDrain, TestSplitSpendDuringDrain).
+	flagDrained
 )
 
 // Above the flags, Tenant.flags holds a seqlock of the changes of tokens
 // and counted that must look as one (see Admitted): the number of changes
-// under way (12 bits, from syncBusy) and of changes made (the top 12,
-// from syncDone, wrapping).
+// under way (11 bits, from syncBusy: at most 2,047 at once) and of changes
+// made (the top 12, from syncDone, wrapping).
 const (
-	syncBusy uint32 = 1 << 8
+	syncBusy uint32 = 1 << 9
 	syncDone uint32 = 1 << 20
 	syncMask uint32 = syncDone - syncBusy // the changes under way
 
-	_ int = int(syncBusy) - 2*int(flagReread) // the flags fit under syncBusy
+	_ int = int(syncBusy) - 2*int(flagDrained) // the flags fit under syncBusy
 )
 
 // beginSync and endSync bracket a change of both tokens and counted
@@ -240,6 +256,36 @@ const (
 // flagEvicted and its change count as one (see uncount).
 func (t *Tenant) beginSync() { t.flags.Add(syncBusy) }
 func (t *Tenant) endSync()   { t.flags.Add(syncDone - syncBusy) }
+
+// beginLive is beginSync for a request that may put tokens into the
+// counter without t's lock, and reports whether it may: not once a
+// drain marked t (flagDrained), when it must put nothing. The bracket
+// is begun either way; the caller ends it (endSync). The look at the
+// mark is the bracket's start (one atomic add, whose result it reads),
+// so that quiesce, which sets the mark and then waits for the brackets
+// under way, either waits for this one or this one sees the mark.
+func (t *Tenant) beginLive() bool { return t.flags.Add(syncBusy)&flagDrained == 0 }
+
+// quiesce marks t drained for good (flagDrained) and waits until no
+// change of tokens and counted is under way: once it returns, no
+// request puts tokens into t's counter again (beginLive), so a drain
+// after it leaves nothing behind. t.mu must be held. The wait is for
+// brackets of a few atomic operations (those begun after the mark end
+// at once), as Admitted's is.
+func (t *Tenant) quiesce() {
+	t.setFlag(flagDrained, true)
+	for t.flags.Load()&syncMask != 0 {
+		if quiesceHook != nil {
+			quiesceHook()
+		}
+		runtime.Gosched()
+	}
+}
+
+// quiesceHook, when set (tests), runs each time quiesce finds a change
+// under way: a test that holds a bracket open learns that the drain
+// waits for it.
+var quiesceHook func()
 
 // credit puts n > 0 tokens into the counter for requests to spend (a
 // lease, a drip of reserved tokens, a refund credited to the lease) and
@@ -405,11 +451,16 @@ func (t *Tenant) SpendOneShared() (ok bool, left int64) { return t.tokens.TrySpe
 // again of one that is not split.
 func (t *Tenant) SpendOneSlots() (ok bool, left int64) { return t.tokens.TrySpendSlots(1) }
 
-// spendCounting spends n tokens, of which extra count no admission.
+// spendCounting spends n tokens, of which extra count no admission. It
+// spends nothing once t is marked drained (see flagDrained): a spend of
+// n > 1 that gathers from a split counter's slots puts back what it
+// gathered when it falls short, and a drain that ran meanwhile left
+// that in the counter of an evicted tenant, uncounted.
 func (t *Tenant) spendCounting(n, extra int64) (ok bool, left int64) {
-	t.beginSync()
-	if ok, left = t.tokens.TrySpend(n); ok {
-		t.counted.Add(-extra)
+	if t.beginLive() {
+		if ok, left = t.tokens.TrySpend(n); ok {
+			t.counted.Add(-extra)
+		}
 	}
 	t.endSync()
 	return ok, left
@@ -427,14 +478,15 @@ func (t *Tenant) Front() lease.GrantID { return lease.GrantID(t.front.Load()) }
 
 // UnspendWaited gives back n > 0 tokens that SpendWaited took a moment
 // ago for a request that was then denied after all (a multi-tenant
-// decision that another tenant denied). It is lock-free: if the syncer
-// accounted for the spend in between, the tokens exceed what its ledger
-// accounts for, and its next plan forfeits the excess (see
-// Syncer.planWith), unless requests spend it first; and if a batch left
-// the ledger in between, the tokens would live on as a later batch's,
-// past their lease. So callers give back this way only when the ledger's
-// oldest grant is known and unchanged since the spend (Front), or when no
-// plan ran since (Syncer.Unspend); otherwise they refund (Syncer.Refund).
+// decision that another tenant denied). If the syncer accounted for the
+// spend in between, the tokens exceed what its ledger accounts for, and
+// its next plan forfeits the excess (see Syncer.planWith), unless
+// requests spend it first; and if a batch left the ledger in between,
+// the tokens would live on as a later batch's, past their lease. So
+// callers give back this way only when no plan ran since, holding t's
+// lock (Syncer.Unspend), and without it through UnspendAt, which checks
+// that the ledger's oldest grant is unchanged; otherwise they refund
+// (Syncer.Refund).
 //
 // It does not change the count of admissions: for tokens that Spend took,
 // Syncer.Uncount takes the admission back.
@@ -444,6 +496,41 @@ func (t *Tenant) UnspendWaited(n int64) {
 		t.tokens.Add(n)
 		t.counted.Add(n)
 		t.endSync()
+		t.quietUntil.Store(0)
+	}
+}
+
+// UnspendAt is UnspendWaited without t's lock, for tokens spent while
+// front (not zero) was the ledger's oldest grant (Front, read before the
+// spend): it gives them back, and reports true, only while that grant is
+// still the oldest (no batch has left the ledger since the spend) and
+// t's counter is not being drained for good (an eviction, Close: see
+// flagDrained). When it reports false it gave back nothing, and the
+// caller refunds (Syncer.Refund). (Checked, then given back outside the
+// bracket, as it was, a give-back that an eviction's or Close's drain
+// ran between put its tokens into the drained counter: never returned
+// nor forfeited, and spendable by a request that held the evicted
+// tenant, an admission LeaseTotals missed: TestGiveBackDuringDrain.)
+func (t *Tenant) UnspendAt(n int64, front lease.GrantID) bool {
+	ok := t.unspendBegin(front)
+	t.unspendEnd(n, ok)
+	return ok
+}
+
+// unspendBegin and unspendEnd are UnspendAt's two halves, the check and
+// the give-back, in one bracket (beginLive): apart for a test to run a
+// drain between them.
+func (t *Tenant) unspendBegin(front lease.GrantID) bool {
+	return t.beginLive() && front != 0 && t.Front() == front
+}
+
+func (t *Tenant) unspendEnd(n int64, ok bool) {
+	if ok && n > 0 {
+		t.tokens.Add(n)
+		t.counted.Add(n)
+	}
+	t.endSync()
+	if ok && n > 0 {
 		t.quietUntil.Store(0)
 	}
 }
