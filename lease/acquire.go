@@ -405,24 +405,30 @@ func ParseAcquireReply(v interface{}, want int64) (Grant, error) {
 	if n != grantFields && n != len(f) {
 		return Grant{}, fmt.Errorf("%w: acquire: %q: want %d or %d fields", ErrBadReply, s, grantFields, len(f))
 	}
-	bad := func(field string, err error) error {
+	// bad reports field's value v, which did not parse (err) or is out
+	// of range (err nil: there is no error to wrap, and the value says
+	// what is wrong).
+	bad := func(field, v string, err error) error {
+		if err == nil {
+			return fmt.Errorf("%w: acquire: %s %s out of range in %q", ErrBadReply, field, v, s)
+		}
 		return fmt.Errorf("%w: acquire: %s in %q: %w", ErrBadReply, field, s, err)
 	}
 	granted, err := strconv.ParseInt(f[0], 10, 64)
 	if err != nil {
-		return Grant{}, bad("granted", err)
+		return Grant{}, bad("granted", f[0], err)
 	}
 	tokens, err := parseFinite(f[1])
 	if err != nil {
-		return Grant{}, bad("tokens", err)
+		return Grant{}, bad("tokens", f[1], err)
 	}
 	now, err := strconv.ParseInt(f[2], 10, 64)
 	if err != nil {
-		return Grant{}, bad("time", err)
+		return Grant{}, bad("time", f[2], err)
 	}
 	instances, err := strconv.ParseInt(f[3], 10, 64)
 	if err != nil || instances < 0 || instances > math.MaxInt32 {
-		return Grant{}, bad("instances", err)
+		return Grant{}, bad("instances", f[3], err)
 	}
 	if granted < 0 {
 		return Grant{}, fmt.Errorf("%w: acquire: granted %d of %d", ErrBadReply, granted, want)
@@ -430,11 +436,11 @@ func ParseAcquireReply(v interface{}, want int64) (Grant, error) {
 	g := Grant{Granted: granted, Tokens: tokens, ServerTime: time.UnixMicro(now), Instances: int(instances)}
 	if f[4] != "" {
 		if g.Share, err = parseFinite(f[4]); err != nil || g.Share < 0 {
-			return Grant{}, bad("share", err)
+			return Grant{}, bad("share", f[4], err)
 		}
 	}
 	if g.Reserved, err = strconv.ParseInt(f[5], 10, 64); err != nil || g.Reserved < 0 || g.Reserved > granted {
-		return Grant{}, bad("reserved", err)
+		return Grant{}, bad("reserved", f[5], err)
 	}
 	// At most want at once; a reservation (the caller's share over its
 	// length) may come on top.
@@ -443,16 +449,16 @@ func ParseAcquireReply(v interface{}, want int64) (Grant, error) {
 	}
 	if g.Reserved > 0 {
 		if g.Pace, err = parseFinite(f[6]); err != nil || !(g.Pace > 0) {
-			return Grant{}, bad("pace", err)
+			return Grant{}, bad("pace", f[6], err)
 		}
 	}
 	wait, err := strconv.ParseInt(f[7], 10, 64)
 	if err != nil || wait < 0 || wait > int64(math.MaxInt64/time.Microsecond) {
-		return Grant{}, bad("wait", err)
+		return Grant{}, bad("wait", f[7], err)
 	}
 	g.Wait = time.Duration(wait) * time.Microsecond
 	if g.RateShare, err = parseRateShare(f[8]); err != nil {
-		return Grant{}, bad("rate share", err)
+		return Grant{}, bad("rate share", f[8], err)
 	}
 	if n > grantFields {
 		var a [overrideValues]interface{}
@@ -460,7 +466,7 @@ func ParseAcquireReply(v interface{}, want int64) (Grant, error) {
 			a[i] = f[grantFields+i]
 		}
 		if g.Override, err = overrideOf(a[:]); err != nil {
-			return Grant{}, bad("override", err)
+			return Grant{}, bad("override", "", err)
 		}
 	}
 	return g, nil
