@@ -288,11 +288,21 @@ func refused(err error) bool {
 
 // timedOut reports whether err is a call's deadline or a network
 // timeout: Redis did not answer in time, which is what congestion looks
-// like. A refused connection or an open circuit breaker is an outage,
-// not congestion, and does not shrink the budget.
+// like. So is a go-redis pool with no connection to give: every one it
+// may open (MaxActiveConns) is out on another call (redis.ErrPoolExhausted,
+// at once), or none came back within its PoolTimeout
+// (redis.ErrPoolTimeout). Why: the connections are there, busy; a wait
+// for one that runs out of the call deadline is a deadline error, and
+// busy tells either from an outage by Redis's last answer. Counted as a
+// failure of Redis, a client whose connections were capped below its
+// pool's turns put its tenants in their failure mode, with Redis
+// answering (TestExhaustedPoolIsBusy). A refused connection or an open
+// circuit breaker is an outage, not congestion, and does not shrink the
+// budget.
 func timedOut(err error) bool {
 	var ne net.Error
-	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout() ||
+		errors.Is(err, redis.ErrPoolExhausted) || errors.Is(err, redis.ErrPoolTimeout)
 }
 
 // wholeFailure returns err when it means Redis did not answer (as opposed
