@@ -135,10 +135,16 @@ func isRedisError(err error) bool {
 
 // scriptError wraps an error of a script call. The scripts' own argument
 // checks ("leasequota: bad argument") also wrap ErrBadRequest; they can only
-// fire when the Go checks and the script disagree.
+// fire when the Go checks and the script disagree. A nil reply, which
+// go-redis gives as the error redis.Nil, wraps ErrBadReply: no script of
+// lease's returns one, so it is a reply of an unexpected shape (a proxy
+// that mangled it, another script under the digest) like any other.
 func scriptError(op string, err error) error {
-	if redis.HasErrorPrefix(err, "leasequota: bad argument") {
+	switch {
+	case redis.HasErrorPrefix(err, "leasequota: bad argument"):
 		return fmt.Errorf("lease: %s: %w: %w", op, ErrBadRequest, err)
+	case errors.Is(err, redis.Nil):
+		return fmt.Errorf("%w: %s: a nil reply (%w)", ErrBadReply, op, err)
 	}
 	return fmt.Errorf("lease: %s: %w", op, err)
 }
