@@ -212,7 +212,10 @@ func WithRefreshInterval(d time.Duration) Option {
 // its demand is not measured yet. A token
 // reserved this way may come due up to d after the bucket refilled it,
 // and up to 990 ms more behind other instances' reservations: the window
-// bound's L is LeaseTTL + d + 990ms (docs/design.md).
+// bound's L is LeaseTTL + d + 990ms (docs/design.md). Reserved tokens
+// still to come are dropped when the tenant is evicted, when the limiter
+// closes, and when its rate falls (SetQuota, a new configured quota), so
+// that a lower rate applies as soon as the limiter reads it.
 //
 // Rollout: Redis commits a bucket's refill at most 990 ms ahead of its
 // clock (lease.ReserveAhead), which instances of earlier releases read

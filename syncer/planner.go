@@ -776,6 +776,15 @@ func (p *Planner) plan(st *State, lim quota.Quota, now time.Time, in Input) Acti
 	// (Tenant.Front) stayed the same when the oldest of them left, and a
 	// give-back or a refund that trusted it put tokens back past their
 	// lease (TestGiveBackAcrossDripsOfOneGrant).
+	if st.dropFallen(lim.Rate) && st.failures == 0 && st.at(st.notBefore) > ns {
+		// The quota's rate fell below the one the reserved tokens still
+		// to come were reserved under: none of them comes due, and the
+		// hold for their renewal (up to the reservation's length) goes
+		// with them, so that the tenant calls for the new rate's tokens
+		// now. (A hold a reply set for the dry bucket goes too: one call
+		// finds out again.)
+		st.notBefore = st.stampOf(ns)
+	}
 	if n, granted := st.takeDue(st.stampOf(ns)); n > 0 {
 		st.ledger.Add(now, n, 0)
 		st.dripLag = max(st.dripLag, int32(st.stampOf(ns)-granted))

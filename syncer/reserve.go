@@ -40,6 +40,12 @@ import (
 // A State holds one while tokens are to come (State.resv), and none
 // otherwise.
 //
+// A reservation's tokens still to come are dropped once the quota's rate
+// in force falls below the rate they were reserved under (under; see
+// State.dropFallen), as a rate share ends then: a change applies within a
+// poll and two rounds, and the bound after a change counts no reserved
+// tokens (TestReservationStopsWhenTheRateFalls).
+//
 // A rate share's accrual (share.go) is one too: tokens of the bucket's
 // refill that Redis gives this instance at the share's rate instead of
 // the bucket, none of them earlier than the share accrued it. shared is
@@ -50,6 +56,7 @@ type reservation struct {
 	done    int32      // tokens that came due since start
 	left    int32      // tokens still to come; 0: no reservation
 	pace    float32    // tokens per second (rounded down)
+	under   float32    // the quota's rate when reserved (rounded down; the lowest of a merge); 0 for a share
 	shared  *heldShare // the rate share these tokens accrue from; nil for a reservation
 }
 
@@ -77,6 +84,24 @@ func (r *reservation) take(now stamp) (tokens int64, granted stamp) {
 		*r = reservation{}
 	}
 	return n, granted
+}
+
+// dropFallen drops st's reservation (not a rate share's accrual, which
+// shareOp ends) when rate, the quota's rate in force, is below the rate
+// its tokens were reserved under, and reports whether it did. Why: the
+// tokens still to come are Redis's refill at the old rate, and coming due
+// at the old pace after an operator lowered the rate, a reservation of
+// the second ahead went on for up to its length (a minute at most): 990
+// tokens in the 5 s after a rate of 1,000 went to 10, where the bound
+// after a change allows 260 (TestReservationStopsWhenTheRateFalls).
+// Dropped, they go unspent, as on eviction (Drained): Redis committed
+// them, and a release of tokens not produced yet would credit them early.
+func (st *State) dropFallen(rate float64) bool {
+	if r := st.resv; r != nil && r.shared == nil && rate < float64(r.under) {
+		st.resv = nil
+		return true
+	}
+	return false
 }
 
 // takeDue is take on st's reservation, which goes once none of its tokens
@@ -135,8 +160,9 @@ func (r *reservation) add(planned, start stamp, tokens int64, pace, rate float64
 		return
 	}
 	n := int32(min(tokens, math.MaxInt32))
+	under := down32(rate)
 	if r.left <= 0 {
-		*r = reservation{start: start, granted: planned, left: n, pace: p}
+		*r = reservation{start: start, granted: planned, left: n, pace: p, under: under}
 		return
 	}
 	// The merged tokens come at the faster pace, from the latest start
@@ -155,6 +181,7 @@ func (r *reservation) add(planned, start stamp, tokens int64, pace, rate float64
 	r.start = stamp(min(math.Ceil(from), float64(stampMax)))
 	r.done, r.pace = 0, merged
 	r.granted = min(r.granted, planned)
+	r.under = min(r.under, under)
 	r.left = int32(min(int64(r.left)+int64(n), math.MaxInt32))
 }
 
@@ -210,6 +237,10 @@ func (p *Planner) Reserved(st *State, lim quota.Quota, now, arrived time.Time, g
 		return
 	}
 	st.setClock(ns)
+	// Tokens reserved under a higher rate than the reply brought (an
+	// override lowered it) go before the merge, which would carry them on
+	// under the lower rate.
+	st.dropFallen(lim.Rate)
 	if st.resv == nil {
 		st.resv = new(reservation)
 	}

@@ -1,6 +1,7 @@
 package syncer
 
 import (
+	"context"
 	"math"
 	"testing"
 	"time"
@@ -8,6 +9,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/leasequota/leasequota/lease"
+	"github.com/leasequota/leasequota/lease/memstore"
 	"github.com/leasequota/leasequota/quota"
 )
 
@@ -410,5 +412,90 @@ func TestGiveBackAcrossDripsOfOneGrant(t *testing.T) {
 	plan(1550) // the oldest batch's lease is over: it leaves
 	if front != 0 && st.ledger.frontID() == front {
 		t.Fatalf("the oldest batch left and the front stayed %d: a give-back would trust it", front)
+	}
+}
+
+// TestReservationStopsWhenTheRateFalls: reserved tokens still to come stop
+// coming due once the quota's rate in force falls below the rate they were
+// reserved under, as a rate share's do (TestShareEndsWhenTheRateFalls).
+// Here a reservation made at a rate of 1,000 a second (990 tokens, the
+// second ahead of Redis's clock) went on coming due at the old pace after
+// an operator set the rate to 10: 990 tokens in the 5 s after the change,
+// where the bound after a change allows Burst + Rate*T + 2*MaxLease of
+// the old quota (260). A reservation merged into one reserved under the
+// lower rate does not carry the old one's tokens on either.
+func TestReservationStopsWhenTheRateFalls(t *testing.T) {
+	qOld := quota.Quota{Rate: 1000, Burst: 100, LeaseTTL: time.Second, MaxLease: 100}
+	qNew := quota.Quota{Rate: 10, Burst: 10, LeaseTTL: time.Second, MaxLease: 10}
+	allowed := func(d time.Duration) float64 {
+		return float64(qNew.Burst) + qNew.Rate*d.Seconds() + 2*float64(qOld.MaxLease)
+	}
+	for _, merged := range []bool{false, true} {
+		clock := time.Unix(1_000_000, 0)
+		st := memstore.New(memstore.WithClock(func() time.Time { return clock }))
+		b, err := st.Instance("B", time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		old := lease.Limits{Rate: qOld.Rate, Burst: qOld.Burst}
+		ctx := context.Background()
+		acq := func(r lease.Request) lease.Grant {
+			t.Helper()
+			res, err := b.AcquireMany(ctx, []lease.Request{r}, nil)
+			if err != nil || res[0].Err != nil {
+				t.Fatal(err, res)
+			}
+			return res[0].Grant
+		}
+		acq(lease.Request{Tenant: "t", Limits: old, Want: 100, Demand: 2000})
+		clock = clock.Add(10 * time.Millisecond)
+		g := acq(lease.Request{Tenant: "t", Limits: old, Want: 1, Demand: 2000, Reserve: 4 * time.Second})
+		if g.Reserved < 500 {
+			t.Fatalf("reserved %d (%+v), want the second ahead's worth", g.Reserved, g)
+		}
+		p := NewPlanner(Config{Interval: 100 * time.Millisecond, Reserve: 4 * time.Second}, 1)
+		s := scarceState(p, clock, 2000)
+		p.Granted(s, qOld, clock, 1, g, g.Immediate())
+		p.Reserved(s, qOld, clock, clock, g)
+
+		// The operator lowers the rate to 10 a second; a reply brings it.
+		clock = clock.Add(10 * time.Millisecond)
+		if _, err := b.SetOverride(ctx, "t", old, lease.Override{Rate: 10, Burst: 10}); err != nil {
+			t.Fatal(err)
+		}
+		changed := clock
+		if merged {
+			// The reply brings a reservation made under the new rate
+			// too: merged with the old one's tokens still to come.
+			p.Reserved(s, qNew, clock, clock, lease.Grant{Granted: 5, Reserved: 5, Pace: 5, Instances: 1, Share: 5, ServerTime: clock})
+		}
+		var (
+			dripped int64
+			called  time.Duration = -1 // the first call after the change
+		)
+		for at := clock; at.Before(changed.Add(5 * time.Second)); at = at.Add(100 * time.Millisecond) {
+			a := p.Plan(s, qNew, at, Input{Level: 0, Need: 1, Missed: 100})
+			dripped += a.Drip
+			p.Expired(s, a.Expire, 0)
+			s.ledger.Sync(0)
+			if a.Calls() {
+				if called < 0 {
+					called = at.Sub(changed)
+				}
+				p.Skipped(s, qNew, at, 0, a.cut)
+			}
+		}
+		t.Logf("merged %v: %d reserved tokens came due in the 5 s after the rate went to 10 a second; first call %v after it", merged, dripped, called)
+		// Nothing comes of the dropped tokens: the tenant calls for the
+		// new rate's tokens at its next plan, not at the renewal the
+		// reservation had set (seconds on).
+		// (Merged, the hold is the new reservation's spacing.)
+		if !merged && (called < 0 || called > 200*time.Millisecond) {
+			t.Errorf("merged %v: the first lease call came %v after the change, want within two intervals", merged, called)
+		}
+		if float64(dripped) > allowed(5*time.Second) {
+			t.Errorf("merged %v: %d reserved tokens came due in the 5 s after the rate went to 10 a second; the bound after a change allows %.0f",
+				merged, dripped, allowed(5*time.Second))
+		}
 	}
 }

@@ -326,6 +326,7 @@ func (s *Syncer) planWith(t *Tenant, now time.Time, in Input) (a Action, ret lea
 	// at once when Restore ran at this plan's end (a reviewer's stress
 	// test: 8,903 of 18,398 such put-backs spendable).
 	t.restore()
+	reserved := t.st().Reserved()
 	a = s.planner.Plan(t.st(), *t.Limits(), now, in)
 	t.keepActive()
 	if a.Unobserved > 0 {
@@ -338,6 +339,10 @@ func (s *Syncer) planWith(t *Tenant, now time.Time, in Input) (a Action, ret lea
 		t.credit(a.Drip)
 		t.setFlag(flagIdle, false)
 		s.dripped.Add(a.Drip)
+		s.setRetry(t)
+	} else if reserved > 0 && t.st().Reserved() == 0 {
+		// Dropped (the quota's rate fell: State.dropFallen): requests
+		// are no longer told to wait for a token of it.
 		s.setRetry(t)
 	}
 	if in.Urgent && a.Acquire == 0 && now.Before(t.st().NotBefore()) {
