@@ -827,8 +827,16 @@ func (p *Planner) plan(st *State, lim quota.Quota, now time.Time, in Input) Acti
 			st.target = max(st.target, min(credit, p.lifetimeDemand(lim, st.Demand())))
 			// With reservations, the call may also reserve this
 			// instance's fair share of the rate over their length
-			// (Redis sizes it), paced (see reserves).
-			reserve = p.reserves(st)
+			// (Redis sizes it), paced (see reserves). Not while
+			// reserved tokens are still to come and the hold for
+			// their renewal is in force: a plan that goes past it (a
+			// refund's, Input.Refunded; a recovery's) reserved again
+			// at once, merged behind them, and an instance whose
+			// plans saw refunds took most of the bucket's refill
+			// ahead of the others: 2,089 tokens of a Rate of 100 over
+			// 20 s with a share of 50, 1,092 still to come at once
+			// (TestRefundDoesNotStackReservations).
+			reserve = p.reserves(st) && (st.Reserved() == 0 || ns >= st.at(st.notBefore))
 		}
 	} else {
 		st.target = p.coldTarget(lim, in.Fleet)
