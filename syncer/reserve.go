@@ -56,7 +56,7 @@ type reservation struct {
 	done    int32      // tokens that came due since start
 	left    int32      // tokens still to come; 0: no reservation
 	pace    float32    // tokens per second (rounded down)
-	under   float32    // the quota's rate when reserved (rounded down; the lowest of a merge); 0 for a share
+	under   float32    // the quota's rate when reserved (rounded down; the highest of a merge); 0 for a share
 	shared  *heldShare // the rate share these tokens accrue from; nil for a reservation
 }
 
@@ -181,7 +181,7 @@ func (r *reservation) add(planned, start stamp, tokens int64, pace, rate float64
 	r.start = stamp(min(math.Ceil(from), float64(stampMax)))
 	r.done, r.pace = 0, merged
 	r.granted = min(r.granted, planned)
-	r.under = min(r.under, under)
+	r.under = max(r.under, under)
 	r.left = int32(min(int64(r.left)+int64(n), math.MaxInt32))
 }
 

@@ -499,3 +499,27 @@ func TestReservationStopsWhenTheRateFalls(t *testing.T) {
 		}
 	}
 }
+
+// TestMergedReservationStopsWhenTheRateFallsBelowEither: a reservation
+// merged from one made at a rate of 100 and one made after the rate rose
+// to 200 is dropped once the rate falls to 150: the second's tokens come
+// at a pace the lower rate does not allow. (Keeping the lower of the two
+// rates, the merge kept them coming.)
+func TestMergedReservationStopsWhenTheRateFallsBelowEither(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	p := NewPlanner(Config{Interval: 100 * time.Millisecond, Reserve: 4 * time.Second}, 1)
+	q := func(rate float64) quota.Quota {
+		return quota.Quota{Rate: rate, Burst: 100, LeaseTTL: time.Second, MaxLease: 100}
+	}
+	st := scarceState(p, now, 400)
+	p.Reserved(st, q(100), now, now, lease.Grant{Granted: 100, Reserved: 100, Pace: 50, Instances: 2, Share: 50, ServerTime: now})
+	now = now.Add(100 * time.Millisecond)
+	p.Reserved(st, q(200), now, now, lease.Grant{Granted: 200, Reserved: 200, Pace: 100, Instances: 2, Share: 100, ServerTime: now})
+	if st.Reserved() < 250 {
+		t.Fatalf("%d reserved tokens to come after the merge, want 295", st.Reserved())
+	}
+	a := p.Plan(st, q(150), now.Add(100*time.Millisecond), Input{})
+	if left := st.Reserved(); left != 0 {
+		t.Errorf("the rate fell from 200 to 150: %d reserved tokens still to come (%d came due), want none", left, a.Drip)
+	}
+}
