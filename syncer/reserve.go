@@ -227,6 +227,13 @@ func (p *Planner) Reserved(st *State, lim quota.Quota, now, arrived time.Time, g
 			// than a jump in demand, reserves at most the rate.)
 			span := time.Duration(min(g.Share, lim.Rate) * p.cfg.Reserve.Seconds() / lim.Rate * 1e9)
 			retry := max(g.Wait+min(span, lease.ReserveAhead)/2-lease.ReserveAhead, p.cfg.Interval)
+			// At most a day, as every hold (holdBack): a bucket's time
+			// runs further ahead of the clock only when Redis's clock
+			// went back (a failover to a replica behind), and held to
+			// its stamps' range (24.8 days) the tenant stayed held
+			// whatever that clock did meanwhile
+			// (TestNoRoomRetryWithinADay).
+			retry = min(retry, 24*time.Hour)
 			// The others that found no room wait too: each comes back at
 			// its own turn among them, not all at once.
 			others := int64(max(g.Instances-1, 0))

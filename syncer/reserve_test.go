@@ -523,3 +523,21 @@ func TestMergedReservationStopsWhenTheRateFallsBelowEither(t *testing.T) {
 		t.Errorf("the rate fell from 200 to 150: %d reserved tokens still to come (%d came due), want none", left, a.Drip)
 	}
 }
+
+// TestNoRoomRetryWithinADay: a reservation that found no room waits for
+// the bucket's refill to catch up with what is committed (the reply's
+// wait), but no more than a day, as every other hold (holdBack): a call
+// then finds out again. A bucket's time runs that far ahead of Redis's
+// clock only when the clock went back (a failover to a replica whose
+// clock is behind, by 30 days here), and the tenant was held until its
+// stamps' range ran out, 24.8 days, whatever the clock did meanwhile.
+func TestNoRoomRetryWithinADay(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	p := NewPlanner(Config{Interval: 100 * time.Millisecond, Reserve: 4 * time.Second}, 1)
+	st := scarceState(p, now, 400)
+	lim := quota.Quota{Rate: 100, Burst: 100, LeaseTTL: time.Second, MaxLease: 100}
+	p.Reserved(st, lim, now, now, lease.Grant{Share: 50, Instances: 2, Wait: 30 * 24 * time.Hour, ServerTime: now})
+	if held := st.NotBefore().Sub(now); held > 24*time.Hour+p.Config().Reserve {
+		t.Errorf("held back %v after a reply whose bucket ran 30 days ahead of the clock, want a day at most (and a jitter)", held)
+	}
+}
