@@ -25,13 +25,14 @@ import (
 // failing, its mode deciding with Redis up.
 func TestExhaustedPoolIsBusy(t *testing.T) {
 	srv := redisserver.StartServer(t)
-	o := srv.Client().Options()
 	// One connection at most, and pipelines on the main pool (no
 	// dedicated pipeline pool), whose turns (PoolSize) outnumber it: a
-	// cap of connections, as a deployment sets it.
-	o.PoolSize, o.MaxActiveConns, o.PipelinePoolSize = 4, 1, -1
-	o.ContextTimeoutEnabled = true
-	rdb := redis.NewClient(o)
+	// cap of connections, as a deployment sets it. (Options of their own:
+	// srv.Client().Options() made a client nobody closed, whose
+	// goroutines goleak found in the package's later tests, and whose
+	// options a second client cannot share.)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, Password: srv.Password, ContextTimeoutEnabled: true,
+		PoolSize: 4, MaxActiveConns: 1, PipelinePoolSize: -1})
 	t.Cleanup(func() { rdb.Close() })
 	prefix := redisserver.Prefix(t)
 	client, err := lease.NewClient(rdb, prefix, lease.WithInstance("me", time.Second))
