@@ -195,6 +195,15 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n
 		// call alone, a request whose refill hung on a Redis that answers
 		// nothing returned ReasonClosed up to WithRedisTimeout after Close
 		// began (TestCloseWakesRequestsWaitingOnAHungRefill).
+		if wctx.Err() != nil {
+			// Done before the wait began. Left to the select below, a
+			// refill that answered at once and the done ctx were both
+			// ready, and select picks among ready cases at random: a
+			// WaitN with a ctx that had expired before the call was
+			// admitted now and then (TestWaitErrorsNameTheWait, one
+			// run in many under load; TestDoneCtxNeverWaitsForALease).
+			return l.gaveUp(ctx, tenant, e, n, cold, untilAdmitted, missed)
+		}
 		waits++
 		select {
 		case <-l.sync.Refill(wctx, e, n):
