@@ -68,7 +68,7 @@ func (s *Syncer) acquire(ctx context.Context, now time.Time, node *redisNode, jo
 		} else {
 			r = results[i]
 		}
-		s.apply(ctx, j.t, node, now, j.want, false, j.share, j.cut, r)
+		s.apply(ctx, j.t, node, now, j.want, 0, j.share, j.cut, r)
 		if sent {
 			tot.Tenants++
 			tot.Requested += j.want
@@ -105,7 +105,7 @@ func (b *acquireBuf) put(pool *sync.Pool) {
 
 // apply records the result of a lease call to node for t, whose lock is
 // held; cut and forNeed are the plan's Action.cut and Action.ForNeed.
-func (s *Syncer) apply(ctx context.Context, t *Tenant, node *redisNode, now time.Time, want int64, forNeed bool, op lease.ShareOp, cut *reservation, r lease.Result) {
+func (s *Syncer) apply(ctx context.Context, t *Tenant, node *redisNode, now time.Time, want, forNeed int64, op lease.ShareOp, cut *reservation, r lease.Result) {
 	s.requested.Add(want)
 	ls := t.lease.Load() // planned: not dormant
 	defer ls.st.ledger.trim()

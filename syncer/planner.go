@@ -413,12 +413,13 @@ type Action struct {
 	ExpiredGrant lease.GrantID
 	// Acquire is the number of tokens to ask Redis for; zero for none.
 	Acquire int64
-	// ForNeed says Acquire was asked for a request that is short
-	// (Input.Urgent with Input.Need beyond what the tenant holds), which
-	// waits for the call: a partial grant then holds the tenant's next
-	// call back only until the bucket has refilled what the call still
-	// lacks (GrantedFor).
-	ForNeed bool
+	// ForNeed is what a short request lacks beyond what the tenant holds
+	// (Input.Urgent with Input.Need beyond it), when Acquire was asked
+	// for it; zero for none. A refill (the call the request waits for)
+	// whose partial grant left the request short then holds the tenant's
+	// next call back only until the bucket has refilled what the call
+	// still lacks (GrantedFor).
+	ForNeed int64
 	// Reserve is the reservation length to send with the acquire
 	// (lease.Request.Reserve): zero but while the tenant is scarce and
 	// Config.Reserve is set.
@@ -877,7 +878,7 @@ func (p *Planner) plan(st *State, lim quota.Quota, now time.Time, in Input) Acti
 		// A request is short: ask for at least what it needs (a sparse
 		// tenant's lease, no less than MinLease).
 		want = max(want, in.Need-held)
-		a.ForNeed = true
+		a.ForNeed = in.Need - held
 		if st.flags&flagSparse != 0 {
 			want = max(want, lim.MinLease-held)
 		}
@@ -986,12 +987,13 @@ func (p *Planner) Expired(st *State, taken, level int64) {
 // recorded by Reserved, which follows. It is GrantedFor of a call that
 // was not asked for a short request.
 func (p *Planner) Granted(st *State, lim quota.Quota, now time.Time, asked int64, g lease.Grant, level int64) {
-	p.GrantedFor(st, lim, now, asked, false, g, level)
+	p.GrantedFor(st, lim, now, asked, 0, g, level)
 }
 
-// GrantedFor is Granted, forNeed saying that the call was asked for a
-// short request that waits for it (Action.ForNeed).
-func (p *Planner) GrantedFor(st *State, lim quota.Quota, now time.Time, asked int64, forNeed bool, g lease.Grant, level int64) {
+// GrantedFor is Granted, forNeed saying what the short request that
+// waits for the call lacked when it was asked for (Action.ForNeed; 0 for
+// none).
+func (p *Planner) GrantedFor(st *State, lim quota.Quota, now time.Time, asked, forNeed int64, g lease.Grant, level int64) {
 	ns := now.UnixNano()
 	st.setClock(ns)
 	st.failures = 0
@@ -1064,8 +1066,9 @@ func (p *Planner) GrantedFor(st *State, lim quota.Quota, now time.Time, asked in
 	// shares sum to the rate. Else wait for this instance's turn, as if
 	// each of them took a lease of the same size.
 	need := max(min(asked, st.target), 1)
-	if forNeed {
-		// The call was for a request that waits (Action.ForNeed): what
+	if forNeed > g.Granted {
+		// The call was for a request that waits (Action.ForNeed), and
+		// the grant left it short: what
 		// it still lacks is what it asked less what it got (held here,
 		// or back in the bucket once it expires), and a call before the
 		// bucket holds that cannot serve it, nor one long after it help
@@ -1077,7 +1080,12 @@ func (p *Planner) GrantedFor(st *State, lim quota.Quota, now time.Time, asked in
 		// (TestPartialGrantHoldCountsTheGrant in the root package). A
 		// lease's calls keep the whole ask: coming back for the rest
 		// would take it a few tokens at a time
-		// (TestScarceAsksForItsShareOfTheBurst).
+		// (TestScarceAsksForItsShareOfTheBurst). So does a waiting
+		// request's call whose ask was the lease's (its target, above
+		// the request's need) and whose grant covered the request: its
+		// waiters make a starved tenant's calls, and counted short, they
+		// made 1.65 a second against Rate/Burst = 1, for the tokens that
+		// 1.25 a second brought (TestRefillOfALeaseKeepsTheWholeAsk).
 		need = max(min(asked-g.Granted, st.target), 1)
 	}
 	var wait time.Duration

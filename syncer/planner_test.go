@@ -49,6 +49,10 @@ type rig struct {
 	// nil grants in full from a bucket that holds plenty.
 	grant func(want int64) (g lease.Grant, ok bool)
 
+	// refills: every call is a waiting request's (a refill's), whose
+	// Action.ForNeed goes to GrantedFor; else a round's (Granted).
+	refills bool
+
 	acc      float64       // fractional tokens of demand not yet asked for
 	calls    int           // acquires made
 	acquired int64         // tokens granted
@@ -112,7 +116,11 @@ func (r *rig) plan() Action {
 		} else {
 			level := r.tokens.Add(g.Immediate())
 			r.acquired += g.Granted
-			r.p.Granted(&r.st, r.lim, r.now, a.Acquire, g, level)
+			var forNeed int64
+			if r.refills {
+				forNeed = a.ForNeed
+			}
+			r.p.GrantedFor(&r.st, r.lim, r.now, a.Acquire, forNeed, g, level)
 			r.p.Reserved(&r.st, r.lim, r.now, r.now, g)
 		}
 	}

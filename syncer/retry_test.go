@@ -30,7 +30,7 @@ func TestFailedCallRetryCountsReservedTokens(t *testing.T) {
 		t.Fatal("no reserved token to come")
 	}
 	// The next call fails: its backoff is 0.5 to 1 s.
-	s.apply(ctx, tn, &s.one, now(), 1, false, lease.ShareKeep, nil, lease.Result{Err: context.DeadlineExceeded})
+	s.apply(ctx, tn, &s.one, now(), 1, 0, lease.ShareKeep, nil, lease.Result{Err: context.DeadlineExceeded})
 	backoffEnd := st.at(st.notBefore)
 	tn.mu.Unlock()
 	if time.Duration(backoffEnd-now().UnixNano()) < 500*time.Millisecond {
