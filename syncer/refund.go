@@ -1,7 +1,9 @@
 package syncer
 
 import (
+	"cmp"
 	"context"
+	"slices"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -35,8 +37,72 @@ func (s *Syncer) noteClock(now time.Time) { raise(&s.clock, now.UnixNano()) }
 // stored: Refund reads the quota first, then this.
 func (s *Syncer) noteTTLFell(ttl time.Duration, now time.Time) {
 	cfg := s.planner.Config()
-	raise(&s.ttlFell, int64(ttl))
-	raise(&s.ttlFellUntil, now.Add(ttl+2*cfg.Interval+2*s.opts.CallTimeout).UnixNano())
+	until := now.Add(ttl + 2*cfg.Interval + 2*s.opts.CallTimeout).UnixNano()
+	// A window that ended RefundHorizon ago counts in no refund: the
+	// admissions it covers are older than that, and forfeited whatever
+	// their TTL.
+	stale := now.Add(-RefundHorizon).UnixNano()
+	for {
+		cur := s.ttlFell.Load()
+		next := new(ttlWindows)
+		if cur != nil {
+			*next = *cur
+		}
+		if !next.add(int64(ttl), until, stale) {
+			return // counted already
+		}
+		if s.ttlFell.CompareAndSwap(cur, next) {
+			return
+		}
+	}
+}
+
+// ttlWindows is the LeaseTTLs that fell (noteTTLFell), each counted in
+// the age of refunds of admissions whose clock came before its until.
+// Two at most, by falling TTL and rising until: a longer TTL's window
+// that a later one with a TTL no shorter covers is dropped, and a third
+// merges the two oldest (the longer TTL until the later end: an age
+// overstated, never understated). Why windows apart, not the longest TTL
+// until the latest end: an eviction of a tenant with the default TTL,
+// hours after one with a LeaseTTL of two hours, brought the two hours
+// back into every refund's age, for as long as evictions went on: a
+// refund spent a second before was forfeited as older than RefundHorizon
+// (TestLongLeaseTTLFellCountsOnlyInItsWindow).
+type ttlWindows struct {
+	ttl, until [2]int64 // zero ttl: no window
+}
+
+// add counts ttl until until in w, leaving out windows that ended before
+// stale, and reports whether w changed.
+func (w *ttlWindows) add(ttl, until, stale int64) bool {
+	for i := range w.ttl {
+		if w.ttl[i] >= ttl && w.until[i] >= until {
+			return false
+		}
+	}
+	type win struct{ ttl, until int64 }
+	var all [3]win
+	n := 0
+	for i := range w.ttl {
+		if w.ttl[i] > 0 && w.until[i] > stale && !(ttl >= w.ttl[i] && until >= w.until[i]) {
+			all[n] = win{w.ttl[i], w.until[i]}
+			n++
+		}
+	}
+	all[n] = win{ttl, until}
+	n++
+	ws := all[:n]
+	// By falling TTL; none dominates another, so their ends rise.
+	slices.SortFunc(ws, func(a, b win) int { return cmp.Compare(b.ttl, a.ttl) })
+	if len(ws) == 3 {
+		ws[1] = win{ws[0].ttl, ws[1].until}
+		ws = ws[1:]
+	}
+	*w = ttlWindows{}
+	for i, x := range ws {
+		w.ttl[i], w.until[i] = x.ttl, x.until
+	}
+	return true
 }
 
 // ttlFalls calls noteTTLFell when the quota in force on a tenant goes
@@ -53,8 +119,12 @@ func (s *Syncer) ttlFalls(old, next *quota.Quota) {
 // longer one a quota fell from since (noteTTLFell).
 func (s *Syncer) leaseTTLOf(lim *quota.Quota, clock int64) time.Duration {
 	ttl := lim.LeaseTTL
-	if clock < s.ttlFellUntil.Load() {
-		ttl = max(ttl, time.Duration(s.ttlFell.Load()))
+	if w := s.ttlFell.Load(); w != nil {
+		for i := range w.ttl {
+			if clock < w.until[i] {
+				ttl = max(ttl, time.Duration(w.ttl[i]))
+			}
+		}
 	}
 	return ttl
 }

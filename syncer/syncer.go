@@ -187,12 +187,12 @@ type Syncer struct {
 	// notes it with its admission, so that a refund can bound how long
 	// ago its tokens were granted (see Refund).
 	clock atomic.Int64
-	// ttlFell and ttlFellUntil (unix nanoseconds): the longest LeaseTTL
-	// a tenant's quota fell from, or an evicted tenant had (a re-tracked
-	// one may resolve a shorter one), and until when a refund whose
-	// admission noted a clock before it must count that TTL in its age
-	// (noteTTLFell). Both only rise.
-	ttlFell, ttlFellUntil atomic.Int64
+	// ttlFell holds the LeaseTTLs that tenants' quotas fell from, or
+	// evicted tenants had (a re-tracked one may resolve a shorter one),
+	// each with until when a refund whose admission noted a clock before
+	// it must count that TTL in its age (noteTTLFell, leaseTTLOf). nil
+	// before the first.
+	ttlFell atomic.Pointer[ttlWindows]
 	// plans counts the plans made (planWith), wrapping: a request notes
 	// it with its admission, so that a give-back can tell whether any
 	// tenant was planned since the spend (Unspend).
