@@ -786,6 +786,17 @@ func (p *Planner) plan(st *State, lim quota.Quota, now time.Time, in Input) Acti
 		// finds out again.)
 		st.notBefore = st.stampOf(ns)
 	}
+	if sh := st.share(); sh != nil && lim.Rate < float64(sh.under) {
+		// A rate share granted under a higher rate: none of its tokens
+		// comes due from now on (shareOp ends it), whether or not this
+		// plan may call. Why here: a plan held back by a failure's
+		// backoff returns before shareOp's end stops the accrual, and
+		// the share went on at the old pace until the backoff ended, up
+		// to a refresh interval: 630 tokens of a share of 900 a second
+		// after the rate fell from 1,000 to 10, the breaker refusing
+		// its calls (TestShareStopsWhenTheRateFallsInABackoff).
+		st.resv.pace = 0
+	}
 	if n, granted := st.takeDue(st.stampOf(ns)); n > 0 {
 		st.ledger.Add(now, n, 0)
 		st.dripLag = max(st.dripLag, int32(st.stampOf(ns)-granted))

@@ -46,7 +46,8 @@ type heldShare struct {
 	from, until int64
 	// under is the quota's rate when the share was granted. Once the
 	// rate in force is below it (SetQuota lowered it), the share ends at
-	// once (Shared stops its accrual, shareOp ends it): Redis keeps the
+	// once (Shared, or the first plan that sees it, stops its accrual;
+	// shareOp ends it): Redis keeps the
 	// shares in force through a quota change, and the instances went on
 	// handing out the old shares until their renewals, up to 1.5 periods
 	// (4,669 tokens in 5 s after a rate of 1,000 went to 10, where the
