@@ -133,7 +133,9 @@ func WithExpectedInstances(n int) Option {
 }
 
 // WithIdleTimeout sets how long a tenant may go without requests before it
-// is evicted and its tokens returned (default 1 minute).
+// is evicted and its tokens returned (default 1 minute). A tenant holding
+// a rate share (WithRateShares) is kept past it until the share is ended,
+// up to a quarter period after its demand went, or its end has passed.
 func WithIdleTimeout(d time.Duration) Option {
 	return func(c *config) { c.idleTimeout = d }
 }
@@ -258,9 +260,10 @@ func WithReservation(d time.Duration) Option {
 // hold all of Rate*(1 - headroom) gets tokens from the headroom's refill
 // and the burst only, until the others renew; and the instance registry's
 // window grows to two periods, so an instance that left is counted for
-// that long. Close ends the shares the instance holds; one held by a
-// tenant evicted (WithMaxTenants), or whose end fails, stays in force in
-// Redis until its epoch ends, unspent.
+// that long. Close ends the shares the instance holds, and an idle tenant
+// is kept past WithIdleTimeout until its share is ended; one held by a
+// tenant evicted for WithMaxTenants, or whose end fails, stays in force
+// in Redis until its epoch ends, unspent.
 //
 // Rollout: every instance sharing the tenants must run a release that
 // honours shares (this one, or the release before it) before any turns

@@ -78,6 +78,13 @@ func (st *State) share() *heldShare {
 	return st.resv.shared
 }
 
+// shareLive reports whether st's tenant holds a rate share (accrued here,
+// or stopped for its end) whose end, in the local clock, is after ns.
+func (st *State) shareLive(ns int64) bool {
+	sh := st.share()
+	return sh != nil && ns < st.at(sh.end)
+}
+
 // HeldShare returns the rate share the tenant holds (accrued here), and
 // false for none.
 func (st *State) HeldShare() (lease.RateShare, bool) {

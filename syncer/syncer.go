@@ -51,7 +51,9 @@ type Options struct {
 	Cluster bool
 
 	// IdleTimeout is how long a tenant may see no request before it is
-	// evicted (its tokens returned); default 1 minute.
+	// evicted (its tokens returned); default 1 minute. A tenant holding a
+	// rate share is kept until the share is ended or past its end
+	// (Syncer.sharing).
 	IdleTimeout time.Duration
 	// MaxTenants, when positive, is the most tenants kept: each round
 	// evicts the least recently active beyond it.
