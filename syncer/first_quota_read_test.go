@@ -63,3 +63,65 @@ func TestFirstQuotaReadAddsNoCall(t *testing.T) {
 		t.Errorf("rate in force two rounds after the quota version moved: %v, want the override's 1000", r)
 	}
 }
+
+// TestFailedQuotaReadAddsNoCall: a read of the quota version that fails
+// tells nothing (the version only rises: a change made meanwhile shows at
+// the next read), so a tenant held back on a dry bucket makes no call to
+// re-read its quota. Taken for a move, every failed read made every such
+// tenant call, at each tick of the half interval while reads failed (as
+// they do when Redis is saturated).
+func TestFailedQuotaReadAddsNoCall(t *testing.T) {
+	var clock atomic.Int64
+	clock.Store(time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	now := func() time.Time { return time.Unix(0, clock.Load()) }
+	advance := func(d time.Duration) { clock.Add(int64(d)) }
+	store := faultstore.New(memstore.New(memstore.WithClock(now)))
+	mine, err := store.Instance("mine", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	s := New(mine, Options{Planner: NewPlanner(Config{Interval: 100 * time.Millisecond}, 1), Now: now, Driven: true})
+	t.Cleanup(s.Close)
+	// Rate 0.01: the bucket, drained by the first grant, refills in 1,000 s.
+	q := quota.Quota{Rate: 0.01, Burst: 10, MinLease: 1, MaxLease: 10, LeaseTTL: 2 * time.Second}
+	tn, err := s.Track("t", q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tn.NoteMiss(10)
+	refillNow(t, s, tn, 10)
+	s.Tick(ctx) // the first read of the version
+	if ok, _ := tn.Spend(tn.Held()); !ok {
+		t.Fatal("could not spend the lease")
+	}
+	// Held back on the dry bucket: ticks whose reads succeed make no call.
+	for range 4 {
+		advance(30 * time.Millisecond)
+		tn.NoteMiss(1)
+		s.Tick(ctx)
+	}
+	before, _ := store.Calls(faultstore.OpAcquire)
+	for range 4 {
+		advance(30 * time.Millisecond)
+		tn.NoteMiss(1)
+		s.Tick(ctx)
+	}
+	if made, _ := store.Calls(faultstore.OpAcquire); made != before {
+		t.Fatalf("held back, with the version read: %d lease calls in 4 ticks, want 0 (the test shows nothing)", made-before)
+	}
+	store.SetHook(func(ctx context.Context, c faultstore.Call) error {
+		if c.Op == faultstore.OpVersion {
+			return context.DeadlineExceeded
+		}
+		return nil
+	})
+	for range 4 {
+		advance(30 * time.Millisecond)
+		tn.NoteMiss(1)
+		s.Tick(ctx)
+	}
+	if made, _ := store.Calls(faultstore.OpAcquire); made != before {
+		t.Errorf("held back, the version's reads failing: %d lease calls in 4 ticks, want 0", made-before)
+	}
+}

@@ -88,7 +88,8 @@ func (p *quotaPoll) firstPending() bool {
 }
 
 // pollQuota reads the quota version (at most every half interval) and
-// reports whether it moved since the last read, or could not be read:
+// reports whether it moved since the last read, or was read for the
+// first time (noteQuota):
 // then every tenant active here re-reads its quota in this round. It
 // uses the result of the last poll that finished and leaves the next one
 // running (quotaPoll), but in driven mode without Cluster, where it reads
@@ -205,18 +206,22 @@ func (s *Syncer) livenessTimeout() time.Duration {
 }
 
 // noteQuota records a read of the quota version and reports whether the
-// quotas must be read again: the version moved, or could not be read, or
-// was read for the first time. Only a move from a version read before
-// makes calls in flight or planned before the read re-read too
-// (quotaMoved, quotaSeen: flagReread, Input.QuotaSeen). Why: the first
-// read comes as a fleet starts, and a read that fails comes when Redis is
-// saturated; counted as moves, they made every tenant whose first call
-// came before them call again to re-read, a call a pair more when calls
-// are dearest (TestLapsedColdDenialIsAColdStart met the extra call of its
-// one tenant at the first read). A quota changed between a tenant's call
-// and the first read is read at its next call, as before the rule.
+// quotas must be read again: the version was read for the first time, or
+// moved. A read that failed tells nothing: the version only rises, so a
+// change made meanwhile shows as a move at the next read that succeeds.
+// Why: a read fails when Redis is saturated (or down, when the tenants'
+// own calls fail too), and taken for a move it made every active tenant
+// held back on a dry bucket call to re-read, at every tick of the half
+// interval while reads failed (TestFailedQuotaReadAddsNoCall). Only a
+// move from a version read before makes calls in flight or planned
+// before the read re-read too (quotaMoved, quotaSeen: flagReread,
+// Input.QuotaSeen). Why: the first read comes as a fleet starts; counted
+// as a move, it made every tenant whose first call came before it call
+// again to re-read, a call a pair more when calls are dearest
+// (TestFirstQuotaReadAddsNoCall). A quota changed between a tenant's
+// call and the first read is read at its next call, as before the rule.
 func (s *Syncer) noteQuota(r quotaRead) bool {
-	changed := r.err != nil || !s.quotaKnown || r.v != s.quotaVer
+	changed := r.err == nil && (!s.quotaKnown || r.v != s.quotaVer)
 	s.quotaMoved = r.err == nil && s.quotaKnown && r.v != s.quotaVer
 	if r.err == nil {
 		s.quotaVer, s.quotaKnown = r.v, true
