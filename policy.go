@@ -343,7 +343,8 @@ lookup:
 // into the lease at once while its oldest grant is unchanged (no batch
 // left the ledger since the spend; if the syncer accounted for the spend
 // meanwhile, it forfeits the excess) and no drain (eviction, Close) has
-// begun (Tenant.UnspendAt), else through Refund's path. With the oldest grant unknown (a rate share's tokens),
+// begun (Tenant.UnspendAt), else through Refund's path
+// (Syncer.GiveBack: not counted in Stats.Refunded). With the oldest grant unknown (a rate share's tokens),
 // its change cannot be seen: they go back at once only if no plan ran
 // since the spend (Syncer.Unspend). A plan in between could have let
 // their batch expire, and given back they lived on as a later batch's,
@@ -353,7 +354,7 @@ func (l *Limiter) giveBack(e *syncer.Tenant, n int64, front lease.GrantID, clock
 	case front != 0 && e.UnspendAt(n, front):
 	case front == 0 && l.sync.Unspend(e, n, plans):
 	default:
-		l.sync.Refund(e, n, front, clock)
+		l.sync.GiveBack(e, n, front, clock)
 	}
 }
 

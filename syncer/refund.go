@@ -220,10 +220,27 @@ const (
 // It takes t's lock only when free: while a lease call holds it, the
 // tokens are returned instead (never a wait on the request path).
 func (s *Syncer) Refund(t *Tenant, n int64, front lease.GrantID, clock int64) Refunded {
+	if n > 0 {
+		s.refunded.Add(n)
+	}
+	return s.giveBack(t, n, front, clock)
+}
+
+// GiveBack is Refund for tokens a multi-tenant decision spent and gives
+// back as it ends denied (the caller's give-back could not put them back
+// into the lease): the same path, but not counted refunded, since no
+// Refund was called. (Counted, Stats.Refunded, the tokens given back by
+// Refund, grew on a denied AllowAll: TestGiveBackIsNotARefund in the
+// root package.)
+func (s *Syncer) GiveBack(t *Tenant, n int64, front lease.GrantID, clock int64) Refunded {
+	return s.giveBack(t, n, front, clock)
+}
+
+// giveBack is Refund's path, uncounted.
+func (s *Syncer) giveBack(t *Tenant, n int64, front lease.GrantID, clock int64) Refunded {
 	if n <= 0 {
 		return 0
 	}
-	s.refunded.Add(n)
 	lim := t.Limits()
 	// The tokens were granted after the latest plan before the spend
 	// minus a lease lifetime (the longest in force since: leaseTTLOf;
