@@ -50,3 +50,12 @@ func TenantCold(l *Limiter, tenant string) bool {
 	t := l.sync.Tenant(tenant)
 	return t == nil || t.Cold()
 }
+
+// LeaseTokens returns what l's utilization gauge counts from: the tokens
+// that came to the leases (granted at once, reserved ones as they came
+// due), those returned and forfeited, and the leased tokens held now.
+func LeaseTokens(l *Limiter) (in, returned, forfeited, held int64) {
+	st := l.sync.Stats()
+	_, held = l.sync.LeaseTotals()
+	return st.Granted - st.Reserved + st.Dripped, st.Returned, st.Forfeited, held
+}
