@@ -19,23 +19,12 @@ import (
 // planned before a move's read counted the first read as a move); a move
 // from a known version does.
 func TestFirstQuotaReadAddsNoCall(t *testing.T) {
-	var clock atomic.Int64
-	clock.Store(time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
-	now := func() time.Time { return time.Unix(0, clock.Load()) }
-	advance := func(d time.Duration) { clock.Add(int64(d)) }
-	mem := memstore.New(memstore.WithClock(now))
-	store := faultstore.New(mem)
-	mine, err := store.Instance("mine", time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	advance, mem, store, s := drivenOverFaults(t)
 	other, err := mem.Instance("other", time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	s := New(mine, Options{Planner: NewPlanner(Config{Interval: 100 * time.Millisecond}, 1), Now: now, Driven: true})
-	t.Cleanup(s.Close)
 	q := quota.Quota{Rate: 10, Burst: 100, MinLease: 1, MaxLease: 10, LeaseTTL: 2 * time.Second}
 	tn, err := s.Track("t", q)
 	if err != nil {
@@ -71,18 +60,8 @@ func TestFirstQuotaReadAddsNoCall(t *testing.T) {
 // tenant call, at each tick of the half interval while reads failed (as
 // they do when Redis is saturated).
 func TestFailedQuotaReadAddsNoCall(t *testing.T) {
-	var clock atomic.Int64
-	clock.Store(time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
-	now := func() time.Time { return time.Unix(0, clock.Load()) }
-	advance := func(d time.Duration) { clock.Add(int64(d)) }
-	store := faultstore.New(memstore.New(memstore.WithClock(now)))
-	mine, err := store.Instance("mine", time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	advance, _, store, s := drivenOverFaults(t)
 	ctx := context.Background()
-	s := New(mine, Options{Planner: NewPlanner(Config{Interval: 100 * time.Millisecond}, 1), Now: now, Driven: true})
-	t.Cleanup(s.Close)
 	// Rate 0.01: the bucket, drained by the first grant, refills in 1,000 s.
 	q := quota.Quota{Rate: 0.01, Burst: 10, MinLease: 1, MaxLease: 10, LeaseTTL: 2 * time.Second}
 	tn, err := s.Track("t", q)
@@ -124,4 +103,24 @@ func TestFailedQuotaReadAddsNoCall(t *testing.T) {
 	if made, _ := store.Calls(faultstore.OpAcquire); made != before {
 		t.Errorf("held back, the version's reads failing: %d lease calls in 4 ticks, want 0", made-before)
 	}
+}
+
+// drivenOverFaults returns a driven syncer (refresh interval 100 ms) on
+// the instance "mine" of a memstore behind a faultstore, the memstore
+// (for other instances' views), the faultstore (its counts and hooks),
+// and how to move their clock on.
+func drivenOverFaults(t *testing.T) (advance func(time.Duration), mem *memstore.Store, store *faultstore.Store, s *Syncer) {
+	t.Helper()
+	var clock atomic.Int64
+	clock.Store(time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	now := func() time.Time { return time.Unix(0, clock.Load()) }
+	mem = memstore.New(memstore.WithClock(now))
+	store = faultstore.New(mem)
+	mine, err := store.Instance("mine", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s = New(mine, Options{Planner: NewPlanner(Config{Interval: 100 * time.Millisecond}, 1), Now: now, Driven: true})
+	t.Cleanup(s.Close)
+	return func(d time.Duration) { clock.Add(int64(d)) }, mem, store, s
 }
