@@ -3,7 +3,6 @@ package syncer
 import (
 	"context"
 	"runtime"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -22,8 +21,8 @@ import (
 // give-back (Tenant.quiesce): all 5 are released or forfeited, and the
 // counter stays empty. The test holds the give-back between its check
 // and its add (unspendBegin, unspendEnd) while the drain runs in a
-// goroutine, and goes on when the drain either waits for it (quiesceHook)
-// or has emptied the counter.
+// goroutine, and goes on when the drain either waits for it (the tenant
+// is marked drained) or has emptied the counter.
 func TestGiveBackDuringDrain(t *testing.T) {
 	for _, how := range []string{"evict", "close"} {
 		t.Run(how, func(t *testing.T) {
@@ -46,10 +45,6 @@ func TestGiveBackDuringDrain(t *testing.T) {
 			if !tn.unspendBegin(front) {
 				t.Fatal("the give-back's check failed before any drain")
 			}
-			waiting := make(chan struct{})
-			var once sync.Once
-			quiesceHook = func() { once.Do(func() { close(waiting) }) }
-			defer func() { quiesceHook = nil }()
 			done := make(chan int64, 1)
 			go func() {
 				var released int64
@@ -66,16 +61,12 @@ func TestGiveBackDuringDrain(t *testing.T) {
 				}
 				done <- released
 			}()
-			// Until the drain waits for the give-back, or has emptied the
-			// counter (its 3 tokens) between the check and the add.
+			// Until the drain waits for the give-back (it marked the
+			// tenant, flagDrained, and waits for the brackets under way),
+			// or has emptied the counter (its 3 tokens) between the check
+			// and the add.
 			drained := false
-		wait:
-			for {
-				select {
-				case <-waiting:
-					break wait
-				default:
-				}
+			for !tn.flag(flagDrained) {
 				if tn.Held() == 0 {
 					drained = true
 					break

@@ -275,17 +275,9 @@ func (t *Tenant) beginLive() bool { return t.flags.Add(syncBusy)&flagDrained == 
 func (t *Tenant) quiesce() {
 	t.setFlag(flagDrained, true)
 	for t.flags.Load()&syncMask != 0 {
-		if quiesceHook != nil {
-			quiesceHook()
-		}
 		runtime.Gosched()
 	}
 }
-
-// quiesceHook, when set (tests), runs each time quiesce finds a change
-// under way: a test that holds a bracket open learns that the drain
-// waits for it.
-var quiesceHook func()
 
 // credit puts n > 0 tokens into the counter for requests to spend (a
 // lease, a drip of reserved tokens, a refund credited to the lease) and
