@@ -223,21 +223,16 @@ func (s *Syncer) Refund(t *Tenant, n int64, front lease.GrantID, clock int64) Re
 	if n > 0 {
 		s.refunded.Add(n)
 	}
-	return s.giveBack(t, n, front, clock)
+	return s.GiveBack(t, n, front, clock)
 }
 
-// GiveBack is Refund for tokens a multi-tenant decision spent and gives
-// back as it ends denied (the caller's give-back could not put them back
-// into the lease): the same path, but not counted refunded, since no
-// Refund was called. (Counted, Stats.Refunded, the tokens given back by
-// Refund, grew on a denied AllowAll: TestGiveBackIsNotARefund in the
+// GiveBack is Refund without the count of Stats.Refunded: for tokens a
+// multi-tenant decision spent and gives back as it ends denied (the
+// caller's give-back could not put them back into the lease), which no
+// Refund call gave back. (Counted, Stats.Refunded, the tokens given back
+// by Refund, grew on a denied AllowAll: TestGiveBackIsNotARefund in the
 // root package.)
 func (s *Syncer) GiveBack(t *Tenant, n int64, front lease.GrantID, clock int64) Refunded {
-	return s.giveBack(t, n, front, clock)
-}
-
-// giveBack is Refund's path, uncounted.
-func (s *Syncer) giveBack(t *Tenant, n int64, front lease.GrantID, clock int64) Refunded {
 	if n <= 0 {
 		return 0
 	}
