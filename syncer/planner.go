@@ -371,15 +371,13 @@ type Input struct {
 	// QuotaCheck says a quota changed in Redis (the quota version moved):
 	// a tenant active here re-reads its quota now.
 	QuotaCheck bool
-	// Reread says the round that saw the quota version move found the
-	// tenant locked (flagReread): it re-reads even if its last call was
-	// made within a quarter interval, since Redis may have run that call
-	// before the change. QuotaCheck is set with it.
-	Reread bool
 	// QuotaSeen is when (unix nanoseconds) the read that found the quota
 	// version moved ended, with QuotaCheck: a call made within a quarter
 	// interval spares the tenant its re-read only if it was planned after
-	// that (Redis ran it after the change). 0 when unknown.
+	// that (Redis ran it after the change). 0 when unknown; math.MaxInt64
+	// when the round that saw the move found the tenant locked
+	// (flagReread): no call made so far spares it, since Redis may have
+	// run the one in flight then before the change.
 	QuotaSeen int64
 	// Recovered says Redis answers again after the tenant's lease calls
 	// failed: the failure backoff no longer holds the call back.
@@ -860,12 +858,12 @@ func (p *Planner) plan(st *State, lim quota.Quota, now time.Time, in Input) Acti
 	// When a quota changed in Redis, a tenant active here re-reads its own
 	// (a lease call reports it) unless it made one just now, after the
 	// change was seen (Input.QuotaSeen: one planned before may have run
-	// before the change, and one in flight then always may:
-	// Input.Reread). Idle tenants,
-	// and every tenant while no quota changes, cost Redis nothing.
+	// before the change, and one in flight then always may). Idle
+	// tenants, and every tenant while no quota changes, cost Redis
+	// nothing.
 	read := in.QuotaCheck && granted && st.failures == 0 &&
 		ns-st.at(st.lastActive) < int64(lim.LeaseTTL) &&
-		(in.Reread || ns-st.at(st.lastGrant) >= int64(p.cfg.Interval)/4 || st.at(st.lastGrant) < in.QuotaSeen)
+		(ns-st.at(st.lastGrant) >= int64(p.cfg.Interval)/4 || st.at(st.lastGrant) < in.QuotaSeen)
 	// A rate share due for renewal (or to end) makes a call of its own;
 	// an ask otherwise goes with a call made for tokens.
 	op, shareDue := p.shareOp(st, lim, ns)

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"iter"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -299,11 +300,15 @@ func (s *Syncer) planWith(t *Tenant, now time.Time, in Input) (a Action, ret lea
 	s.revive(t, now)
 	defer t.publish()
 	s.plans.Add(1)
-	if t.setFlag(flagReread, false) {
-		in.QuotaCheck, in.Reread = true, true
+	reread := t.setFlag(flagReread, false)
+	if reread {
+		in.QuotaCheck = true
 	}
 	if in.QuotaCheck {
 		in.QuotaSeen = s.quotaSeen.Load()
+	}
+	if reread {
+		in.QuotaSeen = math.MaxInt64 // no call made so far spares it (Input.QuotaSeen)
 	}
 	s.noteClock(now)
 	if ex := in.Level - t.st().Held(); ex > 0 {

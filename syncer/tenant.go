@@ -216,7 +216,7 @@ const (
 	// flagReread: a round that found the quota version moved
 	// (Input.QuotaCheck) found the tenant locked, by a lease call that
 	// Redis may have run before the change: its next plan re-reads the
-	// quota (Input.Reread). Set by that round, taken by planWith.
+	// quota (Input.QuotaSeen). Set by that round, taken by planWith.
 	flagReread
 	// flagDrained: the counter is being drained for good (an eviction,
 	// Close's ReleaseAll: drainLocked), and nothing may put tokens into
