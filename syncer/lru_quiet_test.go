@@ -20,14 +20,7 @@ import (
 // active as of the last: the tie goes by name, and cool is evicted.
 func TestMaxTenantsKeepsAHeldBackTenantItsRequestsHit(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	clock, view := clockedView(t)
-	s := syncer.New(view, syncer.Options{
-		Planner:     syncer.NewPlanner(syncer.Config{Interval: 100 * time.Millisecond}, 1),
-		Now:         clock.Now,
-		CallTimeout: 10 * time.Second,
-		IdleTimeout: time.Hour,
-		MaxTenants:  2,
-	})
+	clock, s := clockedSyncer(t, 2)
 	defer s.Close()
 	ctx := context.Background()
 	lease := func(tn *syncer.Tenant, n int64) {

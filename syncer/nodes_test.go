@@ -162,6 +162,22 @@ type fakeClock struct{ ns atomic.Int64 }
 func (c *fakeClock) Now() time.Time      { return time.Unix(0, c.ns.Load()) }
 func (c *fakeClock) Add(d time.Duration) { c.ns.Add(int64(d)) }
 
+// clockedSyncer returns a syncer on clockedView's view and clock: a
+// refresh interval of 100 ms, calls of up to 10 s, an idle timeout of an
+// hour, and Options.MaxTenants maxTenants (0: no cap). The caller closes
+// it (before goleak's check).
+func clockedSyncer(t *testing.T, maxTenants int) (*fakeClock, *syncer.Syncer) {
+	t.Helper()
+	clock, view := clockedView(t)
+	return clock, syncer.New(view, syncer.Options{
+		Planner:     syncer.NewPlanner(syncer.Config{Interval: 100 * time.Millisecond}, 1),
+		Now:         clock.Now,
+		CallTimeout: 10 * time.Second,
+		IdleTimeout: time.Hour,
+		MaxTenants:  maxTenants,
+	})
+}
+
 func clockedView(t *testing.T) (*fakeClock, lease.Store) {
 	t.Helper()
 	c := &fakeClock{}

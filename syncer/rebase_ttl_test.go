@@ -8,7 +8,6 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/leasequota/leasequota/quota"
-	"github.com/leasequota/leasequota/syncer"
 )
 
 // TestRebaseShorterLeaseTTLExpiresAQuietTenantsTokens: a quota whose
@@ -21,13 +20,7 @@ import (
 // is in force for admissions after at most LeaseTTL).
 func TestRebaseShorterLeaseTTLExpiresAQuietTenantsTokens(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	clock, view := clockedView(t)
-	s := syncer.New(view, syncer.Options{
-		Planner:     syncer.NewPlanner(syncer.Config{Interval: 100 * time.Millisecond}, 1),
-		Now:         clock.Now,
-		CallTimeout: 10 * time.Second,
-		IdleTimeout: time.Hour,
-	})
+	clock, s := clockedSyncer(t, 0)
 	defer s.Close()
 	ctx := context.Background()
 	q := quota.Quota{Rate: 0.01, Burst: 10, MinLease: 1, MaxLease: 10, LeaseTTL: time.Minute}

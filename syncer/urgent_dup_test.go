@@ -8,7 +8,6 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/leasequota/leasequota/quota"
-	"github.com/leasequota/leasequota/syncer"
 )
 
 // TestUrgentRoundCountsATenantOnce: a tenant queued twice for an urgent
@@ -19,14 +18,7 @@ import (
 // and evicted the syncer's one tenant (tracked 0, Stats().Evicted 1).
 func TestUrgentRoundCountsATenantOnce(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	clock, view := clockedView(t)
-	s := syncer.New(view, syncer.Options{
-		Planner:     syncer.NewPlanner(syncer.Config{Interval: 100 * time.Millisecond}, 1),
-		Now:         clock.Now,
-		CallTimeout: 10 * time.Second,
-		IdleTimeout: time.Hour,
-		MaxTenants:  1,
-	})
+	clock, s := clockedSyncer(t, 1)
 	defer s.Close()
 	ctx := context.Background()
 	track := tracker(t, s, quota.Quota{Rate: 1, Burst: 10, MinLease: 1, MaxLease: 10, LeaseTTL: time.Minute})
