@@ -362,6 +362,33 @@ func (p *Planner) reserves(st *State) bool {
 	return d*float64(max(st.instances, 1))*p.cfg.Interval.Seconds() >= 1 && (st.Reserved() > 0 || d > float64(st.grantRate) && !p.young(st, st.observed))
 }
 
+// noRoomOutlived reports whether st's calls are held back only by what
+// the bucket's reply said, with reservations on, to a tenant that is no
+// longer starved, long enough ago that the bucket would have refilled:
+// then a request that waits may call through the hold. Why: a reply that
+// found the bucket's refill committed to other instances' reservations
+// (Reserved) holds the next call until its turn among them, up to the
+// reservation's length and more (the others' turns), and it holds every
+// call, not only the next reservation. When the tenant's demand fell back
+// below what it was granted meanwhile, nothing takes that hold's place:
+// three instances starting together on a tenant of Rate 100, Burst 10,
+// one of them told at 0.68 s to wait for room until 2.06 s, asked again
+// at 1.42 s by one request while the bucket stood at 9 tokens, and that
+// WaitN waited out the whole hold (TestSimulation, seed 1066877). A
+// starved tenant (reserves' demand test) keeps its hold: its calls would
+// find no room again. So does a tenant with reserved tokens to come, or
+// in a failure's backoff.
+func (p *Planner) noRoomOutlived(st *State, lim quota.Quota, ns int64) bool {
+	if p.cfg.Reserve <= 0 || st.flags&flagScarce == 0 || st.failures > 0 || st.Reserved() > 0 {
+		return false
+	}
+	if d := st.Demand(); d*float64(max(st.instances, 1))*p.cfg.Interval.Seconds() >= 1 && d > float64(st.grantRate) {
+		return false
+	}
+	fill := max(durationCeil(float64(lim.Burst)/lim.Rate), p.cfg.Interval)
+	return ns-st.at(st.lastGrant) >= int64(fill)
+}
+
 // Input is what the edge observed of a tenant since the previous plan.
 type Input struct {
 	Level  int64 // tokens the counter holds now
@@ -867,7 +894,8 @@ func (p *Planner) plan(st *State, lim quota.Quota, now time.Time, in Input) Acti
 	// A rate share due for renewal (or to end) makes a call of its own;
 	// an ask otherwise goes with a call made for tokens.
 	op, shareDue := p.shareOp(st, lim, ns)
-	if ns < st.at(st.notBefore) && !(in.Recovered && st.failures > 0) && !(in.Refunded && st.failures == 0) && !(shareDue && st.failures == 0) {
+	if ns < st.at(st.notBefore) && !(in.Recovered && st.failures > 0) && !(in.Refunded && st.failures == 0) && !(shareDue && st.failures == 0) &&
+		!(in.Urgent && p.noRoomOutlived(st, lim, ns)) {
 		// Calls are held back. A read takes no tokens, so it may go
 		// while the bucket refills (never during a failure backoff).
 		a.Read = read

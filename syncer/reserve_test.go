@@ -541,3 +541,51 @@ func TestNoRoomRetryWithinADay(t *testing.T) {
 		t.Errorf("held back %v after a reply whose bucket ran 30 days ahead of the clock, want a day at most (and a jitter)", held)
 	}
 }
+
+// TestNoRoomHoldEndsWithTheStarvation: a reply that found the bucket's
+// refill committed to other instances' reservations holds the tenant's
+// calls until its turn among them. Once its demand has fallen below
+// what it was granted, and the bucket has had its fill time to refill,
+// a request that waits calls through that hold: nothing else would take
+// its place (TestSimulation, seed 1066877: a WaitN on a bucket of 9
+// tokens waited out a 1.4 s hold). A tenant still starved keeps it.
+func TestNoRoomHoldEndsWithTheStarvation(t *testing.T) {
+	lim := quota.Quota{Rate: 100, Burst: 10, MinLease: 1, MaxLease: 5, LeaseTTL: 150 * time.Millisecond}
+	cfg := Config{Interval: 50 * time.Millisecond, Reserve: 2 * time.Second}
+	// Three instances: this one's cold request asks for a lease, gets 2
+	// tokens of it, and no room for a reservation (Wait > 0).
+	noRoom := lease.Grant{Granted: 2, Tokens: 0.1, Share: lim.Rate / 3, Instances: 3, Wait: lease.ReserveAhead, ServerTime: pt0}
+
+	p := NewPlanner(cfg, testSeed)
+	var st State
+	p.Init(&st, "quiet", pt0)
+	a := p.Plan(&st, lim, pt0, Input{Urgent: true, Need: 1, Missed: 1, Fleet: 3})
+	if a.Acquire <= noRoom.Granted {
+		t.Fatalf("set-up: the first call asks for %d, want more than the %d it gets", a.Acquire, noRoom.Granted)
+	}
+	p.GrantedFor(&st, lim, pt0, a.Acquire, a.ForNeed, noRoom, noRoom.Granted)
+	p.Reserved(&st, lim, pt0, pt0, noRoom)
+	fill := time.Duration(float64(lim.Burst) / lim.Rate * 1e9)
+	end := st.NotBefore()
+	if end.Sub(pt0) <= fill+cfg.Interval {
+		t.Fatalf("set-up: held back %v, want more than the fill time %v", end.Sub(pt0), fill)
+	}
+	// One request, just before the hold ends: the bucket refilled long ago.
+	at := end.Add(-time.Millisecond)
+	if a := p.Plan(&st, lim, at, Input{Urgent: true, Need: 1, Missed: 1}); !a.Calls() {
+		t.Errorf("a request at +%v, the tenant's demand %.1f/s, granted %.1f/s: no call until +%v, want one now",
+			at.Sub(pt0), st.Demand(), st.grantRate, end.Sub(pt0))
+	}
+
+	// Starved (demand 400/s over 4 instances): the hold stands.
+	p = NewPlanner(cfg, testSeed)
+	starved := scarceState(p, pt0, 400)
+	p.Reserved(starved, lim, pt0, pt0, lease.Grant{Share: lim.Rate / 4, Instances: 4, Wait: lease.ReserveAhead, ServerTime: pt0})
+	end = starved.NotBefore()
+	if end.Sub(pt0) <= fill+cfg.Interval {
+		t.Fatalf("set-up: the starved tenant held back %v, want more than the fill time %v", end.Sub(pt0), fill)
+	}
+	if a := p.Plan(starved, lim, end.Add(-time.Millisecond), Input{Urgent: true, Need: 1, Missed: 40}); a.Calls() {
+		t.Errorf("a starved tenant called through its hold for room: %+v", a)
+	}
+}
