@@ -58,7 +58,9 @@ type BucketState struct {
 	History []HistoryEntry
 	// Registry is the instance registry's summary (rg) as acquire.lua
 	// last computed it, nil when none is stored (no instance acquired
-	// with an id within the registry window).
+	// with an id within the registry window) or the one stored is not
+	// one acquire.lua would use (not finite, say: it recomputes it at the
+	// next acquire).
 	Registry *RegistrySummary
 	// Override is the tenant's quota override, nil when none is stored.
 	Override *Override
@@ -381,29 +383,34 @@ func (b *BucketState) parseBucket(h map[string]string) error {
 		}
 	}
 	if rg, ok := h["rg"]; ok {
-		s, err := parseSummary(rg)
-		if err != nil {
-			return fmt.Errorf("rg: %w", err)
+		if s, ok := parseSummary(rg); ok {
+			b.Registry = &s
 		}
-		b.Registry = &s
 	}
 	return nil
 }
 
 // parseSummary reads acquire.lua's rg: "at:instances:demand:water level".
-func parseSummary(rg string) (RegistrySummary, error) {
+// ok is false for a summary acquire.lua would not use: one it does not
+// write (instances not a whole number >= 1, a demand that is not a finite
+// number >= 0, a water level not finite or below 0 but -1, or not four
+// numbers). acquire.lua recomputes such a summary at its next call on the
+// bucket, and no error comes of it, so it reads as none here too: read as
+// numbers, "inf" and "nan" went to top's ranking and to JSON output,
+// which refused them (no frame at all).
+func parseSummary(rg string) (RegistrySummary, bool) {
 	f := strings.Split(rg, ":")
 	if len(f) != 4 {
-		return RegistrySummary{}, fmt.Errorf("%q: want 4 fields", rg)
+		return RegistrySummary{}, false
 	}
 	at, err1 := strconv.ParseInt(f[0], 10, 64)
 	n, err2 := strconv.Atoi(f[1])
-	d, err3 := strconv.ParseFloat(f[2], 64)
-	w, err4 := strconv.ParseFloat(f[3], 64)
-	if err1 != nil || err2 != nil || err3 != nil || err4 != nil {
-		return RegistrySummary{}, fmt.Errorf("%q: a field is not a number", rg)
+	d, err3 := parseFinite(f[2])
+	w, err4 := parseFinite(f[3])
+	if err1 != nil || err2 != nil || err3 != nil || err4 != nil || n < 1 || d < 0 || (w < 0 && w != -1) {
+		return RegistrySummary{}, false
 	}
-	return RegistrySummary{At: at, Instances: n, Demand: d, WaterLevel: w}, nil
+	return RegistrySummary{At: at, Instances: n, Demand: d, WaterLevel: w}, true
 }
 
 // parseInstance reads a registry entry: "last acquire:demand:credit",
