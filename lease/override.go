@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -106,7 +107,13 @@ func (c *Client) DeleteOverride(ctx context.Context, tenant string, base Limits)
 }
 
 // parseOverride decodes an override as the scripts return it: 0 for none,
-// else {r, b, min, max, ttl, mode}.
+// else {r, b, min, max, ttl, mode}, the texts stored (quota.lua's get, and
+// the hash as Inspect and ListOverrides read it). A text that strconv
+// reads but common.lua's override_problem refuses (a sign, Go's digit
+// separators, a hex float: "+5", "1_000", "0x1p4") is an error: every
+// acquire of the tenant fails on such an override ("corrupt quota"), and
+// read as 5, 1000 or 16 it was shown as one in force. acquire.lua's reply
+// (overrideOf alone) holds only texts read_override accepted.
 func parseOverride(v interface{}) (*Override, error) {
 	if n, ok := v.(int64); ok && n == 0 {
 		return nil, nil
@@ -115,8 +122,70 @@ func parseOverride(v interface{}) (*Override, error) {
 	if !ok || len(a) != 6 {
 		return nil, fmt.Errorf("want 0 or a 6-element array, got %T %v", v, v)
 	}
+	for i, x := range a {
+		s, ok := x.(string)
+		if !ok {
+			continue // an integer reply: no text to judge
+		}
+		if i == 0 && !decimalText(s) {
+			return nil, fmt.Errorf("rate %q: want a decimal number, as the scripts read it", s)
+		}
+		if i > 0 && !digitsText(s) {
+			return nil, fmt.Errorf("field %d %q: want digits, as the scripts read it", i, s)
+		}
+	}
 	return overrideOf(a)
 }
+
+// decimalText reports whether s is a number common.lua's decimal accepts:
+// digits with at most one point and at least one digit, and an optional
+// exponent (e or E, a sign, digits) after a mantissa that starts with a
+// digit or a point and a digit. No sign, space, hex or digit separator.
+func decimalText(s string) bool {
+	mant, exp, hasExp := strings.Cut(strings.Replace(s, "E", "e", 1), "e")
+	if hasExp {
+		if exp != "" && (exp[0] == '+' || exp[0] == '-') {
+			exp = exp[1:]
+		}
+		// The mantissa's first digit is at its start or after its
+		// leading point (common.lua: '^%.?%d').
+		lead := strings.TrimPrefix(mant, ".")
+		if !allDigits(exp) || lead == "" || !isDigit(lead[0]) {
+			return false
+		}
+	}
+	digit, point := false, false
+	for i := 0; i < len(mant); i++ {
+		switch c := mant[i]; {
+		case isDigit(c):
+			digit = true
+		case c == '.' && !point:
+			point = true
+		default:
+			return false
+		}
+	}
+	return digit
+}
+
+// digitsText reports whether s is a whole number common.lua's digits
+// accepts: ASCII digits only, at most 2^63 - 1 written in 19 of them (20
+// digits with leading zeros are refused there too).
+func digitsText(s string) bool {
+	return allDigits(s) && (len(s) < 19 || len(s) == 19 && s <= "9223372036854775807")
+}
+
+// allDigits reports whether s is one or more ASCII digits.
+func allDigits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if !isDigit(s[i]) {
+			return false
+		}
+	}
+	return s != ""
+}
+
+func isDigit(c byte) bool { return '0' <= c && c <= '9' }
 
 // overrideOf decodes the six values of a stored override, r, b, min, max,
 // ttl and mode, as a script returns them.
