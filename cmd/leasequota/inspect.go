@@ -187,7 +187,7 @@ func ago(at, now int64) string {
 func printInspection(e *env, in lease.Inspection, lv lease.Level) {
 	w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(w, "tenant\t%s\n", printable(in.Tenant))
-	fmt.Fprintf(w, "key\t%s\n", printable(in.Key))
+	fmt.Fprintf(w, "key\t%s\n", printableKey(in.Key))
 	fmt.Fprintf(w, "redis time\t%s\n", time.UnixMicro(in.Now).UTC().Format(time.RFC3339Nano))
 	switch {
 	case lv.Known:

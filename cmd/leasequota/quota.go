@@ -280,9 +280,9 @@ func quotaList(ctx context.Context, e *env, args []string) error {
 			}
 			continue
 		}
-		name := lo.Tenant
+		name := printable(lo.Tenant)
 		if !named {
-			name = "(unnamed) " + lo.Key
+			name = "(unnamed) " + printableKey(lo.Key)
 		}
 		// A zero lease field is each service's default (as quota get
 		// leaves it out): "0" read as a MAX LEASE of none.
@@ -290,7 +290,7 @@ func quotaList(ctx context.Context, e *env, args []string) error {
 		if q.LeaseTTL != 0 {
 			ttl = q.LeaseTTL.String()
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%v\n", printable(name), formatFloat(q.Rate), q.Burst, leaseSize(q.MinLease), leaseSize(q.MaxLease), ttl, q.FailureMode)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%v\n", name, formatFloat(q.Rate), q.Burst, leaseSize(q.MinLease), leaseSize(q.MaxLease), ttl, q.FailureMode)
 	}
 	tw.Flush()
 	if bad > 0 {
@@ -315,7 +315,7 @@ func leaseSize(n int64) string {
 // other character strconv.Quote escapes. The empty name is quoted, so
 // that it shows.
 func printable(s string) string {
-	if s != "" && strconv.CanBackquote(s) && !strings.ContainsFunc(s, func(r rune) bool { return r == ' ' || !strconv.IsPrint(r) }) && len(s) <= 64 {
+	if plain(s) && len(s) <= 64 {
 		return s
 	}
 	if len(s) > 64 {
@@ -335,4 +335,24 @@ func printable(s string) string {
 		return strconv.Quote(s[:cut]) + "…"
 	}
 	return strconv.Quote(s)
+}
+
+// plain reports whether s prints as it is: not empty, and no space,
+// control or non-UTF-8 byte (see printable).
+func plain(s string) bool {
+	return s != "" && strconv.CanBackquote(s) && !strings.ContainsFunc(s, func(r rune) bool { return r == ' ' || !strconv.IsPrint(r) })
+}
+
+// printableKey quotes a Redis key as printable quotes a name, and never
+// cuts it: a key is what an operator gives redis-cli, and where one is
+// shown it is the tenant's only name (a hashed key without a stored
+// name) or the way to its keys (inspect). Cut at 64 bytes like a name,
+// a hashed key (the prefix, "{h:" and 64 hex digits) lost part of its
+// hash. A key is at most a few hundred bytes (lease.MaxPrefixLen, and a
+// tenant of at most 128 bytes percent-encoded).
+func printableKey(key string) string {
+	if plain(key) {
+		return key
+	}
+	return strconv.Quote(key)
 }

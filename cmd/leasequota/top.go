@@ -317,7 +317,7 @@ func (t *top) print(f topFrame) error {
 	w := tabwriter.NewWriter(t.e.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "TENANT\tGRANTED/S\tLEVEL\tBURST\tFILL\tINSTANCES\tDEMAND/S\tQUOTA\t")
 	for _, r := range f.Tenants {
-		name := "(hashed) " + printable(r.Key)
+		name := "(hashed) " + printableKey(r.Key)
 		if r.Tenant != nil {
 			name = printable(*r.Tenant)
 		}
