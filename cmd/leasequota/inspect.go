@@ -53,8 +53,8 @@ type storedJS struct {
 type instanceJSON struct {
 	ID          string         `json:"id"`
 	LastAcquire int64          `json:"last_acquire_us"`
-	Demand      float64        `json:"demand_per_s"`
-	Credit      float64        `json:"credit"`
+	Demand      *float64       `json:"demand_per_s"`   // null when not a finite number (see finite)
+	Credit      *float64       `json:"credit"`         // as Demand
 	Shares      bool           `json:"honours_shares"` // written by a client that honours rate shares
 	RateShare   *rateShareJSON `json:"rate_share"`     // the share it was granted last, null for none
 }
@@ -141,7 +141,7 @@ func toInspectJSON(in lease.Inspection, lv lease.Level) inspectJSON {
 		}{r.At, r.Instances, r.Demand, r.WaterLevel}
 	}
 	for _, i := range in.Instances {
-		j := instanceJSON{ID: i.ID, LastAcquire: i.LastAcquire, Demand: i.Demand, Credit: i.Credit, Shares: i.Shares}
+		j := instanceJSON{ID: i.ID, LastAcquire: i.LastAcquire, Demand: finite(i.Demand), Credit: finite(i.Credit), Shares: i.Shares}
 		if r := i.RateShare; r.Held() {
 			j.RateShare = &rateShareJSON{r.Rate, r.From.UnixMicro(), r.Until.UnixMicro(), in.Shares.Holds(r, time.UnixMicro(in.Now))}
 		}
@@ -154,6 +154,17 @@ func toInspectJSON(in lease.Inspection, lv lease.Level) inspectJSON {
 		out.Shares = &sharesJSON{sh.Epoch, sh.Committed, sh.Booked, sh.Period, sh.Phase}
 	}
 	return out
+}
+
+// finite returns &f, or nil when f is NaN or infinite: a registry entry
+// holds what its instance wrote, and one that is not a finite number
+// (acquire.lua's read_entry takes such an entry for none) would make
+// encoding/json refuse the whole output.
+func finite(f float64) *float64 {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return nil
+	}
+	return &f
 }
 
 // unknownWhy says why the level of a bucket without an override is not

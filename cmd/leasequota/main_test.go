@@ -351,7 +351,7 @@ func TestInspectCommand(t *testing.T) {
 		in.Level.Tokens == nil || *in.Level.Tokens < 200 || *in.Level.Tokens > 210 {
 		t.Errorf("level %+v, want about 200 tokens at an estimated 10/s", in.Level)
 	}
-	if len(in.Instances) != 2 || in.Instances[0].ID != "pod-1" || in.Instances[1].Demand != 30 {
+	if len(in.Instances) != 2 || in.Instances[0].ID != "pod-1" || in.Instances[1].Demand == nil || *in.Instances[1].Demand != 30 {
 		t.Errorf("instances %+v", in.Instances)
 	}
 	if in.Registry == nil || in.Registry.Instances != 2 || len(in.History) == 0 {
