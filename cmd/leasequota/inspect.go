@@ -100,7 +100,7 @@ func inspectCmd(ctx context.Context, e *env, args []string) error {
 	defer cancel()
 	in, err := e.client.Inspect(cctx, tenant)
 	if err != nil {
-		return fmt.Errorf("inspect %.64q: %w", tenant, err)
+		return tenantErr("inspect", tenant, err)
 	}
 	lv := in.Level()
 	if e.json {

@@ -227,9 +227,37 @@ func report(stderr io.Writer, err error) int {
 		fmt.Fprintf(stderr, "leasequota: %s\n", strings.TrimPrefix(err.Error(), "usage: "))
 		return exitUsage
 	}
-	fmt.Fprintf(stderr, "leasequota: %v\n", stripPrefix(err.Error()))
+	msg := stripPrefix(err.Error())
+	var te *tenantError
+	if errors.As(err, &te) && te == err {
+		// The prefixes go from the library's message alone: the tenant's
+		// name is printed as it was given, "x: lease: y" not "x: y".
+		msg = te.what() + stripPrefix(te.err.Error())
+	}
+	fmt.Fprintf(stderr, "leasequota: %s\n", msg)
 	return exitFailure
 }
+
+// tenantError is the error of a command's call about one tenant.
+type tenantError struct {
+	cmd    string // the command, "quota set"
+	tenant string
+	err    error
+}
+
+// tenantErr returns err, which cmd's call about tenant returned, named
+// with both.
+func tenantErr(cmd, tenant string, err error) error {
+	return &tenantError{cmd: cmd, tenant: tenant, err: err}
+}
+
+// what is the start of the message: the command and the tenant (cut at
+// 64 characters).
+func (e *tenantError) what() string { return fmt.Sprintf("%s %.64q: ", e.cmd, e.tenant) }
+
+func (e *tenantError) Error() string { return e.what() + e.err.Error() }
+
+func (e *tenantError) Unwrap() error { return e.err }
 
 // stripPrefix drops the library's package prefixes from a message, so
 // that it carries the command's one.

@@ -119,14 +119,14 @@ func quotaSet(ctx context.Context, e *env, args []string) (ret error) {
 	defer cancel()
 	res, err := e.client.AdminSetOverride(cctx, tenant, quota.ToOverride(q))
 	if err != nil && !errors.Is(err, lease.ErrQuotaVersion) {
-		return fmt.Errorf("quota set %.64q: %w", tenant, err)
+		return tenantErr("quota set", tenant, err)
 	}
 	// The override is stored even when the version was not raised: say
 	// what was done, then fail with why (unreported, the command looked
 	// failed and a retried delete found nothing to delete).
 	defer func() {
 		if err != nil && ret == nil {
-			ret = fmt.Errorf("quota set %.64q: %w", tenant, err)
+			ret = tenantErr("quota set", tenant, err)
 		}
 	}()
 	if e.json {
@@ -180,7 +180,7 @@ func quotaGet(ctx context.Context, e *env, args []string) error {
 	defer cancel()
 	o, err := e.client.GetOverride(cctx, tenant)
 	if err != nil {
-		return fmt.Errorf("quota get %.64q: %w", tenant, err)
+		return tenantErr("quota get", tenant, err)
 	}
 	if e.json {
 		out := struct {
@@ -208,11 +208,11 @@ func quotaDelete(ctx context.Context, e *env, args []string) (ret error) {
 	defer cancel()
 	res, err := e.client.AdminDeleteOverride(cctx, tenant)
 	if err != nil && !errors.Is(err, lease.ErrQuotaVersion) {
-		return fmt.Errorf("quota delete %.64q: %w", tenant, err)
+		return tenantErr("quota delete", tenant, err)
 	}
 	defer func() { // as in quota set
 		if err != nil && ret == nil {
-			ret = fmt.Errorf("quota delete %.64q: %w", tenant, err)
+			ret = tenantErr("quota delete", tenant, err)
 		}
 	}()
 	if e.json {
