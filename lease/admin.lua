@@ -59,8 +59,12 @@ if q[1] and q[2] then
     oldRate, oldBurst = nil, nil
   end
 end
+-- An override is stored when r and b are, as every script reads it
+-- (read_override, quota.lua's get): a hash without them (b alone, the
+-- name alone) is none, and deleting it changes no quota. Taken for one
+-- (EXISTS), a delete reported it deleted and raised the quota version.
 local had = 0
-if redis.call('EXISTS', qkey) == 1 then
+if q[1] and q[2] then
   had = 1
 end
 local clock = redis_now()
