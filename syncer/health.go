@@ -54,9 +54,11 @@ func (s *Syncer) broadcastRecovered() {
 // once its lease cannot cover them: its last lease call failed, and,
 // for a tenant the syncer keeps no lease for (Cold: sparse, idle, or
 // never leased here), not in an outage that has ended since: Redis (on a
-// Redis Cluster, the master the call went to) did not answer that call,
-// and has answered one of this limiter's calls in time since, the
-// circuit breaker closed. Such a tenant plans no call of its own (it
+// Redis Cluster, the master the call went to, or after a failover or a
+// slot's move the master that serves the tenant now: the round points
+// the failure at it, followFailover) did not answer that call, and has
+// answered one of this limiter's calls in time since, the circuit
+// breaker closed. Such a tenant plans no call of its own (it
 // keeps no lease), so only a request's call could clear its failure: its
 // request waits for that call, as a cold request does with Redis up,
 // instead of its mode deciding. Why: a sparse tenant whose request came

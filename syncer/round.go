@@ -138,7 +138,7 @@ func (s *Syncer) round(ctx context.Context, tenants iter.Seq[*Tenant], quotaChec
 				share: a.Share, shareTerms: a.ShareTerms, shareFrom: a.ShareFrom, cut: a.cut, node: node, read: a.Read})
 			continue // room is given below; unlocked once the result is applied, or then
 		}
-		s.rest(t, now, &evict)
+		s.rest(locate, t, now, &evict)
 	}
 	if leftAlone {
 		// The tenants left alone hold no batch that expires before now
@@ -156,7 +156,7 @@ func (s *Syncer) round(ctx context.Context, tenants iter.Seq[*Tenant], quotaChec
 	defer clear(jobs)
 	for _, j := range refused {
 		s.holdBack(j.t, now, s.turnWait(j.t, s.node(j.node)), j.cut)
-		s.rest(j.t, now, &evict)
+		s.rest(locate, j.t, now, &evict)
 	}
 	// A refill may be waiting for a lock the planning held (free when
 	// nobody waits).
@@ -194,9 +194,11 @@ func (s *Syncer) round(ctx context.Context, tenants iter.Seq[*Tenant], quotaChec
 }
 
 // rest ends the round's planning of t, which makes no call: t counts as
-// idle (to evict) or kept, may go dormant, and is unlocked.
-func (s *Syncer) rest(t *Tenant, now time.Time, evict *[]*Tenant) {
+// idle (to evict) or kept, may go dormant, and is unlocked. ctx bounds
+// the look-up of t's node (followFailover).
+func (s *Syncer) rest(ctx context.Context, t *Tenant, now time.Time, evict *[]*Tenant) {
 	trim(t)
+	s.followFailover(ctx, t)
 	if t.flag(flagFailing) && !s.Failing(t) {
 		// The outage its last call failed in has ended, and the tenant
 		// plans no call that would say so (Failing): it is failing no
@@ -212,6 +214,45 @@ func (s *Syncer) rest(t *Tenant, now time.Time, evict *[]*Tenant) {
 		s.sleep(t, now)
 	}
 	t.mu.Unlock()
+}
+
+// followFailover points the outage that a failing Cold tenant t (whose
+// lock is held) last failed in at the node that serves t now, when in
+// Cluster mode that is another node than the one its call went to: a
+// replica promoted in its master's place, under its own address, or a
+// slot moved to another master. Failing then ends the tenant's failure
+// once that node has answered a call in time since the outage began.
+// Why: Failing waited for the node the failed call went to, which after
+// a failover is gone and answers nothing again, so a sparse tenant whose
+// call failed as its master died stayed failing with its slots served by
+// the new master: its next request decided by its mode (a FailClosed
+// tenant denied unavailable), and the limiter Degraded until then
+// (TestClusterSparseTenantAfterFailoverLeasesAgain in the root package).
+// A warm tenant needs none of this: its own scheduled call goes to the
+// new node.
+func (s *Syncer) followFailover(ctx context.Context, t *Tenant) {
+	if !s.opts.Cluster || !t.flag(flagFailing) || !t.Cold() {
+		return
+	}
+	ls := t.lease.Load()
+	if ls == nil {
+		return
+	}
+	fb := ls.fallback.Load()
+	if fb == nil || fb.outage.Load() == 0 {
+		return // Redis answered the failure: it stands (Failing)
+	}
+	name, ok := s.nodeOf(ctx, t.name)
+	if !ok || name == "" {
+		return
+	}
+	if v, ok := s.nodes.Load(name); ok && v.(*redisNode) == fb.node.Load() {
+		// Still the node the call went to: not noted as used (node), so
+		// that a dead master whose tenants only fail is forgotten as
+		// before (nodeForget).
+		return
+	}
+	fb.node.Store(s.node(name))
 }
 
 // trim drops the ledger batches of t (whose lock is held) if its plan
