@@ -50,7 +50,13 @@ func (s *Syncer) acquire(ctx context.Context, now time.Time, node *redisNode, jo
 			Share: j.share, ShareTerms: j.shareTerms, ShareFrom: j.shareFrom}
 	}
 	results, err := s.call(ctx, telemetry.OpAcquire, node, len(reqs), 0, func(ctx context.Context) ([]lease.Result, error) {
-		return s.client.AcquireMany(ctx, reqs, buf.results)
+		res, err := s.client.AcquireMany(ctx, reqs, buf.results)
+		if err == nil {
+			// A Redis that runs no command answers each alike: an
+			// outage, which the breaker counts (unavailable).
+			err = allUnavailable(res)
+		}
+		return res, err
 	})
 	if cap(results) > cap(buf.results) {
 		buf.results = results[:0] // the Store's, made for this call: the caller's to reuse

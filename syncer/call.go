@@ -48,8 +48,8 @@ func (s *Syncer) downAfter() time.Duration { return min(s.leaseTTL, MaxDownAfter
 // the concurrency bound, the call deadline (timeout, or callTimeout(size)
 // when 0) and the circuit breaker, in a span.
 // f's error must be a failure of the round trip as a whole (Redis not
-// answering), not an error reply about one tenant: only the former trips
-// the breaker.
+// answering, or answering that it runs no command: unavailable), not an
+// error reply about one tenant: only the former trips the breaker.
 //
 // The size commands were taken from node's call budget by the caller;
 // they go back when the call ends, and a call that came back slow
@@ -305,12 +305,55 @@ func timedOut(err error) bool {
 		errors.Is(err, redis.ErrPoolExhausted) || errors.Is(err, redis.ErrPoolTimeout)
 }
 
-// wholeFailure returns err when it means Redis did not answer (as opposed
-// to an error reply about one command), else nil.
+// wholeFailure returns err when it means Redis did not answer, or
+// answered that it serves no command now (unavailable), as opposed to an
+// error reply about one command; else nil.
 func wholeFailure(err error) error {
 	var rerr redis.Error
-	if err == nil || errors.As(err, &rerr) || errors.Is(err, lease.ErrBadRequest) || errors.Is(err, lease.ErrBadReply) {
+	if err == nil || errors.As(err, &rerr) && !unavailable(err) || errors.Is(err, lease.ErrBadRequest) || errors.Is(err, lease.ErrBadReply) {
 		return nil
 	}
 	return err
+}
+
+// unavailable reports whether err is an error reply by which Redis says
+// that it runs no command now, whatever its keys: LOADING (a restart
+// loading its data), READONLY (a replica: a failover's demoted master
+// still reached at its old address, or a client pointed at a replica),
+// MASTERDOWN (a replica cut off from its master, with
+// replica-serve-stale-data no) or BUSY (a script or function running past
+// busy-reply-threshold). go-redis has already retried each of them but
+// BUSY (MaxRetries), in vain. Such a reply is an outage, not a failure
+// about a tenant: it counts for the circuit breaker, and marks the outage
+// a Cold tenant's failure ends with (Failing).
+//
+// Why: taken for failures about one tenant (as OOM is), a Redis that
+// answered READONLY to every call for 2 s (REPLICAOF to a master that
+// never came) kept the breaker closed and Degraded false, logged nothing
+// and notified no OnDegraded, while every tenant was decided by its
+// failure mode and every round still sent each tenant's call (384
+// READONLY replies); TestReadOnlyRedisIsAnOutage and
+// TestBusyRedisIsAnOutage in the integration module.
+func unavailable(err error) bool {
+	for _, p := range [...]string{"LOADING ", "READONLY ", "MASTERDOWN ", "BUSY "} {
+		if redis.HasErrorPrefix(err, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// allUnavailable returns the error of the first of results when every
+// one of them is an unavailable reply (a whole pipeline answered so, as
+// a server that runs no command answers each), else nil.
+func allUnavailable(results []lease.Result) error {
+	for _, r := range results {
+		if !unavailable(r.Err) {
+			return nil
+		}
+	}
+	if len(results) == 0 {
+		return nil
+	}
+	return results[0].Err
 }
