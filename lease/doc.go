@@ -240,7 +240,9 @@
 //	spent <= granted - credited <= Burst + Rate*T
 //
 // A release that is applied twice (e.g. go-redis retrying it after a lost
-// reply) would break that accounting. A Client made WithInstance gives
+// reply, or sending a whole pipeline of releases again because its first
+// command's reply was LOADING, READONLY or another it retries:
+// TestReleasePipelineReplayedByGoRedis) would break that accounting. A Client made WithInstance gives
 // every release a unique id, which release.lua records in a sorted set next
 // to the bucket (same slot) for ReleaseDedupWindow and applies at most
 // once. Callers must still release each leased token at most once. An

@@ -280,6 +280,17 @@ func (s *script) runMany(ctx context.Context, c Scripter, calls []call) []*redis
 // those tokens. Not fixed: the client's retries are the caller's setting
 // (ClusterOptions.MaxRedirects).
 //
+// On one server (no guard) go-redis does the same: it sends the whole
+// pipeline again, up to MaxRetries, when its first command's reply is
+// one it retries (LOADING, READONLY, MASTERDOWN, NOREPLICAS, ...), which
+// a pipeline can get while the commands after it run (a large pipeline
+// read as Redis finishes loading, or is promoted). The calls that ran
+// run again: acquires take more tokens (the bound holds); releases are
+// applied once only with release ids (WithInstance, as the Limiter's
+// clients have), the replay's reply then saying 0 credited
+// (TestReleasePipelineReplayedByGoRedis). No pipeline mixes scripts, so a
+// replayed acquire pipeline carries no release.
+//
 // It queues commands it builds itself (the same ones that the pipeline's
 // EvalSha and Eval build) all at once: EvalSha would copy each call's
 // arguments into a slice of its own, with the digest boxed again, and
