@@ -125,3 +125,24 @@ func TestBusyRedisIsAnOutage(t *testing.T) {
 		t.Error("Redis answered BUSY 0 times: the test did not exercise it")
 	}
 }
+
+// TestNoReplicasRedisIsAnOutage: a Redis with min-replicas-to-write
+// above the replicas it has (the replica of a deployment that waits for
+// one is gone) refuses every write, so every script (NOREPLICAS). As
+// READONLY: an outage.
+func TestNoReplicasRedisIsAnOutage(t *testing.T) {
+	l, ld, admin := noCommandLoad(t)
+	ctx := context.Background()
+	checkRunsNoCommand(t, l, ld, func() {
+		if err := admin.ConfigSet(ctx, "min-replicas-to-write", "1").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}, func() {
+		if err := admin.ConfigSet(ctx, "min-replicas-to-write", "0").Err(); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if n := redisErrorStat(t, admin, "NOREPLICAS"); n == 0 {
+		t.Error("Redis answered NOREPLICAS 0 times: the test did not exercise it")
+	}
+}

@@ -321,9 +321,10 @@ func wholeFailure(err error) error {
 // loading its data), READONLY (a replica: a failover's demoted master
 // still reached at its old address, or a client pointed at a replica),
 // MASTERDOWN (a replica cut off from its master, with
-// replica-serve-stale-data no) or BUSY (a script or function running past
-// busy-reply-threshold). go-redis has already retried each of them but
-// BUSY (MaxRetries), in vain. Such a reply is an outage, not a failure
+// replica-serve-stale-data no), NOREPLICAS (fewer replicas than
+// min-replicas-to-write: no write runs) or BUSY (a script or function
+// running past busy-reply-threshold). go-redis has already retried each
+// of them but BUSY (MaxRetries), in vain. Such a reply is an outage, not a failure
 // about a tenant: it counts for the circuit breaker, and marks the outage
 // a Cold tenant's failure ends with (Failing).
 //
@@ -335,7 +336,7 @@ func wholeFailure(err error) error {
 // READONLY replies); TestReadOnlyRedisIsAnOutage and
 // TestBusyRedisIsAnOutage in the integration module.
 func unavailable(err error) bool {
-	for _, p := range [...]string{"LOADING ", "READONLY ", "MASTERDOWN ", "BUSY "} {
+	for _, p := range [...]string{"LOADING ", "READONLY ", "MASTERDOWN ", "NOREPLICAS ", "BUSY "} {
 		if redis.HasErrorPrefix(err, p) {
 			return true
 		}

@@ -28,6 +28,7 @@ func TestUnavailableReplies(t *testing.T) {
 		{"LOADING Redis is loading the dataset in memory", true},
 		{"READONLY You can't write against a read only replica.", true},
 		{"MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.", true},
+		{"NOREPLICAS Not enough good replicas to write.", true},
 		{"BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.", true},
 		{"OOM command not allowed when used memory > 'maxmemory'.", false},
 		{"BUSYKEY Target key name already exists.", false},
