@@ -203,8 +203,13 @@ func WithMaxWait(d time.Duration) Option {
 	}
 }
 
-// WithShadow counts calls against their quota but never refuses or delays
-// them. Use it with WithDecisionHook.
+// WithShadow counts calls against their quota but never refuses them, nor
+// holds them for WithMaxWait's wait. The Limiter's own waits still come
+// first, as for AllowN: a key's call that finds no lease kept for it on
+// this instance (its first here, or a sparse key's) waits for one, up to
+// leasequota.WithColdStartWait (100 ms by default), and a Limiter built
+// WithMaxWait waits up to that long for a fresh lease, so that the
+// decision is the one enforcing would make. Use it with WithDecisionHook.
 func WithShadow() Option { return func(c *config) { c.shadow = true } }
 
 // WithDegradedMode says what to do when the Limiter cannot decide; the

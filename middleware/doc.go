@@ -142,7 +142,9 @@
 //   - The Limiter tracking too many keys to take a new one (Reason
 //     too_many_tenants): 503 as above, whatever the degraded mode.
 //   - In shadow mode ([WithShadow]) every request is counted and given the
-//     header fields, but none is refused or delayed.
+//     header fields, but none is refused or held for [WithMaxWait]; the
+//     Limiter's own waits (a key's first lease here, up to
+//     leasequota.WithColdStartWait) still apply.
 //
 // # Client IP
 //

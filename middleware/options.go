@@ -245,8 +245,16 @@ func WithMaxWait(d time.Duration) Option {
 }
 
 // WithShadow turns on shadow mode: requests are counted against their
-// quota and given the header fields, but never refused nor delayed. Use it
-// with WithDecisionHook to see what enforcing would do.
+// quota and given the header fields, but never refused, and never held
+// for WithMaxWait's wait. The Limiter's own waits still come first, as
+// for AllowN: a key's request that finds no lease kept for it on this
+// instance (its first here, or a sparse key's) waits for one, up to
+// leasequota.WithColdStartWait (100 ms by default), and a Limiter built
+// WithMaxWait waits up to that long for a fresh lease; so that the
+// decision is the one enforcing would make (without them, a shadow
+// decision of a new key would be a cold_start denial that enforcing
+// would not make). Use it with WithDecisionHook to see what enforcing
+// would do.
 func WithShadow() Option {
 	return func(c *config) { c.shadow = true }
 }
