@@ -4,15 +4,18 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"os"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasequota/leasequota"
+	"github.com/leasequota/leasequota/lease/memstore"
 	"github.com/leasequota/leasequota/middleware"
 )
 
@@ -151,17 +154,28 @@ func ExampleWindow() {
 
 // Two policies at once: per client IP and per tenant, decided by one
 // AllowAll, so that a request the tenant's quota refuses spends nothing
-// of its IP's. WithQuotaFunc gives each key its quota by its prefix.
+// of its IP's. WithQuotaFunc gives each key its quota by its prefix. It
+// runs on the in-process store; in production, give leasequota.New a
+// Redis client, and leave the lease sizes to the limiter (each key here
+// leases its whole burst at once, so that the figures are exact). A unit
+// refills in 22.5 s for a tenant and 16.7 s for a client, so that t,
+// rounded up to whole seconds, does not depend on how long the example
+// takes (nor on when the limiter will next call the store, which may
+// round the wait up a little).
 func ExampleWithPolicy() {
-	l, err := leasequota.New(redis.NewClient(&redis.Options{Addr: "localhost:6379"}),
+	l, err := leasequota.NewWithStore(memstore.New(),
 		leasequota.WithQuotaFunc(func(key string) leasequota.Quota {
+			q := leasequota.Per(2, 45*time.Second) // "tenant:", or the tenant's plan
 			if strings.HasPrefix(key, "ip:") {
-				return leasequota.Per(10, time.Second)
+				q = leasequota.Per(3, 50*time.Second)
 			}
-			return leasequota.Per(1000, time.Minute) // or the tenant's plan
-		}))
+			q.MinLease = q.Burst // lease the whole burst at once: exact figures
+			return q
+		}),
+		leasequota.WithLeaseTTL(time.Minute), // leases outlive the example
+		leasequota.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))))
 	if err != nil {
-		panic(err)
+		log.Fatal(err)
 	}
 	defer l.Close(context.Background())
 	tenant := func(r *http.Request) string {
@@ -177,5 +191,29 @@ func ExampleWithPolicy() {
 			// The RateLimit fields and Retry-After are set already.
 			http.Error(w, "slow down ("+d.Policy+")", d.Status)
 		}))
-	http.Handle("/api/", limit(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})))
+	h := limit(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+
+	request := func(ip, tenant string) {
+		r := httptest.NewRequest("GET", "/api/", nil)
+		r.RemoteAddr = ip + ":4711"
+		if tenant != "" {
+			r.Header.Set("X-Tenant", tenant)
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		fmt.Printf("%s %s: %d | %s | %s\n", ip, tenant, w.Code, w.Header().Get("RateLimit-Policy"), w.Header().Get("RateLimit"))
+	}
+	request("192.0.2.1", "acme")
+	request("192.0.2.1", "acme")
+	request("192.0.2.1", "acme")    // acme's quota refuses: nothing spent of the IP's
+	request("192.0.2.1", "initech") // so the IP's last unit goes to another tenant
+	request("192.0.2.1", "initech")
+	request("192.0.2.1", "") // no tenant: 400
+	// Output:
+	// 192.0.2.1 acme: 200 | "ip";q=3;w=50, "tenant";q=2;w=45 | "tenant";r=1;t=0
+	// 192.0.2.1 acme: 200 | "ip";q=3;w=50, "tenant";q=2;w=45 | "tenant";r=0;t=0
+	// 192.0.2.1 acme: 429 | "ip";q=3;w=50, "tenant";q=2;w=45 | "tenant";r=0;t=23
+	// 192.0.2.1 initech: 200 | "ip";q=3;w=50, "tenant";q=2;w=45 | "ip";r=0;t=0
+	// 192.0.2.1 initech: 429 | "ip";q=3;w=50, "tenant";q=2;w=45 | "ip";r=0;t=17
+	// 192.0.2.1 : 400 |  |
 }
