@@ -74,11 +74,12 @@ func ExampleWithHeaderKey() {
 }
 
 // Key requests by API key, charge expensive routes more, and watch what
-// enforcing would do in shadow mode before turning it on.
+// enforcing would do in shadow mode before turning it on. It runs on the
+// in-process store; in production, give leasequota.New a Redis client.
 func ExampleWithShadow() {
-	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
-	defer rdb.Close()
-	l, err := leasequota.New(rdb, leasequota.WithDefaultQuota(leasequota.Quota{Rate: 100, Burst: 200}))
+	l, err := leasequota.NewWithStore(memstore.New(),
+		leasequota.WithDefaultQuota(leasequota.Quota{Rate: 1, Burst: 30, MinLease: 30}),
+		leasequota.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -95,11 +96,25 @@ func ExampleWithShadow() {
 		middleware.WithShadow(),
 		middleware.WithDecisionHook(func(r *http.Request, key string, d leasequota.Decision) {
 			if !d.Allowed {
-				log.Printf("would refuse %s %s: %v, retry after %v", key, r.URL.Path, d.Reason, d.RetryAfter)
+				fmt.Printf("would refuse %s %s: %v\n", key, r.URL.Path, d.Reason)
 			}
 		}),
 	)
-	_ = limit(http.NotFoundHandler())
+	h := limit(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	for _, path := range []string{"/read", "/export", "/export", "/export", "/read"} {
+		r := httptest.NewRequest("GET", path, nil)
+		r.Header.Set("X-Api-Key", "acme")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		fmt.Println(path, w.Code)
+	}
+	// Output:
+	// /read 200
+	// /export 200
+	// /export 200
+	// would refuse acme /export: exhausted
+	// /export 200
+	// /read 200
 }
 
 // ClientIP finds the client behind trusted proxies: the header is walked
