@@ -60,15 +60,16 @@ func (l *Limiter) allowMissed(tenant string, t *syncer.Tenant) bool {
 // called, every decision is a denial with ReasonClosed. AllowN never
 // returns an error: the Decision's Reason says why it denied.
 func (l *Limiter) AllowN(ctx context.Context, tenant string, n int64) (d Decision) {
-	l.allowN(&d, ctx, tenant, n)
+	l.allowN(&d, ctx, tenant, n, nil)
 	return d
 }
 
 // allowN is AllowN, writing the Decision into *d, which must be zero
 // (the callers' named results): through a pointer, the Decision (152 bytes) is built where the
 // caller keeps it instead of being copied out of each frame it is
-// returned through (see AllowNWithin).
-func (l *Limiter) allowN(d *Decision, ctx context.Context, tenant string, n int64) {
+// returned through (see AllowNWithin). missed, when not nil, receives the
+// tenant entry a denial noted the request's miss on (see decide).
+func (l *Limiter) allowN(d *Decision, ctx context.Context, tenant string, n int64, missed **syncer.Tenant) {
 	t := l.sync.Tenant(tenant)
 	if t != nil && !l.closed.Load() {
 		// One read of the limits: the Burst checked is the Quota reported.
@@ -99,7 +100,7 @@ func (l *Limiter) allowN(d *Decision, ctx context.Context, tenant string, n int6
 			}
 		}
 	}
-	*d, _ = l.decide(ctx, tenant, t, n, false, nil)
+	*d, _ = l.decide(ctx, tenant, t, n, false, nil, missed)
 	d.Tenant = tenant
 }
 
@@ -117,7 +118,7 @@ func (l *Limiter) allowN(d *Decision, ctx context.Context, tenant string, n int6
 // refresh interval plus a round trip of the first call that succeeds) and
 // is admitted as soon as the global bucket allows.
 func (l *Limiter) WaitN(ctx context.Context, tenant string, n int64) (Decision, error) {
-	d, err := l.decide(ctx, tenant, l.sync.Tenant(tenant), n, true, nil)
+	d, err := l.decide(ctx, tenant, l.sync.Tenant(tenant), n, true, nil, nil)
 	d.Tenant = tenant
 	return d, err
 }
@@ -142,20 +143,25 @@ func (l *Limiter) AllowNWithin(ctx context.Context, tenant string, n int64, maxW
 
 // allowNWithin is AllowNWithin, writing the Decision into *d (zero).
 func (l *Limiter) allowNWithin(d *Decision, ctx context.Context, tenant string, n int64, maxWait time.Duration) {
-	l.allowN(d, ctx, tenant, n)
+	var missed *syncer.Tenant
+	l.allowN(d, ctx, tenant, n, &missed)
 	if d.Allowed || maxWait <= 0 || !d.Reason.Waitable() || d.RetryAfter > maxWait {
 		return
 	}
-	l.allowNWait(d, ctx, tenant, n, maxWait)
+	l.allowNWait(d, ctx, tenant, n, maxWait, missed)
 }
 
 // allowNWait is allowNWithin's wait, after AllowN denied *d: it replaces
 // *d with the fresh decision of the wait, if the wait ended with one. Its
 // own function, so that the defer is not on the path of an admission.
-func (l *Limiter) allowNWait(d *Decision, ctx context.Context, tenant string, n int64, maxWait time.Duration) {
+// missed is the tenant entry AllowN noted the request's miss on: the
+// wait does not note it again, and takes it back when it admits.
+func (l *Limiter) allowNWait(d *Decision, ctx context.Context, tenant string, n int64, maxWait time.Duration, missed *syncer.Tenant) {
 	wctx, cancel := context.WithTimeout(ctx, maxWait)
 	defer cancel()
-	if wd, err := l.WaitN(wctx, tenant, n); err == nil || wd.Reason != 0 {
+	wd, err := l.decide(wctx, tenant, l.sync.Tenant(tenant), n, true, nil, &missed) // WaitN's
+	wd.Tenant = tenant
+	if err == nil || wd.Reason != 0 {
 		// One call, one decision: the wait's replaces the denial, which
 		// was counted (counted too, a request that waited and was
 		// admitted showed in Stats as a denial and an admission).

@@ -23,13 +23,22 @@ import (
 // at, when not nil, receives the tenant it decided with: e, or the entry
 // it tracked anew when e was evicted, whose lease an admission spent
 // (decideAll gives a turn's tokens back to it).
-func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n int64, untilAdmitted bool, at **syncer.Tenant) (Decision, error) {
+//
+// noted, when not nil, carries the tenant entry this request's miss of n
+// is noted on: in, the one an earlier decision of the request noted it
+// on (AllowNWithin's AllowN, AllowAllWithin's AllowAll; nil for none),
+// which this one does not note again and takes back when it admits from
+// that entry's lease, so that the request counts once in its demand, as
+// the tokens it spent; out, the one this decision leaves it noted on
+// (read for a denial). (Noted again, a request that AllowNWithin's wait
+// admitted counted twice: TestAllowNWithinCountsOnceInDemand.)
+func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n int64, untilAdmitted bool, at **syncer.Tenant, noted **syncer.Tenant) (Decision, error) {
 	var (
 		sl     = sleeper{closing: l.done}
 		waits  int64
 		cold   bool           // the tenant held no lease here when the first wait began (syncer.Tenant.Cold)
 		first  bool           // and no lease call had answered for it here yet (its first lease)
-		missed *syncer.Tenant // the tenant this request's miss was noted on before it waited, or nil
+		missed *syncer.Tenant // the tenant this request's miss was noted on (before it waited, or by noted), or nil
 		budget struct {       // AllowN: its wait, bounded by its limit and ctx; nil before the first
 			ctx    context.Context
 			cancel context.CancelFunc
@@ -37,6 +46,9 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n
 			cold   bool      // its limit is WithColdStartWait's, for a tenant leased here before
 		}
 	)
+	if noted != nil {
+		missed = *noted
+	}
 	defer func() {
 		sl.stop()
 		if budget.cancel != nil {
@@ -44,6 +56,9 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n
 		}
 		if at != nil {
 			*at = e
+		}
+		if noted != nil {
+			*noted = missed
 		}
 	}()
 	for turn := int64(1); ; turn++ {
@@ -83,6 +98,10 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n
 			cold = e.Cold() // true too when first
 			front, clock, plans := e.Front(), l.sync.Clock(), l.sync.Plans()
 			if ok, left := e.Spend(n); ok {
+				if missed == e {
+					e.Unmiss(n) // counted as spent
+					missed = nil
+				}
 				return spent(e, lim, "", left, ReasonLeased, leased(n, front, clock, plans)), nil
 			}
 		} else {
@@ -94,7 +113,10 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n
 			// Redis is failing for the tenant: its failure mode decides.
 			d := l.degraded(e, n)
 			if d.Allowed || !untilAdmitted {
-				l.sync.NoteMiss(e, n)
+				if missed != e {
+					l.sync.NoteMiss(e, n)
+					missed = e
+				}
 				return l.count(d), nil
 			}
 			// WaitN waits through the outage: until the fallback bucket
@@ -174,7 +196,10 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n
 					// With no wait at all while Redis is down, the mode
 					// decides at once.
 					d := l.missNow(e, n, down)
-					l.sync.NoteMiss(e, n)
+					if missed != e {
+						l.sync.NoteMiss(e, n)
+						missed = e
+					}
 					return l.count(d), nil
 				}
 				budget.start, budget.cold = began, coldWait && !first
@@ -182,7 +207,7 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n
 			}
 			wctx = budget.ctx
 		}
-		if waits == 0 {
+		if waits == 0 && missed != e {
 			// The wait below makes the urgent call itself: record the miss
 			// without queueing the tenant for the loop too.
 			e.NoteMiss(n)

@@ -64,7 +64,7 @@ func Per(n int64, period time.Duration) Quota {
 // Close every decision is ReasonClosed. With one tenant, AllowAll is
 // AllowN.
 func (l *Limiter) AllowAll(ctx context.Context, n int64, tenants ...string) Decision {
-	d, _ := l.decideAll(ctx, n, tenants, false)
+	d, _ := l.decideAll(ctx, n, tenants, false, nil)
 	return d
 }
 
@@ -85,18 +85,28 @@ func (l *Limiter) AllowAll(ctx context.Context, n int64, tenants ...string) Deci
 // be tracked (twice WithMaxTenants tracked) is waited for as WaitN waits:
 // a refresh interval at a time, for eviction to make room.
 func (l *Limiter) WaitAll(ctx context.Context, n int64, tenants ...string) (Decision, error) {
-	return l.decideAll(ctx, n, tenants, true)
+	return l.decideAll(ctx, n, tenants, true, nil)
 }
 
-// decideAll is AllowAll (untilAdmitted false) and WaitAll (true).
-func (l *Limiter) decideAll(ctx context.Context, n int64, tenants []string, untilAdmitted bool) (Decision, error) {
+// decideAll is AllowAll (untilAdmitted false) and WaitAll (true). noted,
+// when not nil, carries the tenant entry the request's miss of n is noted
+// on, as for decide: in, the one AllowAllWithin's AllowAll noted it on
+// (the denying tenant's), which this call does not note again and takes
+// back when it admits from that entry's lease; out, the one a denial
+// leaves it noted on.
+func (l *Limiter) decideAll(ctx context.Context, n int64, tenants []string, untilAdmitted bool, noted **syncer.Tenant) (Decision, error) {
 	k := len(tenants)
 	switch {
 	case k == 1: // closed too: AllowN's denial names the tenant
+		var d Decision
 		if untilAdmitted {
-			return l.WaitN(ctx, tenants[0], n)
+			var err error
+			d, err = l.decide(ctx, tenants[0], l.sync.Tenant(tenants[0]), n, true, nil, noted) // WaitN's
+			d.Tenant = tenants[0]
+			return d, err
 		}
-		return l.AllowN(ctx, tenants[0], n), nil
+		l.allowN(&d, ctx, tenants[0], n, noted)
+		return d, nil
 	case l.closed.Load():
 		return l.count(Decision{Reason: ReasonClosed}), l.errClosed(untilAdmitted)
 	case k == 0:
@@ -161,6 +171,10 @@ lookup:
 		if e.Cold() && !l.sync.Failing(e) {
 			l.sync.NoteNeed(e, n)
 		}
+	}
+	var prior *syncer.Tenant // the entry an earlier decision of the request noted its miss on, until a turn takes it over
+	if noted != nil {
+		prior = *noted
 	}
 	var (
 		held  = -1     // the tenant whose turn admitted n (spent), or -1
@@ -242,6 +256,14 @@ lookup:
 					Reason: ReasonLeased}
 			}
 			d.Tenant, d.RetryAfter, d.adm = tenants[best], 0, adm
+			for i, e := range ts {
+				if e == prior && !byMode[i] {
+					// Spent from its lease by this pass: the earlier
+					// decision's miss is taken back, as a turn takes it
+					// back (decide), so that the request counts once.
+					e.Unmiss(n)
+				}
+			}
 			return d, nil
 		}
 		// Give back what this pass took, and the turn's tokens.
@@ -283,8 +305,14 @@ lookup:
 			// admission by its mode stands for the rest of the call, so
 			// each tenant has one such turn at most: the call still ends.
 			d := l.missNow(e, n, l.sync.Failing(e))
-			l.sync.NoteMiss(e, n)
+			if e != prior {
+				l.sync.NoteMiss(e, n)
+			}
+			prior = nil // the request's miss is e's now
 			d = l.count(d)
+			if noted != nil {
+				*noted = e
+			}
 			if d.Allowed {
 				byMode[short] = true
 				md, mdAt = d, short
@@ -314,7 +342,14 @@ lookup:
 		// turn spent. (Kept, the evicted entry took the turn's tokens
 		// when given back, to Redis as a refund rather than into the
 		// new entry's lease: TestAllowAllGivesBackToRetrackedTenant.)
-		d, err := l.decide(ctx, tenants[short], e, n, untilAdmitted, &ts[short])
+		var turnNoted *syncer.Tenant // the turn takes the earlier miss over when it is e's
+		if e == prior {
+			turnNoted, prior = prior, nil
+		}
+		d, err := l.decide(ctx, tenants[short], e, n, untilAdmitted, &ts[short], &turnNoted)
+		if noted != nil {
+			*noted = turnNoted
+		}
 		if !d.Allowed {
 			l.uncountModes(&modes)
 			d.Tenant = tenants[short]

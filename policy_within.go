@@ -3,6 +3,8 @@ package leasequota
 import (
 	"context"
 	"time"
+
+	"github.com/leasequota/leasequota/syncer"
 )
 
 // AllowAllWithin is AllowAll with AllowNWithin's bounded wait: a denial
@@ -16,13 +18,17 @@ import (
 // wants: the HTTP middleware and the gRPC interceptors use it. With one
 // tenant it is AllowNWithin.
 func (l *Limiter) AllowAllWithin(ctx context.Context, n int64, maxWait time.Duration, tenants ...string) Decision {
-	d := l.AllowAll(ctx, n, tenants...)
+	// The entry the denial noted the request's miss on: the wait does not
+	// note it again, and takes it back when it admits, so that the request
+	// counts once in that tenant's demand (TestAllowAllWithinCountsOnceInDemand).
+	var missed *syncer.Tenant
+	d, _ := l.decideAll(ctx, n, tenants, false, &missed)
 	if d.Allowed || maxWait <= 0 || !d.Reason.Waitable() || d.RetryAfter > maxWait {
 		return d
 	}
 	wctx, cancel := context.WithTimeout(ctx, maxWait)
 	defer cancel()
-	if wd, err := l.WaitAll(wctx, n, tenants...); err == nil || wd.Reason != 0 {
+	if wd, err := l.decideAll(wctx, n, tenants, true, &missed); err == nil || wd.Reason != 0 { // WaitAll's
 		l.uncount(d) // the wait's decision replaces AllowAll's (allowNWait)
 		return wd
 	}
