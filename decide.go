@@ -122,8 +122,13 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n
 			// WaitN waits through the outage: until the fallback bucket
 			// may admit, the tenant's next lease call, or Redis answering
 			// again, whichever comes first; then it asks for a lease.
+			// The next call counts to the hold's end (sleepFor), not to
+			// the tick that d.RetryAfter, a client's, rounds it up to:
+			// that call may be the breaker's probe, and rounded, the
+			// probe, and the wake after Redis answers, came up to a
+			// quarter interval later (TestWaitNWakesWithinAnIntervalOfRecovery).
 			waits++
-			if err := sl.sleep(ctx, d.RetryAfter, l.sync.Recovered()); err != nil {
+			if err := sl.sleep(ctx, min(d.RetryAfter, l.sleepFor(e, l.cfg.now(), n)), l.sync.Recovered()); err != nil {
 				return l.count(d), unavailableError(tenant, n, err)
 			}
 			if l.closed.Load() {

@@ -125,6 +125,9 @@ func (s *Syncer) apply(ctx context.Context, t *Tenant, node *redisNode, now time
 			ls.st.uncut(cut)
 		}
 		s.planner.Failed(&ls.st, now)
+		if probe, open := s.breakerOpen(); open {
+			s.planner.AwaitProbe(&ls.st, now, probe)
+		}
 		s.setRetry(t) // the backoff's end, or a reserved token due before it
 		if s.busy(ctx, r.Err, s.opts.Now(), t.name) {
 			// Redis is busy, not down: the tenant backs off, and its

@@ -128,6 +128,22 @@ func (s *Syncer) forgetFailing(t *Tenant) {
 	}
 }
 
+// breakerOpen reports whether the circuit breaker is open (not probing)
+// and when it lets a probe call through: just after an interval (its
+// Timeout) from when it last opened, as read after the breaker's own
+// clock (OnStateChange runs after it opened), so no earlier than the
+// breaker's. Just after: gobreaker half-opens once its expiry is before
+// now, so a call at the expiry itself is refused (in a synctest bubble,
+// where a tick lands on it, every time). Never open in Cluster mode,
+// which has no breaker.
+func (s *Syncer) breakerOpen() (probe time.Time, open bool) {
+	if s.opts.Cluster || !s.down.Load() {
+		return time.Time{}, false
+	}
+	probe = time.Unix(0, s.breakerOpened.Load()).Add(s.planner.Config().Interval + time.Nanosecond)
+	return probe, probe.After(s.opts.Now())
+}
+
 // newBreaker returns the circuit breaker of a Syncer without Cluster: it
 // opens after breakerFailures failed calls in a row and lets one probe
 // call through each interval iv; its changes wake requests waiting through
@@ -161,6 +177,11 @@ func (s *Syncer) newBreaker(iv time.Duration) *gobreaker.CircuitBreaker[[]lease.
 		},
 		OnStateChange: func(_ string, from, to gobreaker.State) {
 			s.down.Store(to != gobreaker.StateClosed)
+			if to == gobreaker.StateOpen {
+				// From closed, or from half-open when the probe failed:
+				// either way the breaker's interval starts again.
+				s.breakerOpened.Store(s.opts.Now().UnixNano())
+			}
 			switch {
 			case to == gobreaker.StateOpen && from == gobreaker.StateClosed:
 				s.one.budget.outage()

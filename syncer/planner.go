@@ -1290,6 +1290,24 @@ func (p *Planner) Failed(st *State, now time.Time) {
 	st.notBefore = st.stampCeil(ns + half + p.jitter(st, ns, half))
 }
 
+// AwaitProbe records, after Failed, that the circuit breaker is open and
+// lets a probe call through at probe (after now): the tenant's next call
+// is then, whatever the backoff said. Before it the breaker refuses the
+// call, and after it the call delays the probe, the call whose success
+// closes the breaker and wakes the requests waiting through the outage.
+// Why: backed off from each failure, refusals included, a tenant refused
+// just before the breaker's interval ended called next up to a backoff
+// (an interval) after it, so the probes came one to two intervals apart,
+// and a WaitN woke up to 1.9 intervals after Redis answered again
+// (TestWaitNWakesWithinAnIntervalOfRecovery in the root package); and a
+// backoff ending before the probe only made a call the breaker refused.
+// Redis sees no more calls for it: one probe an interval, as before.
+func (p *Planner) AwaitProbe(st *State, now, probe time.Time) {
+	if probe.After(now) {
+		st.notBefore = st.stampCeil(probe.UnixNano())
+	}
+}
+
 // FallbackRate returns the rate, in tokens per second, at which this
 // instance may admit the tenant's requests without a lease at time now,
 // while its lease calls fail (the local fallback mode), and the capacity

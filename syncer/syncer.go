@@ -207,6 +207,10 @@ type Syncer struct {
 	// the circuit breaker (call): while none has for an interval, the
 	// read of the quota version probes it (readQuota).
 	breakerTried atomic.Int64
+	// breakerOpened is when (unix nanoseconds, Options.Now) the circuit
+	// breaker last opened: it lets a probe through an interval after
+	// (breakerOpen).
+	breakerOpened atomic.Int64
 
 	// Running totals (Stats).
 	refunded                                                               atomic.Int64 // tokens refunded (Refund)
