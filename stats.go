@@ -34,7 +34,7 @@ func (l *Limiter) addCount(d Decision, delta int64) {
 type Stats struct {
 	Calls     int64 // lease round trips to Redis (a pipeline counts once)
 	Errors    int64 // lease calls (per tenant) that failed
-	Requested int64 // tokens asked for
+	Requested int64 // tokens asked of Redis in lease calls (not in calls the circuit breaker refused, which never reached it)
 	Granted   int64 // tokens granted
 	Returned  int64 // tokens given back to Redis and credited there (expiry, eviction, Close, Refund)
 	Forfeited int64 // tokens given back that Redis did not credit, whose return failed, or that were not returned (expired into a bucket refilled to full)

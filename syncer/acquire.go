@@ -112,7 +112,13 @@ func (b *acquireBuf) put(pool *sync.Pool) {
 // apply records the result of a lease call to node for t, whose lock is
 // held; cut and forNeed are the plan's Action.cut and Action.ForNeed.
 func (s *Syncer) apply(ctx context.Context, t *Tenant, node *redisNode, now time.Time, want, forNeed int64, op lease.ShareOp, cut *reservation, r lease.Result) {
-	s.requested.Add(want)
+	if !refused(r.Err) {
+		// A call the breaker refused asked nothing of Redis: Requested
+		// counts what the lease.tokens metric's "requested" does (see
+		// acquire). Counted, an outage's refusals, a call every backoff
+		// per tenant, made Requested several times what was asked.
+		s.requested.Add(want)
+	}
 	ls := t.lease.Load() // planned: not dormant
 	defer ls.st.ledger.trim()
 	if r.Err != nil {

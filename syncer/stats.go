@@ -5,7 +5,7 @@ package syncer
 type Stats struct {
 	Calls     int64 // lease round trips to Redis (a pipeline counts once)
 	Errors    int64 // lease calls (per tenant) that failed
-	Requested int64 // tokens asked for
+	Requested int64 // tokens asked of Redis (not in calls the circuit breaker refused)
 	Granted   int64 // tokens granted
 	Returned  int64 // tokens given back to Redis and credited there (expiry, eviction, Close, Refund)
 	Forfeited int64 // tokens given back that Redis did not credit, whose return failed, or that were not returned (expired into a bucket refilled to full)
