@@ -958,10 +958,10 @@ func (p *Planner) plan(st *State, lim quota.Quota, now time.Time, in Input) Acti
 	if want <= 0 {
 		return a
 	}
-	if reserve {
-		a.Reserve = p.reserveLength(st, lim, now.UnixNano())
-	}
 	a.Acquire = min(want, lim.Burst)
+	if reserve {
+		a.Reserve = p.reserveLength(st, now.UnixNano(), p.ReportedDemand(st, now, a.Acquire))
+	}
 	return a
 }
 

@@ -265,7 +265,8 @@ func (p *Planner) Reserved(st *State, lim quota.Quota, now, arrived time.Time, g
 }
 
 // reserveLength returns the reservation length of a lease call planned at
-// ns (local time, nanoseconds): Config.Reserve, but for the first
+// ns (local time, nanoseconds) that reports demand (tokens a second,
+// Request.Demand): Config.Reserve, but for the first
 // reservation of a run of them (none of its tokens still to come), which
 // is between half of it and all of it, by the jitter. The instances of a
 // tenant that start together (a fleet restarted, a tenant's traffic
@@ -273,19 +274,27 @@ func (p *Planner) Reserved(st *State, lim quota.Quota, now, arrived time.Time, g
 // as they keep reserving: all of them at the same moment, sharing the
 // second of refill ahead that reservations may take (lease.ReserveAhead),
 // most of them finding little or none of it.
-func (p *Planner) reserveLength(st *State, lim quota.Quota, ns int64) time.Duration {
+func (p *Planner) reserveLength(st *State, ns int64, demand float64) time.Duration {
 	length := p.cfg.Reserve
 	if st.resv == nil {
 		half := p.cfg.Reserve / 2
 		length -= time.Duration(p.jitter(st, ns, int64(half)))
 	}
-	// At most what the rate makes half an int32 of tokens in: the tokens
-	// to come are counted in an int32 (reservation.left, room for a merge
-	// of two), and Redis debits all it reserves, so what did not fit was
-	// lost (a rate of 1e10 a second: 5e9 reserved, 2^31-1 came due;
-	// TestHugeReservationComesDueWhole).
-	if most := float64(math.MaxInt32/2) / lim.Rate * 1e9; float64(length) > most {
-		length = time.Duration(most)
+	// At most what the reported demand makes half an int32 of tokens in,
+	// in whole milliseconds (Redis rounds the length up to one): the
+	// tokens to come are counted in an int32 (reservation.left, room for
+	// a merge of two), and Redis debits all it reserves, so what did not
+	// fit was lost. Redis reserves at this instance's share, which is at
+	// most the demand the call reports and at most the rate in force in
+	// Redis (lease.MaxRate at most). Not the rate known here: an override
+	// the call brings back (SetQuota raised the rate while it was on its
+	// way) is not known yet, and a call planned under a rate of a million
+	// a second reserved 15,084,522,647 tokens under a rate of 1e12, of
+	// which 2^31-1 came due (TestReservationUnderARaisedOverrideComesDueWhole;
+	// at a rate of 1e10, TestHugeReservationComesDueWhole).
+	if d := min(demand, lease.MaxRate); d > 0 {
+		most := time.Duration(math.Floor(float64(math.MaxInt32/2)*1000/d)) * time.Millisecond
+		length = min(length, most)
 	}
 	return length
 }

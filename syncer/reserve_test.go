@@ -247,7 +247,7 @@ func TestFirstReservationLengthSpread(t *testing.T) {
 	for i := range 200 {
 		var st State
 		p.Init(&st, "tenant-"+string(rune('a'+i%26))+string(rune('a'+i/26)), pt0)
-		got := p.reserveLength(&st, lim, pt0.UnixNano())
+		got := p.reserveLength(&st, pt0.UnixNano(), lim.Rate)
 		if got < length/2 || got > length {
 			t.Fatalf("first reservation of %d asks for %v, want within [%v, %v]", i, got, length/2, length)
 		}
@@ -256,7 +256,7 @@ func TestFirstReservationLengthSpread(t *testing.T) {
 		if st.Reserved() == 0 {
 			t.Fatal("no reservation recorded")
 		}
-		if got := p.reserveLength(&st, lim, pt0.Add(time.Second).UnixNano()); got != length {
+		if got := p.reserveLength(&st, pt0.Add(time.Second).UnixNano(), lim.Rate); got != length {
 			t.Fatalf("renewal of %d asks for %v, want %v", i, got, length)
 		}
 	}
@@ -338,19 +338,20 @@ func TestNewTenantDoesNotReserve(t *testing.T) {
 	}
 }
 
-// TestHugeReservationComesDueWhole: at a rate so high that a reservation
-// of the configured length holds more tokens than an int32 counts
-// (reservation.left), the length asked for is cut so that Redis reserves
-// no more than half of that, and every reserved token comes due. It was
-// not: at a rate of 1e10 a second Redis reserved (and debited) 5e9, of
-// which 2^31-1 came due.
+// TestHugeReservationComesDueWhole: at a demand so high that a
+// reservation of the configured length holds more tokens than an int32
+// counts (reservation.left), the length asked for is cut so that Redis
+// reserves no more than half of that, and every reserved token comes due.
+// It was not: at a rate of 1e10 a second Redis reserved (and debited)
+// 5e9, of which 2^31-1 came due. (The demand the call reports bounds the
+// pace Redis reserves at: TestReservationUnderARaisedOverrideComesDueWhole.)
 func TestHugeReservationComesDueWhole(t *testing.T) {
 	lim := quota.Quota{Rate: 1e10, Burst: 1 << 40, MinLease: 1, MaxLease: 1 << 39, LeaseTTL: 2 * time.Second}
 	p := NewPlanner(Config{Interval: 100 * time.Millisecond, Reserve: time.Second}, 1)
 	now := time.Unix(1_000_000, 0)
 	var st State
 	p.Init(&st, "t", now)
-	length := p.reserveLength(&st, lim, now.UnixNano())
+	length := p.reserveLength(&st, now.UnixNano(), lim.Rate)
 	most := int64(math.MaxInt32 / 2)
 	if reserved := int64(length.Seconds() * lim.Rate); reserved > most || length <= 0 {
 		t.Fatalf("a reservation of %v at %v a second holds %d tokens, want in (0, %d]", length, lim.Rate, reserved, most)
@@ -362,9 +363,9 @@ func TestHugeReservationComesDueWhole(t *testing.T) {
 	if got := st.Reserved(); got != reserved {
 		t.Errorf("%d reserved by Redis, %d to come here", reserved, got)
 	}
-	// A rate of ten a second is not cut.
-	if got := p.reserveLength(&st, quota.Quota{Rate: 10, Burst: 10, LeaseTTL: time.Second}, now.UnixNano()); got != time.Second {
-		t.Errorf("a renewal at 10 a second asks for %v, want the configured second", got)
+	// A demand of ten a second is not cut.
+	if got := p.reserveLength(&st, now.UnixNano(), 10); got != time.Second {
+		t.Errorf("a renewal reporting 10 a second asks for %v, want the configured second", got)
 	}
 }
 
