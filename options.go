@@ -263,7 +263,9 @@ func WithReservation(d time.Duration) Option {
 // that long. Close ends the shares the instance holds, and an idle tenant
 // is kept past WithIdleTimeout until its share is ended; one held by a
 // tenant evicted for WithMaxTenants, or whose end fails, stays in force
-// in Redis until its epoch ends, unspent.
+// in Redis until its epoch ends, unspent (or until a lease call of its
+// tenant here reports it, which ends it: the rate it was granted under
+// is not known then).
 //
 // Rollout: every instance sharing the tenants must run a release that
 // honours shares (this one, or the release before it) before any turns

@@ -313,9 +313,10 @@ func (st *State) stopShare() time.Time {
 // instance holds (g.RateShare), the call having been planned at sent
 // with share operation op and its reply having arrived at arrived (local
 // clock). A share it accrues already goes on; a share it did not know
-// (granted by this call, or by one whose reply was lost) accrues from
-// arrived over its LocalWindow; none stops the accrual. An ask refused
-// is not made again for a quarter of a period.
+// accrues from arrived over its LocalWindow when this call asked for it
+// (op is lease.ShareAsk: Redis granted it under the quota the reply
+// brings), and is otherwise ended (see learnt, below); none stops the
+// accrual. An ask refused is not made again for a quarter of a period.
 func (p *Planner) Shared(st *State, lim quota.Quota, op lease.ShareOp, sent, arrived time.Time, g lease.Grant) {
 	p.SharedAfter(st, lim, op, sent, arrived, g, nil)
 }
@@ -396,6 +397,22 @@ func (p *Planner) SharedAfter(st *State, lim quota.Quota, op lease.ShareOp, sent
 		// token was granted: since the ask was planned), which reaches
 		// back past the share's From.
 		shared: &heldShare{rate: rs.Rate, from: from, until: until, under: down32(lim.Rate), end: st.stampOf(lu * 1000)},
+	}
+	if op != lease.ShareAsk {
+		// Learnt: a share this call did not ask for, which an earlier
+		// call was granted (its reply lost, or the tenant tracked anew
+		// after an eviction, or the process restarted under the same
+		// instance id). The rate it was granted under is not known
+		// here, and Redis keeps a share in force through a quota
+		// change: recorded as granted under the rate the reply
+		// brought, a share of 950 a second granted under a rate of
+		// 1,000 came due here after the rate went to 10 until its end,
+		// 4,650 tokens in 5 s where the bound after a change allows 260
+		// (TestLearntShareEndsWhenGrantedUnderAHigherRate). None of its
+		// tokens come due (pace 0), and the next plan ends it
+		// (shareOp), giving its rate back to the bucket; an ask after
+		// that is sized under the rate in force.
+		st.resv.pace = 0
 	}
 }
 
