@@ -1325,9 +1325,15 @@ func (p *Planner) AwaitProbe(st *State, now, probe time.Time) {
 // The rate starts at this instance's recent granted share of the
 // tenant's rate (its grant rate at its last successful lease call, at most
 // Rate) and decays from the time of that call, with the configured
-// FallbackHalfLife, toward the fair rate. An instance that never leased
-// the tenant has no share to start from: it gets the fair rate at once.
-func (p *Planner) FallbackRate(st *State, lim quota.Quota, now time.Time, fleet int) (rate float64, capacity float64) {
+// FallbackHalfLife, toward the fair rate. A rate share it accrued here
+// (shared, tokens a second; 0 for none) is granted share too: from until
+// (unix nanoseconds), when its accrual stopped (a share still coming due
+// serves requests itself until then), the rate starts at the grant rate
+// plus shared (at most Rate) and decays from until. The grant rate alone
+// is what the bucket gave the share's renewals, little beside the share.
+// An instance that never leased the tenant has no share to start from:
+// it gets the fair rate at once.
+func (p *Planner) FallbackRate(st *State, lim quota.Quota, now time.Time, fleet int, shared float64, until int64) (rate float64, capacity float64) {
 	n := float64(max(st.instances, 1))
 	if st.instances == 0 && fleet > 0 {
 		n = float64(fleet)
@@ -1338,7 +1344,12 @@ func (p *Planner) FallbackRate(st *State, lim quota.Quota, now time.Time, fleet 
 		return fair, capacity
 	}
 	share := min(float64(st.grantRate), lim.Rate)
-	elapsed := float64(now.UnixNano()-st.at(st.lastGrant)) / 1e9
+	from := st.at(st.lastGrant)
+	if shared > 0 && now.UnixNano() >= until {
+		share = min(share+shared, lim.Rate)
+		from = max(from, until)
+	}
+	elapsed := float64(now.UnixNano()-from) / 1e9
 	w := math.Exp2(-max(elapsed, 0) / p.cfg.FallbackHalfLife.Seconds())
 	return fair + (share-fair)*w, capacity
 }

@@ -668,6 +668,12 @@ type fallback struct {
 	bucket.TokenBucket
 	outage atomic.Int64
 	node   atomic.Pointer[redisNode]
+	// shared is the rate of the rate share the tenant accrued here when
+	// its calls failed, 0 for none, and sharedUntil when that accrual
+	// stopped (unix nanoseconds): Planner.FallbackRate's shared and
+	// until. Written and read under the tenant's lock only.
+	shared      float64
+	sharedUntil int64
 }
 
 // RetryAfter estimates how long after now a request for n tokens could
