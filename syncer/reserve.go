@@ -83,7 +83,39 @@ func (r *reservation) take(now stamp) (tokens int64, granted stamp) {
 	if r.left == 0 && r.shared == nil {
 		*r = reservation{}
 	}
+	if r.left == 0 && r.shared != nil {
+		r.more()
+	}
 	return n, granted
+}
+
+// more counts the tokens of a rate share's window that its int32 count
+// left out, once those counted have come due: the tokens due by the
+// share's end (heldShare.end), from start at pace, less those that came.
+// A share's window may hold more tokens than an int32 counts (a share of
+// 1e9 a second over 8 s: 7.99e9), and cut to 2^31-1 its accrual stopped
+// there, 2.1 s into the window, the rest of the share (withheld from the
+// bucket by Redis) coming due nowhere (TestHugeShareComesDueWhole). No
+// more tokens come than the share's window held: Planner.SharedAfter
+// counted them over the same window, its start rounded up and its end
+// down, so for a share that fitted there is none. So that done fits too,
+// start moves on by m ms (m = done/pace, rounded down) and done goes down
+// by the tokens due in them (rounded down): each token comes due no
+// earlier than before, at most one token later (once per 2^31 tokens).
+func (r *reservation) more() {
+	if !(r.pace > 0) {
+		return
+	}
+	pace := float64(r.pace)
+	if math.Floor(float64(r.shared.end-r.start)*pace/1000)-float64(r.done) < 1 {
+		return
+	}
+	m := math.Floor(float64(r.done) * 1000 / pace)
+	r.start = stamp(min(float64(r.start)+m, float64(stampMax)))
+	r.done -= int32(min(math.Floor(m*pace/1000), float64(r.done)))
+	if left := math.Floor(float64(r.shared.end-r.start)*pace/1000) - float64(r.done); left >= 1 {
+		r.left = int32(min(left, float64(math.MaxInt32-r.done)))
+	}
 }
 
 // dropFallen drops st's reservation (not a rate share's accrual, which
