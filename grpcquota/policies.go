@@ -81,8 +81,11 @@ func WithPolicy(name string, f KeyFunc) Option {
 // tenant "peer:192.0.2.1". prefix must not be empty, and keys of the
 // other policies (WithPolicy) must not start with it: a call whose key
 // for another policy does ends with codes.InvalidArgument, so that no
-// client can name, and spend, another client's peer quota. A call without
-// a peer (in-process) has no key: see WithPolicy.
+// client can name, and spend, another client's peer quota. Nor may the
+// prefix of another WithPeerPolicy start with it (building the
+// interceptor panics): under "peer" and "peer2", peer 21:db8::1 of the one
+// and peer 1:db8::1 of the other would share the key "peer21:db8::1". A
+// call without a peer (in-process) has no key: see WithPolicy.
 func WithPeerPolicy(name, prefix string) Option {
 	return func(c *config) {
 		switch err := middleware.ValidatePolicyName(name); {
@@ -118,6 +121,11 @@ func (c *config) checkPolicies() {
 				c.fail("policy name %q given twice", p.name)
 			case p.peer && o.peer && p.peerPrefix == o.peerPrefix:
 				c.fail("WithPeerPolicy prefix %q given twice (policies %q and %q)", p.peerPrefix, o.name, p.name)
+			case p.peer && o.peer && (strings.HasPrefix(p.peerPrefix, o.peerPrefix) || strings.HasPrefix(o.peerPrefix, p.peerPrefix)):
+				// Keys of two prefixes meet only where one prefix starts
+				// with the other: "peer"+"21:db8::1" is
+				// "peer2"+"1:db8::1", two peers in one bucket.
+				c.fail("WithPeerPolicy prefixes %q and %q (policies %q and %q): one starts with the other, so two peers could share a key", o.peerPrefix, p.peerPrefix, o.name, p.name)
 			}
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/textproto"
+	"strings"
 	"time"
 
 	"github.com/leasequota/leasequota"
@@ -203,6 +204,11 @@ func (c *config) check() {
 					c.fail("policy name %q given twice", p.name)
 				case p.ip && o.ip && p.ipPrefix == o.ipPrefix:
 					c.fail("WithClientIPPolicy prefix %q given twice (policies %q and %q)", p.ipPrefix, o.name, p.name)
+				case p.ip && o.ip && (strings.HasPrefix(p.ipPrefix, o.ipPrefix) || strings.HasPrefix(o.ipPrefix, p.ipPrefix)):
+					// Keys of two prefixes meet only where one prefix
+					// starts with the other: "ip"+"21:db8::1" is
+					// "ip2"+"1:db8::1", two clients in one bucket.
+					c.fail("WithClientIPPolicy prefixes %q and %q (policies %q and %q): one starts with the other, so two clients could share a key", o.ipPrefix, p.ipPrefix, o.name, p.name)
 				}
 			}
 		}
@@ -350,8 +356,11 @@ func WithPolicy(name string, f KeyFunc) Option {
 // empty, and keys of the other policies (WithPolicy) must not start with
 // it: a request whose key for another policy does is refused with 400
 // Bad Request, so that no client can name, and spend, another client's IP
-// quota. A request whose client IP is unknown (RemoteAddr empty) has no
-// key: see WithPolicy.
+// quota. Nor may the prefix of another WithClientIPPolicy start with it
+// (New panics): under "ip" and "ip2", client 21:db8::1 of the one and
+// client 1:db8::1 of the other would share the key "ip21:db8::1". A
+// request whose client IP is unknown (RemoteAddr empty) has no key: see
+// WithPolicy.
 func WithClientIPPolicy(name, prefix string) Option {
 	return func(c *config) {
 		switch err := ValidatePolicyName(name); {
