@@ -13,14 +13,15 @@ import (
 
 // PeerKey returns the key of a call by its peer: the IP address of a TCP
 // peer (IPv4-mapped addresses as IPv4), else the peer address's string,
-// "" without a peer.
+// "" without a peer or with a nil address (also a nil pointer of the net
+// package's address types).
 func PeerKey(ctx context.Context) string { return peerKey(ctx, nil) }
 
 // peerKey is PeerKey, with the keys of IPv4 peers taken from c unless c
 // is nil.
 func peerKey(ctx context.Context, c *peerKeys) string {
 	p, ok := peer.FromContext(ctx)
-	if !ok || p.Addr == nil {
+	if !ok || p.Addr == nil || nilNetAddr(p.Addr) {
 		return ""
 	}
 	if a, ok := p.Addr.(*net.TCPAddr); ok {
@@ -37,6 +38,24 @@ func peerKey(ctx context.Context, c *peerKeys) string {
 		}
 	}
 	return p.Addr.String()
+}
+
+// nilNetAddr reports whether a is a nil pointer of one of the net
+// package's address types: a != nil holds for it, but it has no address
+// (*net.TCPAddr's fields cannot be read, and String gives every such
+// peer the one key "<nil>").
+func nilNetAddr(a net.Addr) bool {
+	switch a := a.(type) {
+	case *net.TCPAddr:
+		return a == nil
+	case *net.UDPAddr:
+		return a == nil
+	case *net.UnixAddr:
+		return a == nil
+	case *net.IPAddr:
+		return a == nil
+	}
+	return false
 }
 
 // A limiter keeps the keys of up to peerKeySlots IPv4 peers.
