@@ -137,8 +137,11 @@
 //     default) answers 503 Service Unavailable with Retry-After and the
 //     draft's
 //     "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
-//     problem; [DegradedAllow] passes the request on, with RateLimit-Policy
-//     but no RateLimit field.
+//     problem; [DegradedAllow] passes the request on, without RateLimit
+//     and with RateLimit-Policy where the key's quota is known: a closed
+//     Limiter knows the quota of the keys it tracked before Close only (it
+//     looks up no quota), so a key it never tracked gets no
+//     RateLimit-Policy either.
 //   - The Limiter tracking too many keys to take a new one (Reason
 //     too_many_tenants): 503 as above, whatever the degraded mode.
 //   - In shadow mode ([WithShadow]) every request is counted and given the
