@@ -251,19 +251,21 @@ func quotaList(ctx context.Context, e *env, args []string) error {
 	seen := map[string]bool{}
 	bad := 0
 	for lo, err := range e.client.ListOverrides(cctx) {
-		if err != nil && !errors.Is(err, lease.ErrNameUnknown) {
-			if lo.Key == "" {
-				tw.Flush()
-				return fmt.Errorf("quota list: %w", err)
-			}
-			fmt.Fprintf(e.stderr, "leasequota: quota list: %s\n", stripPrefix(err.Error()))
-			bad++
-			continue
+		if err != nil && lo.Key == "" {
+			tw.Flush()
+			return fmt.Errorf("quota list: %w", err)
 		}
+		// Before the unreadable overrides' branch, so that each of those
+		// is reported and counted once too.
 		if seen[lo.Key] {
 			continue // SCAN may return a key twice
 		}
 		seen[lo.Key] = true
+		if err != nil && !errors.Is(err, lease.ErrNameUnknown) {
+			fmt.Fprintf(e.stderr, "leasequota: quota list: %s\n", stripPrefix(err.Error()))
+			bad++
+			continue
+		}
 		q := quota.FromOverride(lo.Override)
 		named := err == nil
 		if e.json {
