@@ -21,6 +21,10 @@
 // a subcommand takes it after its name too), -timeout D (each Redis
 // call's deadline, default 5s).
 //
+// TENANT is any name of up to 1024 bytes, "" included (an empty
+// argument, as "" in a shell): the library takes the empty name as a
+// tenant like any other, and top lists it, printed "".
+//
 // Exit status: 0 on success, 1 on a failure (Redis unreachable, an error
 // reply, a bucket top could not read), 2 for bad usage (an unknown subcommand or flag, a bad value: the
 // message names it, and nothing is written).
@@ -306,10 +310,9 @@ func tenantArg(fs *flag.FlagSet) (string, error) {
 	default:
 		return "", usagef("%s: want one TENANT after the flags, got %d arguments (flags go before the tenant)", fs.Name(), fs.NArg())
 	}
+	// "" is a tenant as any other to the library (its key is {t:}, and
+	// top lists it): refusing it left that tenant out of reach.
 	t := fs.Arg(0)
-	if t == "" {
-		return "", usagef("%s: TENANT is empty", fs.Name())
-	}
 	if len(t) > maxTenant {
 		return "", usagef("%s: TENANT is %d bytes, the limit is %d", fs.Name(), len(t), maxTenant)
 	}

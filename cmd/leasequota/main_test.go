@@ -273,7 +273,6 @@ func TestBadUsage(t *testing.T) {
 		{[]string{"quota", "set", "-rate", "1", "-burst", "10", huge}, "TENANT is 102400 bytes"},
 		{[]string{"quota", "set", "-rate", "1", "-burst", "10"}, "want a TENANT"},
 		{[]string{"quota", "set", "-rate", "1", "-burst", "10", "t", "-x"}, "want one TENANT"},
-		{[]string{"quota", "set", "-rate", "1", "-burst", "10", ""}, "TENANT is empty"},
 		{[]string{"quota", "get", huge}, "TENANT is 102400 bytes"},
 		{[]string{"quota", "delete"}, "want a TENANT"},
 		{[]string{"quota", "list", "extra"}, "takes no arguments"},
