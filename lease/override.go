@@ -128,10 +128,10 @@ func parseOverride(v interface{}) (*Override, error) {
 			continue // an integer reply: no text to judge
 		}
 		if i == 0 && !decimalText(s) {
-			return nil, fmt.Errorf("rate %q: want a decimal number, as the scripts read it", s)
+			return nil, fmt.Errorf("rate: %q is not a decimal number as the scripts read one", s)
 		}
 		if i > 0 && !digitsText(s) {
-			return nil, fmt.Errorf("field %d %q: want digits, as the scripts read it", i, s)
+			return nil, fmt.Errorf("field %d: %q is not digits as the scripts read them", i, s)
 		}
 	}
 	return overrideOf(a)
