@@ -197,6 +197,12 @@ func ReleasesKey(bucketKey string) string {
 	return bucketKey + releasesSuffix
 }
 
+// ProbeKey returns the key under prefix that ProbeWrite deletes, which
+// nothing sets. It has no hash tag, so it cannot be any tenant's key.
+func ProbeKey(prefix string) string {
+	return prefix + "probe"
+}
+
 // QuotaVersionKey returns the key of the counter that SetOverride and
 // DeleteOverride raise for every change under prefix. Instances poll it
 // (one GET per round) and re-read their tenants' quotas only when it

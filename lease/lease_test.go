@@ -469,7 +469,7 @@ func TestScriptFlushThenAcquireMany(t *testing.T) {
 func TestScriptDigestsAreRedis(t *testing.T) {
 	ctx := context.Background()
 	_, rdb, _ := setup(t)
-	for _, s := range []*script{acquireScript, releaseScript, quotaScript, adminScript, inspectScript, rosterScript, leaveScript} {
+	for _, s := range []*script{acquireScript, releaseScript, quotaScript, adminScript, inspectScript, rosterScript, leaveScript, probeScript} {
 		sha, err := rdb.ScriptLoad(ctx, s.src).Result()
 		if err != nil {
 			t.Fatal(err)

@@ -248,6 +248,18 @@ func (c *Client) bumpQuotaVersion(ctx context.Context) error {
 // again (any later change does) tells them.
 var ErrQuotaVersion = errors.New("lease: the quota changed, but the quota version was not raised")
 
+// ProbeWrite runs a write that changes nothing (a DEL of ProbeKey) and
+// returns Redis's error: READONLY on a replica, NOREPLICAS short of
+// min-replicas-to-write, where a read (QuotaVersion) succeeds. The
+// syncer probes its circuit breaker with it after such replies
+// (syncer.WriteProber).
+func (c *Client) ProbeWrite(ctx context.Context) error {
+	if err := probeScript.run(ctx, c.s, []string{ProbeKey(c.prefix)}).Err(); err != nil {
+		return fmt.Errorf("lease: probe write: %w", err)
+	}
+	return nil
+}
+
 // QuotaVersion returns the quota version counter: it changes whenever a
 // quota is set or deleted under the client's prefix (0 before any).
 func (c *Client) QuotaVersion(ctx context.Context) (int64, error) {

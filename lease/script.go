@@ -59,6 +59,9 @@ var (
 	rosterSource string
 	//go:embed leave.lua
 	leaveSource string
+	// probe.lua is a write that changes nothing (ProbeWrite).
+	//go:embed probe.lua
+	probeSource string
 )
 
 // The scripts with their digests, computed once. These are the package's
@@ -71,6 +74,7 @@ var (
 	inspectScript = newScript(inspectSource)
 	rosterScript  = newScript(rosterSource)
 	leaveScript   = newScript(leaveSource)
+	probeScript   = newScript(probeSource)
 )
 
 // script is a Lua script and its SHA-1 digest, the name EVALSHA knows it by.

@@ -33,6 +33,7 @@ const (
 	OpOverride Op = "override" // GetOverride, SetOverride, DeleteOverride
 	OpVersion  Op = "version"  // QuotaVersion
 	OpRoster   Op = "roster"   // CountInstances, LeaveRoster
+	OpProbe    Op = "probe"    // ProbeWrite
 )
 
 // Backend is what a Store wraps: it hands out one view per instance.
@@ -183,26 +184,39 @@ func (s *Store) Instance(id string, window time.Duration) (lease.Store, error) {
 	w.roster = r
 	// The returned value has only the methods of what it wraps: a caller
 	// that asks for the roster, or for a Cluster's nodes, finds them
-	// where the store behind it has them.
+	// where the store behind it has them. ProbeWrite it always has, so
+	// that a hook may fail it (a store without one answers it nil, as
+	// the syncer takes a store without it).
 	switch {
 	case hasRoster && w.nodeOf != nil:
 		return struct {
 			lease.Store
 			roster
 			nodeLocator
-		}{w, w, w}, nil
+			prober
+		}{w, w, w, w}, nil
 	case hasRoster:
 		return struct {
 			lease.Store
 			roster
-		}{w, w}, nil
+			prober
+		}{w, w, w}, nil
 	case w.nodeOf != nil:
 		return struct {
 			lease.Store
 			nodeLocator
-		}{w, w}, nil
+			prober
+		}{w, w, w}, nil
 	}
-	return struct{ lease.Store }{w}, nil
+	return struct {
+		lease.Store
+		prober
+	}{w, w}, nil
+}
+
+// prober is syncer.WriteProber, written again as nodeLocator is.
+type prober interface {
+	ProbeWrite(ctx context.Context) error
 }
 
 // enter runs the faults of one call and reports the error that fails it.
@@ -326,6 +340,19 @@ func (v *view) QuotaVersion(ctx context.Context) (int64, error) {
 		return 0, err
 	}
 	return v.inner.QuotaVersion(ctx)
+}
+
+// ProbeWrite is the backend's write that changes nothing
+// (syncer.WriteProber), nil when it has none: the hook may fail it as
+// Redis fails a write (READONLY).
+func (v *view) ProbeWrite(ctx context.Context) error {
+	if err := v.s.enter(ctx, v.id, OpProbe, nil); err != nil {
+		return err
+	}
+	if p, ok := v.inner.(prober); ok {
+		return p.ProbeWrite(ctx)
+	}
+	return nil
 }
 
 // roster is what a view that keeps the fleet's roster offers.

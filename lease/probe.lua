@@ -1,0 +1,12 @@
+-- probe.lua: a write that changes nothing (a DEL of a key the library
+-- never sets), for the circuit breaker's probe of a Redis whose last
+-- calls were answered that it runs no write (READONLY, NOREPLICAS): such
+-- a Redis serves reads, so a read that succeeds there says nothing of
+-- the lease scripts.
+--
+-- KEYS[1] the probe key (ProbeKey).
+--
+-- Returns the number of keys deleted (0). Redis refuses the DEL as it
+-- refuses the lease scripts' writes: READONLY on a replica, NOREPLICAS
+-- short of min-replicas-to-write.
+return redis.call('DEL', KEYS[1])
