@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/leasequota/leasequota/lease"
@@ -264,5 +266,32 @@ func confEdgesMixed(c *cx) {
 				shares[id] = lease.RateShare{}
 			}
 		}
+	}
+}
+
+// confCreditOverflow: an instance whose fair share is far above the rate
+// (its demand jumped past the rate since the registry summary, which put
+// every demand within it) has a credit capacity of burst*share/rate
+// tokens, which for a demand of 1e300 under a burst of 2^40 and a rate
+// of 1 is more than a float holds. Its entry must still read back on the
+// next call: its credit, and the rate share it holds, which the bucket
+// keeps withholding (a share that no reply reports is lost to every
+// instance until its end).
+func confCreditOverflow(c *cx) {
+	lim := lease.Limits{Rate: 1, Burst: lease.MaxBurst}
+	terms := lease.ShareTerms{Period: 10 * time.Second, Hold: 2 * time.Second}
+	a := c.view("a", confWindow)
+	g := c.edgeAcquire("ask", a, "t", lim, lease.Request{Want: 1, Demand: 0.5, Share: lease.ShareAsk, ShareTerms: terms})
+	if !g.RateShare.Held() {
+		c.t.Fatalf("ask: %+v, want a share", g)
+	}
+	c.edgeAcquire("demand jumps", a, "t", lim, lease.Request{Want: 1, Demand: 1e300})
+	e := c.sp.state("t").Registry["a"]
+	credit, err := strconv.ParseFloat(strings.Split(e, ":")[2], 64)
+	if err != nil || math.IsInf(credit, 0) || math.IsNaN(credit) || credit < 0 {
+		c.t.Errorf("entry %q after a demand of 1e300: credit %v (%v), want a finite number >= 0", e, credit, err)
+	}
+	if g2 := c.edgeAcquire("next", a, "t", lim, lease.Request{Want: 1, Demand: 1e300}); g2.RateShare != g.RateShare {
+		c.t.Errorf("the call after a demand of 1e300 reports share %+v, want the share held, %+v", g2.RateShare, g.RateShare)
 	}
 }

@@ -897,6 +897,7 @@ func conformanceCases() []confCase {
 		{"reservation edges", confReservationEdges},
 		{"rate share edges", confShareEdges},
 		{"edges mixed", confEdgesMixed},
+		{"credit overflow", confCreditOverflow},
 	}
 }
 

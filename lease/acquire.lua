@@ -134,6 +134,9 @@ local SUMMARY_AGE = 1 / 8
 -- versions read safely).
 local RESERVE_AHEAD = 990
 local ENTRY_AGE = 1 / 4
+-- MAX_CREDIT is the most credit an entry holds, tokens (lease.MaxCredit):
+-- 2^53, more than any burst grants.
+local MAX_CREDIT = 9007199254740992
 
 -- SHARES. An instance may hold a rate share (common.lua, "Rate shares";
 -- docs/design.md): rate tokens a second from the call that granted it
@@ -233,6 +236,9 @@ local function read_entry(mine, cutoff, now, sh)
   local seen, demand, credit = tonumber(s), tonumber(d), tonumber(c)
   -- Numbers no call writes (not finite, a demand or a credit below 0:
   -- tonumber reads 'nan' and 'inf') make an entry that does not read.
+  -- (Releases before MAX_CREDIT wrote a credit of inf when a share far
+  -- above the rate made burst * cshare overflow: such an entry is read
+  -- as none, as it always was.)
   -- Used, a credit of nan turned the fair-share cap off and was written
   -- back as nan call after call, a negative one made a negative grant
   -- (tokens put into the bucket; -inf stored it as inf), and a time of
@@ -551,6 +557,13 @@ local function acquire(key, ikey, qkey, o, clock, nargs)
     end
     if capacity < 1 then
       capacity = 1
+    end
+    -- At most MAX_CREDIT: a share far above the rate (a demand that
+    -- jumped since the summary) makes burst * cshare overflow, and a
+    -- credit of inf, written, reads back as a corrupt entry (read_entry):
+    -- the instance then lost the rate share it held (lease.MaxCredit).
+    if capacity > MAX_CREDIT then
+      capacity = MAX_CREDIT
     end
     if prevCredit == nil then
       credit = capacity
