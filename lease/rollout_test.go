@@ -54,7 +54,10 @@ import (
 // and whose acquire used a registry of numbers no call writes (NaN,
 // infinities, negative credits) as it found them, kept an entry however
 // old whose share ran past every record of shares (until inf), and took a
-// registry window past 2^63 ms.
+// registry window past 2^63 ms; v12 is main at 89ddf54, the last whose
+// acquire wrote an instance's credit capacity as it computed it
+// (burst × share / rate, inf when that overflows, an entry every release
+// reads as empty) where this release caps it at 2^53 (lease.MaxCredit).
 var (
 	//go:embed testdata/v1/common.lua
 	v1Common string
@@ -116,6 +119,12 @@ var (
 	v11Release string
 	//go:embed testdata/v11/acquire.lua
 	v11Acquire string
+	//go:embed testdata/v12/common.lua
+	v12Common string
+	//go:embed testdata/v12/release.lua
+	v12Release string
+	//go:embed testdata/v12/acquire.lua
+	v12Acquire string
 )
 
 // TestMixedFleetRollout runs clients of an earlier release and of this
@@ -158,6 +167,7 @@ func TestMixedFleetRollout(t *testing.T) {
 		{"v10-shorter", v10Common, v10Acquire, v10Release, 0, true, false},
 		{"v10-acl", v10Common, v10Acquire, v10Release, 0, false, true},
 		{"v11", v11Common, v11Acquire, v11Release, 0, false, false},
+		{"v12", v12Common, v12Acquire, v12Release, 0, false, false},
 	} {
 		t.Run(old.name, func(t *testing.T) {
 			newWindow := 3 * mixedWindow
@@ -1310,4 +1320,106 @@ func TestRolloutCorruptRegistryBesideV11(t *testing.T) {
 	if net := granted - credited; net > bound {
 		t.Fatalf("granted %v less credited %v = %v, over the bound %v", granted, credited, net, bound)
 	}
+}
+
+// TestRolloutCreditOverflowBesideV12: this release caps an instance's
+// credit capacity at 2^53 tokens (MaxCredit) where v12 wrote what
+// burst × share / rate gave, inf once a demand far above the rate made it
+// overflow. Beside v12 on one tenant (Burst 1e9, Rate 1), both sides
+// reporting a demand of 1e300 after this release's instance took a rate
+// share, v12's entry made a credit of inf now and then (as v12 writes its
+// own when it holds a share): every call of both succeeds, this release's entry stays finite
+// and its calls keep reporting the share, and the bound holds over what
+// both granted, less what both credited.
+func TestRolloutCreditOverflowBesideV12(t *testing.T) {
+	ctx := context.Background()
+	rdb := redisserver.Client(t)
+	prefix := redisserver.Prefix(t)
+	oldAcquire, oldRelease := redis.NewScript(v12Common+v12Acquire), redis.NewScript(v12Common+v12Release)
+	lim := Limits{Rate: 1, Burst: 1_000_000_000}
+	key := Key(prefix, "t")
+	ikey := InstancesKey(key)
+	c, err := NewClient(rdb, prefix, WithInstance("new", time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := rdb.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var granted, credited float64
+	give := func(amount int64, credit float64) {
+		t.Helper()
+		if credit < 0 || credit > float64(amount) {
+			t.Fatalf("a return of %d credited %v", amount, credit)
+		}
+		credited += credit
+	}
+	terms := ShareTerms{Period: 10 * time.Second, Hold: 2 * time.Second}
+	g := acquireOne(t, c, Request{Tenant: "t", Limits: lim, Want: 1, Demand: 0.5, Share: ShareAsk, ShareTerms: terms})
+	granted += float64(g.Granted)
+	if !g.RateShare.Held() {
+		t.Fatalf("ask: %+v, want a share", g)
+	}
+	share := g.RateShare
+	for i := 0; i < 20; i++ {
+		if i%5 == 0 {
+			// What v12 writes for an instance of its own holding a share
+			// when its demand jumps so: a credit of inf.
+			now := strconv.FormatInt(g.ServerTime.UnixMicro(), 10)
+			if err := rdb.HSet(ctx, ikey, "old", now+":1e+300:inf:").Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		g = acquireOne(t, c, Request{Tenant: "t", Limits: lim, Want: 8, Demand: 1e300})
+		granted += float64(g.Granted)
+		if g.RateShare != share {
+			t.Fatalf("call %d: share %+v, want the share held, %+v", i, g.RateShare, share)
+		}
+		if g.Granted > 1 {
+			rr := c.ReleaseMany(ctx, []ReleaseRequest{{Tenant: "t", Limits: lim, Amount: 1, Grant: g.ID()}})
+			if rr[0].Err != nil {
+				t.Fatalf("release: %v", rr[0].Err)
+			}
+			give(1, rr[0].Return.Credited)
+		}
+		entry, err := rdb.HGet(ctx, ikey, "new").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if x, err := strconv.ParseFloat(strings.Split(entry, ":")[2], 64); err != nil || math.IsNaN(x) || math.IsInf(x, 0) || x < 0 || x > MaxCredit {
+			t.Fatalf("call %d: this release's entry %q, want a credit in [0, 2^53]", i, entry)
+		}
+		v, err := oldAcquire.Run(ctx, rdb, []string{key, ikey, QuotaKey(key)},
+			formatRate(lim.Rate), lim.Burst, 8, "old", time.Minute.Milliseconds(), 1e300).Result()
+		if err != nil {
+			t.Fatalf("v12 acquire: %v", err)
+		}
+		og, err := ParseAcquireReply(v, 8)
+		if err != nil {
+			t.Fatalf("v12 acquire: %v", err)
+		}
+		granted += float64(og.Granted)
+		if og.Granted > 1 {
+			r, err := oldRelease.Run(ctx, rdb, []string{key, ReleasesKey(key), QuotaKey(key)},
+				formatRate(lim.Rate), lim.Burst, 1, 0, uint32(og.ServerTime.UnixMicro())).Result()
+			if err != nil {
+				t.Fatalf("v12 release: %v", err)
+			}
+			ret, err := ParseReleaseReply(r, 1)
+			if err != nil {
+				t.Fatalf("v12 release: %v", err)
+			}
+			give(1, ret.Credited)
+		}
+	}
+	end, err := rdb.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bound := float64(lim.Burst) + lim.Rate*end.Sub(first).Seconds()
+	if net := granted - credited; net > bound {
+		t.Fatalf("granted %v less credited %v = %v, over the bound %v", granted, credited, net, bound)
+	}
+	t.Logf("granted %v, credited %v", granted, credited)
 }
