@@ -1289,28 +1289,7 @@ func TestRolloutCorruptRegistryBesideV11(t *testing.T) {
 				t.Fatalf("call %d: this release's entry %q", i, m["new"])
 			}
 		}
-		v, err := oldAcquire.Run(ctx, rdb, []string{key, ikey, QuotaKey(key)},
-			formatRate(lim.Rate), lim.Burst, 8, "old", time.Minute.Milliseconds(), 500).Result()
-		if err != nil {
-			t.Fatalf("v11 acquire: %v", err)
-		}
-		og, err := ParseAcquireReply(v, 8)
-		if err != nil {
-			t.Fatalf("v11 acquire: %v", err)
-		}
-		granted += float64(og.Granted)
-		if og.Granted > 1 {
-			r, err := oldRelease.Run(ctx, rdb, []string{key, ReleasesKey(key), QuotaKey(key)},
-				formatRate(lim.Rate), lim.Burst, 1, 0, uint32(og.ServerTime.UnixMicro())).Result()
-			if err != nil {
-				t.Fatalf("v11 release: %v", err)
-			}
-			ret, err := ParseReleaseReply(r, 1)
-			if err != nil {
-				t.Fatalf("v11 release: %v", err)
-			}
-			give(1, ret.Credited)
-		}
+		granted += float64(oldCallAndReturn(t, rdb, oldAcquire, oldRelease, key, lim, 500, give))
 	}
 	end, err := rdb.Time(ctx).Result()
 	if err != nil {
@@ -1390,28 +1369,7 @@ func TestRolloutCreditOverflowBesideV12(t *testing.T) {
 		if x, err := strconv.ParseFloat(strings.Split(entry, ":")[2], 64); err != nil || math.IsNaN(x) || math.IsInf(x, 0) || x < 0 || x > MaxCredit {
 			t.Fatalf("call %d: this release's entry %q, want a credit in [0, 2^53]", i, entry)
 		}
-		v, err := oldAcquire.Run(ctx, rdb, []string{key, ikey, QuotaKey(key)},
-			formatRate(lim.Rate), lim.Burst, 8, "old", time.Minute.Milliseconds(), 1e300).Result()
-		if err != nil {
-			t.Fatalf("v12 acquire: %v", err)
-		}
-		og, err := ParseAcquireReply(v, 8)
-		if err != nil {
-			t.Fatalf("v12 acquire: %v", err)
-		}
-		granted += float64(og.Granted)
-		if og.Granted > 1 {
-			r, err := oldRelease.Run(ctx, rdb, []string{key, ReleasesKey(key), QuotaKey(key)},
-				formatRate(lim.Rate), lim.Burst, 1, 0, uint32(og.ServerTime.UnixMicro())).Result()
-			if err != nil {
-				t.Fatalf("v12 release: %v", err)
-			}
-			ret, err := ParseReleaseReply(r, 1)
-			if err != nil {
-				t.Fatalf("v12 release: %v", err)
-			}
-			give(1, ret.Credited)
-		}
+		granted += float64(oldCallAndReturn(t, rdb, oldAcquire, oldRelease, key, lim, 1e300, give))
 	}
 	end, err := rdb.Time(ctx).Result()
 	if err != nil {
@@ -1422,4 +1380,37 @@ func TestRolloutCreditOverflowBesideV12(t *testing.T) {
 		t.Fatalf("granted %v less credited %v = %v, over the bound %v", granted, credited, net, bound)
 	}
 	t.Logf("granted %v, credited %v", granted, credited)
+}
+
+// oldCallAndReturn runs an earlier release's acquire (acquire, its
+// common.lua included) for 8 tokens of key as instance "old", reporting
+// demand, and when it grants more than one, returns one through that
+// release's release script (release), its grant time the reply's; give
+// is told of the return and what it credited. It returns the tokens
+// granted.
+func oldCallAndReturn(t *testing.T, rdb *redis.Client, acquire, release *redis.Script, key string, lim Limits, demand float64, give func(amount int64, credit float64)) int64 {
+	t.Helper()
+	ctx := context.Background()
+	v, err := acquire.Run(ctx, rdb, []string{key, InstancesKey(key), QuotaKey(key)},
+		formatRate(lim.Rate), lim.Burst, 8, "old", time.Minute.Milliseconds(), demand).Result()
+	if err != nil {
+		t.Fatalf("old acquire: %v", err)
+	}
+	g, err := ParseAcquireReply(v, 8)
+	if err != nil {
+		t.Fatalf("old acquire: %v", err)
+	}
+	if g.Granted > 1 {
+		r, err := release.Run(ctx, rdb, []string{key, ReleasesKey(key), QuotaKey(key)},
+			formatRate(lim.Rate), lim.Burst, 1, 0, uint32(g.ServerTime.UnixMicro())).Result()
+		if err != nil {
+			t.Fatalf("old release: %v", err)
+		}
+		ret, err := ParseReleaseReply(r, 1)
+		if err != nil {
+			t.Fatalf("old release: %v", err)
+		}
+		give(1, ret.Credited)
+	}
+	return g.Granted
 }
