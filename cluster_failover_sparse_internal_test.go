@@ -2,7 +2,6 @@ package leasequota
 
 import (
 	"context"
-	"log/slog"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -47,40 +46,12 @@ func TestClusterSparseTenantAfterFailoverLeasesAgain(t *testing.T) {
 			}
 			return nil
 		}
-		cfg, err := newConfig([]Option{WithDefaultQuota(Quota{Rate: 100, Burst: 100}),
-			WithRedisTimeout(50 * time.Millisecond), WithRefreshInterval(100 * time.Millisecond),
-			WithFailureMode(FailClosed), WithLogger(slog.New(slog.NewTextHandler(testWriter{t}, nil)))})
-		if err != nil {
-			t.Fatal(err)
-		}
-		l, err := newLimiter(cfg, store, true)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close(context.Background())
-		ctx := context.Background()
 		// A busy tenant on the same master keeps it called, before the
 		// failover the old master, after it the replica.
-		stop := make(chan struct{})
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			for {
-				select {
-				case <-stop:
-					return
-				case <-time.After(20 * time.Millisecond):
-					l.AllowN(ctx, "moved-busy", 1)
-				}
-			}
-		}()
+		l, stop := clusterSparseRig(t, store, "moved-")
+		defer l.Close(context.Background())
+		ctx := context.Background()
 		gap := 3 * DefaultLeaseTTL
-		for i := range 3 {
-			if d := l.AllowN(ctx, "moved-sparse", 1); !d.Allowed {
-				t.Fatalf("request %d with the master up: denied, %v", i, d.Reason)
-			}
-			time.Sleep(gap)
-		}
 		store.SetHook(dead)
 		time.Sleep(2 * time.Second) // the master silent for more than the outage window
 		if d := l.AllowN(ctx, "moved-sparse", 1); d.Mode != FailClosed {
@@ -91,8 +62,7 @@ func TestClusterSparseTenantAfterFailoverLeasesAgain(t *testing.T) {
 		time.Sleep(gap)
 		degraded := l.Degraded()
 		d := l.AllowN(ctx, "moved-sparse", 1)
-		close(stop)
-		<-done
+		stop()
 		if degraded {
 			t.Errorf("Degraded %v after the failover, the new master answering every call since", gap)
 		}

@@ -21,39 +21,10 @@ func TestClusterSparseTenantAfterOutageLeasesAgain(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := faultstore.New(memstore.New())
 		paused := twoMasters(store, "paused-")
-		cfg, err := newConfig([]Option{WithDefaultQuota(Quota{Rate: 100, Burst: 100}),
-			WithRedisTimeout(50 * time.Millisecond), WithRefreshInterval(100 * time.Millisecond),
-			WithFailureMode(FailClosed), WithLogger(slog.New(slog.NewTextHandler(testWriter{t}, nil)))})
-		if err != nil {
-			t.Fatal(err)
-		}
-		l, err := newLimiter(cfg, store, true)
-		if err != nil {
-			t.Fatal(err)
-		}
+		l, stop := clusterSparseRig(t, store, "paused-")
 		defer l.Close(context.Background())
 		ctx := context.Background()
-		// A busy tenant on the same master keeps it called.
-		stop := make(chan struct{})
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			for {
-				select {
-				case <-stop:
-					return
-				case <-time.After(20 * time.Millisecond):
-					l.AllowN(ctx, "paused-busy", 1)
-				}
-			}
-		}()
 		gap := 3 * DefaultLeaseTTL
-		for i := range 3 {
-			if d := l.AllowN(ctx, "paused-sparse", 1); !d.Allowed {
-				t.Fatalf("request %d with the master up: denied, %v", i, d.Reason)
-			}
-			time.Sleep(gap)
-		}
 		store.SetHook(paused)
 		time.Sleep(2 * time.Second) // the master silent for more than the outage window
 		if d := l.AllowN(ctx, "paused-sparse", 1); d.Mode != FailClosed {
@@ -66,10 +37,50 @@ func TestClusterSparseTenantAfterOutageLeasesAgain(t *testing.T) {
 			t.Errorf("Degraded %v after the master answered again, no tenant's call failing since", gap)
 		}
 		d := l.AllowN(ctx, "paused-sparse", 1)
-		close(stop)
-		<-done
+		stop()
 		if !d.Allowed || d.Mode != FailDefault {
 			t.Errorf("request %v after its master answered again: allowed %v, %v, mode %v; want admitted from a lease", gap, d.Allowed, d.Reason, d.Mode)
 		}
 	})
+}
+
+// clusterSparseRig returns a FailClosed limiter in Cluster mode on store
+// (timeout 50 ms, refresh 100 ms) with two tenants of prefix: prefix+"busy",
+// which a goroutine asks every 20 ms until stop is called, keeping its
+// master called, and prefix+"sparse", made sparse (three requests three
+// lease lifetimes apart, each admitted). In a synctest bubble.
+func clusterSparseRig(t *testing.T, store *faultstore.Store, prefix string) (l *Limiter, stop func()) {
+	t.Helper()
+	cfg, err := newConfig([]Option{WithDefaultQuota(Quota{Rate: 100, Burst: 100}),
+		WithRedisTimeout(50 * time.Millisecond), WithRefreshInterval(100 * time.Millisecond),
+		WithFailureMode(FailClosed), WithLogger(slog.New(slog.NewTextHandler(testWriter{t}, nil)))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, err = newLimiter(cfg, store, true); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-quit:
+				return
+			case <-time.After(20 * time.Millisecond):
+				l.AllowN(ctx, prefix+"busy", 1)
+			}
+		}
+	}()
+	for i := range 3 {
+		if d := l.AllowN(ctx, prefix+"sparse", 1); !d.Allowed {
+			close(quit)
+			<-done
+			l.Close(ctx)
+			t.Fatalf("request %d with the master up: denied, %v", i, d.Reason)
+		}
+		time.Sleep(3 * DefaultLeaseTTL)
+	}
+	return l, func() { close(quit); <-done }
 }
