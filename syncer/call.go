@@ -25,6 +25,10 @@ const (
 	// breaker: calls then fail at once without reaching Redis, until after
 	// an interval one probe call is let through, whose success closes it.
 	breakerFailures = 3
+	// probeTenants is the most tenants whose acquires a round sends in
+	// the breaker's probe (carryOut): what the probe asks is whether
+	// Redis runs writes, and one script tells.
+	probeTenants = 1
 )
 
 // MaxDownAfter is the longest Redis may answer nothing in time before its

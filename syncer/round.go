@@ -302,20 +302,36 @@ func (s *Syncer) carryOut(ctx context.Context, now time.Time, w *nodeWork) (tot 
 	if len(w.releases) > 0 {
 		tot.Returned, _ = s.release(ctx, &tot, w.node, w.releases, 0, now)
 	}
-	if len(w.jobs) == 0 {
+	jobs := w.jobs
+	if len(jobs) > probeTenants && s.Down() {
+		// The breaker is open or lets a probe through: the first
+		// tenants' call goes alone, and the others' after it, once it
+		// has closed the breaker (or been refused, as they then are).
+		// Why: every failed tenant's next call is the probe's time
+		// (Planner.AwaitProbe), so the round there planned them all,
+		// and the pipeline the breaker let through carried up to 1,000
+		// tenants' scripts to a Redis that runs none, each run up to its
+		// first write on a replica answering READONLY: 300 tenants, 300
+		// scripts a probe, where they had come to 87 on average with
+		// the backoffs spread (TestProbeCarriesFewTenants in the root
+		// package). Redis back, the others lease in the same round.
+		tot.Add(s.acquire(ctx, now, w.node, jobs[:probeTenants]))
+		jobs = jobs[probeTenants:]
+	}
+	if len(jobs) == 0 {
 		return tot
 	}
 	if s.opts.Driven {
 		// One pipeline after the other, in order.
-		for start := 0; start < len(w.jobs); start += batchSize {
-			tot.Add(s.acquire(ctx, now, w.node, w.jobs[start:min(start+batchSize, len(w.jobs))]))
+		for start := 0; start < len(jobs); start += batchSize {
+			tot.Add(s.acquire(ctx, now, w.node, jobs[start:min(start+batchSize, len(jobs))]))
 		}
 		return tot
 	}
 	var g errgroup.Group
 	var mu sync.Mutex // guards tot
-	for start := 0; start < len(w.jobs); start += batchSize {
-		chunk := w.jobs[start:min(start+batchSize, len(w.jobs))]
+	for start := 0; start < len(jobs); start += batchSize {
+		chunk := jobs[start:min(start+batchSize, len(jobs))]
 		g.Go(func() error {
 			t := s.acquire(ctx, now, w.node, chunk)
 			mu.Lock()
