@@ -163,7 +163,8 @@ func TestClusterPausedMasterDelaysOnlyItsTenants(t *testing.T) {
 
 	// What the live masters' tenants got, during the pause and before it.
 	var (
-		coldStart, unav, victimUnav         int64
+		coldStart, coldExplained            int64
+		unav, victimUnav                    int64
 		admBefore, admDuring, admAfterPause int64
 	)
 	for i := range names {
@@ -172,14 +173,25 @@ func TestClusterPausedMasterDelaysOnlyItsTenants(t *testing.T) {
 			victimUnav += final[i].unavailable()
 			continue
 		}
-		coldStart += final[i].sub(warm[i]).denied[leasequota.ReasonColdStart]
+		// A tenant whose own lease call ran out of its deadline while
+		// this process stalled (failed, explained by the stall probe)
+		// waited past its cold-start wait for the next: its cold-start
+		// denials are the machine's, as its unavailable ones are
+		// (checkUnavailable).
+		if cs := final[i].sub(warm[i]).denied[leasequota.ReasonColdStart]; failed[i] == 0 {
+			coldStart += cs
+		} else {
+			coldExplained += cs
+		}
 		unav += final[i].unavailable()
 		admBefore += pre.admitted
 		admDuring += in.admitted
 		admAfterPause += final[i].sub(during[i]).admitted
 	}
 	if coldStart > 0 {
-		t.Errorf("live masters' tenants: %d denials as cold start after the warm-up", coldStart)
+		t.Errorf("live masters' tenants: %d denials as cold start after the warm-up, of tenants none of whose lease calls failed (%d more of tenants whose calls ran out of their deadline while this process stalled)", coldStart, coldExplained)
+	} else if coldExplained > 0 {
+		t.Logf("live masters' tenants: %d denials as cold start after the warm-up, all of tenants whose lease calls ran out of their deadline while this process stalled", coldExplained)
 	}
 	rateBefore := float64(admBefore) / pausedAt.Sub(warmAt).Seconds()
 	rateDuring := float64(admDuring) / resumedAt.Sub(pausedAt).Seconds()
