@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"io"
 	"net"
 	"sync"
@@ -14,19 +15,36 @@ type proxy struct {
 	ln     net.Listener
 	target string
 
-	mu    sync.Mutex
-	down  bool
-	conns map[net.Conn]struct{} // every connection, both sides
-	held  []net.Conn            // accepted while down, never answered
-	wg    sync.WaitGroup
+	// ctx ends at Close, so that a dial in flight gives up.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu     sync.Mutex
+	down   bool
+	closed bool                  // set by Close: nothing new is piped or held after it
+	conns  map[net.Conn]struct{} // every connection, both sides
+	held   []net.Conn            // accepted while down, never answered
+	wg     sync.WaitGroup
+
+	// dial opens the upstream side (newProxyDial: tests hold it).
+	dial func(ctx context.Context, addr string) (net.Conn, error)
 }
 
 func newProxy(target string) (*proxy, error) {
+	var d net.Dialer
+	return newProxyDial(target, func(ctx context.Context, addr string) (net.Conn, error) {
+		return d.DialContext(ctx, "tcp", addr)
+	})
+}
+
+// newProxyDial is newProxy with the upstream dial given (tests hold it).
+func newProxyDial(target string, dial func(ctx context.Context, addr string) (net.Conn, error)) (*proxy, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	p := &proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	p := &proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}, dial: dial}
+	p.ctx, p.cancel = context.WithCancel(context.Background())
 	p.wg.Add(1)
 	go p.serve()
 	return p, nil
@@ -43,6 +61,12 @@ func (p *proxy) serve() {
 			return
 		}
 		p.mu.Lock()
+		if p.closed {
+			// Accepted before Close shut the listener, after its sweep.
+			p.mu.Unlock()
+			c.Close()
+			return
+		}
 		if p.down {
 			p.held = append(p.held, c)
 			p.mu.Unlock()
@@ -56,13 +80,15 @@ func (p *proxy) serve() {
 
 func (p *proxy) handle(c net.Conn) {
 	defer p.wg.Done()
-	up, err := net.Dial("tcp", p.target)
+	up, err := p.dial(p.ctx, p.target)
 	if err != nil {
 		c.Close()
 		return
 	}
 	p.mu.Lock()
-	if p.down {
+	// Close may have swept the open connections while this one dialed:
+	// piped now, it would never be cut, and Close would wait for ever.
+	if p.down || p.closed {
 		p.mu.Unlock()
 		c.Close()
 		up.Close()
@@ -107,10 +133,13 @@ func (p *proxy) SetDown(down bool) {
 	p.held = nil
 }
 
-// Close stops the proxy and waits for its goroutines.
+// Close stops the proxy and waits for its goroutines. A connection
+// accepted or dialing as Close runs is closed, not piped.
 func (p *proxy) Close() {
 	p.ln.Close()
+	p.cancel()
 	p.mu.Lock()
+	p.closed = true
 	for c := range p.conns {
 		c.Close()
 	}
