@@ -252,7 +252,10 @@ func (l *Limiter) Degraded() bool { return l.sync.Degraded() }
 
 // Close stops the syncer, waits for its goroutines and for the lease
 // calls they have in flight (each bounded by WithRedisTimeout's deadline,
-// so that no token Redis granted is lost to a canceled reply) and for a
+// so that no token Redis granted is lost to a canceled reply; a refill
+// that has not sent its call when Close begins sends none, and on a Redis
+// Cluster a look-up of a tenant's master begun after that loads no slot
+// map, so a refill delays Close by one deadline at most) and for a
 // read of the quota version in flight and the count of the fleet's roster
 // after it (each bounded by its own deadline, the lease TTL or a second,
 // whichever is less: go-redis ends a read at its deadline, not when its
@@ -288,6 +291,7 @@ func (l *Limiter) Close(ctx context.Context) error {
 	l.closed.Store(true)
 	close(l.done)
 	l.cfg.logger.Info("leasequota: closing: admissions stopped, returning leased tokens")
+	l.sync.BeginClose()
 	l.stop()
 	l.group.Wait()
 	l.sync.Close()

@@ -222,7 +222,7 @@ func (s *Syncer) busy(ctx context.Context, err error, now time.Time, tenant stri
 		// without a slot map loads it on the look-up, and the round's ctx
 		// has no deadline, so an unreachable cluster held each timed-out
 		// tenant for go-redis's own dial timeouts, one after another.
-		ctx, cancel := context.WithTimeout(ctx, s.opts.CallTimeout)
+		ctx, cancel := s.lookupCtx(ctx)
 		defer cancel()
 		name, ok := s.nodeOf(ctx, tenant)
 		return ok && s.node(name).answeredWithin(now, s.downAfter())

@@ -240,7 +240,7 @@ func (s *Syncer) nodeOfTenant(ctx context.Context, tenant string) *redisNode {
 	if !s.opts.Cluster {
 		return &s.one
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.opts.CallTimeout)
+	ctx, cancel := s.lookupCtx(ctx)
 	defer cancel()
 	name, _ := s.nodeOf(ctx, tenant)
 	return s.node(name)

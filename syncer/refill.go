@@ -121,6 +121,11 @@ func (s *Syncer) refillLocked(ctx context.Context, link trace.Link, t *Tenant, n
 	}
 	now := s.opts.Now()
 	node := s.nodeOfTenant(ctx, t.name)
+	if s.closeBegun.Load() {
+		// Nothing sent yet: a call now would only lease what ReleaseAll
+		// returns, and Close would wait for it (BeginClose).
+		return ErrClosed
+	}
 	in := s.input(t)
 	in.Urgent = true
 	in.Need = max(in.Need, need)
