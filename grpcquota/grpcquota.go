@@ -40,8 +40,11 @@ const (
 // for what it gets.
 type KeyFunc func(ctx context.Context, fullMethod string) string
 
-// DegradedMode says what to do when the Limiter cannot decide: Redis is
-// unavailable and the key's lease is spent, or the Limiter is closed.
+// DegradedMode says what to do when the Limiter cannot decide: its
+// failure mode is FailClosed, Redis is unavailable and the key's lease is
+// spent (Reason unavailable), or the Limiter is closed (Reason closed).
+// With FailLocal (the Limiter's default) or FailOpen, that mode decides
+// a call the lease cannot cover, whatever the DegradedMode.
 type DegradedMode uint8
 
 const (

@@ -124,9 +124,11 @@
 //     429 with the quota-exceeded problem, but without Retry-After and
 //     without t, so that clients do not retry it.
 //   - A cost of 0 (from [WithCost]) exempts the request: it is neither
-//     counted nor given header fields. A negative cost is a bug: 500.
+//     counted nor given header fields. A negative cost is a bug: 500 (in
+//     shadow mode the request is passed on, uncounted).
 //   - An invalid quota for the key (from leasequota.WithQuotaFunc): 500
-//     with an application/problem+json body of type "about:blank".
+//     with an application/problem+json body of type "about:blank" (in
+//     shadow mode the request is passed on, without header fields).
 //   - Redis unreachable: the Limiter's failure mode (leasequota.WithFailureMode)
 //     decides first. A request admitted by it (fail open, or the local
 //     fallback bucket) is passed on with RateLimit-Policy but no RateLimit
@@ -144,10 +146,11 @@
 //     RateLimit-Policy either.
 //   - The Limiter tracking too many keys to take a new one (Reason
 //     too_many_tenants): 503 as above, whatever the degraded mode.
-//   - In shadow mode ([WithShadow]) every request is counted and given the
-//     header fields, but none is refused or held for [WithMaxWait]; the
-//     Limiter's own waits (a key's first lease here, up to
-//     leasequota.WithColdStartWait) still apply.
+//   - In shadow mode ([WithShadow]) every request with a key, a cost
+//     above 0 and a valid quota is counted and given the header fields,
+//     but none is refused or held for [WithMaxWait]; the Limiter's own
+//     waits (a key's first lease here, up to leasequota.WithColdStartWait)
+//     still apply.
 //
 // # Client IP
 //

@@ -588,6 +588,15 @@ func TestInvalidQuota(t *testing.T) {
 		t.Fatalf("RateLimit-Policy %q for an invalid quota", v)
 	}
 	check200(t, get(t, srv, "X-Api-Key", "good"), policy{"default", 3, 3})
+	// Shadow mode passes it on, without header fields (doc.go, README).
+	shadow := serve(t, l, middleware.WithHeaderKey("X-Api-Key"), middleware.WithShadow())
+	res = get(t, shadow, "X-Api-Key", "bad")
+	if res.status != http.StatusOK || string(res.body) != "ok" {
+		t.Fatalf("shadow mode, an invalid quota: status %d, body %q; want 200 from the handler", res.status, res.body)
+	}
+	if v := res.header.Values("RateLimit-Policy"); len(v) != 0 {
+		t.Fatalf("shadow mode: RateLimit-Policy %q for an invalid quota", v)
+	}
 }
 
 // TestPolicyNameAndLegacy checks a custom policy name (escaped as an

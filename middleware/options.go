@@ -265,8 +265,12 @@ func WithShadow() Option {
 	return func(c *config) { c.shadow = true }
 }
 
-// WithDegradedMode says what to do when the Limiter cannot decide (Redis
-// unavailable and the lease spent, or the Limiter closed). The default is
+// WithDegradedMode says what to do when the Limiter cannot decide: its
+// failure mode is FailClosed, Redis is unavailable and the key's lease is
+// spent (Reason unavailable), or the Limiter is closed (Reason closed).
+// The Limiter's failure mode decides first: with FailLocal (its default)
+// or FailOpen a request the lease cannot cover is admitted or refused
+// (429) by that mode, whatever this option says. The default is
 // DegradedDeny.
 func WithDegradedMode(m DegradedMode) Option {
 	return func(c *config) {
