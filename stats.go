@@ -80,7 +80,11 @@ type Stats struct {
 	// Decision's Reason.
 	Decisions map[Reason]Outcomes
 
-	// Degraded is true while Redis calls are failing.
+	// Degraded is Limiter.Degraded: on one Redis server (or Sentinel),
+	// true while the circuit breaker is open or probing; on a Redis
+	// Cluster, while a tenant's last lease call failed. So on one server
+	// lease calls that fail on an error reply about their command (OOM)
+	// count in Errors but leave it false (docs/failure-modes.md).
 	Degraded bool
 }
 
