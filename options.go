@@ -205,9 +205,11 @@ func WithRefreshInterval(d time.Duration) Option {
 // reservations off; a few seconds is the useful range). While a tenant is
 // scarce (its demand over every instance exceeds its Rate), each of its
 // lease calls also reserves this instance's fair share of the rate over
-// d: Redis debits it from the global bucket's future refill, and the
-// syncer hands it to requests here at that pace, each token no earlier
-// than the bucket refills it. So the bound holds exactly, and a starved
+// d (over less when the demand the call reports would make more than
+// 2^30 tokens in d: the tokens to come are counted in an int32;
+// docs/design.md): Redis debits it from the global bucket's future
+// refill, and the syncer hands it to requests here at that pace, each
+// token no earlier than the bucket refills it. So the bound holds exactly, and a starved
 // instance calls Redis about once per d instead of once per Burst/Rate,
 // whatever its demand (docs/performance.md, "Reservations"). A tenant
 // first seen here less than a half-life (500 ms) ago does not start one:
