@@ -59,8 +59,10 @@
 // script touches one cluster slot; any tenant byte string is encoded
 // safely (see package lease). Two more keys belong to the prefix, not to
 // a tenant: quota-version, which counts quota changes, and roster, which
-// counts the limiters sharing the prefix (Stats.Instances);
-// docs/design.md lists the keys.
+// counts the limiters sharing the prefix (Stats.Instances); and after
+// Redis answered READONLY or NOREPLICAS, the circuit breaker's probe
+// deletes <prefix>probe, which nothing sets, to see whether writes run
+// again. docs/design.md lists the keys.
 //
 // Every Redis call has a deadline (WithRedisTimeout). A tenant whose lease
 // call failed backs off (10 ms doubling up to the refresh interval), and a
