@@ -80,7 +80,7 @@
 // WithMeterProvider, WithTracerProvider and WithLogger take OpenTelemetry
 // providers (the otel globals by default) and a slog.Logger: decisions by
 // reason, lease traffic, Redis latency and errors, a span per sync round
-// and per Redis call. docs/metrics.md lists them.
+// and per lease call to Redis. docs/metrics.md lists them.
 //
 // # Concurrency and lifetime
 //

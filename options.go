@@ -366,8 +366,8 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 	return func(c *config) { c.meterProvider = mp }
 }
 
-// WithTracerProvider sets where the spans of sync rounds and Redis calls go
-// (default the otel global TracerProvider at New).
+// WithTracerProvider sets where the spans of sync rounds and lease calls to
+// Redis go (default the otel global TracerProvider at New).
 func WithTracerProvider(tp trace.TracerProvider) Option {
 	return func(c *config) { c.tracerProvider = tp }
 }
