@@ -19,10 +19,10 @@ import (
 // TestFailedCallRecordsWithoutAllocating: the package says attribute
 // sets are built once, so that recording allocates nothing beyond what
 // the SDK does. With no-op providers (the SDK doing nothing), a failed
-// Redis call may then allocate only what a successful one does, and the
-// error counter's Add: the API's one allocation for its options, as the
-// duration's Record has (a refusal of the breaker records no duration,
-// so it allocates no more than a success). During an outage every call
+// Redis call may then allocate only what a successful one does (the
+// error counter's Add takes its options prebuilt, as the duration's Record
+// does: TestRecordingAllocatesNothingBeyondTheSDK), and what the error's
+// own text and type cost. During an outage every call
 // fails, with seven breaker refusals for each call sent. The error's
 // attributes were built per failure: 14 and 15 allocations against 8.
 func TestFailedCallRecordsWithoutAllocating(t *testing.T) {

@@ -1,8 +1,10 @@
 // Package telemetry holds leasequota's OpenTelemetry instruments and spans
 // and its structured logs.
 //
-// Instruments are created once, in New; attribute sets are built once too,
-// so recording allocates nothing beyond what the SDK does. The request path
+// Instruments are created once, in New; attribute sets and span options
+// are built once too, so recording allocates nothing beyond what the SDK
+// does, but the Call or Round of each span (and the options of a round's
+// links): TestRecordingAllocatesNothingBeyondTheSDK. The request path
 // never calls into this package: decisions are counted with atomics by the
 // limiter and reported here through observable instruments, read when the
 // SDK collects. Only the syncer records synchronously, once per Redis call.
@@ -17,6 +19,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -83,10 +86,14 @@ type Telemetry struct {
 	callErrors    metric.Int64Counter
 	reg           metric.Registration
 
-	// Attribute sets, built once.
-	requested, granted, returned, expired, plain metric.AddOption
+	// Attribute sets, built once, each in the slice that Add or Record
+	// takes as its options: a slice made at the call (Add(ctx, n, opt))
+	// escapes through the instrument's interface, an allocation per Add
+	// (TestRecordingAllocatesNothingBeyondTheSDK).
+	requested, granted, returned, expired, plain []metric.AddOption
 	base                                         []attribute.KeyValue
-	opAttrs                                      map[string]metric.MeasurementOption
+	ops                                          map[string]callOp
+	roundStart                                   [2][]trace.SpanStartOption // by urgent
 	// The attributes of a failed call, by operation and error.type: the
 	// error counter's set and the span's attribute. Built per failure,
 	// they cost 6 allocations a failed call (of every call during an
@@ -157,20 +164,27 @@ func New(cfg Config) (*Telemetry, error) {
 		return attribute.NewSet(append(append([]attribute.KeyValue(nil), base...), kv...)...)
 	}
 	t.base = base
-	t.plain = metric.WithAttributeSet(set())
-	t.requested = metric.WithAttributeSet(set(attribute.String("direction", "requested")))
-	t.granted = metric.WithAttributeSet(set(attribute.String("direction", "granted")))
-	t.returned = metric.WithAttributeSet(set(attribute.String("direction", "returned")))
-	t.expired = metric.WithAttributeSet(set(attribute.String("direction", "expired")))
-	t.opAttrs = map[string]metric.MeasurementOption{
-		OpAcquire: metric.WithAttributeSet(set(attribute.String("operation", OpAcquire))),
-		OpRelease: metric.WithAttributeSet(set(attribute.String("operation", OpRelease))),
+	addOpts := func(kv ...attribute.KeyValue) []metric.AddOption {
+		return []metric.AddOption{metric.WithAttributeSet(set(kv...))}
+	}
+	t.plain = addOpts()
+	t.requested = addOpts(attribute.String("direction", "requested"))
+	t.granted = addOpts(attribute.String("direction", "granted"))
+	t.returned = addOpts(attribute.String("direction", "returned"))
+	t.expired = addOpts(attribute.String("direction", "expired"))
+	for i, urgent := range []bool{false, true} {
+		t.roundStart[i] = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal),
+			trace.WithAttributes(attribute.Bool("leasequota.urgent", urgent))}
+	}
+	t.ops = map[string]callOp{}
+	for _, op := range []string{OpAcquire, OpRelease} {
+		t.ops[op] = newCallOp(op, set(attribute.String("operation", op)))
 	}
 	t.errAttrs = map[[2]string]callErrAttrs{}
 	for _, op := range []string{OpAcquire, OpRelease} {
 		for _, kind := range errorTypes {
 			t.errAttrs[[2]string{op, kind}] = callErrAttrs{
-				add:  metric.WithAttributeSet(set(attribute.String("operation", op), attribute.String("error.type", kind))),
+				add:  addOpts(attribute.String("operation", op), attribute.String("error.type", kind)),
 				span: []attribute.KeyValue{attribute.String("error.type", kind)},
 			}
 		}
@@ -252,8 +266,36 @@ func New(cfg Config) (*Telemetry, error) {
 // callErrAttrs are the attributes of a failed call of one operation and
 // error.type.
 type callErrAttrs struct {
-	add  metric.AddOption     // of leasequota.redis.errors
+	add  []metric.AddOption   // of leasequota.redis.errors
 	span []attribute.KeyValue // of the call's span
+}
+
+// callOp is what the calls of one operation share, built once: the span's
+// name and start options, and the duration's attribute set.
+type callOp struct {
+	name     string
+	start    []trace.SpanStartOption
+	duration []metric.RecordOption
+}
+
+// callOp returns the callOp of op: New's, or for an operation New did not
+// know one built now.
+func (t *Telemetry) callOp(op string) callOp {
+	if o, ok := t.ops[op]; ok {
+		return o
+	}
+	return newCallOp(op, attribute.NewSet(append(append([]attribute.KeyValue(nil), t.base...), attribute.String("operation", op))...))
+}
+
+// newCallOp builds the callOp of op, whose duration has the attributes
+// set.
+func newCallOp(op string, set attribute.Set) callOp {
+	return callOp{
+		name: "leasequota.redis " + op,
+		start: []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient),
+			trace.WithAttributes(attribute.String("db.system.name", "redis"), attribute.String("operation", op))},
+		duration: []metric.RecordOption{metric.WithAttributeSet(set)},
+	}
 }
 
 // Close unregisters the observable instruments.
@@ -266,7 +308,11 @@ func (t *Telemetry) Close() error {
 
 // Round is one sync round's span and what it did.
 type Round struct {
-	span      trace.Span
+	span trace.Span
+	// attrs holds the span's attributes at End, in the block StartRound
+	// allocated the Round in (roundBlock): a slice made for
+	// SetAttributes would be an allocation more.
+	attrs     *[6]attribute.KeyValue
 	Tenants   int   // tenants refreshed (lease requests)
 	Requested int64 // tokens asked for
 	Granted   int64 // tokens granted
@@ -282,9 +328,23 @@ func (t *Telemetry) StartRound(ctx context.Context, urgent bool, links ...trace.
 	if t == nil {
 		return ctx, &Round{}
 	}
-	ctx, span := t.tracer.Start(ctx, "leasequota.sync", trace.WithSpanKind(trace.SpanKindInternal),
-		trace.WithLinks(links...), trace.WithAttributes(attribute.Bool("leasequota.urgent", urgent)))
-	return ctx, &Round{span: span}
+	opts := t.roundStart[0]
+	if urgent {
+		opts = t.roundStart[1]
+	}
+	if len(links) > 0 {
+		opts = append(slices.Clip(opts), trace.WithLinks(links...))
+	}
+	ctx, span := t.tracer.Start(ctx, "leasequota.sync", opts...)
+	b := &roundBlock{}
+	b.r.span, b.r.attrs = span, &b.attrs
+	return ctx, &b.r
+}
+
+// roundBlock is a Round and its span's attributes, allocated at once.
+type roundBlock struct {
+	r     Round
+	attrs [6]attribute.KeyValue
 }
 
 // Add adds the totals of part of the round.
@@ -302,17 +362,19 @@ func (r *Round) End() {
 	if r.span == nil {
 		return
 	}
-	r.span.SetAttributes(
-		attribute.Int("leasequota.tenants", r.Tenants),
-		attribute.Int64("leasequota.tokens.requested", r.Requested),
-		attribute.Int64("leasequota.tokens.granted", r.Granted),
-		attribute.Int64("leasequota.tokens.returned", r.Returned),
-		attribute.Int("leasequota.redis.calls", r.Calls),
-	)
+	a := r.attrs
+	a[0] = attribute.Int("leasequota.tenants", r.Tenants)
+	a[1] = attribute.Int64("leasequota.tokens.requested", r.Requested)
+	a[2] = attribute.Int64("leasequota.tokens.granted", r.Granted)
+	a[3] = attribute.Int64("leasequota.tokens.returned", r.Returned)
+	a[4] = attribute.Int("leasequota.redis.calls", r.Calls)
+	n := 5
 	if r.Failed > 0 {
 		r.span.SetStatus(codes.Error, "lease requests failed")
-		r.span.SetAttributes(attribute.Int("leasequota.failed", r.Failed))
+		a[5] = attribute.Int("leasequota.failed", r.Failed)
+		n = 6
 	}
+	r.span.SetAttributes(a[:n]...)
 	r.span.End()
 }
 
@@ -322,6 +384,10 @@ type Call struct {
 	span  trace.Span
 	op    string
 	start time.Time
+	// size is the span's pipeline size attribute, set from here: a
+	// slice of the Call, which is on the heap anyway, where one made
+	// for SetAttributes or WithAttributes would be an allocation more.
+	size [1]attribute.KeyValue
 }
 
 // StartCall starts the span of one Redis round trip of op with size
@@ -330,10 +396,11 @@ func (t *Telemetry) StartCall(ctx context.Context, op string, size int) (context
 	if t == nil {
 		return ctx, &Call{}
 	}
-	ctx, span := t.tracer.Start(ctx, "leasequota.redis "+op, trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithAttributes(attribute.String("db.system.name", "redis"), attribute.String("operation", op),
-			attribute.Int("leasequota.pipeline.size", size)))
-	return ctx, &Call{t: t, span: span, op: op, start: time.Now()}
+	o := t.callOp(op)
+	ctx, span := t.tracer.Start(ctx, o.name, o.start...)
+	c := &Call{t: t, span: span, op: op, start: time.Now(), size: [1]attribute.KeyValue{attribute.Int("leasequota.pipeline.size", size)}}
+	span.SetAttributes(c.size[:]...)
+	return ctx, c
 }
 
 // End records the call's duration and error, and ends its span. A call
@@ -349,18 +416,18 @@ func (c *Call) End(err error) {
 		kind = ErrorType(err)
 	}
 	if kind != "breaker_open" {
-		c.t.callDuration.Record(context.Background(), time.Since(c.start).Seconds(), c.t.opAttrs[c.op])
+		c.t.callDuration.Record(context.Background(), time.Since(c.start).Seconds(), c.t.callOp(c.op).duration...)
 	}
 	if err != nil {
 		a, ok := c.t.errAttrs[[2]string{c.op, kind}]
 		if !ok { // an operation or error type New did not know
 			a = callErrAttrs{
-				add: metric.WithAttributes(append(append([]attribute.KeyValue(nil), c.t.base...),
-					attribute.String("operation", c.op), attribute.String("error.type", kind))...),
+				add: []metric.AddOption{metric.WithAttributes(append(append([]attribute.KeyValue(nil), c.t.base...),
+					attribute.String("operation", c.op), attribute.String("error.type", kind))...)},
 				span: []attribute.KeyValue{attribute.String("error.type", kind)},
 			}
 		}
-		c.t.callErrors.Add(context.Background(), 1, a.add)
+		c.t.callErrors.Add(context.Background(), 1, a.add...)
 		c.span.SetStatus(codes.Error, err.Error())
 		c.span.SetAttributes(a.span...)
 		c.t.logError(c.op, kind, err)
@@ -417,16 +484,16 @@ func (t *Telemetry) Leases(requests int, requested, granted, returned int64) {
 	}
 	ctx := context.Background()
 	if requests > 0 {
-		t.leaseRequests.Add(ctx, int64(requests), t.plain)
+		t.leaseRequests.Add(ctx, int64(requests), t.plain...)
 	}
 	if requested > 0 {
-		t.leaseTokens.Add(ctx, requested, t.requested)
+		t.leaseTokens.Add(ctx, requested, t.requested...)
 	}
 	if granted > 0 {
-		t.leaseTokens.Add(ctx, granted, t.granted)
+		t.leaseTokens.Add(ctx, granted, t.granted...)
 	}
 	if returned > 0 {
-		t.leaseTokens.Add(ctx, returned, t.returned)
+		t.leaseTokens.Add(ctx, returned, t.returned...)
 	}
 }
 
@@ -437,7 +504,7 @@ func (t *Telemetry) Expired(n int64) {
 	if t == nil || n <= 0 {
 		return
 	}
-	t.leaseTokens.Add(context.Background(), n, t.expired)
+	t.leaseTokens.Add(context.Background(), n, t.expired...)
 }
 
 // LeaseGranted logs one tenant's lease at Debug: the tenant, what was asked
