@@ -113,10 +113,7 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n
 			// Redis is failing for the tenant: its failure mode decides.
 			d := l.degraded(e, n)
 			if d.Allowed || !untilAdmitted {
-				if missed != e {
-					l.sync.NoteMiss(e, n)
-					missed = e
-				}
+				missed = l.noteMissOnce(missed, e, n)
 				return l.count(d), nil
 			}
 			// WaitN waits through the outage: until the fallback bucket
@@ -201,10 +198,7 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n
 					// With no wait at all while Redis is down, the mode
 					// decides at once.
 					d := l.missNow(e, n, down)
-					if missed != e {
-						l.sync.NoteMiss(e, n)
-						missed = e
-					}
+					missed = l.noteMissOnce(missed, e, n)
 					return l.count(d), nil
 				}
 				budget.start, budget.cold = began, coldWait && !first
@@ -439,4 +433,16 @@ func (c *turnCount) note(turns int64) {
 			return
 		}
 	}
+}
+
+// noteMissOnce tells the syncer of a request's miss of n tokens on e, unless
+// it was already noted there (missed, the tenant its miss was noted on),
+// and returns the tenant it is now noted on. Why: noted twice, a request
+// that waited after its denial counted twice in its tenant's demand
+// (TestAllowNWithinCountsOnceInDemand).
+func (l *Limiter) noteMissOnce(missed, e *syncer.Tenant, n int64) *syncer.Tenant {
+	if missed != e {
+		l.sync.NoteMiss(e, n)
+	}
+	return e
 }

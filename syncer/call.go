@@ -352,13 +352,13 @@ func unavailable(err error) bool {
 // one of them is an unavailable reply (a whole pipeline answered so, as
 // a server that runs no command answers each), else nil.
 func allUnavailable(results []lease.Result) error {
+	if len(results) == 0 {
+		return nil
+	}
 	for _, r := range results {
 		if !unavailable(r.Err) {
 			return nil
 		}
-	}
-	if len(results) == 0 {
-		return nil
 	}
 	return results[0].Err
 }
