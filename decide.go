@@ -39,7 +39,10 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n
 		cold   bool           // the tenant held no lease here when the first wait began (syncer.Tenant.Cold)
 		first  bool           // and no lease call had answered for it here yet (its first lease)
 		missed *syncer.Tenant // the tenant this request's miss was noted on (before it waited, or by noted), or nil
-		budget struct {       // AllowN: its wait, bounded by its limit and ctx; nil before the first
+		// recovered is Recovered's channel as taken before the last
+		// refill call, for the sleep after it (wakeOnRecovery).
+		recovered <-chan struct{}
+		budget    struct { // AllowN: its wait, bounded by its limit and ctx; nil before the first
 			ctx    context.Context
 			cancel context.CancelFunc
 			start  time.Time // when it began
@@ -125,12 +128,13 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n
 			// probe, and the wake after Redis answers, came up to a
 			// quarter interval later (TestWaitNWakesWithinAnIntervalOfRecovery).
 			waits++
-			if err := sl.sleep(ctx, min(d.RetryAfter, l.sleepFor(e, l.cfg.now(), n)), l.sync.Recovered()); err != nil {
+			if err := sl.sleep(ctx, min(d.RetryAfter, l.sleepFor(e, l.cfg.now(), n)), l.wakeOnRecovery(&recovered)); err != nil {
 				return l.count(d), unavailableError(tenant, n, err)
 			}
 			if l.closed.Load() {
 				continue // the top of the loop says ReasonClosed
 			}
+			recovered = l.sync.Recovered()
 			select {
 			case <-l.sync.Refill(ctx, e, n):
 			case <-l.done:
@@ -229,6 +233,7 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n
 			return l.gaveUp(ctx, tenant, e, n, cold, untilAdmitted, missed)
 		}
 		waits++
+		recovered = l.sync.Recovered()
 		select {
 		case <-l.sync.Refill(wctx, e, n):
 		case <-l.done:
@@ -279,7 +284,7 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n
 		// past the lease that the first call after it brought, and was
 		// denied at its deadline with the token here: TestSimulation,
 		// seed 6056.)
-		if err := sl.sleep(wctx, l.sleepFor(e, l.cfg.now(), n), l.sync.Recovered()); err != nil {
+		if err := sl.sleep(wctx, l.sleepFor(e, l.cfg.now(), n), l.wakeOnRecovery(&recovered)); err != nil {
 			return l.gaveUp(ctx, tenant, e, n, cold, untilAdmitted, missed)
 		}
 	}
@@ -376,6 +381,26 @@ type sleeper struct {
 	// when its wait ends (a wait for a per-minute quota's next token
 	// outlived Close by seconds, its goroutine with it).
 	closing <-chan struct{}
+}
+
+// wakeOnRecovery returns the channel that ends a wait when Redis answers
+// again (Syncer.Recovered): the one *taken holds, taken before the refill
+// call that the wait follows, or the current one when none was; *taken is
+// cleared, so that the next wait takes its own. Why before the call: a
+// refill that the circuit breaker refused while its probe was in flight
+// (half open, one call let through) backed the tenant off, and when the
+// probe closed the breaker before the request's sleep began, a channel
+// taken for the sleep was the next recovery's: the request slept out the
+// backoff, up to half an interval after Redis answered and the probe's
+// round had broadcast it (TestWaitNWakesWithinAnIntervalOfRecovery, one
+// heal time in about 40,000 woke 117 to 151 ms after it at R = 100 ms).
+func (l *Limiter) wakeOnRecovery(taken *<-chan struct{}) <-chan struct{} {
+	ch := *taken
+	*taken = nil
+	if ch == nil {
+		ch = l.sync.Recovered()
+	}
+	return ch
 }
 
 // sleep waits d, or until wake is closed (nil: never), or the Limiter
