@@ -27,7 +27,11 @@
 //
 // Exit status: 0 on success, 1 on a failure (Redis unreachable, an error
 // reply, a bucket top could not read), 2 for bad usage (an unknown subcommand or flag, a bad value: the
-// message names it, and nothing is written).
+// message names it, and nothing is written). An interrupt (Ctrl-C) is how
+// an operator ends top: it ends top with the status of a top whose
+// refreshes are done (0, or 1 when a bucket could not be read), whether
+// it lands during a refresh or between two, with -iterations N as
+// without. Any other subcommand's Redis call it ends is a failure (1).
 package main
 
 import (

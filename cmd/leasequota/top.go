@@ -57,6 +57,10 @@ Columns:
 Tenants are ranked by GRANTED/S, or by DEMAND/S while GRANTED/S is not
 known yet.
 
+An interrupt (Ctrl-C) ends top at any moment, during a refresh or between
+two, with -iterations N as without: exit status 0, or 1 when a bucket
+could not be read (each such read is reported on stderr).
+
 Flags:
 `
 
@@ -97,7 +101,7 @@ func topCmd(ctx context.Context, e *env, args []string) error {
 	n := fs.Int("n", 10, "tenants shown (1..1000)")
 	sample := fs.Int("sample", 1000, "keys SCAN looks at per refresh, and the most new buckets read (1..100000)")
 	watch := fs.Int("watch", 50, "buckets re-read every refresh: the highest ranked so far (>= -n, <= 10000; when not given, 50 or -n, the larger)")
-	iterations := fs.Int("iterations", 0, "refreshes to show, then exit (0: until interrupted)")
+	iterations := fs.Int("iterations", 0, "refreshes to show, then exit (0: until interrupted; an interrupt ends it early with the same exit status)")
 	once := fs.Bool("once", false, "one refresh (as -iterations 1)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -143,7 +147,12 @@ func topCmd(ctx context.Context, e *env, args []string) error {
 		}
 		frame, err := t.refresh(ctx, i)
 		if err != nil {
-			if ctx.Err() != nil && *iterations == 0 {
+			// An interrupt is the operator ending top, with -iterations
+			// as without: it ends as one between refreshes does (above),
+			// whichever moment it lands. Only -iterations 0 was taken so,
+			// and an interrupt during a refresh of -iterations N exited 1
+			// where one between refreshes exited 0.
+			if ctx.Err() != nil {
 				return t.failures()
 			}
 			return fmt.Errorf("top: %w", err)
