@@ -93,7 +93,7 @@ func levelSource(lv lease.Level) string {
 }
 
 func inspectCmd(ctx context.Context, e *env, args []string) error {
-	tenant, cctx, cancel, err := tenantCall(ctx, e, "inspect", "inspect TENANT", args)
+	tenant, cctx, cancel, err := tenantCall(ctx, e, "inspect", "inspect (TENANT | -empty-tenant)", args)
 	if err != nil {
 		return err
 	}

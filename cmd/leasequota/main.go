@@ -7,11 +7,11 @@
 //
 // Usage:
 //
-//	leasequota [global flags] quota set -rate R -burst B [-lease-ttl D] [-min-lease N] [-max-lease N] [-failure-mode M] TENANT
-//	leasequota [global flags] quota get TENANT
-//	leasequota [global flags] quota delete TENANT
+//	leasequota [global flags] quota set -rate R -burst B [-lease-ttl D] [-min-lease N] [-max-lease N] [-failure-mode M] (TENANT | -empty-tenant)
+//	leasequota [global flags] quota get (TENANT | -empty-tenant)
+//	leasequota [global flags] quota delete (TENANT | -empty-tenant)
 //	leasequota [global flags] quota list
-//	leasequota [global flags] inspect TENANT
+//	leasequota [global flags] inspect (TENANT | -empty-tenant)
 //	leasequota [global flags] top [-interval D] [-n N] [-sample K] [-watch W] [-iterations N | -once]
 //
 // Global flags: -redis URL (default redis://localhost:6379/0),
@@ -21,9 +21,11 @@
 // a subcommand takes it after its name too), -timeout D (each Redis
 // call's deadline, default 5s).
 //
-// TENANT is any name of up to 1024 bytes, "" included (an empty
-// argument, as "" in a shell): the library takes the empty name as a
-// tenant like any other, and top lists it, printed "".
+// TENANT is any non-empty name of up to 1024 bytes. An empty argument
+// (an unset shell variable: quota get "$TENANT") is refused as bad usage.
+// The library takes the empty name as a tenant like any other, and top
+// lists it, printed "": the flag -empty-tenant, given instead of TENANT,
+// names it (quota get -empty-tenant).
 //
 // Exit status: 0 on success, 1 on a failure (Redis unreachable, an error
 // reply, a bucket top could not read), 2 for bad usage (an unknown subcommand or flag, a bad value: the
@@ -65,6 +67,13 @@ const maxTenant = 1024
 
 // errUsage is wrapped by every error about the command line: exit status 2.
 var errUsage = errors.New("usage")
+
+// errEmptyTenant is wrapped (with errUsage) by the error about an empty
+// TENANT argument. The library takes "" as a tenant, but an empty
+// argument is far more often a shell variable left unset (quota get
+// "$TENANT") than that tenant: acting on it read, capped or uncapped
+// another tenant than the one meant. -empty-tenant names it.
+var errEmptyTenant = errors.New("TENANT is empty (an unset variable?); -empty-tenant, with no TENANT, names the empty tenant")
 
 // usagef returns an error about the command line.
 func usagef(format string, args ...any) error {
@@ -111,6 +120,8 @@ Commands:
   quota list           every stored override (SCAN on every node)
   inspect TENANT       TENANT's global bucket now, its override, its instances
   top                  the busiest tenants, refreshed (see leasequota top -help)
+
+TENANT may not be empty; -empty-tenant in its place names the tenant "".
 
 Global flags (before the command):
 `
@@ -305,18 +316,34 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 	return nil
 }
 
-// tenantArg returns the one TENANT argument left after the flags.
-func tenantArg(fs *flag.FlagSet) (string, error) {
+// emptyTenantFlag defines -empty-tenant on the flags of a subcommand
+// that takes a TENANT: the one spelling of the empty tenant.
+func emptyTenantFlag(fs *flag.FlagSet) *bool {
+	return fs.Bool("empty-tenant", false, `the tenant is "" (the empty name; give no TENANT)`)
+}
+
+// tenantArg returns the one TENANT argument left after the flags, or ""
+// when empty (-empty-tenant) was given and no argument is left.
+func tenantArg(fs *flag.FlagSet, empty bool) (string, error) {
+	if empty {
+		// "" is a tenant as any other to the library (its key is {t:},
+		// and top lists it): without this flag it was out of reach.
+		if fs.NArg() > 0 {
+			return "", usagef("%s: -empty-tenant names the tenant: want no TENANT, got %.40q", fs.Name(), fs.Arg(0))
+		}
+		return "", nil
+	}
 	switch fs.NArg() {
 	case 0:
-		return "", usagef("%s: want a TENANT after the flags", fs.Name())
+		return "", usagef("%s: want a TENANT after the flags (or -empty-tenant)", fs.Name())
 	case 1:
 	default:
 		return "", usagef("%s: want one TENANT after the flags, got %d arguments (flags go before the tenant)", fs.Name(), fs.NArg())
 	}
-	// "" is a tenant as any other to the library (its key is {t:}, and
-	// top lists it): refusing it left that tenant out of reach.
 	t := fs.Arg(0)
+	if t == "" {
+		return "", fmt.Errorf("%w: %s: %w", errUsage, fs.Name(), errEmptyTenant)
+	}
 	if len(t) > maxTenant {
 		return "", usagef("%s: TENANT is %d bytes, the limit is %d", fs.Name(), len(t), maxTenant)
 	}

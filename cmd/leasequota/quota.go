@@ -71,20 +71,21 @@ func writeJSON(e *env, v any) error {
 }
 
 func quotaSet(ctx context.Context, e *env, args []string) (ret error) {
-	fs := newFlags(e, "quota set", "quota set -rate R -burst B [-lease-ttl D] [-min-lease N] [-max-lease N] [-failure-mode M] TENANT")
+	fs := newFlags(e, "quota set", "quota set -rate R -burst B [-lease-ttl D] [-min-lease N] [-max-lease N] [-failure-mode M] (TENANT | -empty-tenant)")
 	rate := fs.String("rate", "", "tokens per second added to the tenant's bucket (required; finite, > 0)")
 	burst := fs.String("burst", "", "the bucket's capacity in tokens (required; an integer >= 1)")
 	ttl := fs.Duration("lease-ttl", 0, "how long an instance may hold leased tokens (0: each service's default; a service raises one below twice its refresh interval to that)")
 	minLease := fs.Int64("min-lease", 0, "smallest lease an instance asks for (0: 1)")
 	maxLease := fs.Int64("max-lease", 0, "largest lease an instance holds (0: burst/2)")
 	mode := fs.String("failure-mode", "default", "what requests get while Redis is unreachable: default (each service's), fail_local, fail_closed or fail_open")
+	empty := emptyTenantFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	// The arguments first: flags after the tenant are left unparsed, and
 	// checked after the flags' values, a command line that gave -rate was
 	// told "-rate is required".
-	tenant, err := tenantArg(fs)
+	tenant, err := tenantArg(fs, *empty)
 	if err != nil {
 		return err
 	}
@@ -161,10 +162,11 @@ func flagNames(msg string) string {
 // call, which cancel ends.
 func tenantCall(ctx context.Context, e *env, name, usage string, args []string) (string, context.Context, context.CancelFunc, error) {
 	fs := newFlags(e, name, usage)
+	empty := emptyTenantFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return "", nil, nil, err
 	}
-	tenant, err := tenantArg(fs)
+	tenant, err := tenantArg(fs, *empty)
 	if err != nil {
 		return "", nil, nil, err
 	}
@@ -173,7 +175,7 @@ func tenantCall(ctx context.Context, e *env, name, usage string, args []string) 
 }
 
 func quotaGet(ctx context.Context, e *env, args []string) error {
-	tenant, cctx, cancel, err := tenantCall(ctx, e, "quota get", "quota get TENANT", args)
+	tenant, cctx, cancel, err := tenantCall(ctx, e, "quota get", "quota get (TENANT | -empty-tenant)", args)
 	if err != nil {
 		return err
 	}
@@ -201,7 +203,7 @@ func quotaGet(ctx context.Context, e *env, args []string) error {
 }
 
 func quotaDelete(ctx context.Context, e *env, args []string) (ret error) {
-	tenant, cctx, cancel, err := tenantCall(ctx, e, "quota delete", "quota delete TENANT", args)
+	tenant, cctx, cancel, err := tenantCall(ctx, e, "quota delete", "quota delete (TENANT | -empty-tenant)", args)
 	if err != nil {
 		return err
 	}
