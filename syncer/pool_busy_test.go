@@ -15,24 +15,43 @@ import (
 )
 
 // TestExhaustedPoolIsBusy: a lease call that go-redis fails because its
-// own pool has no connection to give (MaxActiveConns reached: every
-// connection is out on another call) says that the client is busy, not
+// own pool has no connection to give says that the client is busy, not
 // that Redis is down, as a wait for a connection that runs out of the
-// call deadline does. With Redis answering the read of the quota
-// version 25 ms before, the tenant backs off and is not put in its
-// failure mode. Before, redis.ErrPoolExhausted (go-redis fails at once,
-// without waiting for the deadline) counted as an outage: the tenant was
-// failing, its mode deciding with Redis up.
+// call deadline does: MaxActiveConns reached, every connection out on
+// another call (redis.ErrPoolExhausted, at once), or none back within
+// PoolTimeout (redis.ErrPoolTimeout, error.type pool_exhausted). With
+// Redis answering the read of the quota version 25 ms before, the tenant
+// backs off and is not put in its failure mode. Before, ErrPoolExhausted
+// counted as an outage: the tenant was failing, its mode deciding with
+// Redis up. (ErrPoolTimeout was taken for congestion from the same
+// change on; its case guards it.)
 func TestExhaustedPoolIsBusy(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts func(*redis.Options)
+		want error
+	}{
+		// One connection at most, whose pool's turns (PoolSize) outnumber
+		// it: a cap of connections, as a deployment sets it.
+		{"MaxActiveConns", func(o *redis.Options) { o.PoolSize, o.MaxActiveConns = 4, 1 }, redis.ErrPoolExhausted},
+		// One connection in the pool, and a wait for it shorter than
+		// the call deadline.
+		{"PoolTimeout", func(o *redis.Options) { o.PoolSize, o.PoolTimeout = 1, 50*time.Millisecond }, redis.ErrPoolTimeout},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testExhaustedPoolIsBusy(t, tc.opts, tc.want) })
+	}
+}
+
+func testExhaustedPoolIsBusy(t *testing.T, set func(*redis.Options), want error) {
 	srv := redisserver.StartServer(t)
-	// One connection at most, and pipelines on the main pool (no
-	// dedicated pipeline pool), whose turns (PoolSize) outnumber it: a
-	// cap of connections, as a deployment sets it. (Options of their own:
+	// Pipelines on the main pool (no dedicated pipeline pool), so that
+	// the held connection is the one they need. (Options of their own:
 	// srv.Client().Options() made a client nobody closed, whose
 	// goroutines goleak found in the package's later tests, and whose
 	// options a second client cannot share.)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, Password: srv.Password, ContextTimeoutEnabled: true,
-		PoolSize: 4, MaxActiveConns: 1, PipelinePoolSize: -1})
+	o := &redis.Options{Addr: srv.Addr, Password: srv.Password, ContextTimeoutEnabled: true, PipelinePoolSize: -1}
+	set(o)
+	rdb := redis.NewClient(o)
 	t.Cleanup(func() { rdb.Close() })
 	prefix := redisserver.Prefix(t)
 	client, err := lease.NewClient(rdb, prefix, lease.WithInstance("me", time.Second))
@@ -60,8 +79,8 @@ func TestExhaustedPoolIsBusy(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond) // polling interval; the deadline bounds the wait
 	}
-	if _, err := client.QuotaVersion(ctx); !errors.Is(err, redis.ErrPoolExhausted) {
-		t.Fatalf("with the connection held: %v, want %v (the test shows nothing)", err, redis.ErrPoolExhausted)
+	if _, err := client.QuotaVersion(ctx); !errors.Is(err, want) {
+		t.Fatalf("with the connection held: %v, want %v (the test shows nothing)", err, want)
 	}
 
 	tn, err := s.Track("a", quota.Quota{Rate: 100, Burst: 100, MinLease: 1, MaxLease: 100, LeaseTTL: time.Second})

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"testing"
 
+	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/attribute"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -48,6 +49,9 @@ func TestFailedCallRecordsWithoutAllocating(t *testing.T) {
 	}{
 		{errors.New("circuit breaker is open"), 0},
 		{context.DeadlineExceeded, 1},
+		// A sentinel errors.Is finds before the net.Error look-up, its
+		// attributes prebuilt as every type's: nothing more.
+		{redis.ErrPoolTimeout, 0},
 		// ErrorType asks errors.As whether it is a net.Error, whose
 		// target escapes: one more.
 		{errors.New("leasequota: bad request"), 2},

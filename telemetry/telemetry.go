@@ -25,6 +25,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -448,16 +449,29 @@ func (t *Telemetry) logError(op, kind string, err error) {
 }
 
 // errorTypes are the values ErrorType returns.
-var errorTypes = []string{"timeout", "canceled", "connection", "breaker_open", "noscript", "script", "other"}
+var errorTypes = []string{"timeout", "canceled", "connection", "pool_exhausted", "breaker_open", "noscript", "script", "other"}
 
 // ErrorType classifies a Redis call's error for the error.type attribute:
-// timeout, canceled, connection, breaker_open, noscript, script, or other.
+// timeout, canceled, connection, pool_exhausted, breaker_open, noscript,
+// script, or other.
+//
+// pool_exhausted is go-redis's own pool with no connection to give the
+// call: none came back within its PoolTimeout (redis.ErrPoolTimeout, "redis:
+// connection pool timeout") or every one it may open is out on another
+// call (redis.ErrPoolExhausted, at once with MaxActiveConns). The call
+// never reached Redis, and the fix is on the client (PoolSize,
+// MaxActiveConns, PoolTimeout) or in Redis's latency, which holds the
+// connections: neither a Redis timeout nor a refused connection, it was
+// classed other. The syncer takes it for congestion, as it takes a
+// timeout (syncer's timedOut).
 func ErrorType(err error) string {
 	switch {
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded):
 		return "timeout"
 	case errors.Is(err, context.Canceled):
 		return "canceled"
+	case errors.Is(err, redis.ErrPoolTimeout), errors.Is(err, redis.ErrPoolExhausted):
+		return "pool_exhausted"
 	case strings.Contains(err.Error(), "circuit breaker is open"), strings.Contains(err.Error(), "too many requests"):
 		return "breaker_open"
 	}

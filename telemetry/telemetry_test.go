@@ -2,8 +2,10 @@ package telemetry_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
+	"github.com/redis/go-redis/v9"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
@@ -60,6 +62,28 @@ func TestDecisionsMetricNeverFalls(t *testing.T) {
 		denied = step.count
 		if got := read(); got != step.want {
 			t.Errorf("count %d: reported %d, want %d", step.count, got, step.want)
+		}
+	}
+}
+
+// TestErrorTypePoolExhausted: a call that go-redis fails because its own
+// pool had no connection to give (none came back within PoolTimeout, or
+// MaxActiveConns are all out) is classed pool_exhausted, as it comes from
+// lease.Client (wrapped) or bare; a call whose deadline ran out while it
+// waited for one stays a timeout. Before, both pool errors were other.
+func TestErrorTypePoolExhausted(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{redis.ErrPoolTimeout, "pool_exhausted"},
+		{fmt.Errorf("lease: no reply from Redis: %w", redis.ErrPoolTimeout), "pool_exhausted"},
+		{redis.ErrPoolExhausted, "pool_exhausted"},
+		{fmt.Errorf("lease: acquire: %w", redis.ErrPoolExhausted), "pool_exhausted"},
+		{fmt.Errorf("lease: acquire: %w", context.DeadlineExceeded), "timeout"},
+	} {
+		if got := telemetry.ErrorType(tc.err); got != tc.want {
+			t.Errorf("ErrorType(%q) = %q, want %q", tc.err, got, tc.want)
 		}
 	}
 }
