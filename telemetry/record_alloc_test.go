@@ -2,10 +2,14 @@ package telemetry_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"testing"
 
+	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -145,6 +149,44 @@ func TestRoundSpanAttributes(t *testing.T) {
 		}
 		if len(s.Links()) != 1 || s.Links()[0].SpanContext.SpanID() != req.SpanContext().SpanID() {
 			t.Errorf("round span links %v, want the request's", s.Links())
+		}
+	}
+}
+
+// TestFailedCallSpanRecordsTheError: a failed Redis call's span records
+// its error as OpenTelemetry's semantic conventions for errors on spans
+// ask (general/recording-errors, v1.44.0): status Error whose
+// description is the error's message, and the error.type the error
+// counter has; and, as docs/metrics.md says, no exception event
+// (Span.RecordError), which those conventions deprecate.
+func TestFailedCallSpanRecordsTheError(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	defer tp.Shutdown(context.Background())
+	tel, err := telemetry.New(telemetry.Config{TracerProvider: tp, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tel.Close()
+	for _, fail := range []error{
+		fmt.Errorf("lease: no reply from Redis: %w", context.DeadlineExceeded),
+		fmt.Errorf("lease: no reply from Redis: %w", redis.ErrPoolTimeout),
+		errors.New("circuit breaker is open"),
+		errors.New("OOM command not allowed when used memory > 'maxmemory'"),
+	} {
+		_, c := tel.StartCall(context.Background(), telemetry.OpAcquire, 2)
+		c.End(fail)
+		spans := rec.Ended()
+		s := spans[len(spans)-1]
+		if st := s.Status(); st.Code != codes.Error || st.Description != fail.Error() {
+			t.Errorf("span of a call failing with %q: status %v %q, want Error with the error's message", fail, st.Code, st.Description)
+		}
+		want := attribute.String("error.type", telemetry.ErrorType(fail))
+		if !slices.Contains(s.Attributes(), want) {
+			t.Errorf("span of a call failing with %q: attributes %v, want %v among them", fail, s.Attributes(), want)
+		}
+		if ev := s.Events(); len(ev) != 0 {
+			t.Errorf("span of a call failing with %q: events %v, want none (docs/metrics.md)", fail, ev)
 		}
 	}
 }

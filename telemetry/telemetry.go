@@ -408,6 +408,18 @@ func (t *Telemetry) StartCall(ctx context.Context, op string, size int) (context
 // the circuit breaker refused (error.type breaker_open) never reached
 // Redis: its error counts, its duration does not (it was counted as a
 // round trip, seven for each one sent during an outage).
+//
+// A failed call's span gets what OpenTelemetry's semantic conventions
+// for errors on spans ask (general/recording-errors, v1.44.0): status
+// Error, the error's message as its description, and error.type, the
+// value the error counter has. It gets no exception event
+// (span.RecordError): those conventions deprecate exception span events
+// (exceptions/exceptions-spans) for log records, and advise against
+// recording errors the library handles, as the limiter handles these
+// (its failure mode decides); the message is in the status description
+// already, and in the throttled Warn log. The event would cost 6
+// allocations a failed span with the SDK (none with a no-op provider),
+// breaker refusals included, seven for each call sent during an outage.
 func (c *Call) End(err error) {
 	if c.t == nil {
 		return
