@@ -19,9 +19,17 @@ import (
 // interval early, and each retry then was denied with RetryAfter 1 ms (the
 // hold over), about 20 times in a row (a denial said 509 ms, the call came
 // 22 ms after that). Here a retry that finds no lease call made since the
-// denial it obeyed is wasted; with ticks on a fixed grid and the clock
-// exact, the tick and the client may meet at the same instant, so one
-// wasted retry in a row is allowed, not two.
+// denial it obeyed is wasted. Two in a row are allowed, not three: with
+// ticks on a fixed grid and the clock exact, the tick and the client may
+// meet at the same instant (one); and a denial made while the tenant's
+// lease call is in flight tells a RetryAfter from the state before its
+// reply, which may then hold the tenant's calls longer (one more, just
+// before it). The second came with the first about once in 600 seeds
+// (WithSeed): a denial at 650 ms told 50 ms, for the one token the bucket
+// would have by then, while the reply of the round's call at 650 ms held
+// the next call until 1.175 s, to lease a batch; the retry at 700 ms was
+// told 475 ms and met that tick at 1.175 s (beside other tests under the
+// race detector, 1 run of this test in 6 failed so at 52be46c).
 func TestRetryAfterWaitsForTheTick(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l := newLimiter(t, memstore.New(), leasequota.WithDefaultQuota(leasequota.Quota{Rate: 10, Burst: 10}))
@@ -51,8 +59,8 @@ func TestRetryAfterWaitsForTheTick(t *testing.T) {
 			time.Sleep(d.RetryAfter)
 		}
 		t.Logf("%d denials, %d of them retries with no lease call since the denial obeyed, at most %d in a row", denials, wasted, worst)
-		if worst > 1 {
-			t.Errorf("a client obeying RetryAfter came back %d times in a row before a lease call had been made, want at most 1", worst)
+		if worst > 2 {
+			t.Errorf("a client obeying RetryAfter came back %d times in a row before a lease call had been made, want at most 2", worst)
 		}
 	})
 }
