@@ -19,7 +19,7 @@ import (
 // with it, and so did a request behind AllowNWithin's wait.
 func TestCloseWakesWaiters(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	l, err := leasequota.NewWithStore(memstore.New(), leasequota.WithDefaultQuota(leasequota.Quota{Rate: 0.2, Burst: 1}))
+	l, err := leasequota.NewWithStore(memstore.New(), leasequota.WithLogger(testLogger(t)), leasequota.WithDefaultQuota(leasequota.Quota{Rate: 0.2, Burst: 1}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,7 +21,7 @@ import (
 func TestClusterCloseWaitsOneDeadlineForARefill(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const timeout = 200 * time.Millisecond
-		cfg, err := newConfig([]Option{WithDefaultQuota(Quota{Rate: 100, Burst: 100}),
+		cfg, err := newConfig([]Option{testLogOption(t), WithDefaultQuota(Quota{Rate: 100, Burst: 100}),
 			WithRedisTimeout(timeout), WithFailureMode(FailClosed), WithColdStartWait(5 * time.Second),
 			WithLogger(slog.New(slog.NewTextHandler(testWriter{t}, nil)))})
 		if err != nil {

@@ -33,7 +33,7 @@ func hangingCluster() *faultstore.Store {
 func TestClusterColdWaitBoundedByColdStartWait(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const wait = 200 * time.Millisecond
-		cfg, err := newConfig([]Option{WithDefaultQuota(Quota{Rate: 100, Burst: 100}),
+		cfg, err := newConfig([]Option{testLogOption(t), WithDefaultQuota(Quota{Rate: 100, Burst: 100}),
 			WithRedisTimeout(wait), WithFailureMode(FailClosed), WithColdStartWait(wait),
 			WithLogger(slog.New(slog.DiscardHandler))})
 		if err != nil {

@@ -28,7 +28,7 @@ func deadNodeStore() *faultstore.Store {
 // request of every master denied at once (cold_start) for a second.
 func TestClusterDeadNodeRefillKeepsLiveColdWait(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		cfg, err := newConfig([]Option{WithDefaultQuota(Quota{Rate: 100, Burst: 100}),
+		cfg, err := newConfig([]Option{testLogOption(t), WithDefaultQuota(Quota{Rate: 100, Burst: 100}),
 			WithRedisTimeout(50 * time.Millisecond), WithFailureMode(FailClosed), WithColdStartWait(200 * time.Millisecond)})
 		if err != nil {
 			t.Fatal(err)
@@ -64,7 +64,7 @@ func TestClusterDeadNodeRefillKeepsLiveColdWait(t *testing.T) {
 // (cold_start) for a second after every failed refill on the master.
 func TestClusterDeadNodeNewTenantByItsMode(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		cfg, err := newConfig([]Option{WithDefaultQuota(Quota{Rate: 100, Burst: 100}),
+		cfg, err := newConfig([]Option{testLogOption(t), WithDefaultQuota(Quota{Rate: 100, Burst: 100}),
 			WithRedisTimeout(50 * time.Millisecond), WithFailureMode(FailOpen), WithColdStartWait(200 * time.Millisecond)})
 		if err != nil {
 			t.Fatal(err)

@@ -51,7 +51,7 @@ func TestClusterSparseTenantAfterOutageLeasesAgain(t *testing.T) {
 // lease lifetimes apart, each admitted). In a synctest bubble.
 func clusterSparseRig(t *testing.T, store *faultstore.Store, prefix string) (l *Limiter, stop func()) {
 	t.Helper()
-	cfg, err := newConfig([]Option{WithDefaultQuota(Quota{Rate: 100, Burst: 100}),
+	cfg, err := newConfig([]Option{testLogOption(t), WithDefaultQuota(Quota{Rate: 100, Burst: 100}),
 		WithRedisTimeout(50 * time.Millisecond), WithRefreshInterval(100 * time.Millisecond),
 		WithFailureMode(FailClosed), WithLogger(slog.New(slog.NewTextHandler(testWriter{t}, nil)))})
 	if err != nil {

@@ -50,7 +50,7 @@ func TestClusterPausedMasterGetsItsWindowBack(t *testing.T) {
 		// same address), every other on a live one.
 		store := faultstore.New(memstore.New())
 		paused := twoMasters(store, "paused-")
-		cfg, err := newConfig([]Option{WithDefaultQuota(Quota{Rate: 1000, Burst: 1000}),
+		cfg, err := newConfig([]Option{testLogOption(t), WithDefaultQuota(Quota{Rate: 1000, Burst: 1000}),
 			WithRedisTimeout(50 * time.Millisecond), WithRefreshInterval(100 * time.Millisecond),
 			WithExpectedInstances(16), WithFailureMode(FailClosed)})
 		if err != nil {

@@ -19,7 +19,7 @@ import (
 // as an empty one's n/Rate, a daily quota of 1,000 said 86.4 s, and
 // AllowNWithin(1 s) refused at once what the next round admitted.
 func TestColdStartRetryAfter(t *testing.T) {
-	l, err := leasequota.NewWithStore(memstore.New(), leasequota.WithDefaultQuota(leasequota.Per(1000, 24*time.Hour)),
+	l, err := leasequota.NewWithStore(memstore.New(), leasequota.WithLogger(testLogger(t)), leasequota.WithDefaultQuota(leasequota.Per(1000, 24*time.Hour)),
 		leasequota.WithColdStartWait(0))
 	if err != nil {
 		t.Fatal(err)
