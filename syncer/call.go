@@ -114,6 +114,9 @@ func (s *Syncer) call(ctx context.Context, op string, node *redisNode, size int,
 		res, err := f(ctx)
 		if err != nil {
 			s.lastErr.Store(&err)
+			if unavailable(err) {
+				s.refusedWrites.Store(true)
+			}
 		}
 		return res, err
 	})

@@ -172,7 +172,9 @@ func (s *Syncer) newBreaker(iv time.Duration) *gobreaker.CircuitBreaker[[]lease.
 				!s.down.Load() && s.busy(context.Background(), err, s.opts.Now(), "")
 		},
 		IsSuccessful: func(err error) bool {
-			s.busyProbe = err != nil && s.down.Load() && s.busy(context.Background(), err, s.opts.Now(), "")
+			// Not after replies that Redis runs no write (refusedWrites):
+			// then a probe that timed out says nothing of them.
+			s.busyProbe = err != nil && s.down.Load() && !s.refusedWrites.Load() && s.busy(context.Background(), err, s.opts.Now(), "")
 			return err == nil || s.busyProbe
 		},
 		OnStateChange: func(_ string, from, to gobreaker.State) {
@@ -198,6 +200,7 @@ func (s *Syncer) newBreaker(iv time.Duration) *gobreaker.CircuitBreaker[[]lease.
 				if !s.busyProbe {
 					s.one.budget.recovered()
 				}
+				s.refusedWrites.Store(false)
 				s.broadcastRecovered()
 			}
 			if s.opts.OnDegraded == nil {

@@ -171,9 +171,10 @@ type WriteProber interface {
 }
 
 // probeWrite returns, for the breaker's probe by the read of the quota
-// version (readQuota), the error of a write that changes nothing when the
-// breaker's last failure was a reply that Redis runs no write (READONLY,
-// NOREPLICAS: unavailable) and that write is refused so too; else nil.
+// version (readQuota), the error of a write that changes nothing when a
+// reply that Redis runs no write (READONLY, NOREPLICAS: unavailable)
+// failed a call since the breaker last closed (refusedWrites), not only
+// the last one, and that write is refused so too; else nil.
 // Why: such a Redis (a replica, a master short of replicas) answers the
 // read, so the read closed the breaker, and every tenant's call failed
 // again at once, each interval the limiter made no lease call of its
@@ -186,8 +187,7 @@ type WriteProber interface {
 // or MASTERDOWN, fails the read itself. Another error of the write (an
 // ACL that refuses it) says nothing of an outage: the read stands.
 func (s *Syncer) probeWrite(ctx context.Context, timeout time.Duration) error {
-	p := s.lastErr.Load()
-	if p == nil || !unavailable(*p) {
+	if !s.refusedWrites.Load() {
 		return nil
 	}
 	w, ok := s.client.(WriteProber)

@@ -105,6 +105,18 @@ type Syncer struct {
 	sf      singleflight.Group                        // joins concurrent refills of a tenant (refill.go)
 	breaker *gobreaker.CircuitBreaker[[]lease.Result] // health.go
 	lastErr atomic.Pointer[error]                     // last error of a Redis call, for OnDegraded
+	// refusedWrites says a reply by which Redis runs no command
+	// (unavailable: READONLY, NOREPLICAS, ...) failed a call since the
+	// breaker last closed: set by call, cleared when the breaker closes.
+	// While it is set, only a write that runs ends the outage: the read
+	// probe writes too (probeWrite), and a probe that timed out is not
+	// taken for a busy Redis (newBreaker's IsSuccessful). Why not the
+	// last error alone: one call that timed out in such an outage (a
+	// redis-server starved of CPU) made it the last, and then the read,
+	// which the replica answers, or the timed-out probe itself closed the
+	// breaker while every write was still refused
+	// (TestReadOnlyOutageOutlivesATimeout in the root package).
+	refusedWrites atomic.Bool
 	// one is the Redis this instance calls (its call budget and last
 	// answer; redisnode.go) or, in Cluster mode, the stand-in for the
 	// node of a tenant whose node is unknown.
