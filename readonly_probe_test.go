@@ -92,16 +92,27 @@ func TestReadOnlyProbeKeepsTheBreakerOpen(t *testing.T) {
 // efff39a). Here the replica answers READONLY, and one call in the
 // middle of it hangs to its deadline.
 func TestReadOnlyOutageOutlivesATimeout(t *testing.T) {
-	for _, requests := range []bool{false, true} {
-		t.Run(map[bool]string{false: "idle", true: "requests"}[requests], func(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		requests bool
+		hang     faultstore.Op // the kind of call that hangs once
+	}{
+		{"idle", false, faultstore.OpAcquire},
+		{"requests", true, faultstore.OpAcquire},
+		// The idle breaker's read probe, answered, and its write probe
+		// hanging: a write that timed out is no write that ran.
+		{"write-probe", false, faultstore.OpProbe},
+	} {
+		requests := c.requests
+		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				store := faultstore.New(memstore.New())
 				var readOnly, hangOne atomic.Bool
-				store.SetHook(func(ctx context.Context, c faultstore.Call) error {
-					if !readOnly.Load() || c.Op != faultstore.OpAcquire && c.Op != faultstore.OpRelease && c.Op != faultstore.OpProbe {
+				store.SetHook(func(ctx context.Context, call faultstore.Call) error {
+					if !readOnly.Load() || call.Op != faultstore.OpAcquire && call.Op != faultstore.OpRelease && call.Op != faultstore.OpProbe {
 						return nil
 					}
-					if c.Op == faultstore.OpAcquire && hangOne.CompareAndSwap(true, false) {
+					if call.Op == c.hang && hangOne.CompareAndSwap(true, false) {
 						<-ctx.Done()
 						return ctx.Err()
 					}
@@ -129,7 +140,7 @@ func TestReadOnlyOutageOutlivesATimeout(t *testing.T) {
 					time.Sleep(10 * time.Millisecond)
 				}
 				time.Sleep(300 * time.Millisecond)
-				hangOne.Store(true) // the next acquire, a probe, hangs
+				hangOne.Store(true) // the next call of that kind, a probe, hangs
 				samples, up := 0, 0
 				for i := range 5000 { // 5 s, a sample a millisecond
 					if requests && i%10 == 0 {
@@ -143,7 +154,7 @@ func TestReadOnlyOutageOutlivesATimeout(t *testing.T) {
 				}
 				t.Logf("READONLY for 5 s, one call timed out, requests %v: Degraded false in %d of %d samples (the hang used: %v)", requests, up, samples, !hangOne.Load())
 				if hangOne.Load() {
-					t.Error("no acquire was made to hang")
+					t.Errorf("no %s call was made to hang", c.hang)
 				}
 				if up > 0 {
 					t.Errorf("requests %v: Degraded false in %d of %d samples while Redis answered READONLY, after one call timed out", requests, up, samples)

@@ -184,8 +184,9 @@ type WriteProber interface {
 // of ~1,700 over 2 s in two runs of TestReadOnlyRedisStaysAnOutage in the
 // integration module, which does not fail every run). The write
 // goes only then: a Redis that does not answer, or answers LOADING, BUSY
-// or MASTERDOWN, fails the read itself. Another error of the write (an
-// ACL that refuses it) says nothing of an outage: the read stands.
+// or MASTERDOWN, fails the read itself. A write that gets no answer in
+// time fails the probe too; another error reply to the write (an ACL
+// that refuses it) says nothing of an outage: the read stands.
 func (s *Syncer) probeWrite(ctx context.Context, timeout time.Duration) error {
 	if !s.refusedWrites.Load() {
 		return nil
@@ -196,7 +197,13 @@ func (s *Syncer) probeWrite(ctx context.Context, timeout time.Duration) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	if err := w.ProbeWrite(ctx); unavailable(err) {
+	// Only an error reply about the write itself (an ACL that refuses
+	// it) lets the read stand; a write that did not run for want of an
+	// answer (a timeout, a refused connection) or was refused as an outage
+	// is no write that ran (wholeFailure). Taken for one, a write probe
+	// that timed out closed the breaker while every write was refused
+	// (TestReadOnlyOutageOutlivesATimeout/write-probe).
+	if err := w.ProbeWrite(ctx); wholeFailure(err) != nil {
 		return err
 	}
 	return nil
