@@ -19,6 +19,45 @@ type readOnlyReply struct{}
 func (readOnlyReply) Error() string { return "READONLY You can't write against a read only replica." }
 func (readOnlyReply) RedisError()   {}
 
+// readOnlyReplica returns a Limiter (R = 100 ms) whose store, once
+// readOnly is set, answers READONLY to every write (acquire, release, the
+// write probe) and serves reads, as a replica does; it has leased a, b
+// and c for a second, then set readOnly and made requests until the
+// breaker opened. Once hangOne is set, the next call of kind hang (none
+// when "") hangs to its deadline instead.
+func readOnlyReplica(t *testing.T, hang faultstore.Op) (l *leasequota.Limiter, readOnly, hangOne *atomic.Bool) {
+	t.Helper()
+	readOnly, hangOne = new(atomic.Bool), new(atomic.Bool)
+	store := faultstore.New(memstore.New())
+	store.SetHook(func(ctx context.Context, call faultstore.Call) error {
+		if !readOnly.Load() || call.Op != faultstore.OpAcquire && call.Op != faultstore.OpRelease && call.Op != faultstore.OpProbe {
+			return nil
+		}
+		if call.Op == hang && hangOne.CompareAndSwap(true, false) {
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		return readOnlyReply{}
+	})
+	l = newLimiter(t, store,
+		leasequota.WithDefaultQuota(leasequota.Quota{Rate: 100, Burst: 100}),
+		leasequota.WithRefreshInterval(100*time.Millisecond))
+	ctx := context.Background()
+	for i := range 100 {
+		l.AllowN(ctx, []string{"a", "b", "c"}[i%3], 1)
+		time.Sleep(10 * time.Millisecond)
+	}
+	readOnly.Store(true)
+	for i := 0; !l.Degraded(); i++ {
+		if i > 1000 {
+			t.Fatal("the breaker did not open on READONLY replies")
+		}
+		l.AllowN(ctx, "a", 1)
+		time.Sleep(10 * time.Millisecond)
+	}
+	return l, readOnly, hangOne
+}
+
 // TestReadOnlyProbeKeepsTheBreakerOpen: while Redis answers READONLY to
 // every write (a replica serves reads) and the limiter makes no request,
 // the breaker stays open. Its probe by the read of the quota version
@@ -27,35 +66,7 @@ func (readOnlyReply) RedisError()   {}
 // Once writes run again, the probe closes it with no traffic.
 func TestReadOnlyProbeKeepsTheBreakerOpen(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := faultstore.New(memstore.New())
-		var readOnly atomic.Bool
-		store.SetHook(func(ctx context.Context, c faultstore.Call) error {
-			if readOnly.Load() && (c.Op == faultstore.OpAcquire || c.Op == faultstore.OpRelease || c.Op == faultstore.OpProbe) {
-				return readOnlyReply{}
-			}
-			return nil
-		})
-		l, err := leasequota.NewWithStore(store,
-			leasequota.WithLogger(testLogger(t)),
-			leasequota.WithDefaultQuota(leasequota.Quota{Rate: 100, Burst: 100}),
-			leasequota.WithRefreshInterval(100*time.Millisecond))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close(context.Background())
-		ctx := context.Background()
-		for i := range 100 {
-			l.AllowN(ctx, []string{"a", "b", "c"}[i%3], 1)
-			time.Sleep(10 * time.Millisecond)
-		}
-		readOnly.Store(true)
-		for i := 0; !l.Degraded(); i++ {
-			if i > 1000 {
-				t.Fatal("the breaker did not open on READONLY replies")
-			}
-			l.AllowN(ctx, "a", 1)
-			time.Sleep(10 * time.Millisecond)
-		}
+		l, readOnly, _ := readOnlyReplica(t, "")
 		// No request from now on.
 		samples, up := 0, 0
 		for range 10000 { // 10 s, a sample a millisecond
@@ -106,39 +117,8 @@ func TestReadOnlyOutageOutlivesATimeout(t *testing.T) {
 		requests := c.requests
 		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				store := faultstore.New(memstore.New())
-				var readOnly, hangOne atomic.Bool
-				store.SetHook(func(ctx context.Context, call faultstore.Call) error {
-					if !readOnly.Load() || call.Op != faultstore.OpAcquire && call.Op != faultstore.OpRelease && call.Op != faultstore.OpProbe {
-						return nil
-					}
-					if call.Op == c.hang && hangOne.CompareAndSwap(true, false) {
-						<-ctx.Done()
-						return ctx.Err()
-					}
-					return readOnlyReply{}
-				})
-				l, err := leasequota.NewWithStore(store,
-					leasequota.WithLogger(testLogger(t)),
-					leasequota.WithDefaultQuota(leasequota.Quota{Rate: 100, Burst: 100}),
-					leasequota.WithRefreshInterval(100*time.Millisecond))
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer l.Close(context.Background())
+				l, readOnly, hangOne := readOnlyReplica(t, c.hang)
 				ctx := context.Background()
-				for i := range 100 {
-					l.AllowN(ctx, []string{"a", "b", "c"}[i%3], 1)
-					time.Sleep(10 * time.Millisecond)
-				}
-				readOnly.Store(true)
-				for i := 0; !l.Degraded(); i++ {
-					if i > 1000 {
-						t.Fatal("the breaker did not open on READONLY replies")
-					}
-					l.AllowN(ctx, "a", 1)
-					time.Sleep(10 * time.Millisecond)
-				}
 				time.Sleep(300 * time.Millisecond)
 				hangOne.Store(true) // the next call of that kind, a probe, hangs
 				samples, up := 0, 0
