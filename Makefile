@@ -17,6 +17,12 @@ GO ?= go
 # with "context deadline exceeded" when a duration ends while a starved
 # worker is mid-call (golang/go#75804, fixed in Go 1.27).
 FUZZTIME ?= 100000x
+# A race-enabled binary sleeps 1 s as it exits (the race runtime's
+# atexit_sleep_ms, so that other threads finish their reports): about 25
+# test binaries in make test, 25 s of its time. A race found while a test
+# runs fails that test before then, so the sleep buys nothing here.
+GORACE ?= atexit_sleep_ms=0
+export GORACE
 # -count of the comparison benchmarks that end make bench: the table
 # gives the median of each figure over the runs.
 COMPARECOUNT ?= 1
@@ -41,8 +47,8 @@ unit:
 	$(GO) test -race -count=1 -p 1 ./...
 
 # The deterministic simulation of whole Limiters (sim_test.go), without
-# the race detector so that thousands of scenarios fit; unit runs 40 of
-# them with it. Then the fleet simulation, its shapes, its comparison
+# the race detector so that thousands of scenarios fit, and 40 of them
+# twice, to compare their traces; unit runs 40 with it, and 8 twice. Then the fleet simulation, its shapes, its comparison
 # of reservations, its tenants within quota and its sparse tenants
 # (sim_fleet_test.go; 100 s under the race detector, which unit skips:
 # a test of it left out of this list runs nowhere in make test),
@@ -50,7 +56,7 @@ unit:
 # for a quarter of it under the race detector, and syncer's queue models of
 # a saturated Redis (80 s each under the race detector, which unit skips).
 simulation:
-	$(GO) test -count=1 -run '^TestSimulation$$' -sim.seeds=1500 .
+	$(GO) test -count=1 -run '^TestSimulation$$|^TestSimulationReplay$$' -sim.seeds=1500 .
 	$(GO) test -count=1 -run '^TestReservationsCutFleetCalls$$|^TestFleetSimulation$$|^TestFleetShapes$$|^TestFleetUnderQuotaCalls$$|^TestFleetSparseTenants$$' .
 	$(GO) test -count=1 -run '^TestSim|^TestSaturated' ./syncer
 

@@ -22,8 +22,9 @@ import (
 
 func TestMain(m *testing.M) { redisserver.Main(m) }
 
-// These tests share one server and are not parallel: some flush the script
-// cache or read server-wide command statistics.
+// These tests share one server and none runs beside another: some flush
+// the script cache or read server-wide command statistics. (The subtests
+// of TestMixedFleetRollout run beside one another, each on its own keys.)
 
 // counter is a go-redis hook that records script commands, alone and in
 // pipelines, as the client sends them.

@@ -316,7 +316,7 @@ func TestFailureExitsOne(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, args := range [][]string{{"quota", "get", "t"}, {"quota", "set", "-rate", "1", "-burst", "1", "t"}, {"quota", "list"}, {"inspect", "t"}, {"top", "-once"}} {
-		_, stderr, code := runBinary(t, append([]string{"-redis", url, "-timeout", "500ms"}, args...)...)
+		_, stderr, code := runBinary(t, append([]string{"-redis", url, "-timeout", "100ms"}, args...)...)
 		if code != exitFailure || !strings.HasPrefix(stderr, "leasequota: ") || strings.Count(stderr, "\n") != 1 {
 			t.Errorf("%v on a stopped server: exit %d, stderr %q; want 1 and one line", args, code, stderr)
 		}

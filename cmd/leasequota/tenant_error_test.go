@@ -20,7 +20,7 @@ func TestFailureNamesTheTenantAsGiven(t *testing.T) {
 	}
 	for _, tenant := range []string{"x: lease: y", "a: leasequota: b"} {
 		for _, args := range [][]string{{"quota", "get", tenant}, {"quota", "set", "-rate", "1", "-burst", "1", tenant}, {"quota", "delete", tenant}, {"inspect", tenant}} {
-			_, stderr, code := runBinary(t, append([]string{"-redis", url, "-timeout", "500ms"}, args...)...)
+			_, stderr, code := runBinary(t, append([]string{"-redis", url, "-timeout", "100ms"}, args...)...)
 			if code != exitFailure || !strings.Contains(stderr, `"`+tenant+`": `) {
 				t.Errorf("%v on a stopped server: exit %d, stderr %q; want 1 and the tenant %q named as given", args, code, stderr, tenant)
 			}
