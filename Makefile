@@ -16,7 +16,7 @@ GO ?= go
 # A count, not a duration: Go 1.26's fuzz coordinator can fail a target
 # with "context deadline exceeded" when a duration ends while a starved
 # worker is mid-call (golang/go#75804, fixed in Go 1.27).
-FUZZTIME ?= 100000x
+FUZZTIME ?= 50000x
 # A race-enabled binary sleeps 1 s as it exits (the race runtime's
 # atexit_sleep_ms, so that other threads finish their reports): about 25
 # test binaries in make test, 25 s of its time. A race found while a test
@@ -52,7 +52,7 @@ test: redis
 prebuild:
 	@dir=$$(mktemp -d) && trap 'rm -rf "$$dir"' EXIT && \
 	$(GO) test -c -o "$$dir/" ./... ; \
-	(cd integration && $(GO) test -race -c -o "$$dir/" ./...) ; \
+	(cd integration && $(GO) test -race -c -o "$$dir/" ./... && $(GO) test -c -o "$$dir/" .) ; \
 	(cd cmd/leasequota-sim && $(GO) test -race -c -o "$$dir/" ./...) ; \
 	(cd grpcquota && $(GO) test -race -c -o "$$dir/" ./...) ; \
 	$(GO) test -run '^$$' -fuzz '^FuzzKey$$' -fuzztime 1x ./lease ; \

@@ -23,6 +23,10 @@ func TestClusterSparseTenantAfterFailover(t *testing.T) {
 	// tenant's request must find its master dead for longer than that,
 	// and not yet replaced.
 	const leaseTTL = 500 * time.Millisecond
+	// Beside TestConformance, after the package's other tests: 18 s of
+	// wall time, 3 s of CPU, most of it waiting out the node timeout
+	// and the failover, on a cluster of its own.
+	t.Parallel()
 	c := redistest.StartClusterWith(t, redistest.ClusterConfig{PartialCoverage: true, NodeTimeout: 5 * time.Second})
 	ctx := context.Background()
 	prefix := redistest.Prefix(t)
