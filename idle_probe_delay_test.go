@@ -33,13 +33,7 @@ func TestIdleDegradedEndsWithinAnInterval(t *testing.T) {
 				time.Sleep(10 * time.Millisecond)
 			}
 			store.SetDown(nil)
-			for i := 0; !l.Degraded(); i++ {
-				if i > 1000 {
-					t.Fatal("the breaker did not open")
-				}
-				l.AllowN(ctx, "a", 1)
-				time.Sleep(10 * time.Millisecond)
-			}
+			requestUntilDegraded(t, l, "the breaker did not open")
 			// No request from here on.
 			time.Sleep(2*time.Second + time.Duration(k)*7*time.Millisecond)
 			if !l.Degraded() {

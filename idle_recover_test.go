@@ -50,13 +50,7 @@ func degradedEndsWithoutTraffic(t *testing.T, outage time.Duration) {
 		t.Fatalf("the limiter counted %d instances in the roster, want 1: the test would not test", n)
 	}
 	store.SetDown(nil)
-	for i := 0; !l.Degraded(); i++ {
-		if i > 1000 {
-			t.Fatal("the breaker did not open")
-		}
-		l.AllowN(ctx, "a", 1)
-		time.Sleep(10 * time.Millisecond)
-	}
+	requestUntilDegraded(t, l, "the breaker did not open")
 	// No request from now on; Redis stays down a while.
 	time.Sleep(outage)
 	store.SetUp()

@@ -50,6 +50,21 @@ func newLimiter(t *testing.T, b leasequota.Backend, opts ...leasequota.Option) *
 	return l
 }
 
+// requestUntilDegraded asks l for one token of tenant "a" every 10 ms
+// until l reports Degraded, and fails the test with what after 1,000
+// requests: in a synctest bubble, the opening of the breaker by an outage
+// the caller has just started.
+func requestUntilDegraded(t *testing.T, l *leasequota.Limiter, what string) {
+	t.Helper()
+	for i := 0; !l.Degraded(); i++ {
+		if i > 1000 {
+			t.Fatal(what)
+		}
+		l.AllowN(context.Background(), "a", 1)
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // globalTokens reads a tenant's global bucket as stored (not refilled
 // since its last call), as HGET of its tk field reads it in Redis.
 func globalTokens(t *testing.T, s *memstore.Store, tenant string) float64 {

@@ -48,13 +48,7 @@ func readOnlyReplica(t *testing.T, hang faultstore.Op) (l *leasequota.Limiter, r
 		time.Sleep(10 * time.Millisecond)
 	}
 	readOnly.Store(true)
-	for i := 0; !l.Degraded(); i++ {
-		if i > 1000 {
-			t.Fatal("the breaker did not open on READONLY replies")
-		}
-		l.AllowN(ctx, "a", 1)
-		time.Sleep(10 * time.Millisecond)
-	}
+	requestUntilDegraded(t, l, "the breaker did not open on READONLY replies")
 	return l, readOnly, hangOne
 }
 
