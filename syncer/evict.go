@@ -1,6 +1,7 @@
 package syncer
 
 import (
+	"math"
 	"time"
 
 	"github.com/leasequota/leasequota/lease"
@@ -170,6 +171,9 @@ func (s *Syncer) sleep(t *Tenant, now time.Time) {
 	t.restripe(1) // the counter is empty: only its slots' memory goes
 	t.dropUnobserved()
 	t.lease.Store(nil)
+	// Rounds pass it by until its idle check is due (dormantQuiet); after
+	// the lease, so that a round that reads this sees no lease either.
+	t.quietUntil.Store(satAdd(t.idleSince, int64(s.opts.IdleTimeout)))
 }
 
 // revive makes t's State anew, as for a tenant that leased before if t
@@ -180,6 +184,9 @@ func (s *Syncer) revive(t *Tenant, now time.Time) {
 	}
 	ls := &leaseState{}
 	s.planner.Revive(&ls.st, t.name, now, t.idleSince, t.flag(flagLeased))
+	// Its dormant idle check's time is no quiet time of the State it gets
+	// (heldQuiet): cleared before the lease is set.
+	t.quietUntil.Store(0)
 	t.lease.Store(ls)
 }
 
@@ -206,4 +213,13 @@ func (s *Syncer) Dormant() (n int) {
 		}
 	}
 	return n
+}
+
+// satAdd returns a + b (b >= 0), or math.MaxInt64 where that overflows: a
+// dormant tenant's idle check with an idle timeout of centuries.
+func satAdd(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
 }

@@ -118,7 +118,7 @@ func (s *Syncer) Tick(ctx context.Context) {
 	if s.opts.Driven {
 		tenants = slices.Values(byName(s.reg.all))
 	}
-	s.round(ctx, tenants, s.pollQuota(ctx, s.opts.Now()))
+	s.round(ctx, tenants, s.pollQuota(ctx, s.opts.Now()), true)
 }
 
 // Urgent runs one round over the tenants that NoteMiss queued, up to

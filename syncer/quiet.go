@@ -136,3 +136,13 @@ func wantsPlan(f uint32) bool { return f&(flagRefunded|flagFailing|flagReread) !
 func (s *Syncer) heldQuiet(t *Tenant, ns int64) bool {
 	return ns < t.quietUntil.Load() && !wantsPlan(t.flags.Load()) && t.lease.Load() != nil && t.tokens.Back() == 0
 }
+
+// dormantQuiet reports, without t's lock, whether a round may pass a
+// dormant t by at ns: its idle check is not due before the time it went
+// dormant with (sleep), and no request since has left it anything to plan
+// (wakes). A round used to take the lock of each dormant tenant to find
+// that out, tick after tick, for as long as the tenant was tracked (a
+// minute of idleness by default).
+func (s *Syncer) dormantQuiet(t *Tenant, ns int64) bool {
+	return ns < t.quietUntil.Load() && t.lease.Load() == nil && !wantsPlan(t.flags.Load()) && !t.wakes()
+}

@@ -52,12 +52,14 @@ type job struct {
 // which stay locked (so later rounds skip them) until their results are
 // applied, and no one else. Wait waits for those calls.
 func (s *Syncer) Round(ctx context.Context, tenants iter.Seq[*Tenant]) {
-	s.round(ctx, tenants, false)
+	s.round(ctx, tenants, false, false)
 }
 
 // round is Round, with quotaCheck telling the planner that quotas may
-// have changed in Redis.
-func (s *Syncer) round(ctx context.Context, tenants iter.Seq[*Tenant], quotaCheck bool) {
+// have changed in Redis, and with ahead reading the tenants in chunks
+// ahead of planning them (chunk.visit), as Tick does over all of them:
+// Round visits each one as it is yielded, before the next is asked for.
+func (s *Syncer) round(ctx context.Context, tenants iter.Seq[*Tenant], quotaCheck, ahead bool) {
 	now := s.opts.Now()
 	var (
 		jobs     = s.planned[:0]
@@ -79,16 +81,21 @@ func (s *Syncer) round(ctx context.Context, tenants iter.Seq[*Tenant], quotaChec
 	ns := now.UnixNano()
 	leftAlone := false // a tenant was left to a later tick (quiet.go)
 	locked := 0        // tenants found locked: a call in flight for them
-	for t := range tenants {
+	// visit plans t, or passes it by.
+	visit := func(t *Tenant) {
 		if t.flag(flagEvicted) {
-			continue
+			return
 		}
 		// Held back, with nothing but misses to observe: passed by
 		// without its lock, unless the round must see every tenant's
 		// activity (MaxTenants) or re-read quotas.
 		if !quotaCheck && !track && s.heldQuiet(t, ns) {
 			leftAlone = true
-			continue
+			return
+		}
+		// Dormant, with nothing to plan before its idle check: likewise.
+		if !quotaCheck && !track && s.dormantQuiet(t, ns) {
+			return
 		}
 		if !t.mu.TryLock() {
 			locked++
@@ -105,20 +112,20 @@ func (s *Syncer) round(ctx context.Context, tenants iter.Seq[*Tenant], quotaChec
 				// (TestQuotaCheckRoundRereadsLockedTenant).
 				t.setFlag(flagReread, true)
 			}
-			continue
+			return
 		}
 		if t.lease.Load() == nil && !t.wakes() {
 			// Dormant, and nothing to plan: only its idleness counts.
 			s.idleOrKept(t, now, &evict)
 			t.mu.Unlock()
-			continue
+			return
 		}
 		if !quotaCheck && s.quiet(t, now) {
 			// Nothing to do but observe the demand: left to a later tick.
 			leftAlone = true
 			s.idleOrKept(t, now, &evict)
 			t.mu.Unlock()
-			continue
+			return
 		}
 		in := s.input(t)
 		in.QuotaCheck = quotaCheck
@@ -136,9 +143,27 @@ func (s *Syncer) round(ctx context.Context, tenants iter.Seq[*Tenant], quotaChec
 			}
 			jobs = append(jobs, job{t: t, want: a.Acquire, demand: s.planner.ReportedDemand(t.st(), now, a.Acquire), reserve: a.Reserve,
 				share: a.Share, shareTerms: a.ShareTerms, shareFrom: a.ShareFrom, cut: a.cut, node: node, read: a.Read})
-			continue // room is given below; unlocked once the result is applied, or then
+			return // room is given below; unlocked once the result is applied, or then
 		}
 		s.rest(locate, t, now, &evict)
+	}
+	// Ahead, the tenants are visited in chunks (chunk.visit): the reads
+	// of a chunk's tenants, which are in no cache when the tenants are
+	// many, then overlap.
+	if ahead {
+		c := &s.chunk
+		tenants(func(t *Tenant) bool {
+			if c.add(t) {
+				c.visit(visit)
+			}
+			return true
+		})
+		c.visit(visit)
+	} else {
+		tenants(func(t *Tenant) bool {
+			visit(t)
+			return true
+		})
 	}
 	if leftAlone {
 		// The tenants left alone hold no batch that expires before now
@@ -440,4 +465,38 @@ func setIdle(t *Tenant, idle bool, a Action) {
 	if idle || a.Acquire == 0 {
 		t.setFlag(flagIdle, idle)
 	}
+}
+
+// roundChunk is how many tenants a round reads ahead of planning them.
+const roundChunk = 32
+
+// chunk holds the tenants a round has read ahead of planning them. The
+// Syncer's is reused by every round (the loop's).
+type chunk struct {
+	ts [roundChunk]*Tenant
+	n  int
+}
+
+// add adds t, and reports whether the chunk is full.
+func (c *chunk) add(t *Tenant) bool {
+	c.ts[c.n] = t
+	c.n++
+	return c.n == len(c.ts)
+}
+
+// visit reads the fields of the chunk's tenants that a round reads first,
+// then calls visit for each and empties the chunk, keeping none alive.
+// Reading them first starts their cache lines on their way before the
+// first is planned: those of the next tenants otherwise waited for the
+// lock of the one before.
+func (c *chunk) visit(visit func(*Tenant)) {
+	ts := c.ts[:c.n]
+	for _, t := range ts {
+		_, _ = t.quietUntil.Load(), t.flags.Load()
+	}
+	for _, t := range ts {
+		visit(t)
+	}
+	clear(ts)
+	c.n = 0
 }
