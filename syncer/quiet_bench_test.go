@@ -42,15 +42,23 @@ func BenchmarkTickHeldBack(b *testing.B) {
 // whose memory is in no CPU cache, as when a process tracks tens of
 // thousands of tenants beside other work: before each round (untimed) the
 // benchmark writes 64 MiB, more than this machine's caches. The tenants
-// are "held-back" (BenchmarkTickHeldBack's state, without its misses) or
-// "dormant" (idle until they dropped their lease state: what most of an
-// instance's tenants are when it sees many tenants now and then). A round
-// makes no call in either. ns/tenant is the round's cost per tenant.
+// are "held-back" (BenchmarkTickHeldBack's state, without its misses),
+// "leased" (each holding a lease it does not spend, between two scheduled
+// refreshes: planned but quiet) or "dormant" (idle until they dropped
+// their lease state: what most of an instance's tenants are when it sees
+// many tenants now and then). A round makes no call in any. ns/tenant is
+// the round's cost per tenant.
 func BenchmarkTickColdCache(b *testing.B) {
 	for _, tenants := range []int{10_000, 64_000} {
-		for _, state := range []string{"held-back", "dormant"} {
+		for _, state := range []string{"held-back", "leased", "dormant"} {
 			b.Run(fmt.Sprintf("%s/%d", state, tenants), func(b *testing.B) {
-				s, _, clock := heldBack(b, tenants)
+				var s *Syncer
+				var clock *atomic.Int64
+				if state == "leased" {
+					s, clock = leased(b, tenants)
+				} else {
+					s, _, clock = heldBack(b, tenants)
+				}
 				ctx := context.Background()
 				if state == "dormant" {
 					// Idle past 16 half-lives of the demand, well within
@@ -92,24 +100,10 @@ func BenchmarkTickColdCache(b *testing.B) {
 // tracking n tenants whose next calls are all held back: each leased its
 // bucket dry, spent it and missed, tick after tick (the call budget's
 // window opened to all of them), until a tick made no call.
-func heldBack(b *testing.B, n int) (*Syncer, []*Tenant, *atomic.Int64) {
+func heldBack(b testing.TB, n int) (*Syncer, []*Tenant, *atomic.Int64) {
 	b.Helper()
-	clock := new(atomic.Int64)
-	clock.Store(time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
-	now := func() time.Time { return time.Unix(0, clock.Load()) }
-	view, err := memstore.New(memstore.WithClock(now)).Instance("me", time.Second)
-	if err != nil {
-		b.Fatal(err)
-	}
-	s := New(view, Options{Planner: NewPlanner(Config{Interval: 100 * time.Millisecond}, 1), Now: now})
+	s, all, clock := tracking(b, n, quota.Quota{Rate: 10, Burst: 10, MinLease: 1, MaxLease: 10, LeaseTTL: 10 * time.Second})
 	ctx := context.Background()
-	q := quota.Quota{Rate: 10, Burst: 10, MinLease: 1, MaxLease: 10, LeaseTTL: 10 * time.Second}
-	all := make([]*Tenant, n)
-	for i := range all {
-		if all[i], err = s.Track(fmt.Sprintf("tenant-%06d", i), q); err != nil {
-			b.Fatal(err)
-		}
-	}
 	calls := s.Stats().Calls
 	for i := 0; ; i++ {
 		if i == 400 {
@@ -135,6 +129,56 @@ func heldBack(b *testing.B, n int) (*Syncer, []*Tenant, *atomic.Int64) {
 	for _, t := range all {
 		if !t.Leased() {
 			b.Fatalf("%s never leased", t.Name())
+		}
+	}
+	return s, all, clock
+}
+
+// leased returns a Syncer on the in-process store, on a fake clock,
+// tracking n tenants that each hold a lease of 10 tokens from a bucket
+// of plenty, got for one miss, which they do not spend.
+func leased(b testing.TB, n int) (*Syncer, *atomic.Int64) {
+	b.Helper()
+	s, all, clock := tracking(b, n, quota.Quota{Rate: 1e6, Burst: 1e6, MinLease: 10, MaxLease: 10, LeaseTTL: 10 * time.Second})
+	for _, t := range all {
+		t.NoteMiss(1)
+	}
+	for i := 0; ; i++ {
+		if i == 400 {
+			b.Fatalf("tenants still without a lease after %d ticks", i)
+		}
+		clock.Add(int64(25 * time.Millisecond))
+		setWindow(s, 4*n)
+		s.Tick(context.Background())
+		held := 0
+		for _, t := range all {
+			if t.Held() > 0 {
+				held++
+			}
+		}
+		if held == n {
+			break
+		}
+	}
+	return s, clock
+}
+
+// tracking returns a Syncer on the in-process store, on a fake clock (the
+// third result), tracking n tenants of quota q.
+func tracking(b testing.TB, n int, q quota.Quota) (*Syncer, []*Tenant, *atomic.Int64) {
+	b.Helper()
+	clock := new(atomic.Int64)
+	clock.Store(time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	now := func() time.Time { return time.Unix(0, clock.Load()) }
+	view, err := memstore.New(memstore.WithClock(now)).Instance("me", time.Second)
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := New(view, Options{Planner: NewPlanner(Config{Interval: 100 * time.Millisecond}, 1), Now: now})
+	all := make([]*Tenant, n)
+	for i := range all {
+		if all[i], err = s.Track(fmt.Sprintf("tenant-%06d", i), q); err != nil {
+			b.Fatal(err)
 		}
 	}
 	return s, all, clock
