@@ -493,9 +493,10 @@ func (c *chunk) add(t *Tenant) bool {
 func (c *chunk) visit(ns int64, visit func(*Tenant)) {
 	ts := c.ts[:c.n]
 	for _, t := range ts {
-		// The Tenant's fields that every visit reads, on one or two cache
-		// lines (its 96 bytes start on a line or half-way through one).
-		q, _ := t.quietUntil.Load(), t.flags.Load()
+		// The Tenant's fields that every visit reads (its flags, quiet
+		// time and counter), on one or two cache lines: its 96 bytes
+		// start on a line or half-way through one.
+		q, _, _ := t.quietUntil.Load(), t.flags.Load(), t.tokens.Back()
 		if ns >= q {
 			// Not to be passed by without its lock (heldQuiet,
 			// dormantQuiet): a leased tenant's visit reads the first
