@@ -549,9 +549,14 @@ const dormantHalfLives = 16
 // which the next grant says again.
 func (p *Planner) Dormant(st *State, lim quota.Quota, now time.Time) bool {
 	ns := now.UnixNano()
-	idle := max(dormantHalfLives*p.cfg.HalfLife, lim.LeaseTTL)
 	return st.ledger.Total() == 0 && st.resv == nil && st.failures == 0 &&
-		ns >= st.at(st.notBefore) && ns-st.at(st.lastActive) >= int64(idle)
+		ns >= st.at(st.notBefore) && ns-st.at(st.lastActive) >= int64(p.dormantAfter(lim))
+}
+
+// dormantAfter is how long a tenant of quota lim must be idle before it
+// may go dormant (Dormant).
+func (p *Planner) dormantAfter(lim quota.Quota) time.Duration {
+	return max(dormantHalfLives*p.cfg.HalfLife, lim.LeaseTTL)
 }
 
 // Revive prepares st for a dormant tenant named name at time now: as Init

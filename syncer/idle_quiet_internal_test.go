@@ -1,0 +1,64 @@
+package syncer
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/leasequota/leasequota/quota"
+)
+
+// TestIdleTenantNotPlannedUntilDormant: a tenant seen once, whose lease
+// expired unspent and which keeps no lease (its demand gone), is left
+// alone by the rounds until it may go dormant, and then goes dormant as
+// before: at the first tick 16 half-lives of the demand after it was
+// last active. Planned at each of its scheduled refreshes, it was
+// planned about 60 times in between (every 100 ms interval).
+func TestIdleTenantNotPlannedUntilDormant(t *testing.T) {
+	s, all, clock := tracking(t, 1, quota.Quota{Rate: 100, Burst: 100, MinLease: 10, MaxLease: 10, LeaseTTL: 2 * time.Second})
+	tn := all[0]
+	ctx := context.Background()
+	tick := func() {
+		clock.Add(int64(25 * time.Millisecond))
+		s.Tick(ctx)
+	}
+	tn.NoteMiss(1)
+	for i := 0; !tn.Leased(); i++ {
+		if i == 100 {
+			t.Fatal("no lease after 100 ticks")
+		}
+		tick()
+	}
+	// The lease expires unspent (2 s), and goes back.
+	for i := 0; tn.Held() > 0; i++ {
+		if i == 200 {
+			t.Fatal("the lease has not expired after 5 s")
+		}
+		tick()
+	}
+	tick() // the plan that sees the ledger empty settles its quiet time
+	tn.mu.Lock()
+	dormantAt := tn.st().at(tn.st().lastActive) + int64(s.planner.dormantAfter(*tn.Limits()))
+	target := tn.st().target
+	tn.mu.Unlock()
+	if target != 0 {
+		t.Fatalf("target %d after the lease expired unspent, want 0: no lease to keep", target)
+	}
+	plans, requested := s.plans.Load(), s.Stats().Requested
+	for clock.Load()+int64(25*time.Millisecond) < dormantAt {
+		tick()
+		if tn.Dormant() {
+			t.Fatalf("dormant %v before its time", time.Duration(dormantAt-clock.Load()))
+		}
+	}
+	if n := s.plans.Load() - plans; n > 1 {
+		t.Errorf("planned %d times while idle before it may go dormant, want at most 1", n)
+	}
+	tick()
+	if !tn.Dormant() {
+		t.Fatalf("not dormant %v after its time", time.Duration(clock.Load()-dormantAt))
+	}
+	if n := s.Stats().Requested - requested; n != 0 {
+		t.Errorf("%d tokens asked for while idle, want none", n)
+	}
+}
