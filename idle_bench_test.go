@@ -2,7 +2,6 @@ package leasequota_test
 
 import (
 	"context"
-	"log/slog"
 	"strconv"
 	"syscall"
 	"testing"
@@ -28,11 +27,7 @@ func BenchmarkIdleTenantsCPU(b *testing.B) {
 	ctx := context.Background()
 	var leased, idle, dormant float64
 	for b.Loop() {
-		l, err := leasequota.NewWithStore(memstore.New(), leasequota.WithDefaultQuota(leasequota.Quota{Rate: 100, Burst: 100}),
-			leasequota.WithColdStartWait(0), leasequota.WithRedisTimeout(time.Second), leasequota.WithLogger(slog.New(slog.DiscardHandler)))
-		if err != nil {
-			b.Fatal(err)
-		}
+		l := manyTenantsLimiter(b, memstore.New(), leasequota.WithDefaultQuota(leasequota.Quota{Rate: 100, Burst: 100}))
 		buf := make([]byte, 0, 32)
 		for i := range tenants {
 			buf = strconv.AppendInt(append(buf[:0], "tenant-"...), int64(i), 10)

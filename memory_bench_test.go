@@ -53,15 +53,7 @@ func BenchmarkTenantMemory(b *testing.B) {
 	for b.Loop() {
 		store := &droppable{}
 		store.Drop()
-		// A 1s store timeout: with the default 50ms, the first leases of
-		// 100,000 tenants at once may time out on a loaded machine (on
-		// Redis they do: integration.TestManyTenantsColdStartOnHealthyRedis).
-		l, err := leasequota.NewWithStore(store, leasequota.WithDefaultQuota(q),
-			leasequota.WithColdStartWait(0), leasequota.WithRedisTimeout(time.Second), leasequota.WithLogger(slog.New(slog.DiscardHandler)),
-			leasequota.WithIdleTimeout(10*time.Minute))
-		if err != nil {
-			b.Fatal(err)
-		}
+		l := manyTenantsLimiter(b, store, leasequota.WithDefaultQuota(q), leasequota.WithIdleTimeout(10*time.Minute))
 		// Two waves of tenants; the second's growth is the measure, so that
 		// what the first wave made once (the syncer's reusable slices) does
 		// not count.
@@ -281,4 +273,21 @@ func waitDormant(b *testing.B, l *leasequota.Limiter) {
 		}
 		time.Sleep(100 * time.Millisecond) // polling interval; the deadline bounds the wait
 	}
+}
+
+// manyTenantsLimiter returns a Limiter on b for benchmarks that make
+// 100,000 tenants at once, each with one request: it waits for no first
+// lease (WithColdStartWait(0)), logs nothing, and gives each call to the
+// store a second (opts may say more). With the default 50ms, the first
+// leases of 100,000 tenants at once may time out on a loaded machine (on
+// Redis they do: integration.TestManyTenantsColdStartOnHealthyRedis).
+func manyTenantsLimiter(tb testing.TB, b leasequota.Backend, opts ...leasequota.Option) *leasequota.Limiter {
+	tb.Helper()
+	opts = append([]leasequota.Option{leasequota.WithColdStartWait(0), leasequota.WithRedisTimeout(time.Second),
+		leasequota.WithLogger(slog.New(slog.DiscardHandler))}, opts...)
+	l, err := leasequota.NewWithStore(b, opts...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return l
 }

@@ -171,7 +171,7 @@ func (s *Syncer) sleep(t *Tenant, now time.Time) {
 	t.restripe(1) // the counter is empty: only its slots' memory goes
 	t.dropUnobserved()
 	t.lease.Store(nil)
-	// Rounds pass it by until its idle check is due (dormantQuiet); after
+	// Rounds pass it by until its idle check is due (passBy); after
 	// the lease, so that a round that reads this sees no lease either.
 	t.quietUntil.Store(satAdd(t.idleSince, int64(s.opts.IdleTimeout)))
 }
@@ -185,7 +185,7 @@ func (s *Syncer) revive(t *Tenant, now time.Time) {
 	ls := &leaseState{}
 	s.planner.Revive(&ls.st, t.name, now, t.idleSince, t.flag(flagLeased))
 	// Its dormant idle check's time is no quiet time of the State it gets
-	// (heldQuiet): cleared before the lease is set.
+	// (passBy): cleared before the lease is set.
 	t.quietUntil.Store(0)
 	t.lease.Store(ls)
 }

@@ -1,7 +1,6 @@
 package syncer
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -17,18 +16,8 @@ import (
 func TestIdleTenantNotPlannedUntilDormant(t *testing.T) {
 	s, all, clock := tracking(t, 1, quota.Quota{Rate: 100, Burst: 100, MinLease: 10, MaxLease: 10, LeaseTTL: 2 * time.Second})
 	tn := all[0]
-	ctx := context.Background()
-	tick := func() {
-		clock.Add(int64(25 * time.Millisecond))
-		s.Tick(ctx)
-	}
-	tn.NoteMiss(1)
-	for i := 0; !tn.Leased(); i++ {
-		if i == 100 {
-			t.Fatal("no lease after 100 ticks")
-		}
-		tick()
-	}
+	tick := ticker(s, clock)
+	leaseFirst(t, tn, tick)
 	// The lease expires unspent (2 s), and goes back.
 	for i := 0; tn.Held() > 0; i++ {
 		if i == 200 {

@@ -139,20 +139,23 @@ func (s *Syncer) idleCheckDue(st *State) int64 {
 // (flagReread).
 func wantsPlan(f uint32) bool { return f&(flagRefunded|flagFailing|flagReread) != 0 }
 
-// heldQuiet reports, without t's lock, whether a round may pass t by at ns:
-// its last plan published a quiet time after ns (quietUntil), and no
-// refund or failure since asks for a plan. A tenant being planned
-// elsewhere at that moment (a refill) is one a round would skip anyway.
-func (s *Syncer) heldQuiet(t *Tenant, ns int64) bool {
-	return ns < t.quietUntil.Load() && !wantsPlan(t.flags.Load()) && t.lease.Load() != nil && t.tokens.Back() == 0
-}
-
-// dormantQuiet reports, without t's lock, whether a round may pass a
-// dormant t by at ns: its idle check is not due before the time it went
-// dormant with (sleep), and no request since has left it anything to plan
-// (wakes). A round used to take the lock of each dormant tenant to find
-// that out, tick after tick, for as long as the tenant was tracked (a
+// passBy reports, without t's lock, whether a round may pass t by at ns:
+// the time its last plan, or its going dormant, published (quietUntil) is
+// after ns, and no refund, failure or quota re-read since asks for a
+// plan. A leased tenant is then held back with nothing but misses to
+// observe, unless failed spends put tokens back (Back) for a plan to make
+// spendable; a dormant one (reported too) has its idle check still to
+// come (sleep), unless a request has since left it something to plan
+// (wakes). A tenant being planned elsewhere at that moment (a refill) is
+// one a round would skip anyway. A round used to take the lock of each
+// dormant tenant, tick after tick, for as long as it was tracked (a
 // minute of idleness by default).
-func (s *Syncer) dormantQuiet(t *Tenant, ns int64) bool {
-	return ns < t.quietUntil.Load() && t.lease.Load() == nil && !wantsPlan(t.flags.Load()) && !t.wakes()
+func (s *Syncer) passBy(t *Tenant, ns int64) (pass, dormant bool) {
+	if ns >= t.quietUntil.Load() || wantsPlan(t.flags.Load()) {
+		return false, false
+	}
+	if t.lease.Load() == nil {
+		return !t.wakes(), true
+	}
+	return t.tokens.Back() == 0, false
 }

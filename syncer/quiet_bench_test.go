@@ -164,8 +164,9 @@ func leased(b testing.TB, n int) (*Syncer, *atomic.Int64) {
 }
 
 // tracking returns a Syncer on the in-process store, on a fake clock (the
-// third result), tracking n tenants of quota q.
-func tracking(b testing.TB, n int, q quota.Quota) (*Syncer, []*Tenant, *atomic.Int64) {
+// third result), tracking n tenants of quota q; tune, if any, sets its
+// Options further.
+func tracking(b testing.TB, n int, q quota.Quota, tune ...func(*Options)) (*Syncer, []*Tenant, *atomic.Int64) {
 	b.Helper()
 	clock := new(atomic.Int64)
 	clock.Store(time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
@@ -174,7 +175,11 @@ func tracking(b testing.TB, n int, q quota.Quota) (*Syncer, []*Tenant, *atomic.I
 	if err != nil {
 		b.Fatal(err)
 	}
-	s := New(view, Options{Planner: NewPlanner(Config{Interval: 100 * time.Millisecond}, 1), Now: now})
+	opts := Options{Planner: NewPlanner(Config{Interval: 100 * time.Millisecond}, 1), Now: now}
+	for _, f := range tune {
+		f(&opts)
+	}
+	s := New(view, opts)
 	all := make([]*Tenant, n)
 	for i := range all {
 		if all[i], err = s.Track(fmt.Sprintf("tenant-%06d", i), q); err != nil {
@@ -182,4 +187,26 @@ func tracking(b testing.TB, n int, q quota.Quota) (*Syncer, []*Tenant, *atomic.I
 		}
 	}
 	return s, all, clock
+}
+
+// ticker returns a tick of s: the fake clock moves a quarter of the
+// interval on, and s ticks.
+func ticker(s *Syncer, clock *atomic.Int64) func() {
+	return func() {
+		clock.Add(int64(25 * time.Millisecond))
+		s.Tick(context.Background())
+	}
+}
+
+// leaseFirst has tn's first request miss a token, and ticks until tn has
+// leased.
+func leaseFirst(b testing.TB, tn *Tenant, tick func()) {
+	b.Helper()
+	tn.NoteMiss(1)
+	for i := 0; !tn.Leased(); i++ {
+		if i == 100 {
+			b.Fatal("no lease after 100 ticks")
+		}
+		tick()
+	}
 }

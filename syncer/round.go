@@ -86,16 +86,15 @@ func (s *Syncer) round(ctx context.Context, tenants iter.Seq[*Tenant], quotaChec
 		if t.flag(flagEvicted) {
 			return
 		}
-		// Held back, with nothing but misses to observe: passed by
-		// without its lock, unless the round must see every tenant's
-		// activity (MaxTenants) or re-read quotas.
-		if !quotaCheck && !track && s.heldQuiet(t, ns) {
-			leftAlone = true
-			return
-		}
-		// Dormant, with nothing to plan before its idle check: likewise.
-		if !quotaCheck && !track && s.dormantQuiet(t, ns) {
-			return
+		// Held back with nothing but misses to observe, or dormant with
+		// nothing to plan before its idle check: passed by without its
+		// lock, unless the round must see every tenant's activity
+		// (MaxTenants) or re-read quotas.
+		if !quotaCheck && !track {
+			if pass, dormant := s.passBy(t, ns); pass {
+				leftAlone = leftAlone || !dormant
+				return
+			}
 		}
 		if !t.mu.TryLock() {
 			locked++
@@ -498,8 +497,8 @@ func (c *chunk) visit(ns int64, visit func(*Tenant)) {
 		// start on a line or half-way through one.
 		q, _, _ := t.quietUntil.Load(), t.flags.Load(), t.tokens.Back()
 		if ns >= q {
-			// Not to be passed by without its lock (heldQuiet,
-			// dormantQuiet): a leased tenant's visit reads the first
+			// Not to be passed by without its lock (passBy): a
+			// leased tenant's visit reads the first
 			// fields of its State, on this field's cache line.
 			if ls := t.lease.Load(); ls != nil {
 				_ = ls.retryAt.Load()

@@ -84,7 +84,7 @@ type Tenant struct {
 	// the tenant by without its lock, 0 when it may not (quiet.go): its
 	// next call is held back until then, and a plan would only observe its
 	// misses; for a dormant tenant, when its idle check is due (sleep,
-	// dormantQuiet). Published by the syncer after each plan and when the
+	// passBy). Published by the syncer after each plan and when the
 	// tenant goes dormant, holding mu; cleared by UnspendWaited, whose
 	// tokens the next plan must take, and by revive.
 	quietUntil atomic.Int64
