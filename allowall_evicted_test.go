@@ -57,8 +57,14 @@ func TestAllowAllGivesBackToRetrackedTenant(t *testing.T) {
 		if st.Refunded != 0 {
 			t.Errorf("a denied AllowAll refunded %d tokens: its turn's token of a's new lease went back through the evicted entry", st.Refunded)
 		}
-		if !ok || info.Tokens != 10 {
-			t.Errorf("a holds %d tokens after the denied call (tracked %v), want its whole lease, 10", info.Tokens, ok)
+		// The token goes back into a's new lease. A plan that holds a's
+		// lock at that moment and has accounted for the spend leaves the
+		// lease a token more than its ledger, which the next plan
+		// forfeits (Syncer.CreditAt says why; about twice in 3,000 runs
+		// under the race detector): the token is then counted forfeited,
+		// never returned to Redis through the evicted entry.
+		if !ok || info.Tokens+st.Forfeited != 10 {
+			t.Errorf("a holds %d tokens after the denied call (tracked %v), %d forfeited; want its whole lease, 10, in both", info.Tokens, ok, st.Forfeited)
 		}
 	})
 }

@@ -376,9 +376,12 @@ lookup:
 // (Spend, whose count the caller takes back, or a turn's; front, clock
 // and plans read before the spend, front zero when not kept or unknown):
 // into the lease at once while its oldest grant is unchanged (no batch
-// left the ledger since the spend; if the syncer accounted for the spend
-// meanwhile, it forfeits the excess) and no drain (eviction, Close) has
-// begun (Tenant.UnspendAt), else through Refund's path
+// left the ledger since the spend) and no drain (eviction, Close) has
+// begun. Under e's lock when it is free (Syncer.CreditAt), so that what
+// a plan accounted as spent meanwhile goes back into the ledger too;
+// without it when a plan or a lease call holds it (Tenant.UnspendAt: if
+// that plan had accounted for the spend, the next one forfeits the
+// excess). Else through Refund's path
 // (Syncer.GiveBack: not counted in Stats.Refunded). With the oldest grant unknown (a rate share's tokens),
 // its change cannot be seen: they go back at once only if no plan ran
 // since the spend (Syncer.Unspend). A plan in between could have let
@@ -386,7 +389,7 @@ lookup:
 // past their lease (TestGiveBackOfAnUnknownGrant).
 func (l *Limiter) giveBack(e *syncer.Tenant, n int64, front lease.GrantID, clock int64, plans uint32) {
 	switch {
-	case front != 0 && e.UnspendAt(n, front):
+	case front != 0 && (l.sync.CreditAt(e, n, front) || e.UnspendAt(n, front)):
 	case front == 0 && l.sync.Unspend(e, n, plans):
 	default:
 		l.sync.GiveBack(e, n, front, clock)

@@ -189,6 +189,40 @@ func (s *Syncer) ForfeitRefund(n int64) {
 	}
 }
 
+// CreditAt puts n tokens spent from t's lease back into it, and reports
+// whether it did: only while t's lock is free (it is taken, never waited
+// for), front (not zero; Tenant.Front read before the spend) is still the
+// ledger's oldest grant, and t is not drained (evicted, or at Close). The
+// tokens then came from batches the ledger still holds, and what a plan
+// since the spend accounted as spent goes back to its oldest batch, which
+// expires no later than theirs: nothing is forfeited. (Given back without
+// the lock, Tenant.UnspendAt, tokens whose spend a plan had accounted for
+// were more than the ledger held, and the next plan forfeited them: a
+// denied AllowAll left a tenant's lease a token short,
+// TestCreditAtKeepsWhatAPlanAccounted.) When it reports false it gave
+// back nothing. A plan that holds the lock when the tokens come back may
+// have accounted for their spend already: a lock-free give-back then
+// still loses them to the next plan's forfeit, the bound kept.
+func (s *Syncer) CreditAt(t *Tenant, n int64, front lease.GrantID) bool {
+	if n <= 0 || front == 0 || !t.mu.TryLock() {
+		return false
+	}
+	defer s.unlock(t)
+	// A dormant tenant's ledger is empty: front left it.
+	ls := t.lease.Load()
+	if ls == nil || t.flag(flagEvicted) || s.closing() || ls.st.ledger.frontID() != front {
+		return false
+	}
+	level := t.credit(n)
+	// No more than the n given back: the counter may hold more than the
+	// ledger for other reasons (a lock-free give-back after a plan, a
+	// failed split spend's put-back after its batch expired), which the
+	// next plan forfeits; taken into the oldest batch, they lived on as
+	// its tokens (TestRefundKeepsNoExcess).
+	ls.st.ledger.credit(min(n, level-ls.st.ledger.Total()))
+	return true
+}
+
 // Refunded says what became of a refund.
 type Refunded uint8
 
@@ -254,25 +288,8 @@ func (s *Syncer) GiveBack(t *Tenant, n int64, front lease.GrantID, clock int64) 
 		s.forfeited.Add(n)
 		return RefundForfeited
 	}
-	if t.mu.TryLock() {
-		credited := false
-		// A dormant tenant's ledger is empty: front left it.
-		if ls := t.lease.Load(); ls != nil && !t.flag(flagEvicted) && !s.closing() && ls.st.ledger.frontID() == front {
-			level := t.credit(n)
-			// Spends the ledger accounted for already: give them back to
-			// its oldest batch, where the refunded tokens were spent from.
-			// No more than the n refunded: the counter may hold more than
-			// the ledger for other reasons (a give-back after a plan, a
-			// failed split spend's put-back after its batch expired),
-			// which the next plan forfeits; taken into the oldest batch,
-			// they lived on as its tokens (TestRefundKeepsNoExcess).
-			ls.st.ledger.credit(min(n, level-ls.st.ledger.Total()))
-			credited = true
-		}
-		s.unlock(t)
-		if credited {
-			return RefundCredited
-		}
+	if s.CreditAt(t, n, front) {
+		return RefundCredited
 	}
 	if age >= RefundHorizon || age < 0 {
 		// Redis could take front for a later grant (long leases, or an
