@@ -40,6 +40,7 @@ func (s *Syncer) admit(now time.Time, cands []job) (jobs, refused []job) {
 		want, grant int
 		granted     int    // grant as taken (walk counts grant down)
 		first       uint64 // the key of the node's first call refused
+		refused     int32  // the calls walk refused so far (job.ahead)
 	}
 	var rooms []room // one entry a node, usually one
 	at := func(name string) *room {
@@ -112,6 +113,8 @@ func (s *Syncer) admit(now time.Time, cands []job) (jobs, refused []job) {
 				jobs = append(jobs, j)
 			} else {
 				r.first = min(r.first, k)
+				j.ahead = r.refused
+				r.refused++
 				refused = append(refused, j)
 			}
 		}
@@ -126,11 +129,14 @@ func (s *Syncer) admit(now time.Time, cands []job) (jobs, refused []job) {
 		slices.Sort(late)
 		walk(late)
 	} else {
-		// Every place taken under the threshold: the rest are refused.
+		// Every place taken under the threshold: the rest are refused,
+		// unsorted (turnWait estimates how many are ahead of each).
 		for _, k := range late {
-			r := at(cands[uint32(k)].node)
+			j := cands[uint32(k)]
+			r := at(j.node)
 			r.first = min(r.first, k)
-			refused = append(refused, cands[uint32(k)])
+			j.ahead = -1
+			refused = append(refused, j)
 		}
 	}
 	for _, r := range rooms {
@@ -139,34 +145,46 @@ func (s *Syncer) admit(now time.Time, cands []job) (jobs, refused []job) {
 		}
 		// The node's next short round starts at its first call refused.
 		r.node.admitFrom = s.turn(cands[uint32(r.first)].t)
+		r.node.admitGranted = r.granted
 		r.node.admitPace = float64(r.granted) / float64(r.want)
 	}
 	return jobs, refused
 }
 
 // turnWait is how long t, whose call to node the last short round
-// refused, may wait before it is planned again and still be a candidate
-// when its turn comes: a third of the rounds that its distance from the
-// node's admitFrom, over the share of the node's calls a round admits
-// (admitPace), puts before its turn, in whole ticks, and at most its
-// lease TTL. Zero when no short round admitted anything: the next tick,
-// as before.
+// refused with ahead of the node's calls refused before it in the order
+// of turns (job.ahead), may wait before it is planned again and still be
+// a candidate when its turn comes: a third of the rounds those calls take
+// at the room that round gave (admitGranted), in whole ticks, and at most
+// its lease TTL. With ahead unknown (-1: refused past every place, not
+// put in order), the calls ahead are estimated from t's turn's distance
+// from the node's admitFrom, over the share of the node's calls the round
+// admitted (admitPace). Zero when no short round admitted anything: the
+// next tick, as before.
 //
 // Why: under a cut window a round plans thousands of calls for tens of
 // places, and planned them all again at the next tick, to refuse nearly
 // all of them again: at 32 x 2,000 the rounds took two fifths of
 // BenchmarkFleet's CPU, beside the Redis they share the cores with. A
-// third, not all, of the estimate: the share admitted is of the
-// candidates of one round, and the window may grow; a tenant planned
-// again at a third of its distance, then a third of the rest, is a
-// candidate well before its turn unless the room more than triples.
-func (s *Syncer) turnWait(t *Tenant, node *redisNode) time.Duration {
-	if node.admitPace <= 0 {
+// third, not all, of the estimate: the room a round gives may grow; a
+// tenant planned again at a third of its distance, then a third of the
+// rest, is a candidate well before its turn unless the room more than
+// triples. Why the count where it is known: turns are spread at random,
+// so a distance says how many calls are ahead only on average. For the
+// calls next in turn it said several rounds where none was ahead, and
+// when all of them waited, rounds admitted nobody
+// (TestTurnWaitKeepsTurns, 2,000 tenants and one place: two rounds in a
+// row empty).
+func (s *Syncer) turnWait(t *Tenant, node *redisNode, ahead int32) time.Duration {
+	if node.admitPace <= 0 || node.admitGranted <= 0 {
 		return 0
 	}
-	ahead := float64(s.turn(t)-node.admitFrom) / (1 << 32) // of the turns, those before t's
+	rounds := float64(ahead) / float64(node.admitGranted)
+	if ahead < 0 {
+		rounds = float64(s.turn(t)-node.admitFrom) / (1 << 32) / node.admitPace
+	}
 	tick := s.planner.Config().Interval / 4
-	ticks := math.Floor(ahead / node.admitPace / 3)
+	ticks := math.Floor(rounds / 3)
 	return min(time.Duration(ticks)*tick, t.Limits().LeaseTTL)
 }
 

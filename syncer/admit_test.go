@@ -158,7 +158,7 @@ func TestTurnWaitKeepsTurns(t *testing.T) {
 				admitted[j.t] = true
 			}
 			for _, j := range refused {
-				back[j.t] = r + 1 + int(s.turnWait(j.t, &s.one)/tick)
+				back[j.t] = r + 1 + int(s.turnWait(j.t, &s.one, j.ahead)/tick)
 			}
 		}
 		if len(admitted) != n {

@@ -53,10 +53,12 @@ type redisNode struct {
 	// nodeForget is forgotten (Syncer.forgetNodes).
 	used atomic.Int64
 	// admitFrom is the turn from which a round short of room on the node
-	// gives its calls room, and admitPace the share of the node's calls
-	// the last such round admitted (admit, turnWait). Owned by the loop.
-	admitFrom uint32
-	admitPace float64
+	// gives its calls room; admitGranted the room the last such round
+	// gave, and admitPace the share of the node's calls it admitted
+	// (admit, turnWait). Owned by the loop.
+	admitFrom    uint32
+	admitGranted int
+	admitPace    float64
 }
 
 // init prepares a node first seen at now.

@@ -34,6 +34,10 @@ type job struct {
 	// room in, and the group its call goes in (byNode).
 	node string
 	read bool // a quota re-read (Action.Read), which always goes
+	// ahead counts the calls to t's node that the round's admit refused
+	// before this one's, in the order of turns; -1 when admit refused it
+	// without putting it in that order (turnWait).
+	ahead int32
 }
 
 // Round plans every tenant that tenants yields, but those whose plan could
@@ -179,7 +183,7 @@ func (s *Syncer) round(ctx context.Context, tenants iter.Seq[*Tenant], quotaChec
 	defer clear(refused)
 	defer clear(jobs)
 	for _, j := range refused {
-		s.holdBack(j.t, now, s.turnWait(j.t, s.node(j.node)), j.cut)
+		s.holdBack(j.t, now, s.turnWait(j.t, s.node(j.node), j.ahead), j.cut)
 		s.rest(locate, j.t, now, &evict)
 	}
 	// A refill may be waiting for a lock the planning held (free when
