@@ -173,7 +173,7 @@ func (s *Syncer) sleep(t *Tenant, now time.Time) {
 	t.lease.Store(nil)
 	// Rounds pass it by until its idle check is due (passBy); after
 	// the lease, so that a round that reads this sees no lease either.
-	t.quietUntil.Store(satAdd(t.idleSince, int64(s.opts.IdleTimeout)))
+	t.quietUntil.Store(wakeable(satAdd(t.idleSince, int64(s.opts.IdleTimeout))))
 }
 
 // revive makes t's State anew, as for a tenant that leased before if t

@@ -51,3 +51,51 @@ func TestIdleTenantNotPlannedUntilDormant(t *testing.T) {
 		t.Errorf("%d tokens asked for while idle, want none", n)
 	}
 }
+
+// TestRoundPassesIdleTenantBy: a tenant that holds nothing and keeps no
+// lease publishes its quiet time marked as one a request ends (quietWakes),
+// and rounds pass it by without its lock until then (passBy); a request's
+// miss ends the pass-by at once, and the next tick plans the tenant and
+// leases for it. Without the mark, such a tenant was looked at under its
+// lock at every tick until it went dormant (BenchmarkIdleTenantsCPU's
+// cores-idle).
+func TestRoundPassesIdleTenantBy(t *testing.T) {
+	s, all, clock := tracking(t, 1, quota.Quota{Rate: 100, Burst: 100, MinLease: 10, MaxLease: 10, LeaseTTL: 2 * time.Second})
+	tn := all[0]
+	tick := ticker(s, clock)
+	leaseFirst(t, tn, tick)
+	for i := 0; tn.Held() > 0; i++ {
+		if i == 200 {
+			t.Fatal("the lease has not expired after 5 s")
+		}
+		tick()
+	}
+	tick() // the plan that sees the ledger empty settles its quiet time
+	q := tn.quietUntil.Load()
+	if q <= clock.Load() || q&quietWakes == 0 {
+		t.Fatalf("idle tenant's published quiet time %d (now %d), want a later one marked quietWakes", q, clock.Load())
+	}
+	if pass, dormant := s.passBy(tn, clock.Load()); !pass || dormant {
+		t.Fatalf("passBy = %v, %v for an idle tenant in its quiet time, want true, false", pass, dormant)
+	}
+	// Passed by: its lock, held here, is not asked for, and nothing moves.
+	tn.mu.Lock()
+	plans := s.plans.Load()
+	tick()
+	tn.mu.Unlock()
+	if s.plans.Load() != plans || tn.quietUntil.Load() != q {
+		t.Fatal("a round planned or changed an idle tenant it should have passed by")
+	}
+	// A request misses: the pass-by ends, and the next tick leases.
+	tn.NoteMiss(1)
+	if pass, _ := s.passBy(tn, clock.Load()); pass {
+		t.Fatal("passBy true for an idle tenant a request missed on")
+	}
+	requested := s.Stats().Requested
+	for i := 0; s.Stats().Requested == requested; i++ {
+		if i == 8 {
+			t.Fatal("no lease asked for within 8 ticks of a miss")
+		}
+		tick()
+	}
+}

@@ -113,17 +113,35 @@ func (s *Syncer) quiet(t *Tenant, now time.Time) bool {
 }
 
 // quietUntil is what t (locked) publishes after a plan for rounds to pass
-// it by without its lock (Tenant.quietUntil): while its next call is held
-// back, until the plan settled on (Planner.settle), and before half the
-// idle timeout has passed since its last activity, so that the idle check
-// needs no fresh plan. Zero otherwise: the locked check decides.
+// it by without its lock (Tenant.quietUntil): until the plan settled on
+// (Planner.settle), and before half the idle timeout has passed since its
+// last activity, so that the idle check needs no fresh plan. While its
+// next call is held back, whatever its requests miss; holding nothing,
+// with no token in its ledger, until a request misses or a token comes
+// (marked quietWakes: Tenant.wakes, which passBy asks). Zero otherwise:
+// the locked check decides.
 func (s *Syncer) quietUntil(t *Tenant) int64 {
 	st := t.st()
-	if st.flags&(flagQuiet|flagQuietHeld) != flagQuiet|flagQuietHeld {
+	if st.flags&flagQuiet == 0 {
 		return 0
 	}
-	return min(st.at(st.quiet), s.idleCheckDue(st))
+	until := min(st.at(st.quiet), s.idleCheckDue(st))
+	switch {
+	case st.flags&flagQuietHeld != 0:
+		return until &^ quietWakes
+	case st.ledger.Total() == 0:
+		return wakeable(until)
+	}
+	return 0 // quiet while its level stays at its ledger's, which only the lock reads
 }
+
+// quietWakes marks a published quiet time (Tenant.quietUntil) that ends
+// early when the tenant wakes (Tenant.wakes: a request missed, a refund,
+// a token in its counter): its lowest bit, a nanosecond of the time.
+const quietWakes = 1
+
+// wakeable marks until with quietWakes, no later than until.
+func wakeable(until int64) int64 { return (until - 1) | quietWakes }
 
 // idleCheckDue is when a tenant whose State is st must be planned again,
 // quiet or not, so that its idle check (idleOrKept) sees the activity its
@@ -142,20 +160,25 @@ func wantsPlan(f uint32) bool { return f&(flagRefunded|flagFailing|flagReread) !
 // passBy reports, without t's lock, whether a round may pass t by at ns:
 // the time its last plan, or its going dormant, published (quietUntil) is
 // after ns, and no refund, failure or quota re-read since asks for a
-// plan. A leased tenant is then held back with nothing but misses to
-// observe, unless failed spends put tokens back (Back) for a plan to make
-// spendable; a dormant one (reported too) has its idle check still to
-// come (sleep), unless a request has since left it something to plan
-// (wakes). A tenant being planned elsewhere at that moment (a refill) is
-// one a round would skip anyway. A round used to take the lock of each
-// dormant tenant, tick after tick, for as long as it was tracked (a
-// minute of idleness by default).
+// plan. A held-back tenant then has nothing but misses to observe, unless
+// failed spends put tokens back (Back) for a plan to make spendable; a
+// tenant that holds nothing, or a dormant one (reported too), has nothing
+// to plan before its quiet time ends unless a request has since left it
+// something (wakes). A tenant being planned elsewhere at that moment (a
+// refill) is one a round would skip anyway. A round used to take the
+// lock of each dormant tenant, tick after tick, for as long as it was
+// tracked (a minute of idleness by default), and of each idle one until
+// it went dormant.
 func (s *Syncer) passBy(t *Tenant, ns int64) (pass, dormant bool) {
-	if ns >= t.quietUntil.Load() || wantsPlan(t.flags.Load()) {
+	q := t.quietUntil.Load()
+	if ns >= q || wantsPlan(t.flags.Load()) {
 		return false, false
 	}
 	if t.lease.Load() == nil {
 		return !t.wakes(), true
+	}
+	if q&quietWakes != 0 {
+		return !t.wakes(), false
 	}
 	return t.tokens.Back() == 0, false
 }

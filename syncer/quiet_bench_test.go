@@ -44,19 +44,23 @@ func BenchmarkTickHeldBack(b *testing.B) {
 // benchmark writes 64 MiB, more than this machine's caches. The tenants
 // are "held-back" (BenchmarkTickHeldBack's state, without its misses),
 // "leased" (each holding a lease it does not spend, between two scheduled
-// refreshes: planned but quiet) or "dormant" (idle until they dropped
-// their lease state: what most of an instance's tenants are when it sees
-// many tenants now and then). A round makes no call in any. ns/tenant is
-// the round's cost per tenant.
+// refreshes: planned but quiet), "idle" (their leases expired unspent:
+// holding nothing, keeping no lease, not yet dormant) or "dormant" (idle
+// until they dropped their lease state: what most of an instance's
+// tenants are when it sees many tenants now and then). A round makes no
+// call in any. ns/tenant is the round's cost per tenant.
 func BenchmarkTickColdCache(b *testing.B) {
 	for _, tenants := range []int{10_000, 64_000} {
-		for _, state := range []string{"held-back", "leased", "dormant"} {
+		for _, state := range []string{"held-back", "leased", "idle", "dormant"} {
 			b.Run(fmt.Sprintf("%s/%d", state, tenants), func(b *testing.B) {
 				var s *Syncer
 				var clock *atomic.Int64
-				if state == "leased" {
+				switch state {
+				case "leased":
 					s, clock = leased(b, tenants)
-				} else {
+				case "idle":
+					s, clock = idle(b, tenants)
+				default:
 					s, _, clock = heldBack(b, tenants)
 				}
 				ctx := context.Background()
@@ -138,8 +142,41 @@ func heldBack(b testing.TB, n int) (*Syncer, []*Tenant, *atomic.Int64) {
 // tracking n tenants that each hold a lease of 10 tokens from a bucket
 // of plenty, got for one miss, which they do not spend.
 func leased(b testing.TB, n int) (*Syncer, *atomic.Int64) {
+	s, _, clock := leasedFor(b, n, 10*time.Second)
+	return s, clock
+}
+
+// idle returns a Syncer as leased does, whose tenants' leases (of 2 s)
+// have since expired unspent and gone back: they hold nothing and keep
+// no lease, and may not go dormant yet.
+func idle(b testing.TB, n int) (*Syncer, *atomic.Int64) {
 	b.Helper()
-	s, all, clock := tracking(b, n, quota.Quota{Rate: 1e6, Burst: 1e6, MinLease: 10, MaxLease: 10, LeaseTTL: 10 * time.Second})
+	s, all, clock := leasedFor(b, n, 2*time.Second)
+	for i := 0; ; i++ {
+		if i == 100 {
+			b.Fatalf("leases not expired after %d ticks", i)
+		}
+		clock.Add(int64(100 * time.Millisecond))
+		s.Tick(context.Background())
+		held := 0
+		for _, t := range all {
+			held += int(t.Held())
+		}
+		if held == 0 {
+			break
+		}
+	}
+	s.Tick(context.Background()) // the plans that see the ledgers empty
+	if d := s.Dormant(); d != 0 {
+		b.Fatalf("%d of %d idle tenants dormant", d, n)
+	}
+	return s, clock
+}
+
+// leasedFor is leased with leases of ttl, and returns the tenants too.
+func leasedFor(b testing.TB, n int, ttl time.Duration) (*Syncer, []*Tenant, *atomic.Int64) {
+	b.Helper()
+	s, all, clock := tracking(b, n, quota.Quota{Rate: 1e6, Burst: 1e6, MinLease: 10, MaxLease: 10, LeaseTTL: ttl})
 	for _, t := range all {
 		t.NoteMiss(1)
 	}
@@ -160,7 +197,7 @@ func leased(b testing.TB, n int) (*Syncer, *atomic.Int64) {
 			break
 		}
 	}
-	return s, clock
+	return s, all, clock
 }
 
 // tracking returns a Syncer on the in-process store, on a fake clock (the
