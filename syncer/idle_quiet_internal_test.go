@@ -99,3 +99,64 @@ func TestRoundPassesIdleTenantBy(t *testing.T) {
 		tick()
 	}
 }
+
+// TestUnspentLeaseNotPlannedUntilItExpires: a tenant seen once, which
+// holds its first lease unspent and keeps no lease (its demand gone), is
+// left alone by the rounds until the lease expires, and its tokens expire
+// at the same tick as before: the first at or after the lease's end. It
+// was planned at every scheduled refresh and at every tick of the renewal
+// horizon before the end, about 28 times in a 2 s lease. A spend in that
+// time ends the quiet: the next tick plans the tenant.
+func TestUnspentLeaseNotPlannedUntilItExpires(t *testing.T) {
+	s, all, clock := tracking(t, 2, quota.Quota{Rate: 100, Burst: 100, LeaseTTL: 2 * time.Second})
+	tick := ticker(s, clock)
+	for _, tn := range all {
+		leaseFirst(t, tn, tick)
+	}
+	tick() // the plans after the grants settle their quiet times
+	expiry := func(tn *Tenant) int64 {
+		tn.mu.Lock()
+		defer tn.mu.Unlock()
+		if tn.st().target != 0 {
+			t.Fatalf("target %d after one request, want 0: no lease to keep", tn.st().target)
+		}
+		at, ok := tn.st().ledger.NextExpiry(tn.Limits().LeaseTTL)
+		if !ok {
+			t.Fatal("no batch held after the first lease")
+		}
+		return at.UnixNano()
+	}
+	quiet, spent := all[0], all[1]
+	end := expiry(quiet)
+	if quiet.Held() == 0 || spent.Held() == 0 {
+		t.Fatalf("held %d and %d after the first leases, want a token each", quiet.Held(), spent.Held())
+	}
+	plans := s.plans.Load()
+	tick()
+	if n := s.plans.Load() - plans; n != 0 {
+		t.Fatalf("%d plans at the tick after the grants' plans, want none", n)
+	}
+	// A request spends the second tenant's token: the next tick plans it.
+	if ok, _ := spent.Spend(1); !ok {
+		t.Fatal("the spend failed")
+	}
+	plans = s.plans.Load()
+	tick()
+	if n := s.plans.Load() - plans; n != 1 {
+		t.Fatalf("%d plans at the tick after a spend, want 1: the spent tenant's", n)
+	}
+	plans = s.plans.Load()
+	for clock.Load()+int64(25*time.Millisecond) < end {
+		tick()
+		if quiet.Held() == 0 {
+			t.Fatalf("expired %v before the lease's end", time.Duration(end-clock.Load()))
+		}
+	}
+	if n := s.plans.Load() - plans; n > 1 {
+		t.Errorf("planned %d times while holding its unspent lease, want at most 1", n)
+	}
+	tick()
+	if quiet.Held() != 0 {
+		t.Fatalf("still holding %d tokens %v after the lease's end", quiet.Held(), time.Duration(clock.Load()-end))
+	}
+}

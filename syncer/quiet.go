@@ -53,7 +53,20 @@ func (p *Planner) settle(st *State, lim quota.Quota, ns int64, a Action) {
 		if p.reserves(st) {
 			return
 		}
-		until = min(until-int64(p.renewHorizon(lim)), st.at(st.next))
+		switch {
+		case st.target != 0:
+			until = min(until-int64(p.renewHorizon(lim)), st.at(st.next))
+		case st.ledger.Total() > 0:
+			// Holding tokens, and no lease to keep: its batches expire
+			// and go back unrenewed, and until the oldest does a plan
+			// could only observe that none of them was spent nor more
+			// asked for (a spend or a miss ends the quiet: Quiet).
+			// Planned at each scheduled refresh, and at each tick of the
+			// renewal horizon, an instance whose 100,000 tenants each
+			// held a first lease of a token spent about a core on them.
+		default:
+			until = st.at(st.next)
+		}
 		if st.target == 0 && st.ledger.Total() == 0 {
 			// Holding nothing, and no lease to keep: until the tenant
 			// may go dormant (Dormant), a plan could only observe that
