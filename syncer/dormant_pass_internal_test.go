@@ -29,7 +29,7 @@ func TestRoundPassesDormantTenantBy(t *testing.T) {
 		}
 		tick()
 	}
-	due := wakeable(tn.idleSince + int64(idle)) // a miss ends it
+	due := quietAt(tn.idleSince+int64(idle), 0) // a miss ends it
 	if got := tn.quietUntil.Load(); got != due {
 		t.Fatalf("dormant tenant's quiet time %d, want its idle check's %d", got, due)
 	}

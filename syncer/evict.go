@@ -173,7 +173,7 @@ func (s *Syncer) sleep(t *Tenant, now time.Time) {
 	t.lease.Store(nil)
 	// Rounds pass it by until its idle check is due (passBy); after
 	// the lease, so that a round that reads this sees no lease either.
-	t.quietUntil.Store(wakeable(satAdd(t.idleSince, int64(s.opts.IdleTimeout))))
+	t.quietUntil.Store(quietAt(satAdd(t.idleSince, int64(s.opts.IdleTimeout)), 0))
 }
 
 // revive makes t's State anew, as for a tenant that leased before if t
@@ -195,9 +195,19 @@ func (s *Syncer) revive(t *Tenant, now time.Time) {
 // (given back by a multi-tenant decision, to be forfeited: Syncer.planWith).
 // Misses taken back (a negative count: Action.Unobserved) are not
 // something to plan.
-func (t *Tenant) wakes() bool {
+func (t *Tenant) wakes() bool { return !t.stillAt(0) }
+
+// stillAt reports whether t's counter holds level tokens, none of them
+// put back by a failed spend (Back), no request has missed since its last
+// plan and no refund is queued: a quiet tenant that published level
+// (quietAt) has had nothing happen that a plan would see. (Its counter
+// only leaves the level by a spend, a give-back or a grant, and those
+// that leave it and come back clear the published time: UnspendWaited,
+// apply.)
+func (t *Tenant) stillAt(level int64) bool {
 	miss := t.miss.Load()
-	return t.flags.Load()&(flagUrgent|flagRefunded) != 0 || int32(miss) > 0 || miss>>32 != 0 || t.tokens.Load() != 0
+	return t.flags.Load()&(flagUrgent|flagRefunded) == 0 && int32(miss) <= 0 && miss>>32 == 0 &&
+		t.tokens.Back() == 0 && t.tokens.Load() == level
 }
 
 // Dormant reports whether t is dormant (see Tenant): holding no lease

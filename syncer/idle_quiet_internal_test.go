@@ -53,7 +53,7 @@ func TestIdleTenantNotPlannedUntilDormant(t *testing.T) {
 }
 
 // TestRoundPassesIdleTenantBy: a tenant that holds nothing and keeps no
-// lease publishes its quiet time marked as one a request ends (quietWakes),
+// lease publishes its quiet time with its level, 0 (quietAt), so a request ends it,
 // and rounds pass it by without its lock until then (passBy); a request's
 // miss ends the pass-by at once, and the next tick plans the tenant and
 // leases for it. Without the mark, such a tenant was looked at under its
@@ -72,8 +72,8 @@ func TestRoundPassesIdleTenantBy(t *testing.T) {
 	}
 	tick() // the plan that sees the ledger empty settles its quiet time
 	q := tn.quietUntil.Load()
-	if q <= clock.Load() || q&quietWakes == 0 {
-		t.Fatalf("idle tenant's published quiet time %d (now %d), want a later one marked quietWakes", q, clock.Load())
+	if q <= clock.Load() || q&quietLevels != 1 {
+		t.Fatalf("idle tenant's published quiet time %d (now %d), want a later one at level 0", q, clock.Load())
 	}
 	if pass, dormant := s.passBy(tn, clock.Load()); !pass || dormant {
 		t.Fatalf("passBy = %v, %v for an idle tenant in its quiet time, want true, false", pass, dormant)

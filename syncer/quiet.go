@@ -129,32 +129,37 @@ func (s *Syncer) quiet(t *Tenant, now time.Time) bool {
 // it by without its lock (Tenant.quietUntil): until the plan settled on
 // (Planner.settle), and before half the idle timeout has passed since its
 // last activity, so that the idle check needs no fresh plan. While its
-// next call is held back, whatever its requests miss; holding nothing,
-// with no token in its ledger, until a request misses or a token comes
-// (marked quietWakes: Tenant.wakes, which passBy asks). Zero otherwise:
-// the locked check decides.
+// next call is held back, it is quiet whatever its requests miss; else
+// while its counter holds what its ledger does, no request misses and
+// nothing is refunded (Planner.Quiet), which the published time carries
+// as the level (quietAt). Zero when the locked check must decide: a
+// ledger of quietLevels tokens or more.
 func (s *Syncer) quietUntil(t *Tenant) int64 {
 	st := t.st()
 	if st.flags&flagQuiet == 0 {
 		return 0
 	}
 	until := min(st.at(st.quiet), s.idleCheckDue(st))
-	switch {
-	case st.flags&flagQuietHeld != 0:
-		return until &^ quietWakes
-	case st.ledger.Total() == 0:
-		return wakeable(until)
+	if st.flags&flagQuietHeld != 0 {
+		return until &^ quietLevels
 	}
-	return 0 // quiet while its level stays at its ledger's, which only the lock reads
+	if total := st.ledger.Total(); total < quietLevels {
+		return quietAt(until, total)
+	}
+	return 0
 }
 
-// quietWakes marks a published quiet time (Tenant.quietUntil) that ends
-// early when the tenant wakes (Tenant.wakes: a request missed, a refund,
-// a token in its counter): its lowest bit, a nanosecond of the time.
-const quietWakes = 1
+// quietLevels masks the low bits of a published quiet time (Tenant.
+// quietUntil), which say what ends it early: 0, nothing but the time (a
+// held-back tenant); 1 + L, the tenant leaving level L (Tenant.stillAt):
+// a request that spends or misses, a refund, a token that comes. The time
+// loses those bits, rounded down: a quiet that ends up to 255 ns early.
+const quietLevels = 1<<8 - 1
 
-// wakeable marks until with quietWakes, no later than until.
-func wakeable(until int64) int64 { return (until - 1) | quietWakes }
+// quietAt is until, no later, carrying level (0 <= level < quietLevels).
+func quietAt(until, level int64) int64 {
+	return (until-quietLevels)&^quietLevels | (level + 1)
+}
 
 // idleCheckDue is when a tenant whose State is st must be planned again,
 // quiet or not, so that its idle check (idleOrKept) sees the activity its
@@ -174,14 +179,15 @@ func wantsPlan(f uint32) bool { return f&(flagRefunded|flagFailing|flagReread) !
 // the time its last plan, or its going dormant, published (quietUntil) is
 // after ns, and no refund, failure or quota re-read since asks for a
 // plan. A held-back tenant then has nothing but misses to observe, unless
-// failed spends put tokens back (Back) for a plan to make spendable; a
-// tenant that holds nothing, or a dormant one (reported too), has nothing
-// to plan before its quiet time ends unless a request has since left it
-// something (wakes). A tenant being planned elsewhere at that moment (a
+// failed spends put tokens back (Back) for a plan to make spendable; any
+// other has nothing to plan before its quiet time ends unless a request
+// has since spent or missed, or tokens came (stillAt the published
+// level); a dormant one (reported too) unless a request has since left
+// it something (wakes). A tenant being planned elsewhere at that moment (a
 // refill) is one a round would skip anyway. A round used to take the
 // lock of each dormant tenant, tick after tick, for as long as it was
-// tracked (a minute of idleness by default), and of each idle one until
-// it went dormant.
+// tracked (a minute of idleness by default), and of each tenant between
+// its scheduled refreshes.
 func (s *Syncer) passBy(t *Tenant, ns int64) (pass, dormant bool) {
 	q := t.quietUntil.Load()
 	if ns >= q || wantsPlan(t.flags.Load()) {
@@ -190,8 +196,8 @@ func (s *Syncer) passBy(t *Tenant, ns int64) (pass, dormant bool) {
 	if t.lease.Load() == nil {
 		return !t.wakes(), true
 	}
-	if q&quietWakes != 0 {
-		return !t.wakes(), false
+	if code := q & quietLevels; code != 0 {
+		return t.stillAt(code - 1), false
 	}
 	return t.tokens.Back() == 0, false
 }

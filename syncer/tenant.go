@@ -83,12 +83,13 @@ type Tenant struct {
 	// quietUntil is the unix nanoseconds before which a round may pass
 	// the tenant by without its lock, 0 when it may not (quiet.go): its
 	// next call is held back until then, and a plan would only observe its
-	// misses; or it holds nothing, and a plan would only observe that
-	// nothing was asked for; for a dormant tenant, when its idle check is
-	// due (sleep, passBy). The lowest bit (quietWakes) says whether a
-	// request's miss ends it early (wakes). Published by the syncer after
-	// each plan and when the tenant goes dormant, holding mu; cleared by
-	// UnspendWaited, whose tokens the next plan must take, and by revive.
+	// misses; or a plan would only observe that nothing was spent nor
+	// asked for; for a dormant tenant, when its idle check is due (sleep,
+	// passBy). Its low bits (quietLevels) say which: in the second and
+	// third, the level whose leaving ends it early (stillAt). Published by
+	// the syncer after each plan and when the tenant goes dormant, holding
+	// mu; cleared by UnspendWaited, whose tokens the next plan must take,
+	// by a grant (apply), and by revive.
 	quietUntil atomic.Int64
 
 	mu sync.Mutex // guards lease's State, the swap of lease, and idleSince; held across a lease call for this tenant
