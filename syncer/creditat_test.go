@@ -19,14 +19,8 @@ func TestCreditAtKeepsWhatAPlanAccounted(t *testing.T) {
 	for _, locked := range []bool{true, false} {
 		name := map[bool]string{true: "CreditAt", false: "UnspendAt"}[locked]
 		t.Run(name, func(t *testing.T) {
-			now, advance, _, mine, _ := MemstorePair(t)
-			s := New(mine, Options{Planner: NewPlanner(Config{Interval: 100 * time.Millisecond}, 1), Now: now, Driven: true, IdleTimeout: time.Hour})
-			defer s.Close()
-			q := quota.Quota{Rate: 0.001, Burst: 5, MinLease: 5, MaxLease: 5, LeaseTTL: 10 * time.Second} // the bucket dry after the lease: no top-up
-			tn, err := s.Track("x", q)
-			if err != nil {
-				t.Fatal(err)
-			}
+			// The bucket dry after the lease: no top-up.
+			s, tn, _, advance := drivenTenant(t, Config{Interval: 100 * time.Millisecond}, "x", quota.Quota{Rate: 0.001, Burst: 5, MinLease: 5, MaxLease: 5, LeaseTTL: 10 * time.Second})
 			ctx := context.Background()
 			refillNow(t, s, tn, 5)
 			front := tn.Front()
@@ -68,14 +62,7 @@ func TestCreditAtKeepsWhatAPlanAccounted(t *testing.T) {
 // TestCreditAtRefuses: CreditAt gives nothing back while the lock is
 // held, once the oldest grant has changed, or with no grant named.
 func TestCreditAtRefuses(t *testing.T) {
-	now, advance, _, mine, _ := MemstorePair(t)
-	s := New(mine, Options{Planner: NewPlanner(Config{Interval: 100 * time.Millisecond}, 1), Now: now, Driven: true, IdleTimeout: time.Hour})
-	defer s.Close()
-	q := quota.Quota{Rate: 0.001, Burst: 20, MinLease: 5, MaxLease: 5, LeaseTTL: time.Second}
-	tn, err := s.Track("x", q)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, tn, _, advance := drivenTenant(t, Config{Interval: 100 * time.Millisecond}, "x", quota.Quota{Rate: 0.001, Burst: 20, MinLease: 5, MaxLease: 5, LeaseTTL: time.Second})
 	refillNow(t, s, tn, 5) // A
 	front := tn.Front()
 	if ok, _ := tn.Spend(1); !ok {

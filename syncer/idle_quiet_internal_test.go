@@ -1,6 +1,7 @@
 package syncer
 
 import (
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,18 +15,7 @@ import (
 // last active. Planned at each of its scheduled refreshes, it was
 // planned about 60 times in between (every 100 ms interval).
 func TestIdleTenantNotPlannedUntilDormant(t *testing.T) {
-	s, all, clock := tracking(t, 1, quota.Quota{Rate: 100, Burst: 100, MinLease: 10, MaxLease: 10, LeaseTTL: 2 * time.Second})
-	tn := all[0]
-	tick := ticker(s, clock)
-	leaseFirst(t, tn, tick)
-	// The lease expires unspent (2 s), and goes back.
-	for i := 0; tn.Held() > 0; i++ {
-		if i == 200 {
-			t.Fatal("the lease has not expired after 5 s")
-		}
-		tick()
-	}
-	tick() // the plan that sees the ledger empty settles its quiet time
+	s, tn, clock, tick := idleAfterFirstLease(t)
 	tn.mu.Lock()
 	dormantAt := tn.st().at(tn.st().lastActive) + int64(s.planner.dormantAfter(*tn.Limits()))
 	target := tn.st().target
@@ -60,17 +50,7 @@ func TestIdleTenantNotPlannedUntilDormant(t *testing.T) {
 // lock at every tick until it went dormant (BenchmarkIdleTenantsCPU's
 // cores-idle).
 func TestRoundPassesIdleTenantBy(t *testing.T) {
-	s, all, clock := tracking(t, 1, quota.Quota{Rate: 100, Burst: 100, MinLease: 10, MaxLease: 10, LeaseTTL: 2 * time.Second})
-	tn := all[0]
-	tick := ticker(s, clock)
-	leaseFirst(t, tn, tick)
-	for i := 0; tn.Held() > 0; i++ {
-		if i == 200 {
-			t.Fatal("the lease has not expired after 5 s")
-		}
-		tick()
-	}
-	tick() // the plan that sees the ledger empty settles its quiet time
+	s, tn, clock, tick := idleAfterFirstLease(t)
 	q := tn.quietUntil.Load()
 	if q <= clock.Load() || q&quietLevels != 1 {
 		t.Fatalf("idle tenant's published quiet time %d (now %d), want a later one at level 0", q, clock.Load())
@@ -159,4 +139,25 @@ func TestUnspentLeaseNotPlannedUntilItExpires(t *testing.T) {
 	if quiet.Held() != 0 {
 		t.Fatalf("still holding %d tokens %v after the lease's end", quiet.Held(), time.Duration(clock.Load()-end))
 	}
+}
+
+// idleAfterFirstLease returns a Syncer on a fake clock (and a tick of it)
+// tracking one tenant that leased once, for one miss, and whose lease
+// then expired unspent (2 s) and went back: it holds nothing and keeps
+// no lease, and the plan that saw its ledger empty has settled its quiet
+// time.
+func idleAfterFirstLease(t *testing.T) (*Syncer, *Tenant, *atomic.Int64, func()) {
+	t.Helper()
+	s, all, clock := tracking(t, 1, quota.Quota{Rate: 100, Burst: 100, MinLease: 10, MaxLease: 10, LeaseTTL: 2 * time.Second})
+	tn := all[0]
+	tick := ticker(s, clock)
+	leaseFirst(t, tn, tick)
+	for i := 0; tn.Held() > 0; i++ {
+		if i == 200 {
+			t.Fatal("the lease has not expired after 5 s")
+		}
+		tick()
+	}
+	tick()
+	return s, tn, clock, tick
 }

@@ -48,15 +48,15 @@ func refillNow(t testing.TB, s *Syncer, tn *Tenant, need int64) {
 
 // drivenTenant returns a driven syncer on this instance's view of
 // MemstorePair's store, with a planner of cfg, closed when t ends, and
-// tenant tracked with q.
-func drivenTenant(t testing.TB, cfg Config, tenant string, q quota.Quota) (s *Syncer, tn *Tenant, now func() time.Time) {
+// tenant tracked with q; and the pair's clock and its advance.
+func drivenTenant(t testing.TB, cfg Config, tenant string, q quota.Quota) (s *Syncer, tn *Tenant, now func() time.Time, advance func(time.Duration)) {
 	t.Helper()
-	now, _, _, mine, _ := MemstorePair(t)
+	now, advance, _, mine, _ := MemstorePair(t)
 	s = New(mine, Options{Planner: NewPlanner(cfg, 1), Now: now, Driven: true})
 	t.Cleanup(s.Close)
 	tn, err := s.Track(tenant, q)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s, tn, now
+	return s, tn, now, advance
 }

@@ -17,14 +17,7 @@ import (
 // found none to forfeit, and tokens of the batch that had expired lived on
 // as the younger batch's, up to a lease lifetime past their own.
 func TestRefundKeepsNoExcess(t *testing.T) {
-	now, advance, _, mine, _ := MemstorePair(t)
-	s := New(mine, Options{Planner: NewPlanner(Config{Interval: 100 * time.Millisecond}, 1), Now: now, Driven: true, IdleTimeout: time.Hour})
-	defer s.Close()
-	q := quota.Quota{Rate: 0.001, Burst: 20, MinLease: 5, MaxLease: 5, LeaseTTL: time.Second}
-	tn, err := s.Track("x", q)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, tn, _, advance := drivenTenant(t, Config{Interval: 100 * time.Millisecond}, "x", quota.Quota{Rate: 0.001, Burst: 20, MinLease: 5, MaxLease: 5, LeaseTTL: time.Second})
 	ctx := context.Background()
 	refillNow(t, s, tn, 5) // A
 	advance(500 * time.Millisecond)

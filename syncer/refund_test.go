@@ -41,7 +41,7 @@ func queueRefund(t *testing.T, s *Syncer, tn *Tenant) {
 // although its last call found the bucket dry (it refills in 1,000 s): its
 // waiting requests need not wait for a round.
 func TestRefundReturnedComesBackWithTheRefill(t *testing.T) {
-	s, tn, _ := drivenTenant(t, Config{Interval: time.Minute}, "ip:a", quota.Quota{Rate: 0.001, Burst: 2, MinLease: 2, MaxLease: 2, LeaseTTL: 10 * time.Minute})
+	s, tn, _, _ := drivenTenant(t, Config{Interval: time.Minute}, "ip:a", quota.Quota{Rate: 0.001, Burst: 2, MinLease: 2, MaxLease: 2, LeaseTTL: 10 * time.Minute})
 	ctx := context.Background()
 	// A round meanwhile leaves the return queued for the tenant's next
 	// plan, which makes it before its acquire.

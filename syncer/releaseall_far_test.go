@@ -26,7 +26,7 @@ func TestReleaseAllWithAFarDeadline(t *testing.T) {
 		{"year 3000", func(time.Time) time.Time { return time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC) }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			s, tn, now := drivenTenant(t, Config{Interval: time.Minute}, "x", quota.Quota{Rate: 0.001, Burst: 10, MinLease: 4, MaxLease: 4, LeaseTTL: 10 * time.Minute})
+			s, tn, now, _ := drivenTenant(t, Config{Interval: time.Minute}, "x", quota.Quota{Rate: 0.001, Burst: 10, MinLease: 4, MaxLease: 4, LeaseTTL: 10 * time.Minute})
 			refillNow(t, s, tn, 4)
 			if tn.Held() != 4 {
 				t.Fatalf("x holds %d, want 4", tn.Held())

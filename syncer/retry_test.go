@@ -15,7 +15,7 @@ import (
 // grant or a call held back: the drip needs no call. Before, a failed
 // call published the backoff's end alone.
 func TestFailedCallRetryCountsReservedTokens(t *testing.T) {
-	s, tn, now := drivenTenant(t, Config{Interval: 100 * time.Millisecond, MinBackoff: time.Second, MaxBackoff: 2 * time.Second},
+	s, tn, now, _ := drivenTenant(t, Config{Interval: 100 * time.Millisecond, MinBackoff: time.Second, MaxBackoff: 2 * time.Second},
 		"a", quota.Quota{Rate: 10, Burst: 10, MinLease: 1, MaxLease: 1, LeaseTTL: 10 * time.Second})
 	ctx := context.Background()
 	refillNow(t, s, tn, 1)

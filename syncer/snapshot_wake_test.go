@@ -18,7 +18,7 @@ import (
 // goroutine takes snapshots in a loop while another takes the lock as a
 // refill does, for a second: each take must be quick.
 func TestSnapshotWakesRefills(t *testing.T) {
-	s, tn, _ := drivenTenant(t, Config{Interval: 100 * time.Millisecond}, "a",
+	s, tn, _, _ := drivenTenant(t, Config{Interval: 100 * time.Millisecond}, "a",
 		quota.Quota{Rate: 100, Burst: 100, MinLease: 1, MaxLease: 10, LeaseTTL: 2 * time.Second})
 	var stop atomic.Bool
 	var snaps atomic.Int64
