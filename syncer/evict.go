@@ -201,9 +201,11 @@ func (t *Tenant) wakes() bool { return !t.stillAt(0) }
 // put back by a failed spend (Back), no request has missed since its last
 // plan and no refund is queued: a quiet tenant that published level
 // (quietAt) has had nothing happen that a plan would see. (Its counter
-// only leaves the level by a spend, a give-back or a grant, and those
-// that leave it and come back clear the published time: UnspendWaited,
-// apply.)
+// only leaves the level by a spend, a give-back or a grant. A grant and
+// a lock-free give-back clear the published time (apply, UnspendWaited);
+// a spend given back under the lock (Syncer.CreditAt) leaves the counter
+// and the ledger as they were, or the counter a level the published one
+// is not.)
 func (t *Tenant) stillAt(level int64) bool {
 	miss := t.miss.Load()
 	return t.flags.Load()&(flagUrgent|flagRefunded) == 0 && int32(miss) <= 0 && miss>>32 == 0 &&

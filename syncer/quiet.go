@@ -31,7 +31,10 @@ import (
 // expires, whichever is first. Otherwise it is quiet until the scheduled
 // refresh, or until the oldest batch counts as expiring (renewHorizon
 // before it expires), but only while no token is spent nor asked for
-// (Quiet): a demand that moved moves the target.
+// (Quiet): a demand that moved moves the target. A tenant that keeps no
+// lease (target 0) has no refresh to wait for: holding tokens, it is
+// quiet until its oldest batch expires; holding none, until it may go
+// dormant.
 //
 // A plan with a reservation or a rate share in force, a failure, or
 // anything to carry out is never quiet: those paths keep their every-tick
@@ -56,16 +59,17 @@ func (p *Planner) settle(st *State, lim quota.Quota, ns int64, a Action) {
 		switch {
 		case st.target != 0:
 			until = min(until-int64(p.renewHorizon(lim)), st.at(st.next))
-		case st.ledger.Total() > 0:
-			// Holding tokens, and no lease to keep: its batches expire
-			// and go back unrenewed, and until the oldest does a plan
-			// could only observe that none of them was spent nor more
-			// asked for (a spend or a miss ends the quiet: Quiet).
-			// Planned at each scheduled refresh, and at each tick of the
-			// renewal horizon, an instance whose 100,000 tenants each
-			// held a first lease of a token spent about a core on them.
+		case st.ledger.Total() == 0:
+			until = st.at(st.next) // and past it below
 		default:
-			until = st.at(st.next)
+			// Holding tokens, and no lease to keep: its batches expire
+			// and go back unrenewed, so until stays at the oldest one's
+			// expiry, before which a plan could only observe that none
+			// of them was spent nor more asked for (a spend or a miss
+			// ends the quiet: Quiet). Planned at each scheduled refresh,
+			// and at each tick of the renewal horizon, an instance whose
+			// 100,000 tenants each held a first lease of a token spent
+			// about a core on them.
 		}
 		if st.target == 0 && st.ledger.Total() == 0 {
 			// Holding nothing, and no lease to keep: until the tenant
