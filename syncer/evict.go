@@ -201,11 +201,13 @@ func (t *Tenant) wakes() bool { return !t.stillAt(0) }
 // put back by a failed spend (Back), no request has missed since its last
 // plan and no refund is queued: a quiet tenant that published level
 // (quietAt) has had nothing happen that a plan would see. (Its counter
-// only leaves the level by a spend, a give-back or a grant. A grant and
-// a lock-free give-back clear the published time (apply, UnspendWaited);
-// a spend given back under the lock (Syncer.CreditAt) leaves the counter
-// and the ledger as they were, or the counter a level the published one
-// is not.)
+// only leaves the level by a spend, a give-back or a grant. A grant
+// follows a plan that made a call, which published no quiet time, and
+// the tenant stays locked until the grant is applied; a lock-free
+// give-back clears the published time (UnspendWaited); a spend given
+// back under the lock (Syncer.CreditAt) leaves the counter and the
+// ledger as they were, or the counter at a level the published one is
+// not.)
 func (t *Tenant) stillAt(level int64) bool {
 	miss := t.miss.Load()
 	return t.flags.Load()&(flagUrgent|flagRefunded) == 0 && int32(miss) <= 0 && miss>>32 == 0 &&

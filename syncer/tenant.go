@@ -89,7 +89,7 @@ type Tenant struct {
 	// third, the level whose leaving ends it early (stillAt). Published by
 	// the syncer after each plan and when the tenant goes dormant, holding
 	// mu; cleared by UnspendWaited, whose tokens the next plan must take,
-	// by a grant (apply), and by revive.
+	// by a quota change (requota), and by revive.
 	quietUntil atomic.Int64
 
 	mu sync.Mutex // guards lease's State, the swap of lease, and idleSince; held across a lease call for this tenant
