@@ -19,7 +19,7 @@ import (
 func TestRoundPassesDormantTenantBy(t *testing.T) {
 	const idle = 20 * time.Second
 	s, all, clock := tracking(t, 1, quota.Quota{Rate: 100, Burst: 100, MinLease: 1, MaxLease: 10, LeaseTTL: time.Second},
-		func(o *Options) { o.IdleTimeout = idle })
+		drivenMode, func(o *Options) { o.IdleTimeout = idle })
 	tn := all[0]
 	tick := ticker(s, clock)
 	leaseFirst(t, tn, tick)

@@ -88,7 +88,7 @@ func TestRoundPassesIdleTenantBy(t *testing.T) {
 // horizon before the end, about 28 times in a 2 s lease. A spend in that
 // time ends the quiet: the next tick plans the tenant.
 func TestUnspentLeaseNotPlannedUntilItExpires(t *testing.T) {
-	s, all, clock := tracking(t, 2, quota.Quota{Rate: 100, Burst: 100, LeaseTTL: 2 * time.Second})
+	s, all, clock := tracking(t, 2, quota.Quota{Rate: 100, Burst: 100, LeaseTTL: 2 * time.Second}, drivenMode)
 	tick := ticker(s, clock)
 	for _, tn := range all {
 		leaseFirst(t, tn, tick)
@@ -148,7 +148,7 @@ func TestUnspentLeaseNotPlannedUntilItExpires(t *testing.T) {
 // time.
 func idleAfterFirstLease(t *testing.T) (*Syncer, *Tenant, *atomic.Int64, func()) {
 	t.Helper()
-	s, all, clock := tracking(t, 1, quota.Quota{Rate: 100, Burst: 100, MinLease: 10, MaxLease: 10, LeaseTTL: 2 * time.Second})
+	s, all, clock := tracking(t, 1, quota.Quota{Rate: 100, Burst: 100, MinLease: 10, MaxLease: 10, LeaseTTL: 2 * time.Second}, drivenMode)
 	tn := all[0]
 	tick := ticker(s, clock)
 	leaseFirst(t, tn, tick)

@@ -13,7 +13,7 @@ import (
 // at once, and the next tick plans the tenant. It was looked at under
 // its lock at every tick (BenchmarkTickColdCache's leased state).
 func TestRoundPassesLeasedTenantBy(t *testing.T) {
-	s, all, clock := leasedFor(t, 3, 10*time.Second)
+	s, all, clock := leasedFor(t, 3, 10*time.Second, drivenMode)
 	tick := ticker(s, clock)
 	// The plans after the grants settle their quiet times; the one at a
 	// scheduled refresh may not be quiet (due again at once).
