@@ -145,8 +145,7 @@ func (s *Syncer) admit(now time.Time, cands []job) (jobs, refused []job) {
 		}
 		// The node's next short round starts at its first call refused.
 		r.node.admitFrom = s.turn(cands[uint32(r.first)].t)
-		r.node.admitGranted = r.granted
-		r.node.admitPace = float64(r.granted) / float64(r.want)
+		r.node.admitGranted, r.node.admitWanted = r.granted, r.want
 	}
 	return jobs, refused
 }
@@ -158,9 +157,9 @@ func (s *Syncer) admit(now time.Time, cands []job) (jobs, refused []job) {
 // at the room that round gave (admitGranted), in whole ticks, and at most
 // its lease TTL. With ahead unknown (-1: refused past every place, not
 // put in order), the calls ahead are estimated from t's turn's distance
-// from the node's admitFrom, over the share of the node's calls the round
-// admitted (admitPace). Zero when no short round admitted anything: the
-// next tick, as before.
+// from the node's admitFrom, as that share of the calls the round had
+// (admitWanted). Zero when no short round admitted anything: the next
+// tick, as before.
 //
 // Why: under a cut window a round plans thousands of calls for tens of
 // places, and planned them all again at the next tick, to refuse nearly
@@ -176,15 +175,15 @@ func (s *Syncer) admit(now time.Time, cands []job) (jobs, refused []job) {
 // (TestTurnWaitKeepsTurns, 2,000 tenants and one place: two rounds in a
 // row empty).
 func (s *Syncer) turnWait(t *Tenant, node *redisNode, ahead int32) time.Duration {
-	if node.admitPace <= 0 || node.admitGranted <= 0 {
+	if node.admitGranted <= 0 {
 		return 0
 	}
-	rounds := float64(ahead) / float64(node.admitGranted)
+	calls := float64(ahead)
 	if ahead < 0 {
-		rounds = float64(s.turn(t)-node.admitFrom) / (1 << 32) / node.admitPace
+		calls = float64(s.turn(t)-node.admitFrom) / (1 << 32) * float64(node.admitWanted)
 	}
 	tick := s.planner.Config().Interval / 4
-	ticks := math.Floor(rounds / 3)
+	ticks := math.Floor(calls / float64(node.admitGranted) / 3)
 	return min(time.Duration(ticks)*tick, t.Limits().LeaseTTL)
 }
 

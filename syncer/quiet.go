@@ -60,7 +60,14 @@ func (p *Planner) settle(st *State, lim quota.Quota, ns int64, a Action) {
 		case st.target != 0:
 			until = min(until-int64(p.renewHorizon(lim)), st.at(st.next))
 		case st.ledger.Total() == 0:
-			until = st.at(st.next) // and past it below
+			// Holding nothing, and no lease to keep: until the tenant
+			// may go dormant (Dormant), a plan could only observe that
+			// nothing was asked for, whatever its scheduled refreshes
+			// (a request that misses makes it urgent, and not quiet).
+			// Planned at each of them, an instance that had seen
+			// 100,000 tenants once spent about three quarters of a core
+			// on them until they went dormant.
+			until = max(st.at(st.next), st.at(st.lastActive)+int64(p.dormantAfter(lim)))
 		default:
 			// Holding tokens, and no lease to keep: its batches expire
 			// and go back unrenewed, so until stays at the oldest one's
@@ -70,16 +77,6 @@ func (p *Planner) settle(st *State, lim quota.Quota, ns int64, a Action) {
 			// and at each tick of the renewal horizon, an instance whose
 			// 100,000 tenants each held a first lease of a token spent
 			// about a core on them.
-		}
-		if st.target == 0 && st.ledger.Total() == 0 {
-			// Holding nothing, and no lease to keep: until the tenant
-			// may go dormant (Dormant), a plan could only observe that
-			// nothing was asked for, whatever its scheduled refreshes
-			// (a request that misses makes it urgent, and not quiet).
-			// Planned at each of them, an instance that had seen
-			// 100,000 tenants once spent about three quarters of a core
-			// on them until they went dormant.
-			until = max(until, st.at(st.lastActive)+int64(p.dormantAfter(lim)))
 		}
 	}
 	if until <= ns || until-ns > int64(24*time.Hour) {
@@ -184,11 +181,11 @@ func wantsPlan(f uint32) bool { return f&(flagRefunded|flagFailing|flagReread) !
 // after ns, and no refund, failure or quota re-read since asks for a
 // plan. A held-back tenant then has nothing but misses to observe, unless
 // failed spends put tokens back (Back) for a plan to make spendable; any
-// other has nothing to plan before its quiet time ends unless a request
-// has since spent or missed, or tokens came (stillAt the published
-// level); a dormant one (reported too) unless a request has since left
-// it something (wakes). A tenant being planned elsewhere at that moment (a
-// refill) is one a round would skip anyway. A round used to take the
+// other, a dormant one (reported too) at level 0 among them, has nothing
+// to plan before its quiet time ends unless a request has since spent or
+// missed, or tokens came (stillAt the published level). A tenant being
+// planned elsewhere at that moment (a refill) is one a round would skip
+// anyway. A round used to take the
 // lock of each dormant tenant, tick after tick, for as long as it was
 // tracked (a minute of idleness by default), and of each tenant between
 // its scheduled refreshes.
@@ -197,11 +194,9 @@ func (s *Syncer) passBy(t *Tenant, ns int64) (pass, dormant bool) {
 	if ns >= q || wantsPlan(t.flags.Load()) {
 		return false, false
 	}
-	if t.lease.Load() == nil {
-		return !t.wakes(), true
-	}
+	dormant = t.lease.Load() == nil
 	if code := q & quietLevels; code != 0 {
-		return t.stillAt(code - 1), false
+		return t.stillAt(code - 1), dormant
 	}
-	return t.tokens.Back() == 0, false
+	return !dormant && t.tokens.Back() == 0, dormant // held back
 }

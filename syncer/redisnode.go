@@ -54,11 +54,10 @@ type redisNode struct {
 	used atomic.Int64
 	// admitFrom is the turn from which a round short of room on the node
 	// gives its calls room; admitGranted the room the last such round
-	// gave, and admitPace the share of the node's calls it admitted
-	// (admit, turnWait). Owned by the loop.
-	admitFrom    uint32
-	admitGranted int
-	admitPace    float64
+	// gave, and admitWanted the calls it had for the node (admit,
+	// turnWait). Owned by the loop.
+	admitFrom                 uint32
+	admitGranted, admitWanted int
 }
 
 // init prepares a node first seen at now.
