@@ -716,9 +716,16 @@ func bucketLevels(t *testing.T, c *redistest.Cluster, prefix string, names []str
 	t.Helper()
 	cl := redis.NewClusterClient(c.ClientOptions())
 	defer cl.Close()
-	lc, err := lease.NewClient(cl, prefix)
+	return bucketLevelsOn(t, cl, prefix, names, quota)
+}
+
+// bucketLevelsOn is bucketLevels through the client s (a standalone or a
+// cluster client).
+func bucketLevelsOn(tb testing.TB, s lease.Scripter, prefix string, names []string, quota func(int) leasequota.Quota) float64 {
+	tb.Helper()
+	lc, err := lease.NewClient(s, prefix)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	reqs := make([]lease.Request, len(names))
 	for i, n := range names {
@@ -727,12 +734,12 @@ func bucketLevels(t *testing.T, c *redistest.Cluster, prefix string, names []str
 	}
 	res, err := lc.AcquireMany(context.Background(), reqs, nil)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	var total float64
 	for _, r := range res {
 		if r.Err != nil {
-			t.Fatal(r.Err)
+			tb.Fatal(r.Err)
 		}
 		total += r.Grant.Tokens
 	}

@@ -92,7 +92,10 @@ var fleetOffered = flag.Float64("fleet.offered", fleetOver,
 // by what they asked for (tokens only, a rate share, a share's end).
 // With -v it logs the utilization of each tenth of the tenants in the
 // order the load asks for them, which -fleet.rotate makes differ between
-// instances.
+// instances, and where the bound went: admitted, held by the limiters
+// when the load ended, left in the buckets then (read with want-0
+// acquires), and the rest (refill before a bucket's first call or
+// spilled while it was full, tokens expired or forfeited).
 // One op is one full run of both; run it with -benchtime 1x. It fails
 // if a tenant admitted more than Burst + Rate*elapsed, elapsed being on
 // the Redis clock from before the first decision to after the last.
@@ -213,6 +216,7 @@ type fleetMetrics struct {
 	granted, returned         int64
 	forfeited, expired, held  int64
 	overBound                 int
+	left, bound               float64     // tokens left in the buckets at the end, Σ(Burst + Rate·elapsed)
 	steady                    fleetSteady // summed over the runs
 }
 
@@ -241,6 +245,8 @@ func (m *fleetMetrics) add(s fleetShape, r *fleetResult, rr *redisRateResult) {
 	m.forfeited += r.stats.Forfeited
 	m.expired += r.stats.Expired
 	m.held += r.held
+	m.left += r.left
+	m.bound += r.bound() * float64(s.tenants)
 	m.overBound += len(r.overBound)
 	m.steady.redisCPU += r.steady.redisCPU
 	m.steady.evalsha += r.steady.evalsha
@@ -332,6 +338,16 @@ func (m *fleetMetrics) report(b *testing.B) {
 	b.Logf("leasequota's utilization by tenth of the tenants, in the order the load asks for them: %s", strings.Join(tenths, " "))
 	b.Logf("leasequota's granted tokens: %d granted, %d admitted, %d expired unspent; given back (expiry, eviction, Close): %d credited, %d forfeited; %d held unspent at the end",
 		m.granted, m.lqAdmitted, m.expired, m.returned, m.forfeited, m.held)
+	if m.bound > 0 {
+		// The rest is refill no instance received: before a bucket's
+		// first call, spilled while it was full, taken by calls whose
+		// replies were lost, and tokens that expired or were forfeited.
+		// (Held counts reserved and rate-share tokens still to come,
+		// which the buckets make after the end: the rest is a floor.)
+		adm, held := float64(m.lqAdmitted), float64(m.held)
+		b.Logf("where Σ(Burst + Rate·elapsed) = %.0f went: admitted %.1f%%, held by the limiters at the end %.1f%%, left in the buckets at the end %.1f%%, the rest %.1f%%",
+			m.bound, 100*adm/m.bound, 100*held/m.bound, 100*m.left/m.bound, 100*(m.bound-adm-held-m.left)/m.bound)
+	}
 	b.Logf("leasequota: %d admitted, Redis CPU %v, %d EVALSHA; redis_rate: %d decisions, Redis CPU %v",
 		m.lqAdmitted, m.lqCPU, m.evalsha, m.rrDecisions, m.rrCPU)
 }

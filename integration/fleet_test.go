@@ -237,6 +237,9 @@ type fleetResult struct {
 	// held is the leased tokens the limiters held unspent when the load
 	// ended: debited from the buckets, never admitted.
 	held int64
+	// left is the tokens still in the global buckets when the load ended
+	// (read after held, with want-0 acquires): refill no lease took.
+	left float64
 	// steady is the part of the run after its warm-up (runFleet's
 	// warmup; zero without one).
 	steady fleetSteady
@@ -481,6 +484,7 @@ func runFleet(tb testing.TB, srv *redistest.Server, s fleetShape, d time.Duratio
 	}
 	ended := time.Now()
 	end := redisTime(tb, admin)
+	left := bucketLevelsOn(tb, admin, prefix, names, func(int) leasequota.Quota { return fleetQuota })
 	res := fleetResult{
 		load:     load,
 		elapsed:  end.Sub(start),
@@ -505,6 +509,7 @@ func runFleet(tb testing.TB, srv *redistest.Server, s fleetShape, d time.Duratio
 	}
 	res.sharesInForce = sharesRecorded(ctx, admin, prefix, names)
 	res.held = held
+	res.left = left
 	for _, l := range lims {
 		st := l.Stats()
 		res.stats.Calls += st.Calls
