@@ -878,7 +878,7 @@ func (in *simInstance) startLimiter(restarts int) {
 	// takes queued refills and urgent tenants every millisecond, as Run
 	// would at once.
 	lane := laneLoop + in.id
-	phase := s.align(time.Now().Add(time.Duration(in.id*7919+restarts*104729)+time.Microsecond), lane).Sub(time.Now())
+	phase := time.Until(s.align(time.Now().Add(time.Duration(in.id*7919+restarts*104729)+time.Microsecond), lane))
 	go in.loop(l, lane, phase, max(s.interval/4, time.Millisecond), in.stop, in.done)
 }
 

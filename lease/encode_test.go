@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"context"
 	"math"
 	"reflect"
 	"strconv"
@@ -117,7 +118,7 @@ func TestEncoderSendsWhatPlainFormattingSends(t *testing.T) {
 				t.Errorf("instance %q, batch %d, call %d:\n got %#v\nwant %#v", c.instance, c.batch, k, got[k].cmd, want[k].cmd)
 			}
 			// What go-redis sends for it: the same command.
-			if g, w := redis.NewCmd(nil, got[k].cmd...).String(), redis.NewCmd(nil, want[k].cmd...).String(); g != w {
+			if g, w := redis.NewCmd(context.Background(), got[k].cmd...).String(), redis.NewCmd(context.Background(), want[k].cmd...).String(); g != w {
 				t.Errorf("call %d sends %q, want %q", k, g, w)
 			}
 		}

@@ -47,9 +47,11 @@ func (l Limits) Validate() error {
 // own (Validate in ErrBadRequest, package quota in its ErrInvalid).
 func (l Limits) Check() error {
 	if math.IsNaN(l.Rate) || math.IsInf(l.Rate, 0) || l.Rate <= 0 || l.Rate > MaxRate {
+		//lint:ignore ST1005 the message starts with the field's name, as callers print it after their prefix
 		return fmt.Errorf("Rate is %v, want a finite number in (0, %g]", l.Rate, float64(MaxRate))
 	}
 	if l.Burst < 1 || l.Burst > MaxBurst {
+		//lint:ignore ST1005 the message starts with the field's name, as callers print it after their prefix
 		return fmt.Errorf("Burst is %d, want 1..%d", l.Burst, int64(MaxBurst))
 	}
 	return nil

@@ -189,13 +189,6 @@ func run(t *testing.T, s shape) outcome {
 	return o
 }
 
-func sum(xs []float64) (s float64) {
-	for _, x := range xs {
-		s += x
-	}
-	return s
-}
-
 // plan is one script call of an instance for a tenant, at its scheduled
 // time, and sets its next: it returns the tokens issued by the call (taken
 // from the bucket).
