@@ -177,9 +177,6 @@ func waterfill(rate float64, demands []float64) (level, total float64) {
 	return level, total
 }
 
-// forget is the bucket, and the summary in it, expiring.
-func (r *confRegistry) forget() { r.sum = nil }
-
 // acquire is the registry's part of an acquire by instance id (window
 // ms) at time at that saw level x and would grant granted: the instances
 // counted, the share, and the grant after the credit cap. The shares come

@@ -97,20 +97,6 @@ func (p *stallProbe) worst(from, to time.Time) time.Duration {
 	return w
 }
 
-// stalled returns the stalls' total lateness in [from, to], each stall
-// counted from its start.
-func (p *stallProbe) stalled(from, to time.Time) time.Duration {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	var sum time.Duration
-	for _, s := range p.stalls {
-		if !s.at.Before(from) && s.at.Before(to) {
-			sum += s.late
-		}
-	}
-	return sum
-}
-
 // delivered returns the share of the run in which this process could run
 // when it wanted to: 1 less the stalls' total lateness over the time the
 // probe ran (so far), at least 0.1. On a quiet machine it is near 1; with

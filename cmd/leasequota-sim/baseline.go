@@ -61,7 +61,6 @@ func runBaseline(ctx context.Context, cfg Config, w *workload, be *backend, pref
 		ch      chan int
 		offered int64
 		shed    int64
-		lat     []time.Duration
 	}
 	insts := make([]*inst, n)
 	for i := range insts {
