@@ -39,7 +39,7 @@ func benchServe(b *testing.B, h http.Handler) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
-		clear(rec.HeaderMap)
+		clear(rec.Header())
 		h.ServeHTTP(rec, req)
 	}
 	b.StopTimer()
@@ -73,7 +73,7 @@ func BenchmarkMiddlewareAPIKey(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
-		clear(rec.HeaderMap)
+		clear(rec.Header())
 		h.ServeHTTP(rec, req)
 	}
 }
@@ -87,7 +87,7 @@ func BenchmarkMiddlewareParallel(b *testing.B) {
 		req := httptest.NewRequest(http.MethodGet, "/", nil)
 		rec := httptest.NewRecorder()
 		for pb.Next() {
-			clear(rec.HeaderMap)
+			clear(rec.Header())
 			h.ServeHTTP(rec, req)
 		}
 	})
@@ -117,7 +117,7 @@ func benchOverhead(b *testing.B, limiter func(b *testing.B) *leasequota.Limiter)
 		b.ReportAllocs()
 		b.ResetTimer()
 		for b.Loop() {
-			clear(rec.HeaderMap)
+			clear(rec.Header())
 			h.ServeHTTP(rec, req)
 		}
 		b.StopTimer()

@@ -734,11 +734,11 @@ func TestAdmissionAllocations(t *testing.T) {
 		t.Fatalf("status %d", rec.Code)
 	}
 	n := testing.AllocsPerRun(1000, func() {
-		clear(rec.HeaderMap)
+		clear(rec.Header())
 		h.ServeHTTP(rec, req)
 	})
-	if rec.Code != http.StatusOK || rec.HeaderMap.Get("RateLimit") == "" {
-		t.Fatalf("status %d, header %v", rec.Code, rec.HeaderMap)
+	if rec.Code != http.StatusOK || rec.Header().Get("RateLimit") == "" {
+		t.Fatalf("status %d, header %v", rec.Code, rec.Header())
 	}
 	if n != 1 {
 		t.Errorf("an admitted request allocates %v times, want 1 (the RateLimit value)", n)

@@ -74,6 +74,8 @@ func TestCodeRule(t *testing.T) {
 }
 
 // sampleForTheRule is a function for TestCodeRule to show.
+//
+//lint:ignore U1000 only named, in TestCodeRule's Markdown
 func sampleForTheRule() int {
 	return 42
 }
