@@ -119,19 +119,54 @@ func (p *stallProbe) delivered() float64 {
 	return max(0.1, 1-sum.Seconds()/wall.Seconds())
 }
 
+// deliveredIn is delivered over the window [from, to] alone: 1 less the
+// lateness of the stalls that began in it over its length, at least 0.1
+// (1 for an empty window). A zero from is the probe's start.
+func (p *stallProbe) deliveredIn(from, to time.Time) float64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if from.IsZero() || from.Before(p.began) {
+		from = p.began
+	}
+	wall := to.Sub(from)
+	if wall <= 0 {
+		return 1
+	}
+	var sum time.Duration
+	for _, s := range p.stalls {
+		if !s.at.Before(from) && s.at.Before(to) {
+			sum += s.late
+		}
+	}
+	return max(0.1, 1-sum.Seconds()/wall.Seconds())
+}
+
 // utilizationFloor is the least share of what is due that a tenant must
 // be admitted, on what the machine delivered to this process: 90 % of
 // it on a quiet machine (delivered >= 0.9), busy of it on a busy one,
 // where a stalled syncer loses more than the stalled time (its calls in
 // flight time out too). busy is 0.8 for most tests: with two busy loops
 // beside them, clusters delivered 0.45 and admitted 0.38-0.40 of what
-// was due.
+// was due. Below starvedDelivery there is no floor: the lease calls of a
+// process stalled most of the time run out of their deadlines whatever
+// the library does (a run beside two busy loops and a compiler
+// delivered 0.117, and its tenants admitted 0-3 % of what was due,
+// against a floor of 9 %), and the test can only check the bound.
 func utilizationFloor(p *stallProbe, busy float64) float64 {
-	if d := p.delivered(); d < 0.9 {
+	switch d := p.delivered(); {
+	case d < starvedDelivery:
+		return 0
+	case d < 0.9:
 		return busy * d
+	default:
+		return 0.9 * d
 	}
-	return 0.9 * p.delivered()
 }
+
+// starvedDelivery is the share of a run below which this process was
+// stalled too long for its admissions to say anything about the library
+// (utilizationFloor).
+const starvedDelivery = 0.25
 
 // spanLocked returns the wall time the probe ran over (so far, while it
 // runs) and the CPU this process used in it. p.mu must be held.
