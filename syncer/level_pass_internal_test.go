@@ -1,8 +1,11 @@
 package syncer
 
 import (
+	"math"
 	"testing"
 	"time"
+
+	"pgregory.net/rapid"
 )
 
 // TestRoundPassesLeasedTenantBy: a tenant holding a lease it keeps
@@ -71,4 +74,19 @@ func quietAll(all []*Tenant, ns int64) bool {
 		}
 	}
 	return true
+}
+
+// TestQuietAtKeepsItsContract: a published quiet time is no later than
+// the time settled on, at most quietLevels ns earlier, and carries the
+// level in its low bits, for any time and level (the rounding once made
+// it up to twice that early).
+func TestQuietAtKeepsItsContract(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		until := rapid.Int64Range(quietLevels, math.MaxInt64).Draw(t, "until")
+		level := rapid.Int64Range(0, quietLevels-1).Draw(t, "level")
+		q := quietAt(until, level)
+		if q > until || until-q > quietLevels || q&quietLevels != level+1 {
+			t.Fatalf("quietAt(%d, %d) = %d: %d early, low bits %d", until, level, q, until-q, q&quietLevels)
+		}
+	})
 }

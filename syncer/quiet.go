@@ -157,9 +157,10 @@ func (s *Syncer) quietUntil(t *Tenant) int64 {
 // loses those bits, rounded down: a quiet that ends up to 255 ns early.
 const quietLevels = 1<<8 - 1
 
-// quietAt is until, no later, carrying level (0 <= level < quietLevels).
+// quietAt is until, no later and at most quietLevels ns earlier,
+// carrying level (0 <= level < quietLevels) in its low bits.
 func quietAt(until, level int64) int64 {
-	return (until-quietLevels)&^quietLevels | (level + 1)
+	return (until-level-1)&^quietLevels | (level + 1)
 }
 
 // idleCheckDue is when a tenant whose State is st must be planned again,
