@@ -108,26 +108,25 @@ func (p *stallProbe) delivered() float64 {
 	if end.IsZero() {
 		end = time.Now()
 	}
-	var sum time.Duration
-	for _, s := range p.stalls {
-		sum += s.late
-	}
-	wall := end.Sub(p.began)
-	if wall <= 0 {
-		return 1
-	}
-	return max(0.1, 1-sum.Seconds()/wall.Seconds())
+	return p.deliveredLocked(p.began, end)
 }
 
-// deliveredIn is delivered over the window [from, to] alone: 1 less the
-// lateness of the stalls that began in it over its length, at least 0.1
-// (1 for an empty window). A zero from is the probe's start.
+// deliveredIn is delivered over the window [from, to] alone, counting
+// the stalls that began in it (1 for an empty window). A zero from is
+// the probe's start.
 func (p *stallProbe) deliveredIn(from, to time.Time) float64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if from.IsZero() || from.Before(p.began) {
 		from = p.began
 	}
+	return p.deliveredLocked(from, to)
+}
+
+// deliveredLocked is 1 less the lateness of the stalls that began in
+// [from, to] over its length, at least 0.1; 1 for an empty window. p.mu
+// must be held.
+func (p *stallProbe) deliveredLocked(from, to time.Time) float64 {
 	wall := to.Sub(from)
 	if wall <= 0 {
 		return 1
