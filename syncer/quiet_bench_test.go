@@ -152,25 +152,32 @@ func leased(b testing.TB, n int) (*Syncer, *atomic.Int64) {
 func idle(b testing.TB, n int) (*Syncer, *atomic.Int64) {
 	b.Helper()
 	s, all, clock := leasedFor(b, n, 2*time.Second)
-	for i := 0; ; i++ {
-		if i == 100 {
-			b.Fatalf("leases not expired after %d ticks", i)
-		}
-		clock.Add(int64(100 * time.Millisecond))
-		s.Tick(context.Background())
-		held := 0
-		for _, t := range all {
-			held += int(t.Held())
-		}
-		if held == 0 {
-			break
-		}
-	}
-	s.Tick(context.Background()) // the plans that see the ledgers empty
+	expireAll(b, all, ticker(s, clock))
 	if d := s.Dormant(); d != 0 {
 		b.Fatalf("%d of %d idle tenants dormant", d, n)
 	}
 	return s, clock
+}
+
+// expireAll ticks until every tenant of all has let its lease expire
+// (a 2 s lease is 80 ticks of ticker's 25 ms; it gives up after 200), then once more,
+// for the plans that see the ledgers empty to settle their quiet times.
+func expireAll(b testing.TB, all []*Tenant, tick func()) {
+	b.Helper()
+	for i := 0; ; i++ {
+		held := int64(0)
+		for _, t := range all {
+			held += t.Held()
+		}
+		if held == 0 {
+			break
+		}
+		if i == 200 {
+			b.Fatalf("%d tokens still held after %d ticks", held, i)
+		}
+		tick()
+	}
+	tick()
 }
 
 // leasedFor is leased with leases of ttl, tuned as tracking is, and
