@@ -238,7 +238,8 @@ type fleetResult struct {
 	// ended: debited from the buckets, never admitted.
 	held int64
 	// left is the tokens still in the global buckets when the load ended
-	// (read after held, with want-0 acquires): refill no lease took.
+	// (read with want-0 acquires after held and after Redis's counters,
+	// which it would add to): refill no lease took.
 	left float64
 	// steady is the part of the run after its warm-up (runFleet's
 	// warmup; zero without one).
@@ -484,7 +485,6 @@ func runFleet(tb testing.TB, srv *redistest.Server, s fleetShape, d time.Duratio
 	}
 	ended := time.Now()
 	end := redisTime(tb, admin)
-	left := bucketLevelsOn(tb, admin, prefix, names, func(int) leasequota.Quota { return fleetQuota })
 	res := fleetResult{
 		load:     load,
 		elapsed:  end.Sub(start),
@@ -507,9 +507,11 @@ func runFleet(tb testing.TB, srv *redistest.Server, s fleetShape, d time.Duratio
 		}
 		res.steady.worst = float64(least) / (fleetRate * res.steady.wall.Seconds())
 	}
+	// What the buckets hold, read with script calls of their own: after
+	// Redis's counters, which must count the limiters' calls alone.
+	res.left = bucketLevelsOn(tb, admin, prefix, names, func(int) leasequota.Quota { return fleetQuota })
 	res.sharesInForce = sharesRecorded(ctx, admin, prefix, names)
 	res.held = held
-	res.left = left
 	for _, l := range lims {
 		st := l.Stats()
 		res.stats.Calls += st.Calls
