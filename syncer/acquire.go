@@ -219,14 +219,18 @@ func (s *Syncer) apply(ctx context.Context, t *Tenant, node *redisNode, now time
 		// detector, lost a tenant's token so).
 		t.front.Store(uint32(g.ID()))
 	}
+	// The reply arrived no earlier than Redis ran the call.
+	arrived := s.opts.Now()
 	level := t.credit(immediate)
 	s.spread(t, now)
 	s.granted.Add(g.Granted)
 	s.reserved.Add(g.Reserved)
-	s.planner.GrantedFor(&ls.st, *t.Limits(), now, want, forNeed, g, level)
-	// The reservation's wait begins when the reply arrived, which is no
-	// earlier than Redis ran the call.
-	arrived := s.opts.Now()
+	// The tokens live from when Redis debited them, as far as the node's
+	// clock tells (serverclock.go), not from the plan: a call that waited
+	// in a busy Redis's queue would have lost the wait from their life.
+	debited := time.Unix(0, node.clock.debited(now.UnixNano(), arrived.UnixNano(), g))
+	s.planner.GrantedFor(&ls.st, *t.Limits(), now, debited, want, forNeed, g, level)
+	// The reservation's wait begins when the reply arrived.
 	s.planner.Reserved(&ls.st, *t.Limits(), now, arrived, g)
 	// The rate share the reply says this instance holds accrues from the
 	// reply's arrival (share.go).

@@ -166,14 +166,15 @@ func (s *Syncer) callTimeout(size int) time.Duration {
 // answered: half its deadline, and at most a quarter of the default
 // lease TTL.
 //
-// Why a delay and not only a timeout: a lease lives LeaseTTL from when
-// its call was sent, so the time a reply spends queued in Redis is taken
-// from the lease's life; when the fleet offers Redis more than it runs,
-// replies come later and later, the tokens they bring expire unspent (and
-// their returns, to a bucket drained meanwhile, are forfeited), and the
-// calls that then time out put their tenants in the failure mode while
-// Redis is up. A window cut when replies slow down keeps Redis's queue
-// short before either happens.
+// Why a delay and not only a timeout: when the fleet offers Redis more
+// than it runs, replies come later and later, and the calls that then
+// time out put their tenants in the failure mode while Redis is up. A
+// lease lives LeaseTTL from when Redis ran its call only as far as the
+// server's clock tells (serverclock.go; from the call's plan at worst),
+// and a reply that waited behind a whole queue of pipelines arrives with
+// less of it left: its tokens expire unspent (and their returns, to a
+// bucket drained meanwhile, are forfeited). A window cut when replies slow
+// down keeps Redis's queue short before either happens.
 func (s *Syncer) congestedAfter(size int) time.Duration {
 	return min(s.callTimeout(size), s.leaseTTL/2) / 2
 }

@@ -21,10 +21,10 @@ const maxBatches = 3
 // attributed to the oldest batch first (FIFO): this is the order that keeps
 // every spent token within its lifetime.
 //
-// A batch has two times. Its stamp is the local time the lease call was
-// planned, before Redis ran it: the batch expires ttl after it, and a
-// return's age is measured from it, so it must never be later than the
-// grant. Its ID (lease.GrantID) is the grant's Redis time: a return names
+// A batch has two times. Its stamp is a local time no later than Redis
+// ran the lease call: the call's plan, or the run as the server's clock
+// dates it (serverClock). The batch expires ttl after it, and a return's
+// age is measured from it, so it must never be later than the grant. Its ID (lease.GrantID) is the grant's Redis time: a return names
 // it, and Redis credits the returned tokens only against the bucket's
 // levels after that grant, so the ID a return names must never be of a
 // grant later than the oldest one whose tokens it returns (naming a later
@@ -207,7 +207,7 @@ func (l *Ledger) Expire(now time.Time, ttl time.Duration) (tokens int64, granted
 }
 
 // Add records tokens granted by the grant with ID id (zero for unknown)
-// on a call planned at time granted (local clock, before Redis ran it).
+// at local time granted, no later than Redis ran the call (see Ledger).
 // The batch goes after the batches of grants before it in Redis, whatever
 // the order they are added in (see Ledger), and stamps are lowered to keep
 // expiry FIFO.

@@ -1034,13 +1034,15 @@ func (p *Planner) Expired(st *State, taken, level int64) {
 // recorded by Reserved, which follows. It is GrantedFor of a call that
 // was not asked for a short request.
 func (p *Planner) Granted(st *State, lim quota.Quota, now time.Time, asked int64, g lease.Grant, level int64) {
-	p.GrantedFor(st, lim, now, asked, 0, g, level)
+	p.GrantedFor(st, lim, now, now, asked, 0, g, level)
 }
 
 // GrantedFor is Granted, forNeed saying what the short request that
 // waits for the call lacked when it was asked for (Action.ForNeed; 0 for
-// none).
-func (p *Planner) GrantedFor(st *State, lim quota.Quota, now time.Time, asked, forNeed int64, g lease.Grant, level int64) {
+// none), and debited from when the grant's tokens live: no earlier than
+// now, and no later than Redis ran the call (the Syncer dates it by the
+// server's clock: serverclock.go). Granted dates them at now.
+func (p *Planner) GrantedFor(st *State, lim quota.Quota, now, debited time.Time, asked, forNeed int64, g lease.Grant, level int64) {
 	ns := now.UnixNano()
 	st.setClock(ns)
 	st.failures = 0
@@ -1087,7 +1089,7 @@ func (p *Planner) GrantedFor(st *State, lim quota.Quota, now time.Time, asked, f
 	st.lastGrant = st.stampOf(ns)
 	// Tokens spent while the call was in flight are demand too.
 	p.observe(st, ns, st.ledger.Sync(level-immediate))
-	st.ledger.Add(now, immediate, g.ID())
+	st.ledger.Add(debited, immediate, g.ID())
 	if g.Granted >= asked {
 		if st.flags&flagScarce != 0 && g.Share > 0 && g.Instances > 1 && immediate > 0 {
 			// Served in full from a scarce bucket that other instances

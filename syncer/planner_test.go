@@ -120,7 +120,7 @@ func (r *rig) plan() Action {
 			if r.refills {
 				forNeed = a.ForNeed
 			}
-			r.p.GrantedFor(&r.st, r.lim, r.now, a.Acquire, forNeed, g, level)
+			r.p.GrantedFor(&r.st, r.lim, r.now, r.now, a.Acquire, forNeed, g, level)
 			r.p.Reserved(&r.st, r.lim, r.now, r.now, g)
 		}
 	}

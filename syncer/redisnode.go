@@ -36,6 +36,9 @@ type redisNode struct {
 	// node serves took (refilldelay.go): a dead or slow master's refills
 	// say nothing of how soon another master answers.
 	refillDelay refillDelay
+	// clock dates the node's grants in the limiter's clock
+	// (serverclock.go): each server has its own clock.
+	clock serverClock
 	// sem bounds the node's calls in flight (maxInFlight; call.go): a
 	// dead master's calls, each hanging until its deadline, hold its own
 	// slots, not those the other masters' calls need. Shared by every

@@ -564,7 +564,7 @@ func TestNoRoomHoldEndsWithTheStarvation(t *testing.T) {
 	if a.Acquire <= noRoom.Granted {
 		t.Fatalf("set-up: the first call asks for %d, want more than the %d it gets", a.Acquire, noRoom.Granted)
 	}
-	p.GrantedFor(&st, lim, pt0, a.Acquire, a.ForNeed, noRoom, noRoom.Granted)
+	p.GrantedFor(&st, lim, pt0, pt0, a.Acquire, a.ForNeed, noRoom, noRoom.Granted)
 	p.Reserved(&st, lim, pt0, pt0, noRoom)
 	fill := time.Duration(float64(lim.Burst) / lim.Rate * 1e9)
 	end := st.NotBefore()
