@@ -62,38 +62,36 @@ func (s *Syncer) downAfter() time.Duration { return min(s.leaseTTL, MaxDownAfter
 // of how many calls the node runs once it is back, and the outage's end
 // undoes them: without Cluster the circuit breaker's closing, in Cluster
 // mode (no breaker) the node's first answer after it (nodeHealth).
-func (s *Syncer) call(ctx context.Context, op string, node *redisNode, size int, timeout time.Duration, f func(context.Context) ([]lease.Result, error)) (res []lease.Result, err error) {
-	sent := s.opts.Now()
-	defer func() {
-		now := s.opts.Now()
-		late := now.Sub(sent) > s.congestedAfter(size) ||
-			timedOut(err) && (!s.opts.Cluster || node.answeredWithin(now, s.downAfter()))
-		if s.opts.Cluster {
-			s.nodeHealth(node, err, now)
-		}
-		if err == nil {
-			node.answer(now, true)
-		}
-		if err != nil && !late {
-			// Not answered, and not late: refused, or failed by the
-			// breaker. That says nothing of how many calls Redis runs:
-			// the room goes back and the window stays, and so does the
-			// one recorded as of the last call answered in time
-			// (budget.outage), which a refusal had overwritten with a
-			// window that an outage's late calls had cut
-			// (TestRefusedCallsKeepTheWindowToRestore).
-			node.budget.giveBack(size)
-			return
-		}
-		node.budget.done(size, sent, now, late, s.callFloor())
-	}()
-	if err := node.sem.Acquire(ctx, 1); err != nil {
+func (s *Syncer) call(ctx context.Context, op string, node *redisNode, size int, timeout time.Duration, f func(context.Context) ([]lease.Result, error)) ([]lease.Result, error) {
+	if err := s.waitSlot(ctx, node, func() int { return size }); err != nil {
 		return nil, err
 	}
 	defer node.sem.Release(1)
+	return s.callHeld(ctx, op, node, size, timeout, f)
+}
+
+// waitSlot waits for one of node's call slots (maxInFlight) for a call
+// whose size in commands size tells once the wait is over (a group of
+// refills grows while it waits: refillgroup.go). When ctx ends first, the
+// call is over, and its room in the budget is accounted for as a call's
+// that failed so (called).
+func (s *Syncer) waitSlot(ctx context.Context, node *redisNode, size func() int) error {
+	asked := s.opts.Now()
+	err := node.sem.Acquire(ctx, 1)
+	n := size()
+	if err != nil {
+		s.called(node, n, asked, err)
+	}
+	return err
+}
+
+// callHeld is call once the caller holds one of node's slots, which it
+// releases after.
+func (s *Syncer) callHeld(ctx context.Context, op string, node *redisNode, size int, timeout time.Duration, f func(context.Context) ([]lease.Result, error)) (res []lease.Result, err error) {
 	// The delay that tells congestion is Redis's (and the client's), not
 	// the wait for a slot among this syncer's own calls.
-	sent = s.opts.Now()
+	sent := s.opts.Now()
+	defer func() { s.called(node, size, sent, err) }()
 	if timeout <= 0 {
 		timeout = s.callTimeout(size)
 	}
@@ -122,6 +120,34 @@ func (s *Syncer) call(ctx context.Context, op string, node *redisNode, size int,
 	})
 	span.End(err)
 	return res, err
+}
+
+// called records the end of a call of size commands to node, sent at sent
+// (or which waited for a slot since then), that ended with err: the
+// node's last answer, its health in Cluster mode, and the room the call
+// took in the budget, which a late call's end cuts.
+func (s *Syncer) called(node *redisNode, size int, sent time.Time, err error) {
+	now := s.opts.Now()
+	late := now.Sub(sent) > s.congestedAfter(size) ||
+		timedOut(err) && (!s.opts.Cluster || node.answeredWithin(now, s.downAfter()))
+	if s.opts.Cluster {
+		s.nodeHealth(node, err, now)
+	}
+	if err == nil {
+		node.answer(now, true)
+	}
+	if err != nil && !late {
+		// Not answered, and not late: refused, or failed by the
+		// breaker. That says nothing of how many calls Redis runs:
+		// the room goes back and the window stays, and so does the
+		// one recorded as of the last call answered in time
+		// (budget.outage), which a refusal had overwritten with a
+		// window that an outage's late calls had cut
+		// (TestRefusedCallsKeepTheWindowToRestore).
+		node.budget.giveBack(size)
+		return
+	}
+	node.budget.done(size, sent, now, late, s.callFloor())
 }
 
 // nodeHealth records in Cluster mode, where no circuit breaker watches

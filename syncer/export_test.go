@@ -22,3 +22,18 @@ func (s *Syncer) NodeKept(name string, node any) bool {
 	v, ok := s.nodes.Load(name)
 	return ok && v == node
 }
+
+// RefillsGathered is how many refills the open group of the syncer's one
+// node holds (refillGroups): 0 when none is open.
+func (s *Syncer) RefillsGathered() int {
+	gs := &s.one.refills
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
+	if gs.open == nil {
+		return 0
+	}
+	return len(gs.open.reqs)
+}
+
+// MaxInFlight is maxInFlight, for the tests of package syncer_test.
+const MaxInFlight = maxInFlight

@@ -36,6 +36,9 @@ type redisNode struct {
 	// node serves took (refilldelay.go): a dead or slow master's refills
 	// say nothing of how soon another master answers.
 	refillDelay refillDelay
+	// refills gathers the node's refills that wait for a slot into
+	// calls of several tenants (refillgroup.go).
+	refills refillGroups
 	// clock dates the node's grants in the limiter's clock
 	// (serverclock.go): each server has its own clock.
 	clock serverClock

@@ -170,24 +170,22 @@ func (s *Syncer) refillLocked(ctx context.Context, link trace.Link, t *Tenant, n
 		ctx, round = s.opts.Telemetry.StartRound(ctx, true, links...)
 	}
 	var r lease.Result
-	defer func() {
+	defer func() { // r is the call's result, below
 		if r.Err != nil {
 			node.refillDelay.failed(s.opts.Now(), t.flag(flagFailing)) // apply said whether it is an outage
 		} else {
 			node.refillDelay.note(now, s.opts.Now())
 		}
 	}()
-	_, err := s.call(ctx, telemetry.OpAcquire, node, 1, 0, func(ctx context.Context) ([]lease.Result, error) {
-		r.Grant, r.Err = acquireOne(ctx, s.client, lease.Request{Tenant: t.name, Limits: t.bucket(), Want: a.Acquire, Demand: s.planner.ReportedDemand(t.st(), now, a.Acquire), Reserve: a.Reserve,
-			Share: a.Share, ShareTerms: a.ShareTerms, ShareFrom: a.ShareFrom})
-		return nil, wholeFailure(r.Err)
-	})
-	if err != nil {
-		r.Err = err
-	}
+	r, sent := s.refillCall(ctx, node, lease.Request{Tenant: t.name, Limits: t.bucket(), Want: a.Acquire, Demand: s.planner.ReportedDemand(t.st(), now, a.Acquire), Reserve: a.Reserve,
+		Share: a.Share, ShareTerms: a.ShareTerms, ShareFrom: a.ShareFrom})
 	s.apply(ctx, t, node, now, a.Acquire, a.ForNeed, a.Share, a.cut, r)
-	if !refused(err) { // a call the breaker refused was not sent (acquire)
-		round.Add(telemetry.Round{Tenants: 1, Calls: 1, Requested: a.Acquire, Granted: r.Grant.Granted})
+	if !refused(r.Err) { // a call the breaker refused was not sent (acquire)
+		calls := 0
+		if sent {
+			calls = 1 // a refill that joined another's call made none
+		}
+		round.Add(telemetry.Round{Tenants: 1, Calls: calls, Requested: a.Acquire, Granted: r.Grant.Granted})
 	}
 	if r.Err != nil {
 		round.Failed++
