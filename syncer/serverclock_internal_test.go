@@ -136,6 +136,7 @@ func TestQueuedCallsBatchLivesFromItsRun(t *testing.T) {
 	// Calls answered at once bound the server's clock; the first of a
 	// new server loads the script.
 	rtt := time.Duration(1<<63 - 1)
+	began := now()
 	for i := range 5 {
 		_, asked, answered := refill("quiet" + string(rune('a'+i)))
 		rtt = min(rtt, answered.Sub(asked))
@@ -155,12 +156,16 @@ func TestQueuedCallsBatchLivesFromItsRun(t *testing.T) {
 	stamp := expiry.Add(-lim.LeaseTTL)
 	// Redis ran the call after the pause, which began after it was asked
 	// for; the reply arrived no later than the refill returned.
+	// The bound on the clocks is as loose as the fastest quiet call's
+	// round trip, and grows by maxClockDrift for the time since; the
+	// stamp is rounded down to the millisecond.
 	ranAfter := paused.Add(pause)
-	earliest := ranAfter.Add(-rtt - 2*time.Millisecond)
+	drift := time.Duration(float64(answered.Sub(began))*maxClockDrift) + time.Microsecond
+	earliest := ranAfter.Add(-rtt - drift - time.Millisecond)
 	t.Logf("paused %v, the call took %v; the batch is stamped %v after the pause began (the fastest quiet call took %v)", pause, answered.Sub(asked), stamp.Sub(paused), rtt)
 	if stamp.Before(earliest) {
-		t.Fatalf("the batch is stamped %v after the pause began, want at least %v: the pause ended %v after it began, less the quiet calls' round trip %v",
-			stamp.Sub(paused), earliest.Sub(paused), pause, rtt)
+		t.Fatalf("the batch is stamped %v after the pause began, want at least %v: the pause ended %v after it began, less the quiet calls' round trip %v and a drift of %v",
+			stamp.Sub(paused), earliest.Sub(paused), pause, rtt, drift)
 	}
 	if stamp.After(answered) {
 		t.Fatalf("the batch is stamped %v after the pause began, after its reply arrived (%v)", stamp.Sub(paused), answered.Sub(paused))
