@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 	"golang.org/x/sync/singleflight"
 
+	"github.com/leasequota/leasequota/internal/redisserver"
 	"github.com/leasequota/leasequota/lease"
 	"github.com/leasequota/leasequota/quota"
 	"github.com/leasequota/leasequota/syncer"
@@ -130,5 +133,73 @@ func TestGatheredRefillsShareTheirCallsFailure(t *testing.T) {
 	}
 	if tn := s.Tenant("gathered0"); tn == nil || tn.Held() != 0 {
 		t.Fatal("a gathered tenant holds tokens after its call failed")
+	}
+}
+
+// TestGatheredRefillsOnRedis, on a redis-server of its own: refills
+// gathered while the node's slots are held (in the store, before Redis)
+// go to Redis as one pipeline of multi-tenant scripts (lease.WithBatch(8):
+// 5 EVALSHA for 40 tenants), and each tenant gets the lease it asked for
+// from its own bucket.
+func TestGatheredRefillsOnRedis(t *testing.T) {
+	// After the server's own cleanup, which stops it.
+	t.Cleanup(func() { goleak.VerifyNone(t) })
+	srv := redisserver.StartServer(t)
+	rdb := srv.Client()
+	defer rdb.Close()
+	c, err := lease.NewClient(rdb, redisserver.Prefix(t), lease.WithBatch(8), lease.WithInstance("me", time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	// The first call of a new server loads the script: before the count.
+	if _, err := c.AcquireMany(ctx, []lease.Request{{Tenant: "warm", Limits: lease.Limits{Rate: 1, Burst: 1}, Want: 1}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	st := &slotsStore{Store: c, gate: make(chan struct{}), entered: make(chan struct{}, 64)}
+	s := syncer.New(st, syncer.Options{Planner: syncer.NewPlanner(syncer.Config{}, 1), CallTimeout: 10 * time.Second})
+	defer s.Close()
+	const n = 40
+	evalsha := func() int64 {
+		info, err := rdb.Info(ctx, "commandstats").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(info, "\n") {
+			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:calls="); ok {
+				v, err := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return v
+			}
+		}
+		return 0
+	}
+	held, gathered := gatherRefills(t, s, st, n)
+	before := evalsha()
+	close(st.gate)
+	for i, ch := range held {
+		if r := <-ch; r.Err != nil {
+			t.Fatalf("held refill %d: %v", i, r.Err)
+		}
+	}
+	for i, ch := range gathered {
+		if r := <-ch; r.Err != nil {
+			t.Fatalf("gathered refill %d: %v", i, r.Err)
+		}
+	}
+	for i := range n {
+		if tn := s.Tenant(fmt.Sprint("gathered", i)); tn == nil || tn.Held() < 1 {
+			t.Fatalf("gathered%d holds no lease after its refill", i)
+		}
+	}
+	if sizes := st.callSizes(); len(sizes) != syncer.MaxInFlight+1 || sizes[len(sizes)-1] != n {
+		t.Fatalf("acquire calls of %v requests, want %d of 1 and one of %d", sizes, syncer.MaxInFlight, n)
+	}
+	// One script for each held call's tenant, one for each 8 of the
+	// gathered call's (40 if each gathered refill went alone).
+	if got, want := evalsha()-before, int64(syncer.MaxInFlight+n/8); got != want {
+		t.Fatalf("Redis ran %d EVALSHA for the refills, want %d: one a held call, and 8 tenants a script in the gathered one", got, want)
 	}
 }
