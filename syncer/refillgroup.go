@@ -65,22 +65,31 @@ func (s *Syncer) refillCall(ctx context.Context, node *redisNode, req lease.Requ
 		return g.results[i], false
 	}
 	g := &refillGroup{reqs: []lease.Request{req}, done: make(chan struct{})}
-	gs.open = g
+	// A slot free goes to this refill alone, taken under the lock so that
+	// no other refill joins a group whose sender needs no wait: opened
+	// before the try, a group gathered the refills that came between,
+	// and four first leases that each found a slot free went as one call
+	// (TestMaxTenantsCountsTenantsWithARefillInFlight hung beside two
+	// busy loops, its store waiting for four calls).
+	free := node.sem.TryAcquire(1)
+	if !free {
+		gs.open = g
+	}
 	gs.mu.Unlock()
 	defer close(g.done)
-	// closeGroup ends the group's gathering and returns its size.
-	closeGroup := func() int {
-		gs.mu.Lock()
-		defer gs.mu.Unlock()
-		if gs.open == g {
-			gs.open = nil
-		}
-		return len(g.reqs)
-	}
-	if free := node.sem.TryAcquire(1); !free {
+	if !free {
 		// No slot free: wait for one, gathering. The refills that join
 		// took their room in the budget (roomFor) as this one did: the
-		// call gives it back for all of them.
+		// call gives it back for all of them. Once the slot is had, the
+		// group closes and its size is the call's.
+		closeGroup := func() int {
+			gs.mu.Lock()
+			defer gs.mu.Unlock()
+			if gs.open == g {
+				gs.open = nil
+			}
+			return len(g.reqs)
+		}
 		if err := s.waitSlot(ctx, node, closeGroup); err != nil {
 			g.results = make([]lease.Result, len(g.reqs))
 			for i := range g.results {
@@ -88,8 +97,6 @@ func (s *Syncer) refillCall(ctx context.Context, node *redisNode, req lease.Requ
 			}
 			return g.results[0], false
 		}
-	} else {
-		closeGroup()
 	}
 	reqs := g.reqs
 	res, err := s.callHeld(ctx, telemetry.OpAcquire, node, len(reqs), 0, func(ctx context.Context) ([]lease.Result, error) {
