@@ -91,10 +91,7 @@ func (s *Syncer) refillCall(ctx context.Context, node *redisNode, req lease.Requ
 			return len(g.reqs)
 		}
 		if err := s.waitSlot(ctx, node, closeGroup); err != nil {
-			g.results = make([]lease.Result, len(g.reqs))
-			for i := range g.results {
-				g.results[i].Err = err
-			}
+			g.answer(nil, err)
 			return g.results[0], false
 		}
 	}
@@ -107,7 +104,14 @@ func (s *Syncer) refillCall(ctx context.Context, node *redisNode, req lease.Requ
 		return res, groupFailure(res)
 	})
 	node.sem.Release(1)
-	g.results = make([]lease.Result, len(reqs))
+	g.answer(res, err)
+	return g.results[0], !refused(err)
+}
+
+// answer sets g's results: res, one a request, or err for each when the
+// call failed as a whole.
+func (g *refillGroup) answer(res []lease.Result, err error) {
+	g.results = make([]lease.Result, len(g.reqs))
 	for i := range g.results {
 		if err != nil {
 			g.results[i].Err = err
@@ -115,7 +119,6 @@ func (s *Syncer) refillCall(ctx context.Context, node *redisNode, req lease.Requ
 			g.results[i] = res[i]
 		}
 	}
-	return g.results[0], !refused(err)
 }
 
 // groupFailure is the failure of a group's call as a whole: the error of
