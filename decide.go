@@ -213,7 +213,7 @@ func (l *Limiter) decide(ctx context.Context, tenant string, e *syncer.Tenant, n
 		if waits == 0 && missed != e {
 			// The wait below makes the urgent call itself: record the miss
 			// without queueing the tenant for the loop too.
-			e.NoteMiss(n)
+			l.sync.NoteWait(e, n)
 			missed = e
 		}
 		// Ask for an urgent refill (joining one in flight) and wait for it,

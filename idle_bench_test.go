@@ -19,9 +19,10 @@ import (
 // (cores-leased); 3-6 s, once they expired and went back, before the
 // tenants may go dormant (cores-idle); and 12-16 s, once they are
 // dormant (cores-dormant), well within the idle timeout. Nothing else
-// runs in the process, so it is what the syncer's rounds cost: a round
-// walks every tracked tenant four times an interval. It runs for about
-// 17 s an op, and make benchsmoke skips it.
+// runs in the process, so it is what the syncer's rounds cost: a tick
+// comes four times an interval, and walks the tenants that are not
+// dormant, every tracked one at least once a second (syncer/awake.go). It
+// runs for about 17 s an op, and make benchsmoke skips it.
 func BenchmarkIdleTenantsCPU(b *testing.B) {
 	const tenants = 100_000
 	ctx := context.Background()

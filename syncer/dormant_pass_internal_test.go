@@ -44,7 +44,7 @@ func TestRoundPassesDormantTenantBy(t *testing.T) {
 
 	// A miss: the next tick plans it (it is not passed by), and the
 	// revived tenant's quiet time is not the dormant one's.
-	tn.NoteMiss(1)
+	s.NoteWait(tn, 1)             // a request that waits for its own refill
 	tn.setFlag(flagUrgent, false) // no urgent round: the scheduled tick must see it
 	if pass, _ := s.passBy(tn, clock.Load()); pass {
 		t.Fatal("passBy true for a dormant tenant a request missed on")

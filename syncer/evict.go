@@ -53,6 +53,7 @@ func (s *Syncer) evict(ts []*Tenant, now time.Time, releases []lease.ReleaseRequ
 	}
 	s.reg.remove(ts)
 	for _, t := range ts {
+		s.awake.gone(t)
 		s.forgetFailing(t)
 		t.mu.Unlock()
 	}
@@ -174,6 +175,7 @@ func (s *Syncer) sleep(t *Tenant, now time.Time) {
 	// Rounds pass it by until its idle check is due (passBy); after
 	// the lease, so that a round that reads this sees no lease either.
 	t.quietUntil.Store(quietAt(satAdd(t.idleSince, int64(s.opts.IdleTimeout)), 0))
+	s.awake.slept = append(s.awake.slept, t)
 }
 
 // revive makes t's State anew, as for a tenant that leased before if t
@@ -188,6 +190,7 @@ func (s *Syncer) revive(t *Tenant, now time.Time) {
 	// (passBy): cleared before the lease is set.
 	t.quietUntil.Store(0)
 	t.lease.Store(ls)
+	s.awake.add(t)
 }
 
 // wakes reports whether a dormant t has something to plan: a request

@@ -307,6 +307,7 @@ func (s *Syncer) GiveBack(t *Tenant, n int64, front lease.GrantID, clock int64) 
 	// the return, and makes it before its acquires, so a plan that lets
 	// the tenant call while its bucket was dry finds the tokens there.
 	t.setFlag(flagRefunded, true)
+	s.wake(t)
 	return RefundReturned
 }
 

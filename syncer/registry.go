@@ -242,6 +242,9 @@ func (s *Syncer) Track(name string, q quota.Quota) (*Tenant, error) {
 	if !loaded && !stored {
 		return nil, ErrTooManyTenants
 	}
+	if stored {
+		s.awake.add(t)
+	}
 	return t, nil
 }
 

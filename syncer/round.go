@@ -56,14 +56,16 @@ type job struct {
 // which stay locked (so later rounds skip them) until their results are
 // applied, and no one else. Wait waits for those calls.
 func (s *Syncer) Round(ctx context.Context, tenants iter.Seq[*Tenant]) {
-	s.round(ctx, tenants, false, false)
+	s.round(ctx, tenants, false, false, nil)
 }
 
 // round is Round, with quotaCheck telling the planner that quotas may
-// have changed in Redis, and with ahead reading the tenants in chunks
-// ahead of planning them (chunk.visit), as Tick does over all of them:
-// Round visits each one as it is yielded, before the next is asked for.
-func (s *Syncer) round(ctx context.Context, tenants iter.Seq[*Tenant], quotaCheck, ahead bool) {
+// have changed in Redis, with ahead reading the tenants in chunks
+// ahead of planning them (chunk.visit), as Tick does:
+// Round visits each one as it is yielded, before the next is asked for;
+// and with seen, when not nil, called with each tenant once it is
+// visited (Tick's awake.seen).
+func (s *Syncer) round(ctx context.Context, tenants iter.Seq[*Tenant], quotaCheck, ahead bool, seen func(*Tenant)) {
 	now := s.opts.Now()
 	var (
 		jobs     = s.planned[:0]
@@ -87,6 +89,7 @@ func (s *Syncer) round(ctx context.Context, tenants iter.Seq[*Tenant], quotaChec
 	locked := 0        // tenants found locked: a call in flight for them
 	// visit plans t, or passes it by.
 	visit := func(t *Tenant) {
+		s.awake.visited++
 		if t.flag(flagEvicted) {
 			return
 		}
@@ -150,6 +153,13 @@ func (s *Syncer) round(ctx context.Context, tenants iter.Seq[*Tenant], quotaChec
 		}
 		s.rest(locate, t, now, &evict)
 	}
+	if seen != nil {
+		plan := visit
+		visit = func(t *Tenant) {
+			plan(t)
+			seen(t)
+		}
+	}
 	// Ahead, the tenants are visited in chunks (chunk.visit): the reads
 	// of a chunk's tenants, which are in no cache when the tenants are
 	// many, then overlap.
@@ -208,6 +218,7 @@ func (s *Syncer) round(ctx context.Context, tenants iter.Seq[*Tenant], quotaChec
 	}
 	clear(s.lru)
 	releases = s.evict(evict, now, releases)
+	s.awake.settle()
 	releases = s.takePending(releases, now)
 	if len(releases) == 0 && len(jobs) == 0 {
 		return

@@ -142,6 +142,11 @@ type Syncer struct {
 	// Cluster mode outlive the round.
 	acquireBufs sync.Pool
 
+	// awake is the tenants a tick visits (awake.go): added to by
+	// whoever makes or revives a tenant or wakes a dormant one, the rest
+	// the loop's own.
+	awake awake
+
 	// Owned by the loop (Run and Round are not called concurrently).
 	lru           []lruEntry // reused by Round when MaxTenants is set
 	short         []*Tenant  // reused by Urgent

@@ -1,0 +1,176 @@
+package syncer
+
+import (
+	"iter"
+	"maps"
+	"math"
+	"slices"
+	"sync"
+	"time"
+)
+
+// The tenants a tick visits (Tick). A tick visited every tenant tracked,
+// forty times a second at the default interval, and passed a dormant one
+// by after a look at its fields (passBy): a cache miss a tenant when they
+// are many, so that an instance that had seen 100,000 tenants, all
+// dormant, spent a tenth of a core on doing nothing for them until their
+// idle timeout (BenchmarkIdleTenantsCPU). Now a tick visits the tenants
+// in a set (awake.set): every tenant that is not dormant (a new or
+// revived one joins it: awake.add), and each dormant one on which a
+// request noted a miss or a refund since (Syncer.wake). It visits every
+// tenant only when
+//   - a dormant tenant's idle check is due (the earliest of them:
+//     awake.dueAt);
+//   - the round re-reads quotas, or ranks every tenant for MaxTenants;
+//   - fullVisitEvery has passed since the last such tick: a net under
+//     whatever else could wake a dormant tenant unseen (tokens given back
+//     into its counter by a request that spent them before it went
+//     dormant), which a tick then sees at most that much later.
+// TestTicksOfTheSetMatchTicksOfAll holds the set's ticks, without the
+// net, to ticks of every tenant.
+
+// wake makes a dormant t, on which a request has just noted a miss or a
+// refund, one the next tick visits, as a tick that visited every tenant
+// would (passBy: it wakes). After the note: a t that went dormant before
+// it is seen so here; one that did not yet sees it, and stays awake
+// (sleep).
+func (s *Syncer) wake(t *Tenant) {
+	if t.Dormant() {
+		s.awake.add(t)
+	}
+}
+
+// fullVisitEvery is how long a tick may pass dormant tenants by at most.
+const fullVisitEvery = time.Second
+
+// awake keeps the tenants a tick visits between ticks that visit all.
+type awake struct {
+	mu    sync.Mutex // guards added
+	added []*Tenant  // new or revived since a tick last took them
+	spare []*Tenant  // the added slice a tick last emptied, for reuse
+
+	// The loop's own (Tick).
+	// set holds every tenant that is not dormant, and the dormant ones
+	// that Syncer.wake added; rebuilt by a tick that visits all once it
+	// holds less than half of its peak, so that the map does not keep
+	// the room of the peak (a map never shrinks).
+	set  map[*Tenant]struct{}
+	peak int // the most tenants set held since it was made
+	// dueAt is the earliest idle check (quietUntil) of a dormant tenant,
+	// as the ticks saw them go dormant, or found them dormant (unix
+	// nanoseconds).
+	dueAt int64
+	// fullAt is when the next tick visits every tenant at the latest.
+	fullAt int64
+	// next is the set being rebuilt by a tick that visits all, nil
+	// otherwise.
+	next map[*Tenant]struct{}
+	// slept is the tenants that went dormant in a round (sleep), which
+	// it then takes out of the set (settle).
+	slept []*Tenant
+	// visited counts the tenants rounds visited, for the tests.
+	visited int64
+	// always makes every tick visit every tenant, as before the set: the
+	// tests' reference; noNet makes none do so for fullVisitEvery, so
+	// that the tests see what the set alone does.
+	always, noNet bool
+}
+
+// add makes t one the next tick visits: new, revived, or dormant with
+// something to plan (Syncer.wake). Safe for concurrent use; t's lock may
+// be held.
+func (w *awake) add(t *Tenant) {
+	w.mu.Lock()
+	w.added = append(w.added, t)
+	w.mu.Unlock()
+}
+
+// take moves the tenants added since the last tick into the set.
+func (w *awake) take() {
+	w.mu.Lock()
+	added := w.added
+	w.added = w.spare[:0]
+	w.mu.Unlock()
+	if w.set == nil {
+		w.set = make(map[*Tenant]struct{}, len(added))
+	}
+	for _, t := range added {
+		w.set[t] = struct{}{}
+	}
+	w.peak = max(w.peak, len(w.set))
+	clear(added)
+	w.spare = added[:0]
+}
+
+// full reports whether a tick at ns visits every tenant, and if so
+// starts the set anew (seen rebuilds it).
+func (w *awake) full(ns int64, always bool) bool {
+	if !always && !w.always && ns < w.dueAt && ns < w.fullAt {
+		return false
+	}
+	if 2*len(w.set) < w.peak {
+		w.next = make(map[*Tenant]struct{}, len(w.set))
+	}
+	w.dueAt = math.MaxInt64
+	w.fullAt = satAdd(ns, int64(fullVisitEvery))
+	if w.noNet {
+		w.fullAt = math.MaxInt64
+	}
+	return true
+}
+
+// endFull ends a tick that visited every tenant: the set is the one
+// seen rebuilt, if it did.
+func (w *awake) endFull() {
+	if w.next != nil {
+		w.set, w.next = w.next, nil
+		w.peak = len(w.set)
+	}
+}
+
+// tenants yields the set's tenants, by name when driven (a map's order is
+// random).
+func (w *awake) tenants(driven bool) iter.Seq[*Tenant] {
+	if driven {
+		return slices.Values(byName(maps.Keys(w.set)))
+	}
+	return maps.Keys(w.set)
+}
+
+// seen notes what a visit of every tenant left t in: awake, in the set
+// (the one being rebuilt, if it is); dormant, out of it, its idle check
+// counted in dueAt; evicted, out.
+func (w *awake) seen(t *Tenant) {
+	set := w.set
+	if w.next != nil {
+		set = w.next
+	}
+	switch {
+	case t.flag(flagEvicted):
+		delete(set, t)
+	case t.lease.Load() == nil:
+		delete(set, t)
+		w.dueAt = min(w.dueAt, t.quietUntil.Load())
+	default:
+		set[t] = struct{}{}
+	}
+}
+
+// gone takes an evicted tenant out of the set, and out of the one a
+// visit of every tenant is rebuilding.
+func (w *awake) gone(t *Tenant) {
+	delete(w.set, t)
+	delete(w.next, t)
+}
+
+// settle takes the tenants that went dormant in a round out of the set,
+// their idle checks counted in dueAt. A tenant revived since is added
+// again (add), and the next tick takes it.
+func (w *awake) settle() {
+	for _, t := range w.slept {
+		delete(w.set, t)
+		w.dueAt = min(w.dueAt, t.quietUntil.Load())
+	}
+	clear(w.slept)
+	w.slept = w.slept[:0]
+}
