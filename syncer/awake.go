@@ -16,16 +16,17 @@ import (
 // dormant, spent a tenth of a core on doing nothing for them until their
 // idle timeout (BenchmarkIdleTenantsCPU). Now a tick visits the tenants
 // in a set (awake.set): every tenant that is not dormant (a new or
-// revived one joins it: awake.add), and each dormant one on which a
+// revived one joins it: Syncer.join), and each dormant one on which a
 // request noted a miss or a refund since (Syncer.wake). It visits every
 // tenant only when
 //   - a dormant tenant's idle check is due (the earliest of them:
 //     awake.dueAt);
-//   - the round re-reads quotas, or ranks every tenant for MaxTenants;
+//   - the round re-reads quotas;
 //   - fullVisitEvery has passed since the last such tick: a net under
 //     whatever else could wake a dormant tenant unseen (tokens given back
 //     into its counter by a request that spent them before it went
 //     dormant), which a tick then sees at most that much later.
+// With MaxTenants every tick ranks every tenant, and no set is kept.
 // TestTicksOfTheSetMatchTicksOfAll holds the set's ticks, without the
 // net, to ticks of every tenant.
 
@@ -36,6 +37,14 @@ import (
 // (sleep).
 func (s *Syncer) wake(t *Tenant) {
 	if t.Dormant() {
+		s.join(t)
+	}
+}
+
+// join makes t, new, revived or woken, one the next tick visits; with
+// MaxTenants, whose ticks rank every tenant, it keeps no set.
+func (s *Syncer) join(t *Tenant) {
+	if s.opts.MaxTenants == 0 {
 		s.awake.add(t)
 	}
 }

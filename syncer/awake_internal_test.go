@@ -246,3 +246,32 @@ func TestTicksOfTheSetMatchTicksOfAll(t *testing.T) {
 func describe(t *Tenant) string {
 	return fmt.Sprintf("dormant %v, evicted %v, leased %v, holding %d, flags %#x", t.Dormant(), t.Evicted(), t.Leased(), t.Held(), t.flags.Load()&(syncBusy-1))
 }
+
+// TestMaxTenantsKeepsNoSet: with MaxTenants, whose ticks rank every
+// tenant, no set is kept (Syncer.join) and every tick visits every
+// tenant, dormant or not. Fails when tenants join a set no tick walks,
+// which then only grows.
+func TestMaxTenantsKeepsNoSet(t *testing.T) {
+	const n = 20
+	s, all, clock := tracking(t, n, awakeQuota, drivenMode, func(o *Options) { o.MaxTenants = 1000; o.IdleTimeout = time.Hour })
+	tick := ticker(s, clock)
+	for _, tn := range all {
+		tn.NoteMiss(1)
+	}
+	for i := range 400 { // 10 s: leased, then dormant
+		before := s.awake.visited
+		tick()
+		if got := s.awake.visited - before; got != n {
+			t.Fatalf("tick %d visited %d tenants, want all %d", i, got, n)
+		}
+		s.awake.mu.Lock()
+		added := len(s.awake.added)
+		s.awake.mu.Unlock()
+		if len(s.awake.set) != 0 || added != 0 {
+			t.Fatalf("tick %d: with MaxTenants the set holds %d tenants and %d wait to join it, want none", i, len(s.awake.set), added)
+		}
+	}
+	if s.Dormant() != n {
+		t.Fatalf("%d of %d tenants dormant after 10 s idle", s.Dormant(), n)
+	}
+}

@@ -190,7 +190,7 @@ func (s *Syncer) revive(t *Tenant, now time.Time) {
 	// (passBy): cleared before the lease is set.
 	t.quietUntil.Store(0)
 	t.lease.Store(ls)
-	s.awake.add(t)
+	s.join(t)
 }
 
 // wakes reports whether a dormant t has something to plan: a request

@@ -123,20 +123,25 @@ func (s *Syncer) nextTick(at int64) int64 {
 // version the last poll read and leaves the next poll running, so a
 // quota change is seen a tick later (quotaPoll).
 func (s *Syncer) Tick(ctx context.Context) {
-	w := &s.awake
 	// What the round visits is taken before the quota's poll, which may
 	// wait for Redis: in driven mode, requests that a timer wakes then
 	// run beside it, and the round visits what the tick's start saw.
-	w.take()
-	all, awake := s.reg.all, w.tenants(s.opts.Driven)
+	all := s.reg.all
 	if s.opts.Driven {
 		all = slices.Values(byName(s.reg.all))
 	}
+	if s.opts.MaxTenants > 0 {
+		// Each tick ranks every tenant: no set is kept (Syncer.join).
+		s.round(ctx, all, s.pollQuota(ctx, s.opts.Now()), true, nil)
+		return
+	}
+	w := &s.awake
+	w.take()
+	awake := w.tenants(s.opts.Driven)
 	quotaCheck := s.pollQuota(ctx, s.opts.Now())
-	// Every tenant when a dormant one may need the visit, the quotas are
-	// re-read, or MaxTenants ranks them all; else those not dormant
-	// (awake.go).
-	if !w.full(s.opts.Now().UnixNano(), quotaCheck || s.opts.MaxTenants > 0) {
+	// Every tenant when a dormant one may need the visit or the quotas
+	// are re-read; else those in the set (awake.go).
+	if !w.full(s.opts.Now().UnixNano(), quotaCheck) {
 		if 2*len(w.set) >= s.reg.len() {
 			// Most tenants awake: the registry's table is the cheaper
 			// walk (a map's costs about a third more a tenant,

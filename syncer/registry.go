@@ -243,7 +243,7 @@ func (s *Syncer) Track(name string, q quota.Quota) (*Tenant, error) {
 		return nil, ErrTooManyTenants
 	}
 	if stored {
-		s.awake.add(t)
+		s.join(t)
 	}
 	return t, nil
 }
