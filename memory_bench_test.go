@@ -112,6 +112,7 @@ func BenchmarkTenantMemory(b *testing.B) {
 		"tenant name %.1f B on average (plus its size class rounding); "+
 		"registry: a read table of 8 B pointer + 1 tag byte per slot at up to 7/8 load, so 10-21 B per tenant, "+
 		"and a Go map (16 B key + 8 B value + 1 control byte per slot) for the tenants added since its last copy; "+
+		"until dormant, an entry in the syncer's set of the tenants its ticks walk (a Go map: 8 B key + 1 control byte per slot); "+
 		"not per tenant: the syncer's record of a base quota (a Quota, %d B, and a pointer) shared by the tenants of one quota; "+
 		"only once Redis has failed for a tenant: bucket.TokenBucket %d B (its FailLocal fallback)",
 		unsafe.Sizeof(t), unsafe.Sizeof(st), unsafe.Sizeof(led), float64(nameBytes)/tenants,
