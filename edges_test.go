@@ -453,18 +453,25 @@ func TestColdStartSkipsAWaitThatCannotEnd(t *testing.T) {
 	}
 
 	// The store answers at once again. A second after the last urgent
-	// call, cold requests wait again: one of them is admitted.
+	// call, cold requests wait again: one of them is admitted after its
+	// wait (ReasonColdStart). One admitted from a lease (ReasonLeased) did
+	// not wait: a round leased its new tenant between the request's
+	// tracking it and its refill, which a loaded machine gives time for
+	// (the race detector beside two busy loops: once in about a dozen
+	// runs of make test). It proves nothing either way; the next tenant
+	// is asked.
 	store.SetHook(nil)
 	deadline = time.Now().Add(20 * time.Second)
 	for i := 0; ; i++ {
-		if d := l.AllowN(ctx, fmt.Sprintf("later-%d", i), 1); d.Allowed {
-			if d.Reason != leasequota.ReasonColdStart {
-				t.Errorf("a later cold request was admitted with %v, want ReasonColdStart (it waited for its first lease)", d.Reason)
-			}
+		d := l.AllowN(ctx, fmt.Sprintf("later-%d", i), 1)
+		if d.Allowed && d.Reason == leasequota.ReasonColdStart {
 			break
 		}
+		if d.Allowed && d.Reason != leasequota.ReasonLeased {
+			t.Fatalf("a later cold request was admitted with %v, want ReasonColdStart (it waited for its first lease)", d.Reason)
+		}
 		if time.Now().After(deadline) {
-			t.Fatal("no cold request was admitted within 20s of the store answering again")
+			t.Fatal("no cold request was admitted after its wait within 20s of the store answering again")
 		}
 		time.Sleep(10 * time.Millisecond) // polling; the deadline bounds it
 	}
