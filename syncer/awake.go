@@ -44,10 +44,15 @@ func (s *Syncer) wake(t *Tenant) {
 // join makes t, new, revived or woken, one the next tick visits; with
 // MaxTenants, whose ticks rank every tenant, it keeps no set.
 func (s *Syncer) join(t *Tenant) {
-	if s.opts.MaxTenants == 0 {
+	if !s.capped() {
 		s.awake.add(t)
 	}
 }
+
+// capped reports whether Options.MaxTenants caps the tenants kept: then
+// every round ranks every tenant it visits by its last activity, and
+// every tick visits them all.
+func (s *Syncer) capped() bool { return s.opts.MaxTenants > 0 }
 
 // fullVisitEvery is how long a tick may pass dormant tenants by at most.
 const fullVisitEvery = time.Second
@@ -111,10 +116,10 @@ func (w *awake) take() {
 	w.spare = added[:0]
 }
 
-// full reports whether a tick at ns visits every tenant, and if so
-// starts the set anew (seen rebuilds it).
-func (w *awake) full(ns int64, always bool) bool {
-	if !always && !w.always && ns < w.dueAt && ns < w.fullAt {
+// full reports whether a tick at ns visits every tenant, which it must
+// when must is set, and if so starts the set anew (seen rebuilds it).
+func (w *awake) full(ns int64, must bool) bool {
+	if !must && !w.always && ns < w.dueAt && ns < w.fullAt {
 		return false
 	}
 	if 2*len(w.set) < w.peak {

@@ -113,7 +113,7 @@ func (s *Syncer) idleOrKept(t *Tenant, now time.Time, evict *[]*Tenant) bool {
 		*evict = append(*evict, t)
 		return true
 	}
-	if s.opts.MaxTenants > 0 {
+	if s.capped() {
 		s.lru = append(s.lru, lruEntry{active: active, t: t})
 	}
 	return false

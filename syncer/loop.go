@@ -130,7 +130,7 @@ func (s *Syncer) Tick(ctx context.Context) {
 	if s.opts.Driven {
 		all = slices.Values(byName(s.reg.all))
 	}
-	if s.opts.MaxTenants > 0 {
+	if s.capped() {
 		// Each tick ranks every tenant: no set is kept (Syncer.join).
 		s.round(ctx, all, s.pollQuota(ctx, s.opts.Now()), true, nil)
 		return

@@ -72,7 +72,7 @@ func (s *Syncer) round(ctx context.Context, tenants iter.Seq[*Tenant], quotaChec
 		releases []lease.ReleaseRequest
 		evict    []*Tenant
 	)
-	track := s.opts.MaxTenants > 0
+	track := s.capped()
 	// In Cluster mode each call takes room in its node's budget, so the
 	// planning looks up the node of each tenant it calls for (the look-ups
 	// are local but for a slot map not loaded yet: bounded).
