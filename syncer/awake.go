@@ -65,9 +65,9 @@ type awake struct {
 
 	// The loop's own (Tick).
 	// set holds every tenant that is not dormant, and the dormant ones
-	// that Syncer.wake added; rebuilt by a tick that visits all once it
-	// holds less than half of its peak, so that the map does not keep
-	// the room of the peak (a map never shrinks).
+	// that Syncer.wake added; made again once it holds less than half
+	// of its peak (settle, and a tick that visits all), so that the map
+	// does not keep the room of the peak (a map never shrinks).
 	set  map[*Tenant]struct{}
 	peak int // the most tenants set held since it was made
 	// dueAt is the earliest idle check (quietUntil) of a dormant tenant,
@@ -179,7 +179,15 @@ func (w *awake) gone(t *Tenant) {
 
 // settle takes the tenants that went dormant in a round out of the set,
 // their idle checks counted in dueAt. A tenant revived since is added
-// again (add), and the next tick takes it.
+// again (add), and the next tick takes it. A set left with less than
+// half of its peak is made again, its room given back at once rather
+// than at the next visit of every tenant, up to fullVisitEvery later:
+// the heap then does not depend on when that visit came
+// (BenchmarkTenantMemory read 100 or 123 B a dormant tenant, as the
+// map of its first wave had been made again before its measure or
+// not). Its cost, a copy of what is left, is less than the deletions
+// since the peak. A tick that visits every tenant and is making the
+// set again (next) does that instead.
 func (w *awake) settle() {
 	for _, t := range w.slept {
 		delete(w.set, t)
@@ -187,4 +195,11 @@ func (w *awake) settle() {
 	}
 	clear(w.slept)
 	w.slept = w.slept[:0]
+	if w.next == nil && 2*len(w.set) < w.peak {
+		set := make(map[*Tenant]struct{}, len(w.set)) // not maps.Clone, which may keep the room
+		for t := range w.set {
+			set[t] = struct{}{}
+		}
+		w.set, w.peak = set, len(set)
+	}
 }

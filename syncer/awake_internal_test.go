@@ -17,6 +17,48 @@ import (
 // second or two goes dormant.
 var awakeQuota = quota.Quota{Rate: 100, Burst: 100, MinLease: 1, MaxLease: 10, LeaseTTL: time.Second}
 
+// TestSetShrinksAsTenantsSleep: after every tick the set holds at least
+// half of its peak (settle makes it again below that), so its room goes
+// as its tenants go dormant, not at the next visit of every tenant; once
+// all are dormant it is empty and its peak 0. It fails when only the
+// visits of every tenant make the set again (the net is off here, and
+// the tenants go dormant before their idle checks fall due).
+func TestSetShrinksAsTenantsSleep(t *testing.T) {
+	const n = 200
+	s, all, clock := tracking(t, n, awakeQuota, drivenMode, func(o *Options) { o.IdleTimeout = time.Hour })
+	s.awake.noNet = true
+	tick := ticker(s, clock)
+	for i, tn := range all {
+		tn.NoteMiss(int64(1 + i%5)) // demands apart, so that they sleep apart
+	}
+	var peak int
+	for i := 0; ; i++ {
+		if i == 2000 {
+			t.Fatalf("%d tenants still in the set after 50 s", len(s.awake.set))
+		}
+		tick()
+		w := &s.awake
+		peak = max(peak, w.peak)
+		if 2*len(w.set) < w.peak {
+			t.Fatalf("tick %d: the set holds %d tenants, less than half of its peak %d", i, len(w.set), w.peak)
+		}
+		if len(w.set) == 0 {
+			if w.peak != 0 {
+				t.Fatalf("an empty set keeps a peak of %d", w.peak)
+			}
+			break
+		}
+	}
+	if peak != n {
+		t.Fatalf("the set's peak was %d, want %d", peak, n)
+	}
+	for _, tn := range all {
+		if !tn.Dormant() {
+			t.Fatalf("%s is out of the set but not dormant", tn.name)
+		}
+	}
+}
+
 // TestTickVisitsOnlyAwakeTenants: once every tenant is dormant, ticks
 // visit none of them but once a fullVisitEvery (the net); a tenant
 // revived by an urgent round, a new one, and a dormant one whose miss
