@@ -66,8 +66,8 @@ type awake struct {
 	// The loop's own (Tick).
 	// set holds every tenant that is not dormant, and the dormant ones
 	// that Syncer.wake added; made again once it holds less than half
-	// of its peak (settle, and a tick that visits all), so that the map
-	// does not keep the room of the peak (a map never shrinks).
+	// of its peak (settle), so that the map does not keep the room of
+	// the peak (a map never shrinks).
 	set  map[*Tenant]struct{}
 	peak int // the most tenants set held since it was made
 	// dueAt is the earliest idle check (quietUntil) of a dormant tenant,
@@ -76,9 +76,6 @@ type awake struct {
 	dueAt int64
 	// fullAt is when the next tick visits every tenant at the latest.
 	fullAt int64
-	// next is the set being rebuilt by a tick that visits all, nil
-	// otherwise.
-	next map[*Tenant]struct{}
 	// slept is the tenants that went dormant in a round (sleep), which
 	// it then takes out of the set (settle).
 	slept []*Tenant
@@ -117,13 +114,10 @@ func (w *awake) take() {
 }
 
 // full reports whether a tick at ns visits every tenant, which it must
-// when must is set, and if so starts the set anew (seen rebuilds it).
+// when must is set; if so, the visit recounts dueAt (seen).
 func (w *awake) full(ns int64, must bool) bool {
 	if !must && !w.always && ns < w.dueAt && ns < w.fullAt {
 		return false
-	}
-	if 2*len(w.set) < w.peak {
-		w.next = make(map[*Tenant]struct{}, len(w.set))
 	}
 	w.dueAt = math.MaxInt64
 	w.fullAt = satAdd(ns, int64(fullVisitEvery))
@@ -131,15 +125,6 @@ func (w *awake) full(ns int64, must bool) bool {
 		w.fullAt = math.MaxInt64
 	}
 	return true
-}
-
-// endFull ends a tick that visited every tenant: the set is the one
-// seen rebuilt, if it did.
-func (w *awake) endFull() {
-	if w.next != nil {
-		w.set, w.next = w.next, nil
-		w.peak = len(w.set)
-	}
 }
 
 // tenants yields the set's tenants, by name when driven (a map's order is
@@ -151,43 +136,37 @@ func (w *awake) tenants(driven bool) iter.Seq[*Tenant] {
 	return maps.Keys(w.set)
 }
 
-// seen notes what a visit of every tenant left t in: awake, in the set
-// (the one being rebuilt, if it is); dormant, out of it, its idle check
-// counted in dueAt; evicted, out.
+// seen notes what a visit of every tenant left t in: awake, in the set;
+// dormant, out of it, its idle check counted in dueAt; evicted, out. The
+// round's settle then makes the set again if it fell under half of its
+// peak.
 func (w *awake) seen(t *Tenant) {
-	set := w.set
-	if w.next != nil {
-		set = w.next
-	}
 	switch {
 	case t.flag(flagEvicted):
-		delete(set, t)
+		delete(w.set, t)
 	case t.lease.Load() == nil:
-		delete(set, t)
+		delete(w.set, t)
 		w.dueAt = min(w.dueAt, t.quietUntil.Load())
 	default:
-		set[t] = struct{}{}
+		w.set[t] = struct{}{}
+		w.peak = max(w.peak, len(w.set))
 	}
 }
 
-// gone takes an evicted tenant out of the set, and out of the one a
-// visit of every tenant is rebuilding.
-func (w *awake) gone(t *Tenant) {
-	delete(w.set, t)
-	delete(w.next, t)
-}
+// gone takes an evicted tenant out of the set.
+func (w *awake) gone(t *Tenant) { delete(w.set, t) }
 
 // settle takes the tenants that went dormant in a round out of the set,
 // their idle checks counted in dueAt. A tenant revived since is added
 // again (add), and the next tick takes it. A set left with less than
-// half of its peak is made again, its room given back at once rather
-// than at the next visit of every tenant, up to fullVisitEvery later:
-// the heap then does not depend on when that visit came
-// (BenchmarkTenantMemory read 100 or 123 B a dormant tenant, as the
-// map of its first wave had been made again before its measure or
-// not). Its cost, a copy of what is left, is less than the deletions
-// since the peak. A tick that visits every tenant and is making the
-// set again (next) does that instead.
+// half of its peak (by these, by a visit of every tenant: seen, or by
+// evictions: gone) is made again, its room given back in the round that
+// freed it: the heap then does not depend on when a later visit of
+// every tenant came (BenchmarkTenantMemory read 100 or 123 B a dormant
+// tenant when only such visits made it again, as its first wave's map
+// had been made again before its measure or not). Its cost, a copy of
+// what is left, is less than the deletions since the peak. Every round
+// ends here, a visit of every tenant too.
 func (w *awake) settle() {
 	for _, t := range w.slept {
 		delete(w.set, t)
@@ -195,7 +174,7 @@ func (w *awake) settle() {
 	}
 	clear(w.slept)
 	w.slept = w.slept[:0]
-	if w.next == nil && 2*len(w.set) < w.peak {
+	if 2*len(w.set) < w.peak {
 		set := make(map[*Tenant]struct{}, len(w.set)) // not maps.Clone, which may keep the room
 		for t := range w.set {
 			set[t] = struct{}{}

@@ -152,7 +152,6 @@ func (s *Syncer) Tick(ctx context.Context) {
 		return
 	}
 	s.round(ctx, all, quotaCheck, true, w.seen)
-	w.endFull()
 }
 
 // Urgent runs one round over the tenants that NoteMiss queued, up to
