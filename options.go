@@ -297,7 +297,8 @@ func WithRateShares(period time.Duration, headroom float64) Option {
 // FleetRemaining, counts the slot of the request's CPU and the shared
 // count alone: a lower bound of the tokens the instance holds.
 //
-// What it costs: 64 bytes a P for each tenant split, and a split tenant's
+// What it costs: 128 bytes a P for each tenant split (a slot is two
+// cache lines, as a line's neighbour moves with it), and a split tenant's
 // decision on one goroutine is about 1.7 times as long (a call out of
 // line, which P it runs on, one more cache line), which the joining above
 // confines to those looks. docs/tuning.md ("Hot tenants on many cores") gives the

@@ -29,10 +29,18 @@ type Counter struct {
 	slots atomic.Pointer[[]slot]
 }
 
-// slot is one P's part of a split Counter, padded to 64 bytes, a cache
-// line: the allocator aligns the arrays of 2, 4 and 8 slots (its 128-,
-// 256- and 512-byte size classes) on their size, so each slot is on a
-// line of its own.
+// slot is one P's part of a split Counter, padded to 128 bytes, two
+// cache lines: the allocator aligns the arrays of 2, 4 and 8 slots (its
+// 256-, 512- and 1,024-byte size classes) on their size, so each slot has
+// an aligned pair of lines of its own. Why a pair, not one line: x86
+// processors may fetch a line's neighbour in its aligned 128-byte block
+// along with it (adjacent-line prefetch), and two slots of 64 bytes side
+// by side behaved as if they shared a line. On the 2-core AMD EPYC host,
+// BenchmarkAllowParallel (two goroutines over the same 1,024 hot
+// tenants, each spending from its own P's slot) took 29.6-64.7 ns a
+// decision with 64-byte slots and 15.2-19.0 ns with 128-byte ones, one
+// goroutine 14.9-16.3 ns (test binaries of both, run in turn, 2026-12-07;
+// docs/performance.md, "Slots a line pair apart").
 type slot struct {
 	n atomic.Int64
 	// stolen is what spends on other Ps took from the slot since the
@@ -55,7 +63,7 @@ type slot struct {
 	// them) or their tenant been drained (left in it, uncounted):
 	// TestPutBackAfterEmptied.
 	back atomic.Int64
-	_    [24]byte
+	_    [88]byte // to 128 bytes: see slot
 }
 
 // maxSlots is the most slots Stripe makes, whatever GOMAXPROCS is.

@@ -33,5 +33,19 @@ func (c *Counter) TrySpendFrom(p int, n int64) (ok bool, left int64) {
 	return ok, left
 }
 
-// SlotSize is the size of a slot: a cache line.
+// SlotSize is the size of a slot: a pair of cache lines.
 const SlotSize = unsafe.Sizeof(slot{})
+
+// SlotAddrs returns the addresses of a split counter's slots (none when
+// it is not split), for a test to check where they lie.
+func (c *Counter) SlotAddrs() []uintptr {
+	sp := c.slots.Load()
+	if sp == nil {
+		return nil
+	}
+	addrs := make([]uintptr, len(*sp))
+	for i := range *sp {
+		addrs[i] = uintptr(unsafe.Pointer(&(*sp)[i]))
+	}
+	return addrs
+}

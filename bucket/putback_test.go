@@ -22,8 +22,8 @@ import (
 // goes on for 2 s, or until 20 put-backs were seen; every put-back seen
 // must be unspendable, and spendable once restored.
 func TestPutBackAfterEmptied(t *testing.T) {
-	if bucket.SlotSize != 64 {
-		t.Fatalf("a slot is %d bytes, want a cache line of 64", bucket.SlotSize)
+	if bucket.SlotSize != 128 {
+		t.Fatalf("a slot is %d bytes, want a pair of cache lines, 128", bucket.SlotSize)
 	}
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(max(2, runtime.GOMAXPROCS(0))))
 	const slots, per = 64, 4
