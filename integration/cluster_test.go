@@ -798,9 +798,9 @@ const failoverTimeout = 100 * time.Millisecond
 
 func runClusterFailover(t *testing.T, c *redistest.Cluster, partial bool) {
 	// go-redis probes a node it cannot dial once a second in a goroutine
-	// that sees the client closed only when it wakes up.
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent(),
-		goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"))
+	// that sees the client closed only when it wakes up: verifyNoLeaks
+	// waits for it.
+	defer verifyNoLeaks(t, goleak.IgnoreCurrent())
 	const (
 		instances  = 4
 		tenants    = 60

@@ -338,7 +338,7 @@ func checkFailureModes(t *testing.T, ld *faultLoad, st leasequota.Stats) {
 func TestRedisKilledUnderLoad(t *testing.T) {
 	redistest.Shared(t)
 	ignore := goleak.IgnoreCurrent()
-	t.Cleanup(func() { goleak.VerifyNone(t, ignore) }) // runs after the server's cleanup
+	t.Cleanup(func() { verifyNoLeaks(t, ignore) }) // runs after the server's cleanup
 	srv := redistest.StartServer(t)
 	c := srv.Client()
 	defer c.Close()
@@ -445,7 +445,7 @@ func TestClientPauseKeepsLocalSpeed(t *testing.T) {
 func testClientPause(t *testing.T, opts redis.Options) {
 	redistest.Shared(t)
 	ignore := goleak.IgnoreCurrent()
-	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
+	t.Cleanup(func() { verifyNoLeaks(t, ignore) })
 	srv := redistest.StartServer(t)
 	opts.Addr, opts.Password = srv.Addr, srv.Password
 	c := redis.NewClient(&opts)
@@ -558,7 +558,7 @@ func proxiedLimiter(t *testing.T, srv *redistest.Server, opts redis.Options, quo
 func TestRedisSlowAndBlackholed(t *testing.T) {
 	redistest.Shared(t)
 	ignore := goleak.IgnoreCurrent()
-	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
+	t.Cleanup(func() { verifyNoLeaks(t, ignore) })
 	srv := redistest.StartServer(t)
 	before := runtime.NumGoroutine()
 	ctx := context.Background()
@@ -644,7 +644,7 @@ func TestRedisSlowAndBlackholed(t *testing.T) {
 func TestCloseOnABlackholedRedis(t *testing.T) {
 	redistest.Shared(t)
 	ignore := goleak.IgnoreCurrent()
-	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
+	t.Cleanup(func() { verifyNoLeaks(t, ignore) })
 	srv := redistest.StartServer(t)
 	ctx := context.Background()
 	names, quota := failureQuotas()
@@ -686,7 +686,7 @@ func TestCloseOnABlackholedRedis(t *testing.T) {
 func TestRedisAnsweringLateIsBusyForAWhile(t *testing.T) {
 	srv := redistest.Shared(t)
 	ignore := goleak.IgnoreCurrent()
-	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
+	t.Cleanup(func() { verifyNoLeaks(t, ignore) })
 	const ttl = 400 * time.Millisecond
 	p := startFaultProxy(t, srv.Addr)
 	defer p.Close()
@@ -813,7 +813,7 @@ func startWipeLoad(t *testing.T) (l *leasequota.Limiter, admin *redis.Client, ld
 	t.Helper()
 	redistest.Shared(t)
 	ignore := goleak.IgnoreCurrent()
-	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
+	t.Cleanup(func() { verifyNoLeaks(t, ignore) })
 	srv := redistest.StartServer(t)
 	c := srv.Client()
 	t.Cleanup(func() { c.Close() })

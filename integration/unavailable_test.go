@@ -21,7 +21,7 @@ func noCommandLoad(t *testing.T) (*leasequota.Limiter, *faultLoad, *redis.Client
 	t.Helper()
 	redistest.Shared(t)
 	ignore := goleak.IgnoreCurrent()
-	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
+	t.Cleanup(func() { verifyNoLeaks(t, ignore) })
 	srv := redistest.StartServer(t)
 	c := srv.Client()
 	t.Cleanup(func() { c.Close() })
