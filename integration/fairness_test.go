@@ -8,19 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/leasequota/leasequota"
 	"github.com/leasequota/leasequota/integration/redistest"
 )
-
-// leakCheck checks for leaked goroutines after the test's cleanups (which
-// close its limiters) have run.
-func leakCheck(t *testing.T) {
-	redistest.Shared(t) // the harness lives for the package
-	ignore := goleak.IgnoreCurrent()
-	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
-}
 
 // newLimiters returns n limiters, each with its own client, closed when the
 // test ends.

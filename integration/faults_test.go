@@ -16,7 +16,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
-	"go.uber.org/goleak"
 
 	"github.com/leasequota/leasequota"
 	"github.com/leasequota/leasequota/integration/redistest"
@@ -336,9 +335,7 @@ func checkFailureModes(t *testing.T, ld *faultLoad, st leasequota.Stats) {
 // ctx per call and WithMaxWait(1s) so that requests do wait; then starts
 // it again, empty, on the same port.
 func TestRedisKilledUnderLoad(t *testing.T) {
-	redistest.Shared(t)
-	ignore := goleak.IgnoreCurrent()
-	t.Cleanup(func() { verifyNoLeaks(t, ignore) }) // runs after the server's cleanup
+	leakCheck(t) // its check runs after the server's cleanup
 	srv := redistest.StartServer(t)
 	c := srv.Client()
 	defer c.Close()
@@ -443,9 +440,7 @@ func TestClientPauseKeepsLocalSpeed(t *testing.T) {
 }
 
 func testClientPause(t *testing.T, opts redis.Options) {
-	redistest.Shared(t)
-	ignore := goleak.IgnoreCurrent()
-	t.Cleanup(func() { verifyNoLeaks(t, ignore) })
+	leakCheck(t)
 	srv := redistest.StartServer(t)
 	opts.Addr, opts.Password = srv.Addr, srv.Password
 	c := redis.NewClient(&opts)
@@ -556,9 +551,7 @@ func proxiedLimiter(t *testing.T, srv *redistest.Server, opts redis.Options, quo
 // ctx deadline on socket reads, and WithRedisTimeout bounds nothing (see
 // TestRedisTimeoutWithDefaultClient).
 func TestRedisSlowAndBlackholed(t *testing.T) {
-	redistest.Shared(t)
-	ignore := goleak.IgnoreCurrent()
-	t.Cleanup(func() { verifyNoLeaks(t, ignore) })
+	leakCheck(t)
 	srv := redistest.StartServer(t)
 	before := runtime.NumGoroutine()
 	ctx := context.Background()
@@ -642,9 +635,7 @@ func TestRedisSlowAndBlackholed(t *testing.T) {
 // (go-redis ends a read at its deadline, not when its context is
 // canceled).
 func TestCloseOnABlackholedRedis(t *testing.T) {
-	redistest.Shared(t)
-	ignore := goleak.IgnoreCurrent()
-	t.Cleanup(func() { verifyNoLeaks(t, ignore) })
+	leakCheck(t)
 	srv := redistest.StartServer(t)
 	ctx := context.Background()
 	names, quota := failureQuotas()
@@ -684,9 +675,8 @@ func TestCloseOnABlackholedRedis(t *testing.T) {
 // been answered in time for one lease TTL). A process too short of CPU
 // to read its replies in time looks the same to the limiter.
 func TestRedisAnsweringLateIsBusyForAWhile(t *testing.T) {
+	leakCheck(t)
 	srv := redistest.Shared(t)
-	ignore := goleak.IgnoreCurrent()
-	t.Cleanup(func() { verifyNoLeaks(t, ignore) })
 	const ttl = 400 * time.Millisecond
 	p := startFaultProxy(t, srv.Addr)
 	defer p.Close()
@@ -811,9 +801,7 @@ func TestRedisTimeoutWithDefaultClient(t *testing.T) {
 // closed, and goroutine leaks checked, when the test ends.
 func startWipeLoad(t *testing.T) (l *leasequota.Limiter, admin *redis.Client, ld *faultLoad, quota func(string) leasequota.Quota, redisErrors func() map[string]int64) {
 	t.Helper()
-	redistest.Shared(t)
-	ignore := goleak.IgnoreCurrent()
-	t.Cleanup(func() { verifyNoLeaks(t, ignore) })
+	leakCheck(t)
 	srv := redistest.StartServer(t)
 	c := srv.Client()
 	t.Cleanup(func() { c.Close() })

@@ -5,7 +5,18 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/leasequota/leasequota/integration/redistest"
 )
+
+// leakCheck checks for leaked goroutines after the test's cleanups (which
+// close its limiters and clients, and stop the servers it started after
+// this call) have run, with verifyNoLeaks.
+func leakCheck(t *testing.T) {
+	redistest.Shared(t) // the harness lives for the package
+	ignore := goleak.IgnoreCurrent()
+	t.Cleanup(func() { verifyNoLeaks(t, ignore) })
+}
 
 // redialWait is how long verifyNoLeaks lets goroutines end before it
 // looks: go-redis's redial loop sleeps a second between failed dials,

@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/leasequota/leasequota"
 	"github.com/leasequota/leasequota/integration/redistest"
 )
@@ -27,9 +25,8 @@ func heapInuse() uint64 {
 // tenants at any time, evict down to 100,000, and its heap must stay
 // bounded by what 200,000 tenants cost, not grow with the million.
 func TestManyTenantsBoundedMemory(t *testing.T) {
+	leakCheck(t)
 	srv := redistest.Shared(t)
-	ignore := goleak.IgnoreCurrent()
-	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
 	c := srv.Client()
 	defer c.Close()
 	ctx := context.Background()
@@ -129,9 +126,8 @@ func heapMiB(a, b uint64) float64 { return float64(int64(a)-int64(b)) / (1 << 20
 // single-threaded Redis, time out, and open the breaker while Redis is
 // fine (measured under -race: 33,000 failed calls for 100,000 tenants).
 func TestManyTenantsColdStartOnHealthyRedis(t *testing.T) {
+	leakCheck(t)
 	srv := redistest.Shared(t)
-	ignore := goleak.IgnoreCurrent()
-	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
 	c := srv.Client()
 	defer c.Close()
 	ctx := context.Background()

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 
 	"github.com/leasequota/leasequota"
 	"github.com/leasequota/leasequota/integration/redistest"
@@ -19,9 +18,7 @@ import (
 // quotas, its load for half a second with Redis well, and an admin client.
 func noCommandLoad(t *testing.T) (*leasequota.Limiter, *faultLoad, *redis.Client) {
 	t.Helper()
-	redistest.Shared(t)
-	ignore := goleak.IgnoreCurrent()
-	t.Cleanup(func() { verifyNoLeaks(t, ignore) })
+	leakCheck(t)
 	srv := redistest.StartServer(t)
 	c := srv.Client()
 	t.Cleanup(func() { c.Close() })
