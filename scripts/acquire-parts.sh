@@ -71,10 +71,14 @@ history = ([
     "  local h = history_at(state, now, burst, tokens, btext)",
     "  local h = history_at(state, now, burst, tokens)",
     "  local h = history(state, now, burst)\n  history_push(h, now, tokens)",
-], "  local h = {}")
+], "  local h = {now, level_code(burst)}")
 cases = [
     ('full', []),
-    # no level history: no parse, push or p-field writes (store writes none)
+    # no level history: the call records none (neither parse nor push),
+    # its history always a full bucket's one entry, which store writes
+    # only when it changed. (The variant that made it {} stopped at
+    # store, which reads an entry, on every call since the history was
+    # packed, 0ce7621: measure now fails on such a reply.)
     ('no_history', [history]),
     # no instance registry: as a caller without WithInstance
     ('no_registry', [(["  local id = ARGV[o + 4]\n"], "  local id = ''\n")]),
@@ -128,8 +132,15 @@ measure() {
   cli flushall >/dev/null
   calls "$sha" t | cli >/dev/null # creates the keys
   callgrind_control -z "$pid" >/dev/null 2>&1
-  calls "$sha" t | cli >/dev/null
+  calls "$sha" t | cli >"$dir/reply"
   callgrind_control -d "$pid" >/dev/null 2>&1
+  # A variant that fails measures a script that stopped part way: a
+  # batch's error replies are its tenants' lines (user_script:...), a
+  # single call's an ERR.
+  if grep -q -E 'user_script|^ERR|^\(error\)' "$dir/reply"; then
+    echo "acquire-parts: $1 fails: $(grep -m1 -E 'user_script|^ERR|^\(error\)' "$dir/reply")" >&2
+    exit 1
+  fi
   n=$(ls -t "$dir"/cg.out.* | head -1)
   awk -v n=$((batches * batch)) '/^(summary|totals):/{printf "%.0f", $2 / n; exit}' "$n"
   mv "$n" "$dir/last"
