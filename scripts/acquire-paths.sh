@@ -160,8 +160,12 @@ def call_batch(sha, ts, args_of):
 def run(cmds):
     for i in range(0, len(cmds), 100):
         for r in c.send(cmds[i:i + 100]):
-            if isinstance(r, Exception):
-                sys.exit('acquire-paths: %s' % r)
+            # A batch replies with an array, its failed tenants' errors
+            # inside it: a path whose calls fail would measure a script
+            # that stopped part way.
+            for e in (r if isinstance(r, list) else [r]):
+                if isinstance(e, Exception):
+                    sys.exit('acquire-paths: %s' % e)
 
 def commandstats():
     s = {}

@@ -57,6 +57,11 @@ run() {
   stats=$(cli info commandstats | tr -d '\r' | grep "^cmdstat_$cmd:")
   calls=$(sed -E 's/^cmdstat_[a-z]+:calls=([0-9]+).*/\1/' <<<"$stats")
   usec=$(sed -E 's/.*usec_per_call=([0-9.]+).*/\1/' <<<"$stats")
+  # A case whose calls fail prices a script that stopped part way.
+  if grep -q -E 'failed_calls=[1-9]' <<<"$stats"; then
+    echo "redis-cost: $name: calls failed ($stats)" >&2
+    exit 1
+  fi
   awk -v n="$name" -v u="$usec" -v c0="$c0" -v c1="$c1" -v k="$calls" \
     'BEGIN{printf "%-28s usec_per_call=%6.2f  cpu_us_per_call=%6.2f  calls=%d\n", n, u, (c1-c0)*1e6/k, k}'
 }
