@@ -137,8 +137,9 @@ measure() {
   # A variant that fails measures a script that stopped part way: a
   # batch's error replies are its tenants' lines (user_script:...), a
   # single call's an ERR.
-  if grep -q -E 'user_script|^ERR|^\(error\)' "$dir/reply"; then
-    echo "acquire-parts: $1 fails: $(grep -m1 -E 'user_script|^ERR|^\(error\)' "$dir/reply")" >&2
+  local failed
+  if failed=$(grep -m1 -E 'user_script|^ERR|^\(error\)' "$dir/reply"); then
+    echo "acquire-parts: $1 fails: $failed" >&2
     exit 1
   fi
   n=$(ls -t "$dir"/cg.out.* | head -1)
