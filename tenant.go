@@ -79,7 +79,9 @@ type TenantInfo struct {
 
 // Tenant returns what this instance knows of tenant's lease, and false if
 // it does not track the tenant. It is for introspection (dashboards,
-// simulations, tests), not for the request path: it takes the tenant's lock.
+// simulations, tests), not for the request path: it takes the tenant's
+// lock, which the syncer holds across the tenant's lease call, so it may
+// wait for that call to answer.
 // A tenant idle for a while, which the syncer keeps dormant (about 8 s
 // without requests by default, docs/design.md "Memory per tenant"),
 // reports its Quota and Tokens only: the rest is zero until its next

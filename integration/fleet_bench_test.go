@@ -215,6 +215,7 @@ type fleetMetrics struct {
 	tenths                    [10]float64 // byTenth, summed over the runs
 	granted, returned         int64
 	forfeited, expired, held  int64
+	heldRead                  time.Duration // the longest read of held after a load (fleetResult.heldRead)
 	overBound                 int
 	left, bound               float64     // tokens left in the buckets at the end, Σ(Burst + Rate·elapsed)
 	steady                    fleetSteady // summed over the runs
@@ -245,6 +246,7 @@ func (m *fleetMetrics) add(s fleetShape, r *fleetResult, rr *redisRateResult) {
 	m.forfeited += r.stats.Forfeited
 	m.expired += r.stats.Expired
 	m.held += r.held
+	m.heldRead = max(m.heldRead, r.heldRead)
 	m.left += r.left
 	m.bound += r.bound() * float64(s.tenants)
 	m.overBound += len(r.overBound)
@@ -336,8 +338,8 @@ func (m *fleetMetrics) report(b *testing.B) {
 		tenths[i] = fmt.Sprintf("%.3f", u/n)
 	}
 	b.Logf("leasequota's utilization by tenth of the tenants, in the order the load asks for them: %s", strings.Join(tenths, " "))
-	b.Logf("leasequota's granted tokens: %d granted, %d admitted, %d expired unspent; given back (expiry, eviction, Close): %d credited, %d forfeited; %d held unspent at the end",
-		m.granted, m.lqAdmitted, m.expired, m.returned, m.forfeited, m.held)
+	b.Logf("leasequota's granted tokens: %d granted, %d admitted, %d expired unspent; given back (expiry, eviction): %d credited, %d forfeited; %d held unspent at the end (the counts as the load ended, the tokens held read within %v of it)",
+		m.granted, m.lqAdmitted, m.expired, m.returned, m.forfeited, m.held, m.heldRead.Round(time.Millisecond))
 	if m.bound > 0 {
 		// The rest is refill no instance received: before a bucket's
 		// first call, spilled while it was full, taken by calls whose
