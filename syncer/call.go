@@ -91,10 +91,15 @@ func (s *Syncer) callHeld(ctx context.Context, op string, node *redisNode, size 
 	// The delay that tells congestion is Redis's (and the client's), not
 	// the wait for a slot among this syncer's own calls.
 	sent := s.opts.Now()
-	defer func() { s.called(node, size, sent, err) }()
 	if timeout <= 0 {
 		timeout = s.callTimeout(size)
 	}
+	defer func() {
+		if timedOut(err) {
+			node.timedOutAt(sent, s.opts.Now(), timeout)
+		}
+		s.called(node, size, sent, err)
+	}()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	ctx, span := s.opts.Telemetry.StartCall(ctx, op, size)
@@ -172,7 +177,7 @@ func (s *Syncer) nodeHealth(node *redisNode, err error, now time.Time) {
 		if node.down.CompareAndSwap(true, false) {
 			node.budget.recovered()
 		}
-	case !errors.Is(err, context.Canceled) && !node.answeredWithin(now, s.downAfter()):
+	case !errors.Is(err, context.Canceled) && node.silent(now, s.downAfter()):
 		if node.down.CompareAndSwap(false, true) {
 			node.budget.outage()
 		}
@@ -207,11 +212,14 @@ func (s *Syncer) congestedAfter(size int) time.Duration {
 
 // busy reports whether err, a failed call's at now for tenant, says that
 // Redis is busy rather than down: the call timed out, and Redis (on a
-// Redis Cluster, the node that serves tenant) answered another of this
-// instance's calls in time within the last downAfter (the default lease
-// TTL, at most MaxDownAfter): a lease call, or without Cluster the read
-// of the quota version, which the loop makes every half interval
-// (readQuota). Without Cluster, a Redis that
+// Redis Cluster, the node that serves tenant) is not silent
+// (redisNode.silent): it answered another of this instance's calls in
+// time within the last downAfter (the default lease TTL, at most
+// MaxDownAfter), a lease call or without Cluster the read of the quota
+// version, which the loop makes every half interval (readQuota); or it
+// has not yet been asked for downAfter since (the first call after that
+// answer that timed out at its deadline went out less than downAfter
+// ago), within lateGrace times downAfter of that answer. Without Cluster, a Redis that
 // answered that read only late (after the call deadline, within the
 // read's own, longer one) is busy too, for up to lateGrace times
 // downAfter since its last answer in time (redisNode.reachedLate); and
@@ -227,7 +235,8 @@ func (s *Syncer) congestedAfter(size int) time.Duration {
 // call's tenants failing, so no failure mode decides for them while Redis
 // answers; their requests are decided by their leases, as when the global
 // bucket is dry. A Redis that has answered nothing in time for downAfter
-// is taken for down, and its timeouts count again: a silent
+// while it was asked (silent) is taken for down, and its timeouts count
+// again: a silent
 // Redis (a partition, a paused or blackholed server) opens the breaker
 // that much later than one that refuses connections.
 //
@@ -255,10 +264,10 @@ func (s *Syncer) busy(ctx context.Context, err error, now time.Time, tenant stri
 		ctx, cancel := s.lookupCtx(ctx)
 		defer cancel()
 		name, ok := s.nodeOf(ctx, tenant)
-		return ok && s.node(name).answeredWithin(now, s.downAfter())
+		return ok && !s.node(name).silent(now, s.downAfter())
 	}
 	d := s.downAfter()
-	return s.one.answeredWithin(now, d) || s.one.reachedLate(now, d) || s.poll.firstPending()
+	return !s.one.silent(now, d) || s.one.reachedLate(now, d) || s.poll.firstPending()
 }
 
 // Refuser is what a Store may implement to say whether Redis refuses

@@ -222,9 +222,14 @@ func (s *Syncer) readQuotaOnce(ctx context.Context, timeout time.Duration) (int6
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	v, err := s.client.QuotaVersion(ctx)
-	if err == nil && !s.opts.Cluster {
+	if !s.opts.Cluster {
 		now := s.opts.Now()
-		s.one.answer(now, now.Sub(began) <= s.opts.CallTimeout)
+		switch {
+		case err == nil:
+			s.one.answer(now, now.Sub(began) <= s.opts.CallTimeout)
+		case timedOut(err):
+			s.one.timedOutAt(began, now, timeout)
+		}
 	}
 	return v, err
 }

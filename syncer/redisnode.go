@@ -28,6 +28,12 @@ type redisNode struct {
 	// 0 before. They tell a node that answers late from a silent one
 	// (reachedLate).
 	reached, firstReached atomic.Int64
+	// unanswered is when (Options.Now, unix nanoseconds) the first call
+	// sent since the node's last answer in time went out, of the calls
+	// that timed out at their deadline (not later: timedOutAt); 0 for
+	// none. It tells a node that was asked and stayed silent from one
+	// that was not asked (silent).
+	unanswered atomic.Int64
 	// budget is the window of script calls this instance may have in
 	// flight on the node (budget.go): rounds and refills take room in it
 	// per tenant before calling, call gives it back.
@@ -79,6 +85,54 @@ func (n *redisNode) answeredWithin(now time.Time, d time.Duration) bool {
 	return last != 0 && now.UnixNano()-last < int64(d)
 }
 
+// promptTimeout is how late past its deadline a call's timeout may come
+// and still say that the node was silent (timedOutAt), as a fraction of
+// the deadline: a timeout that comes later says the process was short
+// of CPU, and that the reply may have been read too late.
+const promptTimeout = 1.0
+
+// timedOutAt records that a call sent at sent with deadline timeout timed
+// out at now. A timeout that came within promptTimeout of its deadline
+// after the node's last answer in time marks the node as asked and
+// silent from sent (unanswered), unless an earlier call did so already.
+func (n *redisNode) timedOutAt(sent, now time.Time, timeout time.Duration) {
+	if now.Sub(sent) > time.Duration(float64(timeout)*(1+promptTimeout)) {
+		return
+	}
+	ns := sent.UnixNano()
+	if ns < n.answered.Load() {
+		return // the node answered after it was sent
+	}
+	n.unanswered.CompareAndSwap(0, ns)
+}
+
+// silent reports whether the node has answered no call in time within d
+// before now while it was asked: it has answered none within d, and a
+// call sent d or more before now timed out at its deadline with none
+// answered in time since (unanswered); or it has answered none within
+// lateGrace times d, or never. Why from the call and not from the last
+// answer: an instance short of CPU sent nothing for a third of a second
+// after its last answer, and its calls after it timed out up to half a
+// second past their 50 ms deadline; counted from the last answer, a
+// second of that put its tenants in their failure mode with Redis up
+// (BenchmarkFleet at 32 x 2,000 with rate shares: 56 to 5,687 decisions
+// by the failure mode in 7 runs of 12; docs/performance.md, "An instance
+// that did not ask"). The grace bounds how long a process too short of
+// CPU to time its calls out at their deadline keeps a silent Redis for
+// a busy one.
+func (n *redisNode) silent(now time.Time, d time.Duration) bool {
+	last := n.answered.Load()
+	ns := now.UnixNano()
+	switch {
+	case last != 0 && ns-last < int64(d):
+		return false
+	case last == 0 || ns-last >= int64(lateGrace*d):
+		return true
+	}
+	asked := n.unanswered.Load()
+	return asked != 0 && ns-asked >= int64(d)
+}
+
 // reachedWithin reports whether the node answered at all (in time or
 // late) within d before now.
 func (n *redisNode) reachedWithin(now time.Time, d time.Duration) bool {
@@ -92,6 +146,7 @@ func (n *redisNode) answer(now time.Time, inTime bool) {
 	ns := now.UnixNano()
 	if inTime {
 		n.answered.Store(ns)
+		n.unanswered.Store(0)
 	}
 	n.reached.Store(ns)
 	n.firstReached.CompareAndSwap(0, ns)
