@@ -100,10 +100,15 @@ func (n *redisNode) timedOutAt(sent, now time.Time, timeout time.Duration) {
 		return
 	}
 	ns := sent.UnixNano()
-	if ns < n.answered.Load() {
+	last := n.answered.Load()
+	if ns < last {
 		return // the node answered after it was sent
 	}
-	n.unanswered.CompareAndSwap(0, ns)
+	// One from before the last answer (stored in a race with answer) is
+	// replaced; a lost CompareAndSwap means another call recorded one.
+	if cur := n.unanswered.Load(); cur == 0 || cur < last {
+		n.unanswered.CompareAndSwap(cur, ns)
+	}
 }
 
 // silent reports whether the node has answered no call in time within d
@@ -115,9 +120,9 @@ func (n *redisNode) timedOutAt(sent, now time.Time, timeout time.Duration) {
 // after its last answer, and its calls after it timed out up to half a
 // second past their 50 ms deadline; counted from the last answer, a
 // second of that put its tenants in their failure mode with Redis up
-// (BenchmarkFleet at 32 x 2,000 with rate shares: 56 to 5,687 decisions
-// by the failure mode in 7 runs of 12; docs/performance.md, "An instance
-// that did not ask"). The grace bounds how long a process too short of
+// (BenchmarkFleet at 32 x 2,000 with rate shares: 9 to 5,687 decisions
+// by the failure mode in 10 runs of 17; docs/performance.md, "An
+// instance that did not ask"). The grace bounds how long a process too short of
 // CPU to time its calls out at their deadline keeps a silent Redis for
 // a busy one.
 func (n *redisNode) silent(now time.Time, d time.Duration) bool {
@@ -129,8 +134,10 @@ func (n *redisNode) silent(now time.Time, d time.Duration) bool {
 	case last == 0 || ns-last >= int64(lateGrace*d):
 		return true
 	}
+	// A call sent before the last answer says nothing of the silence
+	// after it (timedOutAt can race with answer and store one).
 	asked := n.unanswered.Load()
-	return asked != 0 && ns-asked >= int64(d)
+	return asked >= last && ns-asked >= int64(d)
 }
 
 // reachedWithin reports whether the node answered at all (in time or
