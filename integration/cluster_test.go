@@ -450,14 +450,30 @@ func (a admissions) due(i int) float64 {
 // heldBy returns, per tenant, the leased tokens the limiters hold unspent
 // now. Call it after the load stops and before the test reads the Redis
 // clock that ends the run, so that what it counts was taken from the
-// buckets within the run.
+// buckets within the run. The limiters are read at once: Limiter.Tenant
+// waits for a lease call in flight, and read one after the other, the
+// 32 limiters of BenchmarkFleet at 32 x 2,000 took 3 s, while the tokens
+// held when the load stopped expired and a rate share's came due.
 func heldBy(limiters []*leasequota.Limiter, names []string) []float64 {
-	held := make([]float64, len(names))
-	for _, l := range limiters {
-		for i, n := range names {
-			if info, ok := l.Tenant(n); ok {
-				held[i] += float64(info.Tokens)
+	each := make([][]float64, len(limiters))
+	var reads sync.WaitGroup
+	for j, l := range limiters {
+		reads.Add(1)
+		go func() {
+			defer reads.Done()
+			each[j] = make([]float64, len(names))
+			for i, n := range names {
+				if info, ok := l.Tenant(n); ok {
+					each[j][i] = float64(info.Tokens)
+				}
 			}
+		}()
+	}
+	reads.Wait()
+	held := make([]float64, len(names))
+	for _, h := range each {
+		for i, x := range h {
+			held[i] += x
 		}
 	}
 	return held

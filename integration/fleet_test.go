@@ -481,11 +481,9 @@ func runFleet(tb testing.TB, srv *redistest.Server, s fleetShape, d time.Duratio
 	// after it, expire a lease lifetime later. Counted seconds later,
 	// they made most of a 32 x 2,000 run's "expired unspent" with rate
 	// shares (docs/performance.md, "Tokens that expired after the load").
-	// The counts are read at once; the tokens held a tenant at a time
-	// (Limiter.Tenant), whose lock a syncer holds across a lease call:
-	// one limiter after the other, that read took 3 s of a saturated
-	// Redis's replies, so the limiters are read at once, and the time
-	// the read took is reported (heldRead).
+	// The counts are read at once, then the tokens held (heldBy, which
+	// reads the limiters at once), and the time that read took is
+	// reported (heldRead).
 	endedLoad := time.Now()
 	var stats leasequota.Stats
 	for _, l := range lims {
@@ -500,25 +498,11 @@ func runFleet(tb testing.TB, srv *redistest.Server, s fleetShape, d time.Duratio
 		stats.HeldBack += st.HeldBack
 		stats.WindowCuts += st.WindowCuts
 	}
-	heldBy := make([]int64, len(lims))
-	var reads sync.WaitGroup
-	for i, l := range lims {
-		reads.Add(1)
-		go func() {
-			defer reads.Done()
-			for _, n := range names {
-				if info, ok := l.Tenant(n); ok {
-					heldBy[i] += info.Tokens
-				}
-			}
-		}()
-	}
-	reads.Wait()
-	heldRead := time.Since(endedLoad)
 	var held int64
-	for _, h := range heldBy {
-		held += h
+	for _, h := range heldBy(lims, names) {
+		held += int64(h)
 	}
+	heldRead := time.Since(endedLoad)
 	ended := time.Now()
 	end := redisTime(tb, admin)
 	res := fleetResult{

@@ -30,9 +30,10 @@ type redisNode struct {
 	reached, firstReached atomic.Int64
 	// unanswered is when (Options.Now, unix nanoseconds) the first call
 	// sent since the node's last answer in time went out, of the calls
-	// that timed out at their deadline (not later: timedOutAt); 0 for
-	// none. It tells a node that was asked and stayed silent from one
-	// that was not asked (silent).
+	// that timed out at their deadline (not later: timedOutAt); one
+	// before answered, or 0, is none, so an answer needs no write here.
+	// It tells a node that was asked and stayed silent from one that was
+	// not asked (silent).
 	unanswered atomic.Int64
 	// budget is the window of script calls this instance may have in
 	// flight on the node (budget.go): rounds and refills take room in it
@@ -85,27 +86,18 @@ func (n *redisNode) answeredWithin(now time.Time, d time.Duration) bool {
 	return last != 0 && now.UnixNano()-last < int64(d)
 }
 
-// promptTimeout is how late past its deadline a call's timeout may come
-// and still say that the node was silent (timedOutAt), as a fraction of
-// the deadline: a timeout that comes later says the process was short
-// of CPU, and that the reply may have been read too late.
-const promptTimeout = 1.0
-
 // timedOutAt records that a call sent at sent with deadline timeout timed
-// out at now. A timeout that came within promptTimeout of its deadline
-// after the node's last answer in time marks the node as asked and
-// silent from sent (unanswered), unless an earlier call did so already.
+// out at now. A timeout that came no more than its deadline's length
+// late, of a call sent after the node's last answer in time, marks the
+// node as asked and silent from sent (unanswered), unless an earlier
+// call did so already. A later one says the process was short of CPU,
+// and that the reply may have been read too late: it says nothing.
 func (n *redisNode) timedOutAt(sent, now time.Time, timeout time.Duration) {
-	if now.Sub(sent) > time.Duration(float64(timeout)*(1+promptTimeout)) {
+	ns, last := sent.UnixNano(), n.answered.Load()
+	if now.Sub(sent) > 2*timeout || ns < last {
 		return
 	}
-	ns := sent.UnixNano()
-	last := n.answered.Load()
-	if ns < last {
-		return // the node answered after it was sent
-	}
-	// One from before the last answer (stored in a race with answer) is
-	// replaced; a lost CompareAndSwap means another call recorded one.
+	// A lost CompareAndSwap means another call recorded one.
 	if cur := n.unanswered.Load(); cur == 0 || cur < last {
 		n.unanswered.CompareAndSwap(cur, ns)
 	}
@@ -134,8 +126,7 @@ func (n *redisNode) silent(now time.Time, d time.Duration) bool {
 	case last == 0 || ns-last >= int64(lateGrace*d):
 		return true
 	}
-	// A call sent before the last answer says nothing of the silence
-	// after it (timedOutAt can race with answer and store one).
+	// One from before the last answer is none (unanswered).
 	asked := n.unanswered.Load()
 	return asked >= last && ns-asked >= int64(d)
 }
@@ -153,7 +144,6 @@ func (n *redisNode) answer(now time.Time, inTime bool) {
 	ns := now.UnixNano()
 	if inTime {
 		n.answered.Store(ns)
-		n.unanswered.Store(0)
 	}
 	n.reached.Store(ns)
 	n.firstReached.CompareAndSwap(0, ns)

@@ -10,8 +10,8 @@ import (
 // after the last answer in time that timed out within its deadline's
 // length past it; a later timeout says nothing until lateGrace times d
 // after the answer; a node never answered is silent; and a call sent
-// before the last answer, recorded in a race with it, neither counts nor
-// keeps a later call from counting.
+// before the last answer (recorded in a race with it, or before it came)
+// neither counts nor keeps a later call from counting.
 func TestNodeSilentFromTheFirstPromptTimeout(t *testing.T) {
 	const (
 		d  = time.Second
