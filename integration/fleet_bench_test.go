@@ -95,7 +95,10 @@ var fleetOffered = flag.Float64("fleet.offered", fleetOver,
 // instances, and where the bound went: admitted, held by the limiters
 // when the load ended, left in the buckets then (read with want-0
 // acquires), and the rest (refill before a bucket's first call or
-// spilled while it was full, tokens expired or forfeited).
+// spilled while it was full, tokens expired or forfeited). With
+// -fleet.timeline (an interval) it logs, that often while the load runs,
+// Redis's CPU, the tenant scripts, the requests admitted and the failed
+// lease calls since the line before.
 // One op is one full run of both; run it with -benchtime 1x. It fails
 // if a tenant admitted more than Burst + Rate*elapsed, elapsed being on
 // the Redis clock from before the first decision to after the last.

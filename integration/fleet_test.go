@@ -450,6 +450,10 @@ func runFleet(tb testing.TB, srv *redistest.Server, s fleetShape, d time.Duratio
 			return dec.Allowed, dec.Mode != leasequota.FailDefault || dec.Reason == leasequota.ReasonUnavailable
 		})
 	}()
+	var tl *timeline
+	if *fleetTimeline > 0 {
+		tl = startTimeline(*fleetTimeline, admin, lims, &admitted)
+	}
 	var warm fleetSteady
 	var warmAt time.Time
 	var warmTenants []int64
@@ -470,6 +474,7 @@ func runFleet(tb testing.TB, srv *redistest.Server, s fleetShape, d time.Duratio
 		warm.commands = commandTimes(tb, admin)
 	}
 	load := <-loaded
+	tl.end(tb)
 	if tally != nil {
 		tally.stopped.Store(true)
 	}
@@ -573,6 +578,16 @@ func commandCalls(tb testing.TB, c *redis.Client, command string) int64 {
 	if err != nil {
 		tb.Fatal(err)
 	}
+	n, err := commandCallsIn(info, command)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return n
+}
+
+// commandCallsIn is how many times the server ran command (lower case)
+// by info, INFO's commandstats section (0 when it never ran).
+func commandCallsIn(info, command string) (int64, error) {
 	for _, line := range strings.Split(info, "\n") {
 		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+command+":")
 		if !ok {
@@ -582,11 +597,11 @@ func commandCalls(tb testing.TB, c *redis.Client, command string) int64 {
 		f, _, _ := strings.Cut(rest, ",")
 		n, err := strconv.ParseInt(strings.TrimPrefix(f, "calls="), 10, 64)
 		if err != nil {
-			tb.Fatalf("INFO commandstats %q: %v", line, err)
+			return 0, fmt.Errorf("INFO commandstats %q: %w", line, err)
 		}
-		return n
+		return n, nil
 	}
-	return 0
+	return 0, nil
 }
 
 // TestFleet runs the smallest fleet shape of issue #15, 4 instances x 100
