@@ -96,7 +96,9 @@ func (s *Syncer) callHeld(ctx context.Context, op string, node *redisNode, size 
 	}
 	defer func() {
 		if timedOut(err) {
-			node.timedOutAt(sent, s.opts.Now(), timeout)
+			now := s.opts.Now()
+			s.starved.observe(now)
+			node.timedOutAt(sent, now, timeout)
 		}
 		s.called(node, size, sent, err)
 	}()
@@ -177,7 +179,7 @@ func (s *Syncer) nodeHealth(node *redisNode, err error, now time.Time) {
 		if node.down.CompareAndSwap(true, false) {
 			node.budget.recovered()
 		}
-	case !errors.Is(err, context.Canceled) && node.silent(now, s.downAfter()):
+	case !errors.Is(err, context.Canceled) && node.silent(now, s.downAfter(), s.starved.starvedAt.Load()):
 		if node.down.CompareAndSwap(false, true) {
 			node.budget.outage()
 		}
@@ -264,10 +266,10 @@ func (s *Syncer) busy(ctx context.Context, err error, now time.Time, tenant stri
 		ctx, cancel := s.lookupCtx(ctx)
 		defer cancel()
 		name, ok := s.nodeOf(ctx, tenant)
-		return ok && !s.node(name).silent(now, s.downAfter())
+		return ok && !s.node(name).silent(now, s.downAfter(), s.starved.starvedAt.Load())
 	}
 	d := s.downAfter()
-	return !s.one.silent(now, d) || s.one.reachedLate(now, d) || s.poll.firstPending()
+	return !s.one.silent(now, d, s.starved.starvedAt.Load()) || s.one.reachedLate(now, d) || s.poll.firstPending()
 }
 
 // Refuser is what a Store may implement to say whether Redis refuses

@@ -228,6 +228,7 @@ func (s *Syncer) readQuotaOnce(ctx context.Context, timeout time.Duration) (int6
 		case err == nil:
 			s.one.answer(now, now.Sub(began) <= s.opts.CallTimeout)
 		case timedOut(err):
+			s.starved.observe(now)
 			s.one.timedOutAt(began, now, timeout)
 		}
 	}

@@ -104,20 +104,23 @@ func (n *redisNode) timedOutAt(sent, now time.Time, timeout time.Duration) {
 }
 
 // silent reports whether the node has answered no call in time within d
-// before now while it was asked: it has answered none within d, and a
-// call sent d or more before now timed out at its deadline with none
-// answered in time since (unanswered); or it has answered none within
-// lateGrace times d, or never. Why from the call and not from the last
-// answer: an instance short of CPU sent nothing for a third of a second
-// after its last answer, and its calls after it timed out up to half a
-// second past their 50 ms deadline; counted from the last answer, a
-// second of that put its tenants in their failure mode with Redis up
-// (BenchmarkFleet at 32 x 2,000 with rate shares: 9 to 5,687 decisions
-// by the failure mode in 10 runs of 17; docs/performance.md, "An
-// instance that did not ask"). The grace bounds how long a process too short of
-// CPU to time its calls out at their deadline keeps a silent Redis for
-// a busy one.
-func (n *redisNode) silent(now time.Time, d time.Duration) bool {
+// before now while it was asked, and this process ran its calls in time:
+// it has answered none within d, and a call sent d or more before now
+// timed out at its deadline with none answered in time since
+// (unanswered), d or more after the process last waited to run as long
+// as a call's deadline (starved, unix nanoseconds of Options.Now, 0 for
+// never: starvation); or it has answered none within lateGrace times d,
+// or never. Why from the call and not from the last answer: an instance
+// short of CPU sent nothing for a third of a second after its last
+// answer, and its calls after it timed out up to half a second past
+// their 50 ms deadline; counted from the last answer, a second of that
+// put its tenants in their failure mode with Redis up (BenchmarkFleet at
+// 32 x 2,000 with rate shares: 9 to 5,687 decisions by the failure mode
+// in 10 runs of 17; docs/performance.md, "An instance that did not
+// ask"). Why not while starved: see starvation. The grace bounds how
+// long a process too short of CPU to time its calls out at their
+// deadline, or to run them at all, keeps a silent Redis for a busy one.
+func (n *redisNode) silent(now time.Time, d time.Duration, starved int64) bool {
 	last := n.answered.Load()
 	ns := now.UnixNano()
 	switch {
@@ -128,7 +131,7 @@ func (n *redisNode) silent(now time.Time, d time.Duration) bool {
 	}
 	// One from before the last answer is none (unanswered).
 	asked := n.unanswered.Load()
-	return asked >= last && ns-asked >= int64(d)
+	return asked >= last && ns-max(asked, starved) >= int64(d)
 }
 
 // reachedWithin reports whether the node answered at all (in time or

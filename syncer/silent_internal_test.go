@@ -11,7 +11,9 @@ import (
 // length past it; a later timeout says nothing until lateGrace times d
 // after the answer; a node never answered is silent; and a call sent
 // before the last answer (recorded in a race with it, or before it came)
-// neither counts nor keeps a later call from counting.
+// neither counts nor keeps a later call from counting. A starvation of the
+// process (starvation) counts the silence from its time when later than
+// the first prompt timeout, until the grace.
 func TestNodeSilentFromTheFirstPromptTimeout(t *testing.T) {
 	const (
 		d  = time.Second
@@ -21,12 +23,12 @@ func TestNodeSilentFromTheFirstPromptTimeout(t *testing.T) {
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
 	check := func(n *redisNode, ms int, want bool) {
 		t.Helper()
-		if got := n.silent(at(ms), d); got != want {
+		if got := n.silent(at(ms), d, 0); got != want {
 			t.Errorf("silent at %d ms = %v, want %v", ms, got, want)
 		}
 	}
 
-	if !new(redisNode).silent(t0, d) {
+	if !new(redisNode).silent(t0, d, 0) {
 		t.Error("a node never answered is not silent")
 	}
 
@@ -46,6 +48,30 @@ func TestNodeSilentFromTheFirstPromptTimeout(t *testing.T) {
 	check(late, 1300, false)
 	check(late, int(lateGrace*d/time.Millisecond)-1, false)
 	check(late, int(lateGrace*d/time.Millisecond), true)
+
+	starved := new(redisNode)
+	starved.answer(at(0), true)
+	starved.timedOutAt(at(300), at(310), to) // asked from 300 ms
+	for _, c := range []struct {
+		starvedMs, ms int
+		want          bool
+	}{
+		{0, 1300, true},    // never starved: from 300 ms
+		{200, 1300, true},  // starved before it was asked: from 300 ms
+		{800, 1300, false}, // starved at 800 ms: from 800 ms
+		{800, 1799, false},
+		{800, 1800, true},
+		{3900, int(lateGrace*d/time.Millisecond) - 1, false},
+		{3900, int(lateGrace * d / time.Millisecond), true}, // the grace ends it
+	} {
+		var st int64
+		if c.starvedMs > 0 {
+			st = at(c.starvedMs).UnixNano()
+		}
+		if got := starved.silent(at(c.ms), d, st); got != c.want {
+			t.Errorf("starved at %d ms: silent at %d ms = %v, want %v", c.starvedMs, c.ms, got, c.want)
+		}
+	}
 
 	stale := new(redisNode)
 	stale.answer(at(1000), true)

@@ -121,6 +121,9 @@ type Syncer struct {
 	// answer; redisnode.go) or, in Cluster mode, the stand-in for the
 	// node of a tenant whose node is unknown.
 	one redisNode
+	// starved is the process's own delays to run, which a silence of
+	// Redis does not count (starvation; unread in driven mode).
+	starved starvation
 	// nodes holds, in Cluster mode, each master's redisNode by address
 	// (NodeOf): a busy master cuts its own window, not the others'.
 	nodes sync.Map
@@ -309,6 +312,9 @@ func New(client lease.Store, opts Options) *Syncer {
 	s.fleet.Store(int64(max(opts.Instances, 0)))
 	s.reg.init()
 	s.one.init(opts.Now())
+	if !opts.Driven {
+		s.starved.init(opts.CallTimeout, opts.Now())
+	}
 	s.breaker = s.newBreaker(iv)
 	s.leaseTTL = opts.Defaults.Resolve(quota.Quota{}).LeaseTTL
 	return s
