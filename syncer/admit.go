@@ -1,6 +1,7 @@
 package syncer
 
 import (
+	"github.com/leasequota/leasequota/lease"
 	"math"
 	"slices"
 	"time"
@@ -15,7 +16,9 @@ import (
 // When a node's window holds fewer calls than the round plans for it, the
 // calls that go are taken in the order of their tenants' turns (turn)
 // from where the node's last short round stopped (redisNode.admitFrom),
-// so that over the rounds every tenant gets its turn.
+// so that over the rounds every tenant gets its turn; but asks for a rate
+// share (lease.ShareAsk) go first, up to half of the node's room, in the
+// round's order.
 //
 // Why: in the order of the registry, the round gave room to the same
 // tenants first every time. With Redis saturated (the queue model of
@@ -27,7 +30,21 @@ import (
 // node, a Cluster master with few tenants followed the turns of one with
 // many, and gave its few places to the same tenants round after round
 // (TestAdmitGivesTurnsOnEachNode: 4 tenants of a master with 1 place
-// admitted 16, 34, 140 and 110 times in 300 rounds).
+// admitted 16, 34, 140 and 110 times in 300 rounds). Why asks for a
+// share first: a pair whose share is granted calls about once a period
+// after it (rate shares, docs/design.md), where one refilling leases of
+// tokens calls several times a second, so under a cut window each ask
+// let through frees room in the rounds after. In turn with the refills,
+// the asks of a fleet of 32 x 2,000 went through a few hundred to a few
+// thousand a second while Redis stayed saturated; first, BenchmarkFleet
+// 32x2000 with rate shares, -fleet.coldasync and -fleet.rotate admitted
+// 0.46-0.63 of the bound at 0.12x-0.17x of redis_rate's Redis CPU, where
+// it admitted 0.46-0.59 at 0.19x-0.23x (docs/performance.md, "Asks for a
+// rate share first"). Why half: first without a cap, the
+// shape whose load reaches its tenants one after the other (without
+// -fleet.coldasync) left its worst tenant at 0.03 of its bound where it
+// had 0.06-0.14, the refills of the tenants reached last waiting behind
+// the asks; half keeps the turns going at half the room or more.
 func (s *Syncer) admit(now time.Time, cands []job) (jobs, refused []job) {
 	if len(cands) == 0 {
 		return nil, nil
@@ -41,6 +58,7 @@ func (s *Syncer) admit(now time.Time, cands []job) (jobs, refused []job) {
 		granted     int    // grant as taken (walk counts grant down)
 		first       uint64 // the key of the node's first call refused
 		refused     int32  // the calls walk refused so far (job.ahead)
+		asks        int    // the places left for asks for a rate share ahead of the turns
 	}
 	var rooms []room // one entry a node, usually one
 	at := func(name string) *room {
@@ -79,8 +97,9 @@ func (s *Syncer) admit(now time.Time, cands []job) (jobs, refused []job) {
 	// tenth of the CPU of BenchmarkFleet at 32 x 2,000), and the rest only
 	// when the room goes further.
 	granted := 0
-	for _, r := range rooms {
-		granted += r.granted
+	for i := range rooms {
+		granted += rooms[i].granted
+		rooms[i].asks = rooms[i].granted / 2
 	}
 	limit := uint64(math.MaxUint32)
 	if n := uint64(len(cands)); 2*uint64(granted)+16 < n {
@@ -97,7 +116,14 @@ func (s *Syncer) admit(now time.Time, cands []job) (jobs, refused []job) {
 			jobs = append(jobs, j) // its room is taken
 			continue
 		}
-		k := uint64(s.turn(j.t)-at(j.node).node.admitFrom)<<32 | uint64(i)
+		r := at(j.node)
+		d := uint64(s.turn(j.t) - r.node.admitFrom)
+		if j.share == lease.ShareAsk && r.asks > 0 {
+			// Ahead of every turn, up to half of the node's room.
+			r.asks--
+			d = 0
+		}
+		k := d<<32 | uint64(i)
 		if k>>32 < limit {
 			early = append(early, k)
 		} else {

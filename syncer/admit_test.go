@@ -8,6 +8,7 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/leasequota/leasequota/lease"
 	"github.com/leasequota/leasequota/lease/memstore"
 	"github.com/leasequota/leasequota/quota"
 )
@@ -198,6 +199,51 @@ func TestDroppedWorkGivesBackItsRoom(t *testing.T) {
 				rt.Fatalf("tenant %s still locked after its call was dropped", tn.name)
 			}
 			tn.mu.Unlock()
+		}
+	})
+}
+
+// TestAdmitPutsShareAsksFirst: under a window of g places, asks for a
+// rate share go ahead of the turns, up to half of the places, and the
+// turns still reach every tenant: with the same calls planned every round,
+// each tenant is admitted within ceil(n / ceil(places/2)) + 1 rounds.
+func TestAdmitPutsShareAsksFirst(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		n := rapid.IntRange(1, 300).Draw(rt, "tenants")
+		g := rapid.IntRange(1, 60).Draw(rt, "window")
+		s, tenants := admitRig(rt, n, quota.Quota{Rate: 10, Burst: 10})
+		defer s.Close()
+		var cands []job
+		asks := 0
+		for _, tn := range tenants {
+			j := job{t: tn}
+			if rapid.IntRange(0, 2).Draw(rt, "ask") == 0 {
+				j.share = lease.ShareAsk
+				asks++
+			}
+			cands = append(cands, j)
+		}
+		rounds := (n+(g+1)/2-1)/((g+1)/2) + 1
+		seen := map[*Tenant]bool{}
+		for round := range rounds {
+			setWindow(s, g)
+			jobs, refused := s.admit(s.opts.Now(), slices.Clone(cands))
+			if len(jobs) != min(g, n) || len(jobs)+len(refused) != n {
+				rt.Fatalf("round %d: %d admitted and %d refused of %d planned, window %d", round, len(jobs), len(refused), n, g)
+			}
+			admittedAsks := 0
+			for _, j := range jobs {
+				seen[j.t] = true
+				if j.share == lease.ShareAsk {
+					admittedAsks++
+				}
+			}
+			if want := min(asks, g/2); admittedAsks < want {
+				rt.Fatalf("round %d: %d asks for a share admitted of %d, want %d at least (window %d)", round, admittedAsks, asks, want, g)
+			}
+		}
+		if len(seen) != n {
+			rt.Fatalf("after %d rounds of %d places, %d of %d tenants never admitted", rounds, g, n-len(seen), n)
 		}
 	})
 }
