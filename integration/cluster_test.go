@@ -349,23 +349,34 @@ func sumInfoFields(t testing.TB, nodes []*redis.Client, section string, fields .
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, line := range strings.Split(info, "\n") {
-			k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
-			if !ok {
-				continue
-			}
-			for _, f := range fields {
-				if k == f {
-					var x float64
-					if _, err := fmt.Sscan(v, &x); err != nil {
-						t.Fatalf("INFO %s %s=%q: %v", section, k, v, err)
-					}
-					total += x
+		x, err := infoFieldsIn(info, fields...)
+		if err != nil {
+			t.Fatalf("INFO %s: %v", section, err)
+		}
+		total += x
+	}
+	return total
+}
+
+// infoFieldsIn is the sum of fields' numbers in info, an INFO reply.
+func infoFieldsIn(info string, fields ...string) (float64, error) {
+	var total float64
+	for _, line := range strings.Split(info, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok {
+			continue
+		}
+		for _, f := range fields {
+			if k == f {
+				var x float64
+				if _, err := fmt.Sscan(v, &x); err != nil {
+					return 0, fmt.Errorf("%s=%q: %w", k, v, err)
 				}
+				total += x
 			}
 		}
 	}
-	return total
+	return total, nil
 }
 
 // admissions is what a cluster test measured of its tenants' admissions,

@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -103,20 +102,9 @@ func redisCounters(c *redis.Client) (cpu time.Duration, exists int64, err error)
 	if err != nil {
 		return 0, 0, err
 	}
-	var seconds float64
-	for _, line := range strings.Split(info, "\n") {
-		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if !ok {
-			continue
-		}
-		switch k {
-		case "used_cpu_user", "used_cpu_sys":
-			x, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				return 0, 0, fmt.Errorf("INFO cpu %s=%q: %w", k, v, err)
-			}
-			seconds += x
-		}
+	seconds, err := infoFieldsIn(info, "used_cpu_user", "used_cpu_sys")
+	if err != nil {
+		return 0, 0, fmt.Errorf("INFO cpu %w", err)
 	}
 	if exists, err = commandCallsIn(info, "exists"); err != nil {
 		return 0, 0, err

@@ -1,10 +1,11 @@
 package syncer
 
 import (
-	"github.com/leasequota/leasequota/lease"
 	"math"
 	"slices"
 	"time"
+
+	"github.com/leasequota/leasequota/lease"
 )
 
 // admit gives a round's planned calls (cands, each tenant locked) room in

@@ -179,7 +179,7 @@ func (s *Syncer) nodeHealth(node *redisNode, err error, now time.Time) {
 		if node.down.CompareAndSwap(true, false) {
 			node.budget.recovered()
 		}
-	case !errors.Is(err, context.Canceled) && node.silent(now, s.downAfter(), s.starved.starvedAt.Load()):
+	case !errors.Is(err, context.Canceled) && s.silent(node, now):
 		if node.down.CompareAndSwap(false, true) {
 			node.budget.outage()
 		}
@@ -210,6 +210,12 @@ func (s *Syncer) callTimeout(size int) time.Duration {
 // down keeps Redis's queue short before either happens.
 func (s *Syncer) congestedAfter(size int) time.Duration {
 	return min(s.callTimeout(size), s.leaseTTL/2) / 2
+}
+
+// silent reports whether node is silent at now (redisNode.silent) over
+// the outage window, this process's starvation taken out.
+func (s *Syncer) silent(node *redisNode, now time.Time) bool {
+	return node.silent(now, s.downAfter(), s.starved.starvedAt.Load())
 }
 
 // busy reports whether err, a failed call's at now for tenant, says that
@@ -266,10 +272,10 @@ func (s *Syncer) busy(ctx context.Context, err error, now time.Time, tenant stri
 		ctx, cancel := s.lookupCtx(ctx)
 		defer cancel()
 		name, ok := s.nodeOf(ctx, tenant)
-		return ok && !s.node(name).silent(now, s.downAfter(), s.starved.starvedAt.Load())
+		return ok && !s.silent(s.node(name), now)
 	}
 	d := s.downAfter()
-	return !s.one.silent(now, d, s.starved.starvedAt.Load()) || s.one.reachedLate(now, d) || s.poll.firstPending()
+	return !s.silent(&s.one, now) || s.one.reachedLate(now, d) || s.poll.firstPending()
 }
 
 // Refuser is what a Store may implement to say whether Redis refuses

@@ -38,11 +38,10 @@ const schedLatencies = "/sched/latencies:seconds"
 // The zero value reads nothing (starvedAt stays 0): driven mode, whose
 // clock is the caller's, keeps it so.
 type starvation struct {
+	mu sync.Mutex // guards the fields below; a caller that finds it held skips the read
 	// threshold is the wait to run that counts, in seconds: the call
 	// deadline. Zero: nothing is read.
 	threshold float64
-
-	mu sync.Mutex // guards the fields below; a caller that finds it held skips the read
 	// sample is the runtime/metrics sample, its histogram reused.
 	sample [1]metrics.Sample
 	// prev is the counts of the read before, nil until the first.
@@ -68,11 +67,11 @@ func (s *starvation) init(threshold time.Duration, now time.Time) {
 // progress or was made within the last millisecond, and records now as
 // starvedAt when one of them lasted the threshold or more.
 func (s *starvation) observe(now time.Time) {
-	if s.threshold <= 0 || !s.mu.TryLock() {
+	if !s.mu.TryLock() {
 		return
 	}
 	defer s.mu.Unlock()
-	if now.UnixNano()-s.readAt < int64(time.Millisecond) {
+	if s.threshold <= 0 || now.UnixNano()-s.readAt < int64(time.Millisecond) {
 		return
 	}
 	s.read(now)
