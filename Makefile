@@ -16,7 +16,7 @@ GO ?= go
 # A count, not a duration: Go 1.26's fuzz coordinator can fail a target
 # with "context deadline exceeded" when a duration ends while a starved
 # worker is mid-call (golang/go#75804, fixed in Go 1.27).
-FUZZTIME ?= 50000x
+FUZZTIME ?= 20000x
 # A race-enabled binary sleeps 1 s as it exits (the race runtime's
 # atexit_sleep_ms, so that other threads finish their reports): about 25
 # test binaries in make test, 25 s of its time. A race found while a test
@@ -86,7 +86,7 @@ unit:
 # for a quarter of it under the race detector, and syncer's queue models of
 # a saturated Redis (80 s each under the race detector, which unit skips).
 simulation:
-	$(GO) test -count=1 -run '^TestSimulation$$|^TestSimulationReplay$$' -sim.seeds=1500 .
+	$(GO) test -count=1 -run '^TestSimulation$$|^TestSimulationReplay$$' -sim.seeds=1000 .
 	$(GO) test -count=1 -run '^TestReservationsCutFleetCalls$$|^TestFleetSimulation$$|^TestFleetShapes$$|^TestFleetUnderQuotaCalls$$|^TestFleetSparseTenants$$' .
 	$(GO) test -count=1 -run '^TestSim|^TestSaturated' ./syncer
 
