@@ -65,6 +65,13 @@ var fleetColdAsync = flag.Bool("fleet.coldasync", false,
 var fleetRotate = flag.Bool("fleet.rotate", false,
 	"each instance's load in BenchmarkFleet asks for the tenants from a different place in their order")
 
+// fleetExpected is the limiters' WithExpectedInstances in BenchmarkFleet:
+// 0 (the default) gives none, as the shapes' figures were measured; the
+// shape's instance count is what a deployment that knows its fleet would
+// give.
+var fleetExpected = flag.Int("fleet.expected", 0,
+	"the limiters' WithExpectedInstances in BenchmarkFleet (0: none)")
+
 // fleetShapes are the shapes of issue #15's table (each offered
 // -fleet.offered).
 var fleetShapes = []fleetShape{{instances: 4, tenants: 100}, {instances: 8, tenants: 500}, {instances: 16, tenants: 1000}, {instances: 32, tenants: 2000}}
@@ -150,7 +157,8 @@ func BenchmarkFleet(b *testing.B) {
 				}
 				r := runFleet(b, srv, s, *fleetDuration, slog.New(slog.DiscardHandler), tally, leasequota.WithReservation(*fleetReservation),
 					leasequota.WithRateShares(*fleetShares, *fleetHeadroom),
-					leasequota.WithRedisTimeout(*fleetTimeout), leasequota.WithColdStartWait(*fleetColdWait))
+					leasequota.WithRedisTimeout(*fleetTimeout), leasequota.WithColdStartWait(*fleetColdWait),
+					leasequota.WithExpectedInstances(*fleetExpected))
 				for _, o := range r.overBound {
 					b.Errorf("bound violated: %s (Burst %d + Rate %d * %v)", o, fleetBurst, fleetRate, r.elapsed)
 				}
