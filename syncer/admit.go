@@ -45,7 +45,12 @@ import (
 // shape whose load reaches its tenants one after the other (without
 // -fleet.coldasync) left its worst tenant at 0.03 of its bound where it
 // had 0.06-0.14, the refills of the tenants reached last waiting behind
-// the asks; half keeps the turns going at half the room or more.
+// the asks; half keeps the turns going at half the room or more. What it
+// costs: at 16 x 1,000 on a slower host, about a fifth more Redis CPU
+// (0.134x-0.192x in 20 runs against 0.114x-0.138x before it), the new
+// asks put first being refused while a fleet's first shares, sized
+// before every instance registered, hold the whole rate
+// (docs/performance.md, "Asks first at 16 × 1,000").
 func (s *Syncer) admit(now time.Time, cands []job) (jobs, refused []job) {
 	if len(cands) == 0 {
 		return nil, nil

@@ -23,10 +23,9 @@ import (
 // them asking.
 func TestAdmitGivesTurns(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
-		n := rapid.IntRange(1, 300).Draw(rt, "tenants")
-		g := rapid.IntRange(1, 60).Draw(rt, "window")
-		s, tenants := admitRig(rt, n, quota.Quota{Rate: 10, Burst: 10})
+		s, tenants, g := drawAdmitRig(rt)
 		defer s.Close()
+		n := len(tenants)
 		var cands []job
 		for _, tn := range tenants {
 			cands = append(cands, job{t: tn, read: rapid.IntRange(0, 9).Draw(rt, "read") == 0})
@@ -106,6 +105,15 @@ func admitRig(rt *rapid.T, n int, q quota.Quota) (*Syncer, []*Tenant) {
 		}
 	}
 	return s, tenants
+}
+
+// drawAdmitRig draws admit's usual case: admitRig of 1 to 300 tenants of
+// Rate 10 and Burst 10, and a window of 1 to 60 places (g) for setWindow.
+func drawAdmitRig(rt *rapid.T) (s *Syncer, tenants []*Tenant, g int) {
+	n := rapid.IntRange(1, 300).Draw(rt, "tenants")
+	g = rapid.IntRange(1, 60).Draw(rt, "window")
+	s, tenants = admitRig(rt, n, quota.Quota{Rate: 10, Burst: 10})
+	return s, tenants, g
 }
 
 // setWindow gives s's call budget a window of g places with none in
@@ -209,10 +217,9 @@ func TestDroppedWorkGivesBackItsRoom(t *testing.T) {
 // each tenant is admitted within ceil(n / ceil(places/2)) + 1 rounds.
 func TestAdmitPutsShareAsksFirst(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
-		n := rapid.IntRange(1, 300).Draw(rt, "tenants")
-		g := rapid.IntRange(1, 60).Draw(rt, "window")
-		s, tenants := admitRig(rt, n, quota.Quota{Rate: 10, Burst: 10})
+		s, tenants, g := drawAdmitRig(rt)
 		defer s.Close()
+		n := len(tenants)
 		var cands []job
 		asks := 0
 		for _, tn := range tenants {
