@@ -75,7 +75,12 @@ func paced(stop *atomic.Bool, rate func(el float64) float64, f func()) {
 // lease did not come because Redis, sharing the machine, did not answer
 // in time. Beside two busy loops on 2026-12-07 the limiters' first calls
 // timed out together, and 774 cold starts were denied in the first
-// half-second with this process on time.
+// half-second with this process on time. Every other denial is checked:
+// later that day, with make test's other lane and two busy loops beside
+// it, this process ran 0.34 cores in 7.9 s (its 4 s of load stretched by
+// its stalls, the worst 249 ms), and 5,227 such denials came: the first
+// 1,000, all that were checked then, each after a stall, and the test
+// failed for the rest, unchecked.
 func TestLowDemandFewCalls(t *testing.T) {
 	leakCheck(t)
 	const (
@@ -94,7 +99,7 @@ func TestLowDemandFewCalls(t *testing.T) {
 	var byReason [16]atomic.Int64
 	var bySecond [8]atomic.Int64
 	var deniedMu sync.Mutex
-	var deniedAt []time.Time // the first 1,000 denials
+	var deniedAt []time.Time // every denial but a cold start's after a failed lease call
 	probe := startStallProbe()
 	defer probe.Stop()
 	began := time.Now()
@@ -119,9 +124,7 @@ func TestLowDemandFewCalls(t *testing.T) {
 						return
 					}
 					deniedMu.Lock()
-					if len(deniedAt) < 1000 {
-						deniedAt = append(deniedAt, time.Now())
-					}
+					deniedAt = append(deniedAt, time.Now())
 					deniedMu.Unlock()
 				}
 			})
@@ -162,10 +165,10 @@ func TestLowDemandFewCalls(t *testing.T) {
 		worst = max(worst, w)
 	}
 	if denied.Load() != 0 {
-		t.Logf("%s; %d of the first %d denials followed no stall of %v or more within %v (the longest stall before a denial: %v); %d were cold starts after a failed lease call",
+		t.Logf("%s; %d of %d denials followed no stall of %v or more within %v (the longest stall before a denial: %v); %d were cold starts after a failed lease call",
 			probe, unexplained, len(deniedAt), least, window, worst, coldAfterFailure.Load())
 	}
-	if unexplained > 0 || denied.Load()-coldAfterFailure.Load() > int64(len(deniedAt)) {
+	if unexplained > 0 {
 		t.Errorf("%d of %d requests denied at a tenth of the rate, %d of them with this process running on time", denied.Load(), decisions.Load(), unexplained)
 	}
 	if perK > 2 {
