@@ -1187,7 +1187,15 @@ func (p *Planner) GrantedFor(st *State, lim quota.Quota, now, debited time.Time,
 // counted that floor). An instance whose demand did stay that low calls
 // at most once per fill time, or per half window, as a starved pair does.
 func (p *Planner) shareWait(lim quota.Quota, share, x float64) time.Duration {
-	return min(durationCeil(x/share), max(durationCeil(float64(lim.Burst)/lim.Rate), durationCeil(p.creditSpan(lim, share)/share)))
+	return min(durationCeil(x/share), p.creditWait(lim, share))
+}
+
+// creditWait is the longest wait for a share's credit (tokens a second)
+// that gains credit at Redis: the bucket's fill time Burst/Rate, or the
+// time the share takes to accrue its credit span (creditSpan) when that
+// is longer (see shareWait).
+func (p *Planner) creditWait(lim quota.Quota, share float64) time.Duration {
+	return max(durationCeil(float64(lim.Burst)/lim.Rate), durationCeil(p.creditSpan(lim, share)/share))
 }
 
 // creditCap is the most credit, in tokens, that Redis lets an instance
