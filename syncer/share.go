@@ -316,7 +316,9 @@ func (st *State) stopShare() time.Time {
 // accrues from arrived over its LocalWindow when this call asked for it
 // (op is lease.ShareAsk: Redis granted it under the quota the reply
 // brings), and is otherwise ended (see learnt, below); none stops the
-// accrual. An ask refused is not made again for a quarter of a period.
+// accrual. An ask refused is not made again for a quarter of a period,
+// and while replies grant nothing from an empty bucket, no call for
+// tokens is made before it either (awaitAsk).
 func (p *Planner) Shared(st *State, lim quota.Quota, op lease.ShareOp, sent, arrived time.Time, g lease.Grant) {
 	p.SharedAfter(st, lim, op, sent, arrived, g, nil)
 }
