@@ -76,8 +76,9 @@ func paced(stop *atomic.Bool, rate func(el float64) float64, f func()) {
 // in time. Beside two busy loops on 2026-12-07 the limiters' first calls
 // timed out together, and 774 cold starts were denied in the first
 // half-second with this process on time. Every other denial is checked:
-// later that day, with make test's other lane and two busy loops beside
-// it, this process ran 0.34 cores in 7.9 s (its 4 s of load stretched by
+// later that day, in a make test that ran the library's tests beside
+// these (two lanes, tried and not kept) with two busy loops beside it,
+// this process ran 0.34 cores in 7.9 s (its 4 s of load stretched by
 // its stalls, the worst 249 ms), and 5,227 such denials came: the first
 // 1,000, all that were checked then, each after a stall, and the test
 // failed for the rest, unchecked.
