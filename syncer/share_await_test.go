@@ -8,7 +8,7 @@ import (
 )
 
 // firstCallAfter plans st every 20 ms from now on, a request short each
-// time, for up to 5 s, and returns the first action that calls Redis and
+// time, for up to 10 s, and returns the first action that calls Redis and
 // how long after now it came (false: none came).
 func firstCallAfter(p *Planner, st *State, now time.Time) (Action, time.Duration, bool) {
 	for at := now.Add(20 * time.Millisecond); at.Before(now.Add(10 * time.Second)); at = at.Add(20 * time.Millisecond) {
