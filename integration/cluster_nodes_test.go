@@ -74,7 +74,8 @@ const pausedTimeout = 250 * time.Millisecond
 //     for the paused master would make them once per deadline, ten ticks;
 //   - none of them is denied as unavailable or cold start, except after a
 //     lease call of its own ran out of its deadline on its live master
-//     (the machine; checkFailures tells);
+//     (the machine; checkFailures tells), or, for a cold start, after a
+//     stall of this process (stallProbe.unexplained);
 //   - they are admitted during the pause at the pace they were before it
 //     (at least 80% of it).
 //
@@ -163,7 +164,7 @@ func TestClusterPausedMasterDelaysOnlyItsTenants(t *testing.T) {
 
 	// What the live masters' tenants got, during the pause and before it.
 	var (
-		coldStart, coldExplained            int64
+		coldExplained                       int64
 		unav, victimUnav                    int64
 		admBefore, admDuring, admAfterPause int64
 	)
@@ -177,21 +178,32 @@ func TestClusterPausedMasterDelaysOnlyItsTenants(t *testing.T) {
 		// this process stalled (failed, explained by the stall probe)
 		// waited past its cold-start wait for the next: its cold-start
 		// denials are the machine's, as its unavailable ones are
-		// (checkUnavailable).
-		if cs := final[i].sub(warm[i]).denied[leasequota.ReasonColdStart]; failed[i] == 0 {
-			coldStart += cs
-		} else {
-			coldExplained += cs
+		// (checkUnavailable). Other tenants' are checked below.
+		if failed[i] > 0 {
+			coldExplained += final[i].sub(warm[i]).denied[leasequota.ReasonColdStart]
 		}
 		unav += final[i].unavailable()
 		admBefore += pre.admitted
 		admDuring += in.admitted
 		admAfterPause += final[i].sub(during[i]).admitted
 	}
-	if coldStart > 0 {
-		t.Errorf("live masters' tenants: %d denials as cold start after the warm-up, of tenants none of whose lease calls failed (%d more of tenants whose calls ran out of their deadline while this process stalled)", coldStart, coldExplained)
-	} else if coldExplained > 0 {
-		t.Logf("live masters' tenants: %d denials as cold start after the warm-up, all of tenants whose lease calls ran out of their deadline while this process stalled", coldExplained)
+	// A cold-start denial of a tenant none of whose lease calls failed
+	// must follow a stall of this process (stallProbe.unexplained): the
+	// load's goroutine stalled, the plan found no demand and kept no
+	// lease (Tenant.Cold), or the refresh that would have ended it was
+	// late. Beside two busy loops on 2026-12-07 this process ran 0.57
+	// cores in 8.3 s (its worst stall 152 ms), and 75 such denials came.
+	var coldAt []time.Time
+	for _, c := range ld.coldDenials(warmAt, func(i int) bool { return live(i) && failed[i] == 0 }) {
+		coldAt = append(coldAt, c.at)
+	}
+	coldUnexplained, coldWorst := probe.unexplained(coldAt)
+	if len(coldAt) > 0 || coldExplained > 0 {
+		t.Logf("live masters' tenants: %d denials as cold start after the warm-up of tenants whose lease calls ran out of their deadline while this process stalled; %d of tenants none of whose calls failed, %d of them after no stall of %v or more within %v (the longest stall before one: %v)",
+			coldExplained, len(coldAt), coldUnexplained, stallExplainsLeast, stallExplainsWindow, coldWorst)
+	}
+	if coldUnexplained > 0 {
+		t.Errorf("live masters' tenants: %d denials as cold start after the warm-up, of tenants none of whose lease calls failed, with this process running on time", coldUnexplained)
 	}
 	rateBefore := float64(admBefore) / pausedAt.Sub(warmAt).Seconds()
 	rateDuring := float64(admDuring) / resumedAt.Sub(pausedAt).Seconds()

@@ -63,6 +63,9 @@ type demand struct {
 	firstUnav []atomic.Int64 // unix nanoseconds of each tenant's first ReasonUnavailable denial
 	lastUnav  []atomic.Int64 // and of its last
 	decisions atomic.Int64
+
+	coldMu sync.Mutex
+	cold   []coldDenial // every ReasonColdStart denial; guarded by coldMu
 	// covered is, per goroutine, the unix nanoseconds up to which it has
 	// offered every request its schedule asked for: what the machine let
 	// the load do. A goroutine that was not scheduled falls behind it.
@@ -71,6 +74,12 @@ type demand struct {
 	stop    atomic.Bool
 	stopped time.Time // when Stop was first called
 	wg      sync.WaitGroup
+}
+
+// coldDenial is a request of tenant denied as a cold start, at at.
+type coldDenial struct {
+	tenant int
+	at     time.Time
 }
 
 // tenantNames returns n tenant names, "tenant-00", "tenant-01", ...,
@@ -130,10 +139,15 @@ func startDemand(limiters []*leasequota.Limiter, names []string, quota func(int)
 							continue
 						}
 						l.denied[i][int(d.Reason)%maxReasons].Add(1)
-						if d.Reason == leasequota.ReasonUnavailable {
+						switch d.Reason {
+						case leasequota.ReasonUnavailable:
 							now := time.Now().UnixNano()
 							l.firstUnav[i].CompareAndSwap(0, now)
 							l.lastUnav[i].Store(now)
+						case leasequota.ReasonColdStart:
+							l.coldMu.Lock()
+							l.cold = append(l.cold, coldDenial{tenant: i, at: time.Now()})
+							l.coldMu.Unlock()
 						}
 					}
 				}
@@ -170,6 +184,20 @@ func (l *demand) waitRecovered(t *testing.T, timeout time.Duration, after string
 		}
 		time.Sleep(20 * time.Millisecond) // polling interval; the deadline bounds the wait
 	}
+}
+
+// coldDenials returns the cold-start denials so far of the tenants for
+// which keep is true, made at or after from.
+func (l *demand) coldDenials(from time.Time, keep func(tenant int) bool) []coldDenial {
+	l.coldMu.Lock()
+	defer l.coldMu.Unlock()
+	var out []coldDenial
+	for _, c := range l.cold {
+		if keep(c.tenant) && !c.at.Before(from) {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // Stop ends the demand and waits for its goroutines; it may be called

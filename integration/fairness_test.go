@@ -152,22 +152,12 @@ func TestLowDemandFewCalls(t *testing.T) {
 	perK := float64(calls) / float64(decisions.Load()) * 1000
 	info, _ := ls[0].Tenant("low")
 	t.Logf("%d decisions, %d denied, %d script calls: %.2f per 1,000; lease %d, demand %.0f/s", decisions.Load(), denied.Load(), calls, perK, info.Lease, info.Demand)
-	// A denial is explained by a stall of at least a tick (a quarter
-	// interval) within the two intervals before it: the refresh that
-	// would have covered it was due then.
-	window, least := 2*leasequota.DefaultRefreshInterval, leasequota.DefaultRefreshInterval/4
-	var unexplained int
-	var worst time.Duration
-	for _, at := range deniedAt {
-		w := probe.worst(at.Add(-window), at)
-		if w < least {
-			unexplained++
-		}
-		worst = max(worst, w)
-	}
+	// A denial is explained by a stall (stallProbe.unexplained): the
+	// refresh that would have covered it was due then.
+	unexplained, worst := probe.unexplained(deniedAt)
 	if denied.Load() != 0 {
 		t.Logf("%s; %d of %d denials followed no stall of %v or more within %v (the longest stall before a denial: %v); %d were cold starts after a failed lease call",
-			probe, unexplained, len(deniedAt), least, window, worst, coldAfterFailure.Load())
+			probe, unexplained, len(deniedAt), stallExplainsLeast, stallExplainsWindow, worst, coldAfterFailure.Load())
 	}
 	if unexplained > 0 {
 		t.Errorf("%d of %d requests denied at a tenth of the rate, %d of them with this process running on time", denied.Load(), decisions.Load(), unexplained)

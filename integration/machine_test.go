@@ -5,6 +5,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/leasequota/leasequota"
 )
 
 // stallProbe measures what the machine delivers to this test process: a
@@ -95,6 +97,32 @@ func (p *stallProbe) worst(from, to time.Time) time.Duration {
 		}
 	}
 	return w
+}
+
+// stallExplains is the rule by which a stall of this process explains a
+// denial that a refresh on time would have prevented: a stall of at
+// least a tick of the default refresh (a quarter interval) within the
+// two intervals before the denial, when the refresh that would have
+// covered it was due. (A stall of the load's goroutines also reads as a
+// gap in the tenant's demand, and a plan that finds none keeps no lease:
+// the next request is a cold start.)
+const (
+	stallExplainsWindow = 2 * leasequota.DefaultRefreshInterval
+	stallExplainsLeast  = leasequota.DefaultRefreshInterval / 4
+)
+
+// unexplained returns how many of the denials at times at followed no
+// stall that explains them (stallExplainsWindow, stallExplainsLeast), and
+// the worst stall before any of them.
+func (p *stallProbe) unexplained(at []time.Time) (n int, worst time.Duration) {
+	for _, a := range at {
+		w := p.worst(a.Add(-stallExplainsWindow), a)
+		if w < stallExplainsLeast {
+			n++
+		}
+		worst = max(worst, w)
+	}
+	return n, worst
 }
 
 // delivered returns the share of the run in which this process could run
