@@ -474,12 +474,23 @@ func testClientPause(t *testing.T, opts redis.Options) {
 		t.Fatal(err)
 	}
 	defer l.Close(ctx)
+	// The big tenants' first leases, polled for with a deadline: the
+	// setup, not the subject. On a loaded machine the first lease call
+	// to a server just started can run out of its 50 ms (beside two busy
+	// loops and the other lane of make test on 2026-12-07 it did, and
+	// the first request was denied as a cold start); the next one leases.
+	deadline := time.Now().Add(10 * time.Second)
 	for _, n := range names[:4] {
-		if d := l.AllowN(ctx, n, 1); !d.Allowed {
-			t.Fatalf("%s: first request %+v", n, d)
-		}
-		if info, _ := l.Tenant(n); info.Tokens < 1000 {
-			t.Fatalf("%s: holds %d tokens after its first lease, want >= 1000", n, info.Tokens)
+		for {
+			d := l.AllowN(ctx, n, 1)
+			info, _ := l.Tenant(n)
+			if d.Allowed && info.Tokens >= 1000 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: no lease of 1,000 tokens or more in 10 s: the last request %+v, holding %d tokens", n, d, info.Tokens)
+			}
+			time.Sleep(10 * time.Millisecond) // polling interval; the deadline bounds the wait
 		}
 	}
 
