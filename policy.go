@@ -32,9 +32,12 @@ func Per(n int64, period time.Duration) Quota {
 // it is spent by AllowN or AllowAll; name keys of different policies
 // apart (for example "ip:"+addr and "tenant:"+id).
 //
-// It takes n from each tenant's local lease in order; when one is short,
-// it gives back what it took from the earlier ones (exact: they are local
-// counters) and that tenant decides as AllowN would: it waits for a
+// It looks at each tenant's local lease in order, and the first that
+// holds fewer than n tokens now is short before anything is spent;
+// otherwise it takes n from each lease in order, and when one is short
+// then (other requests took its tokens since the look), it gives back
+// what it took from the earlier ones (into their leases: they are local
+// counters). The short tenant decides as AllowN would: it waits for a
 // lease when the syncer keeps none for it on this instance (its first,
 // or one for a tenant too sparse to keep one: up to WithColdStartWait and
 // ctx), or for
@@ -199,8 +202,19 @@ lookup:
 		// The tenant with the least Remaining so far; of those, the one
 		// with the least FleetRemaining.
 		best, bestLeft, bestFleet := held, hd.Remaining, hd.FleetRemaining
-		short := -1
+		// A key seen short before anything is spent (its lease holds
+		// fewer than n, or n is above its burst) takes its turn at once:
+		// nothing is taken from the keys before it, so nothing goes back.
+		// A give-back is exact only while their leases stand as they were
+		// (giveBack): a plan between the spend and the give-back sent a
+		// key's token back to Redis, and the key, its bucket known dry,
+		// denied its next request (TestAllowAllLooksBeforeItSpends).
+		short := visiblyShort(ts, byMode, held, n)
+		spentTo := 0 // the pass spent from ts[:spentTo], but for held and byMode
 		for i, e := range ts {
+			if short >= 0 {
+				break
+			}
 			if i == held {
 				if i < maxRefundKeys {
 					adm.front[i] = hd.adm.front[0]
@@ -224,7 +238,7 @@ lookup:
 			// tenant is answered ReasonInvalidN below.
 			lim := e.Limits()
 			if n > lim.Burst {
-				short = i
+				short, spentTo = i, i
 				break
 			}
 			front := e.Front()
@@ -232,7 +246,7 @@ lookup:
 			// count: no atomic add): a pass that ends short takes it back.
 			ok, left := e.Spend(n)
 			if !ok {
-				short = i
+				short, spentTo = i, i
 				break
 			}
 			if i < maxRefundKeys {
@@ -267,7 +281,7 @@ lookup:
 			return d, nil
 		}
 		// Give back what this pass took, and the turn's tokens.
-		for i := range short {
+		for i := range spentTo {
 			if i != held && !byMode[i] {
 				var front lease.GrantID // unknown beyond maxRefundKeys
 				if i < maxRefundKeys {
@@ -370,6 +384,20 @@ lookup:
 		}
 		held, hd = short, d
 	}
+}
+
+// visiblyShort returns the first of ts, but held and those byMode marks,
+// whose lease holds fewer than n tokens now, or whose burst is below n,
+// or -1 for none: a pass of decideAll looks before it spends. It is a
+// look, not a promise: a key it passes may still be short at its spend
+// (other requests spend too), and the pass gives back as before.
+func visiblyShort(ts []*syncer.Tenant, byMode []bool, held int, n int64) int {
+	for i, e := range ts {
+		if i != held && !byMode[i] && (e.Held() < n || n > e.Limits().Burst) {
+			return i
+		}
+	}
+	return -1
 }
 
 // giveBack returns n tokens that decideAll spent from e a moment ago
