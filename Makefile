@@ -32,38 +32,29 @@ COMPARECOUNT ?= 1
 demo:
 	cd cmd/leasequota-sim && $(GO) run . -report ../../leasequota-report.html
 
-# Two lanes share the two cores: the integration module's tests (3.5
-# minutes and three quarters of a core run alone: most of their time is
-# Redis servers starting and load held for a wall-clock window), then
-# the simulator's and grpcquota's, run beside the library's targets
-# instead of after them (12 minutes one after another, 8 min 40 s so, on
-# the development machine: README). The tests are built to
-# pass beside two busy loops, a heavier load than the other lane. The
-# second lane's output is held in a file and printed after the first
-# lane's, so that each reads in order; make test fails if either fails.
-# prebuild, at nice 19, compiles the first lane's later test binaries on
-# what CPU the lanes leave idle. The targets compile whatever prebuild
-# has not, so its output and status do not count; make test waits for it
-# before it ends.
+# The targets run one after another (their tests are timed, and share
+# two cores), while prebuild compiles what the later ones need, at nice
+# 19: on CPU the tests leave idle, a clean clone's compiles of the race,
+# plain and fuzzing builds of four modules (about 3 of make test's 12
+# minutes, run in turn) are mostly done before the targets that use
+# them start. The targets compile whatever prebuild has not, so its
+# output and status do not count; make test waits for it before it
+# ends.
 test: redis
 	@nice -n 19 $(MAKE) --no-print-directory prebuild > /dev/null 2>&1 & pid=$$!; \
-	out=$$(mktemp); \
-	$(MAKE) --no-print-directory integration sim grpc > $$out 2>&1 & lane=$$!; \
-	$(MAKE) --no-print-directory vet unit simulation fuzz benchsmoke; status=$$?; \
-	wait $$lane; lanestatus=$$?; \
-	echo "--- the second lane: integration, sim, grpc (run beside the targets above)"; \
-	cat $$out; rm -f $$out; \
-	wait $$pid; \
-	if [ $$status -ne 0 ]; then exit $$status; fi; exit $$lanestatus
+	$(MAKE) --no-print-directory vet unit simulation integration sim grpc fuzz benchsmoke; status=$$?; \
+	wait $$pid; exit $$status
 
-# Compiles, in the order make test's first lane needs them, its test
-# binaries into a directory it then removes (each target links its own
-# again; what is saved is the compiling), and each fuzz target with its
-# instrumentation, fuzzed for one execution. The second lane compiles its
-# own from the start.
+# Compiles, in the order make test needs them, the test binaries of its
+# later targets into a directory it then removes (each target links its
+# own again; what is saved is the compiling), and each fuzz target with
+# its instrumentation, fuzzed for one execution.
 prebuild:
 	@dir=$$(mktemp -d) && trap 'rm -rf "$$dir"' EXIT && \
 	$(GO) test -c -o "$$dir/" ./... ; \
+	(cd integration && $(GO) test -race -c -o "$$dir/" ./... && $(GO) test -c -o "$$dir/" .) ; \
+	(cd cmd/leasequota-sim && $(GO) test -race -c -o "$$dir/" ./...) ; \
+	(cd grpcquota && $(GO) test -race -c -o "$$dir/" ./...) ; \
 	$(GO) test -run '^$$' -fuzz '^FuzzKey$$' -fuzztime 1x ./lease ; \
 	$(GO) test -run '^$$' -fuzz '^FuzzQuotaValidate$$' -fuzztime 1x . ; \
 	$(GO) test -run '^$$' -fuzz '^FuzzIPv4Host$$' -fuzztime 1x ./middleware ; \
