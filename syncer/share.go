@@ -330,14 +330,10 @@ func (p *Planner) Shared(st *State, lim quota.Quota, op lease.ShareOp, sent, arr
 // the shares in force hold the rate (less the headroom), and the bucket
 // then refills at what they leave: a call for tokens before the shares
 // end finds it empty again. Granted nothing, a pair came back for a
-// token's worth of its credit (shareWait; 160 ms for a share of 6.25 a
-// second), and at 16 x 1,000 with -fleet.shares=10s a trace counted
-// 1,407 to 3,400 such calls a second for 9 s after the start, while the
-// first shares of a fleet still registering held the rate
-// (docs/performance.md, "16 x 1,000 over 20 s on the slower host").
-// With the wait, six 8 s runs cost 0.111-0.158 of redis_rate's Redis
-// CPU a decision, against 0.145-0.197 without, in turn ("A refused ask
-// waits for the next"). A bucket that a rollout's older clients keep
+// token's worth of its credit (shareWait), many times a second at fleet
+// scale while the first shares of a fleet still registering held the
+// rate (docs/performance.md, "A refused ask waits for the next", has
+// the counts and the cost). A bucket that a rollout's older clients keep
 // from granting shares at all refills at the rate, and a pair waits no
 // longer than its credit takes to span there either.
 func (p *Planner) awaitAsk(st *State, lim quota.Quota, ns int64, g lease.Grant) {
