@@ -2,6 +2,8 @@ package integration
 
 import (
 	"fmt"
+	"runtime/metrics"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -243,4 +245,43 @@ func processCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// schedWaits is a read of the Go runtime's distribution of how long this
+// process's goroutines waited, runnable, before they ran: the reading by
+// which a limiter tells a process that could not run its calls in time
+// from a silent Redis (syncer/starved.go). The limiters of a test run in
+// its process, so the test reads what they read.
+type schedWaits struct {
+	counts  []uint64
+	buckets []float64 // len(counts) + 1 boundaries, seconds
+}
+
+// readSchedWaits reads the distribution now (none when the runtime does
+// not serve it).
+func readSchedWaits() schedWaits {
+	s := []metrics.Sample{{Name: "/sched/latencies:seconds"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindFloat64Histogram {
+		return schedWaits{}
+	}
+	h := s[0].Value.Float64Histogram()
+	return schedWaits{counts: slices.Clone(h.Counts), buckets: h.Buckets}
+}
+
+// atLeastSince returns how many waits of at least d came between the
+// read before and w: those of the buckets whose lower bound is d or more,
+// the rule the limiters apply (waits that certainly lasted that long).
+func (w schedWaits) atLeastSince(before schedWaits, d time.Duration) uint64 {
+	var n uint64
+	for i, c := range w.counts {
+		if i < len(w.buckets) && w.buckets[i] >= d.Seconds() {
+			var was uint64
+			if i < len(before.counts) {
+				was = before.counts[i]
+			}
+			n += c - was
+		}
+	}
+	return n
 }
