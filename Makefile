@@ -35,8 +35,8 @@ demo:
 # The targets whose tests are timed run one after another (they share
 # two cores), while a second line of work runs at nice 19, on what CPU
 # they leave idle: prebuild compiles what the later targets need (a clean
-# clone's race, plain and fuzzing builds of four modules, about 3 of make
-# test's 12 minutes run in turn), then fuzz and benchsmoke run, which
+# clone's race, plain and fuzzing builds of four modules, about 3
+# minutes run in turn), then fuzz and benchsmoke run, which
 # count executions rather than time (about 40 s, mostly beside the
 # integration tests, which wait on Redis and the clock). The timed
 # targets compile whatever prebuild has not, so its output and status do

@@ -273,14 +273,13 @@ func readSchedWaits() schedWaits {
 // read before and w: those of the buckets whose lower bound is d or more,
 // the rule the limiters apply (waits that certainly lasted that long).
 func (w schedWaits) atLeastSince(before schedWaits, d time.Duration) uint64 {
+	if len(before.counts) != len(w.counts) {
+		return 0 // the runtime does not serve the distribution
+	}
 	var n uint64
 	for i, c := range w.counts {
-		if i < len(w.buckets) && w.buckets[i] >= d.Seconds() {
-			var was uint64
-			if i < len(before.counts) {
-				was = before.counts[i]
-			}
-			n += c - was
+		if w.buckets[i] >= d.Seconds() {
+			n += c - before.counts[i]
 		}
 	}
 	return n

@@ -3,10 +3,9 @@
 # `go test -count=1 -p 1` does, but builds each package's test binary
 # while the tests of the package before it run. go test -p 1 builds a
 # package's test binary only once the previous package's tests have
-# ended: on the 2-core development machine the race-enabled builds of the
-# library's packages took about 70 s of make unit's 5 minutes that way,
-# with one core idle (a link of 2-3 s for each package with tests, and
-# the compiles).
+# ended, with one core idle meanwhile (a race-enabled link alone takes
+# 2-3 s for the larger packages; the Makefile's unit target states what
+# building ahead saves).
 #
 # The builds run ahead, one at a time, in the order the packages run: on
 # a quiet machine they are done while the root package's tests run (about
