@@ -810,6 +810,63 @@ func confInstanceWindow(c *cx) {
 	}
 }
 
+// confRegistryJoin: a new instance whose demand, with those the summary
+// counts, stays within the rate joins the summary without reading the
+// other entries: one instance more, its demand added, the summary's time
+// kept. It counts what the summary counts: an entry gone stale since the
+// summary was computed still counts, until a recompute drops it. A new
+// instance whose demand takes the total past the rate recomputes.
+func confRegistryJoin(c *cx) {
+	const window = 800 * time.Millisecond
+	lim := lease.Limits{Rate: 100, Burst: 100}
+	var m confModel
+	reg := &confRegistry{}
+	views := map[string]lease.Store{}
+	acq := func(id string, demand float64) lease.Grant {
+		c.t.Helper()
+		if views[id] == nil {
+			views[id] = c.view(id, window)
+		}
+		g := c.acquire(views[id], "t", lim, 1, demand)
+		x := m.see(us(g.ServerTime), lim.Rate, lim.Burst)
+		n, share, granted := reg.acquire(id, window.Milliseconds(), us(g.ServerTime), lim, demand, x, min(int64(math.Floor(x)), 1))
+		m.store(us(g.ServerTime), x-float64(granted), lim)
+		c.checkGrant(id, g, granted, m.tk)
+		if g.Instances != n || g.Share != share {
+			c.t.Fatalf("%q: %d instances, share %v; the model: %d, %v", id, g.Instances, g.Share, n, share)
+		}
+		return g
+	}
+	summaryAt := func() string {
+		c.t.Helper()
+		at, _, _ := strings.Cut(c.sp.state("t").Bucket["rg"], ":")
+		return at
+	}
+	acq("a", 10)
+	first := summaryAt()
+	if g := acq("b", 10); g.Instances != 2 || summaryAt() != first {
+		c.t.Fatalf("b's first acquire: %d instances, summary of %s; want 2, b joined the summary of %s", g.Instances, summaryAt(), first)
+	}
+	// b's summary is older than an eighth of the window: b recomputes,
+	// counting a, whose entry goes stale before c joins.
+	c.sp.advance(window * 19 / 20)
+	acq("b", 10)
+	c.sp.advance(window / 10)
+	if g := acq("c", 10); c.sp.still() && g.Instances != 3 {
+		c.t.Fatalf("c joined a summary that counts a: %d instances, want 3", g.Instances)
+	}
+	// The summary's 30 and d's 90 pass the rate: d recomputes, a, stale,
+	// is dropped, and d's share is what b and c leave.
+	if g := acq("d", 90); c.sp.still() && (g.Instances != 3 || g.Share != 80) {
+		c.t.Fatalf("d, past the rate: %d instances, share %v; want 3 (a dropped), 80", g.Instances, g.Share)
+	}
+	if c.sp.still() {
+		if got := c.sp.state("t").Registry; !reflect.DeepEqual(got, reg.fields()) {
+			c.t.Fatalf("registry %v;\nthe model's %v", got, reg.fields())
+		}
+	}
+}
+
 // confRegistryNeverShortened: an acquire that recomputes the registry
 // summary keeps the registry two of the caller's windows, but never less
 // than an earlier acquire kept it: beside a long window's entries, a short

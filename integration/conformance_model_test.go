@@ -181,19 +181,26 @@ func waterfill(rate float64, demands []float64) (level, total float64) {
 // ms) at time at that saw level x and would grant granted: the instances
 // counted, the share, and the grant after the credit cap. The shares come
 // from the summary, recomputed from every entry when it is missing, an
-// eighth of a window old, or the instance has no entry; the entry is
-// rewritten when its credit or (by more than a quarter) its demand
-// changes, or a quarter of a window after it was written.
+// eighth of a window old, or the instance has no active entry, unless it
+// has none at all and the summary's demands, with its own, are all met:
+// it then joins the summary (one more instance, its demand added, the
+// summary's time kept). The entry is rewritten when its credit or (by
+// more than a quarter) its demand changes, or a quarter of a window after
+// it was written.
 func (r *confRegistry) acquire(id string, windowMS, at int64, lim lease.Limits, demand, x float64, granted int64) (int, float64, int64) {
 	if !(demand >= 0) || math.IsInf(demand, 0) {
 		demand = 0
 	}
 	window := float64(windowMS) * 1000
 	var prev *confEntry
-	if e, ok := r.entries[id]; ok && e.seen >= at-windowMS*1000 {
+	e, known := r.entries[id]
+	if known && e.seen >= at-windowMS*1000 {
 		prev = &e
 	}
-	if prev == nil || r.sum == nil || r.sum.at > at || float64(at-r.sum.at) >= window/8 {
+	fresh := r.sum != nil && r.sum.at <= at && float64(at-r.sum.at) < window/8
+	if fresh && !known && r.sum.level == -1 && r.sum.total+demand <= lim.Rate {
+		r.sum = &confSummary{at: r.sum.at, n: r.sum.n + 1, total: r.sum.total + demand, level: -1}
+	} else if prev == nil || !fresh {
 		demands := []float64{demand}
 		for k, e := range r.entries {
 			switch {

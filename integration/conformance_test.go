@@ -883,6 +883,7 @@ func conformanceCases() []confCase {
 		{"half full", confHalfFull},
 		{"credit span", confCreditSpan},
 		{"instance window", confInstanceWindow},
+		{"registry join", confRegistryJoin},
 		{"registry never shortened", confRegistryNeverShortened},
 		{"expiry", confExpiry},
 		{"release into a missing bucket", confReleaseMissing},

@@ -25,7 +25,8 @@
 --          (by more than a quarter) its demand changes, and at least every
 --          1/4 window; the shares come from the summary rg, recomputed
 --          from every entry (dropping stale ones) at least every 1/8
---          window, which also keeps the hash for at least 2 windows more
+--          window (or joined by a new instance while every demand is
+--          met: below), which also keeps the hash for at least 2 windows more
 --          (or until the shares in force end: SHARES), never shortening
 --          its TTL (a longer window's entries need more; unless an ACL
 --          refuses PTTL: see keepRegistry below). So a call
@@ -332,7 +333,8 @@ local function acquire(key, ikey, qkey, o, clock, nargs)
   local demand = 0
   local window = 0        -- the registry window, microseconds
   local prevSeen, prevDemand, prevCredit, prevMine = nil, nil, nil, nil
-  local summary = nil     -- the registry summary to store, when recomputed
+  local summary = nil     -- the registry summary to store, when recomputed or joined
+  local joined = false    -- whether the caller joined the summary without a recompute
   local keepRegistry = false -- whether the registry's TTL is renewed (see below)
   local older = nil       -- whether the recompute met an earlier release's live entry
   local mine = nil        -- the rate share this instance holds: {rate, from, until}
@@ -353,7 +355,9 @@ local function acquire(key, ikey, qkey, o, clock, nargs)
     -- when every demand is met. It is recomputed from the entries when it
     -- is missing, older than SUMMARY_AGE of the window, from the future, or
     -- when this instance has no entry (so that a new instance counts at
-    -- once). Between, shares follow the demands as of the summary.
+    -- once), unless every demand is met and stays met with the caller's:
+    -- a new instance then joins it (below). Between, shares follow the
+    -- demands as of the summary.
     local level = nil
     local st, sn, sd, sl = nil, nil, nil, nil
     if state[13] then
@@ -385,10 +389,30 @@ local function acquire(key, ikey, qkey, o, clock, nargs)
         end
       end
     else
-      prevSeen, prevDemand, prevCredit, prevMine = read_entry(redis.call('HGET', ikey, id), cutoff, now, state[21])
-      -- An entry older than the window (kept for its share) is not
-      -- counted in the summaries either: recompute, to count the caller.
-      if prevSeen == nil or prevSeen < cutoff then
+      local raw = redis.call('HGET', ikey, id)
+      prevSeen, prevDemand, prevCredit, prevMine = read_entry(raw, cutoff, now, state[21])
+      if not raw and op ~= 'A' and sl == -1 and sd + demand <= rate then
+        -- A new instance (no entry at all) where every demand is met and
+        -- stays met with its own: it joins the summary (one more
+        -- instance, its demand added, every demand still met, computed
+        -- at the same time), which is what a recompute would give but
+        -- for entries gone stale since st, which the summary counts
+        -- until its next recompute anyway. A fleet's start, every
+        -- instance new on every tenant, then reads no other instance's
+        -- entry (a recompute read them all: 2.2 times a steady call
+        -- with 15 entries, scripts/acquire-paths.sh's join/16). A new
+        -- instance that asks for a share recomputes, as before: only
+        -- a recompute sees an earlier release's entry (ol, SHARES).
+        instances, totalDemand, level = sn + 1, sd + demand, -1
+        joined = true
+        if whole15(totalDemand) then
+          summary = string.format('%d:%d:%d:-1', st, instances, totalDemand)
+        else
+          summary = string.format('%d:%d:%.17g:-1', st, instances, totalDemand)
+        end
+      elseif prevSeen == nil or prevSeen < cutoff then
+        -- An entry older than the window (kept for its share) is not
+        -- counted in the summaries either: recompute, to count the caller.
         all = redis.call('HGETALL', ikey)
       end
     end
@@ -448,7 +472,7 @@ local function acquire(key, ikey, qkey, o, clock, nargs)
       else
         summary = string.format('%d:%d:%.17g:%.17g', now, instances, totalDemand, level)
       end
-    else
+    elseif not joined then
       instances, totalDemand, level = sn, sd, sl
     end
     share = demand
@@ -618,12 +642,14 @@ local function acquire(key, ikey, qkey, o, clock, nargs)
       end
       redis.call('HSET', ikey, id, entry)
     end
-    -- The hash is kept 2 windows from each recomputed summary and each
-    -- share granted (which may end after what the last recompute kept it
-    -- for), or until the record's shares end when that is later, so that
-    -- the entries of instances holding shares outlive their window
-    -- (SHARES): after the bucket is stored, which says when they end. Its
-    -- TTL is only ever extended (below).
+    -- The hash is kept 2 windows from each summary written (a recompute,
+    -- or a new instance's join, whose entry may have made the hash anew,
+    -- without a TTL, had it gone) and each share granted (which may end
+    -- after what the last recompute kept it for), or until the record's
+    -- shares end when that is later, so that the entries of instances
+    -- holding shares outlive their window (SHARES): after the bucket is
+    -- stored, which says when they end. Its TTL is only ever extended
+    -- (below).
     keepRegistry = summary or (op == 'A' and mine)
   end
   tokens = tokens - granted
@@ -683,7 +709,9 @@ local function acquire(key, ikey, qkey, o, clock, nargs)
     end
   end
   local tk, sharesEnd = store(key, tokens, stored, rate, burst, h, state, extra, clock)
-  if summary and not older and state[22] then
+  -- Only a recompute, which read every entry, can tell that no client
+  -- of an earlier release is active any more; a join read none.
+  if summary and not joined and not older and state[22] then
     redis.call('HDEL', key, 'ol')
   end
   if keepRegistry then

@@ -101,7 +101,9 @@ func TestCorruptRegistryIsRepaired(t *testing.T) {
 		if err := rdb.HSet(ctx, ikey, "ghost", seen+":10:5:").Err(); err != nil {
 			t.Fatal(err)
 		}
-		// A new instance recomputes the summary from every entry.
+		// A new instance whose demand, with the others', passes the rate
+		// recomputes the summary from every entry (it would join one whose
+		// demands stay met).
 		g, err := acquireRequest(ctx, b, Request{Tenant: tenant, Limits: lim, Want: 1, Demand: 10})
 		if err != nil || g.Instances != 2 {
 			t.Errorf("an entry at time %s: %+v, %v; want 2 instances (a and b)", seen, g, err)
@@ -170,8 +172,10 @@ func TestShareNoRecordHoldsIsDropped(t *testing.T) {
 			if err := rdb.HSet(ctx, ikey, "ghost", old+":10:5:5/"+old+"/"+until).Err(); err != nil {
 				t.Fatal(err)
 			}
-			// A new instance recomputes the summary from every entry.
-			acquireOne(t, b, Request{Tenant: tenant, Limits: lim, Want: 1, Demand: 10})
+			// A new instance whose demand, with the others', passes the
+			// rate recomputes the summary from every entry (it would join
+			// one whose demands stay met).
+			acquireOne(t, b, Request{Tenant: tenant, Limits: lim, Want: 1, Demand: 95})
 			m, err := rdb.HGetAll(ctx, ikey).Result()
 			if err != nil {
 				t.Fatal(err)

@@ -57,7 +57,11 @@ import (
 // registry window past 2^63 ms; v12 is main at 89ddf54, the last whose
 // acquire wrote an instance's credit capacity as it computed it
 // (burst × share / rate, inf when that overflows, an entry every release
-// reads as empty) where this release caps it at 2^53 (lease.MaxCredit).
+// reads as empty) where this release caps it at 2^53 (lease.MaxCredit);
+// v13 is main at 87b0a80, the last whose new instance's first acquire
+// recomputed the registry summary from every entry, where this release's
+// joins a summary whose demands are all met and stay met with its own
+// (one more instance, its demand added, the summary's time kept).
 var (
 	//go:embed testdata/v1/common.lua
 	v1Common string
@@ -125,6 +129,8 @@ var (
 	v12Release string
 	//go:embed testdata/v12/acquire.lua
 	v12Acquire string
+	//go:embed testdata/v13/acquire.lua
+	v13Acquire string // its common.lua and release.lua are v12's
 )
 
 // TestMixedFleetRollout runs clients of an earlier release and of this
@@ -146,28 +152,34 @@ var (
 // leave the old clients' longer TTL as it is. And a third time on a
 // redis-server of its own whose ACL refuses PTTL, as one written for
 // v10's commands does (v10-acl): both sides' calls all succeed
-// (TestAcquireBesideAnACLWithoutPTTL).
+// (TestAcquireBesideAnACLWithoutPTTL). Beside v13, the last whose new
+// instance recomputed the summary, it runs a second time with demands
+// that add up to less than the rate (v13-under), where this release's
+// new instances join the summary that v13's recomputes wrote.
 func TestMixedFleetRollout(t *testing.T) {
 	for _, old := range []struct {
 		name, common, acquire, release string
 		reply                          int  // elements in its acquire's reply; 0: one string
 		shorter                        bool // this release's window a third of the old one's
 		acl                            bool // an ACL of v10's commands: no PTTL
+		under                          bool // demands that add up to less than the rate
 	}{
-		{"v1", v1Common, v1Acquire, v1Release, 6, false, false},
-		{"v2", v2Common, v2Acquire, v2Release, 6, false, false},
-		{"v3", v3Common, v3Acquire, v3Release, 9, false, false},
-		{"v4", v4Common, v4Acquire, v4Release, 9, false, false},
-		{"v5", v5Common, v5Acquire, v5Release, 9, false, false},
-		{"v6", v6Common, v6Acquire, v6Release, 9, false, false},
-		{"v7", v7Common, v7Acquire, v6Release, 9, false, false},  // v7's release.lua is v6's
-		{"v8", v8Common, v8Acquire, v6Release, 10, false, false}, // and v8's
-		{"v9", v9Common, v9Acquire, v10Release, 0, false, false}, // v9's is v10's
-		{"v10", v10Common, v10Acquire, v10Release, 0, false, false},
-		{"v10-shorter", v10Common, v10Acquire, v10Release, 0, true, false},
-		{"v10-acl", v10Common, v10Acquire, v10Release, 0, false, true},
-		{"v11", v11Common, v11Acquire, v11Release, 0, false, false},
-		{"v12", v12Common, v12Acquire, v12Release, 0, false, false},
+		{"v1", v1Common, v1Acquire, v1Release, 6, false, false, false},
+		{"v2", v2Common, v2Acquire, v2Release, 6, false, false, false},
+		{"v3", v3Common, v3Acquire, v3Release, 9, false, false, false},
+		{"v4", v4Common, v4Acquire, v4Release, 9, false, false, false},
+		{"v5", v5Common, v5Acquire, v5Release, 9, false, false, false},
+		{"v6", v6Common, v6Acquire, v6Release, 9, false, false, false},
+		{"v7", v7Common, v7Acquire, v6Release, 9, false, false, false},  // v7's release.lua is v6's
+		{"v8", v8Common, v8Acquire, v6Release, 10, false, false, false}, // and v8's
+		{"v9", v9Common, v9Acquire, v10Release, 0, false, false, false}, // v9's is v10's
+		{"v10", v10Common, v10Acquire, v10Release, 0, false, false, false},
+		{"v10-shorter", v10Common, v10Acquire, v10Release, 0, true, false, false},
+		{"v10-acl", v10Common, v10Acquire, v10Release, 0, false, true, false},
+		{"v11", v11Common, v11Acquire, v11Release, 0, false, false, false},
+		{"v12", v12Common, v12Acquire, v12Release, 0, false, false, false},
+		{"v13", v12Common, v13Acquire, v12Release, 0, false, false, false}, // v13's common.lua and release.lua are v12's
+		{"v13-under", v12Common, v13Acquire, v12Release, 0, false, false, true},
 	} {
 		t.Run(old.name, func(t *testing.T) {
 			// Two at a time (-parallel is GOMAXPROCS): each runs 1.2 s
@@ -182,7 +194,11 @@ func TestMixedFleetRollout(t *testing.T) {
 			if old.acl {
 				rdb = withoutPTTL(t)
 			}
-			mixedFleet(t, rdb, redis.NewScript(old.common+old.acquire), redis.NewScript(old.common+old.release), old.reply, newWindow)
+			demands := [2]float64{50, 300}
+			if old.under {
+				demands = [2]float64{5, 30}
+			}
+			mixedFleet(t, rdb, redis.NewScript(old.common+old.acquire), redis.NewScript(old.common+old.release), old.reply, newWindow, demands)
 		})
 	}
 }
@@ -210,8 +226,9 @@ const mixedWindow = 300 * time.Millisecond
 // mixedFleet runs on rdb old clients (their acquire and release scripts, whose
 // acquire replies with reply elements, or with one string when reply is
 // 0, as its release then does) and this release's, whose registry window
-// is newWindow, on one tenant; see TestMixedFleetRollout.
-func mixedFleet(t *testing.T, rdb *redis.Client, old, oldRelease *redis.Script, reply int, newWindow time.Duration) {
+// is newWindow, on one tenant, each call reporting a demand drawn from
+// [demands[0], demands[1]); see TestMixedFleetRollout.
+func mixedFleet(t *testing.T, rdb *redis.Client, old, oldRelease *redis.Script, reply int, newWindow time.Duration, demands [2]float64) {
 	ctx := context.Background()
 	prefix := redisserver.Prefix(t)
 	const (
@@ -255,7 +272,7 @@ func mixedFleet(t *testing.T, rdb *redis.Client, old, oldRelease *redis.Script, 
 			rng := rand.New(rand.NewPCG(uint64(i), 1))
 			for time.Now().Before(deadline) {
 				want := 1 + rng.IntN(8)
-				demand := 50 + rng.Float64()*250
+				demand := demands[0] + rng.Float64()*(demands[1]-demands[0])
 				res, err := old.Run(ctx, rdb, []string{key, InstancesKey(key), QuotaKey(key)},
 					formatRate(lim.Rate), lim.Burst, want, fmt.Sprintf("old-%d", i), window.Milliseconds(), demand).Result()
 				var g, at, n int64
@@ -312,7 +329,7 @@ func mixedFleet(t *testing.T, rdb *redis.Client, old, oldRelease *redis.Script, 
 			rng := rand.New(rand.NewPCG(uint64(i), 2))
 			for time.Now().Before(deadline) {
 				want := int64(1 + rng.IntN(8))
-				demand := 50 + rng.Float64()*250
+				demand := demands[0] + rng.Float64()*(demands[1]-demands[0])
 				reqs := []Request{
 					{Tenant: tenant, Limits: lim, Want: want, Demand: demand, Reserve: time.Second},
 					{Tenant: "other", Limits: lim, Want: 1},

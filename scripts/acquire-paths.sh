@@ -28,6 +28,10 @@
 #               the registry summary and the caller's entry fresh (window
 #               an hour): the entry is read, not written
 #   steady/16   the same with 16 instances in the registry
+#   join/16     a 16th instance's first acquire of a tenant the 15 others
+#               hold (summary fresh, every demand met): its entry is new
+#   start/16    16 instances' first acquires of a new tenant, one after the
+#               other, as at a fleet's start: figures per call
 #   batch8      steady/1 in acquire.lua's batch form, 8 tenants a call (as
 #               AcquireMany sends them on one server by default); its
 #               figures are per tenant
@@ -199,7 +203,7 @@ def measure(cmds):
 FULL = ['1e9', '1073741824', '10']
 results = []
 current = ''
-def path(name, setup, args_of, sleep=0.0, sha=None, n=None, batch=1):
+def path(name, setup, args_of, sleep=0.0, sha=None, n=None, batch=1, calls=1):
     global current
     if not re.search(os.environ.get('ACQUIRE_PATHS_ONLY', ''), name):
         return
@@ -225,6 +229,10 @@ def path(name, setup, args_of, sleep=0.0, sha=None, n=None, batch=1):
     if batch > 1:
         ir, inner, stats = measure([call_batch(sha or acq, ts[i:i + batch], args_of) for i in range(0, n, batch)])
         ir, inner = ir / batch, inner / batch
+    elif calls > 1:
+        # args_of(t, k) is the tenant's k-th call: figures per call.
+        ir, inner, stats = measure([call(sha or acq, t, args_of(t, k)) for t in ts for k in range(calls)])
+        n = n * calls
     else:
         ir, inner, stats = measure([call(sha or acq, t, args_of(t)) for t in ts])
     cmds = ' '.join('%s %.2f' % (k, v / n) for k, v in sorted(stats.items()) if k not in ('evalsha', 'fcall', 'config|resetstat', 'function|load'))
@@ -235,6 +243,10 @@ path('trivial', lambda t: [], lambda t: FULL + ['bench', '2100', '0'], sha=triv)
 path('first', lambda t: [], lambda t: FULL + ['bench', '2100', '0'])
 path('steady/1', lambda t: [FULL + ['bench', '3600000', '100']], lambda t: FULL + ['bench', '3600000', '100'])
 path('steady/16', lambda t: [FULL + ['i%d' % i, '3600000', '100'] for i in range(16)], lambda t: FULL + ['i0', '3600000', '100'])
+path('join/16', lambda t: [FULL + ['i%d' % i, '3600000', '100'] for i in range(15)], lambda t: FULL + ['i15', '3600000', '100'])
+# A fleet's start: 16 instances' first acquires of each tenant, one after
+# the other (demand 4 each, a young lease's; rate 1e9): figures per call.
+path('start/16', lambda t: [], lambda t, k: FULL + ['i%d' % k, '3600000', '4'], calls=16)
 # A window of a minute, the calls 16 s apart: as BenchmarkSyncRound's 2.1 s
 # and 0.5 s, for a set-up that takes seconds under callgrind (round/16 on a
 # quarter of the tenants, so that its set-up takes less than the window).

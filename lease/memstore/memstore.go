@@ -307,22 +307,32 @@ func (s *Store) acquire(in *Instance, r lease.Request) (lease.Grant, error) {
 	g := lease.Grant{ServerTime: time.UnixMicro(at), Override: copyOverride(t.override)}
 	var credit, capacity, totalDemand float64
 	var prev *registration
-	var fresh *summary // the summary recomputed by this call
+	var fresh *summary // the summary recomputed or joined by this call
 	demand := 0.0
 	window := float64(in.windowMS) * 1000
 	if in.id != "" {
 		demand = saneDemand(r.Demand)
 		cutoff := at - in.windowMS*1000
-		if e, ok := t.reg.entries[in.id]; ok && e.kept(cutoff, at) {
+		e, known := t.reg.entries[in.id]
+		if known && e.kept(cutoff, at) {
 			prev = &e
 		}
 		rg := t.b.rg
 		if !t.b.live {
 			rg = nil
 		}
-		// An own entry older than the window (kept for its share) is not
-		// in the summaries: recompute, so that the caller counts.
-		if prev == nil || prev.seen < cutoff || rg == nil || rg.at > at || float64(at-rg.at) >= window*summaryAge {
+		usable := rg != nil && rg.at <= at && float64(at-rg.at) < window*summaryAge
+		switch {
+		case usable && !known && r.Share != lease.ShareAsk && rg.level == -1 && rg.demand+demand <= rate:
+			// A new instance that asks for no share joins a summary whose
+			// demands are all met and stay met with its own (acquire.lua):
+			// what a recompute gives, but for entries gone stale since it
+			// was made.
+			fresh = &summary{at: rg.at, n: rg.n + 1, demand: rg.demand + demand, level: -1}
+			rg = fresh
+		case !usable || prev == nil || prev.seen < cutoff:
+			// An own entry older than the window (kept for its share) is
+			// not in the summaries: recompute, so that the caller counts.
 			demands := []float64{demand}
 			for id, e := range t.reg.entries {
 				switch {
