@@ -397,9 +397,8 @@ local function acquire(key, ikey, qkey, o, clock, nargs)
         -- instance, its demand added, every demand still met, computed
         -- at the same time), which is what a recompute would give but
         -- for entries gone stale since st, which the summary counts
-        -- until its next recompute anyway. A fleet's start, every
-        -- instance new on every tenant, then reads no other instance's
-        -- entry (a recompute read them all: 2.2 times a steady call
+        -- until its next recompute anyway. It reads no other instance's
+        -- entry (a recompute reads them all: 2.2 times a steady call
         -- with 15 entries, scripts/acquire-paths.sh's join/16). A new
         -- instance that asks for a share recomputes, as before: only
         -- a recompute sees an earlier release's entry (ol, SHARES).
