@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/leasequota/leasequota"
+	"github.com/leasequota/leasequota/internal/schedwait"
 )
 
 // stallProbe measures what the machine delivers to this test process: a
@@ -260,7 +261,7 @@ type schedWaits struct {
 // readSchedWaits reads the distribution now (none when the runtime does
 // not serve it).
 func readSchedWaits() schedWaits {
-	s := []metrics.Sample{{Name: "/sched/latencies:seconds"}}
+	s := []metrics.Sample{{Name: schedwait.Metric}}
 	metrics.Read(s)
 	if s[0].Value.Kind() != metrics.KindFloat64Histogram {
 		return schedWaits{}
@@ -270,17 +271,7 @@ func readSchedWaits() schedWaits {
 }
 
 // atLeastSince returns how many waits of at least d came between the
-// read before and w: those of the buckets whose lower bound is d or more,
-// the rule the limiters apply (waits that certainly lasted that long).
+// read before and w, by the rule the limiters apply (schedwait.AtLeast).
 func (w schedWaits) atLeastSince(before schedWaits, d time.Duration) uint64 {
-	if len(before.counts) != len(w.counts) {
-		return 0 // the runtime does not serve the distribution
-	}
-	var n uint64
-	for i, c := range w.counts {
-		if w.buckets[i] >= d.Seconds() {
-			n += c - before.counts[i]
-		}
-	}
-	return n
+	return schedwait.AtLeast(before.counts, w.counts, w.buckets, d.Seconds())
 }

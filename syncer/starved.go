@@ -5,11 +5,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-)
 
-// schedLatencies is the Go runtime's distribution of how long goroutines
-// waited, runnable, before they ran.
-const schedLatencies = "/sched/latencies:seconds"
+	"github.com/leasequota/leasequota/internal/schedwait"
+)
 
 // starvation watches this process's own scheduling delays, so that a
 // silence of Redis is not counted while the process could not run its
@@ -59,7 +57,7 @@ type starvation struct {
 // next read's waits count from.
 func (s *starvation) init(threshold time.Duration, now time.Time) {
 	s.threshold = threshold.Seconds()
-	s.sample[0].Name = schedLatencies
+	s.sample[0].Name = schedwait.Metric
 	s.read(now)
 }
 
@@ -85,26 +83,9 @@ func (s *starvation) read(now time.Time) {
 		return
 	}
 	h := s.sample[0].Value.Float64Histogram()
-	if s.prev != nil && waitedAtLeast(s.prev, h.Counts, h.Buckets, s.threshold) {
+	if s.prev != nil && schedwait.AtLeast(s.prev, h.Counts, h.Buckets, s.threshold) > 0 {
 		s.starvedAt.Store(now.UnixNano())
 	}
 	s.prev = append(s.prev[:0], h.Counts...)
 	s.readAt = now.UnixNano()
-}
-
-// waitedAtLeast reports whether a histogram's counts grew, from prev to
-// cur, in a bucket whose lower bound is at least threshold: a wait that
-// long certainly came between the two reads. buckets are the
-// histogram's boundaries (len(cur) + 1 of them).
-func waitedAtLeast(prev, cur []uint64, buckets []float64, threshold float64) bool {
-	for i := len(cur) - 1; i >= 0 && i < len(buckets) && buckets[i] >= threshold; i-- {
-		var before uint64
-		if i < len(prev) {
-			before = prev[i]
-		}
-		if cur[i] > before {
-			return true
-		}
-	}
-	return false
 }
