@@ -627,6 +627,43 @@ func confFairShares(c *cx) {
 	}
 }
 
+// confRegistryRun drives acquires of one token of tenant "t" by instances
+// of one registry window through the conformance model (the bucket, m,
+// and the registry, reg), and fails on a grant, an instance count or a
+// share the model does not give.
+type confRegistryRun struct {
+	c      *cx
+	window time.Duration
+	lim    lease.Limits
+	views  map[string]lease.Store // by instance id, made on its first call
+	m      confModel
+	reg    confRegistry
+}
+
+func newConfRegistryRun(c *cx, window time.Duration, lim lease.Limits) *confRegistryRun {
+	return &confRegistryRun{c: c, window: window, lim: lim, views: map[string]lease.Store{}}
+}
+
+// acquire is instance id's acquire, reporting demand.
+func (r *confRegistryRun) acquire(id string, demand float64) lease.Grant {
+	c := r.c
+	c.t.Helper()
+	v := r.views[id]
+	if v == nil {
+		v = c.view(id, r.window)
+		r.views[id] = v
+	}
+	g := c.acquire(v, "t", r.lim, 1, demand)
+	x := r.m.see(us(g.ServerTime), r.lim.Rate, r.lim.Burst)
+	n, share, granted := r.reg.acquire(id, r.window.Milliseconds(), us(g.ServerTime), r.lim, demand, x, min(int64(math.Floor(x)), 1))
+	r.m.store(us(g.ServerTime), x-float64(granted), r.lim)
+	c.checkGrant(fmt.Sprintf("%q (demand %v)", id, demand), g, granted, r.m.tk)
+	if g.Instances != n || g.Share != share {
+		c.t.Fatalf("%q: %d instances, share %v; the model: %d, %v", id, g.Instances, g.Share, n, share)
+	}
+	return g
+}
+
 // confRegistrySummary: acquires take the shares from the registry
 // summary in the bucket, recomputed from every entry when an eighth of
 // the window old (or for a new instance); an entry is rewritten only when
@@ -634,45 +671,32 @@ func confFairShares(c *cx) {
 func confRegistrySummary(c *cx) {
 	const window = 400 * time.Millisecond
 	lim := lease.Limits{Rate: 40, Burst: 1000}
-	a, b := c.view("a", window), c.view("b", window)
-	var m confModel
-	reg := &confRegistry{}
-	acq := func(v lease.Store, id string, demand float64) lease.Grant {
-		c.t.Helper()
-		g := c.acquire(v, "t", lim, 1, demand)
-		x := m.see(us(g.ServerTime), lim.Rate, lim.Burst)
-		n, share, granted := reg.acquire(id, window.Milliseconds(), us(g.ServerTime), lim, demand, x, min(int64(math.Floor(x)), 1))
-		m.store(us(g.ServerTime), x-float64(granted), lim)
-		c.checkGrant(fmt.Sprintf("%q (demand %v)", id, demand), g, granted, m.tk)
-		if g.Instances != n || g.Share != share {
-			c.t.Fatalf("%q: %d instances, share %v; the model: %d, %v", id, g.Instances, g.Share, n, share)
-		}
-		return g
-	}
-	acq(a, "a", 5)
-	if g := acq(b, "b", 30); g.Share != 30 || g.Instances != 2 {
+	r := newConfRegistryRun(c, window, lim)
+	acq := r.acquire
+	acq("a", 5)
+	if g := acq("b", 30); g.Share != 30 || g.Instances != 2 {
 		c.t.Fatalf("b registers next to a (5 and 30 of 40): share %v of %d, want 30 of 2", g.Share, g.Instances)
 	}
 	seenB := c.sp.state("t").Registry["b"]
 	// a's demand rises: its entry is rewritten, but b's share follows the
 	// summary until it is an eighth of a window old.
-	acq(a, "a", 30)
-	g := acq(b, "b", 30)
+	acq("a", 30)
+	g := acq("b", 30)
 	if c.sp.still() && g.Share != 30 {
 		c.t.Fatalf("b's share from a fresh summary: %v, want 30", g.Share)
 	}
-	if got := c.sp.state("t").Registry; !reflect.DeepEqual(got, reg.fields()) {
-		c.t.Fatalf("registry %v;\nthe model's %v", got, reg.fields())
+	if got := c.sp.state("t").Registry; !reflect.DeepEqual(got, r.reg.fields()) {
+		c.t.Fatalf("registry %v;\nthe model's %v", got, r.reg.fields())
 	}
 	if c.sp.still() && c.sp.state("t").Registry["b"] != seenB {
 		c.t.Fatalf("b's entry rewritten though nothing changed: %q, was %q", c.sp.state("t").Registry["b"], seenB)
 	}
 	c.sp.advance(window/8 + time.Millisecond)
-	if g := acq(b, "b", 30); g.Share != 20 {
+	if g := acq("b", 30); g.Share != 20 {
 		c.t.Fatalf("b's share from a summary recomputed (30 and 30 of 40): %v, want 20", g.Share)
 	}
-	if got := c.sp.state("t").Registry; !reflect.DeepEqual(got, reg.fields()) {
-		c.t.Fatalf("registry %v;\nthe model's %v", got, reg.fields())
+	if got := c.sp.state("t").Registry; !reflect.DeepEqual(got, r.reg.fields()) {
+		c.t.Fatalf("registry %v;\nthe model's %v", got, r.reg.fields())
 	}
 }
 
@@ -767,33 +791,19 @@ func confCreditSpan(c *cx) {
 // window of its last acquire; an older entry is dropped.
 func confInstanceWindow(c *cx) {
 	const window = 150 * time.Millisecond
-	a, b := c.view("a", window), c.view("b", window)
-	lim := lease.Limits{Rate: 1000, Burst: 100}
-	var m confModel
-	reg := &confRegistry{}
-	acq := func(v lease.Store, id string) lease.Grant {
-		c.t.Helper()
-		g := c.acquire(v, "t", lim, 1, 5)
-		x := m.see(us(g.ServerTime), lim.Rate, lim.Burst)
-		n, share, granted := reg.acquire(id, window.Milliseconds(), us(g.ServerTime), lim, 5, x, min(int64(math.Floor(x)), 1))
-		m.store(us(g.ServerTime), x-float64(granted), lim)
-		c.checkGrant(id, g, granted, m.tk)
-		if g.Instances != n || g.Share != share {
-			c.t.Fatalf("%q: %d instances, share %v; the model: %d, %v", id, g.Instances, g.Share, n, share)
-		}
-		return g
-	}
-	gb := acq(b, "b")
-	acq(a, "a")
+	r := newConfRegistryRun(c, window, lease.Limits{Rate: 1000, Burst: 100})
+	acq := func(id string) lease.Grant { return r.acquire(id, 5) }
+	gb := acq("b")
+	acq("a")
 	// A window later b still counts: it is dropped only once its last
 	// acquire is more than a window old. Exactly at the edge with a clock
 	// that stands still; on the others the model says.
 	c.sp.advance(window)
-	if g := acq(a, "a"); c.sp.still() && (g.Instances != 2 || g.ServerTime.Sub(gb.ServerTime) != window) {
+	if g := acq("a"); c.sp.still() && (g.Instances != 2 || g.ServerTime.Sub(gb.ServerTime) != window) {
 		c.t.Fatalf("exactly a window after b's acquire: %d instances %v after it, want 2 instances", g.Instances, g.ServerTime.Sub(gb.ServerTime))
 	}
 	c.sp.advance(50 * time.Millisecond)
-	ga := acq(a, "a")
+	ga := acq("a")
 	if ga.Instances != 1 {
 		c.t.Fatalf("b's last acquire more than a window ago: %d instances, want 1", ga.Instances)
 	}
@@ -802,10 +812,10 @@ func confInstanceWindow(c *cx) {
 	got := c.sp.state("t").Registry
 	if _, now := c.sp.pttl("t", ":i"); got == nil && now.Sub(ga.ServerTime) > 2*window {
 		c.t.Logf("the registry expired before it was read, %v after the acquire", now.Sub(ga.ServerTime))
-	} else if !reflect.DeepEqual(got, reg.fields()) || len(got) != 1 {
-		c.t.Fatalf("registry %v;\nthe model's %v (a alone)", got, reg.fields())
+	} else if !reflect.DeepEqual(got, r.reg.fields()) || len(got) != 1 {
+		c.t.Fatalf("registry %v;\nthe model's %v (a alone)", got, r.reg.fields())
 	}
-	if g := acq(b, "b"); g.Instances != 2 && g.ServerTime.Sub(ga.ServerTime) <= window {
+	if g := acq("b"); g.Instances != 2 && g.ServerTime.Sub(ga.ServerTime) <= window {
 		c.t.Fatalf("b back within a window of a's acquire: %d instances, want 2", g.Instances)
 	}
 }
@@ -818,25 +828,8 @@ func confInstanceWindow(c *cx) {
 // instance whose demand takes the total past the rate recomputes.
 func confRegistryJoin(c *cx) {
 	const window = 800 * time.Millisecond
-	lim := lease.Limits{Rate: 100, Burst: 100}
-	var m confModel
-	reg := &confRegistry{}
-	views := map[string]lease.Store{}
-	acq := func(id string, demand float64) lease.Grant {
-		c.t.Helper()
-		if views[id] == nil {
-			views[id] = c.view(id, window)
-		}
-		g := c.acquire(views[id], "t", lim, 1, demand)
-		x := m.see(us(g.ServerTime), lim.Rate, lim.Burst)
-		n, share, granted := reg.acquire(id, window.Milliseconds(), us(g.ServerTime), lim, demand, x, min(int64(math.Floor(x)), 1))
-		m.store(us(g.ServerTime), x-float64(granted), lim)
-		c.checkGrant(id, g, granted, m.tk)
-		if g.Instances != n || g.Share != share {
-			c.t.Fatalf("%q: %d instances, share %v; the model: %d, %v", id, g.Instances, g.Share, n, share)
-		}
-		return g
-	}
+	r := newConfRegistryRun(c, window, lease.Limits{Rate: 100, Burst: 100})
+	acq := r.acquire
 	summaryAt := func() string {
 		c.t.Helper()
 		at, _, _ := strings.Cut(c.sp.state("t").Bucket["rg"], ":")
@@ -861,8 +854,8 @@ func confRegistryJoin(c *cx) {
 		c.t.Fatalf("d, past the rate: %d instances, share %v; want 3 (a dropped), 80", g.Instances, g.Share)
 	}
 	if c.sp.still() {
-		if got := c.sp.state("t").Registry; !reflect.DeepEqual(got, reg.fields()) {
-			c.t.Fatalf("registry %v;\nthe model's %v", got, reg.fields())
+		if got := c.sp.state("t").Registry; !reflect.DeepEqual(got, r.reg.fields()) {
+			c.t.Fatalf("registry %v;\nthe model's %v", got, r.reg.fields())
 		}
 	}
 }

@@ -360,6 +360,7 @@ local function acquire(key, ikey, qkey, o, clock, nargs)
     -- demands as of the summary.
     local level = nil
     local st, sn, sd, sl = nil, nil, nil, nil
+    local summaryAt = nil -- when the summary written was computed: now, or st when joined
     if state[13] then
       local a, b, c, d = string.match(state[13], '^([^:]*):([^:]*):([^:]*):([^:]*)$')
       st = tonumber(a)
@@ -402,13 +403,8 @@ local function acquire(key, ikey, qkey, o, clock, nargs)
         -- with 15 entries, scripts/acquire-paths.sh's join/16). A new
         -- instance that asks for a share recomputes, as before: only
         -- a recompute sees an earlier release's entry (ol, SHARES).
-        instances, totalDemand, level = sn + 1, sd + demand, -1
-        joined = true
-        if whole15(totalDemand) then
-          summary = string.format('%d:%d:%d:-1', st, instances, totalDemand)
-        else
-          summary = string.format('%d:%d:%.17g:-1', st, instances, totalDemand)
-        end
+        sn, sd = sn + 1, sd + demand
+        summaryAt, joined = st, true
       elseif prevSeen == nil or prevSeen < cutoff then
         -- An entry older than the window (kept for its share) is not
         -- counted in the summaries either: recompute, to count the caller.
@@ -466,13 +462,16 @@ local function acquire(key, ikey, qkey, o, clock, nargs)
         end
       end
       instances = #demands
-      if whole15(totalDemand) and whole15(level) then
-        summary = string.format('%d:%d:%d:%d', now, instances, totalDemand, level)
-      else
-        summary = string.format('%d:%d:%.17g:%.17g', now, instances, totalDemand, level)
-      end
-    elseif not joined then
+      summaryAt = now
+    else
       instances, totalDemand, level = sn, sd, sl
+    end
+    if summaryAt then
+      if whole15(totalDemand) and whole15(level) then
+        summary = string.format('%d:%d:%d:%d', summaryAt, instances, totalDemand, level)
+      else
+        summary = string.format('%d:%d:%.17g:%.17g', summaryAt, instances, totalDemand, level)
+      end
     end
     share = demand
     if level >= 0 and share > level then

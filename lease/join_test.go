@@ -3,7 +3,6 @@ package lease
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -43,23 +42,6 @@ func TestNewInstanceJoinsTheSummary(t *testing.T) {
 		}
 		at, numbers, _ = strings.Cut(rg, ":")
 		return numbers, at
-	}
-	hgetalls := func() int64 {
-		t.Helper()
-		info, err := rdb.Info(ctx, "commandstats").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for line := range strings.Lines(info) {
-			if rest, ok := strings.CutPrefix(line, "cmdstat_hgetall:calls="); ok {
-				n, err := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return n
-			}
-		}
-		return 0
 	}
 	// join makes instance i's first acquire of tenant, with demand d, by
 	// this release, and returns its grant.
@@ -113,7 +95,7 @@ func TestNewInstanceJoinsTheSummary(t *testing.T) {
 	}
 	// 15 joins by this release read the bucket only; v13's 15 recomputes
 	// read the bucket and the registry.
-	if n := hgetalls(); n != 15+30 {
+	if n := cmdCalls(t, rdb, "hgetall"); n != 15+30 {
 		t.Fatalf("%d HGETALLs for 15 joins and 15 recomputes by v13, want 45", n)
 	}
 	if ol, err := rdb.HExists(ctx, Key(prefix, "t"), "ol").Result(); err != nil || !ol {

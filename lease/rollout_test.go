@@ -164,22 +164,22 @@ func TestMixedFleetRollout(t *testing.T) {
 		acl                            bool // an ACL of v10's commands: no PTTL
 		under                          bool // demands that add up to less than the rate
 	}{
-		{"v1", v1Common, v1Acquire, v1Release, 6, false, false, false},
-		{"v2", v2Common, v2Acquire, v2Release, 6, false, false, false},
-		{"v3", v3Common, v3Acquire, v3Release, 9, false, false, false},
-		{"v4", v4Common, v4Acquire, v4Release, 9, false, false, false},
-		{"v5", v5Common, v5Acquire, v5Release, 9, false, false, false},
-		{"v6", v6Common, v6Acquire, v6Release, 9, false, false, false},
-		{"v7", v7Common, v7Acquire, v6Release, 9, false, false, false},  // v7's release.lua is v6's
-		{"v8", v8Common, v8Acquire, v6Release, 10, false, false, false}, // and v8's
-		{"v9", v9Common, v9Acquire, v10Release, 0, false, false, false}, // v9's is v10's
-		{"v10", v10Common, v10Acquire, v10Release, 0, false, false, false},
-		{"v10-shorter", v10Common, v10Acquire, v10Release, 0, true, false, false},
-		{"v10-acl", v10Common, v10Acquire, v10Release, 0, false, true, false},
-		{"v11", v11Common, v11Acquire, v11Release, 0, false, false, false},
-		{"v12", v12Common, v12Acquire, v12Release, 0, false, false, false},
-		{"v13", v12Common, v13Acquire, v12Release, 0, false, false, false}, // v13's common.lua and release.lua are v12's
-		{"v13-under", v12Common, v13Acquire, v12Release, 0, false, false, true},
+		{name: "v1", common: v1Common, acquire: v1Acquire, release: v1Release, reply: 6},
+		{name: "v2", common: v2Common, acquire: v2Acquire, release: v2Release, reply: 6},
+		{name: "v3", common: v3Common, acquire: v3Acquire, release: v3Release, reply: 9},
+		{name: "v4", common: v4Common, acquire: v4Acquire, release: v4Release, reply: 9},
+		{name: "v5", common: v5Common, acquire: v5Acquire, release: v5Release, reply: 9},
+		{name: "v6", common: v6Common, acquire: v6Acquire, release: v6Release, reply: 9},
+		{name: "v7", common: v7Common, acquire: v7Acquire, release: v6Release, reply: 9},  // v7's release.lua is v6's
+		{name: "v8", common: v8Common, acquire: v8Acquire, release: v6Release, reply: 10}, // and v8's
+		{name: "v9", common: v9Common, acquire: v9Acquire, release: v10Release},           // v9's is v10's
+		{name: "v10", common: v10Common, acquire: v10Acquire, release: v10Release},
+		{name: "v10-shorter", common: v10Common, acquire: v10Acquire, release: v10Release, shorter: true},
+		{name: "v10-acl", common: v10Common, acquire: v10Acquire, release: v10Release, acl: true},
+		{name: "v11", common: v11Common, acquire: v11Acquire, release: v11Release},
+		{name: "v12", common: v12Common, acquire: v12Acquire, release: v12Release},
+		{name: "v13", common: v12Common, acquire: v13Acquire, release: v12Release}, // v13's common.lua and release.lua are v12's
+		{name: "v13-under", common: v12Common, acquire: v13Acquire, release: v12Release, under: true},
 	} {
 		t.Run(old.name, func(t *testing.T) {
 			// Two at a time (-parallel is GOMAXPROCS): each runs 1.2 s
